@@ -1,0 +1,61 @@
+"""The ``dw-dagster`` command.
+
+Product commands live here. Other installed packages add theirs through the ``dw_dagster.cli`` entry-point
+group (the local world adds ``world``, ``slack`` and ``demo``), so product code never imports them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from importlib.metadata import entry_points
+
+import click
+
+from dw_dagster.errors import DwConfigError
+
+
+@click.group()
+@click.option("-v", "--verbose", is_flag=True, help="Log debug output.")
+def main(verbose: bool) -> None:
+    """Production operations for Coalesce pipelines over Snowflake."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(message)s")
+
+
+@main.group()
+def coalesce() -> None:
+    """The Coalesce workspace this code location watches."""
+
+
+@coalesce.command("refresh")
+def coalesce_refresh() -> None:
+    """Fetch environments, nodes and jobs from the Coalesce API into the state file that loading reads."""
+    from dw_dagster.coalesce.state import refresh_state_file
+    from dw_dagster.settings import Settings
+
+    settings = Settings.from_env()
+    data = refresh_state_file(settings)
+    nodes = sum(len(e.nodes) for e in data.environments)
+    click.echo(
+        f"wrote {settings.coalesce_state_file}: {len(data.environments)} environment(s), {nodes} nodes, "
+        f"{sum(len(e.jobs) for e in data.environments)} jobs"
+    )
+
+
+def _load_plugins() -> None:
+    for ep in entry_points(group="dw_dagster.cli"):
+        ep.load()(main)
+
+
+def run() -> None:
+    _load_plugins()
+    try:
+        main(standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except DwConfigError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)

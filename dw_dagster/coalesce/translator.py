@@ -1,0 +1,156 @@
+"""Turns Coalesce nodes into Dagster ``AssetSpec``s. Subclass :class:`DagsterCoalesceTranslator` to change
+keys, groups or metadata."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import dagster as dg
+
+from dw_dagster.coalesce.models import CoalesceEnvironment, CoalesceJob, CoalesceNode
+
+SOURCE_NODE_TYPE = "Source"
+
+
+class CoalesceWorkspaceIndex(NamedTuple):
+    """Lookups over one environment's nodes, shared by every node's props."""
+
+    environment: CoalesceEnvironment
+    nodes_by_id: Mapping[str, CoalesceNode]
+    nodes_by_location_name: Mapping[tuple[str, str], CoalesceNode]
+    column_names_by_id: Mapping[str, str]
+
+    @classmethod
+    def build(cls, environment: CoalesceEnvironment, nodes: Sequence[CoalesceNode]) -> CoalesceWorkspaceIndex:
+        return cls(
+            environment=environment,
+            nodes_by_id={n.id: n for n in nodes},
+            nodes_by_location_name={(n.location_name or "", n.name): n for n in nodes},
+            column_names_by_id={c.column_id: c.name for n in nodes for c in n.metadata.columns},
+        )
+
+    def parents(self, node: CoalesceNode) -> list[CoalesceNode]:
+        """The nodes a node reads, from its source mapping's dependencies, in order, without repeats."""
+        out: dict[str, CoalesceNode] = {}
+        for mapping in node.metadata.source_mapping:
+            for dep in mapping.dependencies:
+                parent = self.nodes_by_location_name.get((dep.location_name, dep.node_name))
+                if parent is not None:
+                    out.setdefault(parent.id, parent)
+        return list(out.values())
+
+
+class CoalesceNodeProps(NamedTuple):
+    node: CoalesceNode
+    workspace: CoalesceWorkspaceIndex
+    jobs: Sequence[CoalesceJob]
+    """The environment's jobs whose selectors build this node."""
+
+    @property
+    def environment(self) -> CoalesceEnvironment:
+        return self.workspace.environment
+
+    @property
+    def table_name(self) -> str:
+        return ".".join(p for p in (self.node.database, self.node.schema_name, self.node.name) if p)
+
+    @property
+    def selector(self) -> str:
+        """A Coalesce selector that picks exactly this node."""
+        return f"{{location: {self.node.location_name} name: {self.node.name}}}"
+
+
+class DagsterCoalesceTranslator:
+    """Translator class which converts Coalesce nodes into AssetSpecs.
+
+    Override :meth:`get_asset_key` to change keys (dependencies and column lineage use it too, so the
+    graph stays connected) and :meth:`get_asset_spec` for anything else.
+    """
+
+    def get_asset_key(self, node: CoalesceNode, environment: CoalesceEnvironment) -> dg.AssetKey:
+        return dg.AssetKey([(node.location_name or "coalesce").lower(), node.name.lower()])
+
+    def get_group_name(self, props: CoalesceNodeProps) -> str:
+        return (props.node.location_name or "coalesce").lower()
+
+    def get_asset_spec(self, props: CoalesceNodeProps) -> dg.AssetSpec:
+        node, env = props.node, props.environment
+        parents = props.workspace.parents(node)
+        metadata: dict[str, object] = {
+            **dg.TableMetadataSet(
+                table_name=props.table_name,
+                column_schema=self._column_schema(node),
+            ),
+            "coalesce/node_id": node.id,
+            "coalesce/node_type": node.node_type,
+            "coalesce/environment": dg.MetadataValue.json({"id": env.id, "name": env.name}),
+            "coalesce/selector": props.selector,
+            "coalesce/jobs": dg.MetadataValue.json([{"id": j.id, "name": j.name} for j in props.jobs]),
+        }
+        if node.materialization_type:
+            metadata["coalesce/materialization"] = node.materialization_type
+        lineage = self._column_lineage(props)
+        if lineage is not None:
+            metadata["dagster/column_lineage"] = lineage
+        joins = [m.join.join_condition for m in node.metadata.source_mapping if m.join and m.join.join_condition]
+        if joins:
+            metadata["coalesce/join"] = dg.MetadataValue.md("\n\n".join(f"```sql\n{j.strip()}\n```" for j in joins))
+        if node.metadata.applied_node_tests:
+            metadata["coalesce/node_tests"] = dg.MetadataValue.json(
+                [t.name for t in node.metadata.applied_node_tests]
+            )
+        description = node.description or f"Coalesce {node.node_type} node {node.location_name}.{node.name}"
+        return dg.AssetSpec(
+            key=self.get_asset_key(node, env),
+            description=description,
+            deps=[self.get_asset_key(p, env) for p in parents],
+            group_name=self.get_group_name(props),
+            kinds={"coalesce", "snowflake"},
+            tags={"coalesce/node_type": _tag_value(node.node_type)},
+            metadata=metadata,
+        )
+
+    def _column_schema(self, node: CoalesceNode) -> dg.TableSchema:
+        return dg.TableSchema(
+            columns=[
+                dg.TableColumn(
+                    name=c.name,
+                    type=c.data_type,
+                    description=c.description,
+                    constraints=dg.TableColumnConstraints(
+                        nullable=c.nullable and not _test_enabled(c.applied_column_tests, "notNull"),
+                        unique=c.unique_key or c.primary_key or _test_enabled(c.applied_column_tests, "unique"),
+                    ),
+                )
+                for c in node.metadata.columns
+            ]
+        )
+
+    def _column_lineage(self, props: CoalesceNodeProps) -> dg.TableColumnLineage | None:
+        nodes_by_id, column_names = props.workspace.nodes_by_id, props.workspace.column_names_by_id
+        env = props.environment
+        deps_by_column: dict[str, list[dg.TableColumnDep]] = {}
+        for column in props.node.metadata.columns:
+            deps: list[dg.TableColumnDep] = []
+            for source in column.sources:
+                for ref in source.column_references:
+                    parent = nodes_by_id.get(ref.node_id)
+                    name = column_names.get(ref.column_id)
+                    if parent is not None and name is not None:
+                        deps.append(dg.TableColumnDep(asset_key=self.get_asset_key(parent, env), column_name=name))
+            if deps:
+                deps_by_column[column.name] = deps
+        return dg.TableColumnLineage(deps_by_column=deps_by_column) if deps_by_column else None
+
+
+def _test_enabled(tests: Mapping[str, object], name: str) -> bool:
+    value = tests.get(name)
+    if isinstance(value, Mapping):
+        return bool(value.get("enabled", True))
+    return bool(value)
+
+
+def _tag_value(value: str) -> str:
+    # Tag values allow letters, digits, '-', '_' and '.' only; custom node types may carry spaces.
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in value)[:63]

@@ -1,0 +1,122 @@
+"""``dw-dagster world|slack`` commands: bring the local world up and down, read the Slack stand-in.
+
+Registered into ``dw-dagster`` through the ``dw_dagster.cli`` entry-point group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from dw_local.world import LocalWorld, WorldPorts
+
+DEFAULT_ROOT = Path(".dw/local")
+DEFAULT_PORTS = {"snowflake": 47101, "coalesce": 47102, "slack": 47103}
+REPO_DAGSTER_YAML = Path(__file__).resolve().parent.parent / "dagster.yaml"
+
+
+def register(main: click.Group) -> None:
+    main.add_command(world)
+    main.add_command(slack)
+
+
+@click.group()
+def world() -> None:
+    """The embedded local world: local Snowflake, Coalesce simulator, Slack stand-in."""
+
+
+@world.command("up")
+@click.option("--root", type=click.Path(path_type=Path), default=DEFAULT_ROOT, show_default=True)
+@click.option("--ui-port", type=int, default=3000, show_default=True)
+@click.option("--no-ui", is_flag=True, help="Start, seed and run tonight's job, then leave the servers up.")
+@click.option("--fresh", is_flag=True, help="Delete the world's data first and seed it again.")
+def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool) -> None:
+    """Start the servers, seed 60 nights of history once, run tonight's job, then open the Dagster UI."""
+    from dw_dagster.coalesce.state import refresh_state_file
+    from dw_dagster.settings import Settings
+    from dw_local.seeding import ensure_seeded
+
+    root = root.resolve()
+    if LocalWorld.read_state(root):
+        LocalWorld.stop_running(root)
+    if fresh and root.exists():
+        shutil.rmtree(root)
+    lw = LocalWorld(root, ports=WorldPorts(**DEFAULT_PORTS), scheduler=True)
+    click.echo(f"starting the local world under {root} ...")
+    lw.start()
+    try:
+        night = ensure_seeded(lw, echo=click.echo)
+        click.echo(f"night {night.night}: Coalesce job inventory_nightly run {night.run_id} {night.status}")
+        settings = Settings.from_env(lw.env())
+        data = refresh_state_file(settings)
+        click.echo(f"Coalesce state: {sum(len(e.nodes) for e in data.environments)} nodes -> "
+                   f"{settings.coalesce_state_file}")
+        for key, value in lw.env().items():
+            if "TOKEN" not in key and "PASSWORD" not in key:
+                click.echo(f"  {key}={value}")
+        if no_ui:
+            click.echo("servers are up; `dw-dagster world down` stops them")
+            return
+        _run_dagster_dev(lw, ui_port)
+    except BaseException:
+        lw.stop()
+        raise
+    lw.stop()
+
+
+def _run_dagster_dev(lw: LocalWorld, ui_port: int) -> None:
+    home = lw.root / "dagster_home"
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO_DAGSTER_YAML, home / "dagster.yaml")
+    env = {**os.environ, **lw.env(), "DAGSTER_HOME": str(home)}
+    click.echo(f"Dagster UI: http://localhost:{ui_port}  (Ctrl-C stops the UI and the local world)")
+    cmd = [sys.executable, "-m", "dagster", "dev", "-m", "dw_dagster.definitions", "-p", str(ui_port)]
+    try:
+        subprocess.run(cmd, env=env, check=False)
+    except KeyboardInterrupt:
+        pass
+
+
+@world.command("down")
+@click.option("--root", type=click.Path(path_type=Path), default=DEFAULT_ROOT, show_default=True)
+def world_down(root: Path) -> None:
+    """Stop the servers of a world started with ``world up --no-ui``."""
+    click.echo("stopped" if LocalWorld.stop_running(root.resolve()) else f"no world running under {root}")
+
+
+@world.command("status")
+@click.option("--root", type=click.Path(path_type=Path), default=DEFAULT_ROOT, show_default=True)
+def world_status(root: Path) -> None:
+    state = LocalWorld.read_state(root.resolve())
+    click.echo(json.dumps(state, indent=2) if state else f"no world running under {root}")
+
+
+@click.group()
+def slack() -> None:
+    """The local Slack stand-in."""
+
+
+@slack.command("log")
+@click.option("--root", type=click.Path(path_type=Path), default=DEFAULT_ROOT, show_default=True)
+@click.option("--channel", default=None, help="Only this channel, e.g. '#buyers'.")
+@click.option("--json", "as_json", is_flag=True, help="Print the stored messages as JSON.")
+def slack_log(root: Path, channel: str | None, as_json: bool) -> None:
+    """Print every message the Slack stand-in received, oldest first."""
+    from dw_local.slack_server import SlackSink
+
+    # Read the store itself, so the log is there whether or not the world is running.
+    sink = SlackSink(root.resolve() / "slack")
+    messages = sink.messages("channel = ?", (channel,)) if channel else sink.messages()
+    if as_json:
+        click.echo(json.dumps(messages, indent=2))
+        return
+    for m in messages:
+        thread = f" (reply in {m['thread_ts']})" if m["thread_ts"] else ""
+        click.echo(f"[{m['ts']}] {m['channel']}{thread}\n{m['text'] or ''}\n")
+    click.echo(f"{len(messages)} message(s)")

@@ -1,0 +1,75 @@
+"""Seeding the distributor world: 60 nights of history, played once, then cached for tests.
+
+History comes from actually running the nightly Coalesce job night after night, so seeding costs about a
+minute. Tests copy a seeded template instead: the template's folder name carries a hash of every file
+that shapes the data, so a change to the world, the generator or the simulator reseeds it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from dw_local.world import LocalWorld
+
+HISTORY_NIGHTS = 60
+_LOCAL_DIR = Path(__file__).resolve().parent
+_SHAPING = ["worlds", "coalesce_sim", "snowflake_server.py", "seeding.py"]
+
+
+def ensure_seeded(lw: LocalWorld, echo: Callable[[str], None] = print, nights: int = HISTORY_NIGHTS):
+    """Seed the running world once, then play tonight's night; returns tonight's ``NightResult``."""
+    from dw_local.worlds.distributor.generator import DistributorWorld
+
+    marker = lw.root / "seeded.json"
+    if not marker.exists():
+        echo(f"seeding {nights} nights of history (runs the Coalesce job each night; about a minute) ...")
+        seed_history_only(lw, nights)
+    played = json.loads(marker.read_text())["nights_played"]
+    tonight = DistributorWorld().play_night(lw.snowflake, lw.coalesce_client(), played)
+    marker.write_text(json.dumps({"nights_played": played + 1}))
+    return tonight
+
+
+def seed_history_only(lw: LocalWorld, nights: int = HISTORY_NIGHTS) -> None:
+    from dw_local.worlds.distributor.generator import DistributorWorld
+
+    world = DistributorWorld()
+    world.install(lw.snowflake)
+    world.seed_history(lw.snowflake, lw.coalesce_client(), nights=nights)
+    (lw.root / "seeded.json").write_text(json.dumps({"nights_played": nights}))
+
+
+def _shaping_hash() -> str:
+    h = hashlib.sha256()
+    for name in _SHAPING:
+        base = _LOCAL_DIR / name
+        files = sorted(base.rglob("*")) if base.is_dir() else [base]
+        for f in files:
+            if f.is_file() and "__pycache__" not in f.parts:
+                h.update(str(f.relative_to(_LOCAL_DIR)).encode())
+                h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def seeded_template(cache_dir: Path, nights: int = HISTORY_NIGHTS) -> Path:
+    """A stopped, seeded world under ``cache_dir``, built once per content hash (safe across processes)."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    template = cache_dir / f"distributor-{nights}-{_shaping_hash()}"
+    with open(cache_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (template / "seeded.json").exists():
+            shutil.rmtree(template, ignore_errors=True)
+            with LocalWorld(template) as lw:
+                seed_history_only(lw, nights)
+    return template
+
+
+def clone_world(template: Path, dest: Path) -> Path:
+    """A private copy of a seeded world's data, to start with ``LocalWorld(dest)``."""
+    shutil.copytree(template, dest, ignore=shutil.ignore_patterns("logs", "world.json", "state"))
+    return dest

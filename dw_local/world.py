@@ -1,0 +1,295 @@
+"""Supervises the local world's three servers: local Snowflake, the Coalesce simulator, the Slack stand-in.
+
+Each server is a separate process on a loopback port, so the product reaches it exactly as it reaches the
+real service: over a socket, through its public protocol. The ports and process ids live in
+``<root>/world.json`` so that ``dw-dagster world down`` in another shell can find them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+# Every process that connects to Snowflake sets this: otherwise about one connect in 18 stalls 5 s
+# probing cloud metadata endpoints.
+os.environ.setdefault("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
+
+DISTRIBUTOR_DIR = Path(__file__).parent / "worlds" / "distributor"
+# The local servers accept any credentials; these values are not secrets.
+LOCAL_COALESCE_TOKEN = "local-coalesce-token"
+LOCAL_SLACK_TOKEN = "xoxb-local-slack-token"
+LOCAL_SNOWFLAKE_USER = "DW_DAGSTER"
+LOCAL_SNOWFLAKE_PASSWORD = "local"
+LOCAL_DATABASE = "DW_PROD"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class SnowflakeTarget:
+    """Where the local Snowflake listens, and how the connector reaches it."""
+
+    host: str
+    port: int
+    user: str = LOCAL_SNOWFLAKE_USER
+    password: str = LOCAL_SNOWFLAKE_PASSWORD
+    account: str = "fakesnow"
+    protocol: str = "http"
+
+    def connect(self, database: str | None = LOCAL_DATABASE, schema: str | None = None, **kwargs: Any):
+        import snowflake.connector
+
+        conn = snowflake.connector.connect(
+            user=self.user,
+            password=self.password,
+            account=self.account,
+            host=self.host,
+            port=self.port,
+            protocol=self.protocol,
+            database=database,
+            schema=schema,
+            **kwargs,
+        )
+        if database:
+            # After a server restart only databases named at connect are attached.
+            conn.cursor().execute(f'CREATE DATABASE IF NOT EXISTS "{database}"')
+        return conn
+
+
+@dataclass
+class WorldPorts:
+    snowflake: int = field(default_factory=free_port)
+    coalesce: int = field(default_factory=free_port)
+    slack: int = field(default_factory=free_port)
+
+
+class WorldError(RuntimeError):
+    pass
+
+
+class LocalWorld:
+    """The three local servers under one folder.
+
+    ``root`` holds each server's durable data (``snowflake/``, ``coalesce/``, ``slack/``), its log
+    (``logs/``) and ``world.json``.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        ports: WorldPorts | None = None,
+        project_file: Path | None = None,
+        scheduler: bool = False,
+    ):
+        self.root = Path(root).resolve()
+        self.ports = ports or WorldPorts()
+        self.project_file = Path(project_file or DISTRIBUTOR_DIR / "project.yaml").resolve()
+        self.scheduler = scheduler
+        self._procs: dict[str, subprocess.Popen] = {}
+
+    # -- addresses -------------------------------------------------------------------------------
+
+    @property
+    def snowflake(self) -> SnowflakeTarget:
+        return SnowflakeTarget(host="127.0.0.1", port=self.ports.snowflake)
+
+    @property
+    def coalesce_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.coalesce}"
+
+    @property
+    def slack_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.slack}"
+
+    def env(self) -> dict[str, str]:
+        """The environment variables that point the product at this world (the production path)."""
+        return {
+            "COALESCE_BASE_URL": self.coalesce_url,
+            "COALESCE_API_TOKEN": LOCAL_COALESCE_TOKEN,
+            "COALESCE_ENVIRONMENT_IDS": "2",
+            "SNOWFLAKE_ACCOUNT": "fakesnow",
+            "SNOWFLAKE_USER": LOCAL_SNOWFLAKE_USER,
+            "SNOWFLAKE_PASSWORD": LOCAL_SNOWFLAKE_PASSWORD,
+            "SNOWFLAKE_DATABASE": LOCAL_DATABASE,
+            "SNOWFLAKE_WAREHOUSE": "LOCAL_WH",
+            "SNOWFLAKE_ROLE": "DW_DAGSTER",
+            "SNOWFLAKE_HOST": "127.0.0.1",
+            "SNOWFLAKE_PORT": str(self.ports.snowflake),
+            "SNOWFLAKE_PROTOCOL": "http",
+            "SNOWFLAKE_DISABLE_PLATFORM_DETECTION": "true",
+            "SLACK_BOT_TOKEN": LOCAL_SLACK_TOKEN,
+            "SLACK_BASE_URL": f"{self.slack_url}/api/",
+            "DW_STATE_DIR": str(self.root / "state"),
+            "DW_CONTEXT_FILE": str(DISTRIBUTOR_DIR / "context.yaml"),
+        }
+
+    def coalesce_client(self):
+        from dw_dagster.coalesce.client import CoalesceClient
+
+        return CoalesceClient(base_url=self.coalesce_url, api_token=LOCAL_COALESCE_TOKEN)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def _commands(self) -> dict[str, list[str]]:
+        py = sys.executable
+        sim = [
+            py, "-m", "dw_local.coalesce_sim",
+            "--port", str(self.ports.coalesce),
+            "--project", str(self.project_file),
+            "--data-dir", str(self.root / "coalesce"),
+            "--snowflake-host", "127.0.0.1",
+            "--snowflake-port", str(self.ports.snowflake),
+            "--token", LOCAL_COALESCE_TOKEN,
+        ]  # fmt: skip
+        if self.scheduler:
+            sim.append("--scheduler")
+        return {
+            "snowflake": [
+                py, "-m", "dw_local.snowflake_server",
+                "--port", str(self.ports.snowflake), "--data-dir", str(self.root / "snowflake"),
+            ],
+            "coalesce": sim,
+            "slack": [
+                py, "-m", "dw_local.slack_server",
+                "--port", str(self.ports.slack), "--data-dir", str(self.root / "slack"),
+            ],
+        }  # fmt: skip
+
+    def start(self, timeout: float = 60.0) -> LocalWorld:
+        (self.root / "logs").mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "SNOWFLAKE_DISABLE_PLATFORM_DETECTION": "true"}
+        try:
+            for name, cmd in self._commands().items():
+                self._start_one(name, cmd, env)
+                if name == "snowflake":
+                    # The simulator connects to Snowflake as it starts.
+                    self._wait(name, self._snowflake_up, timeout)
+            self._wait("coalesce", lambda: self._http_up(f"{self.coalesce_url}/_sim/health"), timeout)
+            self._wait("slack", lambda: self._http_up(f"{self.slack_url}/_sink/health"), timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self._write_state()
+        return self
+
+    def restart(self, name: str, timeout: float = 60.0) -> None:
+        """Kill one server (SIGKILL, as a crash would) and start it again on the same port."""
+        proc = self._procs.pop(name)
+        proc.kill()
+        proc.wait()
+        env = {**os.environ, "SNOWFLAKE_DISABLE_PLATFORM_DETECTION": "true"}
+        self._start_one(name, self._commands()[name], env)
+        probe = {
+            "snowflake": self._snowflake_up,
+            "coalesce": lambda: self._http_up(f"{self.coalesce_url}/_sim/health"),
+            "slack": lambda: self._http_up(f"{self.slack_url}/_sink/health"),
+        }[name]
+        self._wait(name, probe, timeout)
+        self._write_state()
+
+    def _start_one(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
+        log = open(self.root / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        self._procs[name] = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+
+    def _wait(self, name: str, probe, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            proc = self._procs[name]
+            if proc.poll() is not None:
+                raise WorldError(
+                    f"the local {name} server exited with code {proc.returncode}; "
+                    f"see {self.root / 'logs' / (name + '.log')}"
+                )
+            if probe():
+                return
+            time.sleep(0.1)
+        raise WorldError(
+            f"the local {name} server did not answer within {timeout:.0f} s; "
+            f"see {self.root / 'logs' / (name + '.log')}"
+        )
+
+    def _snowflake_up(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.ports.snowflake), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    @staticmethod
+    def _http_up(url: str) -> bool:
+        try:
+            return httpx.get(url, timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _write_state(self) -> None:
+        state = {
+            "ports": asdict(self.ports),
+            "pids": {name: p.pid for name, p in self._procs.items()},
+            "project_file": str(self.project_file),
+        }
+        (self.root / "world.json").write_text(json.dumps(state, indent=2))
+
+    def stop(self) -> None:
+        for proc in self._procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self._procs.values():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._procs.clear()
+        (self.root / "world.json").unlink(missing_ok=True)
+
+    def __enter__(self) -> LocalWorld:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- another shell's world -------------------------------------------------------------------
+
+    @classmethod
+    def read_state(cls, root: Path) -> dict[str, Any] | None:
+        path = Path(root) / "world.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    @classmethod
+    def attach(cls, root: Path) -> LocalWorld:
+        """The running world under ``root``, as started by another process."""
+        state = cls.read_state(root)
+        if state is None:
+            raise WorldError(f"no local world is running under {root}: run `dw-dagster world up`")
+        return cls(root, ports=WorldPorts(**state["ports"]), project_file=Path(state["project_file"]))
+
+    @classmethod
+    def stop_running(cls, root: Path) -> bool:
+        state = cls.read_state(root)
+        if state is None:
+            return False
+        for pid in state["pids"].values():
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        (Path(root) / "world.json").unlink(missing_ok=True)
+        return True
+
