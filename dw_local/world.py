@@ -94,8 +94,10 @@ class LocalWorld:
         ports: WorldPorts | None = None,
         project_file: Path | None = None,
         scheduler: bool = False,
+        services: tuple[str, ...] = ("snowflake", "coalesce", "slack"),
     ):
         self.root = Path(root).resolve()
+        self.services = services
         self.ports = ports or WorldPorts()
         self.project_file = Path(project_file or DISTRIBUTOR_DIR / "project.yaml").resolve()
         self.scheduler = scheduler
@@ -173,13 +175,10 @@ class LocalWorld:
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "SNOWFLAKE_DISABLE_PLATFORM_DETECTION": "true"}
         try:
-            for name, cmd in self._commands().items():
-                self._start_one(name, cmd, env)
-                if name == "snowflake":
-                    # The simulator connects to Snowflake as it starts.
-                    self._wait(name, self._snowflake_up, timeout)
-            self._wait("coalesce", lambda: self._http_up(f"{self.coalesce_url}/_sim/health"), timeout)
-            self._wait("slack", lambda: self._http_up(f"{self.slack_url}/_sink/health"), timeout)
+            # In order: the simulator connects to Snowflake as it starts.
+            for name in self.services:
+                self._start_one(name, self._commands()[name], env)
+                self._wait(name, self._probe(name), timeout)
         except BaseException:
             self.stop()
             raise
@@ -193,13 +192,15 @@ class LocalWorld:
         proc.wait()
         env = {**os.environ, "SNOWFLAKE_DISABLE_PLATFORM_DETECTION": "true"}
         self._start_one(name, self._commands()[name], env)
-        probe = {
+        self._wait(name, self._probe(name), timeout)
+        self._write_state()
+
+    def _probe(self, name: str):
+        return {
             "snowflake": self._snowflake_up,
             "coalesce": lambda: self._http_up(f"{self.coalesce_url}/_sim/health"),
             "slack": lambda: self._http_up(f"{self.slack_url}/_sink/health"),
         }[name]
-        self._wait(name, probe, timeout)
-        self._write_state()
 
     def _start_one(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
         log = open(self.root / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
@@ -234,7 +235,8 @@ class LocalWorld:
     @staticmethod
     def _http_up(url: str) -> bool:
         try:
-            return httpx.get(url, timeout=1.0).status_code == 200
+            headers = {"Authorization": f"Bearer {LOCAL_COALESCE_TOKEN}"}
+            return httpx.get(url, headers=headers, timeout=1.0).status_code == 200
         except httpx.HTTPError:
             return False
 

@@ -1,0 +1,165 @@
+"""The Coalesce workspace resource: the configured client, and a snapshot of the environments it loads."""
+
+import logging
+from datetime import datetime, timezone
+from functools import cached_property
+
+from dagster import Config, ConfigurableResource, get_dagster_logger
+from dagster._utils.cached_method import cached_method
+from pydantic import Field
+
+from dw_dagster.coalesce.client import CoalesceClient
+from dw_dagster.coalesce.models import (
+    COALESCE_DEFAULT_BASE_URL,
+    CoalesceEnvironmentData,
+    CoalesceUserCredentials,
+    CoalesceWorkspaceData,
+)
+
+
+class CoalesceCredentials(Config):
+    """The Snowflake credentials one owner's Coalesce runs are started with.
+
+    Reruns run under the permissions of the owner who approved them, so each owner has their own.
+    Give the secrets as environment variables, e.g.
+    ``snowflake_password=dg.EnvVar("COALESCE_SNOWFLAKE_PASSWORD_PLANNING")``.
+    """
+
+    snowflake_username: str = Field(description="The Snowflake user.")
+    snowflake_auth_type: str = Field(
+        default="Basic", description="How Coalesce signs in to Snowflake: Basic, KeyPair or OAuth."
+    )
+    snowflake_password: str | None = Field(
+        default=None, repr=False, description="The Snowflake password (Basic)."
+    )
+    snowflake_key_pair_key: str | None = Field(
+        default=None, repr=False, description="The PEM private key (KeyPair)."
+    )
+    snowflake_key_pair_pass: str | None = Field(
+        default=None, repr=False, description="The private key's passphrase, if any (KeyPair)."
+    )
+    snowflake_warehouse: str | None = Field(default=None, description="The Snowflake warehouse.")
+    snowflake_role: str | None = Field(default=None, description="The Snowflake role.")
+
+    def to_user_credentials(self) -> CoalesceUserCredentials:
+        return CoalesceUserCredentials(
+            snowflake_username=self.snowflake_username,
+            snowflake_password=self.snowflake_password,
+            snowflake_key_pair_key=self.snowflake_key_pair_key,
+            snowflake_key_pair_pass=self.snowflake_key_pair_pass,
+            snowflake_warehouse=self.snowflake_warehouse,
+            snowflake_role=self.snowflake_role,
+            snowflake_auth_type=self.snowflake_auth_type,
+        )
+
+
+class CoalesceWorkspace(ConfigurableResource):
+    """A Coalesce host, the token to reach it, and the environments to load from it.
+
+    Examples:
+        .. code-block:: python
+
+            import dagster as dg
+            from dw_dagster.coalesce import CoalesceCredentials, CoalesceWorkspace
+
+            coalesce = CoalesceWorkspace(
+                base_url="https://app.eu.coalescesoftware.io",
+                api_token=dg.EnvVar("COALESCE_API_TOKEN"),
+                environment_ids=["2"],
+                owner_credentials={
+                    "planning-ops": CoalesceCredentials(
+                        snowflake_username="PLANNING_OPS",
+                        snowflake_password=dg.EnvVar("COALESCE_SNOWFLAKE_PASSWORD_PLANNING"),
+                        snowflake_warehouse="TRANSFORM_WH",
+                        snowflake_role="PLANNING_OPS",
+                    )
+                },
+            )
+            client = coalesce.get_client()
+            run_id = client.start_run(
+                "2",
+                include_selector="{FCT_INVENTORY_POSITION}+",
+                user_credentials=coalesce.user_credentials_for("planning-ops"),
+            )
+    """
+
+    base_url: str = Field(
+        default=COALESCE_DEFAULT_BASE_URL,
+        description=(
+            "The Coalesce host, e.g. https://app.eu.coalescesoftware.io for the EU region."
+        ),
+    )
+    api_token: str = Field(
+        repr=False,
+        description="The Coalesce access token, from the Deploy tab (use an environment variable).",
+    )
+    environment_ids: list[str] = Field(
+        description="The ids of the Coalesce environments to load (e.g. PROD's)."
+    )
+    request_timeout: float = Field(
+        default=30.0,
+        description="Time (in seconds) after which a request to Coalesce is declared timed out.",
+    )
+    request_max_retries: int = Field(
+        default=3,
+        description=(
+            "The maximum number of times a request to Coalesce is retried (connection failures, "
+            "timeouts, 429, 500, 502, 503, 504) before failing."
+        ),
+    )
+    request_retry_delay: float = Field(
+        default=0.25,
+        description="Time (in seconds) to wait before the first retry; a 429's Retry-After wins.",
+    )
+    request_backoff_factor: float = Field(
+        default=2.0,
+        description="Multiplier applied to the delay at each further retry.",
+    )
+    owner_credentials: dict[str, CoalesceCredentials] = Field(
+        default={},
+        description="The Snowflake credentials to start runs with, by owner.",
+    )
+
+    @cached_property
+    def _log(self) -> logging.Logger:
+        return get_dagster_logger()
+
+    @cached_method
+    def get_client(self) -> CoalesceClient:
+        return CoalesceClient(
+            api_token=self.api_token,
+            base_url=self.base_url,
+            request_timeout=self.request_timeout,
+            request_max_retries=self.request_max_retries,
+            request_retry_delay=self.request_retry_delay,
+            request_backoff_factor=self.request_backoff_factor,
+        )
+
+    def user_credentials_for(self, owner: str) -> CoalesceUserCredentials:
+        """The credentials to start a run with on behalf of ``owner``."""
+        if owner not in self.owner_credentials:
+            raise KeyError(
+                f"No Coalesce run credentials for owner {owner!r}; configured owners: "
+                f"{sorted(self.owner_credentials)}"
+            )
+        return self.owner_credentials[owner].to_user_credentials()
+
+    def fetch_workspace_data(self) -> CoalesceWorkspaceData:
+        """Reads each configured environment with its nodes (full detail) and its jobs. Each call asks
+        Coalesce afresh.
+        """
+        client = self.get_client()
+        fetched_at = datetime.now(timezone.utc)
+        environments = []
+        for environment_id in self.environment_ids:
+            environment = client.get_environment(environment_id)
+            nodes = client.list_nodes(environment_id, detail=True)
+            jobs = client.list_jobs(environment_id)
+            self._log.info(
+                f"Read Coalesce environment {environment.name} ({environment_id}): "
+                f"{len(nodes)} nodes, {len(jobs)} jobs."
+            )
+            environments.append(CoalesceEnvironmentData(environment=environment, nodes=nodes, jobs=jobs))
+        return CoalesceWorkspaceData(
+            base_url=self.base_url, fetched_at=fetched_at, environments=environments
+        )

@@ -1,0 +1,32 @@
+"""Shared fixtures: the local world's real servers on free loopback ports, and its seeded template."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
+
+REPO = Path(__file__).resolve().parent.parent
+# Seeding runs the nightly job 60 times; the template is reused across runs while its inputs are unchanged.
+WORLD_CACHE = Path(os.environ.get("DW_TEST_WORLD_CACHE", REPO / ".dw" / "test-cache"))
+
+
+@pytest.fixture(scope="session")
+def seeded_template() -> Path:
+    from dw_local.seeding import seeded_template
+
+    return seeded_template(WORLD_CACHE)
+
+
+@pytest.fixture(scope="module")
+def seeded_world(seeded_template: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A private running copy of the distributor world with 60 nights of history."""
+    from dw_local.seeding import clone_world
+    from dw_local.world import LocalWorld
+
+    root = clone_world(seeded_template, tmp_path_factory.mktemp("world") / "local")
+    with LocalWorld(root) as lw:
+        yield lw
