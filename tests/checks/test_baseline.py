@@ -1,0 +1,96 @@
+"""The robust baseline: what it flags, what it leaves alone, and when it refuses to judge."""
+
+from __future__ import annotations
+
+import random
+from datetime import date, timedelta
+
+import pytest
+
+from dw_dagster.checks.baseline import BaselineConfig, BaselineMethod, BaselineStatus, Direction, score
+
+DAY = date(2026, 11, 24)  # a Tuesday
+
+
+def _stock(days: int = 60, level: float = 2_090_000, sd: float = 0.001, seed: int = 7) -> dict[date, float]:
+    rng = random.Random(seed)
+    out, v = {}, level
+    for k in range(days, 0, -1):
+        v *= 1 + rng.gauss(0, sd)
+        out[DAY - timedelta(days=k)] = v
+    return out
+
+
+def _seasonal(weeks: int = 10, seed: int = 3) -> dict[date, float]:
+    rng = random.Random(seed)
+    out = {}
+    for k in range(weeks * 7, 0, -1):
+        d = DAY - timedelta(days=k)
+        base = 1000 * (0.6 if d.weekday() >= 5 else 1.0)
+        out[d] = base * (1 + rng.gauss(0, 0.05))
+    return out
+
+
+DOD = BaselineConfig(method=BaselineMethod.DAY_OVER_DAY)
+
+
+def test_day_over_day_flags_the_reference_night_drop():
+    hist = _stock()
+    prev = hist[DAY - timedelta(days=1)]
+    r = score(hist, DAY, prev * (1 - 0.018), DOD, hurts=Direction.DOWN)
+    assert r.status is BaselineStatus.ANOMALY
+    assert r.relative_change == pytest.approx(-0.018, abs=0.002)
+    assert r.robust_z < -4
+
+
+def test_day_over_day_leaves_ordinary_moves_alone():
+    hist = _stock()
+    prev = hist[DAY - timedelta(days=1)]
+    assert score(hist, DAY, prev * 1.002, DOD).status is BaselineStatus.OK
+    assert score(hist, DAY, prev * 0.998, DOD, hurts=Direction.DOWN).status is BaselineStatus.OK
+
+
+def test_direction_that_does_not_hurt_is_not_an_anomaly():
+    hist = _stock()
+    prev = hist[DAY - timedelta(days=1)]
+    assert score(hist, DAY, prev * 1.05, DOD, hurts=Direction.DOWN).status is BaselineStatus.OK
+    assert score(hist, DAY, prev * 1.05, DOD, hurts=Direction.BOTH).status is BaselineStatus.ANOMALY
+
+
+def test_same_weekday_ignores_weekend_dip_and_flags_a_real_drop():
+    hist = _seasonal()
+    cfg = BaselineConfig()
+    saturday = DAY + timedelta(days=4)
+    assert score(hist, saturday, 600, cfg).status is BaselineStatus.OK
+    assert score(hist, DAY, 1000, cfg).status is BaselineStatus.OK
+    assert score(hist, DAY, 700, cfg, hurts=Direction.DOWN).status is BaselineStatus.ANOMALY
+
+
+def test_scored_point_is_never_part_of_its_own_baseline():
+    hist = _stock()
+    prev = hist[DAY - timedelta(days=1)]
+    bad = prev * 0.9
+    with_self = {**hist, DAY: bad}
+    assert score(with_self, DAY, bad, DOD) == score(hist, DAY, bad, DOD)
+
+
+def test_flagged_days_are_excluded_from_training():
+    hist = _seasonal()
+    cfg = BaselineConfig()
+    # Three past Tuesdays were incidents at a tenth of the level; excluded, they do not widen the scale.
+    bad_days = [DAY - timedelta(weeks=w) for w in (1, 2, 3)]
+    polluted = {**hist, **{d: 100.0 for d in bad_days}}
+    assert score(polluted, DAY, 700, cfg, excluded_days=bad_days).status is BaselineStatus.ANOMALY
+
+
+def test_too_little_history_is_insufficient_not_ok():
+    hist = {DAY - timedelta(weeks=w): 1000.0 for w in (1, 2)}
+    r = score(hist, DAY, 10.0, BaselineConfig())
+    assert r.status is BaselineStatus.INSUFFICIENT and not r.is_anomaly and r.points == 2
+    assert score({}, DAY, 10.0, DOD).status is BaselineStatus.INSUFFICIENT
+
+
+def test_flat_series_floor_stops_trivial_alarms():
+    hist = {DAY - timedelta(days=k): 500.0 for k in range(1, 60)}
+    assert score(hist, DAY, 500.2, DOD).status is BaselineStatus.OK
+    assert score(hist, DAY, 0.0, DOD).status is BaselineStatus.ANOMALY
