@@ -12,7 +12,7 @@ from importlib.metadata import entry_points
 
 import click
 
-from dw_dagster.errors import DwConfigError
+from dw_dagster.config import DwConfigError
 
 
 @click.group()

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dw_dagster.errors import DwConfigError
+from dw_dagster.config import DwConfigError
 
 DEFAULT_COALESCE_BASE_URL = "https://app.coalescesoftware.io"
 

@@ -21,7 +21,7 @@ from dw_dagster.coalesce.translator import (
 )
 from dw_dagster.context.models import ContextFile
 from dw_dagster.context.specs import attach_context, build_context_asset_specs
-from dw_dagster.errors import DwConfigError
+from dw_dagster.config import DwConfigError
 from dw_dagster.settings import Settings
 
 logger = logging.getLogger(__name__)

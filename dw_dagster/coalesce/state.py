@@ -12,7 +12,7 @@ from pathlib import Path
 import pydantic
 
 from dw_dagster.coalesce.models import CoalesceWorkspaceData
-from dw_dagster.errors import DwConfigError, describe_validation_error
+from dw_dagster.config import DwConfigError, describe_validation_error
 from dw_dagster.settings import Settings
 
 REFRESH_HINT = "run `dw-dagster coalesce refresh` (locally, `dw-dagster world up` does it)"

@@ -25,33 +25,28 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-import pydantic
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from dw_dagster.errors import DwConfigError, describe_validation_error
+from dw_dagster.config import FileModel, load_yaml_model
 
 _KEY_PATTERN = r"^[a-z0-9_\-]+(/[a-z0-9_\-]+)*$"
 
 
-class _Model(BaseModel):
-    # A misspelt key in a hand-written file is a mistake to report, not a field to ignore.
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Person(_Model):
+class Person(FileModel):
     name: str
     email: str = Field(pattern=r"^[^@\s]+@[^@\s]+$")
     slack_user_id: str | None = None
 
 
-class Team(_Model):
+class Team(FileModel):
     name: str
     slack_channel: str = Field(pattern=r"^#[a-z0-9_\-]+$")
     members: list[Person] = Field(default_factory=list)
 
 
-class ConsumerRead(_Model):
+class ConsumerRead(FileModel):
     """When a consumer reads the asset, so the blast radius can say who sees a bad number next."""
 
     what: str
@@ -59,7 +54,7 @@ class ConsumerRead(_Model):
     timezone: str = "UTC"
 
 
-class ContextSystem(_Model):
+class ContextSystem(FileModel):
     key: str = Field(pattern=_KEY_PATTERN, description="Asset key path, e.g. 'thoughtspot/network_dos'.")
     name: str
     kind: str = Field(description="Shown as a Dagster kind, e.g. oracle, qlik, thoughtspot.")
@@ -80,12 +75,12 @@ class ContextSystem(_Model):
         return keys
 
 
-class OwnerRule(_Model):
+class OwnerRule(FileModel):
     match: str = Field(description="A glob over asset key paths, e.g. 'raw_ebs/*'. First match wins.")
     owners: list[str] = Field(min_length=1)
 
 
-class ContextFile(_Model):
+class ContextFile(FileModel):
     teams: dict[str, Team]
     systems: list[ContextSystem] = Field(default_factory=list)
     coalesce_owners: list[OwnerRule] = Field(default_factory=list)
@@ -115,14 +110,4 @@ class ContextFile(_Model):
 
 
 def load_context_file(path: str | Path) -> ContextFile:
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError as e:
-        raise DwConfigError(f"{path}: context file not found (set DW_CONTEXT_FILE)") from e
-    except yaml.YAMLError as e:
-        raise DwConfigError(f"{path}: not valid YAML: {e}") from e
-    try:
-        return ContextFile.model_validate(raw)
-    except pydantic.ValidationError as e:
-        raise DwConfigError(describe_validation_error(path, e)) from e
+    return load_yaml_model(path, ContextFile, "context file", "DW_CONTEXT_FILE")
