@@ -55,7 +55,7 @@ FULL_NODE = {
                 "dataType": "VARCHAR",
                 "description": "",
                 "nullable": False,
-                "transform": "\"STG_ONHAND\".\"ORGANIZATION_ID\" || '-' || \"STG_ONHAND\".\"INVENTORY_ITEM_ID\"",
+                "transform": "\"STG_ONHAND\".\"ORGANIZATION_ID\" || '-' || \"STG_ONHAND\".\"ITEM_ID\"",
                 "isBusinessKey": True,
                 "isSurrogateKey": False,
                 "primaryKey": False,
@@ -87,7 +87,8 @@ FULL_NODE = {
             {
                 "name": "NO_NEGATIVE_ONHAND",
                 "description": "On-hand is never negative.",
-                "testSQL": "SELECT 1",
+                "templateString": "SELECT * FROM {{ ref('INVENTORY', 'FCT_INVENTORY_POSITION') }} WHERE 1=0",
+                "runOrder": "After",
             }
         ],
     },
@@ -181,7 +182,8 @@ def test_full_node_reads_lineage_mapping_and_tests_and_dumps_the_wire_shape() ->
     assert mapping.join and "ref('STAGE', 'STG_ONHAND')" in mapping.join.join_condition
     assert mapping.custom_sql and mapping.custom_sql.custom_sql == ""
     test = node.metadata.applied_node_tests[0]
-    assert test.name == "NO_NEGATIVE_ONHAND" and test.model_extra == {"testSQL": "SELECT 1"}
+    assert test.name == "NO_NEGATIVE_ONHAND" and test.template_string.startswith("SELECT * FROM {{ ref(")
+    assert test.model_extra == {"runOrder": "After"}
     # Dumping gives back the API's own names and keeps what was not declared.
     assert json.loads(node.model_dump_json()) == FULL_NODE
 
@@ -260,7 +262,9 @@ def test_run_status_terminality(status: str, terminal: bool) -> None:
 def test_unknown_run_status_is_rejected_listing_the_known_ones() -> None:
     with pytest.raises(CoalesceResponseError) as info:
         parse_response(
-            CoalesceRunStatusResponse, {"runStatus": "cancelled", "runType": "refresh"}, "GET /scheduler/runStatus"
+            CoalesceRunStatusResponse,
+            {"runStatus": "cancelled", "runType": "refresh"},
+            "GET /scheduler/runStatus",
         )
     assert "runStatus: Input should be 'waitingToRun'" in str(info.value)
     assert "(got 'cancelled')" in str(info.value)
@@ -271,7 +275,8 @@ def test_run_detail_with_refresh_run_details() -> None:
     assert run.run_type is CoalesceRunType.REFRESH and run.run_status is CoalesceRunStatus.FAILED
     assert run.run_history == [40, 41] and run.re_run_id is None
     assert run.run_details is not None
-    assert (run.run_details.environment_id, run.run_details.job_id, run.run_details.nodes_in_run) == ("2", "1", 3)
+    details = run.run_details
+    assert (details.environment_id, details.job_id, details.nodes_in_run) == ("2", "1", 3)
     assert run.user_credentials is not None and run.user_credentials.snowflake_role == "PLANNING_OPS"
     assert run.model_extra == {"version": 1}
 
@@ -305,7 +310,10 @@ def test_run_results_with_a_failed_query() -> None:
                             "rowsUpdated": 0,
                             "rowsDeleted": 0,
                             "warehouse": "TRANSFORM_WH",
-                            "error": {"errorString": "SQL compilation error", "errorDetail": "invalid identifier"},
+                            "error": {
+                                "errorString": "SQL compilation error",
+                                "errorDetail": "invalid identifier",
+                            },
                         }
                     ],
                 }
@@ -395,14 +403,15 @@ def test_workspace_data_round_trips_through_json() -> None:
     )
     restored = CoalesceWorkspaceData.model_validate_json(data.model_dump_json())
     assert restored == data
-    assert restored.environments[0].nodes[0].metadata.applied_node_tests[0].model_extra == {"testSQL": "SELECT 1"}
+    node_test = restored.environments[0].nodes[0].metadata.applied_node_tests[0]
+    assert node_test.model_extra == {"runOrder": "After"}
     assert restored.model_dump_json() == data.model_dump_json()
 
 
 def test_error_messages() -> None:
-    error = CoalesceAPIError(
-        status=503, error_string="Service Unavailable", error_detail=None, endpoint="GET /api/v1/runs", retries=3
+    error = CoalesceAPIError(503, "Service Unavailable", None, endpoint="GET /api/v1/runs", retries=3)
+    assert str(error) == (
+        "Coalesce GET /api/v1/runs returned 503: Service Unavailable; gave up after 3 retries"
     )
-    assert str(error) == "Coalesce GET /api/v1/runs returned 503: Service Unavailable; gave up after 3 retries"
     timeout = CoalesceRunTimeoutError(run_id=42, timeout=2.5, last_status=CoalesceRunStatus.RUNNING)
     assert str(timeout) == "Coalesce run 42 did not finish within 2.5 s (last status: running)"

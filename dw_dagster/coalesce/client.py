@@ -69,8 +69,8 @@ class CoalesceClient:
         api_token (str): The Coalesce access token (Deploy tab; ``token=`` in ``~/.coa/config``).
         base_url (str): The Coalesce host, e.g. ``https://app.eu.coalescesoftware.io``.
         request_timeout (float): Seconds before a connect, read or write is declared timed out.
-        request_max_retries (int): How many times a failed request is retried: connection failures
-            (by the transport), 429 (after ``Retry-After`` seconds), 500, 502, 503, 504 and timeouts.
+        request_max_retries (int): How many times a failed request is retried: connection failures,
+            timeouts, 429 (after its ``Retry-After`` seconds), 500, 502, 503 and 504.
         request_retry_delay (float): Seconds before the first retry.
         request_backoff_factor (float): Multiplier of the delay at each further retry.
     """
@@ -92,17 +92,17 @@ class CoalesceClient:
         self.request_max_retries = request_max_retries
         self.request_retry_delay = request_retry_delay
         self.request_backoff_factor = request_backoff_factor
+        # httpx masks the Authorization header in its reprs. Connection failures are retried by _request
+        # rather than by a retrying transport, because httpx ignores HTTP(S)_PROXY and NO_PROXY when it
+        # is given a transport.
         self._http = httpx.Client(
             base_url=self.base_url,
-            # httpx masks the Authorization header in its reprs.
             headers={
                 "Authorization": f"Bearer {token}",
                 "Accept": "application/json",
                 "User-Agent": "dw-dagster",
             },
             timeout=httpx.Timeout(request_timeout),
-            # The transport retries failed connections, which never reached the server: safe for any call.
-            transport=httpx.HTTPTransport(retries=request_max_retries),
         )
 
     def __repr__(self) -> str:
@@ -135,8 +135,8 @@ class CoalesceClient:
     ) -> httpx.Response:
         """Sends one call, retrying what is safe to retry, and returns its successful response.
 
-        ``starts_work`` marks a call that must not run twice (startRun, rerun): it is retried only on
-        connection failures and on the statuses that say the server did not process it.
+        ``starts_work`` marks a call that must not run twice (startRun, rerun): it is retried only when
+        the request never reached Coalesce (a failed connect) or on a status saying it was not processed.
         """
         endpoint = f"{method} {path}"
         retryable = NOT_PROCESSED_STATUSES if starts_work else RETRYABLE_STATUSES
@@ -144,15 +144,13 @@ class CoalesceClient:
         while True:
             try:
                 response = self._http.request(method, path, params=params, json=body)
-            except (httpx.ConnectError, httpx.ConnectTimeout) as e:
-                raise CoalesceConnectionError(
-                    endpoint,
-                    f"cannot connect to {self.base_url}: {e}",
-                    retries=self.request_max_retries,
-                ) from e
             except httpx.TransportError as e:
-                reason = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-                if starts_work:
+                # A failed connect never reached Coalesce: safe to repeat, even a run start.
+                never_sent = isinstance(e, httpx.ConnectError | httpx.ConnectTimeout)
+                reason = (
+                    f"cannot connect to {self.base_url}: {e}" if never_sent else f"{type(e).__name__}: {e}"
+                )
+                if starts_work and not never_sent:
                     raise CoalesceConnectionError(
                         endpoint, f"{reason}; the run may have started, check list_runs before retrying"
                     ) from e
@@ -230,7 +228,9 @@ class CoalesceClient:
             if page.next is None:
                 return
             if page.next == params.get("startingFrom"):
-                raise CoalesceResponseError(f"GET {path}", [f"next: the cursor {page.next!r} did not advance"])
+                raise CoalesceResponseError(
+                    f"GET {path}", [f"next: the cursor {page.next!r} did not advance"]
+                )
             params["startingFrom"] = page.next
 
     # ------------------

@@ -291,10 +291,12 @@ class CoalesceSourceMapping(CoalesceModel):
 
 
 class CoalesceNodeTest(CoalesceModel):
-    """An entry of ``metadata.appliedNodeTests``; its other fields are kept as extras."""
+    """An entry of ``metadata.appliedNodeTests``: a query returning the failing rows."""
 
     name: str
     description: str | None = None
+    # The test's SQL, with {{ ref(...) }} templates.
+    template_string: str = ""
 
 
 class CoalesceNodeMetadata(CoalesceModel):

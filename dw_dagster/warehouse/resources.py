@@ -32,10 +32,12 @@ class WarehouseResource(SnowflakeResource):
     """
 
     @contextmanager
-    def tagged_connection(self, purpose: str, **tag_fields: Any) -> Iterator[Any]:
+    def tagged_connection(self, purpose: str, schema: str | None = None, **tag_fields: Any) -> Iterator[Any]:
         import snowflake.connector
 
         args = dict(self._connection_args)
+        if schema:
+            args["schema"] = schema
         params: dict[str, Any] = dict(args.pop("session_parameters", None) or {})
         params["QUERY_TAG"] = query_tag(purpose, **tag_fields)
         conn = snowflake.connector.connect(**args, session_parameters=params)
@@ -65,5 +67,9 @@ def warehouse_from_env(env: Mapping[str, str] | None = None) -> WarehouseResourc
         database=env.get("SNOWFLAKE_DATABASE"),
         warehouse=env.get("SNOWFLAKE_WAREHOUSE"),
         role=env.get("SNOWFLAKE_ROLE"),
+        # The connector retries a failing request until this many seconds pass: bound it, so that an
+        # unreachable warehouse ends a check as errored instead of hanging the run.
+        network_timeout=int(env.get("SNOWFLAKE_NETWORK_TIMEOUT", "120")),
+        login_timeout=int(env.get("SNOWFLAKE_LOGIN_TIMEOUT", "60")),
         additional_snowflake_connection_args=_local_connection_args(env),
     )

@@ -1,0 +1,75 @@
+"""dw-dagster's own tables, in an ops schema of the warehouse.
+
+The warehouse is the one store every process can reach (sensors in the daemon, checks in run workers on
+other machines, the CLI), and it survives restarts of all of them. Rows are only appended or merged on a
+key, so a re-tick or a retried step never duplicates a record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlglot import exp
+
+TABLES: dict[str, str] = {
+    # One row per recorded total per business date; re-recording the same date replaces the value.
+    "METRIC_HISTORY": """
+        METRIC VARCHAR NOT NULL,
+        BUSINESS_DATE DATE NOT NULL,
+        VALUE DOUBLE,
+        GROUPS VARCHAR,
+        RECORDED_AT TIMESTAMP_TZ NOT NULL,
+        DAGSTER_RUN_ID VARCHAR,
+        COALESCE_RUN_ID VARCHAR,
+        FLAGGED BOOLEAN NOT NULL DEFAULT FALSE
+    """,
+    # Row counts per monitored table per business date, for the volume baseline.
+    "VOLUME_HISTORY": """
+        ASSET_KEY VARCHAR NOT NULL,
+        BUSINESS_DATE DATE NOT NULL,
+        ROW_COUNT DOUBLE,
+        SOURCE VARCHAR,
+        RECORDED_AT TIMESTAMP_TZ NOT NULL,
+        FLAGGED BOOLEAN NOT NULL DEFAULT FALSE
+    """,
+    "INCIDENTS": """
+        INCIDENT_ID VARCHAR NOT NULL,
+        CAUSE_KEY VARCHAR NOT NULL,
+        STATUS VARCHAR NOT NULL,
+        BUSINESS_DATE DATE,
+        TITLE VARCHAR,
+        SEVERITY VARCHAR,
+        OPENED_AT TIMESTAMP_TZ NOT NULL,
+        UPDATED_AT TIMESTAMP_TZ NOT NULL,
+        DETAIL VARCHAR
+    """,
+    # Append-only: every finding, diagnosis, message, approval and receipt of an incident.
+    "INCIDENT_EVENTS": """
+        INCIDENT_ID VARCHAR NOT NULL,
+        EVENT_KEY VARCHAR NOT NULL,
+        KIND VARCHAR NOT NULL,
+        EVENT_AT TIMESTAMP_TZ NOT NULL,
+        DETAIL VARCHAR
+    """,
+}
+
+
+def quote(name: str) -> str:
+    """A Snowflake identifier, quoted; names from metadata never reach SQL unquoted."""
+    return exp.to_identifier(name, quoted=True).sql(dialect="snowflake")
+
+
+@dataclass(frozen=True)
+class OpsSchema:
+    database: str
+    schema: str = "DW_OPS"
+
+    def table(self, name: str) -> str:
+        return f"{quote(self.database)}.{quote(self.schema)}.{quote(name)}"
+
+    def ensure(self, conn: Any) -> None:
+        cur = conn.cursor()
+        cur.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(self.database)}.{quote(self.schema)}")
+        for name, columns in TABLES.items():
+            cur.execute(f"CREATE TABLE IF NOT EXISTS {self.table(name)} ({columns})")

@@ -1,0 +1,245 @@
+"""The distributor world: deterministic data, 60 ordinary nights, and the reference night's numbers as
+the real Coalesce job (through the simulator, over sockets) computes them in the local Snowflake."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dw_dagster.config import DwConfigError
+from dw_local.coalesce_sim.project import load_project
+from dw_local.worlds.distributor.generator import WORLD_FILE, DistributorWorld
+from dw_local.worlds.distributor.model import load_spec
+
+HISTORY = 60
+REF = load_spec(WORLD_FILE).reference_night
+
+RAW_ONHAND = 'SELECT SUM("TRANSACTION_QUANTITY") FROM RAW_EBS.MTL_ONHAND_QUANTITIES_DETAIL'
+FCT_ONHAND = 'SELECT SUM("ONHAND_QTY") FROM INVENTORY.FCT_INVENTORY_POSITION'
+REORDER = "SELECT COUNT(*) FROM MART.MART_REORDER_CANDIDATES"
+
+
+def _fingerprint(tables) -> dict[str, str]:
+    return {name: hashlib.sha256(df.to_csv(index=False).encode()).hexdigest() for name, df in tables.items()}
+
+
+def _world_data(world: DistributorWorld) -> dict[str, str]:
+    data = {f"install.{k}": v for k, v in _fingerprint(world.install_tables()).items()}
+    data.update({f"night0.{k}": v for k, v in _fingerprint(world.night_tables(0)).items()})
+    ref = world.reference_opening(HISTORY + 1)
+    data.update({f"ref.{k}": v for k, v in _fingerprint(world.night_tables(HISTORY + 1, ref)).items()})
+    return data
+
+
+def test_same_seed_gives_byte_identical_data():
+    first, second = _world_data(DistributorWorld()), _world_data(DistributorWorld())
+    assert first == second
+    other = _world_data(DistributorWorld(load_spec(WORLD_FILE).model_copy(update={"seed": 7})))
+    key = "night0.MTL_ONHAND_QUANTITIES_DETAIL"
+    assert other[key] != first[key]
+
+
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda d: d.update(sku_count="many"), "sku_count"),
+        (lambda d: d["reference_night"].update(from_org=9999), "reference_night.from_org"),
+        (lambda d: d["demand"].update(weekend_factr=0.6), "demand.weekend_factr"),
+        (lambda d: d.pop("orgs"), "orgs"),
+        (lambda d: d["reorder"].update(threshold_days=3), "reorder.low_days_of_supply"),
+        (lambda d: d.update(timezone="America/Dalas"), "timezone"),
+    ],
+)
+def test_broken_world_file_names_the_field(tmp_path: Path, edit, field):
+    data = yaml.safe_load(WORLD_FILE.read_text())
+    edit(data)
+    path = tmp_path / "world.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(DwConfigError) as err:
+        DistributorWorld.from_file(path)
+    assert str(path) in str(err.value)
+    assert field in str(err.value)
+
+
+def test_reorder_threshold_is_the_projects():
+    project = yaml.safe_load(DistributorWorld().project_file.read_text())
+    node = next(n for n in project["nodes"] if n["name"] == "MART_REORDER_CANDIDATES")
+    threshold = float(re.search(r'"DAYS_OF_SUPPLY"\s*<\s*([\d.]+)', node["join"]).group(1))
+    assert threshold == load_spec(WORLD_FILE).reorder.threshold_days
+
+
+def test_every_built_column_has_lineage():
+    # load_project checks that every source and ref names a real node and column.
+    project = load_project(DistributorWorld().project_file)
+    for node in project.file.nodes:
+        if not node.is_source:
+            assert all(col.sources for col in node.columns), node.name
+
+
+# ---------------------------------------------------------------- over the local servers
+
+
+def _scalar(cur, sql: str):
+    cur.execute(sql)
+    return cur.fetchone()[0]
+
+
+def _measure(lw) -> dict:
+    with lw.snowflake.connect() as conn:
+        cur = conn.cursor()
+        return {
+            "raw": int(_scalar(cur, RAW_ONHAND)),
+            "fct": int(_scalar(cur, FCT_ONHAND)),
+            "reorder": _scalar(cur, REORDER),
+            "fct_rows": _scalar(cur, "SELECT COUNT(*) FROM INVENTORY.FCT_INVENTORY_POSITION"),
+            "dos_rows": _scalar(cur, "SELECT COUNT(*) FROM MART.MART_DAYS_OF_SUPPLY"),
+            "dim_rows": _scalar(cur, "SELECT COUNT(*) FROM INVENTORY.DIM_WAREHOUSE"),
+        }
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory):
+    """A fresh world, installed and seeded with 60 nights; each night's totals recorded after its job."""
+    from dw_local.world import LocalWorld
+
+    with LocalWorld(tmp_path_factory.mktemp("distributor") / "local") as lw:
+        world = DistributorWorld()
+        coalesce = lw.coalesce_client()
+        started = time.monotonic()
+        world.install(lw.snowflake)
+        installed = time.monotonic()
+        nights: list[dict] = []
+        results = world.seed_history(
+            lw.snowflake, coalesce, HISTORY, on_night=lambda _: nights.append(_measure(lw))
+        )
+        seeded = time.monotonic()
+        print(f"\ninstall {installed - started:.1f} s, {HISTORY} nights {seeded - installed:.1f} s")
+        yield {"lw": lw, "world": world, "coalesce": coalesce, "results": results, "nights": nights}
+
+
+@pytest.fixture(scope="module")
+def reference(history):
+    """Tonight (an ordinary night, as `world up` plays it), then the reference night, measured."""
+    lw, world, coalesce = history["lw"], history["world"], history["coalesce"]
+    tonight = world.play_night(lw.snowflake, coalesce, HISTORY)
+    before = _measure(lw)
+    with lw.snowflake.connect() as conn:
+        cur = conn.cursor()
+        cur.execute("SELECT INVENTORY_ITEM_ID FROM MART.MART_REORDER_CANDIDATES")
+        flagged_before = {r[0] for r in cur.fetchall()}
+    result = world.play_reference_night(lw.snowflake, coalesce)
+    after = _measure(lw)
+    with lw.snowflake.connect() as conn:
+        cur = conn.cursor()
+        cur.execute("SELECT INVENTORY_ITEM_ID FROM MART.MART_REORDER_CANDIDATES")
+        flagged_after = {r[0] for r in cur.fetchall()}
+        cur.execute(
+            'SELECT COUNT(DISTINCT "INVENTORY_ITEM_ID"), SUM("TRANSACTION_QUANTITY") '
+            "FROM RAW_EBS.MTL_ONHAND_QUANTITIES_DETAIL WHERE ORGANIZATION_ID = %s",
+            (REF.new_org.id,),
+        )
+        new_org_skus, new_org_units = cur.fetchone()
+        cur.execute(
+            'SELECT MAX("_QLIK_LOADED_AT") FROM RAW_EBS.MTL_ONHAND_QUANTITIES_DETAIL '
+            "WHERE ORGANIZATION_ID = %s",
+            (REF.new_org.id,),
+        )
+        new_org_loaded = cur.fetchone()[0]
+    return {
+        "tonight": tonight, "result": result, "before": before, "after": after,
+        "flagged_before": flagged_before, "flagged_after": flagged_after,
+        "new_org_skus": new_org_skus, "new_org_units": int(new_org_units), "new_org_loaded": new_org_loaded,
+    }  # fmt: skip
+
+
+@pytest.mark.world
+def test_sixty_nights_each_ran_the_job_to_completion(history):
+    results = history["results"]
+    assert [r.night for r in results] == list(range(HISTORY))
+    assert all(r.status == "completed" for r in results)
+    runs = list(history["coalesce"].iter_runs(environment_id="2", run_status="completed"))
+    assert len(runs) == HISTORY
+    assert {r.id for r in runs} == {r.run_id for r in results}
+    # Nightly at 02:00 America/Chicago, the day after each business day.
+    for r in results:
+        assert r.scheduled_at.hour == 2 and (r.scheduled_at.date() - r.business_date).days == 1
+
+
+@pytest.mark.world
+def test_tables_have_sensible_row_counts_every_night(history):
+    world = history["world"]
+    positions = len(world.spec.orgs) * world.spec.sku_count
+    for night in history["nights"]:
+        assert 0.98 * positions <= night["fct_rows"] <= positions
+        assert night["dos_rows"] == world.spec.sku_count
+        assert night["dim_rows"] == len(world.spec.orgs)
+        # An ordinary night: every org is mapped, so the fact holds all of EBS's units.
+        assert night["fct"] == night["raw"]
+
+
+@pytest.mark.world
+def test_reorder_list_holds_at_31_on_ordinary_nights(history):
+    assert [n["reorder"] for n in history["nights"]] == [31] * HISTORY
+
+
+@pytest.mark.world
+def test_network_stock_moves_little_day_over_day(history):
+    totals = [n["fct"] for n in history["nights"]]
+    level = sum(totals) / len(totals)
+    assert 2_000_000 < level < 2_200_000
+    changes = [abs(b / a - 1) for a, b in zip(totals, totals[1:])]
+    assert sum(c <= 0.003 for c in changes) >= 0.95 * len(changes)
+    assert max(changes) < 0.005
+
+
+@pytest.mark.world
+def test_weekend_demand_is_lower(history):
+    with history["lw"].snowflake.connect() as conn:
+        cur = conn.cursor()
+        cur.execute(
+            'SELECT DAYOFWEEKISO("SHIP_DATE") >= 6, SUM("SHIPPED_QTY") / COUNT(DISTINCT "SHIP_DATE") '
+            "FROM STAGE.STG_DEMAND GROUP BY 1"
+        )
+        per_day = {bool(weekend): float(units) for weekend, units in cur.fetchall()}
+    assert 0.5 < per_day[True] / per_day[False] < 0.7
+
+
+@pytest.mark.world
+def test_reference_night_numbers(reference):
+    result, before, after = reference["result"], reference["before"], reference["after"]
+    assert result.status == "completed"  # the job is green: every test passed
+    assert result.business_date.weekday() == 0 and result.scheduled_at.weekday() == 1
+    raw_change = (after["raw"] / before["raw"] - 1) * 100
+    fct_change = (after["fct"] / before["fct"] - 1) * 100
+    assert abs(raw_change - REF.ebs_change_pct) <= 0.1
+    assert abs(fct_change - -1.8) <= 0.1
+    assert after["raw"] - after["fct"] == REF.transfer_units == 41_800
+    assert reference["new_org_units"] == 41_800
+    assert reference["new_org_skus"] == REF.transfer_skus == 1_260
+    assert before["reorder"] == 31 and after["reorder"] == 195
+    assert len(reference["flagged_after"] - reference["flagged_before"]) == 164
+    assert reference["flagged_before"] <= reference["flagged_after"]
+    # Row counts stay in range: the loss is in values, not a failed load.
+    assert after["fct_rows"] >= 0.98 * before["fct_rows"]
+    # Qlik applied the new org's rows at 14:06 Chicago (19:06 UTC in June).
+    assert reference["new_org_loaded"].strftime("%H:%M") == "19:06"
+
+
+@pytest.mark.world
+def test_region_map_fix_restores_the_numbers(history, reference):
+    lw, world, coalesce = history["lw"], history["world"], history["coalesce"]
+    world.apply_region_map_fix(lw.snowflake)
+    world.apply_region_map_fix(lw.snowflake)  # idempotent
+    night = reference["result"].night
+    morning = world.scheduled_at(night).replace(hour=8, minute=5)
+    rerun = world.run_job(coalesce, night, at=morning)
+    assert rerun.status == "completed"
+    fixed = _measure(lw)
+    assert fixed["reorder"] == 31
+    assert fixed["raw"] == fixed["fct"]
+    assert fixed["dim_rows"] == len(world.spec.orgs) + 1
