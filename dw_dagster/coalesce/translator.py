@@ -78,10 +78,8 @@ class DagsterCoalesceTranslator:
         node, env = props.node, props.environment
         parents = props.workspace.parents(node)
         metadata: dict[str, object] = {
-            **dg.TableMetadataSet(
-                table_name=props.table_name,
-                column_schema=self._column_schema(node),
-            ),
+            "dagster/table_name": props.table_name,
+            "dagster/column_schema": self._column_schema(node),
             "coalesce/node_id": node.id,
             "coalesce/node_type": node.node_type,
             "coalesce/environment": dg.MetadataValue.json({"id": env.id, "name": env.name}),
