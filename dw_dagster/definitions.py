@@ -26,4 +26,7 @@ def build_definitions(
     )
 
 
-defs = build_definitions()
+@dg.definitions
+def defs() -> dg.Definitions:
+    # Built when Dagster loads the code location, not at import: importing this module costs nothing.
+    return build_definitions()

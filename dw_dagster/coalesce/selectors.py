@@ -16,6 +16,7 @@ selector's.)
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -194,6 +195,7 @@ def parse_selector(text: str | None) -> Selector:
 # ------------------
 
 
+@functools.lru_cache(maxsize=1024)
 def _glob(pattern: str) -> re.Pattern[str]:
     return re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.IGNORECASE)
 
