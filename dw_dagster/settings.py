@@ -19,6 +19,8 @@ DEFAULT_COALESCE_BASE_URL = "https://app.coalescesoftware.io"
 class Settings:
     state_dir: Path
     context_file: Path | None
+    metrics_file: Path | None
+    database: str | None
     coalesce_base_url: str
     coalesce_environment_ids: tuple[str, ...]
     state_max_age_hours: float
@@ -38,9 +40,12 @@ class Settings:
                 f"DW_STATE_MAX_AGE_HOURS: expected a number of hours, got {env['DW_STATE_MAX_AGE_HOURS']!r}"
             ) from e
         context = env.get("DW_CONTEXT_FILE")
+        metrics = env.get("DW_METRICS_FILE")
         return cls(
             state_dir=Path(env.get("DW_STATE_DIR", ".dw/state")).resolve(),
             context_file=Path(context).resolve() if context else None,
+            metrics_file=Path(metrics).resolve() if metrics else None,
+            database=env.get("SNOWFLAKE_DATABASE"),
             coalesce_base_url=env.get("COALESCE_BASE_URL", DEFAULT_COALESCE_BASE_URL).rstrip("/"),
             coalesce_environment_ids=ids,
             state_max_age_hours=max_age,

@@ -137,6 +137,7 @@ class LocalWorld:
             "SLACK_BASE_URL": f"{self.slack_url}/api/",
             "DW_STATE_DIR": str(self.root / "state"),
             "DW_CONTEXT_FILE": str(DISTRIBUTOR_DIR / "context.yaml"),
+            "DW_METRICS_FILE": str(DISTRIBUTOR_DIR / "metrics.yaml"),
         }
 
     def coalesce_client(self):

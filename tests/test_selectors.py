@@ -58,7 +58,11 @@ def select(include: str, exclude: str = "") -> set[str]:
         ("{location: MART} AND {name: *S}", {"fct_sales", "v_region_totals"}),
         ("{name: STG_CALENDAR} OR {location: MART} AND {nodeType: Fact}", {"stg_calendar", "fct_sales"}),
         ("{name: DIM_CUSTOMER}+", {"dim_customer", "fct_sales", "v_region_totals"}),
-        ("+{name: FCT_SALES}", {"fct_sales", "stg_orders", "orders", "dim_customer", "stg_customers", "customers"}),
+        ("+{name: DIM_CUSTOMER}", {"dim_customer", "stg_customers", "customers"}),
+        (
+            "+{name: FCT_SALES}",
+            {"fct_sales", "stg_orders", "orders", "dim_customer", "stg_customers", "customers"},
+        ),
         ("+{name: STG_ORDERS}+", {"orders", "stg_orders", "fct_sales", "v_region_totals"}),
         ("", set()),
     ],
@@ -89,7 +93,11 @@ def test_api_nodes_as_dicts_or_client_models() -> None:
             "name": "FCT_B",
             "locationName": "MART",
             "nodeType": "Fact",
-            "metadata": {"sourceMapping": [{"name": "FCT_B", "dependencies": [{"locationName": "STAGE", "nodeName": "STG_A"}]}]},
+            "metadata": {
+                "sourceMapping": [
+                    {"name": "FCT_B", "dependencies": [{"locationName": "STAGE", "nodeName": "STG_A"}]}
+                ]
+            },
         },
     ]
     assert select_nodes("{name: STG_A}+", None, api_nodes) == {"a", "b"}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, timedelta
 from pathlib import Path
+from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator, model_validator
@@ -99,9 +100,52 @@ class RecordedTotal(FileModel):
         return v
 
 
+class Bounds(FileModel):
+    min: float | None = Field(default=None, ge=0)
+    max: float | None = Field(default=None, ge=0)
+
+
+class VolumeMonitoring(FileModel):
+    row_counts: Literal["metadata", "count"] = Field(
+        default="metadata",
+        description="metadata: Coalesce run results and INFORMATION_SCHEMA.TABLES (no scans; production). "
+        "count: COUNT(*), for warehouses whose metadata is unreliable (the local server).",
+    )
+    assets: list[str] = Field(default_factory=list, description="Globs over asset key paths, e.g. 'mart/*'.")
+    bounds: dict[str, Bounds] = Field(default_factory=dict, description="Static bounds by asset key path.")
+    baseline: BaselineConfig = Field(default_factory=BaselineConfig)
+
+
+class JobSchedule(FileModel):
+    cron: str
+    timezone: str = "UTC"
+    grace_minutes: int = Field(default=60, ge=1, description="How long after the schedule the build may land.")
+
+
+class InputFreshness(FileModel):
+    """The table must hold its input's latest load, and that load must be recent when the job runs."""
+
+    asset: str = Field(pattern=_KEY)
+    column: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_$]*$")
+    input: str = Field(pattern=_KEY)
+    input_column: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_$]*$")
+    max_input_age_hours: float = Field(default=26, gt=0)
+    max_lag_minutes: float = Field(default=0, ge=0, description="How far the table may trail its input.")
+
+
+class FreshnessMonitoring(FileModel):
+    schedules: dict[str, JobSchedule] = Field(
+        default_factory=dict, description="Coalesce job name -> its Scheduler cron (the API does not expose it)."
+    )
+    inputs: list[InputFreshness] = Field(default_factory=list)
+
+
 class MetricsFile(FileModel):
     business_day: BusinessDay = Field(default_factory=BusinessDay)
-    totals: list[RecordedTotal]
+    ops_schema: str = Field(default="DW_OPS", pattern=r"^[A-Za-z_][A-Za-z0-9_$]*$")
+    totals: list[RecordedTotal] = Field(default_factory=list)
+    volume: VolumeMonitoring = Field(default_factory=VolumeMonitoring)
+    freshness: FreshnessMonitoring = Field(default_factory=FreshnessMonitoring)
 
     @model_validator(mode="after")
     def _references(self) -> MetricsFile:

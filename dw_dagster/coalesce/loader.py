@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import dagster as dg
@@ -12,6 +12,7 @@ from dagster._core.definitions.definitions_load_context import StateBackedDefini
 
 from dw_dagster.coalesce.models import CoalesceEnvironmentData, CoalesceJob, CoalesceWorkspaceData
 from dw_dagster.coalesce.selectors import select_nodes
+from dw_dagster.coalesce.sql import table_reference
 from dw_dagster.coalesce.state import REFRESH_HINT, parse_state, read_state_text, state_age_hours
 from dw_dagster.coalesce.translator import (
     SOURCE_NODE_TYPE,
@@ -67,6 +68,27 @@ def load_coalesce_asset_specs(
     return specs
 
 
+def table_resolver(data: CoalesceWorkspaceData) -> Callable[[str, str], str]:
+    """Resolves ``{{ ref('LOC', 'NAME') }}`` to the node's fully quoted table, as Coalesce does."""
+    tables = {
+        (n.location_name, n.name): table_reference(n.database or "", n.schema_name or "", n.name)
+        for env in data.environments
+        for n in env.nodes
+    }
+
+    def resolve(location: str, name: str) -> str:
+        try:
+            return tables[(location, name)]
+        except KeyError:
+            raise ValueError(f"ref('{location}', '{name}'): no such Coalesce node in the state file") from None
+
+    return resolve
+
+
+# Builds what depends on the node graph besides the assets (checks, sensors) from the loaded state.
+StateBackedBuilder = Callable[[CoalesceWorkspaceData, Sequence[dg.AssetSpec]], dg.Definitions]
+
+
 class CoalesceWorkspaceDefsLoader(StateBackedDefinitionsLoader[str]):
     """Builds the asset graph from the state file; the Coalesce API is never called while loading.
 
@@ -80,8 +102,10 @@ class CoalesceWorkspaceDefsLoader(StateBackedDefinitionsLoader[str]):
         translator: DagsterCoalesceTranslator | None = None,
         context: ContextFile | None = None,
         context_path: Path | None = None,
+        builder: StateBackedBuilder | None = None,
     ):
         self.settings = settings
+        self.builder = builder
         self.translator = translator or DagsterCoalesceTranslator()
         self.context = context
         self.context_path = context_path
@@ -105,4 +129,6 @@ class CoalesceWorkspaceDefsLoader(StateBackedDefinitionsLoader[str]):
                 specs = [*attach_context(specs, self.context), *build_context_asset_specs(self.context)]
             except DwConfigError as e:
                 raise DwConfigError(f"{self.context_path}: {e}") from e
+        if self.builder is not None:
+            return self.builder(data, specs)
         return dg.Definitions(assets=specs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlglot import exp
+from dw_dagster.coalesce.sql import quote_identifier as quote
 
 TABLES: dict[str, str] = {
     # One row per recorded total per business date; re-recording the same date replaces the value.
@@ -53,11 +53,6 @@ TABLES: dict[str, str] = {
         DETAIL VARCHAR
     """,
 }
-
-
-def quote(name: str) -> str:
-    """A Snowflake identifier, quoted; names from metadata never reach SQL unquoted."""
-    return exp.to_identifier(name, quoted=True).sql(dialect="snowflake")
 
 
 @dataclass(frozen=True)

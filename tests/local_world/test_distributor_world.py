@@ -243,3 +243,22 @@ def test_region_map_fix_restores_the_numbers(history, reference):
     assert fixed["reorder"] == 31
     assert fixed["raw"] == fixed["fct"]
     assert fixed["dim_rows"] == len(world.spec.orgs) + 1
+
+
+@pytest.mark.world
+def test_with_the_scheduler_on_the_night_is_the_scheduled_run(tmp_path: Path):
+    """`world up` runs the simulator's Scheduler: the night's run is the one the 02:00 schedule starts,
+    and a morning rerun is started through the API; never two runs for one night."""
+    from dw_local.world import LocalWorld
+
+    with LocalWorld(tmp_path / "local", scheduler=True) as lw:
+        world, coalesce = DistributorWorld(), lw.coalesce_client()
+        world.install(lw.snowflake)
+        nights = [world.play_night(lw.snowflake, coalesce, n) for n in range(2)]
+        morning = world.scheduled_at(1).replace(hour=8, minute=5)
+        rerun = world.run_job(coalesce, 1, at=morning)
+        runs = {r.id: r for r in coalesce.iter_runs(environment_id="2")}
+    assert [n.status for n in nights + [rerun]] == ["completed"] * 3
+    assert sorted(runs) == sorted(n.run_id for n in nights + [rerun])
+    assert runs[nights[1].run_id].run_start_time.hour == 7  # 02:00 CDT
+    assert runs[rerun.run_id].run_start_time.hour == 13  # 08:05 CDT

@@ -1,0 +1,121 @@
+"""Durable nightly histories in the warehouse ops schema: recorded totals and row counts.
+
+Re-recording a business date replaces its value (a rerun after a fix records the corrected total), and a
+day flagged as an incident is kept but left out of every later baseline.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import date, datetime, timedelta, timezone
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from dw_dagster.warehouse.ops import OpsSchema
+from dw_dagster.warehouse.resources import WarehouseResource
+
+
+class Recorded(BaseModel):
+    business_date: date
+    value: float | None
+    groups: dict[str, float] = Field(default_factory=dict)
+    flagged: bool = False
+
+
+class HistoryStore:
+    """Reads and writes ``METRIC_HISTORY`` and ``VOLUME_HISTORY`` on one connection per use."""
+
+    def __init__(self, warehouse: WarehouseResource, ops: OpsSchema, **tag_fields: Any):
+        self.warehouse = warehouse
+        self.ops = ops
+        self.tag_fields = tag_fields
+
+    @contextmanager
+    def session(self, purpose: str) -> Iterator[HistorySession]:
+        with self.warehouse.tagged_connection(purpose, schema=self.ops.schema, **self.tag_fields) as conn:
+            self.ops.ensure(conn)
+            yield HistorySession(conn, self.ops)
+
+
+class HistorySession:
+    def __init__(self, conn: Any, ops: OpsSchema):
+        self.cur = conn.cursor()
+        self.ops = ops
+
+    def record_metric(
+        self,
+        metric: str,
+        day: date,
+        value: float | None,
+        groups: Mapping[str, float],
+        dagster_run_id: str | None,
+        coalesce_run_id: str | None,
+    ) -> None:
+        now = datetime.now(timezone.utc)
+        self.cur.execute(
+            f"MERGE INTO {self.ops.table('METRIC_HISTORY')} t USING (SELECT %s AS METRIC, %s AS BUSINESS_DATE) s"
+            " ON t.METRIC = s.METRIC AND t.BUSINESS_DATE = s.BUSINESS_DATE"
+            " WHEN MATCHED THEN UPDATE SET VALUE = %s, GROUPS = %s, RECORDED_AT = %s, DAGSTER_RUN_ID = %s,"
+            " COALESCE_RUN_ID = %s"
+            " WHEN NOT MATCHED THEN INSERT (METRIC, BUSINESS_DATE, VALUE, GROUPS, RECORDED_AT, DAGSTER_RUN_ID,"
+            " COALESCE_RUN_ID, FLAGGED) VALUES (%s, %s, %s, %s, %s, %s, %s, FALSE)",
+            (
+                metric, day,
+                value, json.dumps(dict(groups)), now, dagster_run_id, coalesce_run_id,
+                metric, day, value, json.dumps(dict(groups)), now, dagster_run_id, coalesce_run_id,
+            ),
+        )  # fmt: skip
+
+    def metric_history(self, metric: str, before: date, days: int) -> dict[date, Recorded]:
+        self.cur.execute(
+            f"SELECT BUSINESS_DATE, VALUE, GROUPS, FLAGGED FROM {self.ops.table('METRIC_HISTORY')}"
+            " WHERE METRIC = %s AND BUSINESS_DATE < %s AND BUSINESS_DATE >= %s",
+            (metric, before, before - timedelta(days=days)),
+        )
+        return {
+            _as_date(r[0]): Recorded(
+                business_date=_as_date(r[0]), value=r[1], groups=json.loads(r[2] or "{}"), flagged=bool(r[3])
+            )
+            for r in self.cur.fetchall()
+        }
+
+    def flag_metric(self, metric: str, day: date, flagged: bool = True) -> None:
+        self.cur.execute(
+            f"UPDATE {self.ops.table('METRIC_HISTORY')} SET FLAGGED = %s WHERE METRIC = %s AND BUSINESS_DATE = %s",
+            (flagged, metric, day),
+        )
+
+    def record_volume(self, asset_key: str, day: date, row_count: float | None, source: str) -> None:
+        now = datetime.now(timezone.utc)
+        self.cur.execute(
+            f"MERGE INTO {self.ops.table('VOLUME_HISTORY')} t USING (SELECT %s AS ASSET_KEY, %s AS BUSINESS_DATE) s"
+            " ON t.ASSET_KEY = s.ASSET_KEY AND t.BUSINESS_DATE = s.BUSINESS_DATE"
+            " WHEN MATCHED THEN UPDATE SET ROW_COUNT = %s, SOURCE = %s, RECORDED_AT = %s"
+            " WHEN NOT MATCHED THEN INSERT (ASSET_KEY, BUSINESS_DATE, ROW_COUNT, SOURCE, RECORDED_AT, FLAGGED)"
+            " VALUES (%s, %s, %s, %s, %s, FALSE)",
+            (asset_key, day, row_count, source, now, asset_key, day, row_count, source, now),
+        )
+
+    def volume_history(self, asset_key: str, before: date, days: int) -> dict[date, Recorded]:
+        self.cur.execute(
+            f"SELECT BUSINESS_DATE, ROW_COUNT, FLAGGED FROM {self.ops.table('VOLUME_HISTORY')}"
+            " WHERE ASSET_KEY = %s AND BUSINESS_DATE < %s AND BUSINESS_DATE >= %s",
+            (asset_key, before, before - timedelta(days=days)),
+        )
+        return {
+            _as_date(r[0]): Recorded(business_date=_as_date(r[0]), value=r[1], flagged=bool(r[2]))
+            for r in self.cur.fetchall()
+        }
+
+    def flag_volume(self, asset_key: str, day: date, flagged: bool = True) -> None:
+        self.cur.execute(
+            f"UPDATE {self.ops.table('VOLUME_HISTORY')} SET FLAGGED = %s WHERE ASSET_KEY = %s AND BUSINESS_DATE = %s",
+            (flagged, asset_key, day),
+        )
+
+
+def _as_date(v: Any) -> date:
+    return v.date() if isinstance(v, datetime) else v

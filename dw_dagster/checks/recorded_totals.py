@@ -1,0 +1,351 @@
+"""Recorded totals: business numbers recorded nightly, reconciled with their source, then baselined.
+
+Reconcile first (detection.md): a total paired with its source total (network on-hand vs the replicated
+EBS on-hand) must keep its gap to the source; a change of the gap beyond tolerance fails on day one, with
+no history, and the group keys name where the gap sits. Only then the robust baseline, which needs history
+and says so when it has too little.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import date, timedelta
+from statistics import median
+from typing import Any
+
+import dagster as dg
+from pydantic import BaseModel, Field
+
+from dw_dagster.checks.baseline import BaselineStatus, score
+from dw_dagster.checks.history import HistorySession, HistoryStore, Recorded
+from dw_dagster.checks.metrics import MetricsFile, Reconciliation, RecordedTotal
+from dw_dagster.checks.reporting import report_failure
+from dw_dagster.checks.run_context import CheckRun, check_run
+from dw_dagster.coalesce.sql import resolve_refs
+from dw_dagster.context.specs import key_from_path
+from dw_dagster.warehouse.ops import OpsSchema
+from dw_dagster.warehouse.resources import WarehouseResource
+
+GAP_BASELINE_DAYS = 7
+HISTORY_DAYS = 120
+
+TableResolver = Callable[[str, str], str]
+
+
+class TotalValue(BaseModel):
+    value: float
+    groups: dict[str, float] = Field(default_factory=dict)
+
+
+class GroupGap(BaseModel):
+    group: str
+    source: float
+    target: float
+    gap_change: float
+    missing_in_target: bool
+
+
+class Reconciled(BaseModel):
+    passed: bool
+    gap: float
+    usual_gap: float
+    gap_change: float
+    tolerance: float
+    target_change_pct: float | None
+    source_change_pct: float | None
+    groups: list[GroupGap]
+    """Groups whose gap changed, largest change first."""
+
+
+def check_name(total: RecordedTotal) -> str:
+    return f"total_{total.name}"
+
+
+def group_label(keys: Sequence[str], row: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={_plain(row[k])}" for k in keys)
+
+
+def _plain(v: Any) -> str:
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
+def compute_total(cur: Any, total: RecordedTotal, resolve_table: TableResolver) -> TotalValue:
+    """Runs the total's one aggregate query in the warehouse."""
+    cur.execute(resolve_refs(total.sql, resolve_table))
+    columns = [d[0].upper() for d in cur.description]
+    if "VALUE" not in columns:
+        raise ValueError(f"totals.{total.name}.sql: expected a column named VALUE, got columns {columns}")
+    missing = [k for k in total.group_keys if k.upper() not in columns]
+    if missing:
+        raise ValueError(f"totals.{total.name}.sql: group_keys {missing} are not columns of the result {columns}")
+    rows = [dict(zip(columns, r, strict=True)) for r in cur.fetchall()]
+    groups = {
+        group_label([k.upper() for k in total.group_keys], r): float(r["VALUE"] or 0)
+        for r in rows
+        if total.group_keys
+    }
+    if not total.group_keys and len(rows) != 1:
+        raise ValueError(f"totals.{total.name}.sql: expected one row without group_keys, got {len(rows)}")
+    return TotalValue(value=float(sum(float(r["VALUE"] or 0) for r in rows)), groups=groups)
+
+
+def _pct(now: float, before: float | None) -> float | None:
+    return None if not before else (now - before) / before * 100
+
+
+def _previous(history: Mapping[date, Recorded], day: date) -> Recorded | None:
+    earlier = [d for d in history if d < day and history[d].value is not None]
+    return history[max(earlier)] if earlier else None
+
+
+def reconcile(
+    day: date,
+    target: TotalValue,
+    source: TotalValue,
+    target_history: Mapping[date, Recorded],
+    source_history: Mapping[date, Recorded],
+    rule: Reconciliation,
+) -> Reconciled:
+    """Compares today's gap (source - target) with the usual gap of the last clean nights."""
+    clean = sorted(
+        d
+        for d in target_history
+        if d < day and d in source_history and not target_history[d].flagged and not source_history[d].flagged
+        and target_history[d].value is not None and source_history[d].value is not None
+    )[-GAP_BASELINE_DAYS:]  # fmt: skip
+    usual_gap = median(source_history[d].value - target_history[d].value for d in clean) if clean else 0.0  # type: ignore[operator]
+    gap = source.value - target.value
+    tolerance = rule.tolerance(source.value)
+
+    groups = []
+    for g in sorted(set(source.groups) | set(target.groups)):
+        s, t = source.groups.get(g, 0.0), target.groups.get(g, 0.0)
+        usual = (
+            median(source_history[d].groups.get(g, 0.0) - target_history[d].groups.get(g, 0.0) for d in clean)
+            if clean
+            else 0.0
+        )
+        change = (s - t) - usual
+        if abs(change) > 0 or (g in source.groups and g not in target.groups):
+            groups.append(
+                GroupGap(group=g, source=s, target=t, gap_change=change, missing_in_target=g not in target.groups)
+            )
+    groups.sort(key=lambda x: -abs(x.gap_change))
+    prev_t, prev_s = _previous(target_history, day), _previous(source_history, day)
+    return Reconciled(
+        passed=abs(gap - usual_gap) <= tolerance,
+        gap=gap,
+        usual_gap=usual_gap,
+        gap_change=gap - usual_gap,
+        tolerance=tolerance,
+        target_change_pct=_pct(target.value, prev_t.value if prev_t else None),
+        source_change_pct=_pct(source.value, prev_s.value if prev_s else None),
+        groups=groups,
+    )
+
+
+def _fmt(v: float | None, unit: str = "") -> str:
+    return "n/a" if v is None else f"{v:,.0f}{unit}"
+
+
+def build_recorded_total_checks(
+    metrics: MetricsFile,
+    resolve_table: TableResolver,
+    cause_scopes: Mapping[str, str],
+    database: str,
+) -> list[dg.AssetChecksDefinition]:
+    """One check per recorded total, on the asset it is computed from, in one subsettable step so that
+    each total is queried once a night even when another total reconciles against it.
+
+    ``cause_scopes`` maps an asset key path to what groups its findings into one incident (the Coalesce
+    job that builds it).
+    """
+    if not metrics.totals:
+        return []
+    ops = OpsSchema(database, metrics.ops_schema)
+    specs = [
+        dg.AssetCheckSpec(
+            name=check_name(t),
+            asset=key_from_path(t.asset),
+            description=t.description
+            or f"Recorded total {t.name}"
+            + (f", reconciled with {t.reconcile_with.total}" if t.reconcile_with else ""),
+            metadata={"dw/owner": t.owner, "dw/hurts": t.hurts.value},
+        )
+        for t in metrics.totals
+    ]
+    by_check = {check_name(t): t for t in metrics.totals}
+
+    @dg.multi_asset_check(specs=specs, can_subset=True, name="recorded_totals", required_resource_keys={"snowflake"})
+    def recorded_totals(context: dg.AssetCheckExecutionContext):
+        warehouse: WarehouseResource = context.resources.snowflake
+        run = check_run(context, metrics.business_day)
+        selected = [by_check[k.name] for k in context.selected_asset_check_keys]
+        needed = {t.name: t for t in selected}
+        for t in selected:
+            if t.reconcile_with:
+                needed.setdefault(t.reconcile_with.total, metrics.get(t.reconcile_with.total))
+
+        values: dict[str, TotalValue] = {}
+        errors: dict[str, str] = {}
+        for name, total in needed.items():
+            try:
+                tag = run.tag_fields(check_name(total), total.asset)
+                with warehouse.tagged_connection("check.recorded_total", **tag) as conn:
+                    values[name] = compute_total(conn.cursor(), total, resolve_table)
+            except Exception as e:  # noqa: BLE001 - reported below as an errored check, never as passed
+                errors[name] = f"{type(e).__name__}: {e}"
+                context.log.error(f"recorded total {name} could not be computed: {errors[name]}")
+
+        store = HistoryStore(warehouse, ops, check="recorded_totals", dagster_run_id=run.dagster_run_id)
+        with store.session("check.recorded_totals.history") as history:
+            for name, v in values.items():
+                history.record_metric(name, run.business_date, v.value, v.groups, run.dagster_run_id, run.coalesce_run_id)
+                context.op_execution_context.log_event(
+                    dg.AssetObservation(
+                        asset_key=key_from_path(needed[name].asset),
+                        metadata={f"dw/total/{name}": dg.MetadataValue.float(v.value)},
+                        tags={"dw/business_date": run.business_date.isoformat()},
+                    )
+                )
+            for total in selected:
+                if total.name in values and not (total.reconcile_with and total.reconcile_with.total in errors):
+                    yield _evaluate(context, total, values, history, run, warehouse, ops, cause_scopes)
+        unfinished = sorted(
+            t.name for t in selected if t.name in errors or (t.reconcile_with and t.reconcile_with.total in errors)
+        )
+        if unfinished:
+            # Results not yielded are marked as failed executions: errored, never passed.
+            raise dg.Failure(
+                f"recorded totals could not be evaluated: {unfinished}",
+                metadata={"errors": dg.MetadataValue.json(errors)},
+            )
+
+    return [recorded_totals]
+
+
+def _evaluate(
+    context: dg.AssetCheckExecutionContext,
+    total: RecordedTotal,
+    values: Mapping[str, TotalValue],
+    history: HistorySession,
+    run: CheckRun,
+    warehouse: WarehouseResource,
+    ops: OpsSchema,
+    cause_scopes: Mapping[str, str],
+) -> dg.AssetCheckResult:
+    day = run.business_date
+    value = values[total.name]
+    own = history.metric_history(total.name, day, HISTORY_DAYS)
+    flagged = [d for d, r in own.items() if r.flagged]
+    base = score(
+        {d: r.value for d, r in own.items() if r.value is not None},
+        day,
+        value.value,
+        total.baseline,
+        hurts=total.hurts,
+        excluded_days=flagged,
+    )
+    metadata: dict[str, Any] = {
+        "value": dg.MetadataValue.float(value.value),
+        "business_date": day.isoformat(),
+        "baseline_status": base.status.value,
+        "baseline_points": base.points,
+    }
+    if base.expected is not None:
+        metadata["baseline_expected"] = dg.MetadataValue.float(base.expected)
+        metadata["baseline_relative_change_pct"] = dg.MetadataValue.float(100 * (base.relative_change or 0))
+        metadata["baseline_robust_z"] = dg.MetadataValue.float(base.robust_z or 0)
+    problems: list[str] = []
+    evidence: dict[str, Any] = {"total": total.name, "value": value.value, "baseline": base.model_dump(mode="json")}
+
+    if total.reconcile_with:
+        source_name = total.reconcile_with.total
+        rec = reconcile(
+            day,
+            value,
+            values[source_name],
+            own,
+            history.metric_history(source_name, day, HISTORY_DAYS),
+            total.reconcile_with,
+        )
+        evidence["reconciliation"] = {"source": source_name, **rec.model_dump(mode="json")}
+        metadata.update(
+            {
+                "source_total": source_name,
+                "source_value": dg.MetadataValue.float(values[source_name].value),
+                "gap_units": dg.MetadataValue.float(rec.gap_change),
+                "tolerance_units": dg.MetadataValue.float(rec.tolerance),
+            }
+        )
+        if rec.target_change_pct is not None:
+            metadata["day_change_pct"] = dg.MetadataValue.float(rec.target_change_pct)
+        if rec.source_change_pct is not None:
+            metadata["source_day_change_pct"] = dg.MetadataValue.float(rec.source_change_pct)
+        if rec.groups:
+            metadata["gap_by_group"] = dg.MetadataValue.md(_groups_table(rec))
+        if not rec.passed:
+            where = ", ".join(
+                f"{g.group} ({_fmt(g.gap_change)} units{'; in source, absent in target' if g.missing_in_target else ''})"
+                for g in rec.groups[:3]
+            )
+            problems.append(
+                f"{total.name} {_signed_pct(rec.target_change_pct)} while {source_name} "
+                f"{_signed_pct(rec.source_change_pct)}: the gap to the source changed by {_fmt(rec.gap_change)} "
+                f"units (tolerance {_fmt(rec.tolerance)})" + (f"; held by {where}" if where else "")
+            )
+
+    if base.status is BaselineStatus.ANOMALY:
+        problems.append(
+            f"{total.name} = {_fmt(value.value)} against an expected {_fmt(base.expected)} "
+            f"({_signed_pct(100 * (base.relative_change or 0))}, robust z {base.robust_z:+.1f})"
+        )
+
+    if problems:
+        history.flag_metric(total.name, day)
+        summary = "; ".join(problems)
+        report_failure(
+            context,
+            warehouse=warehouse,
+            ops=ops,
+            run=run,
+            check=check_name(total),
+            asset=total.asset,
+            summary=summary,
+            evidence=evidence,
+            cause_scope=cause_scopes.get(total.asset, f"asset:{total.asset}"),
+        )
+        return dg.AssetCheckResult(
+            check_name=check_name(total),
+            asset_key=key_from_path(total.asset),
+            passed=False,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=summary,
+            metadata=metadata,
+        )
+    if base.status is BaselineStatus.INSUFFICIENT and not total.reconcile_with:
+        # Nothing could judge the number tonight: visible, and not a pass.
+        return dg.AssetCheckResult(
+            check_name=check_name(total),
+            asset_key=key_from_path(total.asset),
+            passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=f"insufficient baseline: {base.points} comparable nights, "
+            f"{total.baseline.min_points} needed",
+            metadata=metadata,
+        )
+    return dg.AssetCheckResult(
+        check_name=check_name(total), asset_key=key_from_path(total.asset), passed=True, metadata=metadata
+    )
+
+
+def _signed_pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{'rose' if v >= 0 else 'fell'} {abs(v):.1f}%"
+
+
+def _groups_table(rec: Reconciled) -> str:
+    lines = ["| group | source | target | gap change | |", "|---|---:|---:|---:|---|"]
+    for g in rec.groups[:20]:
+        note = "absent in target" if g.missing_in_target else ""
+        lines.append(f"| {g.group} | {_fmt(g.source)} | {_fmt(g.target)} | {_fmt(g.gap_change)} | {note} |")
+    return "\n".join(lines)
