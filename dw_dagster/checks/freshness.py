@@ -104,7 +104,7 @@ def build_input_freshness_checks(
         name="input_freshness_checks",
         required_resource_keys={"snowflake"},
     )
-    def input_freshness_checks(context: dg.AssetCheckExecutionContext):
+    def input_freshness_checks(context):
         warehouse: WarehouseResource = context.resources.snowflake
         run = check_run(context, metrics.business_day)
         for check_key in context.selected_asset_check_keys:

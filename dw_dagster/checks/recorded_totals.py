@@ -177,7 +177,7 @@ def build_recorded_total_checks(
     by_check = {check_name(t): t for t in metrics.totals}
 
     @dg.multi_asset_check(specs=specs, can_subset=True, name="recorded_totals", required_resource_keys={"snowflake"})
-    def recorded_totals(context: dg.AssetCheckExecutionContext):
+    def recorded_totals(context):
         warehouse: WarehouseResource = context.resources.snowflake
         run = check_run(context, metrics.business_day)
         selected = [by_check[k.name] for k in context.selected_asset_check_keys]

@@ -90,7 +90,7 @@ def build_volume_checks(
         name="volume_checks",
         required_resource_keys={"snowflake"},
     )
-    def volume_checks(context: dg.AssetCheckExecutionContext):
+    def volume_checks(context):
         warehouse: WarehouseResource = context.resources.snowflake
         run = check_run(context, metrics.business_day)
         keys = [k.asset_key for k in context.selected_asset_check_keys]

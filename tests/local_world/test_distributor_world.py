@@ -150,10 +150,25 @@ def reference(history):
             (REF.new_org.id,),
         )
         new_org_loaded = cur.fetchone()[0]
+        # The story's test query: on-hand units that match no warehouse.
+        unmatched = _scalar(
+            cur,
+            'SELECT SUM(o."ONHAND_QTY") FROM STAGE.STG_ONHAND o LEFT JOIN INVENTORY.DIM_WAREHOUSE w '
+            'ON o."ORGANIZATION_ID" = w."ORGANIZATION_ID" WHERE w."ORGANIZATION_ID" IS NULL',
+        )
+        # What the mart would list with the LEFT join fix (unmatched orgs kept, bucketed as UNMAPPED).
+        left_join_reorder = _scalar(
+            cur,
+            'SELECT COUNT(*) FROM (SELECT o."INVENTORY_ITEM_ID", SUM(o."ONHAND_QTY") '
+            '/ MAX(d."AVG_DAILY_DEMAND_28D") AS dos FROM STAGE.STG_ONHAND o '
+            'JOIN STAGE.STG_DEMAND_28D d ON o."INVENTORY_ITEM_ID" = d."INVENTORY_ITEM_ID" GROUP BY 1) '
+            f"WHERE dos < {load_spec(WORLD_FILE).reorder.threshold_days}",
+        )
     return {
         "tonight": tonight, "result": result, "before": before, "after": after,
         "flagged_before": flagged_before, "flagged_after": flagged_after,
         "new_org_skus": new_org_skus, "new_org_units": int(new_org_units), "new_org_loaded": new_org_loaded,
+        "unmatched": int(unmatched), "left_join_reorder": left_join_reorder,
     }  # fmt: skip
 
 
@@ -219,11 +234,12 @@ def test_reference_night_numbers(reference):
     assert abs(raw_change - REF.ebs_change_pct) <= 0.1
     assert abs(fct_change - -1.8) <= 0.1
     assert after["raw"] - after["fct"] == REF.transfer_units == 41_800
-    assert reference["new_org_units"] == 41_800
+    assert reference["new_org_units"] == reference["unmatched"] == 41_800
     assert reference["new_org_skus"] == REF.transfer_skus == 1_260
     assert before["reorder"] == 31 and after["reorder"] == 195
     assert len(reference["flagged_after"] - reference["flagged_before"]) == 164
     assert reference["flagged_before"] <= reference["flagged_after"]
+    assert reference["left_join_reorder"] == 31
     # Row counts stay in range: the loss is in values, not a failed load.
     assert after["fct_rows"] >= 0.98 * before["fct_rows"]
     # Qlik applied the new org's rows at 14:06 Chicago (19:06 UTC in June).

@@ -118,7 +118,7 @@ class DistributorWorld:
     # -- calendar --------------------------------------------------------------------------------
 
     def business_date(self, night: int) -> date:
-        return self.spec.first_business_day + timedelta(days=night)
+        return self.simulation.business_date(night)
 
     def scheduled_at(self, night: int) -> datetime:
         """When the Coalesce Scheduler starts the nightly job after business day ``night``."""

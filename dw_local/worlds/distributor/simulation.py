@@ -202,6 +202,7 @@ class Simulation:
     def set_reference_index(self, index: int | None) -> None:
         """The business day whose net change is set to the reference night's EBS change."""
         if index != self._reference_index:
+            # Every later day follows from that one; recomputing from the start costs milliseconds.
             self._reference_index = index
             del self._days[1:]
 
