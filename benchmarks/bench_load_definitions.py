@@ -1,0 +1,138 @@
+"""Time to load the code location's definitions for a synthetic Coalesce environment of N nodes.
+
+Writes a state file of N nodes (10 columns each, column lineage to 1-3 parents, a join per node, 20 jobs
+with location selectors), then times what a code server does at start: read and validate the state file,
+translate every node, build the repository (the asset graph). Run:
+
+    .venv/bin/python benchmarks/bench_load_definitions.py [--nodes 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import tempfile
+import time
+import tracemalloc
+from datetime import datetime, timezone
+from pathlib import Path
+
+from dw_dagster.coalesce.models import (
+    CoalesceEnvironment,
+    CoalesceEnvironmentData,
+    CoalesceJob,
+    CoalesceNode,
+    CoalesceWorkspaceData,
+)
+from dw_dagster.coalesce.state import write_state_file
+
+LOCATIONS = [f"LOC_{i:02d}" for i in range(20)]
+
+
+def synthetic_workspace(n: int, seed: int = 1) -> CoalesceWorkspaceData:
+    rng = random.Random(seed)
+    nodes: list[dict] = []
+    for i in range(n):
+        loc = LOCATIONS[i % len(LOCATIONS)]
+        name = f"NODE_{i:05d}"
+        is_source = i < n // 10
+        parents = [] if is_source else rng.sample(nodes[: max(1, i)], k=min(len(nodes[:i]), rng.randint(1, 3)))
+        columns = []
+        for c in range(10):
+            refs = [
+                {"nodeID": p["id"], "columnID": p["metadata"]["columns"][c]["columnID"]} for p in parents[:2]
+            ]
+            columns.append(
+                {
+                    "columnID": f"{i}-{c}",
+                    "name": f"COL_{c}",
+                    "dataType": "NUMBER(38,0)",
+                    "nullable": c != 0,
+                    "appliedColumnTests": {"unique": True, "notNull": True} if c == 0 else {},
+                    "sources": [{"transform": "", "columnReferences": refs}] if refs else [],
+                }
+            )
+        join = "\n".join(
+            [f"FROM {{{{ ref('{parents[0]['locationName']}', '{parents[0]['name']}') }}}} \"P0\""]
+            + [
+                f"LEFT JOIN {{{{ ref('{p['locationName']}', '{p['name']}') }}}} \"P{k}\" ON \"P0\".\"COL_0\" = \"P{k}\".\"COL_0\""
+                for k, p in enumerate(parents[1:], start=1)
+            ]
+        ) if parents else ""  # fmt: skip
+        nodes.append(
+            {
+                "id": f"node-{i}",
+                "name": name,
+                "nodeType": "Source" if is_source else rng.choice(["Stage", "Dimension", "Fact", "View"]),
+                "database": "DW",
+                "schema": loc,
+                "locationName": loc,
+                "description": f"synthetic node {i}",
+                "materializationType": "table",
+                "metadata": {
+                    "columns": columns,
+                    "sourceMapping": [
+                        {
+                            "name": name,
+                            "dependencies": [{"locationName": p["locationName"], "nodeName": p["name"]} for p in parents],
+                            "join": {"joinCondition": join},
+                        }
+                    ],
+                    "appliedNodeTests": [],
+                },
+            }
+        )
+    jobs = [
+        CoalesceJob(id=str(j + 1), name=f"job_{j}", include_selector=f"{{location: {LOCATIONS[j]}}}")
+        for j in range(len(LOCATIONS))
+    ]
+    env = CoalesceEnvironment(id="2", name="PROD")
+    return CoalesceWorkspaceData(
+        base_url="https://app.coalescesoftware.io",
+        fetched_at=datetime.now(timezone.utc),
+        environments=[
+            CoalesceEnvironmentData(
+                environment=env, nodes=[CoalesceNode.model_validate(n) for n in nodes], jobs=jobs
+            )
+        ],
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    from dw_dagster.definitions import build_definitions
+    from dw_dagster.settings import Settings
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data = synthetic_workspace(args.nodes)
+        write_state_file(Path(tmp) / "coalesce_workspace.json", data)
+        size_mb = (Path(tmp) / "coalesce_workspace.json").stat().st_size / 1e6
+        env = {**os.environ, "DW_STATE_DIR": tmp, "COALESCE_ENVIRONMENT_IDS": "2"}
+        env.pop("DW_CONTEXT_FILE", None)
+        env.pop("DW_METRICS_FILE", None)
+        env.pop("COALESCE_BASE_URL", None)
+        settings = Settings.from_env(env)
+        times = []
+        for _ in range(args.repeat):
+            tracemalloc.start()
+            t0 = time.perf_counter()
+            defs = build_definitions(settings)
+            repo = defs.get_repository_def()
+            assert len(repo.asset_graph.get_all_asset_keys()) >= args.nodes
+            times.append(time.perf_counter() - t0)
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+        best = min(times)
+        print(f"nodes: {args.nodes}, state file: {size_mb:.1f} MB")
+        print(f"load definitions (read + validate state, translate, build asset graph): best {best:.2f} s, "
+              f"median {sorted(times)[len(times) // 2]:.2f} s over {args.repeat} runs (goal < 5 s)")
+        print(f"per node: {1000 * best / args.nodes:.3f} ms; peak traced memory {peak / 1e6:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
