@@ -19,7 +19,10 @@ from dw_dagster.config import DwConfigError
 @click.option("-v", "--verbose", is_flag=True, help="Log debug output.")
 def main(verbose: bool) -> None:
     """Production operations for Coalesce pipelines over Snowflake."""
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    level = logging.DEBUG if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(levelname)s %(message)s")
+    # The integration logs through Dagster's logger, which brings its own handler and level.
+    logging.getLogger("dagster").setLevel(level)
 
 
 @main.group()

@@ -53,7 +53,9 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool) -> None:
     try:
         night = ensure_seeded(lw, echo=click.echo)
         click.echo(f"night {night.night}: Coalesce job inventory_nightly run {night.run_id} {night.status}")
-        settings = Settings.from_env(lw.env())
+        # This process is the product's client now: the same variables a deployment sets.
+        os.environ.update(lw.env())
+        settings = Settings.from_env()
         data = refresh_state_file(settings)
         click.echo(f"Coalesce state: {sum(len(e.nodes) for e in data.environments)} nodes -> "
                    f"{settings.coalesce_state_file}")

@@ -11,7 +11,7 @@ import dagster as dg
 from dagster._core.definitions.definitions_load_context import StateBackedDefinitionsLoader
 
 from dw_dagster.coalesce.models import CoalesceEnvironmentData, CoalesceJob, CoalesceWorkspaceData
-from dw_dagster.coalesce.selectors import select_nodes
+from dw_dagster.coalesce.selectors import SelectorGraph
 from dw_dagster.coalesce.sql import table_reference
 from dw_dagster.coalesce.state import REFRESH_HINT, parse_state, read_state_text, state_age_hours
 from dw_dagster.coalesce.translator import (
@@ -33,8 +33,9 @@ COALESCE_DEFS_KEY = "dw_dagster/coalesce_workspace"
 def jobs_by_node(env_data: CoalesceEnvironmentData) -> dict[str, list[CoalesceJob]]:
     """Which of the environment's jobs build each node (Source nodes are read, never built)."""
     out: dict[str, list[CoalesceJob]] = defaultdict(list)
+    graph = SelectorGraph.from_nodes(env_data.nodes)
     for job in env_data.jobs:
-        for node_id in select_nodes(job.include_selector, job.exclude_selector, env_data.nodes):
+        for node_id in graph.select(job.include_selector, job.exclude_selector):
             out[node_id].append(job)
     return out
 

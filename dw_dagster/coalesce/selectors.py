@@ -218,7 +218,9 @@ def _closure(start: set[str], links: Mapping[str, set[str]]) -> set[str]:
     return seen
 
 
-class _Graph:
+class SelectorGraph:
+    """An environment's nodes and lineage, built once and asked many selectors (one per job)."""
+
     def __init__(self, nodes: list[SelectorNode], edges: Iterable[tuple[str, str]] | None):
         self.nodes = nodes
         ids = {n.id for n in nodes}
@@ -249,6 +251,16 @@ class _Graph:
             sets = [self.term(t) for t in clause]
             out |= set.intersection(*sets)
         return out
+
+    @classmethod
+    def from_nodes(cls, nodes: Iterable[Any], edges: Iterable[tuple[str, str]] | None = None) -> SelectorGraph:
+        """See :func:`select_nodes` for what ``nodes`` and ``edges`` may be."""
+        return cls([as_selector_node(n) for n in nodes], edges)
+
+    def select(self, include: str | Selector | None, exclude: str | Selector | None = None) -> set[str]:
+        include_sel = include if isinstance(include, Selector) else parse_selector(include)
+        exclude_sel = exclude if isinstance(exclude, Selector) else parse_selector(exclude)
+        return self.selector(include_sel) - self.selector(exclude_sel)
 
 
 def _get(node: Any, api_name: str, attribute: str, default: Any = None) -> Any:
@@ -300,7 +312,4 @@ def select_nodes(
     Raises:
         SelectorError: A selector does not parse.
     """
-    include_sel = include if isinstance(include, Selector) else parse_selector(include)
-    exclude_sel = exclude if isinstance(exclude, Selector) else parse_selector(exclude)
-    graph = _Graph([as_selector_node(n) for n in nodes], edges)
-    return graph.selector(include_sel) - graph.selector(exclude_sel)
+    return SelectorGraph.from_nodes(nodes, edges).select(include, exclude)

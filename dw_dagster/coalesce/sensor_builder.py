@@ -87,7 +87,9 @@ JOB_TAG = "dw/coalesce_job"
 BUSINESS_DATE_TAG = "dw/business_date"
 
 # A query that replaces a table's whole content: the rows inserted from it on are the table's rows.
-_FULL_REBUILD_SQL = re.compile(r"^\s*(CREATE\s+OR\s+REPLACE\s+(TRANSIENT\s+)?TABLE|TRUNCATE)\b", re.IGNORECASE)
+_FULL_REBUILD_SQL = re.compile(
+    r"^\s*(CREATE\s+OR\s+REPLACE\s+(TRANSIENT\s+)?TABLE|TRUNCATE)\b", re.IGNORECASE
+)
 _FULL_REBUILD_NAME = re.compile(r"(create|recreate).*table|truncate", re.IGNORECASE)
 
 AssetEvent = dg.AssetMaterialization | dg.AssetObservation
@@ -240,7 +242,8 @@ class CoalesceRunReport:
 
     @property
     def failed(self) -> bool:
-        return self.run.run_status is not CoalesceRunStatus.COMPLETED or bool(self.failures or self.unmapped_failures)
+        completed = self.run.run_status is CoalesceRunStatus.COMPLETED
+        return not completed or bool(self.failures or self.unmapped_failures)
 
     @property
     def cause_scope(self) -> str:
@@ -288,10 +291,13 @@ class CoalesceRunReport:
         status = self.run.run_status
         if not findings and (status is not CoalesceRunStatus.COMPLETED or self.unmapped_failures):
             canceled = status is CoalesceRunStatus.CANCELED
-            what = "was canceled" if canceled else f"failed: {self.run.run_failure_reason or 'no reason given'}"
+            reason = self.run.run_failure_reason or "no reason given"
+            what = "was canceled" if canceled else f"failed: {reason}"
             findings.append(
                 Finding(
-                    asset_key=f"coalesce_job/{self.job_name}" if self.job_name else f"coalesce_run/{self.run.id}",
+                    asset_key=(
+                        f"coalesce_job/{self.job_name}" if self.job_name else f"coalesce_run/{self.run.id}"
+                    ),
                     summary=f"{self._describe_run()} {what}",
                     severity="WARN" if canceled else "ERROR",
                     evidence={**evidence, "unmapped_failed_nodes": list(self.unmapped_failures)},
@@ -309,10 +315,6 @@ class CoalesceRunReport:
         if self.job_name:
             tags[JOB_TAG] = self.job_name
         return tags
-
-
-def _timestamp(value: datetime | None) -> float | None:
-    return value.timestamp() if value is not None else None
 
 
 def _is_full_rebuild(query: CoalesceQueryResult) -> bool:
@@ -342,7 +344,9 @@ def _node_state(
     if node.run_state == "failed" or any(not q.success and not q.is_running for q in queries):
         return "failed"
     canceled_run = run.run_status is CoalesceRunStatus.CANCELED
-    interrupted = node.is_running or any(q.is_running for q in queries) or node.run_state in ("canceled", "running")
+    interrupted = (
+        node.is_running or any(q.is_running for q in queries) or node.run_state in ("canceled", "running")
+    )
     if interrupted:
         return "canceled" if canceled_run else "failed"
     if not queries:
@@ -354,7 +358,10 @@ def _node_state(
     return "built"
 
 
-def _failure_of(node: CoalesceNodeResult, state: Literal["failed", "canceled"], run: CoalesceRun) -> tuple:
+def _failure_of(
+    node: CoalesceNodeResult, state: Literal["failed", "canceled"], run: CoalesceRun
+) -> tuple[str | None, str, str | None]:
+    """The failing query's name, the error and its detail."""
     failed = next((q for q in node.query_results if not q.success and not q.is_running and q.error), None)
     if failed is not None and failed.error is not None:
         return failed.name, failed.error.error_string, failed.error.error_detail
@@ -434,8 +441,9 @@ def build_coalesce_run_report(
                 ROWS_DELETED_KEY: sum(q.rows_deleted or 0 for q in queries),
                 QUERIES_KEY: dg.MetadataValue.json(
                     [
-                        {"name": q.name, "status": q.status, "queryID": q.query_id, "rowsInserted": q.rows_inserted,
-                         "rowsUpdated": q.rows_updated, "rowsDeleted": q.rows_deleted}  # fmt: skip
+                        {"name": q.name, "status": q.status, "queryID": q.query_id,
+                         "rowsInserted": q.rows_inserted, "rowsUpdated": q.rows_updated,
+                         "rowsDeleted": q.rows_deleted}  # fmt: skip
                         for q in queries
                     ]
                 ),
@@ -479,7 +487,9 @@ def build_coalesce_run_report(
             metadata[ENDED_AT_KEY] = dg.MetadataValue.timestamp(ended_at.timestamp())
         observations.append(
             dg.AssetObservation(
-                asset_key=asset_key, description=f"{run_label}: node {node.name} {state}: {error}", metadata=metadata
+                asset_key=asset_key,
+                description=f"{run_label}: node {node.name} {state}: {error}",
+                metadata=metadata,
             )
         )
     return CoalesceRunReport(
@@ -706,7 +716,8 @@ class _Tick:
             report = fetch_coalesce_run_report(self.client, run, self.assets)
             events = unreported_asset_events(self.context.instance, report.asset_events)
             outcomes = [self.incidents.record_finding(f) for f in report.findings(self.business_day)]
-            check_keys = check_keys_for_assets(self.context.repository_def.asset_graph, report.built_asset_keys)
+            asset_graph = self.context.repository_def.asset_graph
+            check_keys = check_keys_for_assets(asset_graph, report.built_asset_keys)
         except Exception as e:
             self.error(f"Reporting Coalesce run {run_id} failed; it stays pending", e)
             return False
@@ -824,7 +835,9 @@ def build_coalesce_run_sensor(
         default_status=default_status,
         asset_selection=dg.AssetSelection.all_asset_checks(),
     )
-    def _coalesce_run_sensor(context: dg.SensorEvaluationContext, snowflake: WarehouseResource) -> dg.SensorResult:
+    def _coalesce_run_sensor(
+        context: dg.SensorEvaluationContext, snowflake: WarehouseResource
+    ) -> dg.SensorResult:
         cursor = CoalesceRunSensorCursor.parse(context.cursor)
         ops = ops_schema
         if ops is None:

@@ -20,6 +20,8 @@ class CoalesceWorkspaceIndex(NamedTuple):
     nodes_by_id: Mapping[str, CoalesceNode]
     nodes_by_location_name: Mapping[tuple[str, str], CoalesceNode]
     column_names_by_id: Mapping[str, str]
+    key_cache: dict[str, dg.AssetKey]
+    """Asset keys by node id, filled by the translator during one load."""
 
     @classmethod
     def build(cls, environment: CoalesceEnvironment, nodes: Sequence[CoalesceNode]) -> CoalesceWorkspaceIndex:
@@ -28,6 +30,7 @@ class CoalesceWorkspaceIndex(NamedTuple):
             nodes_by_id={n.id: n for n in nodes},
             nodes_by_location_name={(n.location_name or "", n.name): n for n in nodes},
             column_names_by_id={c.column_id: c.name for n in nodes for c in n.metadata.columns},
+            key_cache={},
         )
 
     def parents(self, node: CoalesceNode) -> list[CoalesceNode]:
@@ -71,6 +74,13 @@ class DagsterCoalesceTranslator:
     def get_asset_key(self, node: CoalesceNode, environment: CoalesceEnvironment) -> dg.AssetKey:
         return dg.AssetKey([(node.location_name or "coalesce").lower(), node.name.lower()])
 
+    def _key(self, node: CoalesceNode, workspace: CoalesceWorkspaceIndex) -> dg.AssetKey:
+        # Every parent's key is needed once per child column that reads it: compute each once per load.
+        key = workspace.key_cache.get(node.id)
+        if key is None:
+            key = workspace.key_cache[node.id] = self.get_asset_key(node, workspace.environment)
+        return key
+
     def get_group_name(self, props: CoalesceNodeProps) -> str:
         return (props.node.location_name or "coalesce").lower()
 
@@ -100,9 +110,9 @@ class DagsterCoalesceTranslator:
             )
         description = node.description or f"Coalesce {node.node_type} node {node.location_name}.{node.name}"
         return dg.AssetSpec(
-            key=self.get_asset_key(node, env),
+            key=self._key(node, props.workspace),
             description=description,
-            deps=[self.get_asset_key(p, env) for p in parents],
+            deps=[self._key(p, props.workspace) for p in parents],
             group_name=self.get_group_name(props),
             kinds={"coalesce", "snowflake"},
             tags={"coalesce/node_type": _tag_value(node.node_type)},
@@ -127,7 +137,6 @@ class DagsterCoalesceTranslator:
 
     def _column_lineage(self, props: CoalesceNodeProps) -> dg.TableColumnLineage | None:
         nodes_by_id, column_names = props.workspace.nodes_by_id, props.workspace.column_names_by_id
-        env = props.environment
         deps_by_column: dict[str, list[dg.TableColumnDep]] = {}
         for column in props.node.metadata.columns:
             deps: list[dg.TableColumnDep] = []
@@ -136,7 +145,7 @@ class DagsterCoalesceTranslator:
                     parent = nodes_by_id.get(ref.node_id)
                     name = column_names.get(ref.column_id)
                     if parent is not None and name is not None:
-                        deps.append(dg.TableColumnDep(asset_key=self.get_asset_key(parent, env), column_name=name))
+                        deps.append(dg.TableColumnDep(asset_key=self._key(parent, props.workspace), column_name=name))
             if deps:
                 deps_by_column[column.name] = deps
         return dg.TableColumnLineage(deps_by_column=deps_by_column) if deps_by_column else None
