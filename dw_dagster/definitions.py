@@ -10,21 +10,38 @@ from dw_dagster.checks import build_check_definitions, load_metrics_file
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.coalesce.loader import CoalesceWorkspaceDefsLoader, table_resolver
 from dw_dagster.coalesce.models import CoalesceWorkspaceData
+from dw_dagster.coalesce.resources import CoalesceWorkspace
+from dw_dagster.coalesce.sensor_builder import build_coalesce_run_sensor
 from dw_dagster.coalesce.translator import DagsterCoalesceTranslator
-from dw_dagster.config import DwConfigError
 from dw_dagster.context.models import load_context_file
 from dw_dagster.incidents.assets import incidents_spec
 from dw_dagster.notifications.resources import slack_from_env
 from dw_dagster.settings import Settings
+from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import warehouse_from_env
 
 
-def _monitoring(settings: Settings, metrics: MetricsFile):
-    if not settings.database:
-        raise DwConfigError("SNOWFLAKE_DATABASE: not set; the checks keep their history in its ops schema")
+def coalesce_workspace(settings: Settings) -> CoalesceWorkspace:
+    return CoalesceWorkspace(
+        base_url=settings.coalesce_base_url,
+        api_token=dg.EnvVar("COALESCE_API_TOKEN"),
+        environment_ids=list(settings.coalesce_environment_ids),
+    )
+
+
+def _state_backed(settings: Settings, metrics: MetricsFile):
+    """What is built from the node graph besides the assets: the run sensor and the checks."""
+    ops = OpsSchema(settings.database or "", metrics.ops_schema)
 
     def build(data: CoalesceWorkspaceData, specs: Sequence[dg.AssetSpec]) -> dg.Definitions:
-        return build_check_definitions(metrics, specs, table_resolver(data), settings.database)  # type: ignore[arg-type]
+        monitored = build_check_definitions(metrics, specs, table_resolver(data), ops.database)
+        sensor = build_coalesce_run_sensor(
+            workspace=coalesce_workspace(settings),
+            asset_specs=specs,
+            business_day=metrics.business_day,
+            ops_schema=ops,
+        )
+        return dg.Definitions.merge(monitored, dg.Definitions(sensors=[sensor]))
 
     return build
 
@@ -34,19 +51,25 @@ def build_definitions(
 ) -> dg.Definitions:
     settings = settings or Settings.from_env()
     context = load_context_file(settings.context_file) if settings.context_file else None
-    metrics = load_metrics_file(settings.metrics_file) if settings.metrics_file else None
+    # Without a metrics file the sensor still reports runs; only the recorded totals are missing.
+    metrics = load_metrics_file(settings.metrics_file) if settings.metrics_file else MetricsFile()
     coalesce_defs = CoalesceWorkspaceDefsLoader(
         settings,
         translator=translator,
         context=context,
         context_path=settings.context_file,
-        builder=_monitoring(settings, metrics) if metrics else None,
+        # Incidents and check history live in the warehouse: without a database, assets only.
+        builder=_state_backed(settings, metrics) if settings.database else None,
     ).build_defs()
     return dg.Definitions.merge(
         coalesce_defs,
         dg.Definitions(
             assets=[incidents_spec],
-            resources={"snowflake": warehouse_from_env(), "slack": slack_from_env()},
+            resources={
+                "snowflake": warehouse_from_env(),
+                "slack": slack_from_env(),
+                "coalesce": coalesce_workspace(settings),
+            },
         ),
     )
 

@@ -18,7 +18,8 @@ from dw_local.world import LocalWorld
 
 HISTORY_NIGHTS = 60
 _LOCAL_DIR = Path(__file__).resolve().parent
-_SHAPING = ["worlds", "coalesce_sim", "snowflake_server.py", "seeding.py"]
+# Seeding runs the product's checks each night, so the product's code shapes the template too.
+_SHAPING = ["worlds", "coalesce_sim", "snowflake_server.py", "seeding.py", "daemon.py", "../dw_dagster"]
 
 
 def ensure_seeded(lw: LocalWorld, echo: Callable[[str], None] = print, nights: int = HISTORY_NIGHTS):
@@ -36,22 +37,27 @@ def ensure_seeded(lw: LocalWorld, echo: Callable[[str], None] = print, nights: i
 
 
 def seed_history_only(lw: LocalWorld, nights: int = HISTORY_NIGHTS) -> None:
+    """Plays ``nights`` nights, each watched as production would: the run sensor reports the night's
+    Coalesce run and its checks record the night's totals and row counts (the baselines' history)."""
+    from dw_local.daemon import LocalDaemon
     from dw_local.worlds.distributor.generator import DistributorWorld
 
     world = DistributorWorld()
     world.install(lw.snowflake)
-    world.seed_history(lw.snowflake, lw.coalesce_client(), nights=nights)
+    daemon = LocalDaemon(lw)
+    daemon.tick()  # the sensor's first tick starts watching from here
+    world.seed_history(lw.snowflake, lw.coalesce_client(), nights=nights, on_night=lambda _: daemon.tick())
     (lw.root / "seeded.json").write_text(json.dumps({"nights_played": nights}))
 
 
 def _shaping_hash() -> str:
     h = hashlib.sha256()
     for name in _SHAPING:
-        base = _LOCAL_DIR / name
+        base = (_LOCAL_DIR / name).resolve()
         files = sorted(base.rglob("*")) if base.is_dir() else [base]
         for f in files:
             if f.is_file() and "__pycache__" not in f.parts:
-                h.update(str(f.relative_to(_LOCAL_DIR)).encode())
+                h.update(str(f.relative_to(_LOCAL_DIR.parent)).encode())
                 h.update(f.read_bytes())
     return h.hexdigest()[:16]
 

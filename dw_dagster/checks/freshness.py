@@ -6,8 +6,6 @@ holds and with when it was built. Both maxima come from one query; Snowflake ans
 micro-partition metadata, without a scan.
 """
 
-from __future__ import annotations
-
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
@@ -102,10 +100,9 @@ def build_input_freshness_checks(
         ],
         can_subset=True,
         name="input_freshness_checks",
-        required_resource_keys={"snowflake"},
     )
-    def input_freshness_checks(context):
-        warehouse: WarehouseResource = context.resources.snowflake
+    def input_freshness_checks(context, snowflake: WarehouseResource):
+        warehouse = snowflake
         run = check_run(context, metrics.business_day)
         for check_key in context.selected_asset_check_keys:
             rule = by_asset[check_key.asset_key]

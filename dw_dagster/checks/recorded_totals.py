@@ -6,8 +6,6 @@ no history, and the group keys name where the gap sits. Only then the robust bas
 and says so when it has too little.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Mapping, Sequence
 from datetime import date, timedelta
 from statistics import median
@@ -176,9 +174,9 @@ def build_recorded_total_checks(
     ]
     by_check = {check_name(t): t for t in metrics.totals}
 
-    @dg.multi_asset_check(specs=specs, can_subset=True, name="recorded_totals", required_resource_keys={"snowflake"})
-    def recorded_totals(context):
-        warehouse: WarehouseResource = context.resources.snowflake
+    @dg.multi_asset_check(specs=specs, can_subset=True, name="recorded_totals")
+    def recorded_totals(context, snowflake: WarehouseResource):
+        warehouse = snowflake
         run = check_run(context, metrics.business_day)
         selected = [by_check[k.name] for k in context.selected_asset_check_keys]
         needed = {t.name: t for t in selected}

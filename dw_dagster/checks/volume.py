@@ -6,8 +6,6 @@ run reported for the node (carried on the materialization the run sensor recorde
 table, for warehouses whose metadata is unreliable (the local server's ROW_COUNT is an estimate).
 """
 
-from __future__ import annotations
-
 import fnmatch
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -88,10 +86,9 @@ def build_volume_checks(
         ],
         can_subset=True,
         name="volume_checks",
-        required_resource_keys={"snowflake"},
     )
-    def volume_checks(context):
-        warehouse: WarehouseResource = context.resources.snowflake
+    def volume_checks(context, snowflake: WarehouseResource):
+        warehouse = snowflake
         run = check_run(context, metrics.business_day)
         keys = [k.asset_key for k in context.selected_asset_check_keys]
         counts: dict[dg.AssetKey, tuple[float | None, str]] = {}

@@ -126,23 +126,30 @@ class CoalesceWorkspace(ConfigurableResource):
 
     @cached_method
     def get_client(self) -> CoalesceClient:
+        # A workspace handed to a sensor builder is not resolved by Dagster: resolve EnvVars here, so the
+        # token is the variable's value and never its name.
+        resolved = self._resolved()
         return CoalesceClient(
-            api_token=self.api_token,
-            base_url=self.base_url,
-            request_timeout=self.request_timeout,
-            request_max_retries=self.request_max_retries,
-            request_retry_delay=self.request_retry_delay,
-            request_backoff_factor=self.request_backoff_factor,
+            api_token=resolved.api_token,
+            base_url=resolved.base_url,
+            request_timeout=resolved.request_timeout,
+            request_max_retries=resolved.request_max_retries,
+            request_retry_delay=resolved.request_retry_delay,
+            request_backoff_factor=resolved.request_backoff_factor,
         )
+
+    @cached_method
+    def _resolved(self) -> "CoalesceWorkspace":
+        return self.process_config_and_initialize()
 
     def user_credentials_for(self, owner: str) -> CoalesceUserCredentials:
         """The credentials to start a run with on behalf of ``owner``."""
-        if owner not in self.owner_credentials:
+        credentials = self._resolved().owner_credentials
+        if owner not in credentials:
             raise KeyError(
-                f"No Coalesce run credentials for owner {owner!r}; configured owners: "
-                f"{sorted(self.owner_credentials)}"
+                f"No Coalesce run credentials for owner {owner!r}; configured owners: {sorted(credentials)}"
             )
-        return self.owner_credentials[owner].to_user_credentials()
+        return credentials[owner].to_user_credentials()
 
     def fetch_workspace_data(self) -> CoalesceWorkspaceData:
         """Reads each configured environment with its nodes (full detail) and its jobs. Each call asks

@@ -1,0 +1,124 @@
+"""Does for the local world what ``dagster-daemon`` does in production, in this process and on demand.
+
+One :meth:`LocalDaemon.tick` evaluates the code location's Coalesce run sensor, stores the asset events it
+returns (as the daemon stores a tick's events) and executes the checks runs it requests. Seeding, tests and
+headless replays use it to play many nights in minutes; ``world up`` runs the real daemon instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dagster as dg
+
+from dw_dagster.coalesce.state import refresh_state_file
+from dw_dagster.definitions import build_definitions
+from dw_dagster.settings import Settings
+from dw_local.world import LocalWorld
+
+SENSOR_NAME = "coalesce_run_sensor"
+REPO_DAGSTER_YAML = Path(__file__).resolve().parent.parent / "dagster.yaml"
+
+
+@dataclass
+class CheckOutcome:
+    check: str
+    asset: str
+    passed: bool | None
+    """None: the check could not run (errored)."""
+    severity: str | None
+    description: str | None
+    metadata: dict[str, object]
+
+
+@dataclass
+class TickOutcome:
+    events: int = 0
+    runs_requested: int = 0
+    checks: list[CheckOutcome] = field(default_factory=list)
+    skip_reason: str | None = None
+
+    def failed(self, severity: str = "ERROR") -> list[CheckOutcome]:
+        return [c for c in self.checks if c.passed is False and c.severity == severity]
+
+    def errored(self) -> list[CheckOutcome]:
+        return [c for c in self.checks if c.passed is None]
+
+
+def dagster_home(root: Path) -> Path:
+    home = root / "dagster_home"
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():
+        shutil.copy(REPO_DAGSTER_YAML, home / "dagster.yaml")
+    return home
+
+
+class LocalDaemon:
+    def __init__(self, lw: LocalWorld):
+        self.lw = lw
+        # This process is the product's deployment now: the variables a deployment sets.
+        os.environ.update(lw.env())
+        # execute_in_process logs every event at DEBUG to the console; keep warnings and worse.
+        logging.getLogger("dagster").setLevel(logging.WARNING)
+        self.settings = Settings.from_env()
+        refresh_state_file(self.settings)
+        self.defs = build_definitions(self.settings)
+        self.repo = self.defs.get_repository_def()
+        self.instance = dg.DagsterInstance.from_config(str(dagster_home(lw.root)))
+        self._cursor_file = lw.root / "dagster_home" / f"{SENSOR_NAME}.cursor"
+
+    @property
+    def cursor(self) -> str | None:
+        return self._cursor_file.read_text() if self._cursor_file.exists() else None
+
+    def tick(self) -> TickOutcome:
+        sensor = self.defs.get_sensor_def(SENSOR_NAME)
+        with dg.build_sensor_context(
+            instance=self.instance,
+            cursor=self.cursor,
+            repository_def=self.repo,
+            resources={"snowflake": self.defs.resources["snowflake"]},
+        ) as context:
+            result = sensor(context)
+        outcome = TickOutcome()
+        if isinstance(result, dg.SensorResult):
+            for event in result.asset_events or []:
+                self.instance.report_runless_asset_event(event)
+                outcome.events += 1
+            if result.cursor is not None:
+                self._cursor_file.write_text(result.cursor)
+            if result.skip_reason is not None:
+                outcome.skip_reason = result.skip_reason.skip_message
+            for request in result.run_requests or []:
+                outcome.runs_requested += 1
+                outcome.checks.extend(self._execute_checks(request))
+        return outcome
+
+    def _execute_checks(self, request: dg.RunRequest) -> list[CheckOutcome]:
+        job = self.defs.get_implicit_global_asset_job_def().get_subset(
+            asset_selection=set(), asset_check_selection=set(request.asset_check_keys or [])
+        )
+        result = job.execute_in_process(instance=self.instance, tags=request.tags, raise_on_error=False)
+        evaluations = {
+            e.asset_check_evaluation_data.asset_check_key: e.asset_check_evaluation_data
+            for e in result.all_events
+            if e.event_type_value == "ASSET_CHECK_EVALUATION"
+        }
+        out = []
+        for key in request.asset_check_keys or []:
+            ev = evaluations.get(key)
+            out.append(
+                CheckOutcome(
+                    check=key.name,
+                    asset=key.asset_key.to_user_string(),
+                    passed=None if ev is None else ev.passed,
+                    severity=None if ev is None else ev.severity.value,
+                    description=None if ev is None else ev.description,
+                    metadata={} if ev is None else {k: v.value for k, v in ev.metadata.items()},
+                )
+            )
+        return out
