@@ -58,10 +58,10 @@ def dagster_home(root: Path) -> Path:
 
 
 class LocalDaemon:
-    def __init__(self, lw: LocalWorld):
+    def __init__(self, lw: LocalWorld, env: dict[str, str] | None = None):
         self.lw = lw
         # This process is the product's deployment now: the variables a deployment sets.
-        os.environ.update(lw.env())
+        os.environ.update({**lw.env(), **(env or {})})
         # execute_in_process logs every event at DEBUG to the console; keep warnings and worse.
         logging.getLogger("dagster").setLevel(logging.WARNING)
         self.settings = Settings.from_env()
@@ -102,7 +102,12 @@ class LocalDaemon:
         job = self.defs.get_implicit_global_asset_job_def().get_subset(
             asset_selection=set(), asset_check_selection=set(request.asset_check_keys or [])
         )
-        result = job.execute_in_process(instance=self.instance, tags=request.tags, raise_on_error=False)
+        result = job.execute_in_process(
+            instance=self.instance,
+            tags=request.tags,
+            raise_on_error=False,
+            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+        )
         evaluations = {
             e.asset_check_evaluation_data.asset_check_key: e.asset_check_evaluation_data
             for e in result.all_events

@@ -14,12 +14,16 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from dw_local.world import LocalWorld
+from dw_local.world import LocalWorld, WorldError
 
 HISTORY_NIGHTS = 60
 _LOCAL_DIR = Path(__file__).resolve().parent
-# Seeding runs the product's checks each night, so the product's code shapes the template too.
-_SHAPING = ["worlds", "coalesce_sim", "snowflake_server.py", "seeding.py", "daemon.py", "../dw_dagster"]
+# Seeding runs the product's sensor and checks each night, so the code that writes their history shapes
+# the template too; diagnosis, notifications and the rest do not.
+_SHAPING = [
+    "worlds", "coalesce_sim", "snowflake_server.py", "seeding.py", "daemon.py",
+    "../dw_dagster/checks", "../dw_dagster/warehouse", "../dw_dagster/coalesce", "../dw_dagster/incidents/store.py",
+]  # fmt: skip
 
 
 def ensure_seeded(lw: LocalWorld, echo: Callable[[str], None] = print, nights: int = HISTORY_NIGHTS):
@@ -46,7 +50,16 @@ def seed_history_only(lw: LocalWorld, nights: int = HISTORY_NIGHTS) -> None:
     world.install(lw.snowflake)
     daemon = LocalDaemon(lw)
     daemon.tick()  # the sensor's first tick starts watching from here
-    world.seed_history(lw.snowflake, lw.coalesce_client(), nights=nights, on_night=lambda _: daemon.tick())
+
+    def watch(night) -> None:
+        outcome = daemon.tick()
+        if outcome.errored() or outcome.runs_requested != 1:
+            raise WorldError(
+                f"night {night.night}: the checks did not run cleanly "
+                f"({outcome.runs_requested} checks runs; errored: {[c.check for c in outcome.errored()]})"
+            )
+
+    world.seed_history(lw.snowflake, lw.coalesce_client(), nights=nights, on_night=watch)
     (lw.root / "seeded.json").write_text(json.dumps({"nights_played": nights}))
 
 

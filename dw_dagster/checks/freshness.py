@@ -136,7 +136,7 @@ def build_input_freshness_checks(
                 "built_at": built.isoformat(),
             }
             if latest is not None:
-                metadata["input_age_hours"] = dg.MetadataValue.float((built - latest).total_seconds() / 3600)
+                metadata["input_age_hours"] = dg.MetadataValue.float(float((built - latest).total_seconds() / 3600))
             if problems:
                 summary = "; ".join(problems)
                 report_failure(

@@ -202,7 +202,7 @@ def build_recorded_total_checks(
                 context.op_execution_context.log_event(
                     dg.AssetObservation(
                         asset_key=key_from_path(needed[name].asset),
-                        metadata={f"dw/total/{name}": dg.MetadataValue.float(v.value)},
+                        metadata={f"dw/total/{name}": dg.MetadataValue.float(float(v.value))},
                         tags={"dw/business_date": run.business_date.isoformat()},
                     )
                 )
@@ -245,15 +245,15 @@ def _evaluate(
         excluded_days=flagged,
     )
     metadata: dict[str, Any] = {
-        "value": dg.MetadataValue.float(value.value),
+        "value": dg.MetadataValue.float(float(value.value)),
         "business_date": day.isoformat(),
         "baseline_status": base.status.value,
         "baseline_points": base.points,
     }
     if base.expected is not None:
-        metadata["baseline_expected"] = dg.MetadataValue.float(base.expected)
-        metadata["baseline_relative_change_pct"] = dg.MetadataValue.float(100 * (base.relative_change or 0))
-        metadata["baseline_robust_z"] = dg.MetadataValue.float(base.robust_z or 0)
+        metadata["baseline_expected"] = dg.MetadataValue.float(float(base.expected))
+        metadata["baseline_relative_change_pct"] = dg.MetadataValue.float(float(100 * (base.relative_change or 0)))
+        metadata["baseline_robust_z"] = dg.MetadataValue.float(float(base.robust_z or 0))
     problems: list[str] = []
     evidence: dict[str, Any] = {"total": total.name, "value": value.value, "baseline": base.model_dump(mode="json")}
 
@@ -271,15 +271,15 @@ def _evaluate(
         metadata.update(
             {
                 "source_total": source_name,
-                "source_value": dg.MetadataValue.float(values[source_name].value),
-                "gap_units": dg.MetadataValue.float(rec.gap_change),
-                "tolerance_units": dg.MetadataValue.float(rec.tolerance),
+                "source_value": dg.MetadataValue.float(float(values[source_name].value)),
+                "gap_units": dg.MetadataValue.float(float(rec.gap_change)),
+                "tolerance_units": dg.MetadataValue.float(float(rec.tolerance)),
             }
         )
         if rec.target_change_pct is not None:
-            metadata["day_change_pct"] = dg.MetadataValue.float(rec.target_change_pct)
+            metadata["day_change_pct"] = dg.MetadataValue.float(float(rec.target_change_pct))
         if rec.source_change_pct is not None:
-            metadata["source_day_change_pct"] = dg.MetadataValue.float(rec.source_change_pct)
+            metadata["source_day_change_pct"] = dg.MetadataValue.float(float(rec.source_change_pct))
         if rec.groups:
             metadata["gap_by_group"] = dg.MetadataValue.md(_groups_table(rec))
         if not rec.passed:

@@ -8,7 +8,8 @@ import dagster as dg
 
 from dw_dagster.checks.run_context import CheckRun
 from dw_dagster.incidents.assets import incident_materialization
-from dw_dagster.incidents.store import Finding, IncidentStore
+from dw_dagster.incidents.models import Finding
+from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 

@@ -157,8 +157,8 @@ def build_volume_checks(
                     "baseline_points": base.points,
                 }
                 if base.expected is not None:
-                    metadata["baseline_expected"] = dg.MetadataValue.float(base.expected)
-                    metadata["baseline_robust_z"] = dg.MetadataValue.float(base.robust_z or 0)
+                    metadata["baseline_expected"] = dg.MetadataValue.float(float(base.expected))
+                    metadata["baseline_robust_z"] = dg.MetadataValue.float(float(base.robust_z or 0))
                 problems = [p for p in [_bounds_problem(count, config.bounds.get(path))] if p]
                 if base.status is BaselineStatus.ANOMALY:
                     problems.append(

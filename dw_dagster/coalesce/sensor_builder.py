@@ -39,7 +39,8 @@ from dw_dagster.coalesce.models import (
     CoalesceRunType,
 )
 from dw_dagster.coalesce.resources import CoalesceWorkspace
-from dw_dagster.incidents.store import Finding, IncidentStore
+from dw_dagster.incidents.models import Finding
+from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from dw_dagster.incidents.store import Incident, IncidentEvent
+from dw_dagster.incidents.models import Incident, IncidentEvent
 
 INCIDENTS_KEY = dg.AssetKey(["dw", "incidents"])
 

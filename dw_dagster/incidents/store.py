@@ -16,59 +16,9 @@ from contextlib import contextmanager
 from datetime import date, datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
-
+from dw_dagster.incidents.models import Finding, Incident, IncidentEvent, RecordOutcome
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
-
-
-class Finding(BaseModel):
-    """What a check saw: enough to group it with its siblings and to tell the owners."""
-
-    check_name: str
-    asset_key: str
-    business_date: date
-    summary: str
-    severity: Literal["ERROR", "WARN"] = "ERROR"
-    evidence: dict[str, Any] = Field(default_factory=dict)
-    cause_scope: str = Field(
-        description="What findings of the same night share a cause by default: the Coalesce job that built "
-        "the asset, or the asset itself when no job builds it."
-    )
-    dagster_run_id: str | None = None
-    coalesce_run_id: str | None = None
-
-    @property
-    def signature(self) -> str:
-        return f"{self.check_name}@{self.asset_key}"
-
-
-class Incident(BaseModel):
-    incident_id: str
-    cause_key: str
-    status: Literal["open", "resolved"]
-    business_date: date | None
-    title: str
-    severity: str
-    opened_at: datetime
-    updated_at: datetime
-    detail: dict[str, Any] = Field(default_factory=dict)
-
-
-class IncidentEvent(BaseModel):
-    incident_id: str
-    event_key: str
-    kind: str
-    at: datetime
-    detail: dict[str, Any]
-
-
-class RecordOutcome(BaseModel):
-    incident: Incident
-    new_incident: bool
-    """The incident did not exist before this finding."""
-    new_finding: bool
-    """The finding was not already attached (re-ticks and repeats are not news)."""
 
 
 def incident_id_for(cause_key: str, business_date: date) -> str:

@@ -6,7 +6,8 @@ from datetime import date
 
 import pytest
 
-from dw_dagster.incidents.store import Finding, IncidentStore
+from dw_dagster.incidents.models import Finding
+from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 from dw_local.world import LocalWorld

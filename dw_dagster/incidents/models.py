@@ -1,0 +1,134 @@
+"""What an incident is made of: findings, the incident itself, its events, its diagnosis and blast radius."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class Finding(BaseModel):
+    """What a check saw: enough to group it with its siblings and to tell the owners."""
+
+    check_name: str
+    asset_key: str
+    business_date: date
+    summary: str
+    severity: Literal["ERROR", "WARN"] = "ERROR"
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    cause_scope: str = Field(
+        description="What findings of the same night share a cause by default: the Coalesce job that built "
+        "the asset, or the asset itself when no job builds it."
+    )
+    dagster_run_id: str | None = None
+    coalesce_run_id: str | None = None
+
+    @property
+    def signature(self) -> str:
+        return f"{self.check_name}@{self.asset_key}"
+
+
+class Incident(BaseModel):
+    incident_id: str
+    cause_key: str
+    status: Literal["open", "resolved"]
+    business_date: date | None
+    title: str
+    severity: str
+    opened_at: datetime
+    updated_at: datetime
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class IncidentEvent(BaseModel):
+    incident_id: str
+    event_key: str
+    kind: str
+    at: datetime
+    detail: dict[str, Any]
+
+
+class RecordOutcome(BaseModel):
+    incident: Incident
+    new_incident: bool
+    """The incident did not exist before this finding."""
+    new_finding: bool
+    """The finding was not already attached (re-ticks and repeats are not news)."""
+
+class CauseClass(str, Enum):
+    """What kind of wrong the evidence shows (not what the alert's words say)."""
+
+    FAILED_LOAD = "failed_load"
+    STALE_INPUT = "stale_input"
+    VOLUME_LOSS = "volume_loss"
+    VALUE_LOSS = "value_loss"
+    """Rows are there and fresh, the number is wrong: e.g. a join that drops rows it should keep."""
+    DUPLICATION = "duplication"
+    SCHEMA_CHANGE = "schema_change"
+    UNIT_CHANGE = "unit_change"
+    REFERENCE_DATA_CHANGE = "reference_data_change"
+    UNKNOWN = "unknown"
+
+
+class KeyGap(BaseModel):
+    """A key value that holds (part of) the gap, e.g. ORGANIZATION_ID = 7120."""
+
+    column: str
+    value: str
+    units: float
+    rows: int
+    distinct_items: int | None = None
+    """e.g. SKUs over which the units are spread."""
+    new_in_source_since: date | None = None
+    """The first business date the key appeared in the source, when it is new since the last good night."""
+
+
+class JoinEffect(BaseModel):
+    """What one join of a node on the path does to the measured quantity tonight."""
+
+    asset_key: str
+    join_type: str
+    left: str
+    right: str
+    on: list[str]
+    dropped_rows: int
+    dropped_units: float
+    duplicated_rows: int = 0
+    unmatched: list[KeyGap] = Field(default_factory=list)
+
+
+class Diagnosis(BaseModel):
+    incident_id: str
+    classification: CauseClass
+    cause: str
+    """One or two sentences a data engineer on call can act on."""
+    evidence: dict[str, float | int | str] = Field(default_factory=dict)
+    keys: list[KeyGap] = Field(default_factory=list)
+    joins: list[JoinEffect] = Field(default_factory=list)
+    upstream_change: str | None = None
+    path: list[str] = Field(default_factory=list)
+    """Asset keys from the upstream cause to the failing asset."""
+    test_query: str | None = None
+    """Ready-to-run SQL that returns the rows at fault (e.g. on-hand units that match no warehouse)."""
+    owners: list[str] = Field(default_factory=list)
+    """Teams that own the assets on the path where the cause sits (node owner, reference-table owner)."""
+
+
+class AffectedAsset(BaseModel):
+    asset_key: str
+    name: str
+    kind: str
+    owners: list[str] = Field(default_factory=list)
+    change: dict[str, Any] = Field(default_factory=dict)
+    """What changed in numbers, e.g. {"rows_before": 31, "rows_after": 195}."""
+    next_read: str | None = None
+    """When a person reads it next, e.g. "09:00 S&OP meeting, Tue 2025-06-17 09:00 America/Chicago"."""
+
+
+class BlastRadius(BaseModel):
+    assets: list[AffectedAsset] = Field(default_factory=list)
+    newly_flagged: list[str] = Field(default_factory=list)
+    """Items newly on a consumer's list tonight (e.g. the 164 SKUs newly on the reorder list)."""
+    summary: dict[str, float | int | str] = Field(default_factory=dict)
