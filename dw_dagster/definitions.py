@@ -15,6 +15,7 @@ from dw_dagster.coalesce.sensor_builder import build_coalesce_run_sensor
 from dw_dagster.coalesce.translator import DagsterCoalesceTranslator
 from dw_dagster.context.models import load_context_file
 from dw_dagster.incidents.assets import incidents_spec
+from dw_dagster.incidents.jobs import build_incident_definitions
 from dw_dagster.notifications.resources import slack_from_env
 from dw_dagster.settings import Settings
 from dw_dagster.warehouse.ops import OpsSchema
@@ -41,7 +42,8 @@ def _state_backed(settings: Settings, metrics: MetricsFile):
             business_day=metrics.business_day,
             ops_schema=ops,
         )
-        return dg.Definitions.merge(monitored, dg.Definitions(sensors=[sensor]))
+        incidents = build_incident_definitions(specs, metrics, table_resolver(data), ops)
+        return dg.Definitions.merge(monitored, incidents, dg.Definitions(sensors=[sensor]))
 
     return build
 

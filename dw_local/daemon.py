@@ -21,6 +21,9 @@ from dw_dagster.settings import Settings
 from dw_local.world import LocalWorld
 
 SENSOR_NAME = "coalesce_run_sensor"
+INCIDENT_SENSOR = "incident_sensor"
+# execute_in_process logs every event to the console at DEBUG; keep warnings and worse.
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 REPO_DAGSTER_YAML = Path(__file__).resolve().parent.parent / "dagster.yaml"
 
 
@@ -41,6 +44,7 @@ class TickOutcome:
     runs_requested: int = 0
     checks: list[CheckOutcome] = field(default_factory=list)
     skip_reason: str | None = None
+    diagnoses: list[dg.ExecuteInProcessResult] = field(default_factory=list)
 
     def failed(self, severity: str = "ERROR") -> list[CheckOutcome]:
         return [c for c in self.checks if c.passed is False and c.severity == severity]
@@ -76,6 +80,25 @@ class LocalDaemon:
         return self._cursor_file.read_text() if self._cursor_file.exists() else None
 
     def tick(self) -> TickOutcome:
+        """One tick of the run sensor (and its checks runs), then one of the incident sensor (and its
+        diagnosis runs), as the daemon would run them one after the other."""
+        outcome = self._tick_run_sensor()
+        outcome.diagnoses = self._tick_incident_sensor()
+        return outcome
+
+    def _tick_incident_sensor(self) -> list[dg.ExecuteInProcessResult]:
+        sensor = self.defs.get_sensor_def(INCIDENT_SENSOR)
+        with dg.build_sensor_context(
+            instance=self.instance, repository_def=self.repo, resources={"snowflake": self.defs.resources["snowflake"]}
+        ) as context:
+            requests = list(sensor(context) or [])
+        job = self.defs.get_job_def(sensor.job_name)
+        return [
+            job.execute_in_process(instance=self.instance, tags=r.tags, raise_on_error=False, run_config=QUIET)
+            for r in requests
+        ]
+
+    def _tick_run_sensor(self) -> TickOutcome:
         sensor = self.defs.get_sensor_def(SENSOR_NAME)
         with dg.build_sensor_context(
             instance=self.instance,
@@ -106,7 +129,7 @@ class LocalDaemon:
             instance=self.instance,
             tags=request.tags,
             raise_on_error=False,
-            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            run_config=QUIET,
         )
         evaluations = {
             e.asset_check_evaluation_data.asset_check_key: e.asset_check_evaluation_data

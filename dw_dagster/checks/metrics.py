@@ -77,6 +77,11 @@ class RecordedTotal(FileModel):
     asset: str = Field(pattern=_KEY, description="Asset key path the total is computed from.")
     sql: str
     group_keys: list[str] = Field(default_factory=list)
+    item_key: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_$]*$",
+        description="The column naming the items counted in a gap (e.g. INVENTORY_ITEM_ID: '1,260 SKUs').",
+    )
     grain: str = Field(default="daily", pattern="^daily$")
     hurts: Direction = Direction.BOTH
     baseline: BaselineConfig = Field(default_factory=BaselineConfig)

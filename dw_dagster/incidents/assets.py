@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from dw_dagster.incidents.models import Incident, IncidentEvent
+from dw_dagster.incidents.models import BlastRadius, Diagnosis, Incident, IncidentEvent
 
 INCIDENTS_KEY = dg.AssetKey(["dw", "incidents"])
 
@@ -18,7 +18,12 @@ incidents_spec = dg.AssetSpec(
 )
 
 
-def incident_markdown(incident: Incident, findings: Sequence[IncidentEvent]) -> str:
+def incident_markdown(
+    incident: Incident,
+    findings: Sequence[IncidentEvent],
+    diagnosis: Diagnosis | None = None,
+    radius: BlastRadius | None = None,
+) -> str:
     lines = [
         f"### {incident.incident_id} ({incident.status})",
         f"**Business date:** {incident.business_date}  ",
@@ -31,10 +36,37 @@ def incident_markdown(incident: Incident, findings: Sequence[IncidentEvent]) -> 
     for f in findings:
         d = f.detail
         lines.append(f"| {d.get('check_name')} | {d.get('asset_key')} | {d.get('summary', '').replace('|', '/')} |")
+    if diagnosis is not None:
+        lines += ["", f"#### Diagnosis: {diagnosis.classification.value}", diagnosis.cause, ""]
+        lines += [f"- **{k}**: {v:,.1f}" if isinstance(v, float) else f"- **{k}**: {v}" for k, v in diagnosis.evidence.items()]
+        if diagnosis.keys:
+            lines += ["", "| key | units | rows | items | new since |", "|---|---:|---:|---:|---|"]
+            lines += [
+                f"| {g.column}={g.value} | {g.units:,.0f} | {g.rows:,} | {g.distinct_items or ''} | "
+                f"{g.new_in_source_since or ''} |"
+                for g in diagnosis.keys[:10]
+            ]
+        if diagnosis.test_query:
+            lines += ["", "Test query:", "```sql", diagnosis.test_query, "```"]
+    if radius is not None:
+        lines += ["", "#### Blast radius", "| asset | owners | change | next read |", "|---|---|---|---|"]
+        for a in radius.assets:
+            change = "; ".join(
+                f"{k}: {v.get('before'):,.0f} -> {v.get('after'):,.0f}" if isinstance(v, dict) else f"{k}: {v}"
+                for k, v in a.change.items()
+            )
+            lines.append(f"| {a.asset_key} | {', '.join(a.owners)} | {change} | {a.next_read or ''} |")
+        if radius.newly_flagged:
+            lines.append(f"\nNewly flagged: {len(radius.newly_flagged)} ({', '.join(radius.newly_flagged[:10])}, ...)")
     return "\n".join(lines)
 
 
-def incident_materialization(incident: Incident, findings: Sequence[IncidentEvent]) -> dg.AssetMaterialization:
+def incident_materialization(
+    incident: Incident,
+    findings: Sequence[IncidentEvent],
+    diagnosis: Diagnosis | None = None,
+    radius: BlastRadius | None = None,
+) -> dg.AssetMaterialization:
     return dg.AssetMaterialization(
         asset_key=INCIDENTS_KEY,
         description=incident.title,
@@ -43,10 +75,16 @@ def incident_materialization(incident: Incident, findings: Sequence[IncidentEven
             "status": incident.status,
             "business_date": str(incident.business_date),
             "findings": len(findings),
-            "incident": dg.MetadataValue.md(incident_markdown(incident, findings)),
+            "incident": dg.MetadataValue.md(incident_markdown(incident, findings, diagnosis, radius)),
             "incident_json": dg.MetadataValue.json(
-                {**incident.model_dump(mode="json"), "findings": [f.detail for f in findings]}
+                {
+                    **incident.model_dump(mode="json"),
+                    "findings": [f.detail for f in findings],
+                    "diagnosis": diagnosis.model_dump(mode="json") if diagnosis else None,
+                    "blast_radius": radius.model_dump(mode="json") if radius else None,
+                }
             ),
+            **({"classification": diagnosis.classification.value} if diagnosis else {}),
         },
         tags={"dw/incident_id": incident.incident_id},
     )

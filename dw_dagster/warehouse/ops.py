@@ -52,6 +52,37 @@ TABLES: dict[str, str] = {
         EVENT_AT TIMESTAMP_TZ NOT NULL,
         DETAIL VARCHAR
     """,
+    # Slack outbox (dw_dagster/notifications/outbox.py): one row per message, keyed by incident, channel,
+    # kind and content version; pending until Slack returns its ts, so an outage delays and never loses.
+    "SLACK_OUTBOX": """
+        MESSAGE_KEY VARCHAR NOT NULL,
+        INCIDENT_ID VARCHAR NOT NULL,
+        CHANNEL VARCHAR NOT NULL,
+        KIND VARCHAR NOT NULL,
+        VERSION VARCHAR NOT NULL,
+        THREAD_KEY VARCHAR NOT NULL,
+        PAYLOAD VARCHAR NOT NULL,
+        STATUS VARCHAR NOT NULL,
+        ATTEMPTS INTEGER NOT NULL DEFAULT 0,
+        LAST_OUTCOME VARCHAR,
+        LAST_ERROR VARCHAR,
+        CREATED_AT TIMESTAMP_TZ NOT NULL,
+        NEXT_ATTEMPT_AT TIMESTAMP_TZ,
+        CLAIM_ID VARCHAR,
+        CLAIMED_AT TIMESTAMP_TZ,
+        SENT_AT TIMESTAMP_TZ,
+        SLACK_CHANNEL_ID VARCHAR,
+        SLACK_TS VARCHAR,
+        THREAD_TS VARCHAR
+    """,
+    # One Slack thread per incident per channel: which outbox message is its root (first MERGE wins).
+    "SLACK_THREADS": """
+        THREAD_KEY VARCHAR NOT NULL,
+        INCIDENT_ID VARCHAR NOT NULL,
+        CHANNEL VARCHAR NOT NULL,
+        ROOT_KEY VARCHAR NOT NULL,
+        CREATED_AT TIMESTAMP_TZ NOT NULL
+    """,
 }
 
 

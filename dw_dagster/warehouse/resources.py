@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
+from dagster._utils.cached_method import cached_method
 from dagster_snowflake import SnowflakeResource
 
 QUERY_TAG_APP = "dw-dagster"
@@ -35,7 +36,7 @@ class WarehouseResource(SnowflakeResource):
     def tagged_connection(self, purpose: str, schema: str | None = None, **tag_fields: Any) -> Iterator[Any]:
         import snowflake.connector
 
-        args = dict(self._connection_args)
+        args = dict(self._resolved()._connection_args)
         if schema:
             args["schema"] = schema
         params: dict[str, Any] = dict(args.pop("session_parameters", None) or {})
@@ -45,6 +46,12 @@ class WarehouseResource(SnowflakeResource):
             yield conn
         finally:
             conn.close()
+
+
+    @cached_method
+    def _resolved(self) -> "WarehouseResource":
+        # Used outside Dagster's resource resolution (a command, a store), EnvVars are not yet resolved.
+        return self.process_config_and_initialize()
 
 
 def _local_connection_args(env: Mapping[str, str]) -> dict[str, Any] | None:

@@ -22,6 +22,12 @@ from dw_local.worlds.distributor.model import WorldSpec
 
 HEALTHY, LOW, FLAGGED, TRANSFERRED = 0, 1, 2, 3
 FG, BULK = "FG", "BULK"
+# The source tables (Source nodes of project.yaml) the world loads.
+ONHAND = "MTL_ONHAND_QUANTITIES_DETAIL"
+ITEMS = "MTL_SYSTEM_ITEMS_B"
+ORGS = "MTL_PARAMETERS"
+ORDER_LINES = "OE_ORDER_LINES_ALL"
+REGION_MAP = "REGION_MAP"
 # Business-day activity hours (local); keeps every timestamp clear of the 02:00 DST changes.
 _DAY_START_S, _DAY_END_S = 6 * 3600, 22 * 3600
 _LINE_ID_BLOCK = 10**7
@@ -277,11 +283,13 @@ class Simulation:
 
 @dataclass(frozen=True)
 class Opening:
-    """The new org and the transfers posted on the reference night."""
+    """The new org and the transfers posted on the reference night (or on its benign twin, the same
+    opening with the org mapped, which may use another org id)."""
 
     index: int
     opened_at: datetime  # local
     replicated_at: datetime  # UTC
+    org_id: int | None = None  # None: the reference night's new org
 
 
 def onhand_frame(spec: WorldSpec, cat: Catalog, day: Day, opening: Opening | None) -> pd.DataFrame:
@@ -304,7 +312,8 @@ def onhand_frame(spec: WorldSpec, cat: Catalog, day: Day, opening: Opening | Non
         changed_at[src, moved] = np.maximum(changed_at[src, moved], opened)
         loaded_at[src, moved] = np.maximum(loaded_at[src, moved], replicated)
         k = int(moved.sum())
-        parts.append(_rows(spec.reference_night.new_org.id, cat.item_ids[moved], FG, cat.transfer_qty[moved],
+        new_org = opening.org_id or spec.reference_night.new_org.id
+        parts.append(_rows(new_org, cat.item_ids[moved], FG, cat.transfer_qty[moved],
                            np.full(k, opened), np.full(k, replicated)))  # fmt: skip
     parts.insert(0, _rows(org_ids, item_ids, FG, fg, changed_at, loaded_at))
     bulk_loaded = to_utc(cat.bulk_changed_at, spec.timezone) + np.timedelta64(30, "s")
@@ -333,6 +342,11 @@ def _rows(org, item, subinventory, qty, changed_at, loaded_at) -> pd.DataFrame:
 def line_id_range(t: int) -> tuple[int, int]:
     """[first, last) LINE_ID of business day ``t``'s order lines: a night reloads exactly its own lines."""
     return (t + 1000) * _LINE_ID_BLOCK, (t + 1001) * _LINE_ID_BLOCK
+
+
+def line_night_sql(column: str = '"LINE_ID"') -> str:
+    """SQL for the business day an order line's ``LINE_ID`` belongs to (the inverse of line_id_range)."""
+    return f"(FLOOR({column} / {_LINE_ID_BLOCK}) - 1000)"
 
 
 def order_lines_frame(spec: WorldSpec, cat: Catalog, t: int, ordered: np.ndarray, shipped: np.ndarray,

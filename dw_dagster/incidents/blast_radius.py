@@ -1,0 +1,115 @@
+"""Blast radius: every asset and consumer downstream of the failing one, with its owners, what changed in
+numbers tonight, and when a person reads it next."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import networkx as nx
+from croniter import croniter
+
+from dw_dagster.checks.metrics import MetricsFile
+from dw_dagster.coalesce.sql import quote_identifier
+from dw_dagster.incidents.diagnosis import DiagnosisContext, _last_good
+from dw_dagster.incidents.joins import parse_joins
+from dw_dagster.incidents.models import AffectedAsset, BlastRadius, Diagnosis
+
+MAX_FLAGGED = 5000
+
+
+def next_read(reads: tuple[dict, ...], after: datetime) -> str | None:
+    """The soonest scheduled read after ``after``, e.g. '09:00 S&OP meeting, Tue 2025-06-17 09:00 America/Chicago'."""
+    best: tuple[datetime, str] | None = None
+    for read in reads:
+        tz = ZoneInfo(read.get("timezone", "UTC"))
+        at = croniter(read["cron"], after.astimezone(tz)).get_next(datetime)
+        if best is None or at < best[0]:
+            best = (at, f"{read['what']}, {at:%a %Y-%m-%d %H:%M} {read.get('timezone', 'UTC')}")
+    return best[1] if best else None
+
+
+def _morning_after(day: date, metrics: MetricsFile) -> datetime:
+    tz = ZoneInfo(metrics.business_day.timezone)
+    return datetime(day.year, day.month, day.day, tzinfo=tz) + timedelta(days=1, hours=metrics.business_day.cutoff_hour)
+
+
+def blast_radius(start: str, day: date, diagnosis: Diagnosis, ctx: DiagnosisContext) -> BlastRadius:
+    graph = ctx.graph
+    downstream = graph.downstream(start) if start in graph else set()
+    order = [k for k in nx.topological_sort(graph.assets.subgraph(downstream))]
+    after = _morning_after(day, ctx.metrics)
+    totals_by_asset: dict[str, list] = {}
+    for t in ctx.metrics.totals:
+        totals_by_asset.setdefault(t.asset, []).append(t)
+
+    assets: list[AffectedAsset] = []
+    newly_flagged: list[str] = []
+    summary: dict[str, float | int | str] = {"downstream_assets": len(order)}
+    affected_items = _affected_items_sql(diagnosis, ctx)
+    for key in order:
+        info = graph.info(key)
+        change: dict[str, Any] = {}
+        for total in totals_by_asset.get(key, []):
+            history = ctx.history.metric_history(total.name, day + timedelta(days=1), 120)
+            tonight, before = history.get(day), _last_good(history, day)
+            if tonight is None or before is None:
+                continue
+            change[total.name] = {"before": before.value, "after": tonight.value}
+            summary[f"{total.name}_before"] = before.value or 0
+            summary[f"{total.name}_after"] = tonight.value or 0
+            if total.group_keys and total.hurts.value in ("up", "both"):
+                flagged = sorted(g.partition("=")[2] for g in set(tonight.groups) - set(before.groups))
+                newly_flagged.extend(flagged[:MAX_FLAGGED])
+                change[total.name]["newly_flagged"] = len(flagged)
+        if affected_items and info.table_name and "coalesce" in info.kinds:
+            rows = _rows_for_items(ctx, key, *affected_items)
+            if rows is not None:
+                change["rows_affected"] = rows
+        assets.append(
+            AffectedAsset(
+                asset_key=key,
+                name=(info.description.splitlines()[0] if info.description else key),
+                kind=sorted(info.kinds)[0] if info.kinds else "asset",
+                owners=list(info.owners),
+                change=change,
+                next_read=next_read(info.reads, after),
+            )
+        )
+    summary["newly_flagged"] = len(newly_flagged)
+    summary["consumers"] = sum(1 for a in assets if a.next_read)
+    return BlastRadius(assets=assets, newly_flagged=newly_flagged, summary=summary)
+
+
+def _affected_items_sql(diagnosis: Diagnosis, ctx: DiagnosisContext) -> tuple[str, tuple[str, str]] | None:
+    """A subquery of the items in tonight's gap, and the (asset, column) it lists, when a join drop is the
+    cause: the item column of the left side of the join."""
+    if not diagnosis.joins:
+        return None
+    effect = diagnosis.joins[0]
+    info = ctx.graph.info(effect.asset_key)
+    join = next((j for j in parse_joins(info.join or "", ctx.resolve_table) if j.left_table == effect.left), None)
+    left_key = ctx.graph.key_for_table(effect.left)
+    item_totals = [t for t in ctx.metrics.totals if t.item_key]
+    if join is None or left_key is None or not item_totals:
+        return None
+    traced = ctx.graph.trace_column((item_totals[0].asset, item_totals[0].item_key), left_key)  # type: ignore[arg-type]
+    if traced is None:
+        return None
+    on = " AND ".join(f"R.{quote_identifier(r)} = L.{quote_identifier(lc)}" for lc, r in join.on)
+    sql = (
+        f"SELECT DISTINCT L.{quote_identifier(traced[1])} FROM {join.left_table} L LEFT JOIN {join.right_table} R"
+        f" ON {on} WHERE R.{quote_identifier(join.on[0][1])} IS NULL"
+    )
+    return sql, traced
+
+
+def _rows_for_items(ctx: DiagnosisContext, key: str, items_sql: str, item_column: tuple[str, str]) -> int | None:
+    """Rows of ``key`` about the items in the gap, through column lineage from the item column."""
+    derived = [c for c in nx.descendants(ctx.graph.columns, item_column) if c[0] == key] if item_column in ctx.graph.columns else []
+    if not derived:
+        return None
+    table = ".".join(quote_identifier(p) for p in (ctx.graph.info(key).table_name or "").split("."))
+    ctx.cursor.execute(f"SELECT COUNT(*) FROM {table} WHERE {quote_identifier(derived[0][1])} IN ({items_sql})")
+    return int(ctx.cursor.fetchone()[0])

@@ -1,0 +1,95 @@
+"""The diagnosis job, launched once per new incident (and again when new findings join it) by a sensor."""
+
+from collections.abc import Callable, Sequence
+
+import dagster as dg
+
+from dw_dagster.checks.history import HistorySession
+from dw_dagster.checks.metrics import MetricsFile
+from dw_dagster.context.lineage import LineageGraph
+from dw_dagster.incidents.assets import incident_materialization
+from dw_dagster.incidents.blast_radius import blast_radius
+from dw_dagster.incidents.diagnosis import DiagnosisContext, by_priority, diagnose
+from dw_dagster.incidents.models import BlastRadius, Diagnosis, Finding
+from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.warehouse.ops import OpsSchema
+from dw_dagster.warehouse.resources import WarehouseResource
+
+INCIDENT_TAG = "dw/incident_id"
+DIAGNOSE_JOB = "diagnose_incident"
+
+
+def findings_of(store: IncidentStore, incident_id: str) -> list[Finding]:
+    return [Finding.model_validate(e.detail) for e in store.events(incident_id, kind="finding")]
+
+
+def build_incident_definitions(
+    specs: Sequence[dg.AssetSpec],
+    metrics: MetricsFile,
+    resolve_table: Callable[[str, str], str],
+    ops: OpsSchema,
+) -> dg.Definitions:
+    graph = LineageGraph(specs)
+
+    @dg.op(name="diagnose", description="Walk the lineage from the failing number to its cause and its readers.")
+    def diagnose_op(context: dg.OpExecutionContext, snowflake: WarehouseResource) -> None:
+        incident_id = context.run.tags.get(INCIDENT_TAG)
+        if not incident_id:
+            raise dg.Failure(f"run tag {INCIDENT_TAG}: missing; this job diagnoses one incident")
+        store = IncidentStore(snowflake, ops, run_id=context.run_id)
+        incident = store.get(incident_id)
+        if incident is None:
+            raise dg.Failure(f"incident {incident_id}: not found in {ops.table('INCIDENTS')}")
+        findings = findings_of(store, incident_id)
+        start = by_priority(findings)[0].asset_key
+        with snowflake.tagged_connection(
+            "job.diagnose", schema=ops.schema, job=DIAGNOSE_JOB, asset=start, dagster_run_id=context.run_id
+        ) as conn:
+            ctx = DiagnosisContext(graph, metrics, resolve_table, HistorySession(conn, ops), conn.cursor())
+            diagnosis = diagnose(incident, findings, ctx)
+            radius = blast_radius(start, incident.business_date or findings[0].business_date, diagnosis, ctx)
+        record_diagnosis(store, incident_id, len(findings), diagnosis, radius)
+        context.log_event(incident_materialization(incident, store.events(incident_id, kind="finding"), diagnosis, radius))
+        context.log.info(f"{incident_id}: {diagnosis.classification.value}: {diagnosis.cause}")
+
+    @dg.job(name=DIAGNOSE_JOB, description="Diagnose one incident: cause, evidence, blast radius.")
+    def diagnose_incident():
+        diagnose_op()
+
+    @dg.sensor(
+        name="incident_sensor",
+        job=diagnose_incident,
+        minimum_interval_seconds=15,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Launches a diagnosis for each new incident, and again when new findings join one.",
+    )
+    def incident_sensor(context: dg.SensorEvaluationContext, snowflake: WarehouseResource):
+        store = IncidentStore(snowflake, ops)
+        for incident in store.list(status="open"):
+            count = len(store.events(incident.incident_id, kind="finding"))
+            done = {e.event_key for e in store.events(incident.incident_id, kind="diagnosis")}
+            if f"diagnosis|{count}" in done:
+                continue
+            # The run key makes a re-tick or a restart of the daemon launch nothing twice.
+            yield dg.RunRequest(run_key=f"{incident.incident_id}:{count}", tags={INCIDENT_TAG: incident.incident_id})
+
+    return dg.Definitions(jobs=[diagnose_incident], sensors=[incident_sensor])
+
+
+def record_diagnosis(
+    store: IncidentStore, incident_id: str, findings: int, diagnosis: Diagnosis, radius: BlastRadius
+) -> None:
+    store.append_event(
+        incident_id,
+        "diagnosis",
+        f"diagnosis|{findings}",
+        {"diagnosis": diagnosis.model_dump(mode="json"), "blast_radius": radius.model_dump(mode="json")},
+    )
+
+
+def latest_diagnosis(store: IncidentStore, incident_id: str) -> tuple[Diagnosis, BlastRadius] | None:
+    events = store.events(incident_id, kind="diagnosis")
+    if not events:
+        return None
+    detail = events[-1].detail
+    return Diagnosis.model_validate(detail["diagnosis"]), BlastRadius.model_validate(detail["blast_radius"])

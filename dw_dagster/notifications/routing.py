@@ -1,0 +1,122 @@
+"""Who hears about an incident: channels from the context file's teams.
+
+- The incident message goes to the channels of the owners on the path (``Diagnosis.owners``: the node
+  owner, the reference-table owner).
+- The hold notice goes to the consumers of the newly flagged items: the owners of the affected asset whose
+  ``change`` carries ``newly_flagged`` (the buyers' reorder list), unless the caller names them.
+- Whether the hold notice is sent, proposed to the owners, or skipped is the autonomy decision
+  (:func:`hold_mode_for`), made by the caller and carried in :class:`Recipients`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from dw_dagster.context.models import ContextFile
+from dw_dagster.incidents.models import BlastRadius, Diagnosis
+
+log = logging.getLogger(__name__)
+
+HoldMode = Literal["act", "propose", "none"]
+
+
+@dataclass(frozen=True)
+class Recipients:
+    owner_channels: tuple[str, ...]
+    """The incident message (and, when proposed, the hold proposal) goes here."""
+    consumer_channels: tuple[str, ...] = ()
+    """The hold notice goes here when ``hold == "act"``."""
+    hold: HoldMode = "none"
+    owner_teams: tuple[str, ...] = ()
+    consumer_teams: tuple[str, ...] = ()
+    autonomy: str | None = None
+    """Shown in a proposed hold notice ("L2 propose")."""
+    unrouted: tuple[str, ...] = field(default=())
+    """Team ids that are not in the context file (reported, never silently dropped)."""
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for i in items:
+        seen.setdefault(i, None)
+    return list(seen)
+
+
+def _channels(context: ContextFile, teams: Sequence[str]) -> tuple[list[str], list[str]]:
+    channels, unknown = [], []
+    for t in teams:
+        team = context.teams.get(t)
+        if team is None:
+            unknown.append(t)
+        else:
+            channels.append(team.slack_channel)
+    return _unique(channels), unknown
+
+
+def consumer_teams(blast: BlastRadius) -> list[str]:
+    """Owners of the affected assets that hold the newly flagged items (``change["newly_flagged"]``)."""
+    return _unique(t for a in blast.assets if "newly_flagged" in a.change for t in a.owners)
+
+
+def route_incident(
+    context: ContextFile,
+    diagnosis: Diagnosis,
+    blast: BlastRadius,
+    *,
+    hold: HoldMode = "propose",
+    consumers: Sequence[str] | None = None,
+    fallback_channel: str | None = None,
+    autonomy: str | None = None,
+) -> Recipients:
+    """The incident's recipients.
+
+    ``hold`` comes from the domain's autonomy (:func:`hold_mode_for`). ``consumers`` overrides the team ids
+    told to hold. When no owner on the path has a channel the incident goes to ``fallback_channel``; with no
+    fallback either this raises, because an incident nobody receives is a lost incident.
+    """
+    owners = _unique(diagnosis.owners)
+    owner_channels, unknown = _channels(context, owners)
+    if not owner_channels:
+        if not fallback_channel:
+            raise ValueError(
+                f"incident {diagnosis.incident_id}: no owner on the path has a Slack channel in the context file "
+                f"(owners {owners}); add the teams or pass fallback_channel"
+            )
+        owner_channels = [fallback_channel]
+    cons = _unique(consumers) if consumers is not None else consumer_teams(blast)
+    consumer_channels, unknown_consumers = _channels(context, cons)
+    unrouted = tuple(_unique([*unknown, *unknown_consumers]))
+    if unrouted:
+        log.warning("incident %s: teams not in the context file: %s", diagnosis.incident_id, ", ".join(unrouted))
+    if not blast.newly_flagged:
+        hold = "none"
+    elif hold == "act" and not consumer_channels:
+        # Nobody to tell: a person decides who should hold.
+        hold = "propose"
+    return Recipients(
+        owner_channels=tuple(owner_channels),
+        consumer_channels=tuple(consumer_channels),
+        hold=hold,
+        owner_teams=tuple(owners),
+        consumer_teams=tuple(cons),
+        autonomy=autonomy,
+        unrouted=unrouted,
+    )
+
+
+def hold_mode_for(autonomy: str | int, *, standing_approval: bool, stopped: bool = False) -> HoldMode:
+    """What to do with a hold notice at an autonomy level ("L0".."L4" or 0..4).
+
+    L0 manual: nothing. L1 observe and L2 propose: propose it to the owners. L3 act reversibly and L4:
+    send it at once, but only under a standing approval for this class of action and while no org-wide
+    stop is in force; otherwise a person decides.
+    """
+    level = int(str(autonomy).upper().removeprefix("L"))
+    if level <= 0:
+        return "none"
+    if level >= 3 and standing_approval and not stopped:
+        return "act"
+    return "propose"

@@ -1,0 +1,75 @@
+"""Diagnosis on the distributor world: the reference night, traced to org 7120 and the inner join."""
+
+from __future__ import annotations
+
+import pytest
+
+from dw_dagster.incidents.jobs import latest_diagnosis
+from dw_dagster.incidents.models import CauseClass
+from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.warehouse.ops import OpsSchema
+from dw_local.daemon import LocalDaemon
+from dw_local.worlds.distributor.generator import DistributorWorld
+
+pytestmark = pytest.mark.world
+
+
+@pytest.fixture(scope="module")
+def reference_night(seeded_world):
+    daemon = LocalDaemon(seeded_world)
+    world = DistributorWorld()
+    world.play_night(seeded_world.snowflake, seeded_world.coalesce_client(), 60)
+    assert daemon.tick().diagnoses == []
+    world.play_reference_night(seeded_world.snowflake, seeded_world.coalesce_client())
+    outcome = daemon.tick()
+    store = IncidentStore(daemon.defs.resources["snowflake"], OpsSchema("DW_PROD", "DW_OPS"))
+    (incident,) = store.list(status="open")
+    return daemon, outcome, store, incident
+
+
+def test_one_diagnosis_run_per_incident(reference_night):
+    daemon, outcome, store, incident = reference_night
+    assert [r.success for r in outcome.diagnoses] == [True]
+    again = daemon.tick()
+    assert again.diagnoses == [], "a re-tick diagnoses nothing twice"
+
+
+def test_value_loss_through_the_inner_join(reference_night):
+    _, _, store, incident = reference_night
+    diagnosis, _ = latest_diagnosis(store, incident.incident_id)
+    assert diagnosis.classification is CauseClass.VALUE_LOSS
+    (key,) = diagnosis.keys
+    assert (key.column, key.value) == ("ORGANIZATION_ID", "7120")
+    assert key.units == 41_800 and key.distinct_items == 1_260
+    assert key.new_in_source_since == incident.business_date
+    (join,) = diagnosis.joins
+    assert join.asset_key == "inventory/fct_inventory_position" and join.join_type == "INNER"
+    assert "DIM_WAREHOUSE" in join.right and join.dropped_units == 41_800
+    assert diagnosis.evidence["gap_units"] == 41_800
+    assert "team:planning-ops" in diagnosis.owners and "team:inventory-analytics" in diagnosis.owners
+    assert diagnosis.path[0] == "raw_ebs/mtl_onhand_quantities_detail"
+    assert diagnosis.path[-1] == "inventory/fct_inventory_position"
+
+
+def test_the_test_query_finds_the_units_that_match_no_warehouse(reference_night):
+    daemon, _, store, incident = reference_night
+    diagnosis, _ = latest_diagnosis(store, incident.incident_id)
+    with daemon.lw.snowflake.connect() as conn:
+        cur = conn.cursor()
+        cur.execute(diagnosis.test_query)
+        rows = cur.fetchall()
+    assert [(int(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in rows] == [(7120, 1260, 41_800, 1260)]
+
+
+def test_blast_radius(reference_night):
+    _, _, store, incident = reference_night
+    _, radius = latest_diagnosis(store, incident.incident_id)
+    by = {a.asset_key: a for a in radius.assets}
+    assert {"mart/mart_days_of_supply", "mart/mart_reorder_candidates", "thoughtspot/network_days_of_supply",
+            "buyers/reorder_candidates_list"} <= set(by)  # fmt: skip
+    reorder = by["mart/mart_reorder_candidates"].change["reorder_candidates"]
+    assert (reorder["before"], reorder["after"]) == (31, 195)
+    assert len(radius.newly_flagged) == 164
+    assert "09:00 S&OP" in by["thoughtspot/network_days_of_supply"].next_read
+    assert by["mart/mart_days_of_supply"].change["rows_affected"] == 1_260
+    assert by["thoughtspot/network_days_of_supply"].owners == ["team:supply-chain-planning"]

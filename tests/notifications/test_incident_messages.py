@@ -1,0 +1,537 @@
+"""The incident's Slack messages: Block Kit within Slack's limits, routing from the context file, and
+delivery through the outbox over real sockets (local Snowflake + the Slack stand-in; nothing mocked):
+once each across re-ticks and process restarts, replies in the thread, an outage delays and never loses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import subprocess
+import sys
+import threading
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+
+import dagster as dg
+import httpx
+import pytest
+
+from dw_dagster.context.models import ContextFile, load_context_file
+from dw_dagster.incidents.models import (
+    AffectedAsset,
+    BlastRadius,
+    CauseClass,
+    Diagnosis,
+    Incident,
+    JoinEffect,
+    KeyGap,
+)
+from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.notifications import (
+    DagsterLinks,
+    IncidentNotifier,
+    Recipients,
+    SlackNotifier,
+    build_slack_outbox_sensor,
+    hold_mode_for,
+    hold_notice,
+    incident_message,
+    proposed_hold_notice,
+    route_incident,
+)
+from dw_dagster.notifications.blocks import (
+    FIELD_TEXT_LIMIT,
+    HEADER_TEXT_LIMIT,
+    MAX_BLOCKS,
+    SECTION_TEXT_LIMIT,
+    dagster_ui_url,
+)
+from dw_dagster.notifications.incident_notifier import Redactor
+from dw_dagster.warehouse.ops import OpsSchema
+from dw_dagster.warehouse.resources import WarehouseResource
+from dw_local.world import DISTRIBUTOR_DIR, LOCAL_SLACK_TOKEN, LocalWorld
+
+REPO = Path(__file__).resolve().parents[2]
+DATABASE = "DW_NOTIFY_TEST"
+UTC = timezone.utc
+
+# -- the reference night, by hand (the real diagnosis is built elsewhere) ----------------------------
+
+
+def reference_incident(incident_id: str = "INC-20250616-dc7a01") -> Incident:
+    opened = datetime(2025, 6, 17, 7, 30, tzinfo=UTC)  # 02:30 America/Chicago
+    return Incident(
+        incident_id=incident_id, cause_key="2025-06-16|job:inventory_nightly", status="open",
+        business_date=date(2025, 6, 16), title="Network on-hand units fell 1.8% while EBS rose 0.2%",
+        severity="ERROR", opened_at=opened, updated_at=opened,
+    )  # fmt: skip
+
+
+TEST_QUERY = """SELECT o.ORGANIZATION_ID, SUM(o.TRANSACTION_QUANTITY) AS UNITS,
+       COUNT(DISTINCT o.INVENTORY_ITEM_ID) AS SKUS
+FROM RAW_EBS.MTL_ONHAND_QUANTITIES_DETAIL o
+LEFT JOIN INVENTORY.DIM_WAREHOUSE w ON w.ORGANIZATION_ID = o.ORGANIZATION_ID
+WHERE w.ORGANIZATION_ID IS NULL
+GROUP BY 1 HAVING SUM(o.TRANSACTION_QUANTITY) <> 0"""
+
+
+def reference_diagnosis(incident_id: str, keys: list[KeyGap] | None = None) -> Diagnosis:
+    dc7 = KeyGap(
+        column="ORGANIZATION_ID", value="7120", units=41800, rows=1260, distinct_items=1260,
+        new_in_source_since=date(2025, 6, 16),
+    )  # fmt: skip
+    return Diagnosis(
+        incident_id=incident_id,
+        classification=CauseClass.VALUE_LOSS,
+        cause=(
+            "FCT_INVENTORY_POSITION inner-joins on-hand rows to DIM_WAREHOUSE; inventory org 7120 (DC7 Dallas) is "
+            "not in the planning-ops region map, so its 41,800 units drop out while DC2's outbound transfers count."
+        ),
+        evidence={
+            "network_onhand_change_pct": -1.8,
+            "ebs_onhand_change_pct": 0.2,
+            "baseline_max_daily_change_pct": 0.3,
+            "gap_units": 41800,
+            "fct_inventory_position_rows": "in range, fresh",
+        },
+        keys=keys if keys is not None else [dc7],
+        joins=[
+            JoinEffect(
+                asset_key="inventory/fct_inventory_position", join_type="inner", left="STG_ONHAND",
+                right="DIM_WAREHOUSE", on=["STG_ONHAND.ORGANIZATION_ID = DIM_WAREHOUSE.ORGANIZATION_ID"],
+                dropped_rows=1260, dropped_units=41800, unmatched=[dc7],
+            )  # fmt: skip
+        ],
+        upstream_change="Oracle EBS opened inventory org 7120 (DC7 Dallas) Mon 14:00; Qlik Replicate applied it at 14:06.",
+        path=[
+            "oracle_ebs/mtl_onhand_quantities_detail",
+            "qlik_replicate/ebs_inventory_cdc",
+            "raw_ebs/mtl_onhand_quantities_detail",
+            "ref_planning/region_map",
+            "inventory/dim_warehouse",
+            "inventory/fct_inventory_position",
+        ],
+        test_query=TEST_QUERY,
+        owners=["inventory-analytics", "planning-ops"],
+    )
+
+
+def reference_blast(n_skus: int = 164, extra_assets: int = 0) -> BlastRadius:
+    assets = [
+        AffectedAsset(asset_key="mart/mart_days_of_supply", name="MART_DAYS_OF_SUPPLY", kind="coalesce",
+                      owners=["inventory-analytics"], change={"rows_affected": 1260}),
+        AffectedAsset(asset_key="thoughtspot/network_days_of_supply", name='Liveboard "Network days of supply"',
+                      kind="thoughtspot", owners=["supply-chain-planning"],
+                      next_read="09:00 S&OP meeting, Tue 2025-06-17 09:00 America/Chicago"),
+        AffectedAsset(asset_key="mart/mart_reorder_candidates", name="MART_REORDER_CANDIDATES", kind="coalesce",
+                      owners=["inventory-analytics"], change={"rows_before": 31, "rows_after": 195}),
+        AffectedAsset(asset_key="buyers/reorder_candidates_list", name="Reorder candidates list", kind="thoughtspot",
+                      owners=["buyers"], change={"rows_before": 31, "rows_after": 195, "newly_flagged": n_skus},
+                      next_read="buyers' morning expedite review 07:30"),
+    ]  # fmt: skip
+    assets += [
+        AffectedAsset(asset_key=f"mart/extra_{i}", name=f"EXTRA_{i}", kind="coalesce", owners=["inventory-analytics"])
+        for i in range(extra_assets)
+    ]
+    return BlastRadius(
+        assets=assets,
+        newly_flagged=[f"SKU-{100000 + 7 * i}" for i in range(n_skus)],
+        summary={"newly_flagged_skus": n_skus, "gap_units": 41800},
+    )
+
+
+@pytest.fixture(scope="module")
+def context() -> ContextFile:
+    return load_context_file(DISTRIBUTOR_DIR / "context.yaml")
+
+
+# -- Block Kit ---------------------------------------------------------------------------------------
+
+
+def _texts(payload: dict) -> str:
+    return json.dumps(payload["blocks"], ensure_ascii=False)
+
+
+def _check_limits(payload: dict) -> None:
+    blocks = payload["blocks"]
+    assert payload["text"], "plain-text fallback always set"
+    assert len(blocks) <= MAX_BLOCKS
+    for b in blocks:
+        if b["type"] == "header":
+            assert len(b["text"]["text"]) <= HEADER_TEXT_LIMIT
+        if b["type"] == "section":
+            if "text" in b:
+                assert len(b["text"]["text"]) <= SECTION_TEXT_LIMIT
+            assert len(b.get("fields", [])) <= 10
+            assert all(len(f["text"]) <= FIELD_TEXT_LIMIT for f in b.get("fields", []))
+        if b["type"] == "context":
+            assert len(b["elements"]) <= 10
+
+
+def test_incident_message_carries_the_reference_numbers(context, monkeypatch):
+    monkeypatch.setenv("DAGSTER_UI_URL", "https://dagster.example.com/")
+    inc = reference_incident()
+    msg = incident_message(
+        inc, reference_diagnosis(inc.incident_id), reference_blast(), context=context, run_id="run-42",
+        hold_note="#buyers told to hold expedite orders on these SKUs.",
+    ).payload()  # fmt: skip
+    _check_limits(msg)
+    blocks, text = msg["blocks"], _texts(msg)
+    assert blocks[0]["type"] == "header"
+    assert "ERROR" in blocks[0]["text"]["text"] and inc.incident_id in blocks[0]["text"]["text"]
+    for needle in [
+        "-1.8%", "+0.2%", "41,800", "ORGANIZATION_ID = 7120", "over 1,260 SKUs", "rows 31 → 195",
+        "09:00 S&amp;OP meeting", "MART_DAYS_OF_SUPPLY", "Reorder candidates list", "Planning operations (#planning-ops)",
+        "<@U0INVAN01>", "<@U0PLANOP1>", "value loss", "164 newly flagged SKUs",
+    ]:  # fmt: skip
+        assert needle in text, needle
+    # The test query in a code block, escaped for mrkdwn (its "<>" would otherwise read as a link).
+    query = next(b for b in blocks if b["type"] == "section" and "Test query" in b["text"]["text"])["text"]["text"]
+    assert "```" in query and "&lt;&gt; 0" in query and "<>" not in query
+    buttons = next(b for b in blocks if b["type"] == "actions")["elements"]
+    assert buttons[0]["url"].startswith("https://dagster.example.com/assets/dw/incidents")
+    assert buttons[1]["url"] == "https://dagster.example.com/runs/run-42"
+    assert inc.incident_id in msg["text"] and "41,800" in msg["text"]
+    assert dagster_ui_url({}) == "http://localhost:3000"
+
+
+def test_hold_notice_and_its_proposed_variant(context):
+    inc, blast = reference_incident(), reference_blast()
+    links = DagsterLinks("http://localhost:3000")
+    sent = hold_notice(inc, blast, standing_approval="hold notices while an incident is open (L3)", links=links)
+    payload = sent.payload()
+    _check_limits(payload)
+    text = _texts(payload)
+    assert "164 SKUs" in payload["blocks"][0]["text"]["text"]
+    assert "first 100 of 164" in text and "… and 64 more SKUs" in text
+    assert "SKU-100000" in text and "rows 31 → 195" in text and "standing approval" in text
+    assert "Hold expedite orders" in payload["text"]
+
+    proposed = proposed_hold_notice(inc, blast, consumer_channels=["#buyers"], autonomy="L2 propose", links=links)
+    payload = proposed.payload()
+    _check_limits(payload)
+    text = _texts(payload)
+    assert "Proposed" in payload["blocks"][0]["text"]["text"] and "#buyers" in payload["blocks"][0]["text"]["text"]
+    assert "Not sent." in text and "L2 propose" in text and "… and 64 more SKUs" in text
+    assert payload["text"].startswith("Proposed (not sent)")
+
+
+def test_blocks_stay_within_slack_limits_at_scale(context):
+    inc = reference_incident()
+    many_keys = [
+        KeyGap(column="INVENTORY_ITEM_ID", value=str(500000 + i), units=33.0 + i % 7, rows=1, distinct_items=1)
+        for i in range(1260)
+    ]
+    diagnosis = reference_diagnosis(inc.incident_id, keys=many_keys)
+    diagnosis.evidence.update({f"extra_metric_{i}": i * 1000 for i in range(20)})
+    diagnosis.test_query = "SELECT 1 -- " + "x" * 10_000
+    diagnosis.path = [f"schema_{i}/node_with_a_long_name_{i}" for i in range(300)]
+    blast = reference_blast(n_skus=164, extra_assets=60)
+    msg = incident_message(inc, diagnosis, blast, context=context).payload()
+    _check_limits(msg)
+    text = _texts(msg)
+    assert "more keys" in text and "more affected assets" in text and "truncated" in text
+    assert msg["blocks"][-2]["type"] == "actions"  # the Dagster link survives the cut
+
+    big = reference_blast(n_skus=5000)
+    big.newly_flagged = [f"SKU-LONG-IDENTIFIER-{i:08d}" for i in range(5000)]
+    for m in (
+        hold_notice(inc, big, max_items=None),
+        proposed_hold_notice(inc, big, consumer_channels=["#buyers"], max_items=None),
+    ):
+        payload = m.payload()
+        _check_limits(payload)
+        assert "more SKUs" in _texts(payload)
+
+
+def test_routing_from_the_context_file(context):
+    inc = reference_incident()
+    diagnosis, blast = reference_diagnosis(inc.incident_id), reference_blast()
+    r = route_incident(context, diagnosis, blast, hold=hold_mode_for("L3", standing_approval=True), autonomy="L3")
+    assert r.owner_channels == ("#inventory-analytics", "#planning-ops")
+    assert r.consumer_channels == ("#buyers",) and r.consumer_teams == ("buyers",)
+    assert r.hold == "act"
+    assert route_incident(context, diagnosis, blast, hold=hold_mode_for(2, standing_approval=True)).hold == "propose"
+    assert hold_mode_for("L4", standing_approval=True, stopped=True) == "propose"
+    assert hold_mode_for("L3", standing_approval=False) == "propose"
+    assert hold_mode_for("L0", standing_approval=True) == "none"
+    assert route_incident(context, diagnosis, BlastRadius(), hold="act").hold == "none"
+
+    stray = diagnosis.model_copy(update={"owners": ["nobody"]})
+    with pytest.raises(ValueError, match="no owner on the path"):
+        route_incident(context, stray, blast)
+    r = route_incident(context, stray, blast, fallback_channel="#data-platform")
+    assert r.owner_channels == ("#data-platform",) and r.unrouted == ("nobody",)
+
+
+# -- delivery over real sockets ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    with LocalWorld(tmp_path_factory.mktemp("notify"), services=("snowflake", "slack")) as lw:
+        yield lw
+
+
+def _warehouse(lw: LocalWorld) -> WarehouseResource:
+    sf = lw.snowflake
+    return WarehouseResource(
+        account=sf.account, user=sf.user, password=sf.password, database=DATABASE, network_timeout=20,
+        additional_snowflake_connection_args={"host": sf.host, "port": sf.port, "protocol": sf.protocol},
+    )  # fmt: skip
+
+
+def _slack(lw: LocalWorld, retries: int = 1, token: str = LOCAL_SLACK_TOKEN) -> SlackNotifier:
+    return SlackNotifier(token=token, base_url=f"{lw.slack_url}/api/", max_retries=retries)
+
+
+def _notifier(lw: LocalWorld, schema: str, **kwargs) -> IncidentNotifier:
+    slack = kwargs.pop("slack", None) or _slack(lw)
+    store = IncidentStore(_warehouse(lw), OpsSchema(DATABASE, schema))
+    return IncidentNotifier(slack, store, ui_url="http://localhost:3000", **kwargs)
+
+
+def _posted(lw: LocalWorld, incident_id: str) -> list[dict]:
+    """What the stand-in stored for this incident (every message carries its outbox key as metadata)."""
+    msgs = httpx.get(f"{lw.slack_url}/_sink/messages").json()["messages"]
+    return [m for m in msgs if ((m.get("metadata") or {}).get("event_payload") or {}).get("incident_id") == incident_id]
+
+
+def _kinds(msgs: list[dict]) -> list[tuple[str, str]]:
+    return sorted((m["channel"], m["metadata"]["event_payload"]["message_key"].split("|")[2]) for m in msgs)
+
+
+def _fault(lw: LocalWorld, count: int) -> None:
+    httpx.post(f"{lw.slack_url}/_sink/faults", json={"status": 503, "count": count}).raise_for_status()
+
+
+def _recipients(context: ContextFile, inc: Incident, hold: str = "act") -> Recipients:
+    return route_incident(
+        context, reference_diagnosis(inc.incident_id), reference_blast(), hold=hold, autonomy="L3 act reversibly"
+    )
+
+
+NOTIFY_SCRIPT = """
+import json, sys
+from dw_dagster.incidents.models import BlastRadius, Diagnosis, Incident
+from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.notifications import IncidentNotifier, Recipients, SlackNotifier
+from dw_dagster.warehouse.ops import OpsSchema
+from dw_dagster.warehouse.resources import WarehouseResource
+
+a = json.load(open(sys.argv[1]))
+wh = WarehouseResource(**a["warehouse"])
+notifier = IncidentNotifier(SlackNotifier(**a["slack"]), IncidentStore(wh, OpsSchema(a["database"], a["schema"])))
+r = Recipients(**{k: tuple(v) if isinstance(v, list) else v for k, v in a["recipients"].items()})
+rows = notifier.notify(Incident(**a["incident"]), Diagnosis(**a["diagnosis"]), BlastRadius(**a["blast"]), r)
+print(json.dumps([m.status for m in rows]))
+"""
+
+
+def _notify_in_a_new_process(lw: LocalWorld, tmp_path: Path, schema: str, inc, diagnosis, blast, recipients) -> list:
+    sf = lw.snowflake
+    args = {
+        "warehouse": {
+            "account": sf.account, "user": sf.user, "password": sf.password, "database": DATABASE,
+            "network_timeout": 20,
+            "additional_snowflake_connection_args": {"host": sf.host, "port": sf.port, "protocol": sf.protocol},
+        },
+        "slack": {"token": LOCAL_SLACK_TOKEN, "base_url": f"{lw.slack_url}/api/", "max_retries": 1},
+        "database": DATABASE, "schema": schema,
+        "incident": inc.model_dump(mode="json"), "diagnosis": diagnosis.model_dump(mode="json"),
+        "blast": blast.model_dump(mode="json"), "recipients": dataclasses.asdict(recipients),
+    }  # fmt: skip
+    path = tmp_path / "notify.json"
+    path.write_text(json.dumps(args))
+    out = subprocess.run(
+        [sys.executable, "-c", NOTIFY_SCRIPT, str(path)], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_notify_posts_each_message_once_across_re_ticks_and_restarts(world, context, tmp_path):
+    inc = reference_incident("INC-20250616-once01")
+    diagnosis, blast = reference_diagnosis(inc.incident_id), reference_blast()
+    recipients = _recipients(context, inc, hold="act")
+    notifier = _notifier(world, "NTF_ONCE")
+    rows = notifier.notify(inc, diagnosis, blast, recipients)
+    assert {m.status for m in rows} == {"sent"} and len(rows) == 3
+    notifier.notify(inc, diagnosis, blast, recipients)  # a re-tick
+    expected = [("#buyers", "hold"), ("#inventory-analytics", "incident"), ("#planning-ops", "incident")]
+    assert _kinds(_posted(world, inc.incident_id)) == expected
+
+    # Every process restarts: Slack, Snowflake, and the notifier itself (a new OS process).
+    world.restart("slack")
+    world.restart("snowflake")
+    statuses = _notify_in_a_new_process(world, tmp_path, "NTF_ONCE", inc, diagnosis, blast, recipients)
+    assert statuses == ["sent"] * 3
+    posted = _posted(world, inc.incident_id)
+    assert _kinds(posted) == expected
+    # The first message's ts is the thread, recorded durably, and the posts are roots (no thread_ts).
+    by_channel = {m.channel: m for m in _notifier(world, "NTF_ONCE").messages(inc.incident_id)}
+    assert {m["channel"]: m["ts"] for m in posted} == {c: m.slack_ts for c, m in by_channel.items()}
+    assert all(m["thread_ts"] is None for m in posted)
+    incident_root = next(m for m in posted if m["channel"] == "#inventory-analytics")
+    assert incident_root["text"].startswith(f"ERROR {inc.incident_id}") and incident_root["blocks"]
+    events = notifier.store.events(inc.incident_id, kind="slack_message")
+    assert sorted(e.detail["channel"] for e in events) == ["#buyers", "#inventory-analytics", "#planning-ops"]
+
+
+def test_updates_refinements_and_resolution_are_replies_in_each_thread(world, context):
+    inc = reference_incident("INC-20250616-thrd01")
+    diagnosis, blast = reference_diagnosis(inc.incident_id), reference_blast()
+    notifier = _notifier(world, "NTF_THREAD")
+    # L2: the hold notice is proposed to the owners, as a reply under the incident message.
+    notifier.notify(inc, diagnosis, blast, _recipients(context, inc, hold="propose"))
+    refined = diagnosis.model_copy(update={"cause": diagnosis.cause + " Confirmed on the rebuilt staging node."})
+    notifier.notify(inc, refined, blast, _recipients(context, inc, hold="propose"))
+    notifier.notify(inc, refined, blast, _recipients(context, inc, hold="propose"))  # re-tick: nothing new
+    notifier.post_update(inc, "Owners are reviewing the proposal (map row 7120 -> DC7, South).")
+    notifier.post_update(inc, "Owners are reviewing the proposal (map row 7120 -> DC7, South).")  # duplicate
+    notifier.post_resolution(inc, "Network on-hand is back in line with EBS; reorder list back to 31 rows.",
+                             verification={"reorder_rows": 31, "onhand_gap_units": 0})  # fmt: skip
+
+    posted = _posted(world, inc.incident_id)
+    assert "#buyers" not in {m["channel"] for m in posted}  # proposed, not sent
+    for channel in ("#inventory-analytics", "#planning-ops"):
+        thread = [m for m in posted if m["channel"] == channel]
+        root, replies = thread[0], thread[1:]
+        assert root["thread_ts"] is None and root["metadata"]["event_payload"]["message_key"].split("|")[2] == "incident"
+        assert [m["thread_ts"] for m in replies] == [root["ts"]] * 4
+        kinds = [m["metadata"]["event_payload"]["message_key"].split("|")[2] for m in replies]
+        assert kinds == ["hold_proposed", "incident", "update", "resolved"]
+        assert replies[1]["blocks"][0]["text"]["text"].startswith(":arrows_counterclockwise: Diagnosis refined")
+        assert "Resolved" in replies[3]["text"]
+        # The stand-in's thread view agrees.
+        client = _slack(world).get_client()
+        assert len(client.conversations_replies(channel=channel, ts=root["ts"])["messages"]) == 5
+
+
+def test_an_outage_delays_and_never_loses(world, context, caplog):
+    inc = reference_incident("INC-20250616-outg01")
+    diagnosis, blast = reference_diagnosis(inc.incident_id), reference_blast()
+    notifier = _notifier(world, "NTF_OUTAGE")  # client retries once: 2 requests per post
+    _fault(world, 2)
+    with caplog.at_level(logging.WARNING):
+        rows = notifier.notify(inc, diagnosis, blast, _recipients(context, inc, hold="act"))
+    _fault(world, 0)
+    assert [m.status for m in rows] == ["pending"] * 3
+    first = rows[0]
+    assert first.attempts == 1 and first.last_outcome == "failed" and "503" in (first.last_error or "")
+    assert first.next_attempt_at is not None and first.next_attempt_at > datetime.now(UTC)
+    # The flush stopped at the outage: the other messages were not even tried.
+    assert [m.attempts for m in rows[1:]] == [0, 0]
+    assert not _posted(world, inc.incident_id)
+    attempts = notifier.store.events(inc.incident_id, kind="slack_attempt")
+    assert [(e.detail["attempt"], e.detail["outcome"]) for e in attempts] == [(1, "failed")]
+    assert "pending" in caplog.text
+
+    # Updates enqueued during the outage wait for their thread's root.
+    notifier.post_update(inc, "Still investigating.")
+    assert not _posted(world, inc.incident_id)  # the root is backing off, so the reply waits too
+
+    # A restarted notifier (sensor tick) before the backoff ends does nothing; after it, it delivers.
+    later = _notifier(world, "NTF_OUTAGE")
+    assert later.flush_pending().sent == []
+    after_backoff = _notifier(world, "NTF_OUTAGE", clock=lambda: datetime.now(UTC) + timedelta(hours=1))
+    result = after_backoff.flush_pending()
+    assert len(result.sent) == 5 and not result.failed
+    assert after_backoff.flush_pending().sent == []
+    posted = _posted(world, inc.incident_id)
+    assert len(posted) == 5 and len({m["metadata"]["event_payload"]["message_key"] for m in posted}) == 5
+    root = next(m for m in posted if m["channel"] == "#inventory-analytics" and m["thread_ts"] is None)
+    update = [m for m in posted if m["channel"] == "#inventory-analytics" and m["thread_ts"] == root["ts"]]
+    assert len(update) == 1 and "Still investigating." in update[0]["text"]
+    done = {m.message_key: m for m in later.messages(inc.incident_id)}
+    assert all(m.status == "sent" and m.slack_ts for m in done.values())
+    assert done[rows[0].message_key].attempts == 2
+    outcomes = [(e.detail["attempt"], e.detail["outcome"]) for e in later.store.events(inc.incident_id, "slack_attempt")
+                if e.detail["message_key"] == rows[0].message_key]  # fmt: skip
+    assert outcomes == [(1, "failed"), (2, "sent")]
+
+
+def test_the_outbox_sensor_delivers_pending_messages(world, context):
+    inc = reference_incident("INC-20250616-snsr01")
+    notifier = _notifier(world, "NTF_SENSOR", backoff_seconds=(0, 0))
+    _fault(world, 2)
+    notifier.notify(inc, reference_diagnosis(inc.incident_id), reference_blast(), _recipients(context, inc, "act"))
+    _fault(world, 0)
+    assert not _posted(world, inc.incident_id)
+    sensor = build_slack_outbox_sensor(OpsSchema(DATABASE, "NTF_SENSOR"))
+    with dg.build_sensor_context(resources={"slack": _slack(world), "snowflake": _warehouse(world)}) as ctx:
+        skip = sensor(ctx)
+    assert "sent 3" in skip.skip_message
+    assert len(_posted(world, inc.incident_id)) == 3
+
+
+def test_concurrent_flushes_post_once(world, context):
+    inc = reference_incident("INC-20250616-race01")
+    seed = _notifier(world, "NTF_RACE")
+    _fault(world, 2)
+    seed.notify(inc, reference_diagnosis(inc.incident_id), reference_blast(), _recipients(context, inc, "act"))
+    _fault(world, 0)
+    seed.post_update(inc, "An update racing its root.")
+    flushers = [_notifier(world, "NTF_RACE") for _ in range(4)]
+    results = []
+    threads = [threading.Thread(target=lambda n=n: results.append(n.flush_pending(force=True))) for n in flushers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Whatever a losing flusher left waiting, one more pass finishes; nothing is posted twice.
+    seed.flush_pending(force=True)
+    posted = _posted(world, inc.incident_id)
+    keys = [m["metadata"]["event_payload"]["message_key"] for m in posted]
+    assert len(keys) == len(set(keys)) == 6  # 3 roots + the update in 3 threads
+    assert all(m.status == "sent" for m in seed.messages(inc.incident_id))
+
+
+def test_a_post_whose_answer_was_lost_is_not_posted_again(world, context):
+    """A crash after Slack accepted a reply but before its ts was recorded: the next flush finds it."""
+    inc = reference_incident("INC-20250616-lost01")
+    notifier = _notifier(world, "NTF_LOST")
+    notifier.notify(inc, reference_diagnosis(inc.incident_id), reference_blast(), _recipients(context, inc, "none"))
+    outbox = notifier.outbox
+    # Enqueue an update without flushing, claim it and post it as a crashing process would.
+    with outbox.connect("test") as cur:
+        key, _ = outbox.enqueue(cur, inc.incident_id, "#planning-ops", "update", "v1",
+                                {"text": "posted, then the process died"}, datetime.now(UTC))  # fmt: skip
+        msg = outbox.get(cur, key)
+        assert outbox.claim(cur, msg, "crashed-process", datetime.now(UTC) - timedelta(hours=1))
+        root = outbox.get(cur, msg.root_key)
+    notifier.client.chat_postMessage(
+        channel=root.slack_channel_id, thread_ts=root.slack_ts, text="posted, then the process died",
+        metadata={"event_type": "dw_incident_message",
+                  "event_payload": {"message_key": key, "incident_id": inc.incident_id}},
+    )  # fmt: skip
+    result = _notifier(world, "NTF_LOST", lease_seconds=60).flush_pending()
+    assert result.reconciled == [key] and result.sent == []
+    assert [m["text"] for m in _posted(world, inc.incident_id)].count("posted, then the process died") == 1
+    assert notifier.messages(inc.incident_id)[-1].status == "sent"
+
+
+def test_the_token_never_appears_in_logs_errors_or_records(world, context, caplog):
+    secret = "xoxb-1234567890-secret-token-abcdef"
+    inc = reference_incident("INC-20250616-tokn01")
+    notifier = _notifier(world, "NTF_TOKEN", slack=_slack(world, token=secret), backoff_seconds=(0, 0))
+    recipients = _recipients(context, inc, "act")
+    with caplog.at_level(logging.DEBUG):  # slack_sdk logs every request at DEBUG
+        _fault(world, 2)
+        notifier.notify(inc, reference_diagnosis(inc.incident_id), reference_blast(), recipients)
+        _fault(world, 0)
+        notifier.flush_pending()
+        # A channel Slack refuses: its error is recorded, the token is not.
+        notifier.post_update(inc, "to nowhere", channels=[""])
+    assert len(_posted(world, inc.incident_id)) == 3
+    records = notifier.messages(inc.incident_id)
+    assert any(m.last_error and "channel_not_found" in m.last_error for m in records)
+    stored = json.dumps([m.model_dump(mode="json") for m in records]) + json.dumps(
+        [e.detail for e in notifier.store.events(inc.incident_id)]
+    )
+    assert "slack_sdk" in caplog.text or "api/chat.postMessage" in caplog.text
+    assert secret not in caplog.text and secret not in stored
+    redact = Redactor(secret)
+    assert secret not in redact(f"error talking to Slack with Bearer {secret} and xoxp-99-other")
