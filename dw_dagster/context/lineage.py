@@ -23,6 +23,7 @@ class AssetInfo:
     node_type: str | None
     join: str | None
     reads: tuple[dict, ...]
+    columns: tuple[str, ...]
 
 
 def _md(spec: dg.AssetSpec, key: str):
@@ -50,6 +51,7 @@ class LineageGraph:
                     node_type=_md(spec, "coalesce/node_type"),
                     join=_strip_fences(join) if isinstance(join, str) else None,
                     reads=tuple(_md(spec, "dw/reads") or ()),
+                    columns=tuple(c.name for c in getattr(_md(spec, "dagster/column_schema"), "columns", ())),
                 ),
             )
             for dep in spec.deps:

@@ -106,10 +106,13 @@ def _affected_items_sql(diagnosis: Diagnosis, ctx: DiagnosisContext) -> tuple[st
 
 
 def _rows_for_items(ctx: DiagnosisContext, key: str, items_sql: str, item_column: tuple[str, str]) -> int | None:
-    """Rows of ``key`` about the items in the gap, through column lineage from the item column."""
-    derived = [c for c in nx.descendants(ctx.graph.columns, item_column) if c[0] == key] if item_column in ctx.graph.columns else []
-    if not derived:
+    """Rows of ``key`` about the items in the gap: its column derived from the item column through column
+    lineage, else its column of the same name (a mart may take the item id from the item master)."""
+    graph = ctx.graph
+    derived = [c[1] for c in nx.descendants(graph.columns, item_column) if c[0] == key] if item_column in graph.columns else []
+    column = derived[0] if derived else (item_column[1] if item_column[1] in graph.info(key).columns else None)
+    if column is None:
         return None
-    table = ".".join(quote_identifier(p) for p in (ctx.graph.info(key).table_name or "").split("."))
-    ctx.cursor.execute(f"SELECT COUNT(*) FROM {table} WHERE {quote_identifier(derived[0][1])} IN ({items_sql})")
+    table = ".".join(quote_identifier(p) for p in (graph.info(key).table_name or "").split("."))
+    ctx.cursor.execute(f"SELECT COUNT(*) FROM {table} WHERE {quote_identifier(column)} IN ({items_sql})")
     return int(ctx.cursor.fetchone()[0])

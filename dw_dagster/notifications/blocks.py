@@ -73,8 +73,8 @@ class DagsterLinks:
     base_url: str = DEFAULT_DAGSTER_UI_URL
 
     def incident(self, incident_id: str) -> str:
-        # The incidents asset's page; each materialization is one incident, tagged with its id.
-        return f"{self.base_url.rstrip('/')}/assets/{INCIDENTS_ASSET_PATH}?incident={quote(incident_id)}"
+        # The incidents asset's page: each materialization is one incident, tagged ``dw/incident_id``.
+        return f"{self.base_url.rstrip('/')}/assets/{INCIDENTS_ASSET_PATH}"
 
     def run(self, run_id: str) -> str:
         return f"{self.base_url.rstrip('/')}/runs/{quote(run_id)}"
@@ -115,13 +115,20 @@ def fmt_value(key: str, value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return str(value)
     if key.lower().endswith("_pct"):
-        return f"{value:+,.1f}%" if abs(value) >= 0.05 or value == 0 else f"{value:+,.2f}%"
+        # A change carries its sign (+0.2%); a level or a bound does not (0.3%).
+        k = key.lower()
+        bound = any(w in k for w in ("baseline", "max", "min", "threshold"))
+        signed = ("change" in k or "delta" in k) and not bound
+        digits = 1 if abs(value) >= 0.05 or value == 0 else 2
+        return f"{value:{'+' if signed else ''},.{digits}f}%"
     if isinstance(value, int) or float(value).is_integer():
         return f"{int(value):,}"
     return f"{value:,.2f}".rstrip("0").rstrip(".")
 
 
-_WORDS = {"ebs": "EBS", "sku": "SKU", "skus": "SKUs", "id": "ID", "onhand": "on-hand", "dc": "DC", "sql": "SQL"}
+_WORDS = {
+    "ebs": "EBS", "sku": "SKU", "skus": "SKUs", "id": "ID", "onhand": "on-hand", "dc": "DC", "sql": "SQL",
+}  # fmt: skip
 
 
 def label(key: str) -> str:
@@ -134,7 +141,8 @@ def label(key: str) -> str:
 
 
 def fmt_change(change: Mapping[str, Any]) -> str:
-    """``{"rows_before": 31, "rows_after": 195, "newly_flagged": 164}`` -> ``rows 31 → 195 · newly flagged 164``."""
+    """``{"rows_before": 31, "rows_after": 195, "newly_flagged": 164}``
+    -> ``rows 31 → 195 · newly flagged 164``."""
     parts: list[str] = []
     done: set[str] = set()
     for key in change:
@@ -143,7 +151,8 @@ def fmt_change(change: Mapping[str, Any]) -> str:
         if key.endswith("_before") and f"{key[:-7]}_after" in change:
             stem = key[:-7]
             after = f"{stem}_after"
-            parts.append(f"{label(stem).lower()} {fmt_value(stem, change[key])} → {fmt_value(stem, change[after])}")
+            before, now = fmt_value(stem, change[key]), fmt_value(stem, change[after])
+            parts.append(f"{label(stem).lower()} {before} → {now}")
             done.update({key, after})
         elif key.endswith("_after") and f"{key[:-6]}_before" in change:
             continue
@@ -263,16 +272,20 @@ def _join_line(j: JoinEffect) -> str:
         extra = f" and {fmt_count(len(j.unmatched) - 5)} more" if len(j.unmatched) > 5 else ""
         keys = f"; unmatched: {shown}{extra}"
     return (
-        f"• `{escape(j.asset_key)}`: {escape(j.join_type.upper())} JOIN `{escape(j.right)}` ON `{escape(on)}` "
-        f"{' and '.join(effect)}{keys}"
+        f"• `{escape(j.asset_key)}`: {escape(j.join_type.upper())} JOIN `{escape(j.right)}`"
+        f" ON `{escape(on)}` {' and '.join(effect)}{keys}"
     )
 
 
 def _evidence_fields(evidence: Mapping[str, Any]) -> tuple[list[MarkdownTextObject], list[str]]:
     items = [(label(k), fmt_value(k, v)) for k, v in evidence.items()]
-    fields = [mrkdwn(truncate(f"*{escape(name)}*\n{escape(val)}", FIELD_TEXT_LIMIT)) for name, val in items[:MAX_FIELDS]]
+    fields = [field_text(name, val) for name, val in items[:MAX_FIELDS]]
     overflow = [f"• *{escape(name)}*: {escape(val)}" for name, val in items[MAX_FIELDS:]]
     return fields, overflow
+
+
+def field_text(name: str, value: str) -> MarkdownTextObject:
+    return mrkdwn(truncate(f"*{escape(name)}*\n{escape(value)}", FIELD_TEXT_LIMIT))
 
 
 def _asset_section(a: AffectedAsset, context: ContextFile | None) -> SectionBlock:
@@ -307,7 +320,9 @@ def _dagster_actions(links: DagsterLinks, incident_id: str, run_id: str | None) 
     ]
     if run_id:
         buttons.append(
-            ButtonElement(text=PlainTextObject(text="Diagnosis run"), url=links.run(run_id), action_id="dw_open_run")
+            ButtonElement(
+                text=PlainTextObject(text="Diagnosis run"), url=links.run(run_id), action_id="dw_open_run"
+            )
         )
     return ActionsBlock(elements=buttons)
 
@@ -342,7 +357,8 @@ def incident_message(
     hint = "full detail in Dagster"
     emoji = SEVERITY_EMOJI.get(incident.severity.upper(), ":warning:")
     title = incident.title or diagnosis.cause
-    prefix = ":arrows_counterclockwise: Diagnosis refined" if refined else f"{emoji} {incident.severity.upper()}"
+    severity = incident.severity.upper()
+    prefix = ":arrows_counterclockwise: Diagnosis refined" if refined else f"{emoji} {severity}"
     blocks: list[Block] = [header(f"{prefix} · {incident.incident_id} · {title}")]
 
     cause = [f"*Cause* ({escape(diagnosis.classification.value.replace('_', ' '))})", escape(diagnosis.cause)]
@@ -366,7 +382,7 @@ def incident_message(
         blocks.append(context_line(f"Path: {truncate(path, CONTEXT_TEXT_LIMIT - 6)}"))
 
     blocks.append(DividerBlock())
-    summary = " · ".join(f"{escape(label(k).lower())} {escape(fmt_value(k, v))}" for k, v in blast.summary.items())
+    summary = " · ".join(f"{escape(label(k))}: {escape(fmt_value(k, v))}" for k, v in blast.summary.items())
     radius = f"*Blast radius*: {fmt_count(len(blast.assets))} affected assets"
     blocks.append(section(radius + (f" · {summary}" if summary else "")))
     for a in blast.assets[:MAX_ASSET_SECTIONS]:
@@ -393,10 +409,13 @@ def incident_message(
     ]
     blocks = cap_blocks(blocks, MAX_BLOCKS - len(tail), hint) + tail
 
+    evidence = list(diagnosis.evidence.items())
     text = _fallback(
-        f"{'Diagnosis refined' if refined else incident.severity.upper()} {incident.incident_id}: {title}.",
-        f"Cause: {diagnosis.cause}",
-        "Evidence: " + "; ".join(f"{label(k)} {fmt_value(k, v)}" for k, v in list(diagnosis.evidence.items())[:6]),
+        f"{'Diagnosis refined' if refined else severity} {incident.incident_id}: {title}.",
+        f"Cause: {diagnosis.cause}" if diagnosis.cause else "",
+        ("Evidence: " + "; ".join(f"{label(k)} {fmt_value(k, v)}" for k, v in evidence[:6]) + ".")
+        if evidence
+        else "",
         f"Blast radius: {len(blast.assets)} assets"
         + (f", {len(blast.newly_flagged):,} newly flagged SKUs" if blast.newly_flagged else "")
         + ".",
@@ -406,7 +425,7 @@ def incident_message(
 
 
 def _fallback(*parts: str) -> str:
-    return truncate(" ".join(p for p in parts if p and not p.endswith(": ")), FALLBACK_TEXT_LIMIT)
+    return truncate(" ".join(p for p in parts if p), FALLBACK_TEXT_LIMIT)
 
 
 def _flagged_items_blocks(items: Sequence[str], noun: str, max_items: int | None, hint: str) -> list[Block]:
@@ -414,7 +433,8 @@ def _flagged_items_blocks(items: Sequence[str], noun: str, max_items: int | None
         return []
     listed, shown = fit_items([escape(i) for i in items], SECTION_TEXT_LIMIT - 120, max_items)
     which = "all" if shown == len(items) else f"first {fmt_count(shown)}"
-    blocks: list[Block] = [section(f"*Newly flagged {noun}* ({which} of {fmt_count(len(items))})\n```{listed}```")]
+    heading = f"*Newly flagged {noun}* ({which} of {fmt_count(len(items))})"
+    blocks: list[Block] = [section(f"{heading}\n```{listed}```")]
     if shown < len(items):
         blocks.append(context_line(_more(len(items) - shown, noun, hint)))
     return blocks
@@ -437,7 +457,9 @@ def hold_notice(
     """
     links = links or DagsterLinks(dagster_ui_url())
     n = len(blast.newly_flagged)
-    blocks: list[Block] = [header(f":octagonal_sign: {action} on {n:,} {item_noun} · {incident.incident_id}")]
+    blocks: list[Block] = [
+        header(f":octagonal_sign: {action} on {n:,} {item_noun} · {incident.incident_id}"),
+    ]
     blocks.append(section(_hold_body(incident, blast, action, item_noun)))
     blocks += _flagged_items_blocks(blast.newly_flagged, item_noun, max_items, "(full list in Dagster)")
     blocks.append(_dagster_actions(links, incident.incident_id, None))
@@ -461,10 +483,12 @@ def _hold_body(incident: Incident, blast: BlastRadius, action: str, noun: str) -
     where = _flagged_asset(blast)
     n = fmt_count(len(blast.newly_flagged))
     on = f" on *{escape(where.name)}*" if where else ""
-    changed = f" ({escape(fmt_change(where.change))})" if where and where.change else ""
+    pairs = {k: v for k, v in (where.change if where else {}).items() if k != "newly_flagged"}
+    changed = f" ({escape(fmt_change(pairs))})" if pairs else ""
     return (
         f"A data incident ({escape(incident.title)}) put *{n} {noun}*{on} tonight that the data does not "
-        f"support{changed}.\n*{escape(action)} on these {noun}* until this thread says the incident is resolved."
+        f"support{changed}.\n*{escape(action)} on these {noun}* until this thread says the incident is"
+        " resolved."
     )
 
 
@@ -484,7 +508,9 @@ def proposed_hold_notice(
     n = len(blast.newly_flagged)
     to = ", ".join(consumer_channels) or "the consumers"
     why = f"Autonomy here is {escape(autonomy)}: " if autonomy else "Autonomy here does not allow acting: "
-    blocks: list[Block] = [header(f":raising_hand: Proposed: tell {to} to {action.lower()} · {incident.incident_id}")]
+    blocks: list[Block] = [
+        header(f":raising_hand: Proposed: tell {to} to {action.lower()} · {incident.incident_id}"),
+    ]
     blocks.append(
         section(
             f"*Not sent.* {why}dw-dagster does not tell {escape(to)} to act without a person. "
@@ -502,7 +528,9 @@ def proposed_hold_notice(
     return SlackMessage(text=text, blocks=cap_blocks(blocks))
 
 
-def update_message(incident: Incident, text: str, *, title: str = "Update", emoji: str = ":memo:") -> SlackMessage:
+def update_message(
+    incident: Incident, text: str, *, title: str = "Update", emoji: str = ":memo:"
+) -> SlackMessage:
     """A thread reply: what changed since the last message."""
     blocks: list[Block] = [
         section(f"{emoji} *{escape(title)}* · {incident.incident_id}\n{escape(text)}"),
@@ -511,16 +539,19 @@ def update_message(incident: Incident, text: str, *, title: str = "Update", emoj
 
 
 def resolution_message(
-    incident: Incident, text: str, *, verification: Mapping[str, Any] | None = None, links: DagsterLinks | None = None
+    incident: Incident,
+    text: str,
+    *,
+    verification: Mapping[str, Any] | None = None,
+    links: DagsterLinks | None = None,
 ) -> SlackMessage:
     """The thread reply that closes the incident, with the verification numbers when given."""
     links = links or DagsterLinks(dagster_ui_url())
-    blocks: list[Block] = [section(f":white_check_mark: *Resolved* · {incident.incident_id}\n{escape(text)}")]
+    blocks: list[Block] = [
+        section(f":white_check_mark: *Resolved* · {incident.incident_id}\n{escape(text)}"),
+    ]
     if verification:
-        fields = [
-            mrkdwn(truncate(f"*{escape(label(k))}*\n{escape(fmt_value(k, v))}", FIELD_TEXT_LIMIT))
-            for k, v in list(verification.items())[:MAX_FIELDS]
-        ]
+        fields = [field_text(label(k), fmt_value(k, v)) for k, v in list(verification.items())[:MAX_FIELDS]]
         blocks.append(SectionBlock(text=mrkdwn("*Verification*"), fields=fields))
     blocks.append(_dagster_actions(links, incident.incident_id, None))
     return SlackMessage(text=_fallback(f"Resolved ({incident.incident_id}): {text}"), blocks=blocks)

@@ -53,6 +53,7 @@ from dw_dagster.notifications.outbox import OutboxMessage, SlackOutbox, message_
 from dw_dagster.notifications.resources import SlackNotifier
 from dw_dagster.notifications.routing import Recipients
 from dw_dagster.warehouse.ops import OpsSchema
+from dw_dagster.warehouse.resources import WarehouseResource
 
 log = logging.getLogger(__name__)
 
@@ -158,16 +159,28 @@ class IncidentNotifier:
         posts the new version as a reply in each owner thread. Returns the incident's outbox rows.
         """
         iid = incident.incident_id
-        core = (incident.title, incident.severity, diagnosis.model_dump(mode="json"), blast_radius.model_dump(mode="json"))
+        core = (
+            incident.title,
+            incident.severity,
+            diagnosis.model_dump(mode="json"),
+            blast_radius.model_dump(mode="json"),
+        )
         hold_version = content_version(incident.title, hold_action, blast_radius.newly_flagged)
         consumers = ", ".join(recipients.consumer_channels) or "the consumers"
         hold_note = {
             "act": f":octagonal_sign: {consumers} told to {hold_action.lower()} on these SKUs.",
-            "propose": f":raising_hand: A hold notice for {consumers} is proposed in this thread: a person decides.",
+            "propose": f":raising_hand: A hold notice for {consumers} is proposed in this thread:"
+            " a person decides.",
             "none": None,
         }[recipients.hold]
         version = content_version(*core, recipients.hold, recipients.consumer_channels)
-        now = self._now()
+        start = self._now()
+        seq = iter(range(1_000_000))
+
+        def now() -> datetime:
+            # Distinct, increasing enqueue times: the flush delivers in this order (owners first).
+            return start + timedelta(microseconds=next(seq))
+
         with self.outbox.connect("slack.enqueue") as cur:
             for channel in recipients.owner_channels:
                 root = self.outbox.thread_root(cur, thread_key(iid, channel))
@@ -177,20 +190,23 @@ class IncidentNotifier:
                     incident, diagnosis, blast_radius, context=self.context, links=self.links, run_id=run_id,
                     hold_note=hold_note, refined=refined,
                 )  # fmt: skip
-                self.outbox.enqueue(cur, iid, channel, "incident", version, msg.payload(), now)
+                self.outbox.enqueue(cur, iid, channel, "incident", version, msg.payload(), now())
             if recipients.hold == "act":
                 msg = hold_notice(
-                    incident, blast_radius, action=hold_action, standing_approval=standing_approval, links=self.links
-                )
+                    incident, blast_radius, action=hold_action, standing_approval=standing_approval,
+                    links=self.links,
+                )  # fmt: skip
                 for channel in recipients.consumer_channels:
-                    self.outbox.enqueue(cur, iid, channel, "hold", hold_version, msg.payload(), now)
+                    self.outbox.enqueue(cur, iid, channel, "hold", hold_version, msg.payload(), now())
             elif recipients.hold == "propose":
                 msg = proposed_hold_notice(
                     incident, blast_radius, consumer_channels=recipients.consumer_channels,
                     autonomy=recipients.autonomy, action=hold_action, links=self.links,
                 )  # fmt: skip
                 for channel in recipients.owner_channels:
-                    self.outbox.enqueue(cur, iid, channel, "hold_proposed", hold_version, msg.payload(), now)
+                    self.outbox.enqueue(
+                        cur, iid, channel, "hold_proposed", hold_version, msg.payload(), now()
+                    )
         self.flush_pending(incident_id=iid)
         return self.messages(iid)
 
@@ -210,11 +226,14 @@ class IncidentNotifier:
         (same kind and content, or the same explicit ``version``) is posted once.
         """
         if not text:
-            raise ValueError("post_update needs text: Slack shows it in notifications and where blocks cannot render")
+            raise ValueError(
+                "post_update needs text: Slack shows it in notifications and where blocks cannot render"
+            )
         if blocks is None:
             msg = update_message(incident, text)
         else:
-            msg = SlackMessage(text=text, blocks=[b if isinstance(b, Block) else Block.parse(b) for b in blocks])
+            parsed = [b if isinstance(b, Block) else Block.parse(b) for b in blocks]
+            msg = SlackMessage(text=text, blocks=[b for b in parsed if b is not None])
         return self._post_to_threads(incident, msg, kind, version, channels)
 
     def post_resolution(
@@ -268,7 +287,12 @@ class IncidentNotifier:
     # -- internals -------------------------------------------------------------------------------
 
     def _post_to_threads(
-        self, incident: Incident, msg: SlackMessage, kind: str, version: str | None, channels: Sequence[str] | None
+        self,
+        incident: Incident,
+        msg: SlackMessage,
+        kind: str,
+        version: str | None,
+        channels: Sequence[str] | None,
     ) -> list[OutboxMessage]:
         payload = msg.payload()
         version = version or content_version(kind, payload)
@@ -278,16 +302,24 @@ class IncidentNotifier:
             if not targets:
                 self.log.warning("incident %s: no Slack thread to post %s to; nothing sent", iid, kind)
                 return []
-            keys = [self.outbox.enqueue(cur, iid, ch, kind, version, payload, self._now())[0] for ch in targets]
+            start = self._now()
+            keys = [
+                self.outbox.enqueue(cur, iid, ch, kind, version, payload, start + timedelta(microseconds=i))
+                for i, ch in enumerate(targets)
+            ]
+            keys = [k for k, _ in keys]
         self.flush_pending(incident_id=iid)
         return [m for m in self.messages(iid) if m.message_key in keys]
 
-    def _flush_thread(self, cur: Any, tkey: str, msgs: list[OutboxMessage], force: bool, result: FlushResult) -> None:
+    def _flush_thread(
+        self, cur: Any, tkey: str, msgs: list[OutboxMessage], force: bool, result: FlushResult
+    ) -> None:
         root_key = msgs[0].root_key
         if root_key is None:
             # A crash between the two enqueue statements: the earliest message claims the thread.
             first = msgs[0]
-            self.outbox.claim_thread(cur, tkey, first.incident_id, first.channel, first.message_key, self._now())
+            now = self._now()
+            self.outbox.claim_thread(cur, tkey, first.incident_id, first.channel, first.message_key, now)
             root_key = self.outbox.thread_root(cur, tkey)
             msgs = [m.model_copy(update={"root_key": root_key}) for m in msgs]
         root = self.outbox.get(cur, root_key) if root_key else None
@@ -315,7 +347,8 @@ class IncidentNotifier:
 
     def _due(self, msg: OutboxMessage, now: datetime, force: bool) -> bool:
         if msg.status == "sending":
-            return msg.claimed_at is not None and msg.claimed_at <= now - timedelta(seconds=self.lease_seconds)
+            lease = timedelta(seconds=self.lease_seconds)
+            return msg.claimed_at is not None and msg.claimed_at <= now - lease
         return force or msg.next_attempt_at is None or msg.next_attempt_at <= now
 
     def _attempt(self, cur: Any, msg: OutboxMessage, root: OutboxMessage | None, force: bool) -> str:
@@ -350,7 +383,7 @@ class IncidentNotifier:
             )
         except Exception as e:  # noqa: BLE001 - every failure keeps the message pending
             outage, outcome = self._classify(e)
-            error = self.redact(f"{type(e).__name__}: {e}")[:2000]
+            error = self.redact(self._describe(e))[:2000]
             delay = min(self.backoff_seconds[1], self.backoff_seconds[0] * 2 ** max(0, attempt - 1))
             next_at = self._now() + timedelta(seconds=delay)
             self.outbox.mark_failed(cur, msg.message_key, claim_id, outcome, error, next_at)
@@ -367,6 +400,14 @@ class IncidentNotifier:
         return "sent"
 
     @staticmethod
+    def _describe(e: Exception) -> str:
+        if isinstance(e, SlackApiError):
+            resp = e.response
+            status = getattr(resp, "status_code", "?")
+            return f"Slack answered HTTP {status}: {resp.get('error') or resp.data}"
+        return f"{type(e).__name__}: {e}"
+
+    @staticmethod
     def _classify(e: Exception) -> tuple[bool, str]:
         """(is an outage, outcome): Slack's error answers are ``failed``; no answer is ``unknown``."""
         if isinstance(e, SlackApiError):
@@ -374,7 +415,9 @@ class IncidentNotifier:
             return status >= 500 or status == 429, "failed"
         return True, "unknown"
 
-    def _find_posted(self, cur: Any, msg: OutboxMessage, channel: str, thread_ts: str | None) -> tuple[str, str] | None:
+    def _find_posted(
+        self, cur: Any, msg: OutboxMessage, channel: str, thread_ts: str | None
+    ) -> tuple[str, str] | None:
         """Looks for the message by its metadata key; ``None`` when not found or when Slack cannot say."""
 
         def match(m: dict[str, Any]) -> bool:
@@ -406,12 +449,20 @@ class IncidentNotifier:
                 if match(m):
                     return channel_id, m["ts"]
         except Exception as e:  # noqa: BLE001 - cannot tell: post again rather than lose it
-            self.log.warning("Slack post %s: could not check for an earlier post (%s)", msg.message_key, self.redact(str(e)))
+            self.log.warning(
+                "Slack post %s: could not check for an earlier post (%s)",
+                msg.message_key,
+                self.redact(str(e)),
+            )
         return None
 
     def _record(self, msg: OutboxMessage, attempt: int, outcome: str, **detail: Any) -> None:
-        base = {"message_key": msg.message_key, "channel": msg.channel, "kind": msg.kind, "version": msg.version}
-        detail = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in detail.items() if v is not None}
+        base = {
+            "message_key": msg.message_key, "channel": msg.channel, "kind": msg.kind, "version": msg.version,
+        }  # fmt: skip
+        detail = {
+            k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in detail.items() if v is not None
+        }
         self.store.append_event(
             msg.incident_id,
             "slack_attempt",
@@ -438,13 +489,13 @@ def build_slack_outbox_sensor(
         name=name,
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
-        required_resource_keys={"slack", "snowflake"},
-        description="Delivers incident messages left pending in the Slack outbox (a Slack outage delays, never loses).",
+        description="Delivers incident messages left pending in the Slack outbox"
+        " (a Slack outage delays, never loses).",
     )
-    def _sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
-        notifier = IncidentNotifier(
-            context.resources.slack, IncidentStore(context.resources.snowflake, ops), logger=context.log
-        )
+    def _sensor(
+        context: dg.SensorEvaluationContext, slack: SlackNotifier, snowflake: WarehouseResource
+    ) -> dg.SkipReason:
+        notifier = IncidentNotifier(slack, IncidentStore(snowflake, ops), logger=context.log)
         result = notifier.flush_pending(time_budget_seconds=time_budget_seconds)
         return dg.SkipReason(f"Slack outbox: {result.summary()}")
 

@@ -28,7 +28,8 @@ from dw_dagster.warehouse.resources import WarehouseResource
 
 COLUMNS = (
     "MESSAGE_KEY, INCIDENT_ID, CHANNEL, KIND, VERSION, THREAD_KEY, PAYLOAD, STATUS, ATTEMPTS, LAST_OUTCOME,"
-    " LAST_ERROR, CREATED_AT, NEXT_ATTEMPT_AT, CLAIM_ID, CLAIMED_AT, SENT_AT, SLACK_CHANNEL_ID, SLACK_TS, THREAD_TS"
+    " LAST_ERROR, CREATED_AT, NEXT_ATTEMPT_AT, CLAIM_ID, CLAIMED_AT, SENT_AT, SLACK_CHANNEL_ID, SLACK_TS,"
+    " THREAD_TS"
 )
 
 
@@ -52,7 +53,8 @@ class OutboxMessage(BaseModel):
     """``pending``, ``sending`` (claimed by a process) or ``sent``."""
     attempts: int
     last_outcome: str | None = None
-    """``sent``, ``failed`` (Slack answered with an error), ``unknown`` (no answer: it may have been posted)."""
+    """``sent``; ``failed`` (Slack answered with an error); ``unknown`` (no answer: it may have been
+    posted)."""
     last_error: str | None = None
     created_at: datetime
     next_attempt_at: datetime | None = None
@@ -114,7 +116,14 @@ class SlackOutbox:
         return cur.fetchone() is not None
 
     def enqueue(
-        self, cur: Any, incident_id: str, channel: str, kind: str, version: str, payload: dict[str, Any], now: datetime
+        self,
+        cur: Any,
+        incident_id: str,
+        channel: str,
+        kind: str,
+        version: str,
+        payload: dict[str, Any],
+        now: datetime,
     ) -> tuple[str, bool]:
         """Adds the message once (by key) and makes it its thread's root if the thread has none yet.
 
@@ -124,15 +133,17 @@ class SlackOutbox:
         tkey = thread_key(incident_id, channel)
         cur.execute(
             f"MERGE INTO {self._outbox} t USING (SELECT %s AS MESSAGE_KEY) s ON t.MESSAGE_KEY = s.MESSAGE_KEY"
-            " WHEN NOT MATCHED THEN INSERT (MESSAGE_KEY, INCIDENT_ID, CHANNEL, KIND, VERSION, THREAD_KEY, PAYLOAD,"
-            " STATUS, ATTEMPTS, CREATED_AT) VALUES (%s, %s, %s, %s, %s, %s, %s, 'pending', 0, %s)",
+            " WHEN NOT MATCHED THEN INSERT (MESSAGE_KEY, INCIDENT_ID, CHANNEL, KIND, VERSION, THREAD_KEY,"
+            " PAYLOAD, STATUS, ATTEMPTS, CREATED_AT) VALUES (%s, %s, %s, %s, %s, %s, %s, 'pending', 0, %s)",
             (key, key, incident_id, channel, kind, version, tkey, json.dumps(payload), now),
         )
         new = cur.rowcount > 0
         self.claim_thread(cur, tkey, incident_id, channel, key, now)
         return key, new
 
-    def claim_thread(self, cur: Any, tkey: str, incident_id: str, channel: str, root_key: str, now: datetime) -> None:
+    def claim_thread(
+        self, cur: Any, tkey: str, incident_id: str, channel: str, root_key: str, now: datetime
+    ) -> None:
         cur.execute(
             f"MERGE INTO {self._threads} t USING (SELECT %s AS THREAD_KEY) s ON t.THREAD_KEY = s.THREAD_KEY"
             " WHEN NOT MATCHED THEN INSERT (THREAD_KEY, INCIDENT_ID, CHANNEL, ROOT_KEY, CREATED_AT)"
@@ -157,7 +168,8 @@ class SlackOutbox:
         cols = ", ".join(f"o.{c.strip()}" for c in COLUMNS.split(","))
         cur.execute(
             f"SELECT {cols}, t.ROOT_KEY FROM {self._outbox} o LEFT JOIN {self._threads} t"
-            f" ON t.THREAD_KEY = o.THREAD_KEY WHERE {' AND '.join(where)} ORDER BY o.CREATED_AT, o.MESSAGE_KEY",
+            f" ON t.THREAD_KEY = o.THREAD_KEY WHERE {' AND '.join(where)}"
+            " ORDER BY o.CREATED_AT, o.MESSAGE_KEY",
             tuple(args),
         )
         return [OutboxMessage.from_row(r) for r in cur.fetchall()]
@@ -168,14 +180,16 @@ class SlackOutbox:
 
     def thread_channels(self, cur: Any, incident_id: str) -> list[str]:
         cur.execute(
-            f"SELECT CHANNEL FROM {self._threads} WHERE INCIDENT_ID = %s ORDER BY CREATED_AT, CHANNEL", (incident_id,)
+            f"SELECT CHANNEL FROM {self._threads} WHERE INCIDENT_ID = %s ORDER BY CREATED_AT, CHANNEL",
+            (incident_id,),
         )
         return [r[0] for r in cur.fetchall()]
 
     def known_channel_id(self, cur: Any, channel: str) -> str | None:
         """The Slack channel id an earlier post to ``channel`` returned, if any."""
         cur.execute(
-            f"SELECT SLACK_CHANNEL_ID FROM {self._outbox} WHERE CHANNEL = %s AND SLACK_CHANNEL_ID IS NOT NULL LIMIT 1",
+            f"SELECT SLACK_CHANNEL_ID FROM {self._outbox}"
+            " WHERE CHANNEL = %s AND SLACK_CHANNEL_ID IS NOT NULL LIMIT 1",
             (channel,),
         )
         row = cur.fetchone()
@@ -186,18 +200,25 @@ class SlackOutbox:
     def claim(self, cur: Any, msg: OutboxMessage, claim_id: str, now: datetime) -> bool:
         """Takes the message for one attempt if nobody changed it since it was read (compare-and-set)."""
         cur.execute(
-            f"UPDATE {self._outbox} SET STATUS = 'sending', CLAIM_ID = %s, CLAIMED_AT = %s, ATTEMPTS = ATTEMPTS + 1"
-            " WHERE MESSAGE_KEY = %s AND STATUS = %s AND ATTEMPTS = %s",
+            f"UPDATE {self._outbox} SET STATUS = 'sending', CLAIM_ID = %s, CLAIMED_AT = %s,"
+            " ATTEMPTS = ATTEMPTS + 1 WHERE MESSAGE_KEY = %s AND STATUS = %s AND ATTEMPTS = %s",
             (claim_id, now, msg.message_key, msg.status, msg.attempts),
         )
         return cur.rowcount == 1
 
     def mark_sent(
-        self, cur: Any, key: str, claim_id: str, channel_id: str, ts: str, thread_ts: str | None, now: datetime
+        self,
+        cur: Any,
+        key: str,
+        claim_id: str,
+        channel_id: str,
+        ts: str,
+        thread_ts: str | None,
+        now: datetime,
     ) -> bool:
         cur.execute(
-            f"UPDATE {self._outbox} SET STATUS = 'sent', LAST_OUTCOME = 'sent', LAST_ERROR = NULL, SENT_AT = %s,"
-            " SLACK_CHANNEL_ID = %s, SLACK_TS = %s, THREAD_TS = %s, NEXT_ATTEMPT_AT = NULL"
+            f"UPDATE {self._outbox} SET STATUS = 'sent', LAST_OUTCOME = 'sent', LAST_ERROR = NULL,"
+            " SENT_AT = %s, SLACK_CHANNEL_ID = %s, SLACK_TS = %s, THREAD_TS = %s, NEXT_ATTEMPT_AT = NULL"
             " WHERE MESSAGE_KEY = %s AND CLAIM_ID = %s",
             (now, channel_id, ts, thread_ts, key, claim_id),
         )

@@ -82,15 +82,17 @@ def route_incident(
     if not owner_channels:
         if not fallback_channel:
             raise ValueError(
-                f"incident {diagnosis.incident_id}: no owner on the path has a Slack channel in the context file "
-                f"(owners {owners}); add the teams or pass fallback_channel"
+                f"incident {diagnosis.incident_id}: no owner on the path has a Slack channel in the context"
+                f" file (owners {owners}); add the teams or pass fallback_channel"
             )
         owner_channels = [fallback_channel]
     cons = _unique(consumers) if consumers is not None else consumer_teams(blast)
     consumer_channels, unknown_consumers = _channels(context, cons)
     unrouted = tuple(_unique([*unknown, *unknown_consumers]))
     if unrouted:
-        log.warning("incident %s: teams not in the context file: %s", diagnosis.incident_id, ", ".join(unrouted))
+        log.warning(
+            "incident %s: teams not in the context file: %s", diagnosis.incident_id, ", ".join(unrouted)
+        )
     if not blast.newly_flagged:
         hold = "none"
     elif hold == "act" and not consumer_channels:

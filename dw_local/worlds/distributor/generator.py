@@ -8,12 +8,15 @@ and whether EBS has opened the new org), so any process can play the next night.
 
 Timestamps are TIMESTAMP_NTZ: EBS columns (``LAST_UPDATE_DATE``, ``ACTUAL_SHIPMENT_DATE``) in EBS server
 time (America/Chicago), ``_QLIK_LOADED_AT`` and ``REGION_MAP.UPDATED_AT`` in UTC.
+
+A night can be played with faults (``faults.py``): real changes to the sources, the region map, the
+Coalesce project or the schedule, deterministic from the seed; ``repair`` undoes one.
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
@@ -35,12 +38,19 @@ from dw_local.world import (
     SnowflakeTarget,
     WorldError,
 )
+from dw_local.worlds.distributor.faults import Fault, FaultContext, coerce_fault, kind_of
 from dw_local.worlds.distributor.model import WorldSpec, load_spec
 from dw_local.worlds.distributor.simulation import (
+    ITEMS,
+    ONHAND,
+    ORDER_LINES,
+    ORGS,
+    REGION_MAP,
     Opening,
     Simulation,
     build_catalog,
     line_id_range,
+    line_night_sql,
     onhand_frame,
     order_lines_frame,
     rng_for,
@@ -51,11 +61,7 @@ HERE = Path(__file__).resolve().parent
 WORLD_FILE = HERE / "world.yaml"
 PROJECT_FILE = HERE / "project.yaml"
 
-ONHAND = "MTL_ONHAND_QUANTITIES_DETAIL"
-ITEMS = "MTL_SYSTEM_ITEMS_B"
-ORGS = "MTL_PARAMETERS"
-ORDER_LINES = "OE_ORDER_LINES_ALL"
-REGION_MAP = "REGION_MAP"
+__all__ = ["ITEMS", "ONHAND", "ORDER_LINES", "ORGS", "REGION_MAP", "DistributorWorld", "Fault", "NightResult"]
 
 _CSV_TIME = "%Y-%m-%d %H:%M:%S"
 _WAREHOUSE = "LOCAL_WH"
@@ -67,8 +73,8 @@ class NightResult:
     night: int
     business_date: date
     scheduled_at: datetime  # the job's start on the simulator clock, in the world's time zone
-    run_id: int
-    status: str  # the Coalesce run status: completed, failed or canceled
+    run_id: int | None  # None: no run (the scheduler_skip fault)
+    status: str  # the Coalesce run status: completed, failed or canceled; "skipped" when no run started
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,9 @@ class _Table:
     qualified: str  # "DB"."SCHEMA"."NAME"
     columns: list[str]
     ddl: str  # the column definitions
+    database: str
+    schema: str
+    name: str
 
 
 class DistributorWorld:
@@ -85,6 +94,7 @@ class DistributorWorld:
         self.spec = spec or load_spec(WORLD_FILE)
         self.project_file = PROJECT_FILE
         self._tz = ZoneInfo(self.spec.timezone)
+        self._project = load_project(self.project_file)
         self._tables, self._schemas, self.database = self._read_project()
         self.catalog = build_catalog(self.spec)
         self.simulation = Simulation(self.spec, self.catalog)
@@ -96,7 +106,7 @@ class DistributorWorld:
     def _read_project(self) -> tuple[dict[str, _Table], list[str], str]:
         # The simulator's own reader; the Source nodes' columns are the RAW tables' DDL, so the project
         # and the data cannot drift apart.
-        project = load_project(self.project_file)
+        project = self._project
         env = project.environment(self.spec.environment_id)
         if env is None or project.job(self.spec.job_id) is None:
             raise WorldError(
@@ -108,7 +118,8 @@ class DistributorWorld:
                 database, schema, name = env.table(node.locationName, node.name)
                 ddl = [f'"{c.name}" {c.dataType}' + ("" if c.nullable else " NOT NULL") for c in node.columns]
                 columns = [c.name for c in node.columns]
-                tables[name] = _Table(f'"{database}"."{schema}"."{name}"', columns, ", ".join(ddl))
+                qualified = f'"{database}"."{schema}"."{name}"'
+                tables[name] = _Table(qualified, columns, ", ".join(ddl), database, schema, name)
         databases = {m.database for m in env.storageMappings.values()}
         if len(databases) != 1:
             raise WorldError(f"{self.project_file}: environment {env.id} spans {sorted(databases)}")
@@ -162,10 +173,7 @@ class DistributorWorld:
             "UPDATED_BY": _MAP_OWNER,
             "UPDATED_AT": self._utc(datetime.combine(self.business_date(-200), time(10, 15))),
         })  # fmt: skip
-        history = []
-        for t in range(-spec.demand.history_days, 0):
-            ordered, ship_at = sim.demand(t)
-            history.append(order_lines_frame(spec, cat, t, ordered, ordered, ship_at))
+        history = [self._order_lines(t, None) for t in range(-spec.demand.history_days, 0)]
         return {
             ITEMS: items,
             ORGS: orgs,
@@ -183,6 +191,26 @@ class DistributorWorld:
             ONHAND: onhand_frame(spec, cat, day, opening),
             ORDER_LINES: order_lines_frame(spec, cat, night, day.ordered, day.shipped, day.ship_at),
         }
+
+    def _order_lines(self, t: int, opening: Opening | None) -> pd.DataFrame:
+        """Business day ``t``'s order lines; before the first night, the history Qlik's full load brought."""
+        if t < 0:
+            ordered, ship_at = self.simulation.demand(t)
+            return order_lines_frame(self.spec, self.catalog, t, ordered, ordered, ship_at)
+        self.simulation.set_reference_index(opening.index if opening else None)
+        day = self.simulation.day(t)
+        return order_lines_frame(self.spec, self.catalog, t, day.ordered, day.shipped, day.ship_at)
+
+    def _order_line_totals(self, t: int, opening: Opening | None) -> tuple[int, int, int]:
+        """(lines, shipped units, ordered units) of business day ``t``, without building its frame."""
+        if t < 0:
+            ordered = shipped = self.simulation.demand(t)[0]
+        else:
+            self.simulation.set_reference_index(opening.index if opening else None)
+            day = self.simulation.day(t)
+            ordered, shipped = day.ordered, day.shipped
+        keep = shipped > 0
+        return int(keep.sum()), int(shipped[keep].sum()), int(ordered[keep].sum())
 
     def reference_opening(self, night: int) -> Opening:
         """EBS opens the new org and posts the transfers on business day ``night``; Qlik applies them."""
@@ -207,12 +235,33 @@ class DistributorWorld:
             for name, frame in self.install_tables().items():
                 self._load(cur, name, frame)
 
+    def _actual_columns(self, cur, name: str) -> list[str]:
+        """The table's columns as Snowflake now has them, in order (a schema fault may have changed them)."""
+        table = self._tables[name]
+        cur.execute(
+            f'SELECT "COLUMN_NAME" FROM "{table.database}"."INFORMATION_SCHEMA"."COLUMNS" '
+            'WHERE "TABLE_SCHEMA" = %s AND "TABLE_NAME" = %s ORDER BY "ORDINAL_POSITION"',
+            (table.schema, table.name),
+        )
+        return [r[0] for r in cur.fetchall()]
+
+    def _load_columns(self, cur, name: str) -> list[str]:
+        """For each column the table now has, in order, the generated column that fills it: the project's
+        own names, a dropped column left out, a renamed column filled by position."""
+        declared, actual = self._tables[name].columns, self._actual_columns(cur, name)
+        if set(actual) <= set(declared):
+            return actual
+        if len(actual) == len(declared):
+            return [a if a in declared else declared[i] for i, a in enumerate(actual)]
+        raise WorldError(f"{name}: cannot load columns {actual} from project.yaml's {declared}")
+
     def _load(self, cur, name: str, frame: pd.DataFrame) -> None:
         # PUT + COPY: the fast path into fakesnow (executemany and big VALUES lists are slow).
         table = self._tables[name]
-        columns = table.columns
-        if set(frame.columns) != set(columns):
-            raise WorldError(f"{name}: generated columns {sorted(frame.columns)}, project.yaml's {columns}")
+        if set(frame.columns) != set(table.columns):
+            generated = sorted(frame.columns)
+            raise WorldError(f"{name}: generated columns {generated}, project.yaml's {table.columns}")
+        columns = self._load_columns(cur, name)
         with tempfile.TemporaryDirectory(prefix="dw-world-") as tmp:
             path = Path(tmp) / f"{name.lower()}.csv"
             frame[columns].to_csv(path, index=False, header=False, date_format=_CSV_TIME)
@@ -225,16 +274,26 @@ class DistributorWorld:
             )
 
     def _read_opening(self, cur) -> Opening | None:
-        ref = self.spec.reference_night
+        """The org EBS opened after install (the reference night's, or its mapped twin's), if any."""
+        known = ", ".join(str(o.id) for o in self.spec.orgs)
         cur.execute(
-            f'SELECT "LAST_UPDATE_DATE", "_QLIK_LOADED_AT" FROM {self._tables[ORGS].qualified} '
-            'WHERE "ORGANIZATION_ID" = %s',
-            (ref.new_org.id,),
+            'SELECT "ORGANIZATION_ID", "LAST_UPDATE_DATE", "_QLIK_LOADED_AT" '
+            f"FROM {self._tables[ORGS].qualified} "
+            f'WHERE "ORGANIZATION_ID" NOT IN ({known}) ORDER BY "LAST_UPDATE_DATE"'
         )
-        row = cur.fetchone()
-        if row is None:
+        rows = cur.fetchall()
+        if not rows:
             return None
-        return Opening((row[0].date() - self.spec.first_business_day).days, row[0], row[1])
+        if len(rows) > 1:
+            raise WorldError(f"{ORGS}: orgs {[r[0] for r in rows]} opened; the world plays one new org")
+        org, opened_at, replicated_at = rows[0]
+        index = (opened_at.date() - self.spec.first_business_day).days
+        return Opening(index, opened_at, replicated_at, int(org))
+
+    def read_opening(self, sf: SnowflakeTarget) -> Opening | None:
+        """The org opened after install, if any, as read back from EBS (``MTL_PARAMETERS``)."""
+        with self._cursor(sf) as cur:
+            return self._read_opening(cur)
 
     def last_played_night(self, sf: SnowflakeTarget) -> int:
         """The latest business day loaded (-1: none since install), read from the order lines."""
@@ -243,27 +302,175 @@ class DistributorWorld:
 
     def _last_played(self, cur) -> int:
         cur.execute(f'SELECT MAX("ACTUAL_SHIPMENT_DATE") FROM {self._tables[ORDER_LINES].qualified}')
-        return (cur.fetchone()[0].date() - self.spec.first_business_day).days
+        latest = cur.fetchone()[0]
+        if latest is None:
+            raise WorldError(f"{ORDER_LINES} is empty: install the world first")
+        return (latest.date() - self.spec.first_business_day).days
 
-    def _apply_business_day(self, cur, night: int, opening: Opening | None) -> None:
+    def _apply_business_day(
+        self,
+        cur,
+        night: int,
+        opening: Opening | None,
+        transform: Callable[[dict[str, pd.DataFrame]], dict[str, pd.DataFrame]] | None = None,
+    ) -> None:
+        """Qlik applies business day ``night``: the on-hand snapshot, and the order lines of that day plus
+        any day it missed since the last one applied (after a stalled night). ``transform`` changes the
+        night's own frames before they are applied (a fault)."""
         tables = self.night_tables(night, opening)
+        if transform is not None:
+            tables = transform(tables)
         cur.execute(f"TRUNCATE TABLE {self._tables[ONHAND].qualified}")
         self._load(cur, ONHAND, tables[ONHAND])
         # Replaying a night replaces its own order lines instead of adding them twice.
-        first, last = line_id_range(night)
+        start = min(self._last_played(cur) + 1, night)
+        missed = [self._order_lines(t, opening) for t in range(start, night)]
         cur.execute(
             f'DELETE FROM {self._tables[ORDER_LINES].qualified} WHERE "LINE_ID" >= %s AND "LINE_ID" < %s',
-            (first, last),
+            (line_id_range(start)[0], line_id_range(night)[1]),
         )
-        self._load(cur, ORDER_LINES, tables[ORDER_LINES])
+        self._load(cur, ORDER_LINES, pd.concat([*missed, tables[ORDER_LINES]], ignore_index=True))
 
     # -- nights ----------------------------------------------------------------------------------
 
-    def play_night(self, sf: SnowflakeTarget, coalesce: CoalesceClient, night_index: int) -> NightResult:
-        """Applies business day ``night_index`` to EBS, then runs the nightly job at 02:00 the next day."""
+    def play_night(
+        self,
+        sf: SnowflakeTarget,
+        coalesce: CoalesceClient,
+        night_index: int,
+        faults: Sequence[Fault] = (),
+    ) -> NightResult:
+        """Applies business day ``night_index`` to EBS, then runs the nightly job at 02:00 the next day.
+
+        ``faults`` (``faults.Fault``, or dicts of its fields) are played on the night, in order: first their
+        changes to schemas and the region map, then to the night's data as Qlik applies it, then to the
+        Coalesce project; then the job runs, unless a fault says it does not (``status`` ``skipped``, no
+        run id)."""
+        played = [(f, kind_of(f)) for f in map(coerce_fault, faults)]
+        loads = all(k.loads_source for _, k in played)
+        changing = [f.kind for f, k in played if k.changes_load(f)]
+        if not loads and changing:
+            raise WorldError(
+                f"night {night_index}: {changing[0]} changes a load that replication_stalled holds back"
+            )
         with self._cursor(sf) as cur:
-            self._apply_business_day(cur, night_index, self._read_opening(cur))
-        return self.run_job(coalesce, night_index)
+            contexts = [(FaultContext(self, f, night_index, cur, coalesce), k) for f, k in played]
+            for ctx, kind in contexts:
+                kind.before_load(ctx)
+            if loads:
+                self._apply_business_day(cur, night_index, self._read_opening(cur), self._transform(contexts))
+            for ctx, kind in contexts:
+                kind.before_run(ctx)
+        if all(k.runs_job for _, k in played):
+            return self.run_job(coalesce, night_index)
+        date_ = self.business_date(night_index)
+        return NightResult(night_index, date_, self.scheduled_at(night_index), None, "skipped")
+
+    @staticmethod
+    def _transform(contexts: list) -> Callable[[dict[str, pd.DataFrame]], dict[str, pd.DataFrame]]:
+        def transform(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+            for ctx, kind in contexts:
+                tables = kind.transform(tables, ctx)
+            return tables
+
+        return transform
+
+    def faulted_night_tables(
+        self, night: int, faults: Sequence[Fault], opening: Opening | None = None
+    ) -> dict[str, pd.DataFrame]:
+        """The night's source frames as the faults make Qlik apply them (their data changes only)."""
+        contexts = [(FaultContext(self, f, night), kind_of(f)) for f in map(coerce_fault, faults)]
+        return self._transform(contexts)(self.night_tables(night, opening))
+
+    def repair(
+        self, sf: SnowflakeTarget, coalesce: CoalesceClient, fault: Fault, night_index: int | None = None
+    ) -> None:
+        """Undoes ``fault``: a persistent one (schema change, map row, deployed node change) is reverted;
+        a night-scoped one's damage is put right for the latest night (the sources reloaded clean). The job
+        is not run: rerun it (``run_job``) to rebuild. ``night_index`` defaults to the latest night, the
+        later of the latest business day applied and the night of the latest job run."""
+        fault = coerce_fault(fault)
+        with self._cursor(sf) as cur:
+            night = self._current_night(cur, coalesce) if night_index is None else night_index
+            kind_of(fault).repair(FaultContext(self, fault, night, cur, coalesce))
+
+    def _current_night(self, cur, coalesce: CoalesceClient | None) -> int:
+        night = self._last_played(cur)
+        if coalesce is not None:
+            env = self.spec.environment_id
+            latest = coalesce.list_runs(env, run_type="refresh", order_by="id", order_by_direction="desc", limit=1)
+            runs = latest.data
+            if runs and runs[0].run_start_time is not None:
+                local_day = runs[0].run_start_time.astimezone(self._tz).date() - timedelta(days=1)
+                night = max(night, (local_day - self.spec.first_business_day).days)
+        return night
+
+    # -- putting sources right (repairs) ---------------------------------------------------------
+
+    def _restore_sources(self, cur, night: int) -> None:
+        """The on-hand snapshot of ``night`` and every order line through it, as a clean world holds them."""
+        self._rebuild_table(cur, ONHAND, night)
+        self._resync_order_lines(cur, night)
+
+    def _rebuild_table(self, cur, name: str, night: int) -> None:
+        """Recreates a source table in project.yaml's shape and reloads it, as Qlik's table reload does."""
+        table = self._tables[name]
+        cur.execute(f"CREATE OR REPLACE TABLE {table.qualified} ({table.ddl})")
+        if name == ONHAND:
+            self._load(cur, ONHAND, self.night_tables(night, self._read_opening(cur))[ONHAND])
+        elif name == ORDER_LINES:
+            self._resync_order_lines(cur, night)
+        elif name == ITEMS:
+            self._load(cur, ITEMS, self.install_tables()[ITEMS])
+        else:
+            raise WorldError(f"{name}: the world does not reload it")
+
+    def _resync_order_lines(self, cur, through: int) -> None:
+        """Reloads every business day's order lines (history included, through ``through``) whose line
+        count or units differ from what EBS holds."""
+        lines = self._tables[ORDER_LINES].qualified
+        cur.execute(
+            f'SELECT {line_night_sql()}, COUNT(*), SUM("SHIPPED_QUANTITY"), SUM("ORDERED_QUANTITY") '
+            f"FROM {lines} GROUP BY 1"
+        )
+        held = {int(t): (int(n), int(s or 0), int(o or 0)) for t, n, s, o in cur.fetchall()}
+        opening = self._read_opening(cur)
+        days = range(-self.spec.demand.history_days, through + 1)
+        stale = [t for t in days if held.get(t) != self._order_line_totals(t, opening)]
+        if not stale:
+            return
+        cur.execute(f"DELETE FROM {lines} WHERE {line_night_sql()} IN ({', '.join(map(str, stale))})")
+        reloaded = pd.concat([self._order_lines(t, opening) for t in stale], ignore_index=True)
+        self._load(cur, ORDER_LINES, reloaded)
+
+    # -- EBS orgs and the region map -------------------------------------------------------------
+
+    def _insert_org(self, cur, org_id: int, code: str, opened_at: datetime, replicated_at: datetime) -> None:
+        cur.execute(
+            f"INSERT INTO {self._tables[ORGS].qualified} "
+            '("ORGANIZATION_ID", "ORGANIZATION_CODE", "LAST_UPDATE_DATE", "_QLIK_LOADED_AT") '
+            "VALUES (%s, %s, %s, %s)",
+            (org_id, code, opened_at, replicated_at),
+        )
+
+    def _insert_map_row(self, cur, org_id: int, code: str, name: str, region: str, at: datetime) -> None:
+        cur.execute(
+            f'INSERT INTO {self._tables[REGION_MAP].qualified} ("ORGANIZATION_ID", "WAREHOUSE_CODE", '
+            '"WAREHOUSE_NAME", "REGION", "UPDATED_BY", "UPDATED_AT") VALUES (%s, %s, %s, %s, %s, %s)',
+            (org_id, code, name, region, _MAP_OWNER, at),
+        )
+
+    def _update_map_row(self, cur, org_id: int, code: str, name: str, region: str, at: datetime) -> None:
+        cur.execute(
+            f'UPDATE {self._tables[REGION_MAP].qualified} SET "WAREHOUSE_CODE" = %s, "WAREHOUSE_NAME" = %s, '
+            '"REGION" = %s, "UPDATED_BY" = %s, "UPDATED_AT" = %s WHERE "ORGANIZATION_ID" = %s',
+            (code, name, region, _MAP_OWNER, at, org_id),
+        )
+
+    def _map_fix_time(self, night: int) -> datetime:
+        """UTC: the morning after ``night``, when planning ops fixes the map."""
+        morning = self.business_date(night + 1)
+        return self._utc(datetime.combine(morning, self.spec.reference_night.map_fixed_at))
 
     def seed_history(
         self,
@@ -292,15 +499,10 @@ class DistributorWorld:
         new_org = self.spec.reference_night.new_org
         with self._cursor(sf) as cur:
             if (previous := self._read_opening(cur)) is not None:
-                raise WorldError(f"org {new_org.id} already opened on night {previous.index}")
+                raise WorldError(f"org {previous.org_id} already opened on night {previous.index}")
             night = self._last_played(cur) + 1 if night_index is None else night_index
             opening = self.reference_opening(night)
-            cur.execute(
-                f"INSERT INTO {self._tables[ORGS].qualified} "
-                '("ORGANIZATION_ID", "ORGANIZATION_CODE", "LAST_UPDATE_DATE", "_QLIK_LOADED_AT") '
-                "VALUES (%s, %s, %s, %s)",
-                (new_org.id, new_org.code, opening.opened_at, opening.replicated_at),
-            )
+            self._insert_org(cur, new_org.id, new_org.code, opening.opened_at, opening.replicated_at)
             self._apply_business_day(cur, night, opening)
         return self.run_job(coalesce, night)
 
@@ -310,8 +512,7 @@ class DistributorWorld:
         ``at`` is UTC (naive) or aware."""
         new_org = self.spec.reference_night.new_org
         if at is None:
-            morning = self.business_date(self.last_played_night(sf) + 1)
-            at = self._utc(datetime.combine(morning, self.spec.reference_night.map_fixed_at))
+            at = self._map_fix_time(self.last_played_night(sf))
         elif at.tzinfo is not None:
             at = at.astimezone(UTC).replace(tzinfo=None)
         table = self._tables[REGION_MAP].qualified
@@ -319,11 +520,7 @@ class DistributorWorld:
             cur.execute(f'SELECT COUNT(*) FROM {table} WHERE "ORGANIZATION_ID" = %s', (new_org.id,))
             if cur.fetchone()[0]:
                 return
-            cur.execute(
-                f'INSERT INTO {table} ("ORGANIZATION_ID", "WAREHOUSE_CODE", "WAREHOUSE_NAME", "REGION", '
-                '"UPDATED_BY", "UPDATED_AT") VALUES (%s, %s, %s, %s, %s, %s)',
-                (new_org.id, new_org.code, new_org.name, new_org.region, _MAP_OWNER, at),
-            )
+            self._insert_map_row(cur, new_org.id, new_org.code, new_org.name, new_org.region, at)
 
     def run_job(
         self, coalesce: CoalesceClient, night_index: int, at: datetime | None = None, timeout: float = 600

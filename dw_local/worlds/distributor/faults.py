@@ -1,0 +1,898 @@
+"""Faults the distributor world can play, and the benign events it must play without raising an alarm.
+
+A fault is a real change to what the pipeline reads or runs, never an edit of what it built:
+
+- the night's source data as Qlik applies it: rows duplicated, missing or scaled, a join key nulled, or
+  nothing applied at all;
+- a source table's schema: a column renamed or dropped, as Qlik replicates an EBS DDL change;
+- planning ops' region map: a row deleted or pointed at another warehouse or region;
+- the Coalesce project: a node change deployed through the simulator's workspace and deploy endpoints,
+  as an engineer applies one in the Coalesce app;
+- the Coalesce Scheduler: the night's run does not start.
+
+Play them with ``DistributorWorld.play_night(sf, coalesce, night, faults=[Fault(kind=..., ...)])``. Every
+random choice comes from the world's seed, the fault's kind and the night (``rng_for``), so the same faults
+on the same night of the same world load byte-identical data.
+
+**Night-scoped** faults change one night's load; the next night's load is clean again, since the on-hand
+table is a snapshot that Qlik reloads each night. Order lines are the exception: a night's lines stay in
+the history, faults and all. **Persistent** faults (a schema change, an edited map row, a deployed node
+change) stay until ``DistributorWorld.repair(sf, coalesce, fault)``. ``repair`` also puts a night-scoped
+fault's damage right for the latest night (as a Qlik reload of the table would), so a rerun of the job
+then builds clean tables; it never runs the job itself.
+
+Each kind's docstring below says what it changes and what a data engineer would see.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from datetime import datetime, time
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from dw_local.world import WorldError
+from dw_local.worlds.distributor.simulation import ITEMS, ONHAND, ORDER_LINES, REGION_MAP, rng_for, to_utc
+
+if TYPE_CHECKING:
+    from dw_dagster.coalesce.client import CoalesceClient
+    from dw_local.worlds.distributor.generator import DistributorWorld
+
+Tables = dict[str, pd.DataFrame]
+
+FaultKind = Literal[
+    "duplicate_load",
+    "replication_stalled",
+    "unit_change",
+    "partial_load",
+    "reference_row_deleted",
+    "reference_row_remapped",
+    "null_join_key",
+    "column_renamed",
+    "column_dropped",
+    "node_failure",
+    "scheduler_skip",
+    # Benign events: they must not raise an alarm.
+    "new_org_mapped",
+    "steady_growth",
+]
+
+PARAMETERS = (
+    "org_id", "factor", "fraction", "table", "column", "new_name", "node", "mode", "to_org_id", "region",
+    "code", "name", "pct", "since_night",
+)  # fmt: skip
+# Columns the world itself reads to know what it has played; a schema fault may not touch them.
+_WORLD_KEYS = {ORDER_LINES: {"LINE_ID", "ACTUAL_SHIPMENT_DATE"}}
+_SCHEMA_TABLES = (ONHAND, ORDER_LINES, ITEMS)
+_IDENTIFIER = re.compile(r"^[A-Z_][A-Z0-9_$]*$")
+# A column a node_failure adds to a node carries this description, so repair finds exactly it.
+NODE_FAILURE_MARKER = "dw_local fault: node_failure"
+_MAP_EDITED_AT = time(15, 30)  # local: when planning ops edits the map on the business day
+_MAP_ADDED_AT = time(10, 30)  # local: when planning ops adds a new org's row, before EBS opens it
+
+
+class Fault(BaseModel):
+    """One fault (or benign event) to play on a night: ``kind`` and that kind's parameters.
+
+    Parameters a kind does not take are refused, naming the parameter; the kind's defaults are filled in,
+    so ``Fault(kind="unit_change")`` reads back as ``factor=12.0, column='TRANSACTION_QUANTITY'``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: FaultKind
+    org_id: int | None = Field(default=None, gt=0)
+    factor: float | None = Field(default=None, gt=0)
+    fraction: float | None = Field(default=None, gt=0, le=1)
+    table: str | None = None
+    column: str | None = None
+    new_name: str | None = None
+    node: str | None = None
+    mode: Literal["sql", "test"] | None = None
+    to_org_id: int | None = Field(default=None, gt=0)
+    region: str | None = Field(default=None, min_length=1)
+    code: str | None = Field(default=None, min_length=1)
+    name: str | None = Field(default=None, min_length=1)
+    pct: float | None = Field(default=None, ge=-5, le=5)
+    since_night: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parameters_of_the_kind(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("kind") not in KINDS:
+            return data  # the field validation names what is wrong
+        kind = KINDS[data["kind"]]
+        given = {k for k, v in data.items() if k in PARAMETERS and v is not None}
+        if wrong := sorted(given - kind.params):
+            takes = ", ".join(sorted(kind.params)) or "none"
+            raise ValueError(f"{wrong[0]}: not a parameter of {kind.kind} (its parameters: {takes})")
+        if missing := sorted(kind.required - given):
+            raise ValueError(f"{missing[0]}: {kind.kind} needs it")
+        explicit = {k: v for k, v in data.items() if v is not None}
+        return {**kind.defaults(explicit), **explicit}
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Fault:
+        KINDS[self.kind].check(self)
+        return self
+
+    @property
+    def benign(self) -> bool:
+        return KINDS[self.kind].benign
+
+    @property
+    def persists(self) -> bool:
+        """Stays in force on later nights until ``repair``."""
+        return KINDS[self.kind].persists(self)
+
+    def describe(self) -> str:
+        """What the fault changes and what a data engineer would see (the kind's docstring)."""
+        return inspect.cleandoc(KINDS[self.kind].__doc__ or "")
+
+
+class FaultContext:
+    """What a fault works with on a night: the world, the fault, and (when playing) a Snowflake cursor on
+    the world's database and the Coalesce client. Pure transforms need neither."""
+
+    def __init__(
+        self,
+        world: DistributorWorld,
+        fault: Fault,
+        night: int,
+        cur: Any = None,
+        coalesce: CoalesceClient | None = None,
+    ):
+        self.world, self.fault, self.night, self._cur, self._coalesce = world, fault, night, cur, coalesce
+
+    @property
+    def cur(self) -> Any:
+        if self._cur is None:
+            raise WorldError(f"{self.fault.kind}: needs the local Snowflake")
+        return self._cur
+
+    @property
+    def coalesce(self) -> CoalesceClient:
+        if self._coalesce is None:
+            raise WorldError(f"{self.fault.kind}: needs the Coalesce API")
+        return self._coalesce
+
+    def rng(self, purpose: str = "") -> np.random.Generator:
+        return rng_for(self.world.spec.seed, f"fault/{self.fault.kind}/{purpose}", self.night)
+
+    def utc_on_business_day(self, local: time) -> datetime:
+        return self.world._utc(datetime.combine(self.world.business_date(self.night), local))
+
+    def table(self, name: str) -> str:
+        return self.world._tables[name].qualified
+
+
+class FaultKindBase:
+    """One kind of fault. Hooks run in this order on a night: ``before_load`` (schema and reference-table
+    changes), ``transform`` (the night's source frames, before Qlik applies them; pure), ``before_run``
+    (Coalesce project changes), then the job runs unless a kind says it does not."""
+
+    kind: ClassVar[str]
+    params: ClassVar[frozenset[str]] = frozenset()
+    required: ClassVar[frozenset[str]] = frozenset()
+    benign: ClassVar[bool] = False
+    loads_source: ClassVar[bool] = True  # False: Qlik applies nothing tonight
+    runs_job: ClassVar[bool] = True  # False: the Scheduler starts no run tonight
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        KINDS[cls.kind] = cls
+
+    @classmethod
+    def defaults(cls, given: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def check(cls, fault: Fault) -> None:
+        """World-independent consistency of the parameters (raise ValueError naming the parameter)."""
+
+    @classmethod
+    def persists(cls, fault: Fault) -> bool:
+        return False
+
+    @classmethod
+    def changes_load(cls, fault: Fault) -> bool:
+        """Changes the night's data as Qlik applies it (``transform``)."""
+        return cls.transform is not FaultKindBase.transform
+
+    def before_load(self, ctx: FaultContext) -> None:
+        pass
+
+    def transform(self, tables: Tables, ctx: FaultContext) -> Tables:
+        return tables
+
+    def before_run(self, ctx: FaultContext) -> None:
+        pass
+
+    def repair(self, ctx: FaultContext) -> None:
+        """Undo: by default the sources are put back to the latest night's clean data."""
+        ctx.world._restore_sources(ctx.cur, ctx.night)
+
+
+KINDS: dict[str, type[FaultKindBase]] = {}
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def _rows_of(
+    frame: pd.DataFrame, column: str, org_id: int | None, ctx: FaultContext, table: str
+) -> np.ndarray:
+    if org_id is None:
+        return np.ones(len(frame), dtype=bool)
+    mask = (frame[column] == org_id).to_numpy()
+    if not mask.any():
+        raise WorldError(f"{ctx.fault.kind}: org {org_id} has no rows in {table} on night {ctx.night}")
+    return mask
+
+
+def _pick(mask: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """Exactly round(fraction x candidates) of the candidate rows (at least one), chosen by ``rng``."""
+    candidates = np.flatnonzero(mask)
+    k = min(len(candidates), max(1, round(fraction * len(candidates))))
+    out = np.zeros(len(mask), dtype=bool)
+    out[rng.choice(candidates, size=k, replace=False)] = True
+    return out
+
+
+def _scaled(values: pd.Series, factor: float) -> np.ndarray:
+    return np.rint(values.to_numpy(dtype=float) * factor).astype(np.int64)
+
+
+def _sorted_onhand(frame: pd.DataFrame) -> pd.DataFrame:
+    keys = ["ORGANIZATION_ID", "INVENTORY_ITEM_ID", "SUBINVENTORY_CODE"]
+    return frame.sort_values(keys, kind="stable", ignore_index=True)
+
+
+def _world_org(ctx: FaultContext, org_id: int) -> Any:
+    """The org's region-map identity as the world defines it (orgs, or the reference night's new org)."""
+    spec = ctx.world.spec
+    for org in [*spec.orgs, spec.reference_night.new_org]:
+        if org.id == org_id:
+            return org
+    raise WorldError(f"{ctx.fault.kind}: org {org_id} is not an org of the world file")
+
+
+def _map_row(ctx: FaultContext, org_id: int) -> tuple | None:
+    ctx.cur.execute(
+        f'SELECT "WAREHOUSE_CODE", "WAREHOUSE_NAME", "REGION" FROM {ctx.table(REGION_MAP)} '
+        'WHERE "ORGANIZATION_ID" = %s',
+        (org_id,),
+    )
+    return ctx.cur.fetchone()
+
+
+def _table_columns(ctx: FaultContext, table: str) -> list[str]:
+    return ctx.world._actual_columns(ctx.cur, table)
+
+
+def _schema_target(ctx: FaultContext) -> tuple[str, str]:
+    table, column = ctx.fault.table, ctx.fault.column
+    assert table is not None and column is not None
+    if column not in ctx.world._tables[table].columns:
+        raise WorldError(f"{ctx.fault.kind}: {table} has no column {column} in project.yaml")
+    return table, column
+
+
+# ---------------------------------------------------------------------------------------------- kinds
+
+
+class DuplicateLoad(FaultKindBase):
+    """Qlik applies the night's on-hand rows twice (a task restarted without its checkpoint).
+
+    Parameters: ``org_id`` (default: every org).
+
+    Changes: every on-hand row of the org appears twice in ``RAW_EBS.MTL_ONHAND_QUANTITIES_DETAIL``, the
+    copy identical down to ``ONHAND_QUANTITIES_ID`` and ``_QLIK_LOADED_AT``. Night-scoped.
+
+    A data engineer sees: the job green and every Coalesce test passing (``STG_ONHAND`` sums the copies
+    into the same org-item row, so ``INVENTORY_POSITION_KEY`` stays unique); the org's on-hand units
+    doubled in RAW, in ``FCT_INVENTORY_POSITION`` and in the network total, which jumps by the org's share
+    (14-24%); days of supply up, the reorder list shorter; the fact's row count unchanged; RAW and the fact
+    still agree, so reconciling them shows no gap. The evidence is in RAW: ``ONHAND_QUANTITIES_ID`` is no
+    longer unique and RAW's row count jumped while EBS holds no more positions.
+    """
+
+    kind = "duplicate_load"
+    params = frozenset({"org_id"})
+
+    def transform(self, tables: Tables, ctx: FaultContext) -> Tables:
+        onhand = tables[ONHAND]
+        rows = _rows_of(onhand, "ORGANIZATION_ID", ctx.fault.org_id, ctx, ONHAND)
+        return {**tables, ONHAND: _sorted_onhand(pd.concat([onhand, onhand[rows]], ignore_index=True))}
+
+
+class ReplicationStalled(FaultKindBase):
+    """Qlik Replicate stalls: nothing new reaches Snowflake for the night.
+
+    Parameters: none.
+
+    Changes: the night's business day is not applied: on-hand, order lines and every ``_QLIK_LOADED_AT``
+    stay as the previous night left them. The next night played catches up (its on-hand snapshot, plus
+    the missed night's order lines), as Qlik does when the task resumes. ``repair`` applies the backlog at
+    once (the night of the latest job run), for a rerun.
+
+    A data engineer sees: the job runs green on stale input at its usual time; every table is rebuilt
+    ("fresh" by its build time) with the same numbers as the night before: network on-hand unchanged to
+    the unit, RAW's row count unchanged, ``MAX(_QLIK_LOADED_AT)`` in RAW and in the fact a day old, the
+    latest ship date in ``STG_DEMAND`` a day behind. A check comparing the fact's input time with its
+    build time, or a total that never moves by exactly zero, catches it.
+    """
+
+    kind = "replication_stalled"
+    loads_source = False
+
+    def repair(self, ctx: FaultContext) -> None:
+        world = ctx.world
+        if world._last_played(ctx.cur) < ctx.night:
+            world._apply_business_day(ctx.cur, ctx.night, world._read_opening(ctx.cur))
+
+
+class UnitChange(FaultKindBase):
+    """A source quantity column changes unit: EBS posts eaches where it posted cases (x12) for an org.
+
+    Parameters: ``column`` (``TRANSACTION_QUANTITY`` of on-hand, the default, or ``SHIPPED_QUANTITY`` of
+    order lines), ``factor`` (default 12), ``org_id`` (default: every org).
+
+    Changes: that night's values of the column for the org are multiplied by ``factor`` (rounded to whole
+    units). On-hand is night-scoped; order lines keep the scaled night in their history until ``repair``.
+
+    A data engineer sees: the job green, every test passing, row counts unchanged. With
+    ``TRANSACTION_QUANTITY``: the org's on-hand units x12 in RAW and in ``FCT_INVENTORY_POSITION``, the
+    network total jumping by several times the org's share, RAW and the fact still agreeing (no
+    reconciliation gap), days of supply up and the reorder list shorter. With ``SHIPPED_QUANTITY``: the
+    org's shipments that day x12 in ``STG_DEMAND``, the 28-day average demand of its SKUs up, days of
+    supply down and the reorder list longer, for the 28 days the night stays in the window.
+    """
+
+    kind = "unit_change"
+    params = frozenset({"org_id", "factor", "column"})
+    COLUMNS: ClassVar[dict[str, tuple[str, str]]] = {
+        "TRANSACTION_QUANTITY": (ONHAND, "ORGANIZATION_ID"),
+        "SHIPPED_QUANTITY": (ORDER_LINES, "SHIP_FROM_ORG_ID"),
+    }
+
+    @classmethod
+    def defaults(cls, given: dict[str, Any]) -> dict[str, Any]:
+        return {"factor": 12.0, "column": "TRANSACTION_QUANTITY"}
+
+    @classmethod
+    def check(cls, fault: Fault) -> None:
+        if fault.column not in cls.COLUMNS:
+            raise ValueError(f"column: {fault.column!r}; unit_change scales one of {sorted(cls.COLUMNS)}")
+        if fault.factor == 1:
+            raise ValueError("factor: 1 changes nothing")
+
+    def transform(self, tables: Tables, ctx: FaultContext) -> Tables:
+        column = ctx.fault.column
+        assert column is not None and ctx.fault.factor is not None
+        table, org_column = self.COLUMNS[column]
+        frame = tables[table].copy()
+        rows = _rows_of(frame, org_column, ctx.fault.org_id, ctx, table)
+        frame.loc[rows, column] = _scaled(frame.loc[rows, column], ctx.fault.factor)
+        if table == ORDER_LINES:
+            frame = frame[frame[column] > 0]
+        return {**tables, table: frame}
+
+
+class PartialLoad(FaultKindBase):
+    """Qlik applies only part of the night's rows (a batch cut short, a filter left on a task).
+
+    Parameters: ``fraction`` of the rows missing (default 0.3), ``org_id`` (default: every org),
+    ``table`` (``MTL_ONHAND_QUANTITIES_DETAIL``, the default, or ``OE_ORDER_LINES_ALL``).
+
+    Changes: exactly round(fraction x rows) of the org's rows that night, chosen from the seed, are not
+    loaded. On-hand is night-scoped; the missing order lines stay missing from the history until
+    ``repair``.
+
+    A data engineer sees: the job green. On-hand: RAW's row count and units down by about the fraction of
+    the org's rows, the fact's row count and units down with them (a position disappears only when all
+    its subinventory rows are missing), network on-hand down, RAW and the fact still agreeing (no
+    reconciliation gap: both lost the rows), the reorder list longer. Order lines: the day's shipments
+    short in ``STG_DEMAND``, the 28-day average demand a little lower, days of supply a little higher.
+    """
+
+    kind = "partial_load"
+    params = frozenset({"fraction", "org_id", "table"})
+    ORG_COLUMN: ClassVar[dict[str, str]] = {ONHAND: "ORGANIZATION_ID", ORDER_LINES: "SHIP_FROM_ORG_ID"}
+
+    @classmethod
+    def defaults(cls, given: dict[str, Any]) -> dict[str, Any]:
+        return {"fraction": 0.3, "table": ONHAND}
+
+    @classmethod
+    def check(cls, fault: Fault) -> None:
+        if fault.table not in cls.ORG_COLUMN:
+            raise ValueError(f"table: {fault.table!r}; partial_load drops rows of {sorted(cls.ORG_COLUMN)}")
+
+    def transform(self, tables: Tables, ctx: FaultContext) -> Tables:
+        table, fraction = ctx.fault.table, ctx.fault.fraction
+        assert table is not None and fraction is not None
+        frame = tables[table]
+        rows = _rows_of(frame, self.ORG_COLUMN[table], ctx.fault.org_id, ctx, table)
+        missing = _pick(rows, fraction, ctx.rng(table))
+        return {**tables, table: frame[~missing].reset_index(drop=True)}
+
+
+class ReferenceRowDeleted(FaultKindBase):
+    """Someone deletes an org's row from planning ops' region map.
+
+    Parameters: ``org_id`` (required; an org of the world file).
+
+    Changes: the org's row is deleted from ``REF_PLANNING.REGION_MAP`` before the night's job. Persists
+    until ``repair``, which adds the row back as the world file defines it.
+
+    A data engineer sees: the job green, every test passing; ``DIM_WAREHOUSE`` one row short;
+    ``FCT_INVENTORY_POSITION``'s inner join drops every position of the org, so the fact's units and row
+    count fall by the org's share (14-24%) while RAW does not move: a reconciliation gap equal to the org's
+    RAW units, held by that ``ORGANIZATION_ID`` (on-hand rows matching no warehouse); network days of
+    supply fall and the reorder list grows. The map keeps no trace of the deletion.
+    """
+
+    kind = "reference_row_deleted"
+    params = frozenset({"org_id"})
+    required = frozenset({"org_id"})
+
+    @classmethod
+    def persists(cls, fault: Fault) -> bool:
+        return True
+
+    def before_load(self, ctx: FaultContext) -> None:
+        org_id = ctx.fault.org_id
+        assert org_id is not None
+        _world_org(ctx, org_id)
+        if _map_row(ctx, org_id) is None:
+            raise WorldError(f"reference_row_deleted: REGION_MAP has no row for org {org_id}")
+        ctx.cur.execute(f'DELETE FROM {ctx.table(REGION_MAP)} WHERE "ORGANIZATION_ID" = %s', (org_id,))
+
+    def repair(self, ctx: FaultContext) -> None:
+        org_id = ctx.fault.org_id
+        assert org_id is not None
+        org = _world_org(ctx, org_id)
+        if _map_row(ctx, org_id) is None:
+            fixed_at = ctx.world._map_fix_time(ctx.night)
+            ctx.world._insert_map_row(ctx.cur, org_id, org.code, org.name, org.region, fixed_at)
+
+
+class ReferenceRowRemapped(FaultKindBase):
+    """Someone points an org's region-map row at the wrong warehouse or region.
+
+    Parameters: ``org_id`` (required; an org of the world file), ``to_org_id`` (the row takes that org's
+    warehouse code, name and region) and/or ``region``.
+
+    Changes: the row's ``WAREHOUSE_CODE``, ``WAREHOUSE_NAME`` and ``REGION`` are updated in
+    ``REF_PLANNING.REGION_MAP`` on the business day at 15:30 (``UPDATED_AT``, ``UPDATED_BY`` set). Persists
+    until ``repair``, which puts the world file's values back.
+
+    A data engineer sees: the job green, every test passing (nothing tests ``WAREHOUSE_CODE`` for
+    uniqueness); network totals, row counts and the reorder list unchanged; the org's units counted under
+    the other warehouse or region in ``FCT_INVENTORY_POSITION`` (two orgs with one warehouse code, one
+    warehouse with no stock), so totals by warehouse or region move by the org's units. The map row's
+    ``UPDATED_AT`` shows the edit.
+    """
+
+    kind = "reference_row_remapped"
+    params = frozenset({"org_id", "to_org_id", "region"})
+    required = frozenset({"org_id"})
+
+    @classmethod
+    def check(cls, fault: Fault) -> None:
+        if fault.to_org_id is None and fault.region is None:
+            raise ValueError("to_org_id: reference_row_remapped needs to_org_id or region")
+        if fault.to_org_id == fault.org_id:
+            raise ValueError("to_org_id: the same org as org_id")
+
+    @classmethod
+    def persists(cls, fault: Fault) -> bool:
+        return True
+
+    def before_load(self, ctx: FaultContext) -> None:
+        fault = ctx.fault
+        assert fault.org_id is not None
+        _world_org(ctx, fault.org_id)
+        row = _map_row(ctx, fault.org_id)
+        if row is None:
+            raise WorldError(f"reference_row_remapped: REGION_MAP has no row for org {fault.org_id}")
+        code, name, region = row
+        if fault.to_org_id is not None:
+            target = _world_org(ctx, fault.to_org_id)
+            code, name, region = target.code, target.name, target.region
+        region = fault.region or region
+        edited_at = ctx.utc_on_business_day(_MAP_EDITED_AT)
+        ctx.world._update_map_row(ctx.cur, fault.org_id, code, name, region, edited_at)
+
+    def repair(self, ctx: FaultContext) -> None:
+        org_id = ctx.fault.org_id
+        assert org_id is not None
+        org = _world_org(ctx, org_id)
+        if _map_row(ctx, org_id) not in (None, (org.code, org.name, org.region)):
+            fixed_at = ctx.world._map_fix_time(ctx.night)
+            ctx.world._update_map_row(ctx.cur, org_id, org.code, org.name, org.region, fixed_at)
+
+
+class NullJoinKey(FaultKindBase):
+    """A surge of NULL ``ORGANIZATION_ID`` in the replicated on-hand rows (the org lost in replication).
+
+    Parameters: ``fraction`` of the rows nulled (default 0.1), ``org_id`` (only that org's rows; default
+    every org).
+
+    Changes: the RAW column is made nullable (as a replication target often is), and exactly
+    round(fraction x rows) of the night's on-hand rows, chosen from the seed, arrive with
+    ``ORGANIZATION_ID`` NULL; their ids, items and quantities are intact. The rows are night-scoped; the
+    column stays nullable until ``repair``, which rebuilds the table in the project's shape and reloads it.
+
+    A data engineer sees: the job green, every test passing (the fact's ``ORGANIZATION_ID`` not-null test
+    runs after the inner join to ``DIM_WAREHOUSE`` has dropped the NULL rows); ``STG_ONHAND`` holds rows
+    with a NULL org; RAW's units unchanged while the fact's fall by the nulled rows' units: a
+    reconciliation gap held by ``ORGANIZATION_ID IS NULL``; the reorder list grows when the loss is large.
+    """
+
+    kind = "null_join_key"
+    params = frozenset({"fraction", "org_id"})
+
+    @classmethod
+    def defaults(cls, given: dict[str, Any]) -> dict[str, Any]:
+        return {"fraction": 0.1}
+
+    def before_load(self, ctx: FaultContext) -> None:
+        ctx.cur.execute(f'ALTER TABLE {ctx.table(ONHAND)} ALTER COLUMN "ORGANIZATION_ID" DROP NOT NULL')
+
+    def transform(self, tables: Tables, ctx: FaultContext) -> Tables:
+        assert ctx.fault.fraction is not None
+        frame = tables[ONHAND].copy()
+        rows = _rows_of(frame, "ORGANIZATION_ID", ctx.fault.org_id, ctx, ONHAND)
+        nulled = _pick(rows, ctx.fault.fraction, ctx.rng())
+        org = frame["ORGANIZATION_ID"].astype("Int64")
+        org[nulled] = pd.NA
+        frame["ORGANIZATION_ID"] = org
+        return {**tables, ONHAND: frame}
+
+
+class ColumnRenamed(FaultKindBase):
+    """A source column is renamed: Qlik replicates an EBS DDL change to the RAW table.
+
+    Parameters: ``table`` (``MTL_ONHAND_QUANTITIES_DETAIL``, the default, ``OE_ORDER_LINES_ALL`` or
+    ``MTL_SYSTEM_ITEMS_B``), ``column`` (default ``TRANSACTION_QUANTITY``), ``new_name`` (default
+    ``<column>_NEW``).
+
+    Changes: ``ALTER TABLE ... RENAME COLUMN`` before the night's load; the night's rows arrive under the
+    new name. Persists (later nights load into the renamed column) until ``repair`` renames it back.
+
+    A data engineer sees: the job failed: the node reading the column (``STG_ONHAND`` for on-hand
+    quantities) fails with an invalid-identifier error naming the old column and is left empty; nodes
+    downstream of it are not built and keep the previous night's data; other branches build. RAW's
+    columns differ from the Source node's. A column no node reads (``ONHAND_QUANTITIES_ID``) changes
+    nothing downstream: the job stays green.
+    """
+
+    kind = "column_renamed"
+    params = frozenset({"table", "column", "new_name"})
+
+    @classmethod
+    def defaults(cls, given: dict[str, Any]) -> dict[str, Any]:
+        column = given.get("column", "TRANSACTION_QUANTITY")
+        return {"table": ONHAND, "column": column, "new_name": f"{column}_NEW"}
+
+    @classmethod
+    def check(cls, fault: Fault) -> None:
+        _check_schema_fault(fault)
+        if fault.new_name is None or not _IDENTIFIER.match(fault.new_name) or fault.new_name == fault.column:
+            raise ValueError(f"new_name: {fault.new_name!r} is not a new upper-case column name")
+
+    @classmethod
+    def persists(cls, fault: Fault) -> bool:
+        return True
+
+    def before_load(self, ctx: FaultContext) -> None:
+        table, column = _schema_target(ctx)
+        columns = _table_columns(ctx, table)
+        if ctx.fault.new_name in columns:
+            return  # renamed on an earlier night
+        if column not in columns:
+            raise WorldError(f"column_renamed: {table} has no column {column} now (columns: {columns})")
+        ctx.cur.execute(f'ALTER TABLE {ctx.table(table)} RENAME COLUMN "{column}" TO "{ctx.fault.new_name}"')
+
+    def repair(self, ctx: FaultContext) -> None:
+        table, column = _schema_target(ctx)
+        if ctx.fault.new_name in _table_columns(ctx, table):
+            renamed = ctx.fault.new_name
+            ctx.cur.execute(f'ALTER TABLE {ctx.table(table)} RENAME COLUMN "{renamed}" TO "{column}"')
+
+
+class ColumnDropped(FaultKindBase):
+    """A source column is dropped: Qlik replicates an EBS DDL change to the RAW table.
+
+    Parameters: ``table`` (``MTL_ONHAND_QUANTITIES_DETAIL``, the default, ``OE_ORDER_LINES_ALL`` or
+    ``MTL_SYSTEM_ITEMS_B``), ``column`` (default ``TRANSACTION_QUANTITY``).
+
+    Changes: ``ALTER TABLE ... DROP COLUMN`` before the night's load; the night's rows arrive without it.
+    Persists until ``repair``, which rebuilds the table in the project's shape and reloads it (Qlik's
+    reload after a schema change: on-hand's latest snapshot, every night's order lines, the item master).
+
+    A data engineer sees: the job failed: the node reading the column fails with an invalid-identifier
+    error and is left empty; nodes downstream of it are not built and keep the previous night's data.
+    RAW has one column fewer than the Source node declares.
+    """
+
+    kind = "column_dropped"
+    params = frozenset({"table", "column"})
+
+    @classmethod
+    def defaults(cls, given: dict[str, Any]) -> dict[str, Any]:
+        return {"table": ONHAND, "column": "TRANSACTION_QUANTITY"}
+
+    @classmethod
+    def check(cls, fault: Fault) -> None:
+        _check_schema_fault(fault)
+
+    @classmethod
+    def persists(cls, fault: Fault) -> bool:
+        return True
+
+    def before_load(self, ctx: FaultContext) -> None:
+        table, column = _schema_target(ctx)
+        if column in _table_columns(ctx, table):
+            ctx.cur.execute(f'ALTER TABLE {ctx.table(table)} DROP COLUMN "{column}"')
+
+    def repair(self, ctx: FaultContext) -> None:
+        table, _ = _schema_target(ctx)
+        ctx.world._rebuild_table(ctx.cur, table, ctx.night)
+
+
+def _check_schema_fault(fault: Fault) -> None:
+    if fault.table not in _SCHEMA_TABLES:
+        raise ValueError(f"table: {fault.table!r}; {fault.kind} changes one of {list(_SCHEMA_TABLES)}")
+    if fault.column in _WORLD_KEYS.get(fault.table, set()):
+        raise ValueError(f"column: {fault.column} of {fault.table} is how the world knows what it played")
+
+
+class NodeFailure(FaultKindBase):
+    """A Coalesce node fails.
+
+    Parameters: ``node`` (default ``FCT_INVENTORY_POSITION``), ``mode``:
+
+    - ``sql`` (default): an engineer deploys a change to the node that adds a column ``<COL>_V2`` reading
+      a column its source does not have (through the simulator's workspace and deploy endpoints, as in
+      the Coalesce app). Persists until ``repair`` removes that column and deploys again.
+    - ``test``: a data condition fails a node test: a few on-hand positions (5, chosen from the seed) go
+      negative in EBS, which fails ``FCT_INVENTORY_POSITION``'s ``NO_NEGATIVE_ONHAND`` test. Night-scoped;
+      ``node`` must be ``FCT_INVENTORY_POSITION``.
+
+    A data engineer sees: the Coalesce run failed, the node failed (``sql``: its Insert Data query with an
+    invalid-identifier error, the table left empty; ``test``: built, then its node test reporting 5 failing
+    rows); the nodes downstream (``MART_DAYS_OF_SUPPLY``, ``MART_REORDER_CANDIDATES`` for the fact) not
+    built, still holding the previous night's data; a deploy run in the run list just before (``sql``).
+    """
+
+    kind = "node_failure"
+    params = frozenset({"node", "mode"})
+    NEGATIVE_POSITIONS: ClassVar[int] = 5
+
+    @classmethod
+    def defaults(cls, given: dict[str, Any]) -> dict[str, Any]:
+        return {"node": "FCT_INVENTORY_POSITION", "mode": "sql"}
+
+    @classmethod
+    def check(cls, fault: Fault) -> None:
+        if fault.mode == "test" and fault.node != "FCT_INVENTORY_POSITION":
+            raise ValueError("node: mode test fails FCT_INVENTORY_POSITION's NO_NEGATIVE_ONHAND test only")
+
+    @classmethod
+    def persists(cls, fault: Fault) -> bool:
+        return fault.mode == "sql"
+
+    @classmethod
+    def changes_load(cls, fault: Fault) -> bool:
+        return fault.mode == "test"
+
+    def transform(self, tables: Tables, ctx: FaultContext) -> Tables:
+        if ctx.fault.mode != "test":
+            return tables
+        frame = tables[ONHAND].copy()
+        # Positions held in one subinventory only, so their on-hand sums negative.
+        single = ~frame.duplicated(["ORGANIZATION_ID", "INVENTORY_ITEM_ID"], keep=False).to_numpy()
+        rows = _pick(single, self.NEGATIVE_POSITIONS / single.sum(), ctx.rng())
+        frame.loc[rows, "TRANSACTION_QUANTITY"] = -frame.loc[rows, "TRANSACTION_QUANTITY"]
+        return {**tables, ONHAND: frame}
+
+    def before_run(self, ctx: FaultContext) -> None:
+        if ctx.fault.mode != "sql":
+            return
+        world, node_id, detail = ctx.world, *self._workspace_node(ctx)
+        columns = detail["metadata"]["columns"]
+        if any(c.get("description") == NODE_FAILURE_MARKER for c in columns):
+            return  # deployed on an earlier night
+        spec = world._project.graph.nodes[node_id]
+        plain = next((c for c in spec.columns if c.transform is None and len(c.sources) == 1), None)
+        if plain is None:
+            raise WorldError(f"node_failure: {spec.name} has no column read straight from its source")
+        _, source_node, source_column = plain.sources[0].split(".")
+        broken = dict(next(c for c in columns if c["name"] == plain.name))
+        broken.pop("columnID", None)
+        broken.update(
+            name=f"{plain.name}_V2",
+            transform=f'"{source_node}"."{source_column}_V2"',
+            description=NODE_FAILURE_MARKER,
+            appliedColumnTests={},
+            isBusinessKey=False,
+        )
+        detail["metadata"]["columns"] = [*columns, broken]
+        self._deploy(ctx, node_id, detail)
+
+    def repair(self, ctx: FaultContext) -> None:
+        if ctx.fault.mode == "test":
+            super().repair(ctx)
+            return
+        node_id, detail = self._workspace_node(ctx)
+        columns = detail["metadata"]["columns"]
+        kept = [c for c in columns if c.get("description") != NODE_FAILURE_MARKER]
+        if len(kept) != len(columns):
+            detail["metadata"]["columns"] = kept
+            self._deploy(ctx, node_id, detail)
+
+    @staticmethod
+    def _workspace_node(ctx: FaultContext) -> tuple[str, dict]:
+        world, env = ctx.world, ctx.world.spec.environment_id
+        matches = [n.id for n in world._project.file.nodes if n.name == ctx.fault.node and not n.is_source]
+        if not matches:
+            raise WorldError(f"node_failure: project.yaml has no built node {ctx.fault.node}")
+        node_id = matches[0]
+        path = f"workspace/nodes/{node_id}?environmentID={env}"
+        return node_id, world._sim_control(ctx.coalesce, "GET", path)
+
+    @staticmethod
+    def _deploy(ctx: FaultContext, node_id: str, detail: dict) -> None:
+        world, env = ctx.world, ctx.world.spec.environment_id
+        world._sim_control(ctx.coalesce, "PUT", f"workspace/nodes/{node_id}?environmentID={env}", detail)
+        world._sim_control(ctx.coalesce, "POST", "deploy", {"environmentID": env})
+
+
+class SchedulerSkip(FaultKindBase):
+    """The Coalesce Scheduler does not start the nightly job (paused schedule, scheduler outage).
+
+    Parameters: none.
+
+    Changes: the night's business day is applied to the sources as usual, but no run starts and the
+    simulator clock is not moved to the night's 02:00. ``play_night`` returns status ``skipped`` with no
+    run id. Nothing to repair: the next night's job builds from the then-current sources.
+
+    A data engineer sees: no run of ``inventory_nightly`` for the night in Coalesce's run list; every
+    built table keeps the previous night's data and build time (stale by a day), while RAW moved on
+    (``MAX(_QLIK_LOADED_AT)`` newer than what the fact holds). No failure is reported anywhere: only a
+    freshness expectation on the job or the tables catches it.
+    """
+
+    kind = "scheduler_skip"
+    runs_job = False
+
+    def repair(self, ctx: FaultContext) -> None:
+        pass
+
+
+class NewOrgMapped(FaultKindBase):
+    """Benign: EBS opens a new org and planning ops maps it the same day (the reference night done right).
+
+    Parameters: ``org_id``, ``code``, ``name``, ``region`` (default: the world file's new org, DC7
+    Dallas, South).
+
+    Changes: at 10:30 planning ops adds the org's row to ``REGION_MAP``; at 14:00 EBS opens the org and
+    posts the reference night's transfers (41,800 units over 1,260 SKUs out of DC2), applied by Qlik at
+    14:06. The org stays open on later nights. Only one org can open per world, and the reference night
+    cannot be played after it. Nothing to repair.
+
+    A data engineer sees (and nothing should alarm): the job green; ``DIM_WAREHOUSE`` one row more; RAW
+    and ``FCT_INVENTORY_POSITION`` holding the same units, both moving by the day's ordinary change
+    (+0.2%); the fact's row count up by the new org's 1,260 positions; the reorder list unchanged (network
+    days of supply do not move when stock moves between mapped warehouses).
+    """
+
+    kind = "new_org_mapped"
+    params = frozenset({"org_id", "code", "name", "region"})
+    benign = True
+
+    @classmethod
+    def persists(cls, fault: Fault) -> bool:
+        return True
+
+    def before_load(self, ctx: FaultContext) -> None:
+        world, fault = ctx.world, ctx.fault
+        ref = world.spec.reference_night
+        org_id = fault.org_id or ref.new_org.id
+        if org_id in {o.id for o in world.spec.orgs}:
+            raise WorldError(f"new_org_mapped: org {org_id} already exists in the world file")
+        defaults = ref.new_org if org_id == ref.new_org.id else None
+        identity = {k: getattr(fault, k) or getattr(defaults, k, None) for k in ("code", "name", "region")}
+        if missing := [k for k, v in identity.items() if v is None]:
+            raise WorldError(f"new_org_mapped: {missing[0]} is needed for org {org_id}")
+        if (opened := world._read_opening(ctx.cur)) is not None:
+            raise WorldError(f"new_org_mapped: org {opened.org_id} already opened on night {opened.index}")
+        world._insert_map_row(
+            ctx.cur, org_id, identity["code"], identity["name"], identity["region"],
+            ctx.utc_on_business_day(_MAP_ADDED_AT),
+        )  # fmt: skip
+        opening = world.reference_opening(ctx.night)
+        world._insert_org(ctx.cur, org_id, identity["code"], opening.opened_at, opening.replicated_at)
+
+    def repair(self, ctx: FaultContext) -> None:
+        pass
+
+
+class SteadyGrowth(FaultKindBase):
+    """Benign: the business grows steadily: stock and shipments up by ``pct`` percent a night.
+
+    Parameters: ``pct`` (default 0.2), ``since_night`` (required: the first night of the growth).
+
+    Changes: on night n >= since_night, every on-hand quantity and the night's shipped and ordered units
+    are multiplied by (1 + pct/100) ** (n - since_night + 1), rounded (rows whose quantity changes are
+    stamped as changed that business day). The world keeps no memory of it: pass the fault on every
+    night from ``since_night`` on (a night played without it returns to the base level, a drop). Nothing
+    to repair.
+
+    A data engineer sees (and nothing should alarm): the job green; RAW and the fact growing together by
+    ``pct`` a night (no reconciliation gap); row counts unchanged; days of supply and the reorder list
+    steady.
+    """
+
+    kind = "steady_growth"
+    params = frozenset({"pct", "since_night"})
+    required = frozenset({"since_night"})
+    benign = True
+
+    @classmethod
+    def defaults(cls, given: dict[str, Any]) -> dict[str, Any]:
+        return {"pct": 0.2}
+
+    @classmethod
+    def check(cls, fault: Fault) -> None:
+        if fault.pct == 0:
+            raise ValueError("pct: 0 is no growth")
+
+    def transform(self, tables: Tables, ctx: FaultContext) -> Tables:
+        fault = ctx.fault
+        assert fault.pct is not None and fault.since_night is not None
+        if ctx.night < fault.since_night:
+            raise WorldError(f"steady_growth: night {ctx.night} is before since_night {fault.since_night}")
+        growth = (1 + fault.pct / 100) ** (ctx.night - fault.since_night + 1)
+        onhand = tables[ONHAND].copy()
+        before = onhand["TRANSACTION_QUANTITY"].to_numpy()
+        onhand["TRANSACTION_QUANTITY"] = _scaled(onhand["TRANSACTION_QUANTITY"], growth)
+        changed = onhand["TRANSACTION_QUANTITY"].to_numpy() != before
+        day = np.datetime64(ctx.world.business_date(ctx.night), "s")
+        stale = changed & (onhand["LAST_UPDATE_DATE"].to_numpy() < day)
+        rng = ctx.rng("stamps")
+        at = day + rng.uniform(6 * 3600, 22 * 3600, int(stale.sum())).astype("timedelta64[s]")
+        onhand.loc[stale, "LAST_UPDATE_DATE"] = at
+        lag = rng.uniform(2, 90, len(at)).astype("timedelta64[s]")
+        onhand.loc[stale, "_QLIK_LOADED_AT"] = to_utc(at, ctx.world.spec.timezone) + lag
+        lines = tables[ORDER_LINES].copy()
+        for column in ("SHIPPED_QUANTITY", "ORDERED_QUANTITY"):
+            lines[column] = _scaled(lines[column], growth)
+        return {
+            **tables,
+            ONHAND: onhand[onhand["TRANSACTION_QUANTITY"] > 0],
+            ORDER_LINES: lines[lines["SHIPPED_QUANTITY"] > 0],
+        }
+
+    def repair(self, ctx: FaultContext) -> None:
+        pass
+
+
+def coerce_fault(fault: Fault | dict[str, Any]) -> Fault:
+    return fault if isinstance(fault, Fault) else Fault.model_validate(fault)
+
+
+def kind_of(fault: Fault) -> FaultKindBase:
+    return KINDS[fault.kind]()
+
+
+def kinds_by_name() -> dict[str, type[FaultKindBase]]:
+    """Every kind, by name (for documentation and scenario files)."""
+    return dict(KINDS)
