@@ -18,7 +18,6 @@ from dw_local.world import LocalWorld, WorldPorts
 
 DEFAULT_ROOT = Path(".dw/local")
 DEFAULT_PORTS = {"snowflake": 47101, "coalesce": 47102, "slack": 47103}
-REPO_DAGSTER_YAML = Path(__file__).resolve().parent.parent / "dagster.yaml"
 
 
 def register(main: click.Group) -> None:
@@ -38,27 +37,28 @@ def world() -> None:
 @click.option("--fresh", is_flag=True, help="Delete the world's data first and seed it again.")
 def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool) -> None:
     """Start the servers, seed 60 nights of history once, run tonight's job, then open the Dagster UI."""
-    from dw_dagster.coalesce.state import refresh_state_file
-    from dw_dagster.settings import Settings
-    from dw_local.seeding import ensure_seeded
+    from dw_local.seeding import clone_world, play_tonight, seeded_template
 
     root = root.resolve()
     if LocalWorld.read_state(root):
         LocalWorld.stop_running(root)
     if fresh and root.exists():
         shutil.rmtree(root)
+    if not (root / "seeded.json").exists():
+        click.echo("seeding 60 nights of history: the Coalesce job runs each night and dw-dagster watches it "
+                   "(about 3 minutes, once; cached under .dw/cache) ...")
+        shutil.rmtree(root, ignore_errors=True)
+        clone_world(seeded_template(root.parent / "cache"), root)
     lw = LocalWorld(root, ports=WorldPorts(**DEFAULT_PORTS), scheduler=True)
     click.echo(f"starting the local world under {root} ...")
     lw.start()
     try:
-        night = ensure_seeded(lw, echo=click.echo)
-        click.echo(f"night {night.night}: Coalesce job inventory_nightly run {night.run_id} {night.status}")
-        # This process is the product's client now: the same variables a deployment sets.
-        os.environ.update(lw.env())
-        settings = Settings.from_env()
-        data = refresh_state_file(settings)
-        click.echo(f"Coalesce state: {sum(len(e.nodes) for e in data.environments)} nodes -> "
-                   f"{settings.coalesce_state_file}")
+        night, outcome = play_tonight(lw)
+        failed = [f"{c.check} on {c.asset}" for c in outcome.failed()]
+        click.echo(
+            f"night {night.night} ({night.business_date}): Coalesce job inventory_nightly run {night.run_id} "
+            f"{night.status}; {len(outcome.checks)} checks, {len(failed)} failed {failed or ''}"
+        )
         for key, value in lw.env().items():
             if "TOKEN" not in key and "PASSWORD" not in key:
                 click.echo(f"  {key}={value}")
@@ -73,10 +73,10 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool) -> None:
 
 
 def _run_dagster_dev(lw: LocalWorld, ui_port: int) -> None:
-    home = lw.root / "dagster_home"
-    home.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO_DAGSTER_YAML, home / "dagster.yaml")
-    env = {**os.environ, **lw.env(), "DAGSTER_HOME": str(home)}
+    from dw_local.daemon import dagster_home
+
+    # The same instance the seeding wrote: the UI shows every night's runs, checks and incidents.
+    env = {**os.environ, **lw.env(), "DAGSTER_HOME": str(dagster_home(lw.root))}
     click.echo(f"Dagster UI: http://localhost:{ui_port}  (Ctrl-C stops the UI and the local world)")
     cmd = [sys.executable, "-m", "dagster", "dev", "-m", "dw_dagster.definitions", "-p", str(ui_port)]
     try:

@@ -11,7 +11,6 @@ import fcntl
 import hashlib
 import json
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 from dw_local.world import LocalWorld, WorldError
@@ -26,18 +25,19 @@ _SHAPING = [
 ]  # fmt: skip
 
 
-def ensure_seeded(lw: LocalWorld, echo: Callable[[str], None] = print, nights: int = HISTORY_NIGHTS):
-    """Seed the running world once, then play tonight's night; returns tonight's ``NightResult``."""
+def play_tonight(lw: LocalWorld):
+    """Play the next night on a seeded, running world and watch it as the daemon would; returns its
+    ``NightResult`` and the daemon's ``TickOutcome``."""
+    from dw_local.daemon import LocalDaemon
     from dw_local.worlds.distributor.generator import DistributorWorld
 
     marker = lw.root / "seeded.json"
-    if not marker.exists():
-        echo(f"seeding {nights} nights of history (runs the Coalesce job each night; about a minute) ...")
-        seed_history_only(lw, nights)
     played = json.loads(marker.read_text())["nights_played"]
+    daemon = LocalDaemon(lw)
     tonight = DistributorWorld().play_night(lw.snowflake, lw.coalesce_client(), played)
+    outcome = daemon.tick()
     marker.write_text(json.dumps({"nights_played": played + 1}))
-    return tonight
+    return tonight, outcome
 
 
 def seed_history_only(lw: LocalWorld, nights: int = HISTORY_NIGHTS) -> None:

@@ -11,7 +11,7 @@ os.environ.setdefault("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
 
 REPO = Path(__file__).resolve().parent.parent
 # Seeding runs the nightly job 60 times; the template is reused across runs while its inputs are unchanged.
-WORLD_CACHE = Path(os.environ.get("DW_TEST_WORLD_CACHE", REPO / ".dw" / "test-cache"))
+WORLD_CACHE = Path(os.environ.get("DW_WORLD_CACHE", REPO / ".dw" / "cache"))
 
 
 @pytest.fixture(scope="session")

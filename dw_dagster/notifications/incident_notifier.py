@@ -58,6 +58,8 @@ from dw_dagster.warehouse.resources import WarehouseResource
 log = logging.getLogger(__name__)
 
 METADATA_EVENT_TYPE = "dw_incident_message"
+AUTONOMOUS_KINDS = frozenset({"hold"})
+"""Messages that act under a standing approval (not just inform): gated by ``autonomous_dispatch_allowed``."""
 _TOKEN_PATTERN = re.compile(r"xox[a-zA-Z]-[A-Za-z0-9-]+")
 
 
@@ -88,11 +90,13 @@ class FlushResult:
     """Not attempted: not due yet, behind an undelivered root or earlier reply, or claimed elsewhere."""
     reconciled: list[str] = field(default_factory=list)
     """Found already posted (an earlier attempt's answer was lost) and recorded without posting again."""
+    stopped: list[str] = field(default_factory=list)
+    """Autonomous messages held back because dispatch is stopped (they stay pending)."""
 
     def summary(self) -> str:
         return (
             f"sent {len(self.sent)}, reconciled {len(self.reconciled)}, failed {len(self.failed)}, "
-            f"waiting {len(self.waiting)}"
+            f"waiting {len(self.waiting)}, stopped {len(self.stopped)}"
         )
 
 
@@ -106,7 +110,9 @@ class IncidentNotifier:
     ``slack`` is the ``SlackNotifier`` resource (dagster-slack); ``store`` the ``IncidentStore`` whose
     warehouse and ops schema also hold the outbox. ``backoff_seconds`` is (first, cap) for the delay before
     retrying a failed message; ``lease_seconds`` how long a claim protects a post in progress (longer than
-    the client's timeout times its retries).
+    the client's timeout times its retries). ``autonomous_dispatch_allowed`` is asked before each message
+    that acts under a standing approval (the hold notice) is posted, e.g. the org-wide stop: while it
+    answers False such messages stay pending.
     """
 
     def __init__(
@@ -120,6 +126,7 @@ class IncidentNotifier:
         lease_seconds: float = 300.0,
         logger: logging.Logger | None = None,
         clock: Callable[[], datetime] | None = None,
+        autonomous_dispatch_allowed: Callable[[], bool] | None = None,
     ):
         self.slack = slack
         self.store = store
@@ -130,6 +137,7 @@ class IncidentNotifier:
         self.lease_seconds = lease_seconds
         self.log = logger or log
         self._now = clock or (lambda: datetime.now(timezone.utc))
+        self._dispatch_allowed = autonomous_dispatch_allowed
         token = slack.token if isinstance(slack.token, str) else None
         self.redact = Redactor(token, os.environ.get("SLACK_BOT_TOKEN"))
         self._client: Any = None
@@ -329,6 +337,11 @@ class IncidentNotifier:
                 # Replies wait for their root's ts.
                 result.waiting += [m.message_key for m in ordered[i:]]
                 return
+            if msg.kind in AUTONOMOUS_KINDS and self._dispatch_allowed and not self._dispatch_allowed():
+                self.log.info("Slack post %s held back: autonomous dispatch is stopped", msg.message_key)
+                result.stopped.append(msg.message_key)
+                result.waiting += [m.message_key for m in ordered[i + 1 :]]
+                return
             outcome = self._attempt(cur, msg, root if not msg.is_root else None, force)
             if outcome in ("sent", "reconciled"):
                 (result.sent if outcome == "sent" else result.reconciled).append(msg.message_key)
@@ -387,7 +400,8 @@ class IncidentNotifier:
             delay = min(self.backoff_seconds[1], self.backoff_seconds[0] * 2 ** max(0, attempt - 1))
             next_at = self._now() + timedelta(seconds=delay)
             self.outbox.mark_failed(cur, msg.message_key, claim_id, outcome, error, next_at)
-            self.log.warning(
+            # An outage fixes itself; a refusal (unknown channel, bad auth) needs a person.
+            (self.log.warning if outage else self.log.error)(
                 "Slack post %s to %s failed (attempt %d, %s); pending, next attempt after %s: %s",
                 msg.kind, msg.channel, attempt, outcome, next_at.isoformat(timespec="seconds"), error,
             )  # fmt: skip

@@ -44,7 +44,8 @@ def test_every_kind_says_what_a_data_engineer_sees():
 
 
 def test_fault_parameters_are_validated_and_defaulted():
-    assert Fault(kind="unit_change").factor == 12 and Fault(kind="unit_change").column == "TRANSACTION_QUANTITY"
+    x12 = Fault(kind="unit_change")
+    assert (x12.factor, x12.column) == (12, "TRANSACTION_QUANTITY")
     assert Fault(kind="column_renamed", column="LAST_UPDATE_DATE").new_name == "LAST_UPDATE_DATE_NEW"
     assert Fault(kind="reference_row_deleted", org_id=7010).persists
     assert not Fault(kind="duplicate_load").persists
@@ -162,6 +163,31 @@ def _raw_matches(env, frame: pd.DataFrame) -> None:
     assert (rows, int(units), ids, orgs) == expected
 
 
+def _raw_total(env) -> int:
+    return int(_one(env, f'SELECT SUM("TRANSACTION_QUANTITY") FROM {RAW}'))
+
+
+def _fct_total(env) -> int:
+    return int(_one(env, f'SELECT SUM("ONHAND_QTY") FROM {FCT}'))
+
+
+def _map_row(env, org_id: int) -> list[tuple]:
+    return _rows(
+        env,
+        'SELECT "WAREHOUSE_CODE", "WAREHOUSE_NAME", "REGION" FROM REF_PLANNING.REGION_MAP '
+        'WHERE "ORGANIZATION_ID" = %s',
+        (org_id,),
+    )
+
+
+def _night_lines(env, night: int, what: str = "COUNT(*)", org_id: int | None = None):
+    """An aggregate over one business day's order lines in RAW."""
+    first, last = line_id_range(night)
+    org = "" if org_id is None else f' AND "SHIP_FROM_ORG_ID" = {int(org_id)}'
+    sql = f'SELECT {what} FROM {LINES} WHERE "LINE_ID" >= %s AND "LINE_ID" < %s{org}'
+    return _one(env, sql, (first, last))
+
+
 def _failed_nodes(env, run_id: int) -> dict[str, list[str]]:
     """Node name -> the names of its failed queries, for the nodes the run built or tried."""
     results = env["coalesce"].get_run_results(run_id).data
@@ -203,19 +229,30 @@ def test_replication_stalled_leaves_the_sources_as_they_were_and_the_job_green(e
 
     night = _next_night(env)
     before, runs_before = sources(), _refresh_runs(env)
-    result = _play(env, night, Fault(kind="replication_stalled"))
+    stall = Fault(kind="replication_stalled")
+    result = _play(env, night, stall)
     assert result.status == "completed" and result.run_id not in runs_before
     assert sources() == before
     # The fact was rebuilt tonight from yesterday's input.
     assert _one(env, f'SELECT MAX("_QLIK_LOADED_AT") FROM {FCT}') == before[0]
     assert env["world"].last_played_night(env["lw"].snowflake) == night - 1
+    assert _night_lines(env, night) == 0
 
-    # Qlik resumes: the next night brings its own data and the stalled night's order lines.
-    assert _play(env, night + 1).status == "completed"
-    first, last = line_id_range(night)
-    stalled_lines = _one(env, f'SELECT COUNT(*) FROM {LINES} WHERE "LINE_ID" >= %s AND "LINE_ID" < %s', (first, last))
-    assert stalled_lines == len(_clean(env, night)[ORDER_LINES])
+    # Qlik resumes (repair): the stalled night's data arrives, for a rerun.
+    env["world"].repair(env["lw"].snowflake, env["coalesce"], stall)
+    assert env["world"].last_played_night(env["lw"].snowflake) == night
+    _raw_matches(env, _clean(env, night)[ONHAND])
     assert _one(env, f'SELECT MAX("_QLIK_LOADED_AT") FROM {RAW}') > before[0]
+
+
+@pytest.mark.world
+def test_the_night_after_a_stall_catches_up_the_missed_order_lines(env):
+    night = _next_night(env)
+    assert _play(env, night, Fault(kind="replication_stalled")).status == "completed"
+    # No repair: Qlik resumes by itself; the next night brings its data and the stalled night's lines.
+    assert _play(env, night + 1).status == "completed"
+    assert _night_lines(env, night) == len(_clean(env, night)[ORDER_LINES])
+    assert _night_lines(env, night + 1) == len(_clean(env, night + 1)[ORDER_LINES])
     _raw_matches(env, _clean(env, night + 1)[ONHAND])
 
 
@@ -239,13 +276,14 @@ def test_unit_change_in_shipped_quantity_stays_in_the_history_until_repaired(env
     clean = _clean(env, night)[ORDER_LINES]
     shipped = clean[clean["SHIP_FROM_ORG_ID"] == 7010]["SHIPPED_QUANTITY"].sum()
     day = env["world"].business_date(night)
-    demand = f'SELECT SUM("SHIPPED_QTY") FROM STAGE.STG_DEMAND WHERE "ORGANIZATION_ID" = 7010 AND "SHIP_DATE" = %s'
+    demand = (
+        'SELECT SUM("SHIPPED_QTY") FROM STAGE.STG_DEMAND WHERE "ORGANIZATION_ID" = 7010 AND "SHIP_DATE" = %s'
+    )
     with _repaired(env, fault):
         assert _play(env, night, fault).status == "completed"
+        assert _night_lines(env, night, 'SUM("SHIPPED_QUANTITY")', 7010) == 12 * shipped
         assert _one(env, demand, (day,)) == 12 * shipped
-    first, last = line_id_range(night)
-    repaired = f'SELECT SUM("SHIPPED_QUANTITY") FROM {LINES} WHERE "SHIP_FROM_ORG_ID" = 7010 AND "LINE_ID" >= %s AND "LINE_ID" < %s'
-    assert _one(env, repaired, (first, last)) == shipped
+    assert _night_lines(env, night, 'SUM("SHIPPED_QUANTITY")', 7010) == shipped
 
 
 @pytest.mark.world
@@ -259,7 +297,7 @@ def test_partial_load_drops_a_fraction_of_the_rows(env):
         positions = clean.groupby(["ORGANIZATION_ID", "INVENTORY_ITEM_ID"]).ngroups
         fct_rows = _one(env, f"SELECT COUNT(*) FROM {FCT}")
         assert 0.7 * positions < fct_rows < 0.85 * positions
-        assert _one(env, f'SELECT SUM("ONHAND_QTY") FROM {FCT}') == _one(env, f'SELECT SUM("TRANSACTION_QUANTITY") FROM {RAW}')
+        assert _fct_total(env) == _raw_total(env)
     _raw_matches(env, clean)
 
 
@@ -274,9 +312,7 @@ def test_reference_row_deleted_drops_the_org_from_the_fact_until_repaired(env):
         raw, fct = _by_org(env, RAW, "TRANSACTION_QUANTITY"), _by_org(env, FCT, "ONHAND_QTY")
         assert 7030 in raw and 7030 not in fct
         assert sum(raw.values()) - sum(fct.values()) == raw[7030]
-    assert _rows(env, 'SELECT "WAREHOUSE_CODE", "REGION" FROM REF_PLANNING.REGION_MAP WHERE "ORGANIZATION_ID" = 7030') == [
-        ("DC3", "Midwest")
-    ]
+    assert _map_row(env, 7030) == [("DC3", "Columbus", "Midwest")]
     # Repaired: the next night builds every org again.
     assert _play(env, night + 1).status == "completed"
     assert _by_org(env, FCT, "ONHAND_QTY") == _by_org(env, RAW, "TRANSACTION_QUANTITY")
@@ -288,15 +324,12 @@ def test_reference_row_remapped_moves_the_orgs_units_to_another_warehouse(env):
     night = _next_night(env)
     with _repaired(env, fault):
         assert _play(env, night, fault).status == "completed"
-        assert _rows(env, f'SELECT DISTINCT "WAREHOUSE_CODE", "REGION" FROM {FCT} WHERE "ORGANIZATION_ID" = 7050') == [
-            ("DC6", "Central")
-        ]
-        assert _one(env, f'SELECT SUM("ONHAND_QTY") FROM {FCT}') == _one(env, f'SELECT SUM("TRANSACTION_QUANTITY") FROM {RAW}')
+        remapped = f'SELECT DISTINCT "WAREHOUSE_CODE", "REGION" FROM {FCT} WHERE "ORGANIZATION_ID" = 7050'
+        assert _rows(env, remapped) == [("DC6", "Central")]
+        assert _fct_total(env) == _raw_total(env)
         updated = _one(env, 'SELECT "UPDATED_AT" FROM REF_PLANNING.REGION_MAP WHERE "ORGANIZATION_ID" = 7050')
         assert updated.date() == env["world"].business_date(night)
-    assert _rows(env, 'SELECT "WAREHOUSE_CODE", "WAREHOUSE_NAME", "REGION" FROM REF_PLANNING.REGION_MAP WHERE "ORGANIZATION_ID" = 7050') == [
-        ("DC5", "Reno", "West")
-    ]
+    assert _map_row(env, 7050) == [("DC5", "Reno", "West")]
 
 
 @pytest.mark.world
@@ -310,8 +343,8 @@ def test_null_join_key_nulls_a_fraction_of_the_orgs_and_the_fact_loses_their_uni
             env, f'SELECT COUNT(*), SUM("TRANSACTION_QUANTITY") FROM {RAW} WHERE "ORGANIZATION_ID" IS NULL'
         )[0]
         assert nulls == round(0.1 * len(clean))
-        assert _one(env, f'SELECT SUM("TRANSACTION_QUANTITY") FROM {RAW}') == clean["TRANSACTION_QUANTITY"].sum()
-        assert _one(env, f'SELECT SUM("ONHAND_QTY") FROM {FCT}') == clean["TRANSACTION_QUANTITY"].sum() - null_units
+        assert _raw_total(env) == clean["TRANSACTION_QUANTITY"].sum()
+        assert _fct_total(env) == clean["TRANSACTION_QUANTITY"].sum() - null_units
         assert _one(env, 'SELECT COUNT(*) FROM STAGE.STG_ONHAND WHERE "ORGANIZATION_ID" IS NULL') > 0
     _raw_matches(env, clean)
     nullable = _one(
@@ -388,7 +421,8 @@ def test_node_failure_deploys_a_broken_node_until_repaired(env):
         assert "FCT_INVENTORY_POSITION" in (run.run_failure_reason or "")
         deploys = list(coalesce.iter_runs(environment_id=SPEC.environment_id, run_type="deploy"))
         assert deploys and max(d.id for d in deploys) < result.run_id
-    node = next(n for n in coalesce.list_nodes(SPEC.environment_id, detail=True) if n.name == "FCT_INVENTORY_POSITION")
+    nodes = coalesce.list_nodes(SPEC.environment_id, detail=True)
+    node = next(n for n in nodes if n.name == "FCT_INVENTORY_POSITION")
     assert NODE_FAILURE_MARKER not in node.model_dump_json()
     assert _play(env, night + 1).status == "completed"
 

@@ -87,8 +87,8 @@ def reference_diagnosis(incident_id: str, keys: list[KeyGap] | None = None) -> D
         classification=CauseClass.VALUE_LOSS,
         cause=(
             "FCT_INVENTORY_POSITION inner-joins on-hand rows to DIM_WAREHOUSE; inventory org 7120"
-            " (DC7 Dallas) is not in the planning-ops region map, so its 41,800 units drop out while DC2's outbound"
-            " transfers count."
+            " (DC7 Dallas) is not in the planning-ops region map, so its 41,800 units drop out while DC2's"
+            " outbound transfers count."
         ),
         evidence={
             "network_onhand_change_pct": -1.8,
@@ -411,8 +411,10 @@ def test_updates_refinements_and_resolution_are_replies_in_each_thread(world, co
     refined = diagnosis.model_copy(update={"cause": diagnosis.cause + " Confirmed on the staging node."})
     notifier.notify(inc, refined, blast, _recipients(context, inc, hold="propose"))
     notifier.notify(inc, refined, blast, _recipients(context, inc, hold="propose"))  # re-tick: nothing new
-    notifier.post_update(inc, "Owners are reviewing the proposal (map row 7120 -> DC7, South).")
-    notifier.post_update(inc, "Owners are reviewing the proposal (map row 7120 -> DC7, South).")  # duplicate
+    reviewing = "Owners are reviewing the proposal (map row 7120 -> DC7, South)."
+    custom = [{"type": "section", "text": {"type": "mrkdwn", "text": "*Reviewing* the proposal"}}]
+    notifier.post_update(inc, reviewing, blocks=custom)
+    notifier.post_update(inc, reviewing, blocks=custom)  # duplicate
     notifier.post_resolution(inc, "Network on-hand is back in line with EBS; reorder list back to 31 rows.",
                              verification={"reorder_rows": 31, "onhand_gap_units": 0})  # fmt: skip
 
@@ -428,6 +430,7 @@ def test_updates_refinements_and_resolution_are_replies_in_each_thread(world, co
         assert replies[1]["blocks"][0]["text"]["text"].startswith(
             ":arrows_counterclockwise: Diagnosis refined"
         )
+        assert replies[2]["text"] == reviewing and replies[2]["blocks"][0]["text"]["text"] == "*Reviewing* the proposal"
         assert "Resolved" in replies[3]["text"]
         # The stand-in's thread view agrees.
         client = _slack(world).get_client()
@@ -501,6 +504,19 @@ def test_the_outbox_sensor_delivers_pending_messages(world, context):
         skip = sensor(ctx)
     assert "sent 3" in skip.skip_message
     assert len(_posted(world, inc.incident_id)) == 3
+
+
+def test_a_stop_holds_back_the_hold_notice_and_nothing_else(world, context):
+    inc = reference_incident("INC-20250616-stop01")
+    stopped = {"on": True}
+    notifier = _notifier(world, "NTF_STOP", autonomous_dispatch_allowed=lambda: not stopped["on"])
+    rows = notifier.notify(inc, reference_diagnosis(inc.incident_id), reference_blast(), _recipients(context, inc))
+    assert {m.kind: m.status for m in rows} == {"incident": "sent", "hold": "pending"}
+    assert next(m for m in rows if m.kind == "hold").attempts == 0
+    assert _kinds(_posted(world, inc.incident_id)) == [("#inventory-analytics", "incident"), ("#planning-ops", "incident")]
+    stopped["on"] = False
+    assert len(notifier.flush_pending().sent) == 1
+    assert ("#buyers", "hold") in _kinds(_posted(world, inc.incident_id))
 
 
 def test_concurrent_flushes_post_once(world, context):

@@ -398,8 +398,9 @@ class DistributorWorld:
         night = self._last_played(cur)
         if coalesce is not None:
             env = self.spec.environment_id
-            latest = coalesce.list_runs(env, run_type="refresh", order_by="id", order_by_direction="desc", limit=1)
-            runs = latest.data
+            runs = coalesce.list_runs(
+                env, run_type="refresh", order_by="id", order_by_direction="desc", limit=1
+            ).data
             if runs and runs[0].run_start_time is not None:
                 local_day = runs[0].run_start_time.astimezone(self._tz).date() - timedelta(days=1)
                 night = max(night, (local_day - self.spec.first_business_day).days)
