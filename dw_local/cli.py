@@ -49,7 +49,7 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool) -> None:
                    "(about 3 minutes, once; cached under .dw/cache) ...")
         shutil.rmtree(root, ignore_errors=True)
         clone_world(seeded_template(root.parent / "cache"), root)
-    lw = LocalWorld(root, ports=WorldPorts(**DEFAULT_PORTS), scheduler=True)
+    lw = LocalWorld(root, ports=WorldPorts(**DEFAULT_PORTS), scheduler=True, outlive_parent=no_ui)
     click.echo(f"starting the local world under {root} ...")
     lw.start()
     try:

@@ -39,6 +39,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _die_with_parent() -> None:
+    # Linux: the child gets SIGTERM when the process that started it exits, however it exits.
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 @dataclass(frozen=True)
 class SnowflakeTarget:
     """Where the local Snowflake listens, and how the connector reaches it."""
@@ -95,9 +103,13 @@ class LocalWorld:
         project_file: Path | None = None,
         scheduler: bool = False,
         services: tuple[str, ...] = ("snowflake", "coalesce", "slack"),
+        outlive_parent: bool = False,
     ):
         self.root = Path(root).resolve()
         self.services = services
+        # By default the servers die with the process that started them (a test run killed by a timeout
+        # leaves no orphans); `world up --no-ui` keeps them for other shells.
+        self.outlive_parent = outlive_parent
         self.ports = ports or WorldPorts()
         self.project_file = Path(project_file or DISTRIBUTOR_DIR / "project.yaml").resolve()
         self.scheduler = scheduler
@@ -206,7 +218,12 @@ class LocalWorld:
     def _start_one(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
         log = open(self.root / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         self._procs[name] = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=None if self.outlive_parent else _die_with_parent,
         )
 
     def _wait(self, name: str, probe, timeout: float) -> None:

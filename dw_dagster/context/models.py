@@ -23,7 +23,9 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Sequence
+from enum import Enum
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -80,10 +82,35 @@ class OwnerRule(FileModel):
     owners: list[str] = Field(min_length=1)
 
 
+class Autonomy(str, Enum):
+    """How much dw-dagster may do on its own in a domain (PRODUCT.md, "Autonomy")."""
+
+    L0 = "L0"  # manual: nothing automated
+    L1 = "L1"  # observe: detect, diagnose, alert with blast radius; change nothing
+    L2 = "L2"  # propose: fixes and scoped reruns wait for the named owners' approval
+    L3 = "L3"  # act reversibly under a standing approval for a narrow class of action
+    L4 = "L4"  # autonomous in a scoped domain: warn every downstream reader on the first bad build
+
+    def at_least(self, level: Autonomy) -> bool:
+        return int(self.value[1]) >= int(level.value[1])
+
+
+class Domain(FileModel):
+    assets: list[str] = Field(min_length=1, description="Globs over asset key paths, e.g. 'mart/*'.")
+    autonomy: Autonomy = Autonomy.L1
+    standing_approvals: list[Literal["hold_notice"]] = Field(
+        default_factory=list, description="Classes of reversible action allowed at once (L3 and up)."
+    )
+    hold_channel_team: str | None = Field(
+        default=None, description="The team whose channel gets hold notices (the consumers, e.g. buyers)."
+    )
+
+
 class ContextFile(FileModel):
     teams: dict[str, Team]
     systems: list[ContextSystem] = Field(default_factory=list)
     coalesce_owners: list[OwnerRule] = Field(default_factory=list)
+    domains: dict[str, Domain] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _references(self) -> ContextFile:
@@ -95,11 +122,21 @@ class ContextFile(FileModel):
             for owner in rule.owners:
                 if owner not in self.teams:
                     raise ValueError(f"coalesce_owners[{i}].owners: unknown team {owner!r}")
+        for name, domain in self.domains.items():
+            if domain.hold_channel_team and domain.hold_channel_team not in self.teams:
+                raise ValueError(f"domains.{name}.hold_channel_team: unknown team {domain.hold_channel_team!r}")
         keys = [s.key for s in self.systems]
         dupes = {k for k in keys if keys.count(k) > 1}
         if dupes:
             raise ValueError(f"systems: duplicate keys {sorted(dupes)}")
         return self
+
+    def domain_of(self, key_path: str) -> tuple[str, Domain] | None:
+        """The first domain whose globs match the asset; assets in no domain are observed only (L1)."""
+        for name, domain in self.domains.items():
+            if any(fnmatch.fnmatchcase(key_path, g) for g in domain.assets):
+                return name, domain
+        return None
 
     def owners_for(self, key_path: str) -> Sequence[str]:
         """Owner teams of a Coalesce node asset, by the first matching rule."""

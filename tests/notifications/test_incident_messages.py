@@ -430,7 +430,8 @@ def test_updates_refinements_and_resolution_are_replies_in_each_thread(world, co
         assert replies[1]["blocks"][0]["text"]["text"].startswith(
             ":arrows_counterclockwise: Diagnosis refined"
         )
-        assert replies[2]["text"] == reviewing and replies[2]["blocks"][0]["text"]["text"] == "*Reviewing* the proposal"
+        assert replies[2]["text"] == reviewing
+        assert replies[2]["blocks"][0]["text"]["text"] == "*Reviewing* the proposal"
         assert "Resolved" in replies[3]["text"]
         # The stand-in's thread view agrees.
         client = _slack(world).get_client()
@@ -500,7 +501,8 @@ def test_the_outbox_sensor_delivers_pending_messages(world, context):
     _fault(world, 0)
     assert not _posted(world, inc.incident_id)
     sensor = build_slack_outbox_sensor(OpsSchema(DATABASE, "NTF_SENSOR"))
-    with dg.build_sensor_context(resources={"slack": _slack(world), "snowflake": _warehouse(world)}) as ctx:
+    resources = {"slack": _slack(world), "snowflake": _warehouse(world)}
+    with dg.instance_for_test() as instance, dg.build_sensor_context(instance, resources=resources) as ctx:
         skip = sensor(ctx)
     assert "sent 3" in skip.skip_message
     assert len(_posted(world, inc.incident_id)) == 3
@@ -510,10 +512,12 @@ def test_a_stop_holds_back_the_hold_notice_and_nothing_else(world, context):
     inc = reference_incident("INC-20250616-stop01")
     stopped = {"on": True}
     notifier = _notifier(world, "NTF_STOP", autonomous_dispatch_allowed=lambda: not stopped["on"])
-    rows = notifier.notify(inc, reference_diagnosis(inc.incident_id), reference_blast(), _recipients(context, inc))
+    diagnosis, blast = reference_diagnosis(inc.incident_id), reference_blast()
+    rows = notifier.notify(inc, diagnosis, blast, _recipients(context, inc))
     assert {m.kind: m.status for m in rows} == {"incident": "sent", "hold": "pending"}
     assert next(m for m in rows if m.kind == "hold").attempts == 0
-    assert _kinds(_posted(world, inc.incident_id)) == [("#inventory-analytics", "incident"), ("#planning-ops", "incident")]
+    owners_only = [("#inventory-analytics", "incident"), ("#planning-ops", "incident")]
+    assert _kinds(_posted(world, inc.incident_id)) == owners_only
     stopped["on"] = False
     assert len(notifier.flush_pending().sent) == 1
     assert ("#buyers", "hold") in _kinds(_posted(world, inc.incident_id))

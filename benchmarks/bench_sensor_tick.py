@@ -1,0 +1,243 @@
+"""Sensor tick time for one Coalesce run of N nodes (default 2,000; goal: under 10 s).
+
+Writes a synthetic Coalesce project (format: docs/project-file.md): one Source table ``RAW.SEED`` of 10
+rows and N cheap table nodes, each a two-column ``SELECT`` from the seed, in 10 storage locations, and
+one job building all of them. It starts the local Snowflake and the Coalesce simulator in a temp dir
+(loopback ports), loads the seed, starts one refresh run of that job through the simulator and waits for
+it (the run itself takes a minute or more on the local server; its time is printed too).
+
+Then, as a code server would, it reads the workspace (``CoalesceWorkspace.fetch_workspace_data``), turns
+it into asset specs (``load_coalesce_asset_specs``), builds a volume check on every node (so the tick also
+computes the checks-only run request) and ``build_coalesce_run_sensor``, and evaluates one tick with
+``dg.build_sensor_context`` against an on-disk Dagster instance, with a cursor whose high-water mark is
+just before that run. It prints the tick time, the materializations produced, the cost per node, and a
+breakdown: the Coalesce calls, building the report, the de-duplication lookups against the instance, the
+check keys, and what the daemon does with the result (serialising it back from the code server, storing
+the events). A second tick with the same cursor (a replay after a crash: every event already stored)
+shows the de-duplication cost against a populated instance. Nothing is asserted. Run:
+
+    .venv/bin/python benchmarks/bench_sensor_tick.py [--nodes 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import yaml
+
+os.environ.setdefault("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
+warnings.filterwarnings("ignore")
+
+import dagster as dg  # noqa: E402
+from dagster._serdes import serialize_value  # noqa: E402
+
+from dw_dagster.checks import build_check_definitions  # noqa: E402
+from dw_dagster.checks.metrics import BusinessDay, MetricsFile, VolumeMonitoring  # noqa: E402
+from dw_dagster.coalesce.loader import load_coalesce_asset_specs, table_resolver  # noqa: E402
+from dw_dagster.coalesce.models import CoalesceUserCredentials  # noqa: E402
+from dw_dagster.coalesce.resources import CoalesceWorkspace  # noqa: E402
+from dw_dagster.coalesce.sensor_builder import (  # noqa: E402
+    CoalesceAssetIndex,
+    CoalesceRunSensorCursor,
+    EnvironmentCursor,
+    build_coalesce_run_report,
+    build_coalesce_run_sensor,
+    check_keys_for_assets,
+    unreported_asset_events,
+)
+from dw_dagster.warehouse.ops import OpsSchema  # noqa: E402
+from dw_dagster.warehouse.resources import WarehouseResource  # noqa: E402
+from dw_local.world import (  # noqa: E402
+    LOCAL_COALESCE_TOKEN,
+    LOCAL_SNOWFLAKE_PASSWORD,
+    LOCAL_SNOWFLAKE_USER,
+    LocalWorld,
+)
+
+ENV_ID = "2"
+DATABASE = "BENCH_DB"
+LOCATIONS = [f"L{i:02d}" for i in range(10)]
+REPO_DAGSTER_YAML = Path(__file__).resolve().parent.parent / "dagster.yaml"
+
+
+def synthetic_project(n: int) -> dict:
+    seed = {
+        "name": "SEED",
+        "nodeType": "Source",
+        "locationName": "RAW",
+        "description": "Ten rows every node reads.",
+        "columns": [
+            {"name": "ID", "dataType": "NUMBER(38,0)", "nullable": False},
+            {"name": "VAL", "dataType": "NUMBER(38,0)"},
+        ],
+    }
+    nodes = [
+        {
+            "name": f"NODE_{i:05d}",
+            "nodeType": "Stage",
+            "locationName": LOCATIONS[i % len(LOCATIONS)],
+            "join": 'FROM {{ ref(\'RAW\', \'SEED\') }} "SEED"',
+            "columns": [
+                {"name": "ID", "dataType": "NUMBER(38,0)", "sources": ["RAW.SEED.ID"]},
+                {"name": "VAL", "dataType": "NUMBER(38,0)", "sources": ["RAW.SEED.VAL"]},
+            ],
+        }
+        for i in range(n)
+    ]
+    return {
+        "project": {"id": "1", "name": f"Synthetic project of {n} table nodes"},
+        "environments": [
+            {
+                "id": ENV_ID,
+                "name": "PROD",
+                "storageMappings": {
+                    loc: {"database": DATABASE, "schema": loc} for loc in ["RAW", *LOCATIONS]
+                },
+            }
+        ],
+        "nodes": [seed, *nodes],
+        "jobs": [{"id": "1", "name": "bench_all", "includeSelector": "{nodeType: Stage}"}],
+    }
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nodes", type=int, default=2000)
+    parser.add_argument("--run-timeout", type=float, default=1800, help="seconds to wait for the Coalesce run")
+    args = parser.parse_args()
+    n = args.nodes
+
+    with tempfile.TemporaryDirectory(prefix="bench-tick-") as tmp:
+        root = Path(tmp)
+        project_file = root / "project.yaml"
+        project_file.write_text(yaml.safe_dump(synthetic_project(n), sort_keys=False, width=200))
+        with LocalWorld(root / "world", project_file=project_file, services=("snowflake", "coalesce")) as lw:
+            with lw.snowflake.connect(database=DATABASE) as conn:
+                cur = conn.cursor()
+                cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{DATABASE}"."RAW"')
+                cur.execute(f'CREATE OR REPLACE TABLE "{DATABASE}"."RAW"."SEED" ("ID" NUMBER(38,0) NOT NULL, "VAL" NUMBER(38,0))')
+                cur.execute(
+                    f'INSERT INTO "{DATABASE}"."RAW"."SEED" SELECT SEQ4(), SEQ4() * 10 FROM TABLE(GENERATOR(ROWCOUNT => 10))'
+                )
+
+            # -- the Coalesce run --------------------------------------------------------------------
+            client = lw.coalesce_client()
+            credentials = CoalesceUserCredentials(
+                snowflake_username=LOCAL_SNOWFLAKE_USER,
+                snowflake_password=LOCAL_SNOWFLAKE_PASSWORD,
+                snowflake_warehouse="LOCAL_WH",
+            )
+            t0 = time.perf_counter()
+            run_id = client.start_run(ENV_ID, job_id="1", user_credentials=credentials)
+            run = client.wait_for_run(run_id, poll_interval=1.0, timeout=args.run_timeout)
+            wall = time.perf_counter() - t0
+            took = (run.run_end_time - run.run_start_time).total_seconds() if run.run_end_time and run.run_start_time else wall
+            print(f"Coalesce run {run_id}: {run.run_status.value}, {n} table nodes built in {took:.1f} s on the "
+                  f"local server ({1000 * took / n:.1f} ms/node; {wall:.1f} s from start request to seen finished)")  # fmt: skip
+
+            # -- what a code server builds -----------------------------------------------------------
+            workspace = CoalesceWorkspace(base_url=lw.coalesce_url, api_token=LOCAL_COALESCE_TOKEN, environment_ids=[ENV_ID])
+            fetch_s, data = timed(workspace.fetch_workspace_data)
+            specs_s, specs = timed(lambda: load_coalesce_asset_specs(data))
+            warehouse = WarehouseResource(
+                account="fakesnow",
+                user=LOCAL_SNOWFLAKE_USER,
+                password=LOCAL_SNOWFLAKE_PASSWORD,
+                database=DATABASE,
+                warehouse="LOCAL_WH",
+                additional_snowflake_connection_args={"host": "127.0.0.1", "port": lw.ports.snowflake, "protocol": "http"},
+            )
+            sensor = build_coalesce_run_sensor(
+                workspace=workspace, asset_specs=specs, business_day=BusinessDay(), ops_schema=OpsSchema(DATABASE)
+            )
+            metrics = MetricsFile(volume=VolumeMonitoring(assets=["*"]))
+            defs_s, defs = timed(
+                lambda: dg.Definitions.merge(
+                    build_check_definitions(metrics, specs, table_resolver(data), DATABASE),
+                    dg.Definitions(sensors=[sensor], resources={"snowflake": warehouse}),
+                )
+            )
+            repo_s, repo = timed(defs.get_repository_def)
+            print(f"code server: read the workspace {fetch_s:.1f} s, specs {specs_s:.1f} s, "
+                  f"definitions + repository {defs_s + repo_s:.1f} s ({len(specs)} assets)")  # fmt: skip
+
+            home = root / "dagster_home"
+            home.mkdir()
+            shutil.copy(REPO_DAGSTER_YAML, home / "dagster.yaml")
+            instance = dg.DagsterInstance.from_config(str(home))
+            cursor = CoalesceRunSensorCursor(environments={ENV_ID: EnvironmentCursor(high_water=run_id - 1)}).serialize()
+
+            def tick():
+                with dg.build_sensor_context(
+                    instance=instance, cursor=cursor, repository_def=repo, resources={"snowflake": warehouse}
+                ) as context:
+                    return sensor(context)
+
+            # -- the tick ----------------------------------------------------------------------------
+            tick_s, result = timed(tick)
+            assert isinstance(result, dg.SensorResult)
+            events = list(result.asset_events or [])
+            mats = sum(isinstance(e, dg.AssetMaterialization) for e in events)
+            requests = list(result.run_requests or [])
+            check_keys = sum(len(r.asset_check_keys or []) for r in requests)
+            print(f"\nsensor tick: {tick_s:.2f} s (goal < 10 s) -> {mats} materializations, {len(requests)} checks-only "
+                  f"run request for {check_keys} checks; {1000 * tick_s / n:.2f} ms per node")  # fmt: skip
+
+            # -- what the daemon then does with it -----------------------------------------------------
+            ser_s, payload = timed(lambda: serialize_value(result))
+            store_s, _ = timed(lambda: [instance.report_runless_asset_event(e) for e in events])
+            print(f"daemon side: serialise the result {ser_s:.2f} s ({len(payload) / 1e6:.1f} MB over gRPC), "
+                  f"store the {len(events)} events {store_s:.2f} s ({1000 * store_s / max(1, len(events)):.2f} ms each)")  # fmt: skip
+
+            # -- breakdown -----------------------------------------------------------------------------
+            assets = CoalesceAssetIndex.from_specs(specs)
+            get_run_s, run_detail = timed(lambda: client.get_run(run_id))
+            results_s, results = timed(lambda: client.get_run_results(run_id))
+            status_s, status = timed(lambda: client.get_run_status(run_id))
+            report_s, report = timed(
+                lambda: build_coalesce_run_report(run_detail, results, assets, run_link=status.run_link)
+            )
+            empty_home = root / "dagster_home_empty"
+            empty_home.mkdir()
+            shutil.copy(REPO_DAGSTER_YAML, empty_home / "dagster.yaml")
+            empty = dg.DagsterInstance.from_config(str(empty_home))
+            dedup_empty_s, fresh = timed(lambda: unreported_asset_events(empty, report.asset_events))
+            dedup_full_s, _ = timed(lambda: unreported_asset_events(instance, report.asset_events))
+            keys_s, _ = timed(lambda: check_keys_for_assets(repo.asset_graph, report.built_asset_keys))
+            parts = [
+                ("GET /runs/{id}", get_run_s),
+                (f"GET /runs/{{id}}/results ({len(results.data)} nodes)", results_s),
+                ("GET /scheduler/runStatus", status_s),
+                ("build the report (events)", report_s),
+                (f"de-duplicate: {len(fresh)} lookups, empty instance", dedup_empty_s),
+                ("check keys for the built assets", keys_s),
+            ]
+            print("\nbreakdown of a tick (each part timed alone, after the tick):")
+            for label, s in parts:
+                print(f"  {label:<48} {s:6.2f} s  {100 * s / tick_s:5.1f}% of the tick")
+            print(f"  {'sum of parts':<48} {sum(s for _, s in parts):6.2f} s")
+            print(f"  (de-duplicate against the populated instance: {dedup_full_s:.2f} s)")
+
+            replay_s, again = timed(tick)
+            replayed = len(list(again.asset_events or [])) if isinstance(again, dg.SensorResult) else 0
+            print(f"\nreplayed tick (same cursor, every event already stored): {replay_s:.2f} s, {replayed} events "
+                  f"re-reported")  # fmt: skip
+            client.close()
+            instance.dispose()
+            empty.dispose()
+
+
+if __name__ == "__main__":
+    main()
