@@ -567,6 +567,16 @@ def unreported_asset_events(
     return out
 
 
+def source_inputs(asset_graph: Any, built: Iterable[dg.AssetKey]) -> set[dg.AssetKey]:
+    """The Coalesce Source nodes (read, never built) that the built assets read directly."""
+    out = set()
+    for key in built:
+        for parent in asset_graph.get(key).parent_keys:
+            if asset_graph.has(parent) and asset_graph.get(parent).metadata.get("coalesce/node_type") == "Source":
+                out.add(parent)
+    return out
+
+
 def check_keys_for_assets(
     asset_graph: Any, asset_keys: Iterable[dg.AssetKey]
 ) -> list[dg.AssetCheckKey]:
@@ -718,7 +728,10 @@ class _Tick:
             events = unreported_asset_events(self.context.instance, report.asset_events)
             outcomes = [self.incidents.record_finding(f) for f in report.findings(self.business_day)]
             asset_graph = self.context.repository_def.asset_graph
-            check_keys = check_keys_for_assets(asset_graph, report.built_asset_keys)
+            # The Source nodes the run read are checked with what it built: the run just consumed them.
+            check_keys = check_keys_for_assets(
+                asset_graph, [*report.built_asset_keys, *source_inputs(asset_graph, report.built_asset_keys)]
+            )
         except Exception as e:
             self.error(f"Reporting Coalesce run {run_id} failed; it stays pending", e)
             return False

@@ -140,15 +140,28 @@ def label(key: str) -> str:
     return " ".join(out) or key
 
 
-def fmt_change(change: Mapping[str, Any]) -> str:
-    """``{"rows_before": 31, "rows_after": 195, "newly_flagged": 164}``
-    -> ``rows 31 → 195 · newly flagged 164``."""
+def fmt_change(change: Mapping[str, Any], skip: Sequence[str] = ()) -> str:
+    """What changed, in words. Pairs read as before → after, nested totals by name:
+
+    ``{"reorder_candidates": {"before": 31, "after": 195, "newly_flagged": 164}, "rows_affected": 164}``
+    -> ``reorder candidates 31 → 195 (newly flagged 164) · rows affected 164``;
+    ``{"rows_before": 31, "rows_after": 195}`` -> ``rows 31 → 195``.
+    """
     parts: list[str] = []
-    done: set[str] = set()
+    done: set[str] = set(skip)
     for key in change:
         if key in done:
             continue
-        if key.endswith("_before") and f"{key[:-7]}_after" in change:
+        value = change[key]
+        if isinstance(value, Mapping):
+            if "before" in value and "after" in value:
+                pair = f"{fmt_value(key, value['before'])} → {fmt_value(key, value['after'])}"
+                rest = fmt_change(value, skip=("before", "after", *skip))
+                parts.append(f"{label(key).lower()} {pair}" + (f" ({rest})" if rest else ""))
+            else:
+                parts.append(f"{label(key).lower()}: {fmt_change(value, skip=skip)}")
+            done.add(key)
+        elif key.endswith("_before") and f"{key[:-7]}_after" in change:
             stem = key[:-7]
             after = f"{stem}_after"
             before, now = fmt_value(stem, change[key]), fmt_value(stem, change[after])
@@ -229,11 +242,27 @@ def cap_blocks(blocks: list[Block], limit: int = MAX_BLOCKS, note: str = "") -> 
 # -- owners --------------------------------------------------------------------------------------
 
 
-def team_label(team_id: str, context: ContextFile | None, mention: bool = False) -> str:
+def owner_team(owner: str, context: ContextFile | None) -> str | None:
+    """The context file's team id for an owner as assets carry it: ``team:planning-ops`` (Dagster's
+    owner form), ``planning-ops``, or a member's email."""
+    if context is None:
+        return None
+    name = owner.removeprefix("team:")
+    if name in context.teams:
+        return name
+    if "@" in owner:
+        for team_id, team in context.teams.items():
+            if any(m.email.lower() == owner.lower() for m in team.members):
+                return team_id
+    return None
+
+
+def team_label(owner: str, context: ContextFile | None, mention: bool = False) -> str:
     """``Inventory analytics (#inventory-analytics)``, with member mentions when ``mention``."""
-    team = context.teams.get(team_id) if context else None
+    team_id = owner_team(owner, context)
+    team = context.teams[team_id] if context and team_id else None
     if team is None:
-        return escape(team_id)
+        return escape(owner.removeprefix("team:"))
     text = f"{escape(team.name)} ({escape(team.slack_channel)})"
     if mention:
         people = " ".join(f"<@{m.slack_user_id}>" for m in team.members if m.slack_user_id)
@@ -327,11 +356,24 @@ def _dagster_actions(links: DagsterLinks, incident_id: str, run_id: str | None) 
     return ActionsBlock(elements=buttons)
 
 
-def _flagged_asset(blast: BlastRadius) -> AffectedAsset | None:
-    for a in blast.assets:
-        if "newly_flagged" in a.change:
-            return a
+def flagged_count(change: Mapping[str, Any]) -> int | None:
+    """The ``newly_flagged`` count in an asset's change, at the top level or under a total's name."""
+    if isinstance(change.get("newly_flagged"), int | float):
+        return int(change["newly_flagged"])
+    for value in change.values():
+        if isinstance(value, Mapping) and isinstance(value.get("newly_flagged"), int | float):
+            return int(value["newly_flagged"])
     return None
+
+
+def flagged_assets(blast: BlastRadius) -> list[AffectedAsset]:
+    """The affected assets that hold the newly flagged items (e.g. the reorder candidates, 31 -> 195)."""
+    return [a for a in blast.assets if flagged_count(a.change)]
+
+
+def _flagged_asset(blast: BlastRadius) -> AffectedAsset | None:
+    found = flagged_assets(blast)
+    return found[0] if found else None
 
 
 # -- messages ------------------------------------------------------------------------------------
@@ -382,7 +424,7 @@ def incident_message(
         blocks.append(context_line(f"Path: {truncate(path, CONTEXT_TEXT_LIMIT - 6)}"))
 
     blocks.append(DividerBlock())
-    summary = " · ".join(f"{escape(label(k))}: {escape(fmt_value(k, v))}" for k, v in blast.summary.items())
+    summary = escape(fmt_change(blast.summary))
     radius = f"*Blast radius*: {fmt_count(len(blast.assets))} affected assets"
     blocks.append(section(radius + (f" · {summary}" if summary else "")))
     for a in blast.assets[:MAX_ASSET_SECTIONS]:
@@ -483,8 +525,8 @@ def _hold_body(incident: Incident, blast: BlastRadius, action: str, noun: str) -
     where = _flagged_asset(blast)
     n = fmt_count(len(blast.newly_flagged))
     on = f" on *{escape(where.name)}*" if where else ""
-    pairs = {k: v for k, v in (where.change if where else {}).items() if k != "newly_flagged"}
-    changed = f" ({escape(fmt_change(pairs))})" if pairs else ""
+    changed = fmt_change(where.change, skip=("newly_flagged", "rows_affected")) if where else ""
+    changed = f" ({escape(changed)})" if changed else ""
     return (
         f"A data incident ({escape(incident.title)}) put *{n} {noun}*{on} tonight that the data does not "
         f"support{changed}.\n*{escape(action)} on these {noun}* until this thread says the incident is"

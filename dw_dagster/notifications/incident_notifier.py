@@ -128,6 +128,9 @@ class IncidentNotifier:
         clock: Callable[[], datetime] | None = None,
         autonomous_dispatch_allowed: Callable[[], bool] | None = None,
     ):
+        if isinstance(slack.token, dg.EnvVar):
+            # Built outside Dagster's resource resolution (a command, a test): resolve the EnvVar now.
+            slack = slack.process_config_and_initialize()
         self.slack = slack
         self.store = store
         self.outbox = SlackOutbox(store.warehouse, store.ops, run_id=store.run_id)
@@ -138,8 +141,7 @@ class IncidentNotifier:
         self.log = logger or log
         self._now = clock or (lambda: datetime.now(timezone.utc))
         self._dispatch_allowed = autonomous_dispatch_allowed
-        token = slack.token if isinstance(slack.token, str) else None
-        self.redact = Redactor(token, os.environ.get("SLACK_BOT_TOKEN"))
+        self.redact = Redactor(slack.token, os.environ.get("SLACK_BOT_TOKEN"))
         self._client: Any = None
 
     @property

@@ -1,11 +1,12 @@
-"""Who hears about an incident: channels from the context file's teams.
+"""Who hears about an incident: channels from the context file's teams and domains.
 
 - The incident message goes to the channels of the owners on the path (``Diagnosis.owners``: the node
   owner, the reference-table owner).
-- The hold notice goes to the consumers of the newly flagged items: the owners of the affected asset whose
-  ``change`` carries ``newly_flagged`` (the buyers' reorder list), unless the caller names them.
-- Whether the hold notice is sent, proposed to the owners, or skipped is the autonomy decision
-  (:func:`hold_mode_for`), made by the caller and carried in :class:`Recipients`.
+- The hold notice goes to the consumers of the newly flagged items: the domain's ``hold_channel_team``
+  (the buyers), else the owners of the affected asset whose change carries ``newly_flagged``.
+- Whether the hold notice is sent at once, proposed to the owners, or skipped follows the domain's
+  autonomy (:func:`hold_mode_for`): sent only at L3 and up with a ``hold_notice`` standing approval and no
+  org-wide stop. The domain is the one of the asset holding the flagged items, else of the failing asset.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dw_dagster.context.models import ContextFile
+from dw_dagster.context.models import ContextFile, Domain
 from dw_dagster.incidents.models import BlastRadius, Diagnosis
+from dw_dagster.notifications.blocks import flagged_assets, owner_team
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +37,7 @@ class Recipients:
     autonomy: str | None = None
     """Shown in a proposed hold notice ("L2 propose")."""
     unrouted: tuple[str, ...] = field(default=())
-    """Team ids that are not in the context file (reported, never silently dropped)."""
+    """Owners that match no team of the context file (reported, never silently dropped)."""
 
 
 def _unique(items: Iterable[str]) -> list[str]:
@@ -45,20 +47,33 @@ def _unique(items: Iterable[str]) -> list[str]:
     return list(seen)
 
 
-def _channels(context: ContextFile, teams: Sequence[str]) -> tuple[list[str], list[str]]:
+def _channels(context: ContextFile, owners: Sequence[str]) -> tuple[list[str], list[str]]:
     channels, unknown = [], []
-    for t in teams:
-        team = context.teams.get(t)
-        if team is None:
-            unknown.append(t)
+    for owner in owners:
+        team_id = owner_team(owner, context)
+        if team_id is None:
+            unknown.append(owner)
         else:
-            channels.append(team.slack_channel)
+            channels.append(context.teams[team_id].slack_channel)
     return _unique(channels), unknown
 
 
 def consumer_teams(blast: BlastRadius) -> list[str]:
-    """Owners of the affected assets that hold the newly flagged items (``change["newly_flagged"]``)."""
-    return _unique(t for a in blast.assets if "newly_flagged" in a.change for t in a.owners)
+    """Owners of the affected assets that hold the newly flagged items (``newly_flagged`` in the change)."""
+    return _unique(t for a in flagged_assets(blast) for t in a.owners)
+
+
+def incident_domain(
+    context: ContextFile, diagnosis: Diagnosis, blast: BlastRadius
+) -> tuple[str, Domain] | None:
+    """The domain whose autonomy governs the hold notice: that of the asset holding the flagged items,
+    else of the failing asset and then the rest of the path, downstream first."""
+    keys = [a.asset_key for a in flagged_assets(blast)] + list(reversed(diagnosis.path))
+    for key in keys:
+        found = context.domain_of(key)
+        if found:
+            return found
+    return None
 
 
 def route_incident(
@@ -66,17 +81,29 @@ def route_incident(
     diagnosis: Diagnosis,
     blast: BlastRadius,
     *,
-    hold: HoldMode = "propose",
+    hold: HoldMode | None = None,
+    stopped: bool = False,
     consumers: Sequence[str] | None = None,
     fallback_channel: str | None = None,
     autonomy: str | None = None,
 ) -> Recipients:
     """The incident's recipients.
 
-    ``hold`` comes from the domain's autonomy (:func:`hold_mode_for`). ``consumers`` overrides the team ids
-    told to hold. When no owner on the path has a channel the incident goes to ``fallback_channel``; with no
-    fallback either this raises, because an incident nobody receives is a lost incident.
+    ``hold`` defaults to what the domain's autonomy allows (``stopped``: the org-wide stop is in force);
+    ``consumers`` overrides the team ids told to hold. When no owner on the path has a channel the
+    incident goes to ``fallback_channel``; with no fallback either this raises, because an incident
+    nobody receives is a lost incident.
     """
+    found = incident_domain(context, diagnosis, blast)
+    domain = found[1] if found else None
+    if hold is None:
+        hold = hold_mode_for(
+            domain.autonomy.value if domain else "L1",
+            standing_approval=bool(domain and "hold_notice" in domain.standing_approvals),
+            stopped=stopped,
+        )
+    if autonomy is None:
+        autonomy = f"{domain.autonomy.value} (domain {found[0]})" if found and domain else "L1 (no domain)"
     owners = _unique(diagnosis.owners)
     owner_channels, unknown = _channels(context, owners)
     if not owner_channels:
@@ -86,7 +113,12 @@ def route_incident(
                 f" file (owners {owners}); add the teams or pass fallback_channel"
             )
         owner_channels = [fallback_channel]
-    cons = _unique(consumers) if consumers is not None else consumer_teams(blast)
+    if consumers is not None:
+        cons = _unique(consumers)
+    elif domain and domain.hold_channel_team:
+        cons = [domain.hold_channel_team]
+    else:
+        cons = consumer_teams(blast)
     consumer_channels, unknown_consumers = _channels(context, cons)
     unrouted = tuple(_unique([*unknown, *unknown_consumers]))
     if unrouted:
@@ -102,8 +134,8 @@ def route_incident(
         owner_channels=tuple(owner_channels),
         consumer_channels=tuple(consumer_channels),
         hold=hold,
-        owner_teams=tuple(owners),
-        consumer_teams=tuple(cons),
+        owner_teams=tuple(_unique(owner_team(o, context) or o for o in owners)),
+        consumer_teams=tuple(_unique(owner_team(o, context) or o for o in cons)),
         autonomy=autonomy,
         unrouted=unrouted,
     )

@@ -18,7 +18,7 @@ import dagster as dg
 import httpx
 import pytest
 
-from dw_dagster.context.models import ContextFile, load_context_file
+from dw_dagster.context.models import Autonomy, ContextFile, load_context_file
 from dw_dagster.incidents.models import (
     AffectedAsset,
     BlastRadius,
@@ -117,32 +117,38 @@ def reference_diagnosis(incident_id: str, keys: list[KeyGap] | None = None) -> D
             "inventory/fct_inventory_position",
         ],
         test_query=TEST_QUERY,
-        owners=["inventory-analytics", "planning-ops"],
+        owners=["team:inventory-analytics", "team:planning-ops"],  # as assets carry them
     )
 
 
 def reference_blast(n_skus: int = 164, extra_assets: int = 0) -> BlastRadius:
+    """In the shape ``dw_dagster.incidents.blast_radius`` builds: changes in recorded totals by name."""
     a = AffectedAsset
+    reorder = {"before": 31, "after": 195, "newly_flagged": n_skus}
     assets = [
         a(asset_key="mart/mart_days_of_supply", name="MART_DAYS_OF_SUPPLY", kind="coalesce",
-          owners=["inventory-analytics"], change={"rows_affected": 1260}),
+          owners=["team:inventory-analytics"], change={"rows_affected": 1260}),
         a(asset_key="thoughtspot/network_days_of_supply", name='Liveboard "Network days of supply"',
-          kind="thoughtspot", owners=["supply-chain-planning"],
+          kind="thoughtspot", owners=["team:supply-chain-planning"],
           next_read="09:00 S&OP meeting, Tue 2025-06-17 09:00 America/Chicago"),
-        a(asset_key="mart/mart_reorder_candidates", name="MART_REORDER_CANDIDATES", kind="coalesce",
-          owners=["inventory-analytics"], change={"rows_before": 31, "rows_after": 195}),
-        a(asset_key="buyers/reorder_candidates_list", name="Reorder candidates list", kind="thoughtspot",
-          owners=["buyers"], change={"rows_before": 31, "rows_after": 195, "newly_flagged": n_skus},
-          next_read="buyers' morning expedite review 07:30"),
+        a(asset_key="mart/mart_reorder_candidates", name="Reorder candidates", kind="coalesce",
+          owners=["team:inventory-analytics"],
+          change={"reorder_candidates": reorder, "rows_affected": n_skus}),
+        a(asset_key="buyers/reorder_candidates_list", name="Reorder candidates list (buyers)",
+          kind="thoughtspot", owners=["team:buyers"],
+          next_read="buyers' morning expedite review, Tue 2025-06-17 07:30 America/Chicago"),
     ]  # fmt: skip
     assets += [
-        a(asset_key=f"mart/extra_{i}", name=f"EXTRA_{i}", kind="coalesce", owners=["inventory-analytics"])
+        a(asset_key=f"mart/extra_{i}", name=f"EXTRA_{i}", kind="coalesce", owners=["team:data-platform"])
         for i in range(extra_assets)
     ]
     return BlastRadius(
         assets=assets,
         newly_flagged=[f"SKU-{100000 + 7 * i}" for i in range(n_skus)],
-        summary={"newly_flagged_skus": n_skus, "gap_units": 41800},
+        summary={
+            "downstream_assets": len(assets), "reorder_candidates_before": 31,
+            "reorder_candidates_after": 195, "newly_flagged": n_skus, "consumers": 2,
+        },  # fmt: skip
     )
 
 
@@ -186,8 +192,9 @@ def test_incident_message_carries_the_reference_numbers(context, monkeypatch):
     assert blocks[0]["type"] == "header"
     assert "ERROR" in blocks[0]["text"]["text"] and inc.incident_id in blocks[0]["text"]["text"]
     for needle in [
-        "-1.8%", "+0.2%", "41,800", "ORGANIZATION_ID = 7120", "over 1,260 SKUs", "rows 31 → 195",
-        "09:00 S&amp;OP meeting", "MART_DAYS_OF_SUPPLY", "Reorder candidates list",
+        "-1.8%", "+0.2%", "41,800", "ORGANIZATION_ID = 7120", "over 1,260 SKUs",
+        "reorder candidates 31 → 195 (newly flagged 164)", "Reorder candidates list (buyers)",
+        "09:00 S&amp;OP meeting", "MART_DAYS_OF_SUPPLY",
         "Planning operations (#planning-ops)", "<@U0INVAN01>", "<@U0PLANOP1>", "value loss",
         "164 newly flagged SKUs",
     ]:  # fmt: skip
@@ -213,7 +220,9 @@ def test_hold_notice_and_its_proposed_variant(context):
     text = _texts(payload)
     assert "164 SKUs" in payload["blocks"][0]["text"]["text"]
     assert "first 100 of 164" in text and "… and 64 more SKUs" in text
-    assert "SKU-100000" in text and "rows 31 → 195" in text and "standing approval" in text
+    assert "SKU-100000" in text and "standing approval" in text
+    why = "on *Reorder candidates* tonight that the data does not support (reorder candidates 31 → 195)"
+    assert why in text
     assert "Hold expedite orders" in payload["text"]
 
     proposed = proposed_hold_notice(
@@ -258,19 +267,31 @@ def test_blocks_stay_within_slack_limits_at_scale(context):
 def test_routing_from_the_context_file(context):
     inc = reference_incident()
     diagnosis, blast = reference_diagnosis(inc.incident_id), reference_blast()
-    r = route_incident(
-        context, diagnosis, blast, hold=hold_mode_for("L3", standing_approval=True), autonomy="L3"
-    )
+    # The distributor's inventory domain: L3 with a standing approval for hold notices to the buyers.
+    r = route_incident(context, diagnosis, blast)
     assert r.owner_channels == ("#inventory-analytics", "#planning-ops")
     assert r.consumer_channels == ("#buyers",) and r.consumer_teams == ("buyers",)
-    assert r.hold == "act"
-    l2 = hold_mode_for(2, standing_approval=True)
-    assert route_incident(context, diagnosis, blast, hold=l2).hold == "propose"
+    assert r.hold == "act" and r.autonomy == "L3 (domain inventory)"
+    assert route_incident(context, diagnosis, blast, stopped=True).hold == "propose"  # the org-wide stop
+    inventory = context.domains["inventory"]
+    for changed, expected in [
+        ({"autonomy": Autonomy.L2}, "propose"),
+        ({"standing_approvals": []}, "propose"),
+        ({"autonomy": Autonomy.L0}, "none"),
+    ]:
+        ctx = context.model_copy(update={"domains": {"inventory": inventory.model_copy(update=changed)}})
+        assert route_incident(ctx, diagnosis, blast).hold == expected, changed
+    # No domain: observe only (propose), and the hold goes to the owners of the flagged list.
+    bare = context.model_copy(update={"domains": {}})
+    r = route_incident(bare, diagnosis, blast)
+    assert (r.hold, r.consumer_teams, r.autonomy) == ("propose", ("inventory-analytics",), "L1 (no domain)")
     assert hold_mode_for("L4", standing_approval=True, stopped=True) == "propose"
     assert hold_mode_for("L3", standing_approval=False) == "propose"
     assert hold_mode_for("L0", standing_approval=True) == "none"
     assert route_incident(context, diagnosis, BlastRadius(), hold="act").hold == "none"
 
+    by_email = diagnosis.model_copy(update={"owners": ["dana.ortiz@distributor.example", "planning-ops"]})
+    assert route_incident(context, by_email, blast).owner_channels == ("#planning-ops",)
     stray = diagnosis.model_copy(update={"owners": ["nobody"]})
     with pytest.raises(ValueError, match="no owner on the path"):
         route_incident(context, stray, blast)
@@ -323,10 +344,9 @@ def _fault(lw: LocalWorld, count: int) -> None:
     httpx.post(f"{lw.slack_url}/_sink/faults", json={"status": 503, "count": count}).raise_for_status()
 
 
-def _recipients(context: ContextFile, inc: Incident, hold: str = "act") -> Recipients:
-    return route_incident(
-        context, reference_diagnosis(inc.incident_id), reference_blast(), hold=hold, autonomy="L3"
-    )
+def _recipients(context: ContextFile, inc: Incident, hold: str | None = None) -> Recipients:
+    """From the context file; the distributor's domain sends the hold notice at once unless ``hold``."""
+    return route_incident(context, reference_diagnosis(inc.incident_id), reference_blast(), hold=hold)
 
 
 NOTIFY_SCRIPT = """
@@ -377,7 +397,7 @@ def _notify_in_a_new_process(
 def test_notify_posts_each_message_once_across_re_ticks_and_restarts(world, context, tmp_path):
     inc = reference_incident("INC-20250616-once01")
     diagnosis, blast = reference_diagnosis(inc.incident_id), reference_blast()
-    recipients = _recipients(context, inc, hold="act")
+    recipients = _recipients(context, inc)
     notifier = _notifier(world, "NTF_ONCE")
     rows = notifier.notify(inc, diagnosis, blast, recipients)
     assert {m.status for m in rows} == {"sent"} and len(rows) == 3
@@ -444,7 +464,7 @@ def test_an_outage_delays_and_never_loses(world, context, caplog):
     notifier = _notifier(world, "NTF_OUTAGE")  # client retries once: 2 requests per post
     _fault(world, 2)
     with caplog.at_level(logging.WARNING):
-        rows = notifier.notify(inc, diagnosis, blast, _recipients(context, inc, hold="act"))
+        rows = notifier.notify(inc, diagnosis, blast, _recipients(context, inc))
     _fault(world, 0)
     assert [m.status for m in rows] == ["pending"] * 3
     first = rows[0]
@@ -496,13 +516,13 @@ def test_the_outbox_sensor_delivers_pending_messages(world, context):
     notifier = _notifier(world, "NTF_SENSOR", backoff_seconds=(0, 0))
     _fault(world, 2)
     notifier.notify(
-        inc, reference_diagnosis(inc.incident_id), reference_blast(), _recipients(context, inc, "act")
+        inc, reference_diagnosis(inc.incident_id), reference_blast(), _recipients(context, inc)
     )
     _fault(world, 0)
     assert not _posted(world, inc.incident_id)
     sensor = build_slack_outbox_sensor(OpsSchema(DATABASE, "NTF_SENSOR"))
     resources = {"slack": _slack(world), "snowflake": _warehouse(world)}
-    with dg.instance_for_test() as instance, dg.build_sensor_context(instance, resources=resources) as ctx:
+    with dg.build_sensor_context(resources=resources) as ctx:
         skip = sensor(ctx)
     assert "sent 3" in skip.skip_message
     assert len(_posted(world, inc.incident_id)) == 3
@@ -573,11 +593,16 @@ def test_a_post_whose_answer_was_lost_is_not_posted_again(world, context):
     assert notifier.messages(inc.incident_id)[-1].status == "sent"
 
 
-def test_the_token_never_appears_in_logs_errors_or_records(world, context, caplog):
+def test_the_token_never_appears_in_logs_errors_or_records(world, context, caplog, monkeypatch):
     secret = "xoxb-1234567890-secret-token-abcdef"
+    monkeypatch.setenv("SLACK_BOT_TOKEN", secret)
     inc = reference_incident("INC-20250616-tokn01")
-    notifier = _notifier(world, "NTF_TOKEN", slack=_slack(world, token=secret), backoff_seconds=(0, 0))
-    recipients = _recipients(context, inc, "act")
+    # As production configures it: the token is an EnvVar, resolved only when used.
+    base_url = f"{world.slack_url}/api/"
+    slack = SlackNotifier(token=dg.EnvVar("SLACK_BOT_TOKEN"), base_url=base_url, max_retries=1)
+    notifier = _notifier(world, "NTF_TOKEN", slack=slack, backoff_seconds=(0, 0))
+    assert notifier.slack.token == secret  # resolved from the environment, not the variable's name
+    recipients = _recipients(context, inc)
     with caplog.at_level(logging.DEBUG):  # slack_sdk logs every request at DEBUG
         _fault(world, 2)
         notifier.notify(inc, reference_diagnosis(inc.incident_id), reference_blast(), recipients)
