@@ -17,6 +17,7 @@ import click
 from dw_local.world import LocalWorld, WorldPorts
 
 DEFAULT_ROOT = Path(".dw/local")
+DEFAULT_CACHE = Path(".dw/cache")
 DEFAULT_PORTS = {"snowflake": 47101, "coalesce": 47102, "slack": 47103}
 
 
@@ -34,8 +35,13 @@ def world() -> None:
 @click.option("--root", type=click.Path(path_type=Path), default=DEFAULT_ROOT, show_default=True)
 @click.option("--ui-port", type=int, default=3000, show_default=True)
 @click.option("--no-ui", is_flag=True, help="Start, seed and run tonight's job, then leave the servers up.")
-@click.option("--fresh", is_flag=True, help="Delete the world's data first and seed it again.")
-def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool) -> None:
+@click.option("--fresh", is_flag=True, help="Delete the world's data first and start from the seeded copy.")
+@click.option(
+    "--cache", type=click.Path(path_type=Path), default=DEFAULT_CACHE, show_default=True,
+    help="Where the seeded world is cached (keyed by a hash of what shapes it).",
+)
+@click.option("--free-ports", is_flag=True, help="Pick free ports instead of the defaults (47101-47103).")
+def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, free_ports: bool) -> None:
     """Start the servers, seed 60 nights of history once, run tonight's job, then open the Dagster UI."""
     from dw_local.seeding import clone_world, play_tonight, seeded_template
 
@@ -48,8 +54,9 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool) -> None:
         click.echo("seeding 60 nights of history: the Coalesce job runs each night and dw-dagster watches it "
                    "(about 3 minutes, once; cached under .dw/cache) ...")
         shutil.rmtree(root, ignore_errors=True)
-        clone_world(seeded_template(root.parent / "cache"), root)
-    lw = LocalWorld(root, ports=WorldPorts(**DEFAULT_PORTS), scheduler=True, outlive_parent=no_ui)
+        clone_world(seeded_template(cache.resolve()), root)
+    ports = WorldPorts() if free_ports else WorldPorts(**DEFAULT_PORTS)
+    lw = LocalWorld(root, ports=ports, scheduler=True, outlive_parent=no_ui)
     click.echo(f"starting the local world under {root} ...")
     lw.start()
     try:

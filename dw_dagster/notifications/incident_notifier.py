@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
 from slack_sdk.errors import SlackApiError
@@ -175,7 +175,10 @@ class IncidentNotifier:
             diagnosis.model_dump(mode="json"),
             blast_radius.model_dump(mode="json"),
         )
-        hold_version = content_version(incident.title, hold_action, blast_radius.newly_flagged)
+        # Versions follow what the message says: the diagnosis for the incident message, the flagged items
+        # for the hold notice. A change of autonomy alone (a stop, a resume) is not a new diagnosis.
+        version = content_version(*core)
+        hold_version = content_version(hold_action, blast_radius.newly_flagged)
         consumers = ", ".join(recipients.consumer_channels) or "the consumers"
         hold_note = {
             "act": f":octagonal_sign: {consumers} told to {hold_action.lower()} on these SKUs.",
@@ -183,7 +186,6 @@ class IncidentNotifier:
             " a person decides.",
             "none": None,
         }[recipients.hold]
-        version = content_version(*core, recipients.hold, recipients.consumer_channels)
         start = self._now()
         seq = iter(range(1_000_000))
 
@@ -229,11 +231,13 @@ class IncidentNotifier:
         kind: str = "update",
         version: str | None = None,
         channels: Sequence[str] | None = None,
+        audience: Literal["owners", "all"] = "owners",
     ) -> list[OutboxMessage]:
         """Posts ``text`` (and ``blocks``, else a rendered update) as a reply in the incident's threads.
 
-        ``channels`` defaults to every channel that has a thread for the incident. The same update twice
-        (same kind and content, or the same explicit ``version``) is posted once.
+        ``channels`` defaults to the owners' threads (those started by the incident message), or every
+        thread of the incident (the consumers' too) with ``audience="all"``. The same update twice (same
+        kind and content, or the same explicit ``version``) is posted once.
         """
         if not text:
             raise ValueError(
@@ -244,7 +248,7 @@ class IncidentNotifier:
         else:
             parsed = [b if isinstance(b, Block) else Block.parse(b) for b in blocks]
             msg = SlackMessage(text=text, blocks=[b for b in parsed if b is not None])
-        return self._post_to_threads(incident, msg, kind, version, channels)
+        return self._post_to_threads(incident, msg, kind, version, channels, audience)
 
     def post_resolution(
         self,
@@ -254,9 +258,10 @@ class IncidentNotifier:
         verification: dict[str, Any] | None = None,
         channels: Sequence[str] | None = None,
     ) -> list[OutboxMessage]:
-        """The resolution as a reply in every thread of the incident (owners and consumers)."""
+        """The resolution as a reply in every thread of the incident (owners, and consumers: the hold
+        lifts)."""
         msg = resolution_message(incident, text, verification=verification, links=self.links)
-        return self._post_to_threads(incident, msg, "resolved", None, channels)
+        return self._post_to_threads(incident, msg, "resolved", None, channels, "all")
 
     def flush_pending(
         self, incident_id: str | None = None, *, force: bool = False, time_budget_seconds: float | None = None
@@ -280,7 +285,7 @@ class IncidentNotifier:
                         continue
                     self._flush_thread(cur, tkey, msgs, force, result)
             except _Outage:
-                done = set(result.sent + result.failed + result.reconciled)
+                done = {*result.sent, *result.failed, *result.reconciled, *result.waiting, *result.stopped}
                 result.waiting += [m.message_key for m in unsent if m.message_key not in done]
         if result.sent or result.failed or result.reconciled:
             self.log.info("Slack outbox: %s", result.summary())
@@ -303,12 +308,17 @@ class IncidentNotifier:
         kind: str,
         version: str | None,
         channels: Sequence[str] | None,
+        audience: Literal["owners", "all"],
     ) -> list[OutboxMessage]:
         payload = msg.payload()
         version = version or content_version(kind, payload)
         iid = incident.incident_id
         with self.outbox.connect("slack.enqueue") as cur:
-            targets = list(channels) if channels is not None else self.outbox.thread_channels(cur, iid)
+            if channels is not None:
+                targets = list(channels)
+            else:
+                kinds = ("incident",) if audience == "owners" else None
+                targets = self.outbox.thread_channels(cur, iid, root_kinds=kinds)
             if not targets:
                 self.log.warning("incident %s: no Slack thread to post %s to; nothing sent", iid, kind)
                 return []

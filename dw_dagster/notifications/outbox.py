@@ -16,7 +16,7 @@ Claims are compare-and-set on ``(STATUS, ATTEMPTS)``: of two processes flushing 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -178,11 +178,19 @@ class SlackOutbox:
         rows = self.messages(cur, key=key)
         return rows[0] if rows else None
 
-    def thread_channels(self, cur: Any, incident_id: str) -> list[str]:
-        cur.execute(
-            f"SELECT CHANNEL FROM {self._threads} WHERE INCIDENT_ID = %s ORDER BY CREATED_AT, CHANNEL",
-            (incident_id,),
+    def thread_channels(
+        self, cur: Any, incident_id: str, root_kinds: Sequence[str] | None = None
+    ) -> list[str]:
+        """Channels with a thread for the incident, optionally only those whose root is of ``root_kinds``."""
+        sql = (
+            f"SELECT t.CHANNEL FROM {self._threads} t JOIN {self._outbox} o ON o.MESSAGE_KEY = t.ROOT_KEY"
+            " WHERE t.INCIDENT_ID = %s"
         )
+        args: list[Any] = [incident_id]
+        if root_kinds:
+            sql += f" AND o.KIND IN ({', '.join(['%s'] * len(root_kinds))})"
+            args += list(root_kinds)
+        cur.execute(sql + " ORDER BY t.CREATED_AT, t.CHANNEL", tuple(args))
         return [r[0] for r in cur.fetchall()]
 
     def known_channel_id(self, cur: Any, channel: str) -> str | None:

@@ -47,6 +47,7 @@ from dw_dagster.notifications.blocks import (
     MAX_BLOCKS,
     SECTION_TEXT_LIMIT,
     dagster_ui_url,
+    fmt_value,
 )
 from dw_dagster.notifications.incident_notifier import Redactor
 from dw_dagster.warehouse.ops import OpsSchema
@@ -90,12 +91,13 @@ def reference_diagnosis(incident_id: str, keys: list[KeyGap] | None = None) -> D
             " (DC7 Dallas) is not in the planning-ops region map, so its 41,800 units drop out while DC2's"
             " outbound transfers count."
         ),
+        # The keys dw_dagster.incidents.diagnosis records (percentages in points).
         evidence={
-            "network_onhand_change_pct": -1.8,
-            "ebs_onhand_change_pct": 0.2,
-            "baseline_max_daily_change_pct": 0.3,
-            "gap_units": 41800,
-            "fct_inventory_position_rows": "in range, fresh",
+            "gap_units": 41800.0,
+            "target_change_pct": -1.8,
+            "source_change_pct": 0.2,
+            "dropped_units": 41800.0,
+            "dropped_rows": 1260,
         },
         keys=keys if keys is not None else [dc7],
         joins=[
@@ -208,6 +210,9 @@ def test_incident_message_carries_the_reference_numbers(context, monkeypatch):
     assert buttons[1]["url"] == "https://dagster.example.com/runs/run-42"
     assert inc.incident_id in msg["text"] and "41,800" in msg["text"]
     assert dagster_ui_url({}) == "http://localhost:3000"
+    # A change carries its sign, a bound does not.
+    assert fmt_value("target_change_pct", 0.2) == "+0.2%"
+    assert fmt_value("baseline_max_change_pct", 0.3) == "0.3%"
 
 
 def test_hold_notice_and_its_proposed_variant(context):
@@ -431,6 +436,9 @@ def test_updates_refinements_and_resolution_are_replies_in_each_thread(world, co
     refined = diagnosis.model_copy(update={"cause": diagnosis.cause + " Confirmed on the staging node."})
     notifier.notify(inc, refined, blast, _recipients(context, inc, hold="propose"))
     notifier.notify(inc, refined, blast, _recipients(context, inc, hold="propose"))  # re-tick: nothing new
+    assert "#buyers" not in {m["channel"] for m in _posted(world, inc.incident_id)}  # proposed, not sent
+    # The domain now allows acting: the buyers get the notice; the owners' threads get nothing new.
+    notifier.notify(inc, refined, blast, _recipients(context, inc))
     reviewing = "Owners are reviewing the proposal (map row 7120 -> DC7, South)."
     custom = [{"type": "section", "text": {"type": "mrkdwn", "text": "*Reviewing* the proposal"}}]
     notifier.post_update(inc, reviewing, blocks=custom)
@@ -439,7 +447,10 @@ def test_updates_refinements_and_resolution_are_replies_in_each_thread(world, co
                              verification={"reorder_rows": 31, "onhand_gap_units": 0})  # fmt: skip
 
     posted = _posted(world, inc.incident_id)
-    assert "#buyers" not in {m["channel"] for m in posted}  # proposed, not sent
+    buyers = [m for m in posted if m["channel"] == "#buyers"]
+    assert [(_payload(m)["message_key"].split("|")[2], m["thread_ts"]) for m in buyers] == [
+        ("hold", None), ("resolved", buyers[0]["ts"]),
+    ]  # fmt: skip
     for channel in ("#inventory-analytics", "#planning-ops"):
         thread = [m for m in posted if m["channel"] == channel]
         root, replies = thread[0], thread[1:]
@@ -484,8 +495,8 @@ def test_an_outage_delays_and_never_loses(world, context, caplog):
     notifier.post_update(inc, "Still investigating.")
     posted = _posted(world, inc.incident_id)
     assert sorted((m["channel"], m["thread_ts"] is None) for m in posted) == [
-        ("#buyers", False), ("#buyers", True), ("#planning-ops", False), ("#planning-ops", True),
-    ]  # fmt: skip
+        ("#buyers", True), ("#planning-ops", False), ("#planning-ops", True),
+    ]  # fmt: skip  (updates go to the owners' threads; the buyers' thread gets the resolution)
 
     # A restarted notifier (sensor tick) before the backoff ends does nothing; after it, it delivers.
     later = _notifier(world, "NTF_OUTAGE")
@@ -495,7 +506,7 @@ def test_an_outage_delays_and_never_loses(world, context, caplog):
     assert len(result.sent) == 2 and not result.failed
     assert after_backoff.flush_pending().sent == []
     posted = _posted(world, inc.incident_id)
-    assert len(posted) == 6 and len({_payload(m)["message_key"] for m in posted}) == 6
+    assert len(posted) == 5 and len({_payload(m)["message_key"] for m in posted}) == 5
     root = next(m for m in posted if m["channel"] == "#inventory-analytics" and m["thread_ts"] is None)
     update = [m for m in posted if m["channel"] == "#inventory-analytics" and m["thread_ts"] == root["ts"]]
     assert len(update) == 1 and "Still investigating." in update[0]["text"]
@@ -563,7 +574,7 @@ def test_concurrent_flushes_post_once(world, context):
     seed.flush_pending(force=True)
     posted = _posted(world, inc.incident_id)
     keys = [_payload(m)["message_key"] for m in posted]
-    assert len(keys) == len(set(keys)) == 6  # 3 roots + the update in 3 threads
+    assert len(keys) == len(set(keys)) == 5  # 3 roots + the update in the 2 owner threads
     assert all(m.status == "sent" for m in seed.messages(inc.incident_id))
 
 

@@ -833,8 +833,8 @@ class SteadyGrowth(FaultKindBase):
     Changes: on night n >= since_night, every on-hand quantity and the night's shipped and ordered units
     are multiplied by (1 + pct/100) ** (n - since_night + 1), rounded (rows whose quantity changes are
     stamped as changed that business day). The world keeps no memory of it: pass the fault on every
-    night from ``since_night`` on (a night played without it returns to the base level, a drop). Nothing
-    to repair.
+    night from ``since_night`` on (a night played without it returns to the base level, a drop; a repair
+    of another fault reloads the sources at the base level too). Nothing to repair.
 
     A data engineer sees (and nothing should alarm): the job green; RAW and the fact growing together by
     ``pct`` a night (no reconciliation gap); row counts unchanged; days of supply and the reorder list
@@ -891,8 +891,3 @@ def coerce_fault(fault: Fault | dict[str, Any]) -> Fault:
 
 def kind_of(fault: Fault) -> FaultKindBase:
     return KINDS[fault.kind]()
-
-
-def kinds_by_name() -> dict[str, type[FaultKindBase]]:
-    """Every kind, by name (for documentation and scenario files)."""
-    return dict(KINDS)
