@@ -85,6 +85,10 @@ def seeded_template(cache_dir: Path, nights: int = HISTORY_NIGHTS) -> Path:
             shutil.rmtree(template, ignore_errors=True)
             with LocalWorld(template) as lw:
                 seed_history_only(lw, nights)
+            # Each is about 100 MB: keep only the one that matches the code.
+            for stale in cache_dir.glob("distributor-*"):
+                if stale != template and (stale / "seeded.json").exists():
+                    shutil.rmtree(stale, ignore_errors=True)
     return template
 
 
