@@ -13,7 +13,7 @@ from dw_dagster.coalesce.models import CoalesceWorkspaceData
 from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.coalesce.sensor_builder import build_coalesce_run_sensor
 from dw_dagster.coalesce.translator import DagsterCoalesceTranslator
-from dw_dagster.context.models import load_context_file
+from dw_dagster.context.models import ContextFile, load_context_file
 from dw_dagster.incidents.assets import incidents_spec
 from dw_dagster.incidents.jobs import build_incident_definitions
 from dw_dagster.notifications.resources import slack_from_env
@@ -30,7 +30,7 @@ def coalesce_workspace(settings: Settings) -> CoalesceWorkspace:
     )
 
 
-def _state_backed(settings: Settings, metrics: MetricsFile):
+def _state_backed(settings: Settings, metrics: MetricsFile, context: ContextFile | None):
     """What is built from the node graph besides the assets: the run sensor and the checks."""
     ops = OpsSchema(settings.database or "", metrics.ops_schema)
 
@@ -42,7 +42,7 @@ def _state_backed(settings: Settings, metrics: MetricsFile):
             business_day=metrics.business_day,
             ops_schema=ops,
         )
-        incidents = build_incident_definitions(specs, metrics, table_resolver(data), ops)
+        incidents = build_incident_definitions(specs, metrics, table_resolver(data), ops, context)
         return dg.Definitions.merge(monitored, incidents, dg.Definitions(sensors=[sensor]))
 
     return build
@@ -61,7 +61,7 @@ def build_definitions(
         context=context,
         context_path=settings.context_file,
         # Incidents and check history live in the warehouse: without a database, assets only.
-        builder=_state_backed(settings, metrics) if settings.database else None,
+        builder=_state_backed(settings, metrics, context) if settings.database else None,
     ).build_defs()
     return dg.Definitions.merge(
         coalesce_defs,

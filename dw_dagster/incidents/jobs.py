@@ -7,11 +7,15 @@ import dagster as dg
 from dw_dagster.checks.history import HistorySession
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.context.lineage import LineageGraph
+from dw_dagster.context.models import ContextFile
 from dw_dagster.incidents.assets import incident_materialization
 from dw_dagster.incidents.blast_radius import blast_radius
 from dw_dagster.incidents.diagnosis import DiagnosisContext, by_priority, diagnose
 from dw_dagster.incidents.models import BlastRadius, Diagnosis, Finding
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.notifications.incident_notifier import IncidentNotifier, build_slack_outbox_sensor
+from dw_dagster.notifications.resources import SlackNotifier
+from dw_dagster.notifications.routing import route_incident
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
@@ -28,11 +32,12 @@ def build_incident_definitions(
     metrics: MetricsFile,
     resolve_table: Callable[[str, str], str],
     ops: OpsSchema,
+    context_file: ContextFile | None = None,
 ) -> dg.Definitions:
     graph = LineageGraph(specs)
 
     @dg.op(name="diagnose", description="Walk the lineage from the failing number to its cause and its readers.")
-    def diagnose_op(context: dg.OpExecutionContext, snowflake: WarehouseResource) -> None:
+    def diagnose_op(context: dg.OpExecutionContext, snowflake: WarehouseResource, slack: SlackNotifier) -> None:
         incident_id = context.run.tags.get(INCIDENT_TAG)
         if not incident_id:
             raise dg.Failure(f"run tag {INCIDENT_TAG}: missing; this job diagnoses one incident")
@@ -51,6 +56,12 @@ def build_incident_definitions(
         record_diagnosis(store, incident_id, len(findings), diagnosis, radius)
         context.log_event(incident_materialization(incident, store.events(incident_id, kind="finding"), diagnosis, radius))
         context.log.info(f"{incident_id}: {diagnosis.classification.value}: {diagnosis.cause}")
+        if context_file is None:
+            context.log.warning("no context file (DW_CONTEXT_FILE): nobody to alert")
+            return
+        # Through the outbox: a Slack outage delays the alert (the outbox sensor retries), never loses it.
+        notifier = IncidentNotifier(slack, store, context=context_file)
+        notifier.notify(incident, diagnosis, radius, route_incident(context_file, diagnosis, radius), run_id=context.run_id)
 
     @dg.job(name=DIAGNOSE_JOB, description="Diagnose one incident: cause, evidence, blast radius.")
     def diagnose_incident():
@@ -73,7 +84,7 @@ def build_incident_definitions(
             # The run key makes a re-tick or a restart of the daemon launch nothing twice.
             yield dg.RunRequest(run_key=f"{incident.incident_id}:{count}", tags={INCIDENT_TAG: incident.incident_id})
 
-    return dg.Definitions(jobs=[diagnose_incident], sensors=[incident_sensor])
+    return dg.Definitions(jobs=[diagnose_incident], sensors=[incident_sensor, build_slack_outbox_sensor(ops)])
 
 
 def record_diagnosis(

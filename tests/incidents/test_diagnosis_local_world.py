@@ -73,3 +73,18 @@ def test_blast_radius(reference_night):
     assert "09:00 S&OP" in by["thoughtspot/network_days_of_supply"].next_read
     assert by["mart/mart_days_of_supply"].change["rows_affected"] == 1_260
     assert by["thoughtspot/network_days_of_supply"].owners == ["team:supply-chain-planning"]
+
+
+def test_owners_and_buyers_are_told_once(reference_night):
+    import httpx
+
+    daemon, _, store, incident = reference_night
+    messages = httpx.get(f"{daemon.lw.slack_url}/_sink/messages").json()["messages"]
+    roots = {m["channel"]: m for m in messages if not m["thread_ts"]}
+    assert set(roots) == {"#inventory-analytics", "#planning-ops", "#buyers"}
+    owners_text = roots["#planning-ops"]["text"] + str(roots["#planning-ops"]["blocks"])
+    assert "7120" in owners_text and "41,800" in owners_text and incident.incident_id in owners_text
+    buyers = str(roots["#buyers"]["blocks"]) + roots["#buyers"]["text"]
+    assert "164" in buyers
+    daemon.tick()
+    assert len(httpx.get(f"{daemon.lw.slack_url}/_sink/messages").json()["messages"]) == len(messages)
