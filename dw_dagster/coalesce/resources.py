@@ -140,7 +140,10 @@ class CoalesceWorkspace(ConfigurableResource):
 
     @cached_method
     def _resolved(self) -> "CoalesceWorkspace":
-        return self.process_config_and_initialize()
+        # The context manager tears down the instance Dagster makes to resolve config; the resolved
+        # fields are plain values that outlive it.
+        with self.process_config_and_initialize_cm() as resolved:
+            return resolved
 
     def user_credentials_for(self, owner: str) -> CoalesceUserCredentials:
         """The credentials to start a run with on behalf of ``owner``."""

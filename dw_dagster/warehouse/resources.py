@@ -36,7 +36,7 @@ class WarehouseResource(SnowflakeResource):
     def tagged_connection(self, purpose: str, schema: str | None = None, **tag_fields: Any) -> Iterator[Any]:
         import snowflake.connector
 
-        args = dict(self._resolved()._connection_args)
+        args = dict(self._resolved_connection_args())
         if schema:
             args["schema"] = schema
         params: dict[str, Any] = dict(args.pop("session_parameters", None) or {})
@@ -49,9 +49,10 @@ class WarehouseResource(SnowflakeResource):
 
 
     @cached_method
-    def _resolved(self) -> "WarehouseResource":
+    def _resolved_connection_args(self) -> dict[str, Any]:
         # Used outside Dagster's resource resolution (a command, a store), EnvVars are not yet resolved.
-        return self.process_config_and_initialize()
+        with self.process_config_and_initialize_cm() as resolved:
+            return dict(resolved._connection_args)
 
 
 def _local_connection_args(env: Mapping[str, str]) -> dict[str, Any] | None:
