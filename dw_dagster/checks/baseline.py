@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 MAD_TO_SIGMA = 1.4826
+MAX_BRIDGE_DAYS = 7
 
 
 class Direction(str, Enum):
@@ -92,16 +93,19 @@ def score(
         target = _log(value)
         level_logs = ref_logs
     else:
-        prev = day - timedelta(days=1)
-        if prev not in usable:
+        # Changes per day between consecutive usable days: a gap left by an excluded (incident) day is
+        # bridged, so the night after an incident is compared with the last good night, not the bad one.
+        days = sorted(d for d in usable if (day - d).days <= config.days)
+        if not days or (day - days[-1]).days > MAX_BRIDGE_DAYS:
             return BaselineResult(status=BaselineStatus.INSUFFICIENT, method=config.method, value=value, points=0)
-        # Changes between consecutive usable days; a change touching an excluded day is excluded too.
         ref_logs = [
-            _log(usable[d]) - _log(usable[d - timedelta(days=1)])
-            for d in (day - timedelta(days=k) for k in range(1, config.days + 1))
-            if d in usable and d - timedelta(days=1) in usable
+            (_log(usable[b]) - _log(usable[a])) / (b - a).days
+            for a, b in zip(days, days[1:], strict=False)
+            if (b - a).days <= MAX_BRIDGE_DAYS
         ]
-        target = _log(value) - _log(usable[prev])
+        prev = days[-1]
+        gap_days = (day - prev).days
+        target = (_log(value) - _log(usable[prev])) / gap_days
         level_logs = [_log(usable[prev])]
     if len(ref_logs) < config.min_points:
         return BaselineResult(
@@ -114,7 +118,7 @@ def score(
     if config.method is BaselineMethod.SAME_WEEKDAY:
         expected = math.expm1(centre)
     else:
-        expected = math.expm1(level_logs[0] + centre)
+        expected = math.expm1(level_logs[0] + centre * gap_days)
     rel = (value - expected) / expected if expected else (0.0 if value == 0 else math.inf)
     direction: Literal["down", "up", "flat"] = "down" if z < 0 else "up" if z > 0 else "flat"
     hurts_here = hurts is Direction.BOTH or hurts.value == direction

@@ -88,6 +88,15 @@ class HistorySession:
             (flagged, metric, day),
         )
 
+    def incident_days(self, since: date) -> set[date]:
+        """Business dates with an incident (open or resolved): left out of every baseline, so neither the
+        bad night nor the recovery after it trains or triggers anything."""
+        self.cur.execute(
+            f"SELECT DISTINCT BUSINESS_DATE FROM {self.ops.table('INCIDENTS')} WHERE BUSINESS_DATE >= %s",
+            (since,),
+        )
+        return {_as_date(r[0]) for r in self.cur.fetchall() if r[0] is not None}
+
     def record_volume(self, asset_key: str, day: date, row_count: float | None, source: str) -> None:
         now = datetime.now(timezone.utc)
         self.cur.execute(

@@ -235,7 +235,7 @@ def _evaluate(
     day = run.business_date
     value = values[total.name]
     own = history.metric_history(total.name, day, HISTORY_DAYS)
-    flagged = [d for d, r in own.items() if r.flagged]
+    flagged = {d for d, r in own.items() if r.flagged} | history.incident_days(day - timedelta(days=HISTORY_DAYS))
     base = score(
         {d: r.value for d, r in own.items() if r.value is not None},
         day,

@@ -9,6 +9,7 @@ table, for warehouses whose metadata is unreliable (the local server's ROW_COUNT
 import fnmatch
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 
 import dagster as dg
 
@@ -148,7 +149,8 @@ def build_volume_checks(
                     run.business_date,
                     count,
                     config.baseline,
-                    excluded_days=[d for d, r in past.items() if r.flagged],
+                    excluded_days={d for d, r in past.items() if r.flagged}
+                    | history.incident_days(run.business_date - timedelta(days=HISTORY_DAYS)),
                 )
                 metadata = {
                     "row_count": dg.MetadataValue.int(int(count)),

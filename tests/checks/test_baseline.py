@@ -94,3 +94,15 @@ def test_flat_series_floor_stops_trivial_alarms():
     hist = {DAY - timedelta(days=k): 500.0 for k in range(1, 60)}
     assert score(hist, DAY, 500.2, DOD).status is BaselineStatus.OK
     assert score(hist, DAY, 0.0, DOD).status is BaselineStatus.ANOMALY
+
+
+def test_the_night_after_an_incident_is_compared_with_the_last_good_night():
+    hist = _stock()
+    yesterday = DAY - timedelta(days=1)
+    bad = {**hist, yesterday: hist[yesterday] * 1.25}  # a duplicated load inflated yesterday
+    recovered = hist[yesterday] * 1.001
+    # Yesterday left in: the recovery looks like a 20% drop.
+    assert score(bad, DAY, recovered, DOD, hurts=Direction.DOWN).status is BaselineStatus.ANOMALY
+    # Yesterday excluded as an incident day: compared with the day before, all is well.
+    ok = score(bad, DAY, recovered, DOD, hurts=Direction.DOWN, excluded_days={yesterday})
+    assert ok.status is BaselineStatus.OK and ok.expected == pytest.approx(hist[DAY - timedelta(days=2)], rel=0.01)
