@@ -239,14 +239,18 @@ def main() -> None:
             timeline(instance, end, ref.run_id, [(opened, "INCIDENT OPENED (OPENED_AT)"), (seen, "incident seen by this process")])
 
             run = checks_run(instance, ref.run_id)
-            tick = next((t for t in sensor_ticks(instance, SENSOR) if run is not None and run.run_id in t.run_ids), None)
-            if tick is not None and run is not None:
+            ticks = sorted(sensor_ticks(instance, SENSOR), key=lambda t: t.timestamp)
+            tick = next((t for t in ticks if run is not None and run.run_id in t.run_ids), None)
+            gaps = sorted(b.timestamp - a.timestamp for a, b in zip(ticks, ticks[1:]))
+            if tick is not None and run is not None and gaps:
                 waited = tick.timestamp - end
                 rest = opened - tick.timestamp
-                print(f"\nsummary: latency {opened - end:.1f} s = {waited:.1f} s waiting for the next sensor tick "
-                      f"(0-30 s by where the interval falls) + {rest:.1f} s from tick start to incident. With this "
-                      f"machine's costs: best case about {rest:.0f} s, mean about {15 + rest:.0f} s, worst case about "
-                      f"{30 + rest:.0f} s (goal < 45 s)")  # fmt: skip
+                median_gap, max_gap = gaps[len(gaps) // 2], gaps[-1]
+                print(f"\nsummary: latency {opened - end:.1f} s = {waited:.1f} s waiting for the next sensor tick + "
+                      f"{rest:.1f} s from tick start to incident. The run sensor ticked every {median_gap:.1f} s "
+                      f"(median; max {max_gap:.1f} s over {len(gaps)} intervals; minimum_interval_seconds 30), so with "
+                      f"this machine's costs: best case about {rest:.0f} s, mean about {median_gap / 2 + rest:.0f} s, "
+                      f"worst case about {max_gap + rest:.0f} s (goal < 45 s)")  # fmt: skip
         finally:
             stop_group(daemon)
             if instance is not None:
