@@ -22,7 +22,8 @@ def main(verbose: bool) -> None:
     level = logging.DEBUG if verbose else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s %(message)s")
     # The integration logs through Dagster's logger, which brings its own handler and level.
-    logging.getLogger("dagster").setLevel(level)
+    for name in ("dagster", "dagster.builtin"):
+        logging.getLogger(name).setLevel(level)
 
 
 @main.group()
