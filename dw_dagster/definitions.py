@@ -67,6 +67,9 @@ def build_definitions(
         coalesce_defs,
         dg.Definitions(
             assets=[incidents_spec],
+            # Checks and diagnosis push their work down to Snowflake: one process per run, not per step,
+            # saves seconds of start-up on every night's checks run.
+            executor=dg.in_process_executor,
             resources={
                 "snowflake": warehouse_from_env(),
                 "slack": slack_from_env(),

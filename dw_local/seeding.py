@@ -93,6 +93,9 @@ def seeded_template(cache_dir: Path, nights: int = HISTORY_NIGHTS) -> Path:
 
 
 def clone_world(template: Path, dest: Path) -> Path:
-    """A private copy of a seeded world's data, to start with ``LocalWorld(dest)``."""
-    shutil.copytree(template, dest, ignore=shutil.ignore_patterns("logs", "world.json", "state"))
+    """A private copy of a seeded world's data, to start with ``LocalWorld(dest)``; taken under the cache's
+    lock, so that no other process prunes the template while it is copied."""
+    with open(template.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.copytree(template, dest, ignore=shutil.ignore_patterns("logs", "world.json", "state"))
     return dest

@@ -35,8 +35,7 @@ class HistoryStore:
 
     @contextmanager
     def session(self, purpose: str) -> Iterator[HistorySession]:
-        with self.warehouse.tagged_connection(purpose, schema=self.ops.schema, **self.tag_fields) as conn:
-            self.ops.ensure(conn)
+        with self.ops.connect(self.warehouse, purpose, **self.tag_fields) as conn:
             yield HistorySession(conn, self.ops)
 
 

@@ -178,7 +178,12 @@ def build_recorded_total_checks(
     def recorded_totals(context, snowflake: WarehouseResource):
         warehouse = snowflake
         run = check_run(context, metrics.business_day)
-        selected = [by_check[k.name] for k in context.selected_asset_check_keys]
+        # Reconciled totals first: on a bad night the gap to the source is the finding that opens (and
+        # titles) the incident, whatever order Dagster hands the selection in.
+        selected = sorted(
+            (by_check[k.name] for k in context.selected_asset_check_keys),
+            key=lambda t: (t.reconcile_with is None, t.name),
+        )
         needed = {t.name: t for t in selected}
         for t in selected:
             if t.reconcile_with:

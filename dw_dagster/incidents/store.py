@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import date, datetime, timezone
 from typing import Any, Literal
 
@@ -31,17 +29,9 @@ class IncidentStore:
         self.warehouse = warehouse
         self.ops = ops
         self.run_id = run_id
-        self._ensured = False
 
-    @contextmanager
-    def _connect(self, purpose: str) -> Iterator[Any]:
-        with self.warehouse.tagged_connection(
-            purpose, schema=self.ops.schema, job="incidents", run_id=self.run_id
-        ) as conn:
-            if not self._ensured:
-                self.ops.ensure(conn)
-                self._ensured = True
-            yield conn
+    def _connect(self, purpose: str):
+        return self.ops.connect(self.warehouse, purpose, job="incidents", dagster_run_id=self.run_id)
 
     def record_finding(self, finding: Finding) -> RecordOutcome:
         with self._connect("incident.record") as conn:

@@ -84,16 +84,10 @@ class SlackOutbox:
         self.warehouse = warehouse
         self.ops = ops
         self.run_id = run_id
-        self._ensured = False
 
     @contextmanager
     def connect(self, purpose: str) -> Iterator[Any]:
-        with self.warehouse.tagged_connection(
-            purpose, schema=self.ops.schema, job="notifications", run_id=self.run_id
-        ) as conn:
-            if not self._ensured:
-                self.ops.ensure(conn)
-                self._ensured = True
+        with self.ops.connect(self.warehouse, purpose, job="notifications", dagster_run_id=self.run_id) as conn:
             yield conn.cursor()
 
     @property

@@ -7,10 +7,18 @@ key, so a re-tick or a retried step never duplicates a record.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dw_dagster.coalesce.sql import quote_identifier as quote
+
+if TYPE_CHECKING:
+    from dw_dagster.warehouse.resources import WarehouseResource
+
+# Warehouses and schemas whose tables this process has already created: DDL once, not per query.
+_ENSURED: set[tuple[Any, ...]] = set()
 
 TABLES: dict[str, str] = {
     # One row per recorded total per business date; re-recording the same date replaces the value.
@@ -99,3 +107,14 @@ class OpsSchema:
         cur.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(self.database)}.{quote(self.schema)}")
         for name, columns in TABLES.items():
             cur.execute(f"CREATE TABLE IF NOT EXISTS {self.table(name)} ({columns})")
+
+    @contextmanager
+    def connect(self, warehouse: WarehouseResource, purpose: str, **tag_fields: Any) -> Iterator[Any]:
+        """A tagged connection whose current schema is this one, with dw-dagster's tables in place."""
+        args = warehouse._resolved_connection_args()
+        where = (args.get("account"), args.get("host"), args.get("port"), self.database, self.schema)
+        with warehouse.tagged_connection(purpose, schema=self.schema, **tag_fields) as conn:
+            if where not in _ENSURED:
+                self.ensure(conn)
+                _ENSURED.add(where)
+            yield conn
