@@ -2,7 +2,7 @@
 under 45 s with the run sensor's default 30 s interval).
 
 On a private clone of the seeded distributor world (``seeded_template`` + ``clone_world``; the template is
-built once per content hash under ``.dw/test-cache``, about 3 minutes the first time) it starts the local
+built once per content hash under ``.dw/cache``, about 3 minutes the first time) it starts the local
 world (Snowflake, Coalesce simulator, Slack stand-in on free loopback ports), writes the Coalesce state file
 (``refresh_state_file``), and starts ``dagster-daemon run -w workspace.yaml`` as a subprocess (it spawns the
 code server and the run workers) with ``DAGSTER_HOME`` in the temp dir (the repo's ``dagster.yaml`` copied
@@ -55,7 +55,7 @@ from dw_local.world import LOCAL_COALESCE_TOKEN, LOCAL_DATABASE, LocalWorld  # n
 from dw_local.worlds.distributor.generator import DistributorWorld  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("DW_TEST_WORLD_CACHE", REPO / ".dw" / "test-cache"))
+CACHE = Path(os.environ.get("DW_WORLD_CACHE", REPO / ".dw" / "cache"))
 SENSOR = "coalesce_run_sensor"
 RUN_TAG = "dw/coalesce_run_id"
 STEP_EVENTS = ("STEP_START", "STEP_SUCCESS", "STEP_FAILURE")

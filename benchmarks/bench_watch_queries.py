@@ -2,7 +2,7 @@
 zero table scans in production mode).
 
 On a private clone of the seeded distributor world (``seeded_template`` + ``clone_world``; the template is
-built once per content hash under ``.dw/test-cache``, about 3 minutes the first time), it plays one
+built once per content hash under ``.dw/cache``, about 3 minutes the first time), it plays one
 ordinary night through the Coalesce simulator and runs one ``LocalDaemon.tick()`` (the run sensor, the
 checks-only run it requests, executed in this process, then the incident sensor), with
 ``snowflake.connector.cursor.SnowflakeCursor.execute`` wrapped so that every statement this process sends
@@ -51,7 +51,7 @@ from dw_local.world import DISTRIBUTOR_DIR, LocalWorld  # noqa: E402
 from dw_local.worlds.distributor.generator import DistributorWorld  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("DW_TEST_WORLD_CACHE", REPO / ".dw" / "test-cache"))
+CACHE = Path(os.environ.get("DW_WORLD_CACHE", REPO / ".dw" / "cache"))
 
 # -- recording every statement ----------------------------------------------------------------------
 
