@@ -4,7 +4,7 @@ what was expected."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pydantic
 import yaml
@@ -47,3 +47,28 @@ def load_yaml_model(path: str | Path, model: type[ModelT], what: str, env_var: s
         return model.model_validate(raw)
     except pydantic.ValidationError as e:
         raise DwConfigError(describe_validation_error(path, e)) from e
+
+
+def resolve_env_vars(value: Any) -> Any:
+    """A copy of a resource or config with every ``EnvVar`` replaced by the variable's value.
+
+    Dagster resolves EnvVars when it initializes resources for a run; a resource used directly (by a
+    command, a store, a sensor builder) needs it done here. This creates no Dagster instance.
+    """
+    import dagster as dg
+
+    if isinstance(value, dg.EnvVar):
+        resolved = value.get_value()
+        if resolved is None:
+            raise DwConfigError(f"{value.env_var_name}: not set")
+        return resolved
+    if isinstance(value, dg.Config | dg.ConfigurableResource):
+        fields = type(value).model_fields
+        return type(value)(
+            **{(f.alias or name): resolve_env_vars(getattr(value, name)) for name, f in fields.items()}
+        )
+    if isinstance(value, dict):
+        return {k: resolve_env_vars(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(resolve_env_vars(v) for v in value)
+    return value

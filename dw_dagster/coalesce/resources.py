@@ -9,6 +9,7 @@ from dagster._utils.cached_method import cached_method
 from pydantic import Field
 
 from dw_dagster.coalesce.client import CoalesceClient
+from dw_dagster.config import resolve_env_vars
 from dw_dagster.coalesce.models import (
     COALESCE_DEFAULT_BASE_URL,
     CoalesceEnvironmentData,
@@ -140,10 +141,7 @@ class CoalesceWorkspace(ConfigurableResource):
 
     @cached_method
     def _resolved(self) -> "CoalesceWorkspace":
-        # The context manager tears down the instance Dagster makes to resolve config; the resolved
-        # fields are plain values that outlive it.
-        with self.process_config_and_initialize_cm() as resolved:
-            return resolved
+        return resolve_env_vars(self)
 
     def user_credentials_for(self, owner: str) -> CoalesceUserCredentials:
         """The credentials to start a run with on behalf of ``owner``."""

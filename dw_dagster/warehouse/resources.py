@@ -17,6 +17,8 @@ import dagster as dg
 from dagster._utils.cached_method import cached_method
 from dagster_snowflake import SnowflakeResource
 
+from dw_dagster.config import resolve_env_vars
+
 QUERY_TAG_APP = "dw-dagster"
 
 
@@ -51,8 +53,7 @@ class WarehouseResource(SnowflakeResource):
     @cached_method
     def _resolved_connection_args(self) -> dict[str, Any]:
         # Used outside Dagster's resource resolution (a command, a store), EnvVars are not yet resolved.
-        with self.process_config_and_initialize_cm() as resolved:
-            return dict(resolved._connection_args)
+        return dict(resolve_env_vars(self)._connection_args)
 
 
 def _local_connection_args(env: Mapping[str, str]) -> dict[str, Any] | None:
