@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
+from dagster._core.storage.defs_state.base import set_defs_state_storage
 
 from dw_dagster.coalesce.state import refresh_state_file
 from dw_dagster.definitions import build_definitions
@@ -70,9 +71,12 @@ class LocalDaemon:
         logging.getLogger("dagster").setLevel(logging.WARNING)
         self.settings = Settings.from_env()
         refresh_state_file(self.settings)
-        self.defs = build_definitions(self.settings)
-        self.repo = self.defs.get_repository_def()
         self.instance = dg.DagsterInstance.from_config(str(dagster_home(lw.root)))
+        # Loading reads the "current" defs-state storage, which an instance entered and disposed earlier in
+        # this process may have left behind: load against this instance's, as a code server would.
+        with set_defs_state_storage(self.instance.defs_state_storage):
+            self.defs = build_definitions(self.settings)
+            self.repo = self.defs.get_repository_def()
         self._cursor_file = lw.root / "dagster_home" / f"{SENSOR_NAME}.cursor"
 
     @property

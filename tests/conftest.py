@@ -30,3 +30,13 @@ def seeded_world(seeded_template: Path, tmp_path_factory: pytest.TempPathFactory
     root = clone_world(seeded_template, tmp_path_factory.mktemp("world") / "local")
     with LocalWorld(root) as lw:
         yield lw
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_defs_state_storage():
+    """An instance a test entered and disposed can stay Dagster's "current" defs-state storage; loading
+    definitions would then read a dead instance. Each test starts without one, as a fresh process does."""
+    from dagster._core.storage.defs_state.base import set_defs_state_storage
+
+    with set_defs_state_storage(None):
+        yield
