@@ -15,7 +15,7 @@ import dagster as dg
 from dw_dagster.checks.metrics import InputFreshness, JobSchedule, MetricsFile
 from dw_dagster.checks.reporting import report_failure
 from dw_dagster.checks.run_context import check_run
-from dw_dagster.coalesce.sql import quote_identifier, table_reference
+from dw_dagster.coalesce.sql import quote_identifier, table_parts, table_reference
 from dw_dagster.context.specs import key_from_path
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
@@ -53,11 +53,10 @@ def apply_freshness_policies(metrics: MetricsFile, specs: Sequence[dg.AssetSpec]
 
 
 def _table_of(specs_by_path: Mapping[str, dg.AssetSpec], path: str) -> tuple[str, str, str]:
-    name = specs_by_path[path].metadata.get("dagster/table_name")
-    parts = str(name).split(".") if name else []
-    if len(parts) != 3:
+    parts = table_parts(specs_by_path[path].metadata.get("dagster/table_name"))
+    if parts is None:
         raise dg.DagsterInvariantViolationError(f"freshness.inputs: {path} has no Snowflake table name")
-    return parts[0], parts[1], parts[2]
+    return parts
 
 
 def _utc(v: datetime | None) -> datetime | None:

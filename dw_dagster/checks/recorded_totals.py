@@ -60,10 +60,12 @@ def check_name(total: RecordedTotal) -> str:
 
 
 def group_label(keys: Sequence[str], row: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={_plain(row[k])}" for k in keys)
+    return ", ".join(f"{k}={plain_value(row[k])}" for k in keys)
 
 
-def _plain(v: Any) -> str:
+def plain_value(v: Any) -> str:
+    """How a key value reads in a group label (``ORGANIZATION_ID=7120``, not ``7120.0``); diagnosis matches
+    its keys against the recorded labels, so both use this."""
     return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
 

@@ -18,7 +18,7 @@ from dw_dagster.checks.history import HistoryStore
 from dw_dagster.checks.metrics import Bounds, MetricsFile
 from dw_dagster.checks.reporting import report_failure
 from dw_dagster.checks.run_context import CheckRun, check_run
-from dw_dagster.coalesce.sql import quote_identifier, table_reference
+from dw_dagster.coalesce.sql import quote_identifier, table_parts, table_reference
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
@@ -29,9 +29,7 @@ COALESCE_RUN_ID_METADATA = "coalesce/run_id"
 
 
 def _table(spec: dg.AssetSpec) -> tuple[str, str, str] | None:
-    name = spec.metadata.get("dagster/table_name")
-    parts = str(name).split(".") if name else []
-    return (parts[0], parts[1], parts[2]) if len(parts) == 3 else None
+    return table_parts(spec.metadata.get("dagster/table_name"))
 
 
 def monitored_specs(metrics: MetricsFile, specs: Sequence[dg.AssetSpec]) -> list[dg.AssetSpec]:

@@ -79,6 +79,12 @@ def quote_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def table_parts(table_name: object) -> tuple[str, str, str] | None:
+    """``("DB", "SCHEMA", "NAME")`` from a ``DB.SCHEMA.NAME`` table name (``dagster/table_name``)."""
+    parts = str(table_name).split(".") if table_name else []
+    return (parts[0], parts[1], parts[2]) if len(parts) == 3 else None
+
+
 def table_reference(database: str, schema: str, name: str) -> str:
     """The fully quoted ``"DATABASE"."SCHEMA"."NAME"``."""
     return ".".join(quote_identifier(part) for part in (database, schema, name))

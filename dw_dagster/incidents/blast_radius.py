@@ -11,9 +11,9 @@ import networkx as nx
 from croniter import croniter
 
 from dw_dagster.checks.metrics import MetricsFile
-from dw_dagster.coalesce.sql import quote_identifier
+from dw_dagster.coalesce.sql import quote_identifier, table_parts, table_reference
 from dw_dagster.incidents.diagnosis import DiagnosisContext, _last_good
-from dw_dagster.incidents.joins import parse_joins
+from dw_dagster.incidents.joins import parse_joins, unmatched_from
 from dw_dagster.incidents.models import AffectedAsset, BlastRadius, Diagnosis
 
 MAX_FLAGGED = 5000
@@ -97,12 +97,7 @@ def _affected_items_sql(diagnosis: Diagnosis, ctx: DiagnosisContext) -> tuple[st
     traced = ctx.graph.trace_column((item_totals[0].asset, item_totals[0].item_key), left_key)  # type: ignore[arg-type]
     if traced is None:
         return None
-    on = " AND ".join(f"R.{quote_identifier(r)} = L.{quote_identifier(lc)}" for lc, r in join.on)
-    sql = (
-        f"SELECT DISTINCT L.{quote_identifier(traced[1])} FROM {join.left_table} L LEFT JOIN {join.right_table} R"
-        f" ON {on} WHERE R.{quote_identifier(join.on[0][1])} IS NULL"
-    )
-    return sql, traced
+    return f"SELECT DISTINCT L.{quote_identifier(traced[1])} {unmatched_from(join)}", traced
 
 
 def _rows_for_items(ctx: DiagnosisContext, key: str, items_sql: str, item_column: tuple[str, str]) -> int | None:
@@ -113,6 +108,6 @@ def _rows_for_items(ctx: DiagnosisContext, key: str, items_sql: str, item_column
     column = derived[0] if derived else (item_column[1] if item_column[1] in graph.info(key).columns else None)
     if column is None:
         return None
-    table = ".".join(quote_identifier(p) for p in (graph.info(key).table_name or "").split("."))
+    table = table_reference(*table_parts(graph.info(key).table_name))  # type: ignore[misc]
     ctx.cursor.execute(f"SELECT COUNT(*) FROM {table} WHERE {quote_identifier(column)} IN ({items_sql})")
     return int(ctx.cursor.fetchone()[0])

@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from dw_dagster.checks.history import HistorySession, Recorded
 from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
-from dw_dagster.coalesce.sql import quote_identifier
+from dw_dagster.coalesce.sql import quote_identifier, table_parts, table_reference
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.incidents.joins import measure_inner_join, parse_joins, unmatched_rows_query
 from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident, JoinEffect, KeyGap
@@ -141,8 +141,7 @@ def _stale_input(incident: Incident, finding: Finding, ctx: DiagnosisContext) ->
 
 
 def _table(ctx: DiagnosisContext, key: str) -> str:
-    name = ctx.graph.info(key).table_name or ""
-    return ".".join(quote_identifier(p) for p in name.split("."))
+    return table_reference(*table_parts(ctx.graph.info(key).table_name))  # type: ignore[misc]
 
 
 def _reconciliation_gap(incident: Incident, finding: Finding, total: RecordedTotal, ctx: DiagnosisContext) -> Diagnosis:
@@ -337,11 +336,11 @@ def _gap(group: str, tonight: Recorded, before: Recorded) -> KeyGap:
 
 
 def _columns(ctx: DiagnosisContext, key: str) -> list[str]:
+    database, schema, name = table_parts(ctx.graph.info(key).table_name)  # type: ignore[misc]
     ctx.cursor.execute(
-        "SELECT COLUMN_NAME FROM "
-        f"{quote_identifier(ctx.graph.info(key).table_name.split('.')[0])}.INFORMATION_SCHEMA.COLUMNS"  # type: ignore[union-attr]
+        f"SELECT COLUMN_NAME FROM {quote_identifier(database)}.INFORMATION_SCHEMA.COLUMNS"
         " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
-        tuple(ctx.graph.info(key).table_name.split(".")[1:]),  # type: ignore[union-attr]
+        (schema, name),
     )
     return [r[0] for r in ctx.cursor.fetchall()]
 

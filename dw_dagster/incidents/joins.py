@@ -14,6 +14,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
+from dw_dagster.checks.recorded_totals import plain_value
 from dw_dagster.coalesce.sql import quote_identifier, resolve_refs
 from dw_dagster.incidents.models import JoinEffect, KeyGap
 
@@ -65,17 +66,24 @@ def parse_joins(join_text: str, resolve_table: Callable[[str, str], str]) -> lis
     return out
 
 
+def unmatched_from(join: ParsedJoin) -> str:
+    """``FROM ... WHERE ...`` of the left rows (alias ``L``) that match nothing on the right."""
+    on = " AND ".join(f"R.{quote_identifier(r)} = L.{quote_identifier(lc)}" for lc, r in join.on)
+    return (
+        f"FROM {join.left_table} L\n"
+        f"LEFT JOIN {join.right_table} R ON {on}\n"
+        f"WHERE R.{quote_identifier(join.on[0][1])} IS NULL"
+    )
+
+
 def unmatched_rows_query(join: ParsedJoin, measure_column: str | None, item_column: str | None = None) -> str:
     """Ready-to-run SQL: the left rows (their units, their items) that match nothing on the right, by key."""
-    on = " AND ".join(f"R.{quote_identifier(r)} = L.{quote_identifier(lc)}" for lc, r in join.on)
     keys = ", ".join(f"L.{quote_identifier(lc)}" for lc, _ in join.on)
     units = f"SUM(L.{quote_identifier(measure_column)})" if measure_column else "COUNT(*)"
     items = f",\n  COUNT(DISTINCT L.{quote_identifier(item_column)}) AS UNMATCHED_ITEMS" if item_column else ""
     return (
         f"SELECT {keys},\n  COUNT(*) AS UNMATCHED_ROWS,\n  {units} AS UNMATCHED_UNITS{items}\n"
-        f"FROM {join.left_table} L\n"
-        f"LEFT JOIN {join.right_table} R ON {on}\n"
-        f"WHERE R.{quote_identifier(join.on[0][1])} IS NULL\n"
+        f"{unmatched_from(join)}\n"
         f"GROUP BY {keys}\n"
         f"ORDER BY UNMATCHED_UNITS DESC"
     )
@@ -97,7 +105,7 @@ def measure_inner_join(
         unmatched.append(
             KeyGap(
                 column=", ".join(lc for lc, _ in join.on),
-                value=", ".join(_plain(v) for v in row[:width]),
+                value=", ".join(plain_value(v) for v in row[:width]),
                 rows=int(row[width]),
                 units=float(row[width + 1] or 0),
                 distinct_items=int(row[width + 2]) if item_column else None,
@@ -120,6 +128,3 @@ def measure_inner_join(
         unmatched=unmatched,
     )
 
-
-def _plain(v: Any) -> str:
-    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
