@@ -1,0 +1,418 @@
+"""What can happen on a night of a world written as data (``generic.py``): the fault vocabulary and the
+benign events, with parameters that name the world's own tables and columns.
+
+Each event is a real change to what the pipeline reads or runs, never an edit of what it built. Hooks run in
+this order on a night: ``before_load`` (reference rows, schemas), ``transform`` (the night's new rows before
+they are loaded; pure), ``before_run`` (a node change deployed to Coalesce), then the job runs unless an
+event says it does not. ``repair`` undoes a persistent event (``persists``) before a later night.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import Field, TypeAdapter
+
+from dw_dagster.coalesce.sql import quote_identifier
+from dw_dagster.config import FileModel
+from dw_local.world import WorldError
+from dw_local.worlds.distributor.generator import DistributorWorld
+from dw_local.worlds.distributor.simulation import rng_for
+
+if TYPE_CHECKING:
+    from dw_dagster.coalesce.client import CoalesceClient
+    from dw_local.scenarios.generic import Frames, GenericWorld
+
+_IDENT = r"^[A-Z_][A-Z0-9_$]*$"
+Ident = Annotated[str, Field(pattern=_IDENT)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+# A column a node_failure adds to a node carries this description, so repair finds exactly it.
+NODE_FAILURE_MARKER = "dw_local scenario: node_failure"
+
+
+class Event(FileModel):
+    kind: str
+    benign: ClassVar[bool] = False
+    loads_source: ClassVar[bool] = True
+    runs_job: ClassVar[bool] = True
+    persists: ClassVar[bool] = False
+
+    def tables(self) -> list[str]:
+        """The source tables (Source node names) or nodes the event changes: what it can make wrong."""
+        return [t for t in (getattr(self, "table", None), getattr(self, "reference", None)) if t]
+
+    def check(self, world: GenericWorld) -> None:
+        """The parameters make sense on this world (raise ValueError naming the parameter)."""
+        for name in self.tables():
+            if name not in world.tables:
+                raise ValueError(f"table: {name} is not a source of world {world.spec.name} ({sorted(world.tables)})")
+        column = getattr(self, "column", None)
+        table = getattr(self, "table", None)
+        if column is not None and table in world.tables and column not in world.tables[table].columns:
+            raise ValueError(f"column: {table} has no column {column}")
+        for name in (getattr(self, "where", None) or {}) | (getattr(self, "set", None) or {}):
+            if table in world.tables and name not in world.tables[table].columns:
+                raise ValueError(f"where/set: {table} has no column {name}")
+
+    def growth(self, night: int) -> float:
+        return 1.0
+
+    def before_load(self, world: GenericWorld, cur: Any, night: int) -> None:
+        pass
+
+    def transform(self, world: GenericWorld, frames: Frames, night: int) -> Frames:
+        return frames
+
+    def before_run(self, world: GenericWorld, coalesce: CoalesceClient) -> None:
+        pass
+
+    def repair(self, world: GenericWorld, cur: Any, coalesce: CoalesceClient) -> None:
+        pass
+
+    def rng(self, world: GenericWorld, night: int) -> np.random.Generator:
+        return rng_for(world.spec.seed, f"event/{self.kind}", night)
+
+
+def _appended(world: GenericWorld, table: str, frames: Frames) -> pd.DataFrame:
+    if table not in frames:
+        raise WorldError(f"{table} is loaded once: a night's event cannot change its new rows")
+    return frames[table]
+
+
+def _matching(frame: pd.DataFrame, where: dict[str, Any] | None) -> np.ndarray:
+    mask = np.ones(len(frame), dtype=bool)
+    for column, value in (where or {}).items():
+        mask &= (frame[column] == value).to_numpy()
+    return mask
+
+
+def _pick(mask: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """Exactly round(fraction x candidates) of the candidate rows (at least one), chosen by ``rng``."""
+    candidates = np.flatnonzero(mask)
+    if not len(candidates):
+        raise WorldError("no rows match the event's where")
+    k = min(len(candidates), max(1, round(fraction * len(candidates))))
+    out = np.zeros(len(mask), dtype=bool)
+    out[rng.choice(candidates, size=k, replace=False)] = True
+    return out
+
+
+def _where_sql(where: dict[str, Any]) -> tuple[str, tuple]:
+    return " AND ".join(f"{quote_identifier(c)} = %s" for c in where), tuple(where.values())
+
+
+def _restore_rows(world: GenericWorld, cur: Any, table: str, where: dict[str, Any]) -> None:
+    """Puts the world file's rows matching ``where`` back in a once table, as they were installed."""
+    clause, args = _where_sql(where)
+    cur.execute(f"DELETE FROM {world.tables[table].qualified} WHERE {clause}", args)
+    original = world.once_frame(table)
+    world.load(cur, table, original[_matching(original, where)])
+
+
+def _new_key(event: NewKeyUnmapped | NewKeyMapped, world: GenericWorld, frames: Frames, night: int) -> Frames:
+    """``fraction`` of the night's rows matching ``where`` now carry the new key (orders on a new storefront)."""
+    frame = _appended(world, event.table, frames).copy()
+    rows = _pick(_matching(frame, event.where), event.fraction, event.rng(world, night))
+    frame.loc[rows, event.column] = event.value
+    return {**frames, event.table: frame}
+
+
+# ---------------------------------------------------------------------------------------------- faults
+
+
+class NewKeyUnmapped(Event):
+    """The reference night: a new key appears in a source (a storefront, an org) and the reference table the
+    pipeline inner-joins to has no row for it. ``fraction`` of the night's rows (those matching ``where``)
+    carry the new ``value`` in ``column``."""
+
+    kind: Literal["new_key_unmapped"]
+    table: Ident
+    column: Ident
+    value: Any
+    fraction: Fraction = 0.1
+    where: dict[str, Any] | None = None
+    persists: ClassVar[bool] = True
+
+    def transform(self, world, frames, night):
+        return _new_key(self, world, frames, night)
+
+
+class ReferenceRowDeleted(Event):
+    """Someone deletes rows of a reference table (``where`` picks them); persists until repaired."""
+
+    kind: Literal["reference_row_deleted"]
+    table: Ident
+    where: dict[str, Any] = Field(min_length=1)
+    persists: ClassVar[bool] = True
+
+    def before_load(self, world, cur, night):
+        clause, args = _where_sql(self.where)
+        cur.execute(f"DELETE FROM {world.tables[self.table].qualified} WHERE {clause}", args)
+        if not cur.rowcount:
+            raise WorldError(f"reference_row_deleted: no row of {self.table} matches {self.where}")
+
+    def repair(self, world, cur, coalesce):
+        _restore_rows(world, cur, self.table, self.where)
+
+
+class ReferenceRowRemapped(Event):
+    """Someone points reference rows (``where``) at other values (``set``); persists until repaired."""
+
+    kind: Literal["reference_row_remapped"]
+    table: Ident
+    where: dict[str, Any] = Field(min_length=1)
+    set: dict[str, Any] = Field(min_length=1)
+    persists: ClassVar[bool] = True
+
+    def before_load(self, world, cur, night):
+        assignments = ", ".join(f"{quote_identifier(c)} = %s" for c in self.set)
+        clause, args = _where_sql(self.where)
+        cur.execute(
+            f"UPDATE {world.tables[self.table].qualified} SET {assignments} WHERE {clause}",
+            (*self.set.values(), *args),
+        )
+
+    def repair(self, world, cur, coalesce):
+        _restore_rows(world, cur, self.table, self.where)
+
+
+class DuplicateLoad(Event):
+    """Replication applies the night's rows (``where``, ``fraction``) twice, identical to the last column."""
+
+    kind: Literal["duplicate_load"]
+    table: Ident
+    fraction: Fraction = 1.0
+    where: dict[str, Any] | None = None
+
+    def transform(self, world, frames, night):
+        frame = _appended(world, self.table, frames)
+        rows = _pick(_matching(frame, self.where), self.fraction, self.rng(world, night))
+        return {**frames, self.table: pd.concat([frame, frame[rows]], ignore_index=True)}
+
+
+class PartialLoad(Event):
+    """Replication applies only part of the night's rows: ``fraction`` of those matching ``where`` are
+    missing."""
+
+    kind: Literal["partial_load"]
+    table: Ident
+    fraction: Fraction = 0.3
+    where: dict[str, Any] | None = None
+
+    def transform(self, world, frames, night):
+        frame = _appended(world, self.table, frames)
+        missing = _pick(_matching(frame, self.where), self.fraction, self.rng(world, night))
+        return {**frames, self.table: frame[~missing].reset_index(drop=True)}
+
+
+class ReplicationStalled(Event):
+    """Replication delivers nothing for the night; the job still runs. The next night played catches up
+    (its own rows plus the missed night's)."""
+
+    kind: Literal["replication_stalled"]
+    loads_source: ClassVar[bool] = False
+
+
+class UnitChange(Event):
+    """A source column changes unit: its values (rows matching ``where``) multiplied by ``factor``."""
+
+    kind: Literal["unit_change"]
+    table: Ident
+    column: Ident
+    factor: float = Field(default=100, gt=0)
+    where: dict[str, Any] | None = None
+
+    def transform(self, world, frames, night):
+        frame = _appended(world, self.table, frames).copy()
+        rows = _matching(frame, self.where)
+        frame[self.column] = frame[self.column].astype(float)
+        frame.loc[rows, self.column] = frame.loc[rows, self.column] * self.factor
+        return {**frames, self.table: frame}
+
+
+class NullJoinKey(Event):
+    """A surge of NULLs in a join key: ``fraction`` of the night's rows arrive with ``column`` NULL (the
+    column made nullable first, as a replication target often is; it stays nullable)."""
+
+    kind: Literal["null_join_key"]
+    table: Ident
+    column: Ident
+    fraction: Fraction = 0.1
+    where: dict[str, Any] | None = None
+
+    def before_load(self, world, cur, night):
+        table = world.tables[self.table].qualified
+        cur.execute(f"ALTER TABLE {table} ALTER COLUMN {quote_identifier(self.column)} DROP NOT NULL")
+
+    def transform(self, world, frames, night):
+        frame = _appended(world, self.table, frames).copy()
+        rows = _pick(_matching(frame, self.where), self.fraction, self.rng(world, night))
+        values = frame[self.column].astype(object)
+        values[rows] = None
+        frame[self.column] = values
+        return {**frames, self.table: frame}
+
+
+class ColumnRenamed(Event):
+    """A source column is renamed (the replicated DDL change); later rows arrive under the new name."""
+
+    kind: Literal["column_renamed"]
+    table: Ident
+    column: Ident
+    new_name: Ident
+    persists: ClassVar[bool] = True
+
+    def before_load(self, world, cur, night):
+        if self.column in world.actual_columns(cur, self.table):
+            cur.execute(
+                f"ALTER TABLE {world.tables[self.table].qualified} RENAME COLUMN "
+                f"{quote_identifier(self.column)} TO {quote_identifier(self.new_name)}"
+            )
+
+    def repair(self, world, cur, coalesce):
+        if self.new_name in world.actual_columns(cur, self.table):
+            cur.execute(
+                f"ALTER TABLE {world.tables[self.table].qualified} RENAME COLUMN "
+                f"{quote_identifier(self.new_name)} TO {quote_identifier(self.column)}"
+            )
+
+
+class ColumnDropped(Event):
+    """A source column is dropped (the replicated DDL change); repair adds it back (rows loaded meanwhile
+    keep it NULL)."""
+
+    kind: Literal["column_dropped"]
+    table: Ident
+    column: Ident
+    persists: ClassVar[bool] = True
+
+    def before_load(self, world, cur, night):
+        if self.column in world.actual_columns(cur, self.table):
+            table = world.tables[self.table].qualified
+            cur.execute(f"ALTER TABLE {table} DROP COLUMN {quote_identifier(self.column)}")
+
+    def repair(self, world, cur, coalesce):
+        if self.column not in world.actual_columns(cur, self.table):
+            node = next(n for n in world.project.file.nodes if n.is_source and n.name == self.table)
+            data_type = next(c.dataType for c in node.columns if c.name == self.column)
+            table = world.tables[self.table].qualified
+            cur.execute(f"ALTER TABLE {table} ADD COLUMN {quote_identifier(self.column)} {data_type}")
+
+
+class NodeFailure(Event):
+    """An engineer deploys a change to a built node that reads a column its source does not have: the node
+    fails and nodes downstream are not built. Persists until repaired (the change reverted and deployed)."""
+
+    kind: Literal["node_failure"]
+    node: Ident
+    persists: ClassVar[bool] = True
+
+    def tables(self) -> list[str]:
+        return [self.node]
+
+    def check(self, world):
+        if not any(n.name == self.node and not n.is_source for n in world.project.file.nodes):
+            raise ValueError(f"node: {self.node} is not a built node of {world.spec.project}")
+
+    def _workspace(self, world, coalesce) -> tuple[str, dict]:
+        node_id = next(n.id for n in world.project.file.nodes if n.name == self.node and not n.is_source)
+        path = f"workspace/nodes/{node_id}?environmentID={world.spec.environment_id}"
+        return path, DistributorWorld._sim_control(coalesce, "GET", path)
+
+    def _deploy(self, world, coalesce, path: str, detail: dict) -> None:
+        DistributorWorld._sim_control(coalesce, "PUT", path, detail)
+        DistributorWorld._sim_control(coalesce, "POST", "deploy", {"environmentID": world.spec.environment_id})
+
+    def before_run(self, world, coalesce):
+        path, detail = self._workspace(world, coalesce)
+        columns = detail["metadata"]["columns"]
+        if any(c.get("description") == NODE_FAILURE_MARKER for c in columns):
+            return  # deployed on an earlier night
+        spec = next(n for n in world.project.file.nodes if n.name == self.node and not n.is_source)
+        plain = next((c for c in spec.columns if c.transform is None and len(c.sources) == 1), None)
+        if plain is None:
+            raise WorldError(f"node_failure: {self.node} has no column read straight from its source")
+        _, source_node, source_column = plain.sources[0].split(".")
+        broken = {k: v for k, v in next(c for c in columns if c["name"] == plain.name).items() if k != "columnID"}
+        broken.update(
+            name=f"{plain.name}_V2",
+            transform=f"{quote_identifier(source_node)}.{quote_identifier(source_column + '_V2')}",
+            description=NODE_FAILURE_MARKER,
+            appliedColumnTests={},
+            isBusinessKey=False,
+        )
+        detail["metadata"]["columns"] = [*columns, broken]
+        self._deploy(world, coalesce, path, detail)
+
+    def repair(self, world, cur, coalesce):
+        path, detail = self._workspace(world, coalesce)
+        columns = detail["metadata"]["columns"]
+        kept = [c for c in columns if c.get("description") != NODE_FAILURE_MARKER]
+        if len(kept) != len(columns):
+            detail["metadata"]["columns"] = kept
+            self._deploy(world, coalesce, path, detail)
+
+
+class SchedulerSkip(Event):
+    """The Scheduler starts no run tonight; the sources move on as usual."""
+
+    kind: Literal["scheduler_skip"]
+    runs_job: ClassVar[bool] = False
+
+
+# ---------------------------------------------------------------------------------------------- benign
+
+
+class NewKeyMapped(Event):
+    """Benign: a new key appears in a source and its owners added its reference row the same day."""
+
+    kind: Literal["new_key_mapped"]
+    table: Ident
+    column: Ident
+    value: Any
+    fraction: Fraction = 0.1
+    where: dict[str, Any] | None = None
+    reference: Ident
+    row: dict[str, Any] = Field(min_length=1)
+    benign: ClassVar[bool] = True
+    persists: ClassVar[bool] = True
+
+    def check(self, world):
+        super().check(world)
+        if wrong := sorted(set(self.row) - set(world.tables[self.reference].columns)):
+            raise ValueError(f"row: {self.reference} has no column {wrong[0]}")
+
+    def before_load(self, world, cur, night):
+        columns = ", ".join(quote_identifier(c) for c in self.row)
+        marks = ", ".join(["%s"] * len(self.row))
+        cur.execute(
+            f"INSERT INTO {world.tables[self.reference].qualified} ({columns}) VALUES ({marks})",
+            tuple(self.row.values()),
+        )
+
+    def transform(self, world, frames, night):
+        return _new_key(self, world, frames, night)
+
+
+class SteadyGrowth(Event):
+    """Benign: the business grows: each night from ``since_night`` has ``pct`` percent more rows than the
+    night before. List it on every night it applies."""
+
+    kind: Literal["steady_growth"]
+    pct: float = Field(default=1.0, gt=-20, le=20)
+    since_night: int = Field(ge=0, description="Absolute night index (the runner converts a scenario's).")
+    benign: ClassVar[bool] = True
+
+    def growth(self, night):
+        return (1 + self.pct / 100) ** max(0, night - self.since_night + 1)
+
+
+GenericEvent = Annotated[
+    NewKeyUnmapped | ReferenceRowDeleted | ReferenceRowRemapped | DuplicateLoad | PartialLoad
+    | ReplicationStalled | UnitChange | NullJoinKey | ColumnRenamed | ColumnDropped | NodeFailure
+    | SchedulerSkip | NewKeyMapped | SteadyGrowth,
+    Field(discriminator="kind"),
+]
+EVENTS: TypeAdapter[GenericEvent] = TypeAdapter(GenericEvent)

@@ -1,0 +1,311 @@
+"""A world played from its world file alone (``world_file.py``): any Coalesce project whose Source nodes the
+file generates data for. The e-commerce world is one; a scenario author can write another without Python.
+
+Night ``n`` applies business day ``first_business_day + n``: each ``append`` source gets that day's new
+rows, each ``snapshot`` source is reloaded with them; then the job runs at ``night_time`` the next day,
+started through the Coalesce API with the simulator clock at that time, as the Scheduler would. Row counts
+follow the calendar (weekend and month-end factors) and every draw comes from ``rng_for(seed, table,
+night)``, so a night's data never depends on which nights were played before it.
+
+Events (``events.py``) change what a night loads or runs: the fault vocabulary and the benign events.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import numpy as np
+import pandas as pd
+
+from dw_dagster.coalesce.client import CoalesceClient
+from dw_dagster.coalesce.models import CoalesceUserCredentials
+from dw_dagster.coalesce.sql import quote_identifier, table_reference
+from dw_dagster.config import DwConfigError
+from dw_local.coalesce_sim.project import Project, load_project
+from dw_local.scenarios.world_file import ColumnGenerator, SourceTable, WorldFile
+from dw_local.world import LOCAL_SNOWFLAKE_PASSWORD, LOCAL_SNOWFLAKE_USER, SnowflakeTarget, WorldError
+from dw_local.worlds.distributor.generator import DistributorWorld, NightResult
+from dw_local.worlds.distributor.simulation import rng_for, to_utc
+
+Frames = dict[str, pd.DataFrame]
+_CSV_TIME = "%Y-%m-%d %H:%M:%S"
+# Ids of one night's rows: start + night x block + row, so a night replayed or caught up reuses its own ids.
+_ID_BLOCK = 1_000_000
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    name: str
+    database: str
+    schema: str
+    columns: list[str]
+    ddl: str
+
+    @property
+    def qualified(self) -> str:
+        return table_reference(self.database, self.schema, self.name)
+
+
+def _calendar_factor(count, day: date) -> float:
+    factor = count.weekend_factor if day.weekday() >= 5 else 1.0
+    next_month = (day.replace(day=28) + timedelta(days=4)).replace(day=1)
+    if (next_month - day).days <= count.month_end_days:
+        factor *= count.month_end_factor
+    return factor
+
+
+class GenericWorld:
+    """Plays a world file's nights on the local servers."""
+
+    def __init__(self, spec: WorldFile, source: Path | None = None):
+        self.spec = spec
+        self.source = source
+        self.tz = ZoneInfo(spec.timezone)
+        self.project: Project = load_project(spec.project)
+        self.tables, self.database = self._read_project()
+        self._once = self._once_frames()
+        # Business days replication held back (replication_stalled), applied with the next night played.
+        self.backlog: list[int] = []
+
+    def _problem(self, message: str) -> DwConfigError:
+        return DwConfigError(f"{self.source or self.spec.name}: {message}")
+
+    def _read_project(self) -> tuple[dict[str, SourceRef], str]:
+        env = self.project.environment(self.spec.environment_id)
+        if env is None or self.project.job(self.spec.job_id) is None:
+            raise self._problem(
+                f"environment_id / job_id: {self.spec.project} has no environment "
+                f"{self.spec.environment_id} or no job {self.spec.job_id}"
+            )
+        sources = {n.name: n for n in self.project.file.nodes if n.is_source}
+        tables = {}
+        for name, table in self.spec.sources.items():
+            node = sources.get(name)
+            if node is None:
+                raise self._problem(f"sources.{name}: not a Source node of {self.spec.project} ({sorted(sources)})")
+            columns = [c.name for c in node.columns]
+            given = list(table.columns) if table.rows is None else sorted(set().union(*table.rows))
+            if set(given) != set(columns):
+                raise self._problem(
+                    f"sources.{name}: generates columns {sorted(given)}; the Source node declares {sorted(columns)}"
+                )
+            database, schema, _ = env.table(node.locationName, node.name)
+            ddl = ", ".join(
+                f"{quote_identifier(c.name)} {c.dataType}" + ("" if c.nullable else " NOT NULL") for c in node.columns
+            )
+            tables[name] = SourceRef(name, database, schema, columns, ddl)
+        if missing := sorted(set(sources) - set(tables)):
+            raise self._problem(f"sources: no generator for the Source nodes {missing}")
+        databases = {t.database for t in tables.values()}
+        if len(databases) != 1:
+            raise self._problem(f"project: the Source nodes span databases {sorted(databases)}")
+        return tables, databases.pop()
+
+    # -- calendar --------------------------------------------------------------------------------
+
+    def business_date(self, night: int) -> date:
+        return self.spec.first_business_day + timedelta(days=night)
+
+    def scheduled_at(self, night: int) -> datetime:
+        return datetime.combine(self.business_date(night) + timedelta(days=1), self.spec.night_time, self.tz)
+
+    # -- data --------------------------------------------------------------------------------------
+
+    def _once_frames(self) -> Frames:
+        frames: Frames = {}
+        for name, table in self.spec.sources.items():
+            if table.load != "once":
+                continue
+            if table.rows is not None:
+                frames[name] = pd.DataFrame(table.rows, columns=self.tables[name].columns)
+            else:
+                assert isinstance(table.count, int)
+                frames[name] = self._generate(name, table, table.count, -1, frames)
+        return frames
+
+    def once_frame(self, name: str) -> pd.DataFrame:
+        return self._once[name]
+
+    def rows_tonight(self, name: str, night: int, growth: float = 1.0) -> int:
+        count = self.spec.sources[name].row_count()
+        rng = rng_for(self.spec.seed, f"count/{name}", night)
+        noise = np.exp(count.noise_sigma * rng.standard_normal() - count.noise_sigma**2 / 2)
+        return max(1, round(count.per_night * _calendar_factor(count, self.business_date(night)) * noise * growth))
+
+    def night_frames(self, night: int, growth: float = 1.0) -> Frames:
+        """The rows each append or snapshot source gets on business day ``night``."""
+        return {
+            name: self._generate(name, table, self.rows_tonight(name, night, growth), night, self._once)
+            for name, table in self.spec.sources.items()
+            if table.load != "once"
+        }
+
+    def _generate(self, name: str, table: SourceTable, n: int, night: int, once: Frames) -> pd.DataFrame:
+        rng = rng_for(self.spec.seed, f"rows/{name}", night)
+        out: dict[str, Any] = {}
+        # Columns computed from others come after them.
+        later = {"lookup", "synced", "prefix"}
+        ordered = sorted(table.columns.items(), key=lambda kv: kv[1].kind in later)
+        for column, gen in ordered:
+            out[column] = self._draw(gen, n, night, rng, out, once)
+        return pd.DataFrame(out, columns=self.tables[name].columns)
+
+    def _draw(self, gen: ColumnGenerator, n: int, night: int, rng, done: dict, once: Frames) -> Any:
+        kind = gen.kind
+        if kind == "sequence":
+            index = np.floor(np.arange(n) / gen.rows_per_value).astype(np.int64)
+            return gen.sequence + max(night, 0) * _ID_BLOCK + index
+        if kind == "value":
+            return np.full(n, gen.value, dtype=object)
+        if kind == "choice":
+            return np.array(gen.choice, dtype=object)[rng.choice(len(gen.choice), n, p=_weights(gen.weights))]
+        if kind == "ref":
+            table, column = gen.ref_parts()
+            values = once[table][column].to_numpy()
+            weights = _weights(gen.weights) if gen.weights else None
+            return values[rng.choice(len(values), n, p=weights)]
+        if kind == "lookup":
+            table, column = gen.ref_parts()
+            index = once[table].set_index(gen.by)[column]
+            return index.reindex(done[gen.by]).to_numpy()
+        if kind == "integer":
+            return rng.integers(gen.integer[0], gen.integer[1] + 1, n)
+        if kind in ("uniform", "lognormal"):
+            if kind == "uniform":
+                values = rng.uniform(gen.uniform[0], gen.uniform[1], n)
+            else:
+                values = gen.lognormal.median * np.exp(gen.lognormal.sigma * rng.standard_normal(n))
+            return values if gen.decimals is None else np.round(values, gen.decimals)
+        if kind == "business_time":
+            seconds = rng.uniform(gen.business_time[0] * 3600, gen.business_time[1] * 3600, n)
+            return np.datetime64(self.business_date(night), "s") + seconds.astype("timedelta64[s]")
+        if kind == "synced":
+            lag = rng.uniform(gen.lag_seconds[0], gen.lag_seconds[1], n).astype("timedelta64[s]")
+            return to_utc(np.asarray(done[gen.synced], dtype="datetime64[s]"), self.spec.timezone) + lag
+        if kind == "timestamp":
+            return np.full(n, np.datetime64(gen.timestamp, "s"))
+        if kind == "prefix":
+            return np.array([f"{gen.prefix}{v}" for v in done[gen.of]], dtype=object)
+        raise AssertionError(kind)
+
+    # -- Snowflake ---------------------------------------------------------------------------------
+
+    @contextmanager
+    def cursor(self, sf: SnowflakeTarget) -> Iterator[Any]:
+        with closing(sf.connect(database=self.database)) as conn:
+            yield conn.cursor()
+
+    def install(self, sf: SnowflakeTarget) -> None:
+        """Creates every schema of the environment and the source tables, and loads the once tables."""
+        env = self.project.environment(self.spec.environment_id)
+        assert env is not None
+        with self.cursor(sf) as cur:
+            for mapping in env.storageMappings.values():
+                cur.execute(
+                    f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(mapping.database)}."
+                    f"{quote_identifier(mapping.schema_name)}"
+                )
+            for name, table in self.tables.items():
+                self.create_table(cur, name)
+                if name in self._once:
+                    self.load(cur, name, self._once[name])
+
+    def create_table(self, cur, name: str) -> None:
+        cur.execute(f"CREATE OR REPLACE TABLE {self.tables[name].qualified} ({self.tables[name].ddl})")
+
+    def actual_columns(self, cur, name: str) -> list[str]:
+        table = self.tables[name]
+        cur.execute(
+            f"SELECT COLUMN_NAME FROM {quote_identifier(table.database)}.INFORMATION_SCHEMA.COLUMNS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (table.schema, table.name),
+        )
+        return [r[0] for r in cur.fetchall()]
+
+    def load(self, cur, name: str, frame: pd.DataFrame) -> None:
+        """Loads rows into the table as it now is: a dropped column left out, a renamed one by position."""
+        if frame.empty:
+            return
+        declared, actual = self.tables[name].columns, self.actual_columns(cur, name)
+        if set(actual) <= set(declared):
+            source = actual
+        elif len(actual) == len(declared):
+            source = [a if a in declared else declared[i] for i, a in enumerate(actual)]
+        else:
+            raise WorldError(f"{name}: cannot load columns {actual} from the project's {declared}")
+        # PUT + COPY: the fast path into the local server (executemany and big VALUES lists are slow).
+        with tempfile.TemporaryDirectory(prefix="dw-scenario-") as tmp:
+            path = Path(tmp) / f"{name.lower()}.csv"
+            frame[source].to_csv(path, index=False, header=False, date_format=_CSV_TIME)
+            stage = f"@{quote_identifier(self.database)}.PUBLIC.{quote_identifier('DW_SCENARIO_LOAD')}"
+            cur.execute(f"CREATE TEMPORARY STAGE IF NOT EXISTS {stage[1:]}")
+            cur.execute(f"PUT file://{path} {stage} AUTO_COMPRESS=FALSE OVERWRITE=TRUE")
+            cur.execute(
+                f"COPY INTO {self.tables[name].qualified} ({', '.join(map(quote_identifier, actual))}) "
+                f"FROM {stage}/{path.name} FILE_FORMAT=(TYPE=CSV FIELD_OPTIONALLY_ENCLOSED_BY='\"') "
+                "PURGE=TRUE FORCE=TRUE"
+            )
+
+    # -- nights ------------------------------------------------------------------------------------
+
+    def play_night(
+        self, sf: SnowflakeTarget, coalesce: CoalesceClient, night: int, events: Sequence[Any] = ()
+    ) -> NightResult:
+        """Applies business day ``night`` with its events, then runs the job (unless an event skips it)."""
+        with self.cursor(sf) as cur:
+            for event in events:
+                event.before_load(self, cur, night)
+            if all(e.loads_source for e in events):
+                growth = float(np.prod([e.growth(night) for e in events])) if events else 1.0
+                frames = self.night_frames(night, growth)
+                for event in events:
+                    frames = event.transform(self, frames, night)
+                self._apply(cur, night, frames)
+            else:
+                self.backlog.append(night)
+            for event in events:
+                event.before_run(self, coalesce)
+        if all(e.runs_job for e in events):
+            return self.run_job(coalesce, night)
+        return NightResult(night, self.business_date(night), self.scheduled_at(night), None, "skipped")
+
+    def _apply(self, cur, night: int, frames: Frames) -> None:
+        missed = [self.night_frames(t) for t in self.backlog]
+        self.backlog = []
+        for name, frame in frames.items():
+            if self.spec.sources[name].load == "snapshot":
+                cur.execute(f"TRUNCATE TABLE {self.tables[name].qualified}")
+                self.load(cur, name, frame)
+            else:
+                self.load(cur, name, pd.concat([*(m[name] for m in missed), frame], ignore_index=True))
+
+    def run_job(self, coalesce: CoalesceClient, night: int, timeout: float = 600) -> NightResult:
+        """Starts the job with the simulator clock at the night's schedule, as the Scheduler would."""
+        at = self.scheduled_at(night)
+        DistributorWorld._sim_control(coalesce, "POST", "clock", {"now": at.isoformat()})
+        run_id = coalesce.start_run(
+            self.spec.environment_id,
+            job_id=self.spec.job_id,
+            user_credentials=CoalesceUserCredentials(
+                # The local Snowflake accepts any credentials; these are the world's.
+                snowflake_username=LOCAL_SNOWFLAKE_USER,
+                snowflake_password=LOCAL_SNOWFLAKE_PASSWORD,
+                snowflake_warehouse="LOCAL_WH",
+            ),
+        )
+        run = coalesce.wait_for_run(run_id, poll_interval=0.05, timeout=timeout)
+        return NightResult(night, self.business_date(night), at, run_id, run.run_status.value)
+
+
+def _weights(weights: list[float] | None) -> np.ndarray | None:
+    if weights is None:
+        return None
+    w = np.asarray(weights, dtype=float)
+    return w / w.sum()

@@ -1,0 +1,273 @@
+"""The worlds a scenario can name: the built-in distributor world (an adapter over ``DistributorWorld``) or a
+world file (``world.yaml``, played by ``GenericWorld``). Both give the runner the same surface: a seeded
+template to clone, the servers' settings, events validated against the world, and nights to play.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pydantic
+
+from dw_local.coalesce_sim.project import Project, load_project
+from dw_local.scenarios.events import EVENTS, Event
+from dw_local.scenarios.generic import GenericWorld
+from dw_local.scenarios.world_file import load_world_file
+from dw_local.seeding import HISTORY_NIGHTS, _shaping_hash, seeded_template
+from dw_local.world import LocalWorld, WorldError
+from dw_local.worlds.distributor.faults import Fault
+from dw_local.worlds.distributor.generator import DistributorWorld, NightResult
+
+DISTRIBUTOR = "distributor"
+_SCENARIO_CODE = Path(__file__).resolve().parent
+# Scenario event names that the distributor's fault model spells differently.
+_DISTRIBUTOR_KINDS = {"new_key_mapped": "new_org_mapped"}
+# Which source tables a distributor fault changes when it names none (its defaults, faults.py).
+_ONHAND = "MTL_ONHAND_QUANTITIES_DETAIL"
+
+
+class EventError(ValueError):
+    """An event a world cannot play; the message names the parameter."""
+
+
+def asset_key(location: str, name: str) -> str:
+    """The asset key path the Coalesce translator gives a node (``raw_ebs/mtl_onhand_quantities_detail``)."""
+    return f"{location}/{name}".lower()
+
+
+class ScenarioWorld:
+    """What the runner needs from a world; see the two implementations below."""
+
+    name: str
+    history_nights: int
+    project: Project
+    database: str
+
+    def template(self, cache: Path) -> Path:
+        raise NotImplementedError
+
+    def local_world(self, root: Path) -> LocalWorld:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        """Variables that point the product at this world's files (beyond ``LocalWorld.env``)."""
+        raise NotImplementedError
+
+    def parse_event(self, raw: dict[str, Any], first_night: int) -> Any:
+        raise NotImplementedError
+
+    def play_night(self, lw: LocalWorld, night: int, events: Sequence[Any]) -> NightResult:
+        raise NotImplementedError
+
+    def repair(self, lw: LocalWorld, event: Any) -> None:
+        raise NotImplementedError
+
+    def is_benign(self, event: Any) -> bool:
+        raise NotImplementedError
+
+    def persists(self, event: Any) -> bool:
+        raise NotImplementedError
+
+    def targets(self, event: Any) -> list[str]:
+        """Asset keys the event changes directly (sources, reference tables, a node); ``["*"]``: all."""
+        raise NotImplementedError
+
+    def business_date(self, night: int):
+        raise NotImplementedError
+
+    def node_key(self, name: str) -> str:
+        node = next((n for n in self.project.file.nodes if n.name == name), None)
+        if node is None:
+            raise WorldError(f"world {self.name}: no node {name}")
+        return asset_key(node.locationName, node.name)
+
+
+class DistributorScenarioWorld(ScenarioWorld):
+    """The reference night's world; events are its faults (``faults.py``) with the same parameters, plus
+    ``new_key_unmapped`` (the reference night itself: DC7 opened, not in the region map)."""
+
+    name = DISTRIBUTOR
+    history_nights = HISTORY_NIGHTS
+    database = "DW_PROD"
+
+    def __init__(self) -> None:
+        self.world = DistributorWorld()
+        self.project = load_project(self.world.project_file)
+
+    def template(self, cache: Path) -> Path:
+        return seeded_template(cache)
+
+    def local_world(self, root: Path) -> LocalWorld:
+        return LocalWorld(root)
+
+    def env(self) -> dict[str, str]:
+        return {}
+
+    def parse_event(self, raw: dict[str, Any], first_night: int) -> Any:
+        kind = raw.get("kind")
+        if kind == "new_key_unmapped":
+            if len(raw) > 1:
+                raise EventError(f"{sorted(set(raw) - {'kind'})[0]}: new_key_unmapped on the distributor is the "
+                                 "reference night as world.yaml defines it; it takes no parameters")
+            return "new_key_unmapped"
+        data = {**raw, "kind": _DISTRIBUTOR_KINDS.get(kind, kind)}
+        if "since_night" in data and isinstance(data["since_night"], int):
+            data["since_night"] += first_night  # a scenario counts nights from its own first
+        try:
+            return Fault.model_validate(data)
+        except pydantic.ValidationError as e:
+            raise EventError("; ".join(f"{'.'.join(map(str, x['loc'])) or 'kind'}: {x['msg']}" for x in e.errors())) from None
+
+    def play_night(self, lw: LocalWorld, night: int, events: Sequence[Any]) -> NightResult:
+        sf, coalesce = lw.snowflake, lw.coalesce_client()
+        if "new_key_unmapped" in events:
+            if len(events) > 1:
+                raise WorldError(f"night {night}: the reference night (new_key_unmapped) is played alone")
+            return self.world.play_reference_night(sf, coalesce, night)
+        return self.world.play_night(sf, coalesce, night, faults=list(events))
+
+    def repair(self, lw: LocalWorld, event: Any) -> None:
+        if event == "new_key_unmapped":
+            self.world.apply_region_map_fix(lw.snowflake)
+        else:
+            self.world.repair(lw.snowflake, lw.coalesce_client(), event)
+
+    def is_benign(self, event: Any) -> bool:
+        return event != "new_key_unmapped" and event.benign
+
+    def persists(self, event: Any) -> bool:
+        return event == "new_key_unmapped" or event.persists
+
+    def targets(self, event: Any) -> list[str]:
+        if event == "new_key_unmapped":
+            names = [_ONHAND, "REGION_MAP"]
+        elif event.kind in ("scheduler_skip", "replication_stalled"):
+            return ["*"]
+        elif event.kind.startswith("reference_row"):
+            names = ["REGION_MAP"]
+        elif event.kind == "node_failure":
+            names = [event.node]
+        elif event.kind == "unit_change" and event.column == "SHIPPED_QUANTITY":
+            names = ["OE_ORDER_LINES_ALL"]
+        else:
+            names = [event.table or _ONHAND]
+        return [self.node_key(n) for n in names]
+
+    def business_date(self, night: int):
+        return self.world.business_date(night)
+
+
+class FileScenarioWorld(ScenarioWorld):
+    """A world written as data (``world.yaml``); events are ``events.py``'s."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path).resolve()
+        self.world = GenericWorld(load_world_file(self.path), source=self.path)
+        self.spec = self.world.spec
+        self.name = self.spec.name
+        self.history_nights = self.spec.history_nights
+        self.project = self.world.project
+        self.database = self.world.database
+
+    def _hash(self) -> str:
+        # The template is what the world's files, this code and the product's watching code make of it.
+        h = hashlib.sha256(_shaping_hash().encode())
+        files = [self.path, self.spec.project, self.spec.context, self.spec.metrics]
+        files += sorted(p for p in _SCENARIO_CODE.glob("*.py"))
+        for f in files:
+            h.update(f.read_bytes())
+        return h.hexdigest()[:16]
+
+    def template(self, cache: Path) -> Path:
+        """A stopped world with ``history_nights`` played and watched, built once per content hash."""
+        cache.mkdir(parents=True, exist_ok=True)
+        template = cache / f"world-{self.name}-{self.history_nights}-{self._hash()}"
+        with open(cache / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (template / "seeded.json").exists():
+                shutil.rmtree(template, ignore_errors=True)
+                with self.local_world(template) as lw:
+                    self._seed(lw)
+                for stale in cache.glob(f"world-{self.name}-*"):
+                    if stale != template:
+                        shutil.rmtree(stale, ignore_errors=True)
+        return template
+
+    def _seed(self, lw: LocalWorld) -> None:
+        from dw_local.daemon import LocalDaemon
+
+        self.world.install(lw.snowflake)
+        daemon = LocalDaemon(lw, env=self.env())
+        daemon.tick()  # the sensor's first tick starts watching from here
+        coalesce = lw.coalesce_client()
+        for night in range(self.history_nights):
+            result = self.world.play_night(lw.snowflake, coalesce, night)
+            outcome = daemon.tick()
+            if result.status != "completed" or outcome.errored() or outcome.runs_requested != 1:
+                raise WorldError(
+                    f"{self.path}: history night {night}: Coalesce run {result.run_id} {result.status}, "
+                    f"{outcome.runs_requested} checks runs, errored {[c.check for c in outcome.errored()]}"
+                )
+        (lw.root / "seeded.json").write_text(json.dumps({"nights_played": self.history_nights}))
+
+    def local_world(self, root: Path) -> LocalWorld:
+        return LocalWorld(root, project_file=self.spec.project)
+
+    def env(self) -> dict[str, str]:
+        return {
+            "DW_CONTEXT_FILE": str(self.spec.context),
+            "DW_METRICS_FILE": str(self.spec.metrics),
+            "COALESCE_ENVIRONMENT_IDS": self.spec.environment_id,
+            "SNOWFLAKE_DATABASE": self.database,
+        }
+
+    def parse_event(self, raw: dict[str, Any], first_night: int) -> Event:
+        data = dict(raw)
+        if isinstance(data.get("since_night"), int):
+            data["since_night"] += first_night  # a scenario counts nights from its own first
+        try:
+            event = EVENTS.validate_python(data)
+            event.check(self.world)
+        except pydantic.ValidationError as e:
+            raise EventError(
+                "; ".join(f"{'.'.join(map(str, x['loc'][1:])) or 'kind'}: {x['msg']}" for x in e.errors())
+            ) from None
+        except ValueError as e:
+            raise EventError(str(e)) from None
+        return event
+
+    def play_night(self, lw: LocalWorld, night: int, events: Sequence[Any]) -> NightResult:
+        return self.world.play_night(lw.snowflake, lw.coalesce_client(), night, events)
+
+    def repair(self, lw: LocalWorld, event: Any) -> None:
+        with self.world.cursor(lw.snowflake) as cur:
+            event.repair(self.world, cur, lw.coalesce_client())
+
+    def is_benign(self, event: Any) -> bool:
+        return event.benign
+
+    def persists(self, event: Any) -> bool:
+        return event.persists
+
+    def targets(self, event: Any) -> list[str]:
+        if event.kind in ("scheduler_skip", "replication_stalled"):
+            return ["*"]
+        return [self.node_key(n) for n in event.tables()]
+
+    def business_date(self, night: int):
+        return self.world.business_date(night)
+
+
+def open_world(ref: str, relative_to: Path) -> ScenarioWorld:
+    """``distributor`` (built in), or a world file's path relative to the scenario file."""
+    if ref == DISTRIBUTOR:
+        return DistributorScenarioWorld()
+    return FileScenarioWorld((relative_to / ref).resolve())
+
+
