@@ -46,6 +46,176 @@ def coalesce_refresh() -> None:
     )
 
 
+class Operations:
+    """What the operator commands reach: the instance, the warehouse's ops schema, the context, Slack."""
+
+    def __init__(self) -> None:
+        import dagster as dg
+
+        from dw_dagster.checks import load_metrics_file
+        from dw_dagster.checks.metrics import MetricsFile
+        from dw_dagster.context.models import load_context_file
+        from dw_dagster.incidents.store import IncidentStore
+        from dw_dagster.notifications.resources import slack_from_env
+        from dw_dagster.settings import Settings
+        from dw_dagster.warehouse.ops import OpsSchema
+        from dw_dagster.warehouse.resources import warehouse_from_env
+
+        settings = Settings.from_env()
+        if not settings.database or not settings.context_file:
+            raise click.ClickException(
+                "SNOWFLAKE_DATABASE and DW_CONTEXT_FILE must be set: approvals live in the warehouse's ops "
+                "schema and approvers come from the context file"
+            )
+        metrics = load_metrics_file(settings.metrics_file) if settings.metrics_file else MetricsFile()
+        self.context = load_context_file(settings.context_file)
+        self.warehouse = warehouse_from_env()
+        self.ops = OpsSchema(settings.database, metrics.ops_schema)
+        self.store = IncidentStore(self.warehouse, self.ops)
+        self.slack = slack_from_env()
+        self._instance: dg.DagsterInstance | None = None
+
+    @property
+    def instance(self):
+        import dagster as dg
+
+        if self._instance is None:
+            self._instance = dg.DagsterInstance.get()
+        return self._instance
+
+    def book(self):
+        from dw_dagster.remediation.approvals import ApprovalBook
+
+        return ApprovalBook(self.store, self.context)
+
+    def control(self):
+        from dw_dagster.remediation.control import OrgControl
+
+        return OrgControl(self.warehouse, self.ops)
+
+    def tell_owners(self, incident_id: str, text: str, kind: str, version: str) -> None:
+        """A reply in the incident's owner threads (through the outbox: an outage delays it, never loses it)."""
+        from dw_dagster.notifications.incident_notifier import IncidentNotifier
+
+        incident = self.store.get(incident_id)
+        if incident is not None:
+            notifier = IncidentNotifier(self.slack, self.store, context=self.context)
+            notifier.post_update(incident, text, kind=kind, version=version)
+
+
+def _set_values(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for v in values:
+        column, sep, value = v.partition("=")
+        if not sep or not column.strip():
+            raise click.BadParameter(f"{v!r}: expected COLUMN=VALUE", param_hint="--set")
+        out[column.strip()] = value
+    return out
+
+
+@main.command("approve")
+@click.argument("ref")
+@click.option("--as", "who", required=True, help="Your name or email, as in the context file's teams.")
+@click.option("--set", "values", multiple=True, help="COLUMN=VALUE on a reference row your team owns.")
+def approve(ref: str, who: str, values: tuple[str, ...]) -> None:
+    """Approve the remediation run waiting for REF (a run id or an incident id) on behalf of your team."""
+    from dw_dagster.remediation.approvals import ApprovalError, approve_run
+
+    ops = Operations()
+    try:
+        out = approve_run(ops.instance, ops.book(), ref, who, _set_values(values))
+    except ApprovalError as e:
+        raise click.ClickException(str(e)) from None
+    given = [a for a in out.approvals if a.approver.lower() == who.lower() or a.email.lower() == who.lower()]
+    teams = ", ".join(a.team for a in given)
+    status = "every owner has approved: the run is released" if out.released else f"waiting for {', '.join(out.missing)}"
+    ops.tell_owners(
+        out.plan.incident_id, f":white_check_mark: {given[0].approver} approved {out.plan.plan_id} for {teams}; {status}.",
+        "approval", f"{out.plan.plan_id}|{teams}|{out.run_id}",
+    )  # fmt: skip
+    click.echo(f"run {out.run_id}: approved by {given[0].approver} for {teams}; {status}")
+
+
+@main.command("reject")
+@click.argument("ref")
+@click.option("--as", "who", required=True, help="Your name or email, as in the context file's teams.")
+@click.option("--reason", required=True, help="Why; recorded and posted to the incident's threads.")
+def reject(ref: str, who: str, reason: str) -> None:
+    """Reject the remediation run waiting for REF: it is canceled and nothing is changed."""
+    from dw_dagster.remediation.approvals import ApprovalError, reject_run
+
+    ops = Operations()
+    try:
+        decision = reject_run(ops.instance, ops.book(), ref, who, reason)
+    except ApprovalError as e:
+        raise click.ClickException(str(e)) from None
+    from dw_dagster.remediation.approvals import incident_of
+
+    ops.tell_owners(incident_of(decision.plan_id), f":no_entry: {decision.by} rejected {decision.plan_id}: {reason}",
+                    "rejection", decision.plan_id)  # fmt: skip
+    click.echo(f"run {decision.run_id}: rejected by {decision.by} and canceled")
+
+
+@main.command("stop")
+@click.option("--as", "who", required=True, help="Who gives the stop (recorded).")
+@click.option("--reason", default=None)
+def stop(who: str, reason: str | None) -> None:
+    """Org-wide stop: halt every autonomous dispatch now (durable until `dw-dagster resume`)."""
+    click.echo(Operations().control().set("stop", who, reason).describe())
+
+
+@main.command("resume")
+@click.option("--as", "who", required=True, help="Who lifts the stop (recorded).")
+def resume(who: str) -> None:
+    """Lift the org-wide stop: autonomous dispatch resumes (held hold notices go out at the next flush)."""
+    click.echo(Operations().control().set("resume", who).describe())
+
+
+@main.command("undo")
+@click.argument("incident_id")
+@click.option("--as", "who", required=True, help="An owner of the changed table.")
+def undo(incident_id: str, who: str) -> None:
+    """Undo the reference-data changes a remediation made for INCIDENT_ID (node changes are undone in Coalesce)."""
+    from dw_dagster.remediation.models import Change
+    from dw_dagster.remediation.jobs import undo_changes
+
+    ops = Operations()
+    person = ops.context.person(who)
+    changes = [Change.model_validate(e.detail) for e in ops.store.events(incident_id, kind="change")]
+    undone = {e.event_key for e in ops.store.events(incident_id, kind="undo")}
+    changes = [c for c in changes if f"undo|{c.proposal_id}|{c.at.isoformat()}" not in undone]
+    if person is None:
+        raise click.ClickException(f"{who!r} is not a member of any team in the context file")
+    if not changes:
+        raise click.ClickException(f"{incident_id}: no change to undo")
+    with ops.warehouse.tagged_connection("cli.undo", job="undo") as conn:
+        done = undo_changes(conn.cursor(), changes)
+    for c in changes:
+        ops.store.append_event(incident_id, "undo", f"undo|{c.proposal_id}|{c.at.isoformat()}", {"by": person.name, "undo_sql": c.undo_sql})
+    ops.tell_owners(incident_id, f":leftwards_arrow_with_hook: {person.name}: " + "; ".join(done), "undo", str(len(undone)))
+    click.echo("\n".join(done))
+
+
+@main.command("proposals")
+@click.argument("incident_id")
+def proposals(incident_id: str) -> None:
+    """Show an incident's proposed fixes, their diffs and who has approved."""
+    from dw_dagster.remediation.receipt import plan_markdown
+
+    ops = Operations()
+    book = ops.book()
+    plans = book.plans(incident_id)
+    if not plans:
+        raise click.ClickException(f"{incident_id}: no proposal")
+    for plan in plans:
+        click.echo(plan_markdown(plan, book.approvers(plan)))
+        for a in book.approvals(plan):
+            click.echo(f"approved by {a.approver} for {a.team} at {a.at:%Y-%m-%d %H:%M:%S} UTC (run {a.run_id})")
+        decision = book.decision(plan)
+        if decision:
+            click.echo(f"{decision.kind} by {decision.by} at {decision.at:%Y-%m-%d %H:%M:%S} UTC: {decision.reason}")
+
+
 def _load_plugins() -> None:
     for ep in entry_points(group="dw_dagster.cli"):
         ep.load()(main)

@@ -5,3 +5,14 @@ COALESCE_RUN_ID = "dw/coalesce_run_id"
 COALESCE_ENVIRONMENT_ID = "dw/coalesce_environment_id"
 COALESCE_JOB = "dw/coalesce_job"
 BUSINESS_DATE = "dw/business_date"
+
+# Set on the diagnosis run and the remediation run of one incident.
+INCIDENT_ID = "dw/incident_id"
+
+# The approval gate (dagster.yaml holds runs tagged dw/approval=pending in the queue at limit 0). Only
+# `dw-dagster approve` flips it, and the remediation job's first op checks the project's own approval
+# record, not this tag: a tag typed at launch approves nothing.
+PLAN_ID = "dw/plan_id"
+APPROVAL = "dw/approval"
+APPROVAL_PENDING = "pending"
+APPROVAL_APPROVED = "approved"

@@ -24,6 +24,7 @@ DEFAULT_PORTS = {"snowflake": 47101, "coalesce": 47102, "slack": 47103}
 def register(main: click.Group) -> None:
     main.add_command(world)
     main.add_command(slack)
+    main.add_command(demo)
 
 
 @click.group()
@@ -129,3 +130,26 @@ def slack_log(root: Path, channel: str | None, as_json: bool) -> None:
         thread = f" (reply in {m['thread_ts']})" if m["thread_ts"] else ""
         click.echo(f"[{m['ts']}] {m['channel']}{thread}\n{m['text'] or ''}\n")
     click.echo(f"{len(messages)} message(s)")
+
+
+@click.group()
+def demo() -> None:
+    """The reference night, played end to end on the local world."""
+
+
+@demo.command("replay")
+@click.option("--json", "as_json", is_flag=True, help="Print the timeline as JSON events {time, system, what, numbers}.")
+@click.option("--root", type=click.Path(path_type=Path), default=Path(".dw/replay"), show_default=True,
+              help="Where the fresh world is made (deleted first).")  # fmt: skip
+@click.option("--cache", type=click.Path(path_type=Path), default=DEFAULT_CACHE, show_default=True)
+def demo_replay(as_json: bool, root: Path, cache: Path) -> None:
+    """Play the reference night headless: detection, diagnosis, Slack, proposals, the owners' approvals
+    (through `dw-dagster approve`), the node deploy, the scoped rerun, verification and the receipt."""
+    from dw_local.demo import replay
+    from dw_local.seeding import seeded_template
+
+    if not as_json:
+        click.echo("preparing the seeded world (built once, about 3 minutes; cached under .dw/cache) ...")
+    events = replay(root.resolve(), seeded_template(cache.resolve()), echo=None if as_json else click.echo)
+    if as_json:
+        click.echo(json.dumps(events, indent=2, default=str))

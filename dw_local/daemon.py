@@ -10,11 +10,22 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
+from dagster._core.definitions.job_base import InMemoryJob
+from dagster._core.events import DagsterEvent, DagsterEventType
+from dagster._core.execution.api import execute_run_iterator
+from dagster._core.run_coordinator import SubmitRunContext
+from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
 from dagster._core.storage.defs_state.base import set_defs_state_storage
+from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
+from dagster._core.remote_origin import ManagedGrpcPythonEnvCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+from dagster._core.storage.tags import RUN_KEY_TAG
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster._utils.tags import TagConcurrencyLimitsCounter
 
 from dw_dagster.coalesce.state import refresh_state_file
 from dw_dagster.definitions import build_definitions
@@ -23,8 +34,15 @@ from dw_local.world import LocalWorld
 
 SENSOR_NAME = "coalesce_run_sensor"
 INCIDENT_SENSOR = "incident_sensor"
+REMEDIATION_SENSOR = "remediation_proposals"
+EXPIRY_SENSOR = "approval_expiry"
 # execute_in_process logs every event to the console at DEBUG; keep warnings and worse.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+# The local world answers in seconds, not hours: poll it often.
+REMEDIATION_RUN_CONFIG = {
+    **QUIET,
+    "ops": {op: {"config": {"poll_seconds": 0.2}} for op in ("await_node_deploy", "scoped_rerun")},
+}
 REPO_DAGSTER_YAML = Path(__file__).resolve().parent.parent / "dagster.yaml"
 
 
@@ -46,12 +64,26 @@ class TickOutcome:
     checks: list[CheckOutcome] = field(default_factory=list)
     skip_reason: str | None = None
     diagnoses: list[dg.ExecuteInProcessResult] = field(default_factory=list)
+    submitted: list[str] = field(default_factory=list)
+    """Remediation runs submitted to the queue (held until approved)."""
+    launched: list[dg.DagsterRunStatus] = field(default_factory=list)
+    """End states of the runs the queue released and this tick executed."""
 
     def failed(self, severity: str = "ERROR") -> list[CheckOutcome]:
         return [c for c in self.checks if c.passed is False and c.severity == severity]
 
     def errored(self) -> list[CheckOutcome]:
         return [c for c in self.checks if c.passed is None]
+
+
+def _job_origin(job_name: str) -> RemoteJobOrigin:
+    """Where a queued run's job lives, as the sensor daemon records it for a run it submits: the code
+    location ``dagster dev`` (README's first command) loads, so its queue can launch the run too."""
+    target = LoadableTargetOrigin(
+        executable_path=sys.executable, module_name="dw_dagster.definitions", working_directory=str(REPO_DAGSTER_YAML.parent)
+    )
+    location = ManagedGrpcPythonEnvCodeLocationOrigin(target, location_name="dw_dagster")
+    return RemoteJobOrigin(RemoteRepositoryOrigin(location, SINGLETON_REPOSITORY_NAME), job_name)
 
 
 def dagster_home(root: Path) -> Path:
@@ -85,10 +117,60 @@ class LocalDaemon:
 
     def tick(self) -> TickOutcome:
         """One tick of the run sensor (and its checks runs), then one of the incident sensor (and its
-        diagnosis runs), as the daemon would run them one after the other."""
+        diagnosis runs), then of the remediation sensors (runs submitted to the queue, expiries), then one
+        iteration of the run queue, as the daemon would run them one after the other."""
         outcome = self._tick_run_sensor()
         outcome.diagnoses = self._tick_incident_sensor()
+        if REMEDIATION_SENSOR in {s.name for s in self.defs.sensors or []}:
+            outcome.submitted = self._tick_remediation_sensors()
+            outcome.launched = self.dequeue()
         return outcome
+
+    def _sensor_context(self, **kwargs):
+        resources = {k: self.defs.resources[k] for k in ("snowflake", "slack") if k in self.defs.resources}
+        return dg.build_sensor_context(instance=self.instance, repository_def=self.repo, resources=resources, **kwargs)
+
+    def _tick_remediation_sensors(self) -> list[str]:
+        """Runs the remediation sensors; each run request is created and submitted to the instance's run
+        coordinator (QUEUED), as the sensor daemon does."""
+        submitted = []
+        sensor = self.defs.get_sensor_def(REMEDIATION_SENSOR)
+        with self._sensor_context() as context:
+            requests = list(sensor(context) or [])
+        job = self.defs.get_job_def(sensor.job_name)
+        for request in requests:
+            run = self.instance.create_run_for_job(
+                job,
+                run_config=request.run_config or REMEDIATION_RUN_CONFIG,
+                tags={**request.tags, RUN_KEY_TAG: request.run_key},
+                remote_job_origin=_job_origin(job.name),
+            )
+            self.instance.run_coordinator.submit_run(SubmitRunContext(run, workspace=None))  # type: ignore[arg-type]
+            submitted.append(run.run_id)
+        with self._sensor_context() as context:
+            self.defs.get_sensor_def(EXPIRY_SENSOR)(context)
+        return submitted
+
+    def dequeue(self) -> list[dg.DagsterRunStatus]:
+        """One iteration of the run queue: each QUEUED run that the instance's tag concurrency limits
+        (dagster.yaml: ``dw/approval=pending`` at 0) do not block is started and executed in this process;
+        returns the launched runs' end states."""
+        limits = self.instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+        in_progress = self.instance.get_runs(dg.RunsFilter(statuses=IN_PROGRESS_RUN_STATUSES))
+        counter = TagConcurrencyLimitsCounter(list(limits), list(in_progress))
+        ended = []
+        for run in reversed(self.instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.QUEUED]))):
+            if counter.is_blocked(run):
+                continue
+            counter.update_counters_with_launched_item(run)
+            self.instance.report_dagster_event(
+                DagsterEvent(event_type_value=DagsterEventType.RUN_STARTING.value, job_name=run.job_name), run.run_id
+            )
+            job = self.defs.get_job_def(run.job_name)
+            for _ in execute_run_iterator(InMemoryJob(job), self.instance.get_run_by_id(run.run_id), self.instance):
+                pass
+            ended.append(self.instance.get_run_by_id(run.run_id).status)
+        return ended
 
     def _tick_incident_sensor(self) -> list[dg.ExecuteInProcessResult]:
         sensor = self.defs.get_sensor_def(INCIDENT_SENSOR)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 # Every process that connects to Snowflake sets this: otherwise about one connect in 18 stalls 5 s
 # probing cloud metadata endpoints.
@@ -45,6 +46,22 @@ def _die_with_parent() -> None:
 
     pr_set_pdeathsig = 1
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _password_variables(context_file: Path) -> set[str]:
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            found.update(v for k, v in node.items() if k == "password_env" and isinstance(v, str))
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(yaml.safe_load(context_file.read_text()))
+    return found
 
 
 @dataclass(frozen=True)
@@ -131,7 +148,7 @@ class LocalWorld:
 
     def env(self) -> dict[str, str]:
         """The environment variables that point the product at this world (the production path)."""
-        return {
+        env = {
             "COALESCE_BASE_URL": self.coalesce_url,
             "COALESCE_API_TOKEN": LOCAL_COALESCE_TOKEN,
             "COALESCE_ENVIRONMENT_IDS": "2",
@@ -151,6 +168,10 @@ class LocalWorld:
             "DW_CONTEXT_FILE": str(DISTRIBUTOR_DIR / "context.yaml"),
             "DW_METRICS_FILE": str(DISTRIBUTOR_DIR / "metrics.yaml"),
         }
+        # Each approver's own Coalesce run identity names its password variable; the local Snowflake takes
+        # any password.
+        env.update({name: LOCAL_SNOWFLAKE_PASSWORD for name in _password_variables(Path(env["DW_CONTEXT_FILE"]))})
+        return env
 
     def coalesce_client(self):
         from dw_dagster.coalesce.client import CoalesceClient

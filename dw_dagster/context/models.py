@@ -34,12 +34,21 @@ from dw_dagster.config import FileModel, load_yaml_model
 _KEY_PATTERN = r"^[a-z0-9_\-]+(/[a-z0-9_\-]+)*$"
 
 
+class RunAs(FileModel):
+    """The Snowflake identity a person's approved Coalesce reruns start with (their own, never a shared
+    service identity). The secret stays in the environment: ``password_env`` names the variable."""
+
+    snowflake_username: str
+    snowflake_role: str | None = None
+    snowflake_warehouse: str | None = None
+    password_env: str = Field(pattern=r"^[A-Z_][A-Z0-9_]*$", description="Environment variable with the password.")
 
 
 class Person(FileModel):
     name: str
     email: str = Field(pattern=r"^[^@\s]+@[^@\s]+$")
     slack_user_id: str | None = None
+    run_as: RunAs | None = Field(default=None, description="Needed to approve a rerun (see RunAs).")
 
 
 class Team(FileModel):
@@ -104,6 +113,30 @@ class Domain(FileModel):
     hold_channel_team: str | None = Field(
         default=None, description="The team whose channel gets hold notices (the consumers, e.g. buyers)."
     )
+    approval_timeout_hours: float = Field(
+        default=12.0, gt=0, description="An unanswered approval request expires (and escalates) after this."
+    )
+    escalation_team: str | None = Field(
+        default=None, description="Told when an approval expires or a verification fails (else the owners)."
+    )
+
+
+class ReferenceTable(FileModel):
+    """A hand-maintained table that joins key values to attributes (e.g. planning ops' region map).
+
+    When a key is missing from it, dw-dagster drafts the row for its owner to approve: ``draft_sql``
+    returns columns for the key (bound as ``%(key)s``), ``copy_from_donor`` columns come from the row of
+    the key the missing one took its units from (a new org usually sits in the region of the org it was
+    split from), and whatever stays empty the owner gives when approving (``--set COLUMN=VALUE``).
+    """
+
+    asset: str = Field(pattern=_KEY_PATTERN, description="The Coalesce Source node's asset key path.")
+    key_column: str
+    draft_sql: str | None = None
+    copy_from_donor: list[str] = Field(default_factory=list)
+    audit_columns: dict[Literal["by", "at"], str] = Field(
+        default_factory=dict, description="Columns that record who added a row and when."
+    )
 
 
 class ContextFile(FileModel):
@@ -111,6 +144,7 @@ class ContextFile(FileModel):
     systems: list[ContextSystem] = Field(default_factory=list)
     coalesce_owners: list[OwnerRule] = Field(default_factory=list)
     domains: dict[str, Domain] = Field(default_factory=dict)
+    reference_tables: list[ReferenceTable] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _references(self) -> ContextFile:
@@ -123,8 +157,10 @@ class ContextFile(FileModel):
                 if owner not in self.teams:
                     raise ValueError(f"coalesce_owners[{i}].owners: unknown team {owner!r}")
         for name, domain in self.domains.items():
-            if domain.hold_channel_team and domain.hold_channel_team not in self.teams:
-                raise ValueError(f"domains.{name}.hold_channel_team: unknown team {domain.hold_channel_team!r}")
+            for field in ("hold_channel_team", "escalation_team"):
+                team = getattr(domain, field)
+                if team and team not in self.teams:
+                    raise ValueError(f"domains.{name}.{field}: unknown team {team!r}")
         keys = [s.key for s in self.systems]
         dupes = {k for k in keys if keys.count(k) > 1}
         if dupes:
@@ -137,6 +173,21 @@ class ContextFile(FileModel):
             if any(fnmatch.fnmatchcase(key_path, g) for g in domain.assets):
                 return name, domain
         return None
+
+    def person(self, name_or_email: str) -> Person | None:
+        """A team member by name or email (case-insensitive)."""
+        wanted = name_or_email.strip().lower()
+        for team in self.teams.values():
+            for m in team.members:
+                if wanted in (m.name.lower(), m.email.lower()):
+                    return m
+        return None
+
+    def teams_of(self, person: Person) -> list[str]:
+        return [t for t, team in self.teams.items() if any(m.email == person.email for m in team.members)]
+
+    def reference_table(self, key_path: str) -> ReferenceTable | None:
+        return next((r for r in self.reference_tables if r.asset == key_path), None)
 
     def owners_for(self, key_path: str) -> Sequence[str]:
         """Owner teams of a Coalesce node asset, by the first matching rule."""

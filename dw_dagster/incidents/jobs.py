@@ -17,10 +17,16 @@ from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.incident_notifier import IncidentNotifier, build_slack_outbox_sensor
 from dw_dagster.notifications.resources import SlackNotifier
 from dw_dagster.notifications.routing import route_incident
+from dw_dagster.coalesce.resources import CoalesceWorkspace
+from dw_dagster.remediation.approvals import ApprovalBook
+from dw_dagster.remediation.control import OrgControl
+from dw_dagster.remediation.jobs import build_remediation_definitions
+from dw_dagster.remediation.proposals import NoPlan, PlanContext, plan_remediation
+from dw_dagster.remediation.receipt import approve_hint, plan_markdown
+from dw_dagster.tags import INCIDENT_ID
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
-INCIDENT_TAG = "dw/incident_id"
 DIAGNOSE_JOB = "diagnose_incident"
 
 
@@ -37,12 +43,18 @@ def build_incident_definitions(
 ) -> dg.Definitions:
     # Built on first use in a run worker, not while the code location loads (seconds at 10,000 nodes).
     lineage = functools.cache(lambda: LineageGraph(specs))
+    specs_by_key = functools.cache(lambda: {s.key.to_user_string(): s for s in specs})
 
-    @dg.op(name="diagnose", description="Walk the lineage from the failing number to its cause and its readers.")
-    def diagnose_op(context: dg.OpExecutionContext, snowflake: WarehouseResource, slack: SlackNotifier) -> None:
-        incident_id = context.run.tags.get(INCIDENT_TAG)
+    @dg.op(
+        name="diagnose",
+        description="Walk the lineage from the failing number to its cause and its readers; propose the fix.",
+    )
+    def diagnose_op(
+        context: dg.OpExecutionContext, snowflake: WarehouseResource, slack: SlackNotifier, coalesce: CoalesceWorkspace
+    ) -> None:
+        incident_id = context.run.tags.get(INCIDENT_ID)
         if not incident_id:
-            raise dg.Failure(f"run tag {INCIDENT_TAG}: missing; this job diagnoses one incident")
+            raise dg.Failure(f"run tag {INCIDENT_ID}: missing; this job diagnoses one incident")
         store = IncidentStore(snowflake, ops, run_id=context.run_id)
         incident = store.get(incident_id)
         if incident is None:
@@ -55,15 +67,32 @@ def build_incident_definitions(
             ctx = DiagnosisContext(lineage(), metrics, resolve_table, HistorySession(conn, ops), conn.cursor())
             diagnosis = diagnose(incident, findings, ctx)
             radius = blast_radius(start, incident.business_date or findings[0].business_date, diagnosis, ctx)
+            plan = None
+            if context_file is not None:
+                plan_ctx = PlanContext(ctx, context_file, specs_by_key(), coalesce.get_client())
+                try:
+                    plan = plan_remediation(incident, diagnosis, radius, plan_ctx)
+                except NoPlan as e:
+                    context.log.info(f"{incident_id}: no remediation plan: {e}")
         record_diagnosis(store, incident_id, len(findings), diagnosis, radius)
         context.log_event(incident_materialization(incident, store.events(incident_id, kind="finding"), diagnosis, radius))
         context.log.info(f"{incident_id}: {diagnosis.classification.value}: {diagnosis.cause}")
         if context_file is None:
             context.log.warning("no context file (DW_CONTEXT_FILE): nobody to alert")
             return
+        # The org-wide stop is asked when routing (the hold notice is proposed, not sent) and again as each
+        # autonomous message is posted (a stop given in between holds it in the outbox).
+        control = OrgControl(snowflake, ops)
         # Through the outbox: a Slack outage delays the alert (the outbox sensor retries), never loses it.
-        notifier = IncidentNotifier(slack, store, context=context_file)
-        notifier.notify(incident, diagnosis, radius, route_incident(context_file, diagnosis, radius), run_id=context.run_id)
+        notifier = IncidentNotifier(slack, store, context=context_file, autonomous_dispatch_allowed=control.dispatch_allowed)
+        recipients = route_incident(context_file, diagnosis, radius, stopped=control.state().stopped)
+        notifier.notify(incident, diagnosis, radius, recipients, run_id=context.run_id)
+        if plan is not None:
+            book = ApprovalBook(store, context_file)
+            if book.record_plan(plan):
+                text = plan_markdown(plan, book.approvers(plan)).replace("**", "*")
+                notifier.post_update(incident, text + approve_hint(plan, book.approvers(plan)), kind="proposal", version=plan.plan_id)
+                context.log.info(f"{incident_id}: proposed {plan.plan_id} ({len(plan.proposals)} proposals)")
 
     @dg.job(name=DIAGNOSE_JOB, description="Diagnose one incident: cause, evidence, blast radius.")
     def diagnose_incident():
@@ -84,9 +113,12 @@ def build_incident_definitions(
             if f"diagnosis|{count}" in done:
                 continue
             # The run key makes a re-tick or a restart of the daemon launch nothing twice.
-            yield dg.RunRequest(run_key=f"{incident.incident_id}:{count}", tags={INCIDENT_TAG: incident.incident_id})
+            yield dg.RunRequest(run_key=f"{incident.incident_id}:{count}", tags={INCIDENT_ID: incident.incident_id})
 
-    return dg.Definitions(jobs=[diagnose_incident], sensors=[incident_sensor, build_slack_outbox_sensor(ops)])
+    defs = dg.Definitions(jobs=[diagnose_incident], sensors=[incident_sensor, build_slack_outbox_sensor(ops)])
+    if context_file is None:
+        return defs
+    return dg.Definitions.merge(defs, build_remediation_definitions(metrics, resolve_table, ops, context_file))
 
 
 def record_diagnosis(

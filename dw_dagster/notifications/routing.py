@@ -7,6 +7,7 @@
 - Whether the hold notice is sent at once, proposed to the owners, or skipped follows the domain's
   autonomy (:func:`hold_mode_for`): sent only at L3 and up with a ``hold_notice`` standing approval and no
   org-wide stop. The domain is the one of the asset holding the flagged items, else of the failing asset.
+- At L4 the notice also goes to every downstream reader (owners of affected assets read on a schedule).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dw_dagster.context.models import ContextFile, Domain
+from dw_dagster.context.models import Autonomy, ContextFile, Domain
 from dw_dagster.incidents.models import BlastRadius, Diagnosis
 from dw_dagster.notifications.blocks import flagged_assets, owner_team
 
@@ -61,6 +62,11 @@ def _channels(context: ContextFile, owners: Sequence[str]) -> tuple[list[str], l
 def consumer_teams(blast: BlastRadius) -> list[str]:
     """Owners of the affected assets that hold the newly flagged items (``newly_flagged`` in the change)."""
     return _unique(t for a in flagged_assets(blast) for t in a.owners)
+
+
+def readers(blast: BlastRadius) -> list[str]:
+    """Owners of the affected assets a person reads on a schedule (dashboards, lists, meetings)."""
+    return _unique(t for a in blast.assets if a.next_read for t in a.owners)
 
 
 def incident_domain(
@@ -119,6 +125,9 @@ def route_incident(
         cons = [domain.hold_channel_team]
     else:
         cons = consumer_teams(blast)
+    if consumers is None and domain and domain.autonomy.at_least(Autonomy.L4):
+        # L4: every downstream reader is warned on the first bad build, not only the flagged list's owners.
+        cons = _unique([*cons, *readers(blast)])
     consumer_channels, unknown_consumers = _channels(context, cons)
     unrouted = tuple(_unique([*unknown, *unknown_consumers]))
     if unrouted:

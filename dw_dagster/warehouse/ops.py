@@ -91,6 +91,13 @@ TABLES: dict[str, str] = {
         ROOT_KEY VARCHAR NOT NULL,
         CREATED_AT TIMESTAMP_TZ NOT NULL
     """,
+    # Append-only: each org-wide stop and resume of autonomous dispatch; the latest row is in force.
+    "CONTROL_EVENTS": """
+        EVENT_AT TIMESTAMP_TZ NOT NULL,
+        ACTION VARCHAR NOT NULL,
+        ACTOR VARCHAR NOT NULL,
+        REASON VARCHAR
+    """,
 }
 
 

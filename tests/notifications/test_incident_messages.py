@@ -286,6 +286,10 @@ def test_routing_from_the_context_file(context):
     ]:
         ctx = context.model_copy(update={"domains": {"inventory": inventory.model_copy(update=changed)}})
         assert route_incident(ctx, diagnosis, blast).hold == expected, changed
+    # L4: every downstream reader is warned at once, the S&OP Liveboard's owners too.
+    l4 = context.model_copy(update={"domains": {"inventory": inventory.model_copy(update={"autonomy": Autonomy.L4})}})
+    r = route_incident(l4, diagnosis, blast)
+    assert r.hold == "act" and r.consumer_channels == ("#buyers", "#sop")
     # No domain: observe only (propose), and the hold goes to the owners of the flagged list.
     bare = context.model_copy(update={"domains": {}})
     r = route_incident(bare, diagnosis, blast)

@@ -1,0 +1,61 @@
+"""The org-wide stop: one durable switch that halts every autonomous dispatch at once.
+
+``dw-dagster stop`` appends a row to ``CONTROL_EVENTS`` in the ops schema; ``dw-dagster resume`` appends
+another; the latest row is in force. Every dispatch point asks :meth:`OrgControl.dispatch_allowed` at the
+moment it would act (the hold notice as it is posted, a remediation run as its first op starts), so a stop
+takes effect on the next action, not the next deploy. The rows are never updated: they are the record of
+who stopped what, when and why.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Literal
+
+from pydantic import BaseModel
+
+from dw_dagster.warehouse.ops import OpsSchema
+from dw_dagster.warehouse.resources import WarehouseResource
+
+
+class ControlState(BaseModel):
+    stopped: bool
+    actor: str | None = None
+    reason: str | None = None
+    at: datetime | None = None
+
+    def describe(self) -> str:
+        if not self.stopped:
+            return "autonomous dispatch is running" + (f" (resumed by {self.actor} at {self.at:%Y-%m-%d %H:%M} UTC)" if self.at else "")
+        return f"autonomous dispatch is STOPPED by {self.actor} at {self.at:%Y-%m-%d %H:%M} UTC: {self.reason or 'no reason given'}"
+
+
+class OrgControl:
+    def __init__(self, warehouse: WarehouseResource, ops: OpsSchema):
+        self.warehouse = warehouse
+        self.ops = ops
+
+    def state(self) -> ControlState:
+        with self.ops.connect(self.warehouse, "control.read", job="control") as conn:
+            cur = conn.cursor()
+            cur.execute(
+                f"SELECT ACTION, ACTOR, REASON, EVENT_AT FROM {self.ops.table('CONTROL_EVENTS')}"
+                " ORDER BY EVENT_AT DESC LIMIT 1"
+            )
+            row = cur.fetchone()
+        if row is None:
+            return ControlState(stopped=False)
+        return ControlState(stopped=row[0] == "stop", actor=row[1], reason=row[2], at=row[3])
+
+    def dispatch_allowed(self) -> bool:
+        return not self.state().stopped
+
+    def set(self, action: Literal["stop", "resume"], actor: str, reason: str | None = None) -> ControlState:
+        if not actor.strip():
+            raise ValueError("a stop or resume must name who gives it (--as)")
+        with self.ops.connect(self.warehouse, f"control.{action}", job="control") as conn:
+            conn.cursor().execute(
+                f"INSERT INTO {self.ops.table('CONTROL_EVENTS')} (EVENT_AT, ACTION, ACTOR, REASON) VALUES (%s, %s, %s, %s)",
+                (datetime.now(timezone.utc), action, actor, reason),
+            )
+        return self.state()

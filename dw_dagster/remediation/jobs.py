@@ -1,0 +1,393 @@
+"""The remediation job and the sensors around it.
+
+- ``remediation_proposals`` submits one ``remediate_incident`` run per plan, tagged ``dw/approval=pending``:
+  dagster.yaml's tag concurrency limit (0) keeps it QUEUED, using no compute, until ``dw-dagster approve``
+  has every owning team's approval and flips the tag.
+- ``approval_expiry`` cancels a run whose plan expired unanswered and escalates on Slack; it never grants.
+- ``remediate_incident``: check the approval record (first op), apply the reference rows (with their undo),
+  wait for the node change to be deployed in Coalesce, start the scoped rerun under the approving owner's
+  credentials, verify, and write the receipt.
+"""
+
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import dagster as dg
+from pydantic import BaseModel
+
+from dw_dagster.checks.history import HistorySession
+from dw_dagster.checks.metrics import MetricsFile
+from dw_dagster.coalesce.models import CoalesceUserCredentials
+from dw_dagster.coalesce.resources import CoalesceWorkspace
+from dw_dagster.coalesce.sql import quote_identifier
+from dw_dagster.context.models import ContextFile
+from dw_dagster.incidents.models import Incident
+from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.notifications.incident_notifier import IncidentNotifier
+from dw_dagster.notifications.resources import SlackNotifier
+from dw_dagster.remediation.approvals import (
+    REMEDIATION_JOB,
+    ApprovalBook,
+    ApprovalError,
+    cancel_run,
+)
+from dw_dagster.remediation.control import OrgControl
+from dw_dagster.remediation.models import (
+    SYSTEM_ACTOR,
+    Approval,
+    Change,
+    ProposalKind,
+    Receipt,
+    ReferenceRow,
+    RemediationPlan,
+    VerificationResult,
+)
+from dw_dagster.remediation.node_change import definition, is_deployed
+from dw_dagster.remediation.receipt import receipt_markdown, receipt_materialization
+from dw_dagster.remediation.verification import verify
+from dw_dagster.tags import APPROVAL, APPROVAL_APPROVED, APPROVAL_PENDING, INCIDENT_ID, PLAN_ID
+from dw_dagster.warehouse.ops import OpsSchema
+from dw_dagster.warehouse.resources import WarehouseResource
+
+
+class Approved(BaseModel):
+    plan: RemediationPlan
+    approvals: list[Approval]
+    incident: Incident
+
+    def approver_for(self, owners: Sequence[str]) -> Approval:
+        return next(a for a in self.approvals if a.team in owners)
+
+
+class Rerun(BaseModel):
+    coalesce_run_id: int
+    run_as: str
+    status: str
+
+
+class RemediationConfig(dg.Config):
+    deploy_timeout_seconds: float = 6 * 3600.0
+    """How long to wait for the node owner to deploy the node change before escalating."""
+    poll_seconds: float = 15.0
+    rerun_timeout_seconds: float = 4 * 3600.0
+
+
+def _store(snowflake: WarehouseResource, ops: OpsSchema, context: dg.OpExecutionContext) -> IncidentStore:
+    return IncidentStore(snowflake, ops, run_id=context.run_id)
+
+
+def escalate(notifier: IncidentNotifier, incident: Incident, context_file: ContextFile, plan: RemediationPlan, text: str) -> None:
+    """Tell a person: the owners' threads, and the domain's escalation team's channel."""
+    domain = context_file.domains.get(plan.domain or "")
+    channels = None
+    if domain and domain.escalation_team:
+        owners = [m.channel for m in notifier.messages(incident.incident_id) if m.kind == "incident"]
+        channels = list(dict.fromkeys([*owners, context_file.teams[domain.escalation_team].slack_channel]))
+    notifier.post_update(incident, f":rotating_light: Needs a person: {text}", kind="escalation", channels=channels)
+
+
+def build_remediation_definitions(
+    metrics: MetricsFile,
+    resolve_table: Callable[[str, str], str],
+    ops: OpsSchema,
+    context_file: ContextFile,
+) -> dg.Definitions:
+    def notifier_for(slack: SlackNotifier, store: IncidentStore) -> IncidentNotifier:
+        control = OrgControl(store.warehouse, ops)
+        return IncidentNotifier(slack, store, context=context_file, autonomous_dispatch_allowed=control.dispatch_allowed)
+
+    @dg.op(description="Refuses to go on unless the project's own approval record approves this very run.")
+    def check_approval(context: dg.OpExecutionContext, snowflake: WarehouseResource) -> Approved:
+        store = _store(snowflake, ops, context)
+        book = ApprovalBook(store, context_file)
+        tags = context.run.tags
+        try:
+            if tags.get(APPROVAL) != APPROVAL_APPROVED:
+                raise ApprovalError(f"run tag {APPROVAL} is {tags.get(APPROVAL)!r}; `dw-dagster approve` releases runs")
+            plan, approvals = book.validate(context.run_id, tags)
+        except ApprovalError as e:
+            if tags.get(INCIDENT_ID):
+                store.append_event(tags[INCIDENT_ID], "refused", f"refused|{context.run_id}", {"run_id": context.run_id, "reason": str(e)})
+            raise dg.Failure(f"Not approved: {e}", allow_retries=False) from None
+        incident = store.get(plan.incident_id)
+        assert incident is not None
+        for a in approvals:
+            context.log.info(f"approved by {a.approver} for {a.team} at {a.at.isoformat()}")
+        return Approved(plan=plan, approvals=approvals, incident=incident)
+
+    @dg.op(description="Applies the approved reference-data rows, recording how to undo each.")
+    def apply_reference_rows(context: dg.OpExecutionContext, snowflake: WarehouseResource, approved: Approved) -> list[Change]:
+        store = _store(snowflake, ops, context)
+        changes = []
+        for p in approved.plan.of_kind(ProposalKind.REFERENCE_ROW):
+            assert p.reference_row is not None
+            approval = approved.approver_for(p.owners)
+            with snowflake.tagged_connection("job.remediate", job=REMEDIATION_JOB, dagster_run_id=context.run_id) as conn:
+                change = apply_row(conn.cursor(), p.proposal_id, p.reference_row, approval)
+            store.append_event(approved.plan.incident_id, "change", f"{approved.plan.plan_id}|{p.proposal_id}|{context.run_id}", change.model_dump(mode="json"))
+            context.log.info(change.what)
+            changes.append(change)
+        return changes
+
+    @dg.op(description="Waits until the node owner has applied and deployed the proposed node change in Coalesce.")
+    def await_node_deploy(
+        context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, changes: list[Change],
+        coalesce: CoalesceWorkspace, snowflake: WarehouseResource, slack: SlackNotifier,
+    ) -> list[str]:  # fmt: skip
+        client = coalesce.get_client()
+        deployed = []
+        for p in approved.plan.of_kind(ProposalKind.NODE_CHANGE):
+            nc = p.node_change
+            assert nc is not None
+            deadline = time.monotonic() + config.deploy_timeout_seconds
+            told = False
+            while not is_deployed(definition(client.get_node(nc.environment_id, nc.node_id)), nc.after, nc.test_name):
+                if time.monotonic() > deadline:
+                    store = _store(snowflake, ops, context)
+                    escalate(notifier_for(slack, store), approved.incident, context_file, approved.plan,
+                             f"the change to {nc.node_name} was not deployed within {config.deploy_timeout_seconds / 3600:.1f} h; the rerun did not start")  # fmt: skip
+                    raise dg.Failure(f"{nc.node_name}: the proposed change is not deployed in environment {nc.environment_id}")
+                if not told:
+                    store = _store(snowflake, ops, context)
+                    approval = approved.approver_for(p.owners)
+                    notifier_for(slack, store).post_update(
+                        approved.incident,
+                        f"Approved. {len(changes)} reference row(s) added. Waiting for {approval.approver} to apply the "
+                        f"{nc.node_name} change in Coalesce and deploy it; the rerun starts once it is deployed.",
+                        kind="awaiting_deploy", version=f"{approved.plan.plan_id}|{context.run_id}",
+                    )  # fmt: skip
+                    store.append_event(approved.plan.incident_id, "awaiting_deploy", f"{approved.plan.plan_id}|{context.run_id}", {"node": nc.node_name})
+                    told = True
+                time.sleep(config.poll_seconds)
+            context.log.info(f"{nc.node_name}: the proposed change is deployed in environment {nc.environment_id}")
+            deployed.append(nc.node_name)
+        return deployed
+
+    @dg.op(description="Starts the scoped Coalesce rerun under the approving owner's own credentials and follows it.")
+    def scoped_rerun(
+        context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, deployed: list[str],
+        coalesce: CoalesceWorkspace, snowflake: WarehouseResource, slack: SlackNotifier,
+    ) -> Rerun:  # fmt: skip
+        (p,) = approved.plan.of_kind(ProposalKind.SCOPED_RERUN)
+        assert p.rerun is not None
+        approval = approved.approver_for(p.owners)
+        credentials = run_credentials(coalesce, context_file, approval)
+        client = coalesce.get_client()
+        run_id = client.start_run(p.rerun.environment_id, include_selector=p.rerun.include_selector, user_credentials=credentials)
+        context.log.info(f"Coalesce run {run_id} started as {credentials.snowflake_username}: {p.rerun.include_selector}")
+        run = client.wait_for_run(run_id, poll_interval=min(config.poll_seconds, 5.0), timeout=config.rerun_timeout_seconds)
+        if run.run_status.value != "completed":
+            store = _store(snowflake, ops, context)
+            escalate(notifier_for(slack, store), approved.incident, context_file, approved.plan,
+                     f"the scoped rerun (Coalesce run {run_id}) ended {run.run_status.value}: {run.run_failure_reason or ''}")  # fmt: skip
+            raise dg.Failure(f"Coalesce run {run_id} ended {run.run_status.value}")
+        return Rerun(coalesce_run_id=run_id, run_as=credentials.snowflake_username, status=run.run_status.value)
+
+    @dg.op(description="Verifies the fix: totals reconcile, the new node test passed, moved totals are back.")
+    def verify_fix(
+        context: dg.OpExecutionContext, approved: Approved, rerun: Rerun, coalesce: CoalesceWorkspace, snowflake: WarehouseResource
+    ) -> list[VerificationResult]:
+        results = coalesce.get_client().get_run_results(rerun.coalesce_run_id)
+        day = approved.incident.business_date
+        assert day is not None
+        with ops.connect(snowflake, "job.verify", job=REMEDIATION_JOB, dagster_run_id=context.run_id) as conn:
+            out = verify(
+                approved.plan.expectations, day=day, metrics=metrics, resolve_table=resolve_table,
+                cursor=conn.cursor(), history=HistorySession(conn, ops), run_results=results,
+            )  # fmt: skip
+        for v in out:
+            context.log.info(f"{'passed' if v.passed else 'FAILED' if v.passed is False else 'ERRORED'}: {v.detail}")
+        return out
+
+    @dg.op(description="Writes the receipt (append-only), shows it in the UI and posts it to the incident's threads.")
+    def write_receipt(
+        context: dg.OpExecutionContext, approved: Approved, changes: list[Change], rerun: Rerun,
+        verification: list[VerificationResult], snowflake: WarehouseResource, slack: SlackNotifier,
+    ) -> None:  # fmt: skip
+        from dw_dagster.incidents.jobs import latest_diagnosis
+
+        store = _store(snowflake, ops, context)
+        plan = approved.plan
+        found = latest_diagnosis(store, plan.incident_id)
+        verified = all(v.passed for v in verification)
+        receipt = Receipt(
+            incident_id=plan.incident_id, plan_id=plan.plan_id,
+            cause=found[0].cause if found else approved.incident.title,
+            evidence=dict(found[0].evidence) if found else {},
+            proposals=plan.proposals, approvals=approved.approvals, changes=changes,
+            dagster_run_id=context.run_id, coalesce_run_id=rerun.coalesce_run_id, coalesce_run_as=rerun.run_as,
+            verification=verification, verified=verified, undo=undo_steps(plan, changes, plan.incident_id),
+            written_at=datetime.now(timezone.utc),
+        )  # fmt: skip
+        store.append_event(plan.incident_id, "receipt", f"receipt|{plan.plan_id}|{context.run_id}", receipt.model_dump(mode="json"))
+        if verified:
+            store.set_status(plan.incident_id, "resolved")
+        context.log_event(receipt_materialization(receipt, "resolved" if verified else "open"))
+        notifier = notifier_for(slack, store)
+        checks = {v.expectation.subject: v.observed.get("value", "passed" if v.passed else "failed") for v in verification}
+        if verified:
+            notifier.post_resolution(approved.incident, f"Fixed and verified on approval of {', '.join(a.approver for a in approved.approvals)}.", verification=checks)
+        notifier.post_update(approved.incident, receipt_markdown(receipt).replace("**", "*"), kind="receipt", version=context.run_id)
+        if not verified:
+            escalate(notifier, approved.incident, context_file, plan, "the fix did not verify: " + "; ".join(v.detail for v in verification if not v.passed))
+            raise dg.Failure("verification failed; escalated", metadata={"receipt": dg.MetadataValue.md(receipt_markdown(receipt))})
+
+    @dg.job(
+        name=REMEDIATION_JOB,
+        description="Carries out an approved remediation plan: reference rows, node deploy, scoped rerun, verification, receipt.",
+        tags={"dw/kind": "remediation"},
+    )
+    def remediate_incident():
+        approved = check_approval()
+        changes = apply_reference_rows(approved)
+        deployed = await_node_deploy(approved, changes)
+        rerun = scoped_rerun(approved, deployed)
+        write_receipt(approved, changes, rerun, verify_fix(approved, rerun))
+
+    @dg.sensor(
+        name="remediation_proposals",
+        job=remediate_incident,
+        minimum_interval_seconds=30,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Submits a remediation run, held for approval, for each plan the diagnosis proposed.",
+    )
+    def remediation_proposals(context: dg.SensorEvaluationContext, snowflake: WarehouseResource):
+        store = IncidentStore(snowflake, ops)
+        book = ApprovalBook(store, context_file)
+        for incident in store.list(status="open"):
+            plans = book.plans(incident.incident_id)
+            if not plans or book.decision(plans[-1]) is not None:
+                continue
+            plan = plans[-1]
+            if context.instance.get_runs(dg.RunsFilter(tags={PLAN_ID: plan.plan_id}), limit=1):
+                continue
+            yield dg.RunRequest(
+                run_key=plan.plan_id,
+                tags={INCIDENT_ID: incident.incident_id, PLAN_ID: plan.plan_id, APPROVAL: APPROVAL_PENDING},
+            )
+
+    @dg.sensor(
+        name="approval_expiry",
+        minimum_interval_seconds=60,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Cancels remediation runs whose approval request expired unanswered, and escalates. Never grants.",
+    )
+    def approval_expiry(context: dg.SensorEvaluationContext, snowflake: WarehouseResource, slack: SlackNotifier) -> dg.SkipReason:
+        expired = expire_pending(context.instance, ApprovalBook(IncidentStore(snowflake, ops), context_file), slack, context_file, ops)
+        return dg.SkipReason(f"expired {len(expired)} unanswered approval request(s)" if expired else "nothing expired")
+
+    return dg.Definitions(jobs=[remediate_incident], sensors=[remediation_proposals, approval_expiry])
+
+
+def expire_pending(
+    instance: dg.DagsterInstance,
+    book: ApprovalBook,
+    slack: SlackNotifier,
+    context_file: ContextFile,
+    ops: OpsSchema,
+    now: datetime | None = None,
+) -> list[str]:
+    """Cancels every queued remediation run whose plan has expired; returns their run ids."""
+    now = now or datetime.now(timezone.utc)
+    out = []
+    runs = instance.get_runs(dg.RunsFilter(job_name=REMEDIATION_JOB, statuses=[dg.DagsterRunStatus.QUEUED]))
+    for run in runs:
+        if run.tags.get(APPROVAL) != APPROVAL_PENDING:
+            continue
+        plan = book.plan(run.tags.get(PLAN_ID, ""))
+        if plan is None or plan.expires_at > now:
+            continue
+        missing = book.missing(plan, [a for a in book.approvals(plan) if a.run_id == run.run_id])
+        reason = f"no answer from {', '.join(missing)} by {plan.expires_at:%Y-%m-%d %H:%M} UTC"
+        try:
+            decision = book.decide(plan, "expired", SYSTEM_ACTOR, reason, run_id=run.run_id)
+        except ApprovalError:
+            continue  # another tick recorded it
+        cancel_run(instance, book, run, decision)
+        incident = book.store.get(plan.incident_id)
+        if incident is not None:
+            control = OrgControl(book.store.warehouse, ops)
+            notifier = IncidentNotifier(slack, book.store, context=context_file, autonomous_dispatch_allowed=control.dispatch_allowed)
+            escalate(notifier, incident, context_file, plan, f"the proposed fix {plan.plan_id} expired unapproved ({reason}); nothing was changed")
+        out.append(run.run_id)
+    return out
+
+
+def run_credentials(coalesce: CoalesceWorkspace, context_file: ContextFile, approval: Approval) -> CoalesceUserCredentials:
+    """The approver's own credentials: the workspace's ``owner_credentials`` for their email, else their
+    ``run_as`` in the context file with the password read now (one approver's missing variable fails only
+    the rerun they approved)."""
+    try:
+        return coalesce.user_credentials_for(approval.email)
+    except KeyError:
+        pass
+    person = context_file.person(approval.email)
+    if person is None or person.run_as is None:
+        raise dg.Failure(f"{approval.approver}: no run_as in the context file and no owner_credentials for {approval.email}")
+    password = os.environ.get(person.run_as.password_env)
+    if not password:
+        raise dg.Failure(f"{person.run_as.password_env}: not set; it holds {approval.approver}'s Snowflake password for Coalesce reruns")
+    return CoalesceUserCredentials(
+        snowflake_username=person.run_as.snowflake_username,
+        snowflake_password=password,
+        snowflake_warehouse=person.run_as.snowflake_warehouse,
+        snowflake_role=person.run_as.snowflake_role,
+    )
+
+
+def apply_row(cur: Any, proposal_id: str, row: ReferenceRow, approval: Approval) -> Change:
+    """Inserts (or corrects) one reference row; returns the change with the statement that undoes it."""
+    now = datetime.now(timezone.utc)
+    values = {**row.values, **approval.values}
+    if "by" in row.audit_columns:
+        values[row.audit_columns["by"]] = approval.approver
+    if "at" in row.audit_columns:
+        values[row.audit_columns["at"]] = now.replace(tzinfo=None)
+    key = quote_identifier(row.key_column)
+    key_value = values[row.key_column]
+    cur.execute(f"SELECT * FROM {row.table} WHERE {key} = %s", (key_value,))
+    found = cur.fetchone()
+    columns = [c for c in values if values[c] is not None]
+    if found is None:
+        sql = f"INSERT INTO {row.table} ({', '.join(map(quote_identifier, columns))}) VALUES ({', '.join(['%s'] * len(columns))})"
+        cur.execute(sql, tuple(values[c] for c in columns))
+        return Change(
+            proposal_id=proposal_id, what=f"Added {row.key_column} {key_value} to {row.table}: "
+            + ", ".join(f"{c}={values[c]}" for c in columns if c != row.key_column),
+            sql=sql, undo_sql=f"DELETE FROM {row.table} WHERE {key} = %s", undo_params=[key_value], previous=None, at=now,
+        )  # fmt: skip
+    previous = {d[0]: v for d, v in zip(cur.description, found, strict=True)}
+    sets = [c for c in columns if c != row.key_column]
+    sql = f"UPDATE {row.table} SET {', '.join(f'{quote_identifier(c)} = %s' for c in sets)} WHERE {key} = %s"
+    cur.execute(sql, (*[values[c] for c in sets], key_value))
+    restore = [c for c in previous if c != row.key_column]
+    return Change(
+        proposal_id=proposal_id, what=f"Updated {row.key_column} {key_value} in {row.table}",
+        sql=sql, undo_sql=f"UPDATE {row.table} SET {', '.join(f'{quote_identifier(c)} = %s' for c in restore)} WHERE {key} = %s",
+        undo_params=[*(previous[c] for c in restore), key_value], previous=previous, at=now,
+    )  # fmt: skip
+
+
+def undo_steps(plan: RemediationPlan, changes: Sequence[Change], incident_id: str) -> list[str]:
+    steps = [f"`dw-dagster undo {incident_id} --as <owner>` reverses the reference rows ({len(changes)} change(s)): "
+             + "; ".join(f"{c.undo_sql} with {c.undo_params}" for c in changes)] if changes else []  # fmt: skip
+    for p in plan.of_kind(ProposalKind.NODE_CHANGE):
+        assert p.node_change is not None
+        steps.append(f"In Coalesce, revert {p.node_change.node_name} (apply the diff in reverse) and deploy.")
+    for p in plan.of_kind(ProposalKind.SCOPED_RERUN):
+        assert p.rerun is not None
+        steps.append(f"Rerun `{p.rerun.include_selector}` in environment {p.rerun.environment_id} to rebuild the tables.")
+    return steps
+
+
+def undo_changes(cur: Any, changes: Sequence[Change]) -> list[str]:
+    """Runs each change's undo statement, newest first; returns what was undone."""
+    done = []
+    for c in reversed(changes):
+        cur.execute(c.undo_sql, tuple(c.undo_params))
+        done.append(f"undid: {c.what}")
+    return done

@@ -1,0 +1,162 @@
+"""What a fix is made of: proposals, the plan that bundles them for approval, approvals, the receipt."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+SYSTEM_ACTOR = "dw-dagster"
+"""Who proposes; never a valid approver."""
+
+
+class ProposalKind(str, Enum):
+    REFERENCE_ROW = "reference_row"
+    """Add a missing key's row to a hand-maintained reference table (applied by the remediation job)."""
+    NODE_CHANGE = "node_change"
+    """A Coalesce node change, as a diff the node owner applies and deploys in Coalesce."""
+    SCOPED_RERUN = "scoped_rerun"
+    """A Coalesce run of the affected nodes only, under the approving owner's credentials."""
+
+
+class ReferenceRow(BaseModel):
+    asset_key: str
+    table: str
+    """Fully qualified, quoted: ``"DW_PROD"."REF_PLANNING"."REGION_MAP"``."""
+    key_column: str
+    key_value: str
+    values: dict[str, Any]
+    """The drafted row, key included; ``None`` where the owner must give a value when approving."""
+    drafted_from: dict[str, str] = Field(default_factory=dict)
+    """Column -> where the drafted value came from, shown to the approver."""
+    required: list[str] = Field(default_factory=list)
+    """Columns that may not be NULL."""
+    audit_columns: dict[str, str] = Field(default_factory=dict)
+
+    def missing(self, overrides: dict[str, str] | None = None) -> list[str]:
+        values = {**self.values, **(overrides or {})}
+        return [c for c in self.required if values.get(c) in (None, "")]
+
+
+class NodeChange(BaseModel):
+    environment_id: str
+    node_id: str
+    node_name: str
+    asset_key: str
+    before: dict[str, Any]
+    """The node's editable definition as read from Coalesce: join, columns' transforms, node tests."""
+    after: dict[str, Any]
+    diff: str
+    """Unified diff of ``before`` -> ``after`` as YAML."""
+    test_name: str
+    """The node test the change adds; it must pass in the rerun."""
+
+
+class ScopedRerun(BaseModel):
+    environment_id: str
+    include_selector: str
+    nodes: list[str]
+    reason: str
+
+
+class Proposal(BaseModel):
+    proposal_id: str
+    kind: ProposalKind
+    title: str
+    owners: list[str]
+    """Team ids; one member of each must approve."""
+    reference_row: ReferenceRow | None = None
+    node_change: NodeChange | None = None
+    rerun: ScopedRerun | None = None
+
+
+class Expectation(BaseModel):
+    """One thing verification checks after the rerun."""
+
+    kind: Literal["reconciles", "node_test_passed", "back_to_baseline"]
+    subject: str
+    """A recorded total's name, or a node test's name."""
+    target: float | None = None
+    """back_to_baseline: the value before the incident."""
+    tolerance: float | None = None
+
+
+class RemediationPlan(BaseModel):
+    plan_id: str
+    incident_id: str
+    domain: str | None
+    autonomy: str
+    proposals: list[Proposal]
+    expectations: list[Expectation]
+    created_at: datetime
+    expires_at: datetime
+    proposed_by: str = SYSTEM_ACTOR
+
+    @property
+    def required_teams(self) -> list[str]:
+        return list(dict.fromkeys(t for p in self.proposals for t in p.owners))
+
+    def of_kind(self, kind: ProposalKind) -> list[Proposal]:
+        return [p for p in self.proposals if p.kind is kind]
+
+
+class Approval(BaseModel):
+    plan_id: str
+    team: str
+    approver: str
+    email: str
+    at: datetime
+    run_id: str
+    values: dict[str, str] = Field(default_factory=dict)
+    """What the approver filled in or corrected on reference rows their team owns."""
+
+
+class Decision(BaseModel):
+    """A rejection, an expiry or a cancellation: the plan will not run."""
+
+    plan_id: str
+    kind: Literal["rejected", "expired"]
+    by: str
+    at: datetime
+    reason: str
+    run_id: str | None = None
+
+
+class Change(BaseModel):
+    """One change the remediation job made, with how to undo it."""
+
+    proposal_id: str
+    what: str
+    sql: str
+    undo_sql: str
+    undo_params: list[Any]
+    previous: dict[str, Any] | None = None
+    """The row before (None: there was none)."""
+    at: datetime
+
+
+class VerificationResult(BaseModel):
+    expectation: Expectation
+    passed: bool | None
+    """None: could not be checked (errored), never counted as passed."""
+    observed: dict[str, Any] = Field(default_factory=dict)
+    detail: str = ""
+
+
+class Receipt(BaseModel):
+    incident_id: str
+    plan_id: str
+    cause: str
+    evidence: dict[str, Any]
+    proposals: list[Proposal]
+    approvals: list[Approval]
+    changes: list[Change]
+    dagster_run_id: str
+    coalesce_run_id: int | None
+    coalesce_run_as: str | None
+    verification: list[VerificationResult]
+    verified: bool
+    undo: list[str]
+    written_at: datetime

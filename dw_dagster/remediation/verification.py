@@ -1,0 +1,92 @@
+"""After the rerun: did the fix work? Each expectation is measured in the warehouse or read from Coalesce.
+
+- ``reconciles``: the recorded total is back in line with its source total (the same reconciliation the
+  nightly check runs, on the tables as rebuilt);
+- ``node_test_passed``: the node test the change added ran in the rerun and passed;
+- ``back_to_baseline``: a total the incident moved (the reorder list's row count) is back within its
+  baseline's band around its value before the incident.
+
+A check that cannot run is reported as errored (``passed=None``) and fails the verification.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import date
+from typing import Any
+
+from dw_dagster.checks.history import HistorySession
+from dw_dagster.checks.metrics import MetricsFile
+from dw_dagster.checks.recorded_totals import HISTORY_DAYS, compute_total, reconcile
+from dw_dagster.coalesce.models import CoalesceRunResults
+from dw_dagster.remediation.models import Expectation, VerificationResult
+
+
+def verify(
+    expectations: list[Expectation],
+    *,
+    day: date,
+    metrics: MetricsFile,
+    resolve_table: Callable[[str, str], str],
+    cursor: Any,
+    history: HistorySession,
+    run_results: CoalesceRunResults | None,
+) -> list[VerificationResult]:
+    out = []
+    for e in expectations:
+        try:
+            out.append(_one(e, day, metrics, resolve_table, cursor, history, run_results))
+        except Exception as exc:  # noqa: BLE001 - an expectation that cannot be checked is errored, not passed
+            out.append(VerificationResult(expectation=e, passed=None, detail=f"could not be checked: {exc}"))
+    return out
+
+
+def _one(e, day, metrics, resolve_table, cursor, history, run_results) -> VerificationResult:
+    if e.kind == "reconciles":
+        total = metrics.get(e.subject)
+        assert total.reconcile_with is not None, f"{e.subject} has no reconcile_with"
+        source = metrics.get(total.reconcile_with.total)
+        target_now = compute_total(cursor, total, resolve_table)
+        source_now = compute_total(cursor, source, resolve_table)
+        rec = reconcile(
+            day,
+            target_now,
+            source_now,
+            history.metric_history(total.name, day, HISTORY_DAYS),
+            history.metric_history(source.name, day, HISTORY_DAYS),
+            total.reconcile_with,
+        )
+        return VerificationResult(
+            expectation=e,
+            passed=rec.passed,
+            observed={
+                total.name: target_now.value,
+                source.name: source_now.value,
+                "gap_change": rec.gap_change,
+                "tolerance": rec.tolerance,
+            },
+            detail=f"{total.name} {target_now.value:,.0f} against {source.name} {source_now.value:,.0f}: gap "
+            f"{rec.gap_change:+,.0f} from the usual (tolerance {rec.tolerance:,.0f})",
+        )
+    if e.kind == "node_test_passed":
+        if run_results is None:
+            return VerificationResult(expectation=e, passed=None, detail="no Coalesce run results to read")
+        results = [q for n in run_results.data for q in n.query_results if q.name == e.subject]
+        if not results:
+            return VerificationResult(expectation=e, passed=False, detail=f"node test {e.subject} did not run in the rerun")
+        passed = all(q.success for q in results)
+        return VerificationResult(
+            expectation=e, passed=passed, observed={"runs": len(results)},
+            detail=f"node test {e.subject} {'passed' if passed else 'failed'} in the rerun",
+        )  # fmt: skip
+    total = metrics.get(e.subject)
+    now = compute_total(cursor, total, resolve_table).value
+    assert e.target is not None and e.tolerance is not None
+    passed = abs(now - e.target) <= e.tolerance
+    return VerificationResult(
+        expectation=e,
+        passed=passed,
+        observed={"value": now, "baseline": e.target},
+        detail=f"{total.name} is {now:,.0f}, {'back to' if passed else 'not back to'} {e.target:,.0f} (±{e.tolerance:,.0f})",
+    )
+

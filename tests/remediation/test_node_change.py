@@ -1,0 +1,98 @@
+"""The proposed node change: which join becomes LEFT, which columns are bucketed, the added test, the diff."""
+
+from __future__ import annotations
+
+import pytest
+
+from dw_dagster.coalesce.models import CoalesceNode
+from dw_dagster.remediation.node_change import definition, is_deployed, keep_unmatched, unified_diff
+
+TABLES = {("STAGE", "STG_ONHAND"): '"DB"."STAGE"."STG_ONHAND"', ("INVENTORY", "DIM_WAREHOUSE"): '"DB"."INVENTORY"."DIM_WAREHOUSE"',
+          ("STAGE", "STG_ITEMS"): '"DB"."STAGE"."STG_ITEMS"'}  # fmt: skip
+RIGHT = '"DB"."INVENTORY"."DIM_WAREHOUSE"'
+
+
+def node(join: str) -> CoalesceNode:
+    def col(name: str, data_type: str, transform: str = "") -> dict:
+        return {"columnID": name, "name": name, "dataType": data_type, "transform": transform}
+
+    return CoalesceNode.model_validate(
+        {
+            "id": "n1", "name": "FCT_INVENTORY_POSITION", "nodeType": "Fact", "locationName": "INVENTORY",
+            "metadata": {
+                "columns": [
+                    col("ORGANIZATION_ID", "NUMBER(38,0)"),
+                    col("WAREHOUSE_CODE", "VARCHAR(10)"),
+                    col("REGION", "VARCHAR(30)", 'UPPER("WH"."REGION")'),
+                    col("WAREHOUSE_ID", "NUMBER(38,0)"),
+                    col("SKU", "VARCHAR(40)"),
+                ],
+                "sourceMapping": [{"name": "FCT_INVENTORY_POSITION", "join": {"joinCondition": join}}],
+                "appliedNodeTests": [{"name": "NO_NEGATIVE_ONHAND", "templateString": "SELECT 1 WHERE FALSE"}],
+            },
+        }  # fmt: skip
+    )
+
+
+RIGHT_COLUMNS = {"WAREHOUSE_CODE": "WAREHOUSE_CODE", "REGION": "REGION", "WAREHOUSE_ID": "WAREHOUSE_ID"}
+JOIN = """FROM {{ ref('STAGE', 'STG_ONHAND') }} "STG_ONHAND"
+LEFT JOIN {{ ref('STAGE', 'STG_ITEMS') }} "STG_ITEMS" ON "STG_ONHAND"."INVENTORY_ITEM_ID" = "STG_ITEMS"."INVENTORY_ITEM_ID"
+INNER JOIN {{ ref('INVENTORY', 'DIM_WAREHOUSE') }} AS "WH" ON "STG_ONHAND"."ORGANIZATION_ID" = "WH"."ORGANIZATION_ID\""""
+
+
+def resolve(location: str, name: str) -> str:
+    return TABLES[(location, name)]
+
+
+def test_only_the_inner_join_to_the_right_table_becomes_left():
+    after, test = keep_unmatched(node(JOIN), RIGHT, resolve, RIGHT_COLUMNS)
+    assert "LEFT JOIN {{ ref('INVENTORY', 'DIM_WAREHOUSE') }} AS \"WH\" ON" in after["join"]
+    assert "INNER" not in after["join"]
+    assert "LEFT JOIN {{ ref('STAGE', 'STG_ITEMS') }}" in after["join"], "the other join is left alone"
+    assert test == "NO_UNMATCHED_DIM_WAREHOUSE"
+
+
+def test_text_columns_from_the_right_side_are_bucketed_and_numbers_left_null():
+    after, _ = keep_unmatched(node(JOIN), RIGHT, resolve, RIGHT_COLUMNS)
+    by = {c["name"]: c["transform"] for c in after["columns"]}
+    assert by["WAREHOUSE_CODE"] == """COALESCE("WH"."WAREHOUSE_CODE", 'UNMAPPED')""", "the alias in the join is used"
+    assert by["REGION"] == """COALESCE(UPPER("WH"."REGION"), 'UNMAPPED')""", "an existing transform is wrapped"
+    assert by["WAREHOUSE_ID"] == "" and by["SKU"] == "" and by["ORGANIZATION_ID"] == ""
+    (added,) = [t for t in after["nodeTests"] if t["name"] == "NO_UNMATCHED_DIM_WAREHOUSE"]
+    assert added["sql"] == """SELECT * FROM {{ ref('INVENTORY', 'FCT_INVENTORY_POSITION') }} WHERE "WAREHOUSE_CODE" = 'UNMAPPED'"""
+    assert [t["name"] for t in after["nodeTests"]][0] == "NO_NEGATIVE_ONHAND", "existing tests are kept"
+
+
+def test_a_bare_join_is_an_inner_join():
+    after, _ = keep_unmatched(node(JOIN.replace("INNER JOIN", "JOIN")), RIGHT, resolve, RIGHT_COLUMNS)
+    assert "LEFT JOIN {{ ref('INVENTORY', 'DIM_WAREHOUSE') }}" in after["join"]
+
+
+def test_no_inner_join_to_the_table_is_an_error_naming_the_node():
+    left_already = JOIN.replace("INNER JOIN", "LEFT OUTER JOIN")
+    with pytest.raises(ValueError, match="FCT_INVENTORY_POSITION: no inner join to INVENTORY.DIM_WAREHOUSE"):
+        keep_unmatched(node(left_already), RIGHT, resolve, RIGHT_COLUMNS)
+    with pytest.raises(ValueError, match="does not read"):
+        keep_unmatched(node(JOIN), '"DB"."X"."OTHER"', resolve, RIGHT_COLUMNS)
+    with pytest.raises(ValueError, match="no text column"):
+        keep_unmatched(node(JOIN), RIGHT, resolve, {"WAREHOUSE_ID": "WAREHOUSE_ID"})
+
+
+def test_the_diff_is_a_unified_diff_of_the_definition():
+    before = definition(node(JOIN))
+    after, _ = keep_unmatched(node(JOIN), RIGHT, resolve, RIGHT_COLUMNS)
+    diff = unified_diff(before, after, "INVENTORY/FCT_INVENTORY_POSITION")
+    lines = diff.splitlines()
+    assert lines[0] == "--- a/INVENTORY/FCT_INVENTORY_POSITION.yml" and lines[1].startswith("+++ b/")
+    assert any(line.startswith("-") and "INNER JOIN" in line for line in lines)
+    assert any(line.startswith("+") and "LEFT JOIN {{ ref('INVENTORY'" in line for line in lines)
+    assert "+- name: NO_UNMATCHED_DIM_WAREHOUSE" in lines
+
+
+def test_deployed_means_the_test_columns_and_join_are_all_there():
+    before = definition(node(JOIN))
+    after, test = keep_unmatched(node(JOIN), RIGHT, resolve, RIGHT_COLUMNS)
+    assert not is_deployed(before, after, test)
+    assert is_deployed({**after, "join": after["join"].replace(" ON", "\n   ON")}, after, test), "whitespace aside"
+    half = {**after, "join": before["join"]}
+    assert not is_deployed(half, after, test), "the test alone, with the join still inner, is not the change"
