@@ -185,17 +185,20 @@ class FileScenarioWorld(ScenarioWorld):
         return h.hexdigest()[:16]
 
     def template(self, cache: Path) -> Path:
-        """A stopped world with ``history_nights`` played and watched, built once per content hash."""
-        cache.mkdir(parents=True, exist_ok=True)
-        template = cache / f"world-{self.name}-{self.history_nights}-{self._hash()}"
-        with open(cache / ".lock", "w") as lock:
+        """A stopped world with ``history_nights`` played and watched, built once per content hash (safe
+        across processes)."""
+        # A folder (and lock) of their own: building one never waits on the distributor template's build.
+        folder = cache / "worlds"
+        folder.mkdir(parents=True, exist_ok=True)
+        template = folder / f"{self.name}-{self.history_nights}-{self._hash()}"
+        with open(folder / ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not (template / "seeded.json").exists():
                 shutil.rmtree(template, ignore_errors=True)
                 with self.local_world(template) as lw:
                     self._seed(lw)
-                for stale in cache.glob(f"world-{self.name}-*"):
-                    if stale != template:
+                for stale in folder.glob(f"{self.name}-*"):
+                    if stale != template and (stale / "seeded.json").exists():
                         shutil.rmtree(stale, ignore_errors=True)
         return template
 
