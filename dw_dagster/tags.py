@@ -16,3 +16,8 @@ PLAN_ID = "dw/plan_id"
 APPROVAL = "dw/approval"
 APPROVAL_PENDING = "pending"
 APPROVAL_APPROVED = "approved"
+
+# Run-time parameters dw-dagster sets on the Coalesce reruns it starts (visible in Coalesce's run details): the
+# run sensor counts such a rerun for the incident's business date, not for the morning it ran.
+COALESCE_PARAM_INCIDENT_ID = "dw_incident_id"
+COALESCE_PARAM_BUSINESS_DATE = "dw_business_date"

@@ -93,6 +93,51 @@ def _run_dagster_dev(lw: LocalWorld, ui_port: int) -> None:
         pass
 
 
+@world.command("night")
+@click.option("--root", type=click.Path(path_type=Path), default=DEFAULT_ROOT, show_default=True)
+@click.option("--reference", is_flag=True, help="The reference night: EBS opens DC7 (org 7120), unmapped.")
+def world_night(root: Path, reference: bool) -> None:
+    """Play the next night on the running world: its Coalesce job runs, and the Dagster daemon of `world up`
+    watches it (run sensor, checks, incidents, diagnosis, proposals) as it would in production."""
+    from dw_local.worlds.distributor.generator import DistributorWorld
+
+    lw = LocalWorld.attach(root.resolve())
+    world = DistributorWorld()
+    coalesce = lw.coalesce_client()
+    if reference:
+        night = world.play_reference_night(lw.snowflake, coalesce)
+    else:
+        night = world.play_night(lw.snowflake, coalesce, world.last_played_night(lw.snowflake) + 1)
+    marker = lw.root / "seeded.json"
+    marker.write_text(json.dumps({"nights_played": night.night + 1}))
+    click.echo(
+        f"night {night.night} ({night.business_date}): Coalesce run {night.run_id} {night.status}; the daemon's "
+        "sensors pick it up within a minute (Dagster UI: Runs, Assets → dw/incidents)"
+    )
+
+
+@world.command("deploy-fix")
+@click.argument("incident_id")
+@click.option("--root", type=click.Path(path_type=Path), default=DEFAULT_ROOT, show_default=True)
+def world_deploy_fix(incident_id: str, root: Path) -> None:
+    """Do what the node's owner does in the Coalesce app: apply the node change proposed for INCIDENT_ID to
+    the workspace and deploy it (dw-dagster itself never edits nodes)."""
+    from dw_dagster.cli import Operations
+    from dw_local.engineer import apply_and_deploy
+    from dw_local.world import LOCAL_COALESCE_TOKEN
+
+    lw = LocalWorld.attach(root.resolve())
+    os.environ.update(lw.env())
+    book = Operations().book()
+    changes = [p.node_change for plan in book.plans(incident_id) for p in plan.proposals if p.node_change]
+    if not changes:
+        raise click.ClickException(f"{incident_id}: no node change was proposed")
+    for change in changes[-1:]:
+        run = apply_and_deploy(lw.coalesce_url, LOCAL_COALESCE_TOKEN, change)
+        click.echo(f"{change.node_name}: applied in the Coalesce workspace and deployed to environment "
+                   f"{change.environment_id} (deploy run {run})")  # fmt: skip
+
+
 @world.command("down")
 @click.option("--root", type=click.Path(path_type=Path), default=DEFAULT_ROOT, show_default=True)
 def world_down(root: Path) -> None:
@@ -145,9 +190,13 @@ def demo() -> None:
 def demo_replay(as_json: bool, root: Path, cache: Path) -> None:
     """Play the reference night headless: detection, diagnosis, Slack, proposals, the owners' approvals
     (through `dw-dagster approve`), the node deploy, the scoped rerun, verification and the receipt."""
+    import warnings
+
     from dw_local.demo import replay
     from dw_local.seeding import seeded_template
 
+    # Dagster's preview and deprecation notices say nothing about the night; keep the output to the story.
+    warnings.simplefilter("ignore")
     if not as_json:
         click.echo("preparing the seeded world (built once, about 3 minutes; cached under .dw/cache) ...")
     events = replay(root.resolve(), seeded_template(cache.resolve()), echo=None if as_json else click.echo)

@@ -125,8 +125,10 @@ def replay(root: Path, template: Path, echo: Callable[[str], None] | None = None
         launched = daemon.tick().launched
         receipt = _remediation(store, tl, incident.incident_id, coalesce, launched)
         checks = daemon.tick()
-        tl.add("dw-dagster", "The run sensor saw the rerun; its checks on the rebuilt tables",
-               {"checks": len(checks.checks), "failed": len(checks.failed()), "errored": len(checks.errored())})  # fmt: skip
+        tl.add("dw-dagster", f"The run sensor saw the rerun; its checks on the rebuilt tables count for {night.business_date} "
+               f"(open incidents: {len(store.list(status='open'))})",
+               {"checks": len(checks.checks), "failed": len(checks.failed()), "errored": len(checks.errored())},
+               failed_checks=[f"{c.check} on {c.asset}: {c.description}" for c in checks.failed()])  # fmt: skip
         tl.add("dw-dagster", "Receipt written (append-only) and posted to the incident's Slack threads",
                {"verified": receipt.verified}, receipt=receipt.model_dump(mode="json"))  # fmt: skip
     return tl.events
@@ -209,7 +211,7 @@ def _remediation(store: IncidentStore, tl: Timeline, incident_id: str, coalesce,
         raise WorldError(f"the remediation run did not write a receipt (launched: {launched}; refused: {[e.detail for e in refused]})")
     receipt = receipts[-1]
     for c in receipt.changes:
-        tl.add("Snowflake", c.what, at=c.at)
+        tl.add("Snowflake", c.what)
     run = coalesce.get_run(receipt.coalesce_run_id)
     tl.add("Coalesce", f"Rerun {receipt.coalesce_run_id} scoped to {run.run_details.include_nodes_selector if run.run_details else '?'} "
            f"as {receipt.coalesce_run_as} {run.run_status.value}",
@@ -220,5 +222,5 @@ def _remediation(store: IncidentStore, tl: Timeline, incident_id: str, coalesce,
         numbers.update({f"{v.expectation.subject}.{k}": val for k, val in v.observed.items()})
         numbers[f"{v.expectation.subject}.passed"] = v.passed
     tl.add("dw-dagster", "Verification " + ("passed" if receipt.verified else "FAILED") + ": "
-           + "; ".join(v.detail for v in receipt.verification), numbers, at=receipt.written_at)  # fmt: skip
+           + "; ".join(v.detail for v in receipt.verification), numbers)  # fmt: skip
     return receipt

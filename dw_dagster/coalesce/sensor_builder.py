@@ -38,6 +38,7 @@ from dw_dagster.coalesce.models import (
     CoalesceRunStatus,
     CoalesceRunType,
 )
+from dw_dagster import tags
 from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.incidents.models import Finding
 from dw_dagster.incidents.store import IncidentStore
@@ -80,12 +81,6 @@ ERROR_DETAIL_KEY = "coalesce/error_detail"
 ENDED_AT_KEY = "coalesce/ended_at"
 LAST_UPDATED_KEY = "dagster/last_updated_timestamp"
 ROW_COUNT_KEY = "dagster/row_count"
-
-# Tags of the checks-only run requests.
-RUN_ID_TAG = "dw/coalesce_run_id"
-ENVIRONMENT_TAG = "dw/coalesce_environment_id"
-JOB_TAG = "dw/coalesce_job"
-BUSINESS_DATE_TAG = "dw/business_date"
 
 # A query that replaces a table's whole content: the rows inserted from it on are the table's rows.
 _FULL_REBUILD_SQL = re.compile(
@@ -254,6 +249,13 @@ class CoalesceRunReport:
         return f"coalesce_run:{self.environment_id}:{self.run.id}"
 
     def business_date(self, business_day: BusinessDay) -> date:
+        # A rerun dw-dagster started to fix an incident rebuilds that incident's business date.
+        given = self.run.run_time_parameters.get(tags.COALESCE_PARAM_BUSINESS_DATE)
+        if given:
+            try:
+                return date.fromisoformat(str(given))
+            except ValueError:
+                pass
         moment = self.run.run_start_time or self.run.run_end_time or datetime.now(timezone.utc)
         return business_day.of(moment)
 
@@ -308,14 +310,14 @@ class CoalesceRunReport:
         return findings
 
     def run_request_tags(self, business_day: BusinessDay) -> dict[str, str]:
-        tags = {
-            RUN_ID_TAG: str(self.run.id),
-            ENVIRONMENT_TAG: self.environment_id,
-            BUSINESS_DATE_TAG: self.business_date(business_day).isoformat(),
+        run_tags = {
+            tags.COALESCE_RUN_ID: str(self.run.id),
+            tags.COALESCE_ENVIRONMENT_ID: self.environment_id,
+            tags.BUSINESS_DATE: self.business_date(business_day).isoformat(),
         }
         if self.job_name:
-            tags[JOB_TAG] = self.job_name
-        return tags
+            run_tags[tags.COALESCE_JOB] = self.job_name
+        return run_tags
 
 
 def _is_full_rebuild(query: CoalesceQueryResult) -> bool:

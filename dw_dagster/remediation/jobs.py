@@ -49,7 +49,15 @@ from dw_dagster.remediation.models import (
 from dw_dagster.remediation.node_change import definition, is_deployed
 from dw_dagster.remediation.receipt import receipt_markdown, receipt_materialization
 from dw_dagster.remediation.verification import verify
-from dw_dagster.tags import APPROVAL, APPROVAL_APPROVED, APPROVAL_PENDING, INCIDENT_ID, PLAN_ID
+from dw_dagster.tags import (
+    APPROVAL,
+    APPROVAL_APPROVED,
+    APPROVAL_PENDING,
+    COALESCE_PARAM_BUSINESS_DATE,
+    COALESCE_PARAM_INCIDENT_ID,
+    INCIDENT_ID,
+    PLAN_ID,
+)
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
@@ -177,7 +185,14 @@ def build_remediation_definitions(
         approval = approved.approver_for(p.owners)
         credentials = run_credentials(coalesce, context_file, approval)
         client = coalesce.get_client()
-        run_id = client.start_run(p.rerun.environment_id, include_selector=p.rerun.include_selector, user_credentials=credentials)
+        day = approved.incident.business_date
+        run_id = client.start_run(
+            p.rerun.environment_id,
+            include_selector=p.rerun.include_selector,
+            user_credentials=credentials,
+            # Seen by the run sensor: the rerun rebuilds the incident's business date, not this morning's.
+            parameters={COALESCE_PARAM_INCIDENT_ID: approved.incident.incident_id, COALESCE_PARAM_BUSINESS_DATE: day.isoformat() if day else ""},
+        )
         context.log.info(f"Coalesce run {run_id} started as {credentials.snowflake_username}: {p.rerun.include_selector}")
         run = client.wait_for_run(run_id, poll_interval=min(config.poll_seconds, 5.0), timeout=config.rerun_timeout_seconds)
         if run.run_status.value != "completed":

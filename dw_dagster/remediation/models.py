@@ -75,12 +75,15 @@ class Proposal(BaseModel):
 class Expectation(BaseModel):
     """One thing verification checks after the rerun."""
 
-    kind: Literal["reconciles", "node_test_passed", "back_to_baseline"]
+    kind: Literal["reconciles", "node_test_passed", "back_to_baseline", "rows_restored"]
     subject: str
-    """A recorded total's name, or a node test's name."""
+    """A recorded total's name, a node test's name, or (rows_restored) the asset key of the fixed node."""
     target: float | None = None
-    """back_to_baseline: the value before the incident."""
+    """back_to_baseline: the value before the incident; rows_restored: the night's rows plus those the join
+    dropped."""
     tolerance: float | None = None
+    table: str | None = None
+    """rows_restored: the node's table, fully quoted."""
 
 
 class RemediationPlan(BaseModel):

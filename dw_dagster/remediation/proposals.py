@@ -97,7 +97,7 @@ def plan_remediation(
         domain=domain_name,
         autonomy=autonomy.value,
         proposals=proposals,
-        expectations=_expectations(diagnosis, radius, node.node_change.test_name, ctx),
+        expectations=_expectations(incident, diagnosis, radius, join, node.node_change.test_name, ctx),
         created_at=now,
         expires_at=now + timedelta(hours=hours),
     )
@@ -296,7 +296,9 @@ def _scoped_rerun(change: NodeChange, reference_keys: Sequence[str], ctx: PlanCo
     )
 
 
-def _expectations(diagnosis: Diagnosis, radius: BlastRadius, test_name: str, ctx: PlanContext) -> list[Expectation]:
+def _expectations(
+    incident: Incident, diagnosis: Diagnosis, radius: BlastRadius, join: JoinEffect, test_name: str, ctx: PlanContext
+) -> list[Expectation]:
     metrics = ctx.diagnosis.metrics
     out = [
         Expectation(kind="reconciles", subject=t.name)
@@ -304,6 +306,17 @@ def _expectations(diagnosis: Diagnosis, radius: BlastRadius, test_name: str, ctx
         if t.reconcile_with is not None and t.asset in diagnosis.path
     ]
     out.append(Expectation(kind="node_test_passed", subject=test_name))
+    # The node keeps the rows its join dropped: that night's row count plus them, exactly.
+    parts = table_parts(ctx.diagnosis.graph.info(join.asset_key).table_name)
+    day = incident.business_date
+    night = ctx.diagnosis.history.volume_history(join.asset_key, day + timedelta(days=1), 1).get(day) if day else None
+    if parts and night is not None and night.value is not None:
+        out.append(
+            Expectation(
+                kind="rows_restored", subject=join.asset_key, target=night.value + join.dropped_rows, tolerance=0,
+                table=table_reference(*parts),
+            )  # fmt: skip
+        )
     for asset in radius.assets:
         for name, change in asset.change.items():
             if not isinstance(change, dict) or "before" not in change:

@@ -4,7 +4,8 @@
   nightly check runs, on the tables as rebuilt);
 - ``node_test_passed``: the node test the change added ran in the rerun and passed;
 - ``back_to_baseline``: a total the incident moved (the reorder list's row count) is back within its
-  baseline's band around its value before the incident.
+  baseline's band around its value before the incident;
+- ``rows_restored``: the fixed node holds the night's rows plus exactly the rows its join used to drop.
 
 A check that cannot run is reported as errored (``passed=None``) and fails the verification.
 """
@@ -78,6 +79,15 @@ def _one(e, day, metrics, resolve_table, cursor, history, run_results) -> Verifi
         return VerificationResult(
             expectation=e, passed=passed, observed={"runs": len(results)},
             detail=f"node test {e.subject} {'passed' if passed else 'failed'} in the rerun",
+        )  # fmt: skip
+    if e.kind == "rows_restored":
+        assert e.table is not None and e.target is not None
+        cursor.execute(f"SELECT COUNT(*) FROM {e.table}")
+        rows = int(cursor.fetchone()[0])
+        passed = rows == e.target
+        return VerificationResult(
+            expectation=e, passed=passed, observed={"value": rows, "expected": e.target},
+            detail=f"{e.subject} has {rows:,} rows; the night's rows plus those the join dropped are {e.target:,.0f}",
         )  # fmt: skip
     total = metrics.get(e.subject)
     now = compute_total(cursor, total, resolve_table).value

@@ -171,6 +171,17 @@ def test_every_owner_approves_then_it_remediates_verifies_and_writes_the_receipt
     assert "receipt" in materializations[0].asset_materialization.metadata
 
 
+def test_the_rerun_counts_for_the_incident_night_and_opens_no_new_incident(gate: Gate):
+    (receipt,) = [Receipt.model_validate(e.detail) for e in gate.store.events(gate.incident.incident_id, kind="receipt")]
+    restored = next(v for v in receipt.verification if v.expectation.kind == "rows_restored")
+    assert restored.passed and restored.observed == {"value": 10_260, "expected": 9_000 + 1_260}
+    outcome = gate.daemon.tick()
+    assert outcome.runs_requested == 1, "the run sensor checks the rebuilt tables"
+    runs = gate.daemon.instance.get_runs(dg.RunsFilter(tags={"dw/coalesce_run_id": str(receipt.coalesce_run_id)}))
+    assert runs and runs[0].tags["dw/business_date"] == "2025-06-16", "the rerun rebuilt Monday's business date"
+    assert gate.store.list(status="open") == [], "the step the fix makes in row counts is not a new incident"
+
+
 def test_a_re_execution_is_not_an_approval(gate: Gate):
     job = gate.daemon.defs.get_job_def("remediate_incident")
     result = job.execute_in_process(instance=gate.daemon.instance, tags=dict(gate.run().tags), raise_on_error=False)
