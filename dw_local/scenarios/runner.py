@@ -124,6 +124,9 @@ def run_scenario(path: Path, cache: Path = DEFAULT_CACHE, workdir: Path | None =
     world = scenario.world
     template = world.template(cache.resolve())
     tmp = Path(tempfile.mkdtemp(prefix=f"dw-scenario-{scenario.name}-", dir=workdir))
+    # The local daemon points this process's environment at the world, as a deployment would; a scenario
+    # (or a test) that runs next must not inherit it.
+    environ = dict(os.environ)
     try:
         root = clone_world(template, tmp / "world")
         with world.local_world(root) as lw:
@@ -173,6 +176,8 @@ def run_scenario(path: Path, cache: Path = DEFAULT_CACHE, workdir: Path | None =
                 in_force = [e for e in [*in_force, *tonight] if world.persists(e)]
         return ScenarioReport(scenario.name, str(scenario.path), world.name, world.history_nights, nights)
     finally:
+        os.environ.clear()
+        os.environ.update(environ)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

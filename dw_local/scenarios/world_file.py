@@ -200,7 +200,7 @@ class WorldFile(FileModel):
 def load_world_file(path: Path) -> WorldFile:
     """Reads and validates a world file; relative paths in it are made relative to the file."""
     path = Path(path).resolve()
-    world = load_yaml_model(path, WorldFile, "world file", "the scenario's world")
+    world = load_yaml_model(path, WorldFile, "world file", "world in the scenario file")
     return world.model_copy(
         update={k: (path.parent / getattr(world, k)).resolve() for k in ("project", "context", "metrics")}
     )

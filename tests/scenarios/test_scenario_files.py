@@ -1,0 +1,211 @@
+"""The scenario and world file formats, the generic world's data and events, the Elementary baseline and
+the scoring rules; none of it needs the local servers."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dw_dagster.config import DwConfigError
+from dw_local.scenarios.baseline import z_score
+from dw_local.scenarios.model import load_scenario
+from dw_local.scenarios.runner import Alarm, IncidentReport, NightReport
+from dw_local.scenarios.score import BASELINE, DW, score_night, score_reports
+from dw_local.scenarios.suite import SUITE_DIR, scenario_files
+from dw_local.scenarios.worlds import FileScenarioWorld
+
+HERE = Path(__file__).resolve().parent
+ECOMMERCE = SUITE_DIR.parent / "worlds" / "ecommerce" / "world.yaml"
+FAULTS = {
+    "new_key_unmapped", "reference_row_deleted", "reference_row_remapped", "duplicate_load", "partial_load",
+    "replication_stalled", "unit_change", "null_join_key", "column_renamed", "column_dropped", "node_failure",
+    "scheduler_skip",
+}  # fmt: skip
+
+
+def test_the_public_suite_covers_the_vocabulary_on_two_worlds():
+    scenarios = [load_scenario(p) for p in scenario_files(SUITE_DIR)]
+    assert len(scenarios) >= 15
+    assert {s.world.name for s in scenarios} == {"distributor", "ecommerce"}
+    kinds = {e["kind"] for s in scenarios for n in s.file.nights for e in n.events}
+    assert FAULTS <= kinds
+    assert {"new_key_mapped", "steady_growth"} <= kinds
+    # Weekend and month-end nights are played clean: the calendar is a benign event too.
+    dates = {s.world.business_date(s.night_index(k)) for s in scenarios for k in range(len(s.file.nights))}
+    assert any(d.weekday() >= 5 for d in dates)
+    assert any((d + timedelta(days=1)).month != d.month for d in dates)
+    names = [s.name for s in scenarios]
+    assert len(set(names)) == len(names)
+
+
+def _scenario(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text.replace("WORLD", str(ECOMMERCE)))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        ("name: x\nworld: WORLD\nnights: [{}]\nnight: 3\n", ["night: Extra inputs are not permitted"]),
+        ("name: x\nworld: WORLD\nnights: []\n", ["nights: List should have at least 1 item"]),
+        ("name: X Y\nworld: WORLD\nnights: [{}]\n", ["name: String should match pattern"]),
+        (
+            "name: x\nworld: WORLD\nnights: [{events: [{kind: meteor_strike}]}]\n",
+            ["nights.0.events.0 (meteor_strike)", "kind"],
+        ),
+        (
+            "name: x\nworld: WORLD\nnights: [{}, {events: [{kind: unit_change, table: ORDER_LINES, column: PRICE}]}]\n",
+            ["nights.1.events.0 (unit_change)", "column: ORDER_LINES has no column PRICE"],
+        ),
+        (
+            "name: x\nworld: WORLD\nnights: [{events: [{kind: partial_load, table: ORDERS}]}]\n",
+            ["nights.0.events.0 (partial_load)", "table: ORDERS is not a source of world ecommerce"],
+        ),
+        (
+            "name: x\nworld: WORLD\nnights: [{events: [{kind: partial_load, table: ORDER_LINES, fraction: 2}]}]\n",
+            ["nights.0.events.0 (partial_load)", "fraction: Input should be less than or equal to 1"],
+        ),
+        (
+            "name: x\nworld: distributor\nnights: [{events: [{kind: scheduler_skip, org_id: 7010}]}]\n",
+            ["nights.0.events.0 (scheduler_skip)", "org_id: not a parameter of scheduler_skip"],
+        ),
+        (
+            "name: x\nworld: no/such/world.yaml\nnights: [{}]\n",
+            ["world:", "world file not found"],
+        ),
+        ("name: x\nworld: WORLD\nnights: [{expect: {class: [typo]}}]\n", ["nights.0.expect.class.0"]),
+    ],
+)
+def test_a_bad_scenario_file_names_the_file_and_the_field(tmp_path, text, fragments):
+    path = _scenario(tmp_path, text)
+    with pytest.raises(DwConfigError) as err:
+        load_scenario(path)
+    message = str(err.value)
+    assert str(path) in message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragments"),
+    [
+        (("{sequence: 1}", "{sequence: 1, value: 3}"), ["sources.ORDER_LINES.columns.ORDER_LINE_ID", "exactly one of"]),
+        (("ref: STORE_MAP.STORE_ID", "ref: STORES.STORE_ID"), ["STORES is not a source with load: once"]),
+        (("      QUANTITY: {integer: [1, 3]}\n", ""), ["sources.ORDER_LINES: generates columns", "QUANTITY"]),
+        (("business_time: [7, 23]", "business_time: [23, 7]"), ["business_time: [23, 7] is not [low, high]"]),
+        (("timezone: America/New_York", "timezone: Mars/Olympus"), ["timezone", "unknown IANA time zone"]),
+    ],
+)
+def test_a_bad_world_file_names_the_file_and_the_field(tmp_path, edit, fragments):
+    folder = ECOMMERCE.parent
+    for name in ("project.yaml", "context.yaml", "metrics.yaml"):
+        (tmp_path / name).write_text((folder / name).read_text())
+    text = ECOMMERCE.read_text()
+    assert edit[0] in text
+    (tmp_path / "world.yaml").write_text(text.replace(edit[0], edit[1]))
+    with pytest.raises(DwConfigError) as err:
+        FileScenarioWorld(tmp_path / "world.yaml")
+    for fragment in [str(tmp_path / "world.yaml"), *fragments]:
+        assert fragment in str(err.value), str(err.value)
+
+
+def test_a_world_file_plays_the_same_data_from_the_same_seed_and_follows_the_calendar():
+    world = FileScenarioWorld(ECOMMERCE).world
+    night = world.spec.history_nights
+    first, again = world.night_frames(night)["ORDER_LINES"], world.night_frames(night)["ORDER_LINES"]
+    pd.testing.assert_frame_equal(first, again)
+    assert first["ORDER_LINE_ID"].is_unique
+    assert set(first["STORE_ID"]) <= set(world.once_frame("STORE_MAP")["STORE_ID"])
+    prices = world.once_frame("PRODUCTS").set_index("PRODUCT_ID")["LIST_PRICE"]
+    assert (first["UNIT_PRICE"].to_numpy() == prices.reindex(first["PRODUCT_ID"]).to_numpy()).all()
+    # Replication stamps a line after it was ordered (ORDERED_AT is New York time, the stamp UTC).
+    lag = first["_FIVETRAN_SYNCED"] - (first["ORDERED_AT"] + pd.Timedelta(hours=4))
+    assert lag.between(pd.Timedelta(seconds=30), pd.Timedelta(seconds=600)).all()
+    counts = {world.business_date(n): world.rows_tonight("ORDER_LINES", n) for n in range(night, night + 7)}
+    weekday = [c for d, c in counts.items() if d.weekday() < 5 and d.day < 29]
+    assert counts[date(2025, 5, 31)] > max(weekday)  # month-end outweighs the weekend dip
+    assert counts[date(2025, 6, 1)] < min(weekday)  # a plain Sunday
+
+
+def test_generic_events_change_exactly_what_they_say():
+    scenario_world = FileScenarioWorld(ECOMMERCE)
+    world = scenario_world.world
+    night = world.spec.history_nights
+    clean = world.night_frames(night)
+
+    def played(**event):
+        return scenario_world.parse_event(event, night).transform(world, clean, night)["ORDER_LINES"]
+
+    lines = clean["ORDER_LINES"]
+    assert len(played(kind="duplicate_load", table="ORDER_LINES")) == 2 * len(lines)
+    partial = played(kind="partial_load", table="ORDER_LINES", fraction=0.25)
+    assert len(partial) == len(lines) - round(0.25 * len(lines))
+    uk = lines["STORE_ID"] == 4
+    scaled = played(kind="unit_change", table="ORDER_LINES", column="UNIT_PRICE", factor=100, where={"STORE_ID": 4})
+    assert (scaled.loc[uk, "UNIT_PRICE"] == lines.loc[uk, "UNIT_PRICE"] * 100).all()
+    assert (scaled.loc[~uk, "UNIT_PRICE"] == lines.loc[~uk, "UNIT_PRICE"]).all()
+    new = played(kind="new_key_unmapped", table="ORDER_LINES", column="STORE_ID", value=7, fraction=0.1)
+    assert (new["STORE_ID"] == 7).sum() == round(0.1 * len(lines))
+    nulled = played(kind="null_join_key", table="ORDER_LINES", column="STORE_ID", fraction=0.1)
+    assert nulled["STORE_ID"].isna().sum() == round(0.1 * len(lines))
+    # A scenario's since_night counts from its own first night.
+    growth = scenario_world.parse_event({"kind": "steady_growth", "pct": 1, "since_night": 1}, night)
+    assert growth.since_night == night + 1 and growth.growth(night + 2) == pytest.approx(1.01**2)
+
+
+def test_the_elementary_z_score_keeps_the_scored_point_in_its_window():
+    flat = [100.0] * 13
+    # With the point inside the window |z| can never exceed (n-1)/sqrt(n): 3.47 for 14 points ...
+    assert z_score(flat, 1e9)[2] == pytest.approx(13 / 14**0.5)
+    # ... and 2.85 with 10 points, so a short history never alarms whatever happens.
+    assert z_score([100.0] * 9, 0.0)[2] == pytest.approx(-9 / 10**0.5)
+    assert z_score(flat, 100.0)[2] == 0.0
+
+
+def _night(**changes) -> NightReport:
+    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    base = dict(
+        night=1, business_date=date(2025, 6, 16), events=["x"], fault=True, expects_incident=True,
+        expected_classes=["value_loss"], expected_keys=["ORGANIZATION_ID=7120"],
+        related=["inventory/fct", "mart/m"], run_id=1, run_status="completed", run_ended_at=at,
+        monitored=["inventory/fct", "mart/m", "inventory/dim"],
+    )  # fmt: skip
+    return NightReport(**{**base, **changes})
+
+
+def _incident(classification: str, keys: list[str]) -> IncidentReport:
+    return IncidentReport("INC", "t", classification, "c", keys, {}, [], 0, [], 1.0)
+
+
+def test_scoring_counts_related_detections_false_alarms_and_root_causes():
+    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    night = _night(
+        alarms=[Alarm("inventory/fct", "total", "s", at + timedelta(seconds=2)), Alarm("inventory/dim", "volume", "s", at)],
+        incidents=[_incident("value_loss", ["ORGANIZATION_ID=7120", "ORGANIZATION_ID=7020"])],
+        baseline_alarms=[{"asset": "inventory/dim", "recorded_at": at + timedelta(seconds=1)}],
+    )
+    dw, base, _ = score_night(night)
+    assert (dw.detected, dw.false_alarms, dw.correct, dw.ttd) == (1, 1, 1, [2.0])
+    assert (base.detected, base.false_alarms, base.ttd) == (0, 1, [])
+    wrong_key = _night(incidents=[_incident("value_loss", ["ORGANIZATION_ID=7020"])])
+    assert score_night(wrong_key)[0].correct == 0
+    # A benign night: every alarm is false, nothing is a fault.
+    benign = _night(fault=False, expects_incident=False, related=[], alarms=[Alarm("mart/m", "volume", "s", at)])
+    dw, base, _ = score_night(benign)
+    assert (dw.faults, dw.false_alarms, dw.table_nights) == (0, 1, 3)
+
+
+def test_score_totals_add_up_over_scenarios():
+    from dw_local.scenarios.runner import ScenarioReport
+
+    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    hit = _night(alarms=[Alarm("mart/m", "total", "s", at)], incidents=[_incident("value_loss", ["ORGANIZATION_ID=7120"])])
+    miss = _night(alarms=[])
+    score = score_reports([ScenarioReport("a", "a.yaml", "w", 60, [hit]), ScenarioReport("b", "b.yaml", "w", 60, [miss])])
+    assert score["total"][DW]["recall"] == 0.5 and score["total"][DW]["root_cause_accuracy"] == 0.5
+    assert score["total"][BASELINE]["recall"] == 0.0
+    assert score["total"][DW]["table_nights"] == score["total"][BASELINE]["table_nights"] == 6
