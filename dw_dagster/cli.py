@@ -188,6 +188,11 @@ def undo(incident_id: str, who: str) -> None:
         raise click.ClickException(f"{who!r} is not a member of any team in the context file")
     if not changes:
         raise click.ClickException(f"{incident_id}: no change to undo")
+    book = ops.book()
+    teams = set(ops.context.teams_of(person))
+    foreign = [c.what for c in changes if not teams & set(book.owners_of_change(incident_id, c.proposal_id))]
+    if foreign:
+        raise click.ClickException(f"{person.name} does not own what these changed: {'; '.join(foreign)}")
     with ops.warehouse.tagged_connection("cli.undo", job="undo") as conn:
         done = undo_changes(conn.cursor(), changes)
     for c in changes:

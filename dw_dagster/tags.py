@@ -16,6 +16,8 @@ PLAN_ID = "dw/plan_id"
 APPROVAL = "dw/approval"
 APPROVAL_PENDING = "pending"
 APPROVAL_APPROVED = "approved"
+# The owning teams whose approval the queued run still waits for (shown on the run in the UI).
+APPROVALS_NEEDED = "dw/approvals_needed"
 
 # Run-time parameters dw-dagster sets on the Coalesce reruns it starts (visible in Coalesce's run details): the
 # run sensor counts such a rerun for the incident's business date, not for the morning it ran.

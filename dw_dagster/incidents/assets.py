@@ -66,7 +66,9 @@ def incident_materialization(
     findings: Sequence[IncidentEvent],
     diagnosis: Diagnosis | None = None,
     radius: BlastRadius | None = None,
+    proposed_fix: str | None = None,
 ) -> dg.AssetMaterialization:
+    """``proposed_fix``: the remediation plan as markdown, when the diagnosis proposed one."""
     return dg.AssetMaterialization(
         asset_key=INCIDENTS_KEY,
         description=incident.title,
@@ -85,6 +87,7 @@ def incident_materialization(
                 }
             ),
             **({"classification": diagnosis.classification.value} if diagnosis else {}),
+            **({"proposed_fix": dg.MetadataValue.md(proposed_fix)} if proposed_fix else {}),
         },
         tags={"dw/incident_id": incident.incident_id},
     )

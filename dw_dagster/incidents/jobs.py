@@ -75,7 +75,10 @@ def build_incident_definitions(
                 except NoPlan as e:
                     context.log.info(f"{incident_id}: no remediation plan: {e}")
         record_diagnosis(store, incident_id, len(findings), diagnosis, radius)
-        context.log_event(incident_materialization(incident, store.events(incident_id, kind="finding"), diagnosis, radius))
+        book = ApprovalBook(store, context_file) if context_file is not None else None
+        plan_md = plan_markdown(plan, book.approvers(plan)) + approve_hint(plan, book.approvers(plan)) if plan and book else None
+        finding_events = store.events(incident_id, kind="finding")
+        context.log_event(incident_materialization(incident, finding_events, diagnosis, radius, proposed_fix=plan_md))
         context.log.info(f"{incident_id}: {diagnosis.classification.value}: {diagnosis.cause}")
         if context_file is None:
             context.log.warning("no context file (DW_CONTEXT_FILE): nobody to alert")
@@ -87,11 +90,9 @@ def build_incident_definitions(
         notifier = IncidentNotifier(slack, store, context=context_file, autonomous_dispatch_allowed=control.dispatch_allowed)
         recipients = route_incident(context_file, diagnosis, radius, stopped=control.state().stopped)
         notifier.notify(incident, diagnosis, radius, recipients, run_id=context.run_id)
-        if plan is not None:
-            book = ApprovalBook(store, context_file)
+        if plan is not None and book is not None and plan_md is not None:
             if book.record_plan(plan):
-                text = plan_markdown(plan, book.approvers(plan)).replace("**", "*")
-                notifier.post_update(incident, text + approve_hint(plan, book.approvers(plan)), kind="proposal", version=plan.plan_id)
+                notifier.post_update(incident, plan_md.replace("**", "*"), kind="proposal", version=plan.plan_id)
                 context.log.info(f"{incident_id}: proposed {plan.plan_id} ({len(plan.proposals)} proposals)")
 
     @dg.job(name=DIAGNOSE_JOB, description="Diagnose one incident: cause, evidence, blast radius.")
@@ -115,7 +116,8 @@ def build_incident_definitions(
             # The run key makes a re-tick or a restart of the daemon launch nothing twice.
             yield dg.RunRequest(run_key=f"{incident.incident_id}:{count}", tags={INCIDENT_ID: incident.incident_id})
 
-    defs = dg.Definitions(jobs=[diagnose_incident], sensors=[incident_sensor, build_slack_outbox_sensor(ops)])
+    outbox = build_slack_outbox_sensor(ops, dispatch_gate=lambda warehouse: OrgControl(warehouse, ops).dispatch_allowed)
+    defs = dg.Definitions(jobs=[diagnose_incident], sensors=[incident_sensor, outbox])
     if context_file is None:
         return defs
     return dg.Definitions.merge(defs, build_remediation_definitions(metrics, resolve_table, ops, context_file))

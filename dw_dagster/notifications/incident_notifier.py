@@ -508,8 +508,13 @@ def build_slack_outbox_sensor(
     minimum_interval_seconds: int = 60,
     time_budget_seconds: float = 40.0,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING,
+    dispatch_gate: Callable[[WarehouseResource], Callable[[], bool]] | None = None,
 ) -> dg.SensorDefinition:
-    """A sensor that delivers pending Slack messages (resources ``slack`` and ``snowflake``)."""
+    """A sensor that delivers pending Slack messages (resources ``slack`` and ``snowflake``).
+
+    ``dispatch_gate`` builds, from the warehouse, the ``autonomous_dispatch_allowed`` callable (the org-wide
+    stop): autonomous messages stay pending while it answers False.
+    """
 
     @dg.sensor(
         name=name,
@@ -521,7 +526,10 @@ def build_slack_outbox_sensor(
     def _sensor(
         context: dg.SensorEvaluationContext, slack: SlackNotifier, snowflake: WarehouseResource
     ) -> dg.SkipReason:
-        notifier = IncidentNotifier(slack, IncidentStore(snowflake, ops), logger=context.log)
+        notifier = IncidentNotifier(
+            slack, IncidentStore(snowflake, ops), logger=context.log,
+            autonomous_dispatch_allowed=dispatch_gate(snowflake) if dispatch_gate else None,
+        )  # fmt: skip
         result = notifier.flush_pending(time_budget_seconds=time_budget_seconds)
         return dg.SkipReason(f"Slack outbox: {result.summary()}")
 

@@ -22,7 +22,7 @@ from dagster._core.events import EngineEventData
 from dw_dagster.context.models import ContextFile, Person
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.models import SYSTEM_ACTOR, Approval, Decision, ProposalKind, RemediationPlan
-from dw_dagster.tags import APPROVAL, APPROVAL_APPROVED, APPROVAL_PENDING, INCIDENT_ID, PLAN_ID
+from dw_dagster.tags import APPROVAL, APPROVAL_APPROVED, APPROVAL_PENDING, APPROVALS_NEEDED, INCIDENT_ID, PLAN_ID
 
 REMEDIATION_JOB = "remediate_incident"
 
@@ -64,6 +64,10 @@ class ApprovalBook:
     def missing(plan: RemediationPlan, approvals: Sequence[Approval]) -> list[str]:
         done = {a.team for a in approvals}
         return [t for t in plan.required_teams if t not in done]
+
+    def owners_of_change(self, incident_id: str, proposal_id: str) -> list[str]:
+        """The teams that own the proposal a recorded change carried out."""
+        return [t for plan in self.plans(incident_id) for p in plan.proposals if p.proposal_id == proposal_id for t in p.owners]
 
     def approvers(self, plan: RemediationPlan) -> dict[str, list[str]]:
         return {t: [m.name for m in self.context.teams[t].members] for t in plan.required_teams if t in self.context.teams}
@@ -238,6 +242,7 @@ def approve_run(
             run,
             EngineEventData(metadata={"approver": a.approver, "team": a.team, "plan_id": plan.plan_id, **a.values}),
         )
+    instance.add_run_tags(run.run_id, {APPROVALS_NEEDED: ",".join(missing) or "none"})
     if not missing:
         instance.add_run_tags(run.run_id, {APPROVAL: APPROVAL_APPROVED})
     return GateOutcome(run.run_id, plan, approvals, missing)

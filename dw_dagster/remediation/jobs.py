@@ -53,6 +53,7 @@ from dw_dagster.tags import (
     APPROVAL,
     APPROVAL_APPROVED,
     APPROVAL_PENDING,
+    APPROVALS_NEEDED,
     COALESCE_PARAM_BUSINESS_DATE,
     COALESCE_PARAM_INCIDENT_ID,
     INCIDENT_ID,
@@ -282,7 +283,12 @@ def build_remediation_definitions(
                 continue
             yield dg.RunRequest(
                 run_key=plan.plan_id,
-                tags={INCIDENT_ID: incident.incident_id, PLAN_ID: plan.plan_id, APPROVAL: APPROVAL_PENDING},
+                tags={
+                    INCIDENT_ID: incident.incident_id,
+                    PLAN_ID: plan.plan_id,
+                    APPROVAL: APPROVAL_PENDING,
+                    APPROVALS_NEEDED: ",".join(plan.required_teams),
+                },
             )
 
     @dg.sensor(

@@ -170,7 +170,7 @@ def _draft_row(
     audit = set(rule.audit_columns.values())
     values: dict[str, Any] = {c: None for c in columns if c not in audit}
     values[key_column] = _typed(gap.value)
-    drafted = {key_column: f"the key that matches nothing ({diagnosis.upstream_change or 'new in the source'})"}
+    drafted = {key_column: f"the key that matches nothing: {diagnosis.upstream_change or 'new in the source'}"}
 
     if rule.draft_sql:
         cur.execute(resolve_refs(rule.draft_sql, ctx.diagnosis.resolve_table), {"key": _typed(gap.value)})

@@ -69,6 +69,9 @@ def test_a_hold_queued_before_the_stop_waits_in_the_outbox(stopped_night):
     notifier.notify(incident, diagnosis, radius, route_incident(context, diagnosis, radius, stopped=False))
     assert _messages(daemon.lw, "#buyers") == []
     assert [m.kind for m in notifier.pending(incident.incident_id)] == ["hold"]
+    with daemon._sensor_context() as sensor_context:
+        daemon.defs.get_sensor_def("slack_outbox")(sensor_context)
+    assert _messages(daemon.lw, "#buyers") == [], "the outbox sensor holds it too"
     control.set("resume", "Omar Haddad")
     assert notifier.flush_pending(incident_id=incident.incident_id).sent
     assert len(_messages(daemon.lw, "#buyers")) == 1

@@ -91,6 +91,9 @@ def test_the_proposal_reaches_the_owners_threads(gate: Gate):
     proposals = [m for m in messages if m["thread_ts"] and gate.plan.plan_id in (m["text"] or "")]
     assert {m["channel"] for m in proposals} == {"#inventory-analytics", "#planning-ops"}
     assert "--set WAREHOUSE_NAME=..." in proposals[0]["text"] + str(proposals[0]["blocks"])
+    records = gate.daemon.instance.fetch_materializations(dg.AssetKey(["dw", "incidents"]), limit=1).records
+    shown = records[0].asset_materialization.metadata["proposed_fix"].value
+    assert "+  LEFT JOIN" in shown and "dw-dagster approve" in shown, "the UI shows the plan and how to approve"
 
 
 def test_the_remediation_run_is_queued_and_stays_queued_across_ticks(gate: Gate):
@@ -137,6 +140,7 @@ def test_a_partial_approval_does_not_launch(gate: Gate):
     assert out.returncode == 0, out.stderr
     assert "waiting for planning-ops" in out.stdout
     assert gate.run().tags[APPROVAL] == APPROVAL_PENDING
+    assert gate.run().tags["dw/approvals_needed"] == "planning-ops"
     assert gate.daemon.tick().launched == []
     assert gate.run().status == dg.DagsterRunStatus.QUEUED
     events = gate.daemon.instance.all_logs(gate.run().run_id)
@@ -192,6 +196,8 @@ def test_a_re_execution_is_not_an_approval(gate: Gate):
 
 def test_undoing_the_map_row_restores_the_previous_state(gate: Gate):
     assert 7120 in gate.region_map()
+    buyer = gate.cli("undo", gate.incident.incident_id, "--as", "Luis Romero")
+    assert buyer.returncode != 0 and "does not own" in buyer.stderr and 7120 in gate.region_map()
     out = gate.cli("undo", gate.incident.incident_id, "--as", "Dana Ortiz")
     assert out.returncode == 0, out.stderr
     after = gate.region_map()
