@@ -1,0 +1,83 @@
+"""Rejecting a proposed fix: only an owner, only with a reason; the run is canceled and nothing changes.
+The domain here is at L2 (propose): the plan is made, the hold notice is proposed rather than sent."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import httpx
+import pytest
+import yaml
+
+from dw_dagster.context.models import load_context_file
+from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.remediation.approvals import ApprovalBook
+from dw_dagster.warehouse.ops import OpsSchema
+from dw_local.daemon import LocalDaemon, dagster_home
+from dw_local.worlds.distributor.generator import DistributorWorld
+
+pytestmark = pytest.mark.world
+
+
+@pytest.fixture(scope="module")
+def proposed(seeded_world, tmp_path_factory):
+    context = yaml.safe_load(Path(seeded_world.env()["DW_CONTEXT_FILE"]).read_text())
+    context["domains"]["inventory"]["autonomy"] = "L2"
+    l2 = tmp_path_factory.mktemp("context") / "context.yaml"
+    l2.write_text(yaml.safe_dump(context))
+    env = {"DW_CONTEXT_FILE": str(l2)}
+    daemon = LocalDaemon(seeded_world, env=env)
+    world = DistributorWorld()
+    world.play_night(seeded_world.snowflake, seeded_world.coalesce_client(), 60)
+    daemon.tick()
+    world.play_reference_night(seeded_world.snowflake, seeded_world.coalesce_client())
+    outcome = daemon.tick()
+    store = IncidentStore(daemon.defs.resources["snowflake"], OpsSchema("DW_PROD", "DW_OPS"))
+    (incident,) = store.list(status="open")
+    (run_id,) = outcome.submitted
+    return daemon, store, incident, run_id, {**os.environ, **seeded_world.env(), **env, "DAGSTER_HOME": str(dagster_home(seeded_world.root))}
+
+
+def cli(env, *args):
+    script = Path(sys.executable).with_name("dw-dagster")
+    return subprocess.run([str(script), *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_at_l2_the_fix_is_proposed_and_the_hold_notice_only_proposed(proposed):
+    daemon, store, incident, run_id, env = proposed
+    messages = httpx.get(f"{daemon.lw.slack_url}/_sink/messages").json()["messages"]
+    assert not [m for m in messages if m["channel"] == "#buyers"], "L2 sends nothing on its own"
+    assert daemon.instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.QUEUED
+
+
+def test_only_an_owner_rejects_and_only_with_a_reason(proposed):
+    daemon, store, incident, run_id, env = proposed
+    out = cli(env, "reject", run_id, "--as", "Grace Kim", "--reason", "not now")
+    assert out.returncode != 0 and "not an owner" in out.stderr
+    out = cli(env, "reject", run_id, "--as", "Dana Ortiz", "--reason", " ")
+    assert out.returncode != 0 and "needs a reason" in out.stderr
+    assert daemon.instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.QUEUED
+
+
+def test_a_rejection_cancels_the_run_and_changes_nothing(proposed):
+    daemon, store, incident, run_id, env = proposed
+    out = cli(env, "reject", incident.incident_id, "--as", "Dana Ortiz", "--reason", "DC7 is not ours to map yet")
+    assert out.returncode == 0, out.stderr
+    assert daemon.instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.CANCELED
+    book = ApprovalBook(store, load_context_file(env["DW_CONTEXT_FILE"]))
+    (plan,) = book.plans(incident.incident_id)
+    decision = book.decision(plan)
+    assert (decision.kind, decision.by, decision.reason) == ("rejected", "Dana Ortiz", "DC7 is not ours to map yet")
+    messages = httpx.get(f"{daemon.lw.slack_url}/_sink/messages").json()["messages"]
+    assert any("rejected" in (m["text"] or "") and "DC7 is not ours" in (m["text"] or "") for m in messages)
+    again = cli(env, "approve", incident.incident_id, "--as", "Priya Raman")
+    assert again.returncode != 0 and "no remediation run is waiting" in again.stderr
+    assert daemon.tick().submitted == [], "a rejected plan is not submitted again"
+    with daemon.lw.snowflake.connect() as conn:
+        cur = conn.cursor()
+        cur.execute('SELECT COUNT(*) FROM "DW_PROD"."REF_PLANNING"."REGION_MAP" WHERE "ORGANIZATION_ID" = 7120')
+        assert cur.fetchone()[0] == 0
