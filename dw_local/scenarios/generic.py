@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import numpy as np
 import pandas as pd
@@ -67,7 +66,7 @@ class GenericWorld:
     def __init__(self, spec: WorldFile, source: Path | None = None):
         self.spec = spec
         self.source = source
-        self.tz = ZoneInfo(spec.timezone)
+        self.tz = spec.timezone
         self.project: Project = load_project(spec.project)
         self.tables, self.database = self._read_project()
         self._once = self._once_frames()
@@ -188,7 +187,7 @@ class GenericWorld:
             return np.datetime64(self.business_date(night), "s") + seconds.astype("timedelta64[s]")
         if kind == "synced":
             lag = rng.uniform(gen.lag_seconds[0], gen.lag_seconds[1], n).astype("timedelta64[s]")
-            return to_utc(np.asarray(done[gen.synced], dtype="datetime64[s]"), self.spec.timezone) + lag
+            return to_utc(np.asarray(done[gen.synced], dtype="datetime64[s]"), self.tz.key) + lag
         if kind == "timestamp":
             return np.full(n, np.datetime64(gen.timestamp, "s"))
         if kind == "prefix":

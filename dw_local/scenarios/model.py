@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pydantic
-import yaml
 from pydantic import Field
 
-from dw_dagster.config import DwConfigError, FileModel, describe_validation_error
+from dw_dagster.config import DwConfigError, FileModel, load_yaml_model
 from dw_dagster.incidents.models import CauseClass
 from dw_local.scenarios.worlds import EventError, ScenarioWorld, open_world
 
@@ -85,21 +84,10 @@ class Scenario:
 def load_scenario(path: Path) -> Scenario:
     """Reads and validates a scenario file and its world; every error names the file and the field."""
     path = Path(path).resolve()
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise DwConfigError(f"{path}: cannot read the scenario file: {e}") from e
-    except yaml.YAMLError as e:
-        raise DwConfigError(f"{path}: not valid YAML: {e}") from e
-    try:
-        file = ScenarioFile.model_validate(raw)
-    except pydantic.ValidationError as e:
-        raise DwConfigError(describe_validation_error(path, e)) from None
+    file = load_yaml_model(path, ScenarioFile, "scenario file", "the scenario's PATH")
     try:
         world = open_world(file.world, path.parent)
-    except DwConfigError as e:
-        raise DwConfigError(f"{path}: world: {e}") from None
-    except FileNotFoundError as e:
+    except (ValueError, OSError) as e:  # the world, project, context or metrics file: named in the message
         raise DwConfigError(f"{path}: world: {e}") from None
     events: list[list[Any]] = []
     for k, night in enumerate(file.nights):

@@ -34,9 +34,9 @@ import re
 from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from dw_dagster.config import FileModel, load_yaml_model
 
@@ -152,7 +152,7 @@ class WorldFile(FileModel):
     name: str = Field(pattern=r"^[a-z][a-z0-9_\-]*$")
     description: str = ""
     seed: int
-    timezone: str
+    timezone: ZoneInfo
     project: Path
     context: Path
     metrics: Path
@@ -162,15 +162,6 @@ class WorldFile(FileModel):
     night_time: time
     history_nights: int = Field(ge=1, le=400)
     sources: dict[str, SourceTable] = Field(min_length=1)
-
-    @field_validator("timezone")
-    @classmethod
-    def _known_timezone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown IANA time zone {value!r}") from None
-        return value
 
     @model_validator(mode="after")
     def _references(self) -> WorldFile:

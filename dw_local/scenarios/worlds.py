@@ -176,10 +176,10 @@ class FileScenarioWorld(ScenarioWorld):
         self.database = self.world.database
 
     def _hash(self) -> str:
-        # The template is what the world's files, this code and the product's watching code make of it.
+        # The template is what the world's files, the generator and the product's watching code make of it.
         h = hashlib.sha256(_shaping_hash().encode())
         files = [self.path, self.spec.project, self.spec.context, self.spec.metrics]
-        files += sorted(p for p in _SCENARIO_CODE.glob("*.py"))
+        files += [_SCENARIO_CODE / name for name in ("generic.py", "world_file.py")]
         for f in files:
             h.update(f.read_bytes())
         return h.hexdigest()[:16]

@@ -97,7 +97,7 @@ def test_a_bad_scenario_file_names_the_file_and_the_field(tmp_path, text, fragme
         (("ref: STORE_MAP.STORE_ID", "ref: STORES.STORE_ID"), ["STORES is not a source with load: once"]),
         (("      QUANTITY: {integer: [1, 3]}\n", ""), ["sources.ORDER_LINES: generates columns", "QUANTITY"]),
         (("business_time: [7, 23]", "business_time: [23, 7]"), ["business_time: [23, 7] is not [low, high]"]),
-        (("timezone: America/New_York", "timezone: Mars/Olympus"), ["timezone", "unknown IANA time zone"]),
+        (("timezone: America/New_York", "timezone: Mars/Olympus"), ["timezone: invalid timezone: Mars/Olympus"]),
     ],
 )
 def test_a_bad_world_file_names_the_file_and_the_field(tmp_path, edit, fragments):
