@@ -177,7 +177,7 @@ def resume(who: str) -> None:
 def undo(incident_id: str, who: str) -> None:
     """Undo the reference-data changes a remediation made for INCIDENT_ID (node changes are undone in Coalesce)."""
     from dw_dagster.remediation.models import Change
-    from dw_dagster.remediation.jobs import undo_changes
+    from dw_dagster.remediation.changes import undo_changes
 
     ops = Operations()
     person = ops.context.person(who)

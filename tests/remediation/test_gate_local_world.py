@@ -3,15 +3,12 @@ the remediation itself, verification, the receipt and the undo. One world, in th
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import dagster as dg
 import httpx
 import pytest
+from click.testing import CliRunner, Result
 
+from dw_dagster.cli import main
 from dw_dagster.context.models import load_context_file
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.approvals import ApprovalBook
@@ -44,10 +41,10 @@ class Gate:
         self.held = self.daemon.tick()
         (self.run_id,) = self.diagnosed.submitted + self.held.submitted
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess:
-        env = {**os.environ, **self.lw.env(), "DAGSTER_HOME": str(dagster_home(self.lw.root))}
-        script = Path(sys.executable).with_name("dw-dagster")
-        return subprocess.run([str(script), *args], env=env, capture_output=True, text=True, timeout=300)
+    def cli(self, *args: str) -> Result:
+        """``dw-dagster ...`` as a person types it, run in this process (the replay test runs it as a program)."""
+        env = {**self.lw.env(), "DAGSTER_HOME": str(dagster_home(self.lw.root))}
+        return CliRunner().invoke(main, list(args), env=env)
 
     def run(self) -> dg.DagsterRun:
         return self.daemon.instance.get_run_by_id(self.run_id)
@@ -108,18 +105,18 @@ def test_the_remediation_run_is_queued_and_stays_queued_across_ticks(gate: Gate)
 
 def test_a_non_owner_cannot_approve(gate: Gate):
     buyer = gate.cli("approve", gate.incident.incident_id, "--as", "Luis Romero")
-    assert buyer.returncode != 0 and "not an owner of plan" in buyer.stderr
+    assert buyer.exit_code != 0 and "not an owner of plan" in buyer.output
     itself = gate.cli("approve", gate.incident.incident_id, "--as", "dw-dagster")
-    assert itself.returncode != 0 and "cannot approve" in itself.stderr
+    assert itself.exit_code != 0 and "cannot approve" in itself.output
     stranger = gate.cli("approve", gate.incident.incident_id, "--as", "Mallory")
-    assert stranger.returncode != 0 and "not a member of any team" in stranger.stderr
+    assert stranger.exit_code != 0 and "not a member of any team" in stranger.output
     assert gate.book.approvals(gate.plan) == []
     assert gate.run().tags[APPROVAL] == APPROVAL_PENDING
 
 
 def test_the_map_owner_must_name_what_cannot_be_drafted(gate: Gate):
     out = gate.cli("approve", gate.incident.incident_id, "--as", "Dana Ortiz")
-    assert out.returncode != 0 and "--set WAREHOUSE_NAME=" in out.stderr
+    assert out.exit_code != 0 and "--set WAREHOUSE_NAME=" in out.output
     assert gate.book.approvals(gate.plan) == []
 
 
@@ -137,8 +134,8 @@ def test_an_approval_tag_typed_at_launch_is_refused_by_the_first_op(gate: Gate):
 
 def test_a_partial_approval_does_not_launch(gate: Gate):
     out = gate.cli("approve", gate.incident.incident_id, "--as", "Priya Raman")
-    assert out.returncode == 0, out.stderr
-    assert "waiting for planning-ops" in out.stdout
+    assert out.exit_code == 0, out.output
+    assert "waiting for planning-ops" in out.output
     assert gate.run().tags[APPROVAL] == APPROVAL_PENDING
     assert gate.run().tags["dw/approvals_needed"] == "planning-ops"
     assert gate.daemon.tick().launched == []
@@ -149,7 +146,7 @@ def test_a_partial_approval_does_not_launch(gate: Gate):
 
 def test_every_owner_approves_then_it_remediates_verifies_and_writes_the_receipt(gate: Gate):
     out = gate.cli("approve", gate.incident.incident_id, "--as", "dana.ortiz@distributor.example", "--set", "WAREHOUSE_NAME=Dallas")
-    assert out.returncode == 0, out.stderr
+    assert out.exit_code == 0, out.output
     assert gate.run().tags[APPROVAL] == APPROVAL_APPROVED
     (node,) = [p.node_change for p in gate.plan.of_kind(ProposalKind.NODE_CHANGE)]
     apply_and_deploy(gate.lw.coalesce_url, LOCAL_COALESCE_TOKEN, node)
@@ -197,10 +194,10 @@ def test_a_re_execution_is_not_an_approval(gate: Gate):
 def test_undoing_the_map_row_restores_the_previous_state(gate: Gate):
     assert 7120 in gate.region_map()
     buyer = gate.cli("undo", gate.incident.incident_id, "--as", "Luis Romero")
-    assert buyer.returncode != 0 and "does not own" in buyer.stderr and 7120 in gate.region_map()
+    assert buyer.exit_code != 0 and "does not own" in buyer.output and 7120 in gate.region_map()
     out = gate.cli("undo", gate.incident.incident_id, "--as", "Dana Ortiz")
-    assert out.returncode == 0, out.stderr
+    assert out.exit_code == 0, out.output
     after = gate.region_map()
     assert 7120 not in after and len(after) == 6
     again = gate.cli("undo", gate.incident.incident_id, "--as", "Dana Ortiz")
-    assert again.returncode != 0 and "no change to undo" in again.stderr
+    assert again.exit_code != 0 and "no change to undo" in again.output

@@ -3,16 +3,15 @@ The domain here is at L2 (propose): the plan is made, the hold notice is propose
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import dagster as dg
 import httpx
 import pytest
 import yaml
+from click.testing import CliRunner
 
+from dw_dagster.cli import main
 from dw_dagster.context.models import load_context_file
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.approvals import ApprovalBook
@@ -39,12 +38,12 @@ def proposed(seeded_world, tmp_path_factory):
     store = IncidentStore(daemon.defs.resources["snowflake"], OpsSchema("DW_PROD", "DW_OPS"))
     (incident,) = store.list(status="open")
     (run_id,) = outcome.submitted
-    return daemon, store, incident, run_id, {**os.environ, **seeded_world.env(), **env, "DAGSTER_HOME": str(dagster_home(seeded_world.root))}
+    return daemon, store, incident, run_id, {**seeded_world.env(), **env, "DAGSTER_HOME": str(dagster_home(seeded_world.root))}
 
 
 def cli(env, *args):
-    script = Path(sys.executable).with_name("dw-dagster")
-    return subprocess.run([str(script), *args], env=env, capture_output=True, text=True, timeout=300)
+    """``dw-dagster ...`` as a person types it, run in this process."""
+    return CliRunner().invoke(main, list(args), env=env)
 
 
 def test_at_l2_the_fix_is_proposed_and_the_hold_notice_only_proposed(proposed):
@@ -57,16 +56,16 @@ def test_at_l2_the_fix_is_proposed_and_the_hold_notice_only_proposed(proposed):
 def test_only_an_owner_rejects_and_only_with_a_reason(proposed):
     daemon, store, incident, run_id, env = proposed
     out = cli(env, "reject", run_id, "--as", "Grace Kim", "--reason", "not now")
-    assert out.returncode != 0 and "not an owner" in out.stderr
+    assert out.exit_code != 0 and "not an owner" in out.output
     out = cli(env, "reject", run_id, "--as", "Dana Ortiz", "--reason", " ")
-    assert out.returncode != 0 and "needs a reason" in out.stderr
+    assert out.exit_code != 0 and "needs a reason" in out.output
     assert daemon.instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.QUEUED
 
 
 def test_a_rejection_cancels_the_run_and_changes_nothing(proposed):
     daemon, store, incident, run_id, env = proposed
     out = cli(env, "reject", incident.incident_id, "--as", "Dana Ortiz", "--reason", "DC7 is not ours to map yet")
-    assert out.returncode == 0, out.stderr
+    assert out.exit_code == 0, out.output
     assert daemon.instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.CANCELED
     book = ApprovalBook(store, load_context_file(env["DW_CONTEXT_FILE"]))
     (plan,) = book.plans(incident.incident_id)
@@ -75,7 +74,7 @@ def test_a_rejection_cancels_the_run_and_changes_nothing(proposed):
     messages = httpx.get(f"{daemon.lw.slack_url}/_sink/messages").json()["messages"]
     assert any("rejected" in (m["text"] or "") and "DC7 is not ours" in (m["text"] or "") for m in messages)
     again = cli(env, "approve", incident.incident_id, "--as", "Priya Raman")
-    assert again.returncode != 0 and "no remediation run is waiting" in again.stderr
+    assert again.exit_code != 0 and "no remediation run is waiting" in again.output
     assert daemon.tick().submitted == [], "a rejected plan is not submitted again"
     with daemon.lw.snowflake.connect() as conn:
         cur = conn.cursor()
