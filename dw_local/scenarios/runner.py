@@ -116,14 +116,14 @@ def _related(scenario: Scenario, in_force: list[Any], graph: LineageGraph) -> li
     return sorted(related)
 
 
-def run_scenario(path: Path, cache: Path = DEFAULT_CACHE, workdir: Path | None = None) -> ScenarioReport:
+def run_scenario(path: Path, cache: Path = DEFAULT_CACHE) -> ScenarioReport:
     """Plays ``path`` on a fresh copy of its world's seeded template; the copy is deleted afterwards."""
     from dw_local.daemon import LocalDaemon
 
     scenario = load_scenario(path)
     world = scenario.world
     template = world.template(cache.resolve())
-    tmp = Path(tempfile.mkdtemp(prefix=f"dw-scenario-{scenario.name}-", dir=workdir))
+    tmp = Path(tempfile.mkdtemp(prefix=f"dw-scenario-{scenario.name}-"))
     # The local daemon points this process's environment at the world, as a deployment would; a scenario
     # (or a test) that runs next must not inherit it.
     environ = dict(os.environ)

@@ -6,10 +6,12 @@ template to clone, the servers' settings, events validated against the world, an
 from __future__ import annotations
 
 import fcntl
+from abc import ABC, abstractmethod
 import hashlib
 import json
 import shutil
 from collections.abc import Sequence
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +38,16 @@ class EventError(ValueError):
     """An event a world cannot play; the message names the parameter."""
 
 
+def _problems(error: pydantic.ValidationError, skip: int) -> str:
+    return "; ".join(f"{'.'.join(map(str, x['loc'][skip:])) or 'kind'}: {x['msg']}" for x in error.errors())
+
+
 def asset_key(location: str, name: str) -> str:
     """The asset key path the Coalesce translator gives a node (``raw_ebs/mtl_onhand_quantities_detail``)."""
     return f"{location}/{name}".lower()
 
 
-class ScenarioWorld:
+class ScenarioWorld(ABC):
     """What the runner needs from a world; see the two implementations below."""
 
     name: str
@@ -49,37 +55,45 @@ class ScenarioWorld:
     project: Project
     database: str
 
+    @abstractmethod
     def template(self, cache: Path) -> Path:
-        raise NotImplementedError
+        """A stopped world with the history played, to clone (built once, cached)."""
 
+    @abstractmethod
     def local_world(self, root: Path) -> LocalWorld:
-        raise NotImplementedError
+        """The servers for a copy of the template under ``root``."""
 
+    @abstractmethod
     def env(self) -> dict[str, str]:
         """Variables that point the product at this world's files (beyond ``LocalWorld.env``)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def parse_event(self, raw: dict[str, Any], first_night: int) -> Any:
-        raise NotImplementedError
+        """An event of the scenario file, validated against this world (``EventError`` names the parameter)."""
 
+    @abstractmethod
     def play_night(self, lw: LocalWorld, night: int, events: Sequence[Any]) -> NightResult:
-        raise NotImplementedError
+        """Applies the night's data and events and runs the job (unless an event skips it)."""
 
+    @abstractmethod
     def repair(self, lw: LocalWorld, event: Any) -> None:
-        raise NotImplementedError
+        """Undoes a persistent event; the job is not run."""
 
+    @abstractmethod
     def is_benign(self, event: Any) -> bool:
-        raise NotImplementedError
+        """A benign event must not raise an alarm."""
 
+    @abstractmethod
     def persists(self, event: Any) -> bool:
-        raise NotImplementedError
+        """Stays in force on later nights until repaired."""
 
+    @abstractmethod
     def targets(self, event: Any) -> list[str]:
         """Asset keys the event changes directly (sources, reference tables, a node); ``["*"]``: all."""
-        raise NotImplementedError
 
-    def business_date(self, night: int):
-        raise NotImplementedError
+    @abstractmethod
+    def business_date(self, night: int) -> date:
+        """The business day the world's night ``night`` applies."""
 
     def node_key(self, name: str) -> str:
         node = next((n for n in self.project.file.nodes if n.name == name), None)
@@ -122,7 +136,7 @@ class DistributorScenarioWorld(ScenarioWorld):
         try:
             return Fault.model_validate(data)
         except pydantic.ValidationError as e:
-            raise EventError("; ".join(f"{'.'.join(map(str, x['loc'])) or 'kind'}: {x['msg']}" for x in e.errors())) from None
+            raise EventError(_problems(e, skip=0)) from None
 
     def play_night(self, lw: LocalWorld, night: int, events: Sequence[Any]) -> NightResult:
         sf, coalesce = lw.snowflake, lw.coalesce_client()
@@ -238,9 +252,8 @@ class FileScenarioWorld(ScenarioWorld):
             event = EVENTS.validate_python(data)
             event.check(self.world)
         except pydantic.ValidationError as e:
-            raise EventError(
-                "; ".join(f"{'.'.join(map(str, x['loc'][1:])) or 'kind'}: {x['msg']}" for x in e.errors())
-            ) from None
+            # The first location is the event kind's model (a tagged union); the parameter follows.
+            raise EventError(_problems(e, skip=1)) from None
         except ValueError as e:
             raise EventError(str(e)) from None
         return event

@@ -17,7 +17,6 @@ from dw_local.scenarios.score import BASELINE, DW, score_night, score_reports
 from dw_local.scenarios.suite import SUITE_DIR, scenario_files
 from dw_local.scenarios.worlds import FileScenarioWorld
 
-HERE = Path(__file__).resolve().parent
 ECOMMERCE = SUITE_DIR.parent / "worlds" / "ecommerce" / "world.yaml"
 FAULTS = {
     "new_key_unmapped", "reference_row_deleted", "reference_row_remapped", "duplicate_load", "partial_load",

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import WORLD_CACHE
-from dw_local.scenarios.runner import run_scenario
-from dw_local.scenarios.score import BASELINE, DW, score_reports
-from dw_local.scenarios.suite import SUITE_DIR, scenario_files
+from dw_local.scenarios.score import BASELINE, DW
+from suite_play import TIMEOUT, play
 
-pytestmark = pytest.mark.world
+pytestmark = [pytest.mark.world, pytest.mark.timeout(TIMEOUT)]
 
 
 @pytest.fixture(scope="module")
 def played(seeded_template):
-    reports = {r.name: r for r in (run_scenario(p, WORLD_CACHE) for p in scenario_files(SUITE_DIR / "distributor"))}
-    return reports, score_reports(list(reports.values()))
+    return play("distributor")
 
 
 def test_the_reference_night_reproduces_its_numbers(played):

@@ -1,0 +1,60 @@
+"""The public suite's e-commerce fault scenarios: a world written only as files, seeded once and cached,
+each scenario played on a fresh copy through the real machinery."""
+
+from __future__ import annotations
+
+import pytest
+
+from dw_local.scenarios.score import BASELINE, DW
+from suite_play import TIMEOUT, play
+
+pytestmark = [pytest.mark.world, pytest.mark.timeout(TIMEOUT)]
+
+
+@pytest.fixture(scope="module")
+def played():
+    return play("ecommerce", benign=False)
+
+
+def _incident(reports, name, night=1):
+    (incident,) = reports[name].nights[night].incidents
+    return incident
+
+
+def test_the_reference_night_on_another_world(played):
+    reports, _ = played
+    incident = _incident(reports, "ecommerce-new-storefront-unmapped")
+    assert (incident.classification, incident.cause_keys[0]) == ("value_loss", "STORE_ID=7")
+    assert incident.gap["gap_units"] == pytest.approx(incident.gap["dropped_units"]) and incident.gap["gap_units"] > 0
+    assert {"mart/mart_channel_revenue", "looker/daily_revenue"} <= set(incident.blast_radius)
+
+
+@pytest.mark.parametrize(
+    ("name", "classification", "key"),
+    [
+        ("ecommerce-store-row-deleted", "reference_data_change", "STORE_ID=3"),
+        ("ecommerce-duplicate-load", "duplication", None),
+        ("ecommerce-partial-load", "volume_loss", None),
+        ("ecommerce-replication-stalled", "stale_input", None),
+        ("ecommerce-unit-change", "unit_change", "STORE_ID=4"),
+        ("ecommerce-column-renamed", "schema_change", None),
+    ],
+)
+def test_faults_are_diagnosed(played, name, classification, key):
+    reports, _ = played
+    incident = _incident(reports, name)
+    assert incident.classification == classification
+    assert key is None or key in incident.cause_keys
+
+
+def test_the_skipped_night_starts_no_run(played):
+    reports, _ = played
+    skipped = reports["ecommerce-scheduler-skip"].nights[1]
+    assert (skipped.run_id, skipped.run_status) == (None, "skipped")
+
+
+def test_dw_dagster_finds_more_faults_than_the_elementary_default_on_the_same_nights(played):
+    _, score = played
+    dw, base = score["total"][DW], score["total"][BASELINE]
+    assert dw["table_nights"] == base["table_nights"] > 0
+    assert dw["recall"] > base["recall"]
