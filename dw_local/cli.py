@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -70,6 +71,8 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, fr
         for key, value in lw.env().items():
             if "TOKEN" not in key and "PASSWORD" not in key:
                 click.echo(f"  {key}={value}")
+        env_file = _write_env_file(lw)
+        click.echo(f"for dw-dagster commands in another shell (approve, proposals, stop): set -a; . {env_file}; set +a")
         if no_ui:
             click.echo("servers are up; `dw-dagster world down` stops them")
             return
@@ -78,6 +81,19 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, fr
         lw.stop()
         raise
     lw.stop()
+
+
+def _write_env_file(lw: LocalWorld) -> Path:
+    """The world's environment (its local servers' fixed credentials included) and its Dagster instance, in
+    a file only this user can read, so a second shell can run dw-dagster against it without the secrets
+    ever being printed."""
+    from dw_local.daemon import dagster_home
+
+    path = lw.root / "world.env"
+    env = {**lw.env(), "DAGSTER_HOME": str(dagster_home(lw.root))}
+    path.touch(mode=0o600)
+    path.write_text("".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()))
+    return path
 
 
 def _run_dagster_dev(lw: LocalWorld, ui_port: int) -> None:

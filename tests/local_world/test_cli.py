@@ -1,9 +1,11 @@
-"""The commands a person runs: `dw-dagster world up --no-ui`, `world status`, `slack log`, `world down`."""
+"""The commands a person runs: `dw-dagster world up --no-ui`, `world status`, `slack log`, the world's
+environment file with `stop` / `resume`, `world night`, `world down`."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -12,8 +14,9 @@ import pytest
 pytestmark = pytest.mark.world
 
 
-def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("COALESCE_", "SNOWFLAKE_", "SLACK_", "DW_"))}
+def _cli(*args: str, cwd, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("COALESCE_", "SNOWFLAKE_", "SLACK_", "DW_"))}
+    env = {**clean, **(env or {})}
     return subprocess.run(
         [sys.executable, "-c", "from dw_dagster.cli import run; run()", *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=900,
@@ -32,6 +35,15 @@ def test_world_up_runs_tonight_and_leaves_the_servers_up(seeded_template, tmp_pa
         assert json.loads(status.stdout)["ports"]["coalesce"] > 0
         log = _cli("slack", "log", "--root", str(root), cwd=tmp_path)
         assert log.returncode == 0 and "message(s)" in log.stdout
+        env_file = root / "world.env"
+        assert f". {env_file}" in up.stdout and env_file.stat().st_mode & 0o077 == 0, "readable by its owner only"
+        env = {k: shlex.split(v)[0] for k, v in (line.split("=", 1) for line in env_file.read_text().splitlines())}
+        stop = _cli("stop", "--as", "Omar Haddad", "--reason", "test", cwd=tmp_path, env=env)
+        assert stop.returncode == 0 and "STOPPED by Omar Haddad" in stop.stdout, stop.stderr
+        resume = _cli("resume", "--as", "Omar Haddad", cwd=tmp_path, env=env)
+        assert "running (resumed by Omar Haddad" in resume.stdout
+        night = _cli("world", "night", "--root", str(root), cwd=tmp_path)
+        assert night.returncode == 0 and "night 61 (2025-06-16)" in night.stdout and "completed" in night.stdout
     finally:
         down = _cli("world", "down", "--root", str(root), cwd=tmp_path)
     assert down.returncode == 0 and "stopped" in down.stdout
