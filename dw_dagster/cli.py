@@ -83,6 +83,13 @@ class Operations:
             self._instance = dg.DagsterInstance.get()
         return self._instance
 
+    def person(self, who: str):
+        """A member of a team in the context file, or a clear error: every action names who takes it."""
+        person = self.context.person(who)
+        if person is None:
+            raise click.ClickException(f"{who!r} is not a member of any team in the context file")
+        return person
+
     def book(self):
         from dw_dagster.remediation.approvals import ApprovalBook
 
@@ -126,14 +133,14 @@ def approve(ref: str, who: str, values: tuple[str, ...]) -> None:
         out = approve_run(ops.instance, ops.book(), ref, who, _set_values(values))
     except ApprovalError as e:
         raise click.ClickException(str(e)) from None
-    given = [a for a in out.approvals if a.approver.lower() == who.lower() or a.email.lower() == who.lower()]
-    teams = ", ".join(a.team for a in given)
+    teams = ", ".join(a.team for a in out.given)
+    approver = out.given[0].approver
     status = "every owner has approved: the run is released" if out.released else f"waiting for {', '.join(out.missing)}"
     ops.tell_owners(
-        out.plan.incident_id, f":white_check_mark: {given[0].approver} approved {out.plan.plan_id} for {teams}; {status}.",
+        out.plan.incident_id, f":white_check_mark: {approver} approved {out.plan.plan_id} for {teams}; {status}.",
         "approval", f"{out.plan.plan_id}|{teams}|{out.run_id}",
     )  # fmt: skip
-    click.echo(f"run {out.run_id}: approved by {given[0].approver} for {teams}; {status}")
+    click.echo(f"run {out.run_id}: approved by {approver} for {teams}; {status}")
 
 
 @main.command("reject")
@@ -157,35 +164,33 @@ def reject(ref: str, who: str, reason: str) -> None:
 
 
 @main.command("stop")
-@click.option("--as", "who", required=True, help="Who gives the stop (recorded).")
+@click.option("--as", "who", required=True, help="Who gives the stop: a person of the context file (recorded).")
 @click.option("--reason", default=None)
 def stop(who: str, reason: str | None) -> None:
     """Org-wide stop: halt every autonomous dispatch now (durable until `dw-dagster resume`)."""
-    click.echo(Operations().control().set("stop", who, reason).describe())
+    ops = Operations()
+    click.echo(ops.control().set("stop", ops.person(who).name, reason).describe())
 
 
 @main.command("resume")
-@click.option("--as", "who", required=True, help="Who lifts the stop (recorded).")
+@click.option("--as", "who", required=True, help="Who lifts the stop: a person of the context file (recorded).")
 def resume(who: str) -> None:
     """Lift the org-wide stop: autonomous dispatch resumes (held hold notices go out at the next flush)."""
-    click.echo(Operations().control().set("resume", who).describe())
+    ops = Operations()
+    click.echo(ops.control().set("resume", ops.person(who).name).describe())
 
 
 @main.command("undo")
 @click.argument("incident_id")
 @click.option("--as", "who", required=True, help="An owner of the changed table.")
 def undo(incident_id: str, who: str) -> None:
-    """Undo the reference-data changes a remediation made for INCIDENT_ID (node changes are undone in Coalesce)."""
-    from dw_dagster.remediation.models import Change
-    from dw_dagster.remediation.changes import undo_changes
+    """Delete the reference rows a remediation added for INCIDENT_ID (node changes are reverted in Coalesce)."""
+    from dw_dagster.remediation.changes import pending_undo
+    from dw_dagster.remediation.changes import undo as undo_rows
 
     ops = Operations()
-    person = ops.context.person(who)
-    changes = [Change.model_validate(e.detail) for e in ops.store.events(incident_id, kind="change")]
-    undone = {e.event_key for e in ops.store.events(incident_id, kind="undo")}
-    changes = [c for c in changes if f"undo|{c.proposal_id}|{c.at.isoformat()}" not in undone]
-    if person is None:
-        raise click.ClickException(f"{who!r} is not a member of any team in the context file")
+    person = ops.person(who)
+    changes = pending_undo(ops.store, incident_id)
     if not changes:
         raise click.ClickException(f"{incident_id}: no change to undo")
     book = ops.book()
@@ -194,10 +199,9 @@ def undo(incident_id: str, who: str) -> None:
     if foreign:
         raise click.ClickException(f"{person.name} does not own what these changed: {'; '.join(foreign)}")
     with ops.warehouse.tagged_connection("cli.undo", job="undo") as conn:
-        done = undo_changes(conn.cursor(), changes)
-    for c in changes:
-        ops.store.append_event(incident_id, "undo", f"undo|{c.proposal_id}|{c.at.isoformat()}", {"by": person.name, "undo_sql": c.undo_sql})
-    ops.tell_owners(incident_id, f":leftwards_arrow_with_hook: {person.name}: " + "; ".join(done), "undo", str(len(undone)))
+        done = undo_rows(conn.cursor(), ops.store, incident_id, changes, person.name)
+    ops.tell_owners(incident_id, f":leftwards_arrow_with_hook: {person.name}: " + "; ".join(done), "undo",
+                    changes[-1].at.isoformat())  # fmt: skip
     click.echo("\n".join(done))
 
 

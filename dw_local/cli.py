@@ -68,8 +68,9 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, fr
             f"night {night.night} ({night.business_date}): Coalesce job inventory_nightly run {night.run_id} "
             f"{night.status}; {len(outcome.checks)} checks, {len(failed)} failed {failed or ''}"
         )
+        secrets = {"COALESCE_API_TOKEN", "SNOWFLAKE_PASSWORD", "SLACK_BOT_TOKEN", *_password_variables(lw)}
         for key, value in lw.env().items():
-            if "TOKEN" not in key and "PASSWORD" not in key:
+            if key not in secrets and "TOKEN" not in key and "PASSWORD" not in key:
                 click.echo(f"  {key}={value}")
         env_file = _write_env_file(lw)
         click.echo(f"for dw-dagster commands in another shell (approve, proposals, stop): set -a; . {env_file}; set +a")
@@ -81,6 +82,12 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, fr
         lw.stop()
         raise
     lw.stop()
+
+
+def _password_variables(lw: LocalWorld) -> set[str]:
+    from dw_local.world import password_variables
+
+    return password_variables(Path(lw.env()["DW_CONTEXT_FILE"]))
 
 
 def _write_env_file(lw: LocalWorld) -> Path:

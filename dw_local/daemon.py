@@ -136,7 +136,9 @@ class LocalDaemon:
         submitted = []
         sensor = self.defs.get_sensor_def(REMEDIATION_SENSOR)
         with self._sensor_context() as context:
-            requests = list(sensor(context) or [])
+            result = sensor(context)
+        # A skip (the org-wide stop) requests nothing.
+        requests = [] if result is None or isinstance(result, dg.SkipReason) else list(result)
         job = self.defs.get_job_def(sensor.job_name)
         for request in requests:
             run = self.instance.create_run_for_job(
@@ -153,8 +155,8 @@ class LocalDaemon:
 
     def dequeue(self) -> list[dg.DagsterRunStatus]:
         """One iteration of the run queue: each QUEUED run that the instance's tag concurrency limits
-        (dagster.yaml: ``dw/approval=pending`` at 0) do not block is started and executed in this process;
-        returns the launched runs' end states."""
+        (dagster.yaml: ``dw/approval=pending`` at 0) do not block is started and executed in this process,
+        one after the other (so ``max_concurrent_runs`` never binds here); returns the runs' end states."""
         limits = self.instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
         in_progress = self.instance.get_runs(dg.RunsFilter(statuses=IN_PROGRESS_RUN_STATUSES))
         counter = TagConcurrencyLimitsCounter(list(limits), list(in_progress))

@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo
 
 import httpx
 
+from dw_dagster.context.models import load_context_file
 from dw_dagster.incidents.jobs import latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.approvals import ApprovalBook
@@ -94,7 +95,7 @@ def replay(root: Path, template: Path, echo: Callable[[str], None] | None = None
         store = IncidentStore(daemon.defs.resources["snowflake"], OpsSchema(lw.env()["SNOWFLAKE_DATABASE"], "DW_OPS"))
         incident = _detection(store, tl, outcome)
         _diagnosis(store, tl, incident, lw)
-        book = ApprovalBook(store, daemon.repo and _context(daemon))
+        book = ApprovalBook(store, load_context_file(daemon.settings.context_file))
         (plan,) = book.plans(incident.incident_id)
         tl.add("dw-dagster", f"Proposed fix {plan.plan_id}: " + "; ".join(p.title for p in plan.proposals),
                {"proposals": len(plan.proposals), "owners": plan.required_teams},
@@ -132,12 +133,6 @@ def replay(root: Path, template: Path, echo: Callable[[str], None] | None = None
         tl.add("dw-dagster", "Receipt written (append-only) and posted to the incident's Slack threads",
                {"verified": receipt.verified}, receipt=receipt.model_dump(mode="json"))  # fmt: skip
     return tl.events
-
-
-def _context(daemon: LocalDaemon):
-    from dw_dagster.context.models import load_context_file
-
-    return load_context_file(daemon.settings.context_file)
 
 
 def _reference_day(world: DistributorWorld, lw: LocalWorld, tl: Timeline, night) -> None:

@@ -48,7 +48,7 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
-def _password_variables(context_file: Path) -> set[str]:
+def password_variables(context_file: Path) -> set[str]:
     found: set[str] = set()
 
     def walk(node: Any) -> None:
@@ -170,7 +170,7 @@ class LocalWorld:
         }
         # Each approver's own Coalesce run identity names its password variable; the local Snowflake takes
         # any password.
-        env.update({name: LOCAL_SNOWFLAKE_PASSWORD for name in _password_variables(Path(env["DW_CONTEXT_FILE"]))})
+        env.update({name: LOCAL_SNOWFLAKE_PASSWORD for name in password_variables(Path(env["DW_CONTEXT_FILE"]))})
         return env
 
     def coalesce_client(self):

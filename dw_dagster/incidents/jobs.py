@@ -18,7 +18,7 @@ from dw_dagster.notifications.incident_notifier import IncidentNotifier, build_s
 from dw_dagster.notifications.resources import SlackNotifier
 from dw_dagster.notifications.routing import route_incident
 from dw_dagster.coalesce.resources import CoalesceWorkspace
-from dw_dagster.remediation.approvals import ApprovalBook
+from dw_dagster.remediation.approvals import ApprovalBook, supersede_older
 from dw_dagster.remediation.control import OrgControl
 from dw_dagster.remediation.jobs import build_remediation_definitions
 from dw_dagster.remediation.proposals import NoPlan, PlanContext, plan_remediation
@@ -74,6 +74,8 @@ def build_incident_definitions(
                     plan = plan_remediation(incident, diagnosis, radius, plan_ctx)
                 except NoPlan as e:
                     context.log.info(f"{incident_id}: no remediation plan: {e}")
+                except Exception as e:  # noqa: BLE001 - a plan that cannot be made must not cost the alert
+                    context.log.warning(f"{incident_id}: no remediation plan: {type(e).__name__}: {e}")
         record_diagnosis(store, incident_id, len(findings), diagnosis, radius)
         book = ApprovalBook(store, context_file) if context_file is not None else None
         plan_md = plan_markdown(plan, book.approvers(plan)) + approve_hint(plan, book.approvers(plan)) if plan and book else None
@@ -92,6 +94,8 @@ def build_incident_definitions(
         notifier.notify(incident, diagnosis, radius, recipients, run_id=context.run_id)
         if plan is not None and book is not None and plan_md is not None:
             if book.record_plan(plan):
+                for run_id in supersede_older(context.instance, book, plan):
+                    context.log.info(f"{incident_id}: canceled {run_id}, which waited for an older plan")
                 notifier.post_update(incident, plan_md.replace("**", "*"), kind="proposal", version=plan.plan_id)
                 context.log.info(f"{incident_id}: proposed {plan.plan_id} ({len(plan.proposals)} proposals)")
 

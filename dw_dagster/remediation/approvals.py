@@ -13,11 +13,13 @@ Approvers are the members of the owning teams in the context file; dw-dagster it
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import getpass
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import dagster as dg
 from dagster._core.events import EngineEventData
+from dagster._core.storage.tags import PARENT_RUN_ID_TAG, RUN_KEY_TAG
 
 from dw_dagster.context.models import ContextFile, Person
 from dw_dagster.incidents.store import IncidentStore
@@ -29,6 +31,13 @@ REMEDIATION_JOB = "remediate_incident"
 
 class ApprovalError(Exception):
     """An approval, rejection or launch the record does not allow; the message says why and what to do."""
+
+
+def _os_user() -> str | None:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return None
 
 
 def incident_of(plan_id: str) -> str:
@@ -51,9 +60,11 @@ class ApprovalBook:
     def plan(self, plan_id: str) -> RemediationPlan | None:
         return next((p for p in self.plans(incident_of(plan_id)) if p.plan_id == plan_id), None)
 
-    def approvals(self, plan: RemediationPlan) -> list[Approval]:
+    def approvals(self, plan: RemediationPlan, run_id: str | None = None) -> list[Approval]:
+        """The plan's approvals, for one run when given (approvals are bound to the run they release)."""
         events = self.store.events(plan.incident_id, kind="approval")
-        return [Approval.model_validate(e.detail) for e in events if e.event_key.startswith(f"{plan.plan_id}|")]
+        out = [Approval.model_validate(e.detail) for e in events if e.event_key.startswith(f"approval|{plan.plan_id}|")]
+        return [a for a in out if run_id is None or a.run_id == run_id]
 
     def decision(self, plan: RemediationPlan) -> Decision | None:
         key = f"decision|{plan.plan_id}"
@@ -100,7 +111,10 @@ class ApprovalBook:
         decision = self.decision(plan)
         if decision is not None:
             raise ApprovalError(f"plan {plan.plan_id} was {decision.kind} by {decision.by}: {decision.reason}")
-        done = {a.team for a in self.approvals(plan)}
+        now = datetime.now(timezone.utc)
+        if now >= plan.expires_at:
+            raise ApprovalError(f"plan {plan.plan_id} expired at {plan.expires_at:%Y-%m-%d %H:%M} UTC; it is never granted late")
+        done = {a.team for a in self.approvals(plan, run_id)}
         new = [t for t in teams if t not in done]
         if not new:
             raise ApprovalError(f"plan {plan.plan_id}: {', '.join(teams)} already approved")
@@ -111,14 +125,14 @@ class ApprovalBook:
                     f"{person.name} has no run_as in the context file: an approved rerun runs under the "
                     "approver's own Coalesce credentials, so another owner must approve it"
                 )
-        now = datetime.now(timezone.utc)
         out = []
         for team in new:
             approval = Approval(
                 plan_id=plan.plan_id, team=team, approver=person.name, email=person.email, at=now, run_id=run_id,
-                values=values if any(self._owns_row(plan, team)) else {},
+                values=values if any(self._owns_row(plan, team)) else {}, os_user=_os_user(),
             )  # fmt: skip
-            self.store.append_event(plan.incident_id, "approval", f"{plan.plan_id}|{team}", approval.model_dump(mode="json"))
+            key = f"approval|{plan.plan_id}|{run_id}|{team}"
+            self.store.append_event(plan.incident_id, "approval", key, approval.model_dump(mode="json"))
             out.append(approval)
         return out
 
@@ -162,7 +176,9 @@ class ApprovalBook:
 
     # -- the first op's check --------------------------------------------------------------------
 
-    def validate(self, run_id: str, tags: Mapping[str, str]) -> tuple[RemediationPlan, list[Approval]]:
+    def validate(
+        self, run_id: str, tags: Mapping[str, str], parent_run_id: str | None = None
+    ) -> tuple[RemediationPlan, list[Approval]]:
         """The plan and its approvals if this run may change anything; else :class:`ApprovalError`."""
         plan_id = tags.get(PLAN_ID)
         if not plan_id:
@@ -173,11 +189,19 @@ class ApprovalBook:
         decision = self.decision(plan)
         if decision is not None:
             raise ApprovalError(f"plan {plan_id} was {decision.kind} by {decision.by}: {decision.reason}")
-        approvals = [a for a in self.approvals(plan) if a.run_id == run_id]
+        parent = parent_run_id or tags.get(PARENT_RUN_ID_TAG)
+        if parent:
+            raise ApprovalError(f"run {run_id} re-executes run {parent}; a re-execution is not an approval")
+        incident = self.store.get(plan.incident_id)
+        if incident is None or incident.status != "open":
+            raise ApprovalError(f"incident {plan.incident_id} is {incident.status if incident else 'missing'}, not open")
+        approvals = self.approvals(plan, run_id)
         for a in approvals:
             person = self.context.person(a.email)
             if person is None or a.team not in self.context.teams_of(person) or a.approver == SYSTEM_ACTOR:
                 raise ApprovalError(f"approval by {a.approver} for {a.team}: not a member of that team (any more)")
+            if a.at >= plan.expires_at:
+                raise ApprovalError(f"approval by {a.approver} came after the plan expired")
         missing = self.missing(plan, approvals)
         if missing:
             raise ApprovalError(
@@ -194,7 +218,8 @@ class ApprovalBook:
 class GateOutcome:
     run_id: str
     plan: RemediationPlan
-    approvals: list[Approval]
+    given: list[Approval]
+    """The approvals this command recorded."""
     missing: list[str]
 
     @property
@@ -205,16 +230,27 @@ class GateOutcome:
 def remediation_runs(instance: dg.DagsterInstance, ref: str) -> list[dg.DagsterRun]:
     """The queued remediation runs a person names: a run id, or an incident id."""
     if ref.startswith("INC-"):
-        runs = instance.get_runs(dg.RunsFilter(tags={INCIDENT_ID: ref}, job_name=REMEDIATION_JOB))
-        queued = [r for r in runs if r.status == dg.DagsterRunStatus.QUEUED]
-        if not queued:
+        runs = instance.get_runs(
+            dg.RunsFilter(tags={INCIDENT_ID: ref, APPROVAL: APPROVAL_PENDING}, job_name=REMEDIATION_JOB,
+                          statuses=[dg.DagsterRunStatus.QUEUED])  # fmt: skip
+        )
+        if not runs:
             raise ApprovalError(f"incident {ref}: no remediation run is waiting for approval")
-        return queued
-    run = instance.get_run_by_id(ref)
-    if run is None or run.job_name != REMEDIATION_JOB:
-        raise ApprovalError(f"{ref}: not a remediation run (give a run id or an incident id like INC-...)")
-    if run.status != dg.DagsterRunStatus.QUEUED or run.tags.get(APPROVAL) != APPROVAL_PENDING:
-        raise ApprovalError(f"run {ref} is {run.status.value}, not waiting for approval")
+        if len(runs) > 1:
+            raise ApprovalError(
+                f"incident {ref}: {len(runs)} runs wait for approval ({', '.join(r.run_id for r in runs)}); name one"
+            )
+        run = runs[0]
+    else:
+        found = instance.get_run_by_id(ref)
+        if found is None or found.job_name != REMEDIATION_JOB:
+            raise ApprovalError(f"{ref}: not a remediation run (give a run id or an incident id like INC-...)")
+        if found.status != dg.DagsterRunStatus.QUEUED or found.tags.get(APPROVAL) != APPROVAL_PENDING:
+            raise ApprovalError(f"run {ref} is {found.status.value}, not waiting for approval")
+        run = found
+    # Only the run the proposals sensor submitted for the plan: one launched by hand with the same tags is not.
+    if run.tags.get(RUN_KEY_TAG) != run.tags.get(PLAN_ID):
+        raise ApprovalError(f"run {run.run_id} was not submitted by the remediation_proposals sensor for its plan")
     return [run]
 
 
@@ -233,8 +269,7 @@ def approve_run(
     (run,) = remediation_runs(instance, ref)[:1]
     plan = _plan_of(book, run)
     given = book.approve(plan, run.run_id, who, values)
-    approvals = [a for a in book.approvals(plan) if a.run_id == run.run_id]
-    missing = book.missing(plan, approvals)
+    missing = book.missing(plan, book.approvals(plan, run.run_id))
     for a in given:
         instance.report_engine_event(
             f"Approved by {a.approver} for {a.team} at {a.at:%Y-%m-%d %H:%M:%S} UTC"
@@ -245,10 +280,10 @@ def approve_run(
     instance.add_run_tags(run.run_id, {APPROVALS_NEEDED: ",".join(missing) or "none"})
     if not missing:
         instance.add_run_tags(run.run_id, {APPROVAL: APPROVAL_APPROVED})
-    return GateOutcome(run.run_id, plan, approvals, missing)
+    return GateOutcome(run.run_id, plan, given, missing)
 
 
-def cancel_run(instance: dg.DagsterInstance, book: ApprovalBook, run: dg.DagsterRun, decision: Decision) -> None:
+def cancel_run(instance: dg.DagsterInstance, run: dg.DagsterRun, decision: Decision) -> None:
     instance.report_engine_event(
         f"{decision.kind.capitalize()} by {decision.by}: {decision.reason}",
         run,
@@ -261,5 +296,19 @@ def reject_run(instance: dg.DagsterInstance, book: ApprovalBook, ref: str, who: 
     (run,) = remediation_runs(instance, ref)[:1]
     plan = _plan_of(book, run)
     decision = book.decide(plan, "rejected", who, reason, run_id=run.run_id)
-    cancel_run(instance, book, run, decision)
+    cancel_run(instance, run, decision)
     return decision
+
+
+def supersede_older(instance: dg.DagsterInstance, book: ApprovalBook, plan: RemediationPlan) -> list[str]:
+    """A newer plan for the incident replaces the older ones: they are decided "superseded" and their
+    queued runs canceled, so an approval can only ever release the latest plan. Returns the canceled runs."""
+    canceled = []
+    for old in book.plans(plan.incident_id):
+        if old.plan_id == plan.plan_id or book.decision(old) is not None:
+            continue
+        decision = book.decide(old, "superseded", SYSTEM_ACTOR, f"replaced by {plan.plan_id} after a new diagnosis")
+        for run in instance.get_runs(dg.RunsFilter(tags={PLAN_ID: old.plan_id}, statuses=[dg.DagsterRunStatus.QUEUED])):
+            cancel_run(instance, run, decision)
+            canceled.append(run.run_id)
+    return canceled

@@ -1,65 +1,93 @@
-"""Changes the remediation job makes to reference data, each with the statement that undoes it.
+"""Reference rows the remediation job adds, and how they are undone.
 
-Every identifier comes from metadata and is quoted; every value is bound.
+The owner approved an *added* row: if the key is already there with the approved values (a retried step)
+nothing is changed; with other values (someone edited the table since) the job stops and asks for a new
+approval rather than overwrite it. Undo deletes exactly the rows the job added. Every statement is built
+from the recorded table and key (identifiers quoted, values bound), never from stored SQL text.
 """
 
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from dw_dagster.coalesce.sql import quote_identifier
+from dw_dagster.coalesce.sql import quote_identifier, table_reference
+from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.models import Approval, Change, ProposalKind, ReferenceRow, RemediationPlan
 
 
+class ChangeConflict(Exception):
+    """The table no longer is as it was when the change was approved."""
+
+
 def apply_row(cur: Any, proposal_id: str, row: ReferenceRow, approval: Approval) -> Change:
-    """Inserts (or corrects) one reference row; returns the change with the statement that undoes it."""
     now = datetime.now(timezone.utc)
     values = {**row.values, **approval.values}
+    audit = set(row.audit_columns.values())
     if "by" in row.audit_columns:
         values[row.audit_columns["by"]] = approval.approver
     if "at" in row.audit_columns:
-        values[row.audit_columns["at"]] = now.replace(tzinfo=None)
-    key = quote_identifier(row.key_column)
-    key_value = values[row.key_column]
-    cur.execute(f"SELECT * FROM {row.table} WHERE {key} = %s", (key_value,))
-    found = cur.fetchone()
+        values[row.audit_columns["at"]] = now
     columns = [c for c in values if values[c] is not None]
-    if found is None:
-        sql = f"INSERT INTO {row.table} ({', '.join(map(quote_identifier, columns))}) VALUES ({', '.join(['%s'] * len(columns))})"
-        cur.execute(sql, tuple(values[c] for c in columns))
-        return Change(
-            proposal_id=proposal_id, what=f"Added {row.key_column} {key_value} to {row.table}: "
-            + ", ".join(f"{c}={values[c]}" for c in columns if c != row.key_column),
-            sql=sql, undo_sql=f"DELETE FROM {row.table} WHERE {key} = %s", undo_params=[key_value], previous=None, at=now,
-        )  # fmt: skip
-    previous = {d[0]: v for d, v in zip(cur.description, found, strict=True)}
-    sets = [c for c in columns if c != row.key_column]
-    sql = f"UPDATE {row.table} SET {', '.join(f'{quote_identifier(c)} = %s' for c in sets)} WHERE {key} = %s"
-    cur.execute(sql, (*[values[c] for c in sets], key_value))
-    restore = [c for c in previous if c != row.key_column]
-    return Change(
-        proposal_id=proposal_id, what=f"Updated {row.key_column} {key_value} in {row.table}",
-        sql=sql, undo_sql=f"UPDATE {row.table} SET {', '.join(f'{quote_identifier(c)} = %s' for c in restore)} WHERE {key} = %s",
-        undo_params=[*(previous[c] for c in restore), key_value], previous=previous, at=now,
-    )  # fmt: skip
+    key = quote_identifier(row.key_column)
+    shown = ", ".join(f"{c}={values[c]}" for c in columns if c != row.key_column and c not in audit)
+    common = dict(proposal_id=proposal_id, table_parts=row.table_parts, key_column=row.key_column,
+                  key_value=row.key_value, at=now)  # fmt: skip
+    compared = [c for c in columns if c not in audit]
+    cur.execute(
+        f"SELECT {', '.join(map(quote_identifier, compared))} FROM {row.table} WHERE {key} = %s", (row.key_value,)
+    )
+    found = cur.fetchone()
+    if found is not None:
+        existing = dict(zip(compared, found, strict=True))
+        if all(str(existing[c]) == str(values[c]) for c in compared):
+            return Change(what=f"{row.key_column} {row.key_value} already in {row.table} as approved: {shown}", added=False, **common)
+        raise ChangeConflict(
+            f"{row.table}: {row.key_column} {row.key_value} exists with {existing}, not the approved {shown}; "
+            "nothing was overwritten: the owner must look again and approve a new plan"
+        )
+    sql = f"INSERT INTO {row.table} ({', '.join(map(quote_identifier, columns))}) VALUES ({', '.join(['%s'] * len(columns))})"
+    cur.execute(sql, tuple(values[c] for c in columns))
+    return Change(what=f"Added {row.key_column} {row.key_value} to {row.table}: {shown}", added=True, **common)
 
 
-def undo_steps(plan: RemediationPlan, changes: Sequence[Change], incident_id: str) -> list[str]:
-    steps = [f"`dw-dagster undo {incident_id} --as <owner>` reverses the reference rows ({len(changes)} change(s)): "
-             + "; ".join(f"{c.undo_sql} with {c.undo_params}" for c in changes)] if changes else []  # fmt: skip
+def undo_statement(change: Change) -> tuple[str, tuple[Any, ...]]:
+    return (
+        f"DELETE FROM {table_reference(*change.table_parts)} WHERE {quote_identifier(change.key_column)} = %s",
+        (change.key_value,),
+    )
+
+
+def undo_steps(plan: RemediationPlan, changes: Sequence[Change]) -> list[str]:
+    added = [c for c in changes if c.added]
+    steps = [
+        f"`dw-dagster undo {plan.incident_id} --as <owner>` deletes the row(s) added: "
+        + "; ".join(f"{c.key_column} {c.key_value} from {table_reference(*c.table_parts)}" for c in added)
+    ] if added else []  # fmt: skip
     for p in plan.of_kind(ProposalKind.NODE_CHANGE):
-        assert p.node_change is not None
-        steps.append(f"In Coalesce, revert {p.node_change.node_name} (apply the diff in reverse) and deploy.")
+        if p.node_change:
+            steps.append(f"In Coalesce, revert {p.node_change.node_name} (apply the diff in reverse) and deploy.")
     for p in plan.of_kind(ProposalKind.SCOPED_RERUN):
-        assert p.rerun is not None
-        steps.append(f"Rerun `{p.rerun.include_selector}` in environment {p.rerun.environment_id} to rebuild the tables.")
+        if p.rerun:
+            steps.append(f"Rerun `{p.rerun.include_selector}` in environment {p.rerun.environment_id} to rebuild the tables.")
     return steps
 
 
-def undo_changes(cur: Any, changes: Sequence[Change]) -> list[str]:
-    """Runs each change's undo statement, newest first; returns what was undone."""
+def _undo_key(change: Change) -> str:
+    return f"undo|{change.proposal_id}|{change.at.isoformat()}"
+
+
+def pending_undo(store: IncidentStore, incident_id: str) -> list[Change]:
+    """The rows a remediation added for the incident and no undo has deleted yet."""
+    done = {e.event_key for e in store.events(incident_id, kind="undo")}
+    changes = [Change.model_validate(e.detail) for e in store.events(incident_id, kind="change")]
+    return [c for c in changes if c.added and _undo_key(c) not in done]
+
+
+def undo(cur: Any, store: IncidentStore, incident_id: str, changes: Sequence[Change], by: str) -> list[str]:
+    """Deletes the added rows, newest first, recording each undo; returns what was undone."""
     done = []
     for c in reversed(changes):
-        cur.execute(c.undo_sql, tuple(c.undo_params))
+        cur.execute(*undo_statement(c))
+        store.append_event(incident_id, "undo", _undo_key(c), {"by": by, "undid": c.what})
         done.append(f"undid: {c.what}")
     return done

@@ -1,9 +1,9 @@
 """The org-wide stop: one durable switch that halts every autonomous dispatch at once.
 
 ``dw-dagster stop`` appends a row to ``CONTROL_EVENTS`` in the ops schema; ``dw-dagster resume`` appends
-another; the latest row is in force. Every dispatch point asks :meth:`OrgControl.dispatch_allowed` at the
-moment it would act (the hold notice as it is posted, a remediation run as its first op starts), so a stop
-takes effect on the next action, not the next deploy. The rows are never updated: they are the record of
+another; the latest row is in force. Every dispatch point asks at the moment it would act (the hold notice
+as it is routed and as it is posted, the proposals sensor, each remediation step that changes something),
+so a stop takes effect on the next action, not the next deploy. The rows are never updated: they are the record of
 who stopped what, when and why.
 """
 

@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
+from typing import NoReturn
 
 import dagster as dg
 from pydantic import BaseModel
@@ -33,7 +34,7 @@ from dw_dagster.remediation.approvals import (
     ApprovalError,
     cancel_run,
 )
-from dw_dagster.remediation.changes import apply_row, undo_steps
+from dw_dagster.remediation.changes import ChangeConflict, apply_row, undo_steps
 from dw_dagster.remediation.control import OrgControl
 from dw_dagster.remediation.models import (
     SYSTEM_ACTOR,
@@ -67,20 +68,24 @@ class Approved(BaseModel):
     incident: Incident
 
     def approver_for(self, owners: Sequence[str]) -> Approval:
-        return next(a for a in self.approvals if a.team in owners)
+        found = next((a for a in self.approvals if a.team in owners), None)
+        if found is None:
+            raise dg.Failure(f"plan {self.plan.plan_id}: no approval from any of {', '.join(owners)}")
+        return found
 
 
 class Rerun(BaseModel):
     coalesce_run_id: int
     run_as: str
-    status: str
 
 
 class RemediationConfig(dg.Config):
     deploy_timeout_seconds: float = 6 * 3600.0
-    """How long to wait for the node owner to deploy the node change before escalating."""
+    """How long after the last approval to wait for the node owner's deploy before escalating."""
     poll_seconds: float = 15.0
     rerun_timeout_seconds: float = 4 * 3600.0
+    stop_wait_seconds: float = 24 * 3600.0
+    """How long a step waits for `dw-dagster resume` while the org-wide stop is in force."""
 
 
 def _store(snowflake: WarehouseResource, ops: OpsSchema, context: dg.OpExecutionContext) -> IncidentStore:
@@ -107,35 +112,69 @@ def build_remediation_definitions(
         control = OrgControl(store.warehouse, ops)
         return IncidentNotifier(slack, store, context=context_file, autonomous_dispatch_allowed=control.dispatch_allowed)
 
-    @dg.op(description="Refuses to go on unless the project's own approval record approves this very run.")
-    def check_approval(context: dg.OpExecutionContext, snowflake: WarehouseResource) -> Approved:
-        store = _store(snowflake, ops, context)
+    def require_approval(context: dg.OpExecutionContext, config: RemediationConfig, store: IncidentStore) -> Approved:
+        """Every step that changes something checks the record itself: a re-execution from failure, or of a
+        single step, skips the first op but not this. While the org-wide stop is in force it waits."""
         book = ApprovalBook(store, context_file)
         tags = context.run.tags
         try:
             if tags.get(APPROVAL) != APPROVAL_APPROVED:
                 raise ApprovalError(f"run tag {APPROVAL} is {tags.get(APPROVAL)!r}; `dw-dagster approve` releases runs")
-            plan, approvals = book.validate(context.run_id, tags)
+            plan, approvals = book.validate(context.run_id, tags, context.run.parent_run_id)
         except ApprovalError as e:
             if tags.get(INCIDENT_ID):
-                store.append_event(tags[INCIDENT_ID], "refused", f"refused|{context.run_id}", {"run_id": context.run_id, "reason": str(e)})
+                store.append_event(tags[INCIDENT_ID], "refused", f"refused|{context.run_id}|{context.op.name}",
+                                   {"run_id": context.run_id, "step": context.op.name, "reason": str(e)})  # fmt: skip
             raise dg.Failure(f"Not approved: {e}", allow_retries=False) from None
+        control = OrgControl(store.warehouse, ops)
+        deadline = time.monotonic() + config.stop_wait_seconds
+        while (state := control.state()).stopped:
+            if time.monotonic() > deadline:
+                raise dg.Failure(f"{state.describe()}; {context.op.name} gave up waiting for `dw-dagster resume`")
+            context.log.warning(f"{state.describe()}; {context.op.name} waits for `dw-dagster resume`")
+            time.sleep(config.poll_seconds)
         incident = store.get(plan.incident_id)
-        assert incident is not None
-        for a in approvals:
-            context.log.info(f"approved by {a.approver} for {a.team} at {a.at.isoformat()}")
+        if incident is None:
+            raise dg.Failure(f"incident {plan.incident_id}: not found in {ops.table('INCIDENTS')}")
         return Approved(plan=plan, approvals=approvals, incident=incident)
 
-    @dg.op(description="Applies the approved reference-data rows, recording how to undo each.")
-    def apply_reference_rows(context: dg.OpExecutionContext, snowflake: WarehouseResource, approved: Approved) -> list[Change]:
+    def fail(context: dg.OpExecutionContext, store: IncidentStore, slack: SlackNotifier, approved: Approved,
+             changes: Sequence[Change], what: str, rerun: Rerun | None = None) -> NoReturn:  # fmt: skip
+        """A step failed after changes may have been made: a receipt says what was done and how to undo it,
+        a person is told, and the run fails."""
+        receipt = _receipt(context, store, approved, changes, rerun, [], failure=what)
+        store.append_event(approved.plan.incident_id, "receipt", f"receipt|{approved.plan.plan_id}|{context.run_id}", receipt.model_dump(mode="json"))
+        context.log_event(receipt_materialization(receipt, "open"))
+        notifier = notifier_for(slack, store)
+        notifier.post_update(approved.incident, receipt_markdown(receipt).replace("**", "*"), kind="receipt", version=context.run_id)
+        escalate(notifier, approved.incident, context_file, approved.plan, what)
+        raise dg.Failure(what, metadata={"receipt": dg.MetadataValue.md(receipt_markdown(receipt))})
+
+    @dg.op(description="Refuses to go on unless the project's own approval record approves this very run.")
+    def check_approval(context: dg.OpExecutionContext, config: RemediationConfig, snowflake: WarehouseResource) -> Approved:
+        approved = require_approval(context, config, _store(snowflake, ops, context))
+        for a in approved.approvals:
+            context.log.info(f"approved by {a.approver} for {a.team} at {a.at.isoformat()}")
+        return approved
+
+    @dg.op(description="Adds the approved reference-data rows, recording how to undo each.")
+    def apply_reference_rows(
+        context: dg.OpExecutionContext, config: RemediationConfig, snowflake: WarehouseResource, slack: SlackNotifier,
+        approved: Approved,
+    ) -> list[Change]:  # fmt: skip
         store = _store(snowflake, ops, context)
-        changes = []
+        approved = require_approval(context, config, store)
+        changes: list[Change] = []
         for p in approved.plan.of_kind(ProposalKind.REFERENCE_ROW):
-            assert p.reference_row is not None
+            if p.reference_row is None:
+                continue
             approval = approved.approver_for(p.owners)
-            with snowflake.tagged_connection("job.remediate", job=REMEDIATION_JOB, dagster_run_id=context.run_id) as conn:
-                change = apply_row(conn.cursor(), p.proposal_id, p.reference_row, approval)
-            store.append_event(approved.plan.incident_id, "change", f"{approved.plan.plan_id}|{p.proposal_id}|{context.run_id}", change.model_dump(mode="json"))
+            try:
+                with snowflake.tagged_connection("job.remediate", job=REMEDIATION_JOB, dagster_run_id=context.run_id) as conn:
+                    change = apply_row(conn.cursor(), p.proposal_id, p.reference_row, approval)
+            except ChangeConflict as e:
+                fail(context, store, slack, approved, changes, str(e))
+            store.append_event(approved.plan.incident_id, "change", f"change|{approved.plan.plan_id}|{p.proposal_id}|{context.run_id}", change.model_dump(mode="json"))
             context.log.info(change.what)
             changes.append(change)
         return changes
@@ -146,28 +185,29 @@ def build_remediation_definitions(
         coalesce: CoalesceWorkspace, snowflake: WarehouseResource, slack: SlackNotifier,
     ) -> list[str]:  # fmt: skip
         client = coalesce.get_client()
+        store = _store(snowflake, ops, context)
+        # From the last approval, not from this step's start: a restarted run does not get a new allowance.
+        deadline = max(a.at for a in approved.approvals).timestamp() + config.deploy_timeout_seconds
         deployed = []
         for p in approved.plan.of_kind(ProposalKind.NODE_CHANGE):
             nc = p.node_change
-            assert nc is not None
-            deadline = time.monotonic() + config.deploy_timeout_seconds
+            if nc is None:
+                continue
             told = False
-            while not is_deployed(definition(client.get_node(nc.environment_id, nc.node_id)), nc.after, nc.test_name):
-                if time.monotonic() > deadline:
-                    store = _store(snowflake, ops, context)
-                    escalate(notifier_for(slack, store), approved.incident, context_file, approved.plan,
-                             f"the change to {nc.node_name} was not deployed within {config.deploy_timeout_seconds / 3600:.1f} h; the rerun did not start")  # fmt: skip
-                    raise dg.Failure(f"{nc.node_name}: the proposed change is not deployed in environment {nc.environment_id}")
+            while not is_deployed(definition(client.get_node(nc.environment_id, nc.node_id)), nc):
+                if time.time() > deadline:
+                    fail(context, store, slack, approved, changes,
+                         f"the change to {nc.node_name} was not deployed within {config.deploy_timeout_seconds / 3600:.1f} h "
+                         "of the approvals; the rerun did not start")  # fmt: skip
                 if not told:
-                    store = _store(snowflake, ops, context)
                     approval = approved.approver_for(p.owners)
                     notifier_for(slack, store).post_update(
                         approved.incident,
-                        f"Approved. {len(changes)} reference row(s) added. Waiting for {approval.approver} to apply the "
-                        f"{nc.node_name} change in Coalesce and deploy it; the rerun starts once it is deployed.",
+                        f"Approved. {sum(c.added for c in changes)} reference row(s) added. Waiting for {approval.approver} to "
+                        f"apply the {nc.node_name} change in Coalesce and deploy it; the rerun starts once it is deployed.",
                         kind="awaiting_deploy", version=f"{approved.plan.plan_id}|{context.run_id}",
                     )  # fmt: skip
-                    store.append_event(approved.plan.incident_id, "awaiting_deploy", f"{approved.plan.plan_id}|{context.run_id}", {"node": nc.node_name})
+                    store.append_event(approved.plan.incident_id, "awaiting_deploy", f"awaiting_deploy|{approved.plan.plan_id}|{context.run_id}", {"node": nc.node_name})
                     told = True
                 time.sleep(config.poll_seconds)
             context.log.info(f"{nc.node_name}: the proposed change is deployed in environment {nc.environment_id}")
@@ -176,30 +216,41 @@ def build_remediation_definitions(
 
     @dg.op(description="Starts the scoped Coalesce rerun under the approving owner's own credentials and follows it.")
     def scoped_rerun(
-        context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, deployed: list[str],
-        coalesce: CoalesceWorkspace, snowflake: WarehouseResource, slack: SlackNotifier,
+        context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, changes: list[Change],
+        deployed: list[str], coalesce: CoalesceWorkspace, snowflake: WarehouseResource, slack: SlackNotifier,
     ) -> Rerun:  # fmt: skip
-        (p,) = approved.plan.of_kind(ProposalKind.SCOPED_RERUN)
-        assert p.rerun is not None
+        store = _store(snowflake, ops, context)
+        approved = require_approval(context, config, store)
+        reruns = approved.plan.of_kind(ProposalKind.SCOPED_RERUN)
+        if len(reruns) != 1 or reruns[0].rerun is None:
+            raise dg.Failure(f"plan {approved.plan.plan_id}: expected one scoped rerun, found {len(reruns)}")
+        p, rerun = reruns[0], reruns[0].rerun
         approval = approved.approver_for(p.owners)
         credentials = run_credentials(coalesce, context_file, approval)
         client = coalesce.get_client()
-        day = approved.incident.business_date
-        run_id = client.start_run(
-            p.rerun.environment_id,
-            include_selector=p.rerun.include_selector,
-            user_credentials=credentials,
-            # Seen by the run sensor: the rerun rebuilds the incident's business date, not this morning's.
-            parameters={COALESCE_PARAM_INCIDENT_ID: approved.incident.incident_id, COALESCE_PARAM_BUSINESS_DATE: day.isoformat() if day else ""},
-        )
-        context.log.info(f"Coalesce run {run_id} started as {credentials.snowflake_username}: {p.rerun.include_selector}")
+        key = f"rerun|{approved.plan.plan_id}|{context.run_id}"
+        started = [e for e in store.events(approved.plan.incident_id, kind="rerun") if e.event_key == key]
+        if started:
+            # A retried step follows the rerun it already started instead of starting a second one.
+            run_id = int(started[0].detail["coalesce_run_id"])
+        else:
+            day = approved.incident.business_date
+            run_id = client.start_run(
+                rerun.environment_id,
+                include_selector=rerun.include_selector,
+                user_credentials=credentials,
+                # Seen by the run sensor: the rerun rebuilds the incident's business date, not this morning's.
+                parameters={COALESCE_PARAM_INCIDENT_ID: approved.incident.incident_id,
+                            COALESCE_PARAM_BUSINESS_DATE: day.isoformat() if day else ""},  # fmt: skip
+            )
+            store.append_event(approved.plan.incident_id, "rerun", key, {"coalesce_run_id": run_id, "run_as": credentials.snowflake_username})
+        context.log.info(f"Coalesce run {run_id} as {credentials.snowflake_username}: {rerun.include_selector}")
         run = client.wait_for_run(run_id, poll_interval=min(config.poll_seconds, 5.0), timeout=config.rerun_timeout_seconds)
+        result = Rerun(coalesce_run_id=run_id, run_as=credentials.snowflake_username)
         if run.run_status.value != "completed":
-            store = _store(snowflake, ops, context)
-            escalate(notifier_for(slack, store), approved.incident, context_file, approved.plan,
-                     f"the scoped rerun (Coalesce run {run_id}) ended {run.run_status.value}: {run.run_failure_reason or ''}")  # fmt: skip
-            raise dg.Failure(f"Coalesce run {run_id} ended {run.run_status.value}")
-        return Rerun(coalesce_run_id=run_id, run_as=credentials.snowflake_username, status=run.run_status.value)
+            fail(context, store, slack, approved, changes,
+                 f"the scoped rerun (Coalesce run {run_id}) ended {run.run_status.value}: {run.run_failure_reason or ''}", result)  # fmt: skip
+        return result
 
     @dg.op(description="Verifies the fix: totals reconcile, the new node test passed, moved totals are back.")
     def verify_fix(
@@ -207,7 +258,8 @@ def build_remediation_definitions(
     ) -> list[VerificationResult]:
         results = coalesce.get_client().get_run_results(rerun.coalesce_run_id)
         day = approved.incident.business_date
-        assert day is not None
+        if day is None:
+            raise dg.Failure(f"incident {approved.incident.incident_id} has no business date to verify")
         with ops.connect(snowflake, "job.verify", job=REMEDIATION_JOB, dagster_run_id=context.run_id) as conn:
             out = verify(
                 approved.plan.expectations, day=day, metrics=metrics, resolve_table=resolve_table,
@@ -219,34 +271,23 @@ def build_remediation_definitions(
 
     @dg.op(description="Writes the receipt (append-only), shows it in the UI and posts it to the incident's threads.")
     def write_receipt(
-        context: dg.OpExecutionContext, approved: Approved, changes: list[Change], rerun: Rerun,
-        verification: list[VerificationResult], snowflake: WarehouseResource, slack: SlackNotifier,
+        context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, changes: list[Change],
+        rerun: Rerun, verification: list[VerificationResult], snowflake: WarehouseResource, slack: SlackNotifier,
     ) -> None:  # fmt: skip
-        from dw_dagster.incidents.jobs import latest_diagnosis
-
         store = _store(snowflake, ops, context)
+        approved = require_approval(context, config, store)
         plan = approved.plan
-        found = latest_diagnosis(store, plan.incident_id)
-        verified = all(v.passed for v in verification)
-        receipt = Receipt(
-            incident_id=plan.incident_id, plan_id=plan.plan_id,
-            cause=found[0].cause if found else approved.incident.title,
-            evidence=dict(found[0].evidence) if found else {},
-            proposals=plan.proposals, approvals=approved.approvals, changes=changes,
-            dagster_run_id=context.run_id, coalesce_run_id=rerun.coalesce_run_id, coalesce_run_as=rerun.run_as,
-            verification=verification, verified=verified, undo=undo_steps(plan, changes, plan.incident_id),
-            written_at=datetime.now(timezone.utc),
-        )  # fmt: skip
+        receipt = _receipt(context, store, approved, changes, rerun, verification)
         store.append_event(plan.incident_id, "receipt", f"receipt|{plan.plan_id}|{context.run_id}", receipt.model_dump(mode="json"))
-        if verified:
+        if receipt.verified:
             store.set_status(plan.incident_id, "resolved")
-        context.log_event(receipt_materialization(receipt, "resolved" if verified else "open"))
+        context.log_event(receipt_materialization(receipt, "resolved" if receipt.verified else "open"))
         notifier = notifier_for(slack, store)
         checks = {v.expectation.subject: v.observed.get("value", "passed" if v.passed else "failed") for v in verification}
-        if verified:
+        if receipt.verified:
             notifier.post_resolution(approved.incident, f"Fixed and verified on approval of {', '.join(a.approver for a in approved.approvals)}.", verification=checks)
         notifier.post_update(approved.incident, receipt_markdown(receipt).replace("**", "*"), kind="receipt", version=context.run_id)
-        if not verified:
+        if not receipt.verified:
             escalate(notifier, approved.incident, context_file, plan, "the fix did not verify: " + "; ".join(v.detail for v in verification if not v.passed))
             raise dg.Failure("verification failed; escalated", metadata={"receipt": dg.MetadataValue.md(receipt_markdown(receipt))})
 
@@ -259,7 +300,7 @@ def build_remediation_definitions(
         approved = check_approval()
         changes = apply_reference_rows(approved)
         deployed = await_node_deploy(approved, changes)
-        rerun = scoped_rerun(approved, deployed)
+        rerun = scoped_rerun(approved, changes, deployed)
         write_receipt(approved, changes, rerun, verify_fix(approved, rerun))
 
     @dg.sensor(
@@ -271,7 +312,11 @@ def build_remediation_definitions(
     )
     def remediation_proposals(context: dg.SensorEvaluationContext, snowflake: WarehouseResource):
         store = IncidentStore(snowflake, ops)
+        state = OrgControl(snowflake, ops).state()
+        if state.stopped:
+            return dg.SkipReason(f"{state.describe()}: no run is submitted")
         book = ApprovalBook(store, context_file)
+        requests = []
         for incident in store.list(status="open"):
             plans = book.plans(incident.incident_id)
             if not plans or book.decision(plans[-1]) is not None:
@@ -279,15 +324,18 @@ def build_remediation_definitions(
             plan = plans[-1]
             if context.instance.get_runs(dg.RunsFilter(tags={PLAN_ID: plan.plan_id}), limit=1):
                 continue
-            yield dg.RunRequest(
-                run_key=plan.plan_id,
-                tags={
-                    INCIDENT_ID: incident.incident_id,
-                    PLAN_ID: plan.plan_id,
-                    APPROVAL: APPROVAL_PENDING,
-                    APPROVALS_NEEDED: ",".join(plan.required_teams),
-                },
+            requests.append(
+                dg.RunRequest(
+                    run_key=plan.plan_id,
+                    tags={
+                        INCIDENT_ID: incident.incident_id,
+                        PLAN_ID: plan.plan_id,
+                        APPROVAL: APPROVAL_PENDING,
+                        APPROVALS_NEEDED: ",".join(plan.required_teams),
+                    },
+                )
             )
+        return requests
 
     @dg.sensor(
         name="approval_expiry",
@@ -300,6 +348,28 @@ def build_remediation_definitions(
         return dg.SkipReason(f"expired {len(expired)} unanswered approval request(s)" if expired else "nothing expired")
 
     return dg.Definitions(jobs=[remediate_incident], sensors=[remediation_proposals, approval_expiry])
+
+
+def _receipt(
+    context: dg.OpExecutionContext, store: IncidentStore, approved: Approved, changes: Sequence[Change],
+    rerun: Rerun | None, verification: list[VerificationResult], failure: str | None = None,
+) -> Receipt:  # fmt: skip
+    # incidents.jobs builds these definitions, so it is imported here, not at the top.
+    from dw_dagster.incidents.jobs import latest_diagnosis
+
+    plan = approved.plan
+    found = latest_diagnosis(store, plan.incident_id)
+    return Receipt(
+        incident_id=plan.incident_id, plan_id=plan.plan_id,
+        cause=found[0].cause if found else approved.incident.title,
+        evidence=dict(found[0].evidence) if found else {},
+        proposals=plan.proposals, approvals=approved.approvals, changes=list(changes),
+        dagster_run_id=context.run_id, coalesce_run_id=rerun.coalesce_run_id if rerun else None,
+        coalesce_run_as=rerun.run_as if rerun else None, verification=verification,
+        # Nothing verified is not verified.
+        verified=failure is None and bool(verification) and all(v.passed for v in verification),
+        failure=failure, undo=undo_steps(plan, changes), written_at=datetime.now(timezone.utc),
+    )  # fmt: skip
 
 
 def expire_pending(
@@ -320,13 +390,17 @@ def expire_pending(
         plan = book.plan(run.tags.get(PLAN_ID, ""))
         if plan is None or plan.expires_at > now:
             continue
-        missing = book.missing(plan, [a for a in book.approvals(plan) if a.run_id == run.run_id])
+        # Re-read just before deciding: an approval that released the run a moment ago wins.
+        current = instance.get_run_by_id(run.run_id)
+        if current is None or current.status != dg.DagsterRunStatus.QUEUED or current.tags.get(APPROVAL) != APPROVAL_PENDING:
+            continue
+        missing = book.missing(plan, book.approvals(plan, run.run_id))
         reason = f"no answer from {', '.join(missing)} by {plan.expires_at:%Y-%m-%d %H:%M} UTC"
         try:
             decision = book.decide(plan, "expired", SYSTEM_ACTOR, reason, run_id=run.run_id)
         except ApprovalError:
             continue  # another tick recorded it
-        cancel_run(instance, book, run, decision)
+        cancel_run(instance, run, decision)
         incident = book.store.get(plan.incident_id)
         if incident is not None:
             control = OrgControl(book.store.warehouse, ops)

@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from dw_dagster.coalesce.sql import table_reference
+
 SYSTEM_ACTOR = "dw-dagster"
 """Who proposes; never a valid approver."""
 
@@ -23,10 +25,9 @@ class ProposalKind(str, Enum):
 
 class ReferenceRow(BaseModel):
     asset_key: str
-    table: str
-    """Fully qualified, quoted: ``"DW_PROD"."REF_PLANNING"."REGION_MAP"``."""
+    table_parts: tuple[str, str, str]
+    """Database, schema and table name, as metadata gives them; quoted wherever SQL is built."""
     key_column: str
-    key_value: str
     values: dict[str, Any]
     """The drafted row, key included; ``None`` where the owner must give a value when approving."""
     drafted_from: dict[str, str] = Field(default_factory=dict)
@@ -34,6 +35,14 @@ class ReferenceRow(BaseModel):
     required: list[str] = Field(default_factory=list)
     """Columns that may not be NULL."""
     audit_columns: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def table(self) -> str:
+        return table_reference(*self.table_parts)
+
+    @property
+    def key_value(self) -> Any:
+        return self.values[self.key_column]
 
     def missing(self, overrides: dict[str, str] | None = None) -> list[str]:
         values = {**self.values, **(overrides or {})}
@@ -50,6 +59,8 @@ class NodeChange(BaseModel):
     after: dict[str, Any]
     diff: str
     """Unified diff of ``before`` -> ``after`` as YAML."""
+    right_ref: tuple[str, str]
+    """The (location, node name) the join now keeps unmatched rows of."""
     test_name: str
     """The node test the change adds; it must pass in the rerun."""
 
@@ -57,7 +68,6 @@ class NodeChange(BaseModel):
 class ScopedRerun(BaseModel):
     environment_id: str
     include_selector: str
-    nodes: list[str]
     reason: str
 
 
@@ -114,13 +124,16 @@ class Approval(BaseModel):
     run_id: str
     values: dict[str, str] = Field(default_factory=dict)
     """What the approver filled in or corrected on reference rows their team owns."""
+    os_user: str | None = None
+    """The operating-system account the approve command ran under (``--as`` names the person; this is
+    recorded beside it for the audit, since the command cannot authenticate the name)."""
 
 
 class Decision(BaseModel):
-    """A rejection, an expiry or a cancellation: the plan will not run."""
+    """A rejection, an expiry, or a newer plan for the same incident: the plan will not run."""
 
     plan_id: str
-    kind: Literal["rejected", "expired"]
+    kind: Literal["rejected", "expired", "superseded"]
     by: str
     at: datetime
     reason: str
@@ -128,15 +141,15 @@ class Decision(BaseModel):
 
 
 class Change(BaseModel):
-    """One change the remediation job made, with how to undo it."""
+    """One reference row the remediation job added; undone by deleting that row (``changes.undo``)."""
 
     proposal_id: str
     what: str
-    sql: str
-    undo_sql: str
-    undo_params: list[Any]
-    previous: dict[str, Any] | None = None
-    """The row before (None: there was none)."""
+    table_parts: tuple[str, str, str]
+    key_column: str
+    key_value: Any
+    added: bool
+    """False: the approved row was already there (a retried step), nothing was changed and nothing is undone."""
     at: datetime
 
 
@@ -161,5 +174,7 @@ class Receipt(BaseModel):
     coalesce_run_as: str | None
     verification: list[VerificationResult]
     verified: bool
+    failure: str | None = None
+    """What stopped the run before verification (the changes listed were made; see undo)."""
     undo: list[str]
     written_at: datetime

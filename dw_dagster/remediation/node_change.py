@@ -24,6 +24,7 @@ import yaml
 
 from dw_dagster.coalesce.models import CoalesceNode
 from dw_dagster.coalesce.sql import find_refs, quote_identifier
+from dw_dagster.remediation.models import NodeChange
 
 UNMAPPED = "UNMAPPED"
 _TEXT_TYPES = ("VARCHAR", "STRING", "TEXT", "CHAR")
@@ -65,12 +66,26 @@ def unified_diff(before: Mapping[str, Any], after: Mapping[str, Any], name: str)
     return "\n".join(lines) + "\n"
 
 
-def _inner_join_pattern(location: str, name: str) -> re.Pattern[str]:
+_KEYWORDS = r"(?:ON|USING|WHERE|GROUP|ORDER|HAVING|QUALIFY|LEFT|RIGHT|INNER|FULL|CROSS|NATURAL|JOIN|LATERAL|UNION)\b"
+_COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
+
+
+def _join_pattern(location: str, name: str) -> re.Pattern[str]:
     ref = rf"\{{\{{\s*ref\(\s*['\"]{re.escape(location)}['\"]\s*,\s*['\"]{re.escape(name)}['\"]\s*\)\s*\}}\}}"
     return re.compile(
-        rf"\b((?:LEFT|RIGHT|FULL|CROSS|NATURAL)(?:\s+OUTER)?\s+|INNER\s+)?JOIN(\s+{ref})(\s+(?:AS\s+)?(\"[^\"]+\"|\w+))?",
+        rf"\b((?:LEFT|RIGHT|FULL|CROSS|NATURAL)(?:\s+OUTER)?\s+|INNER\s+)?JOIN(\s+{ref})"
+        rf"(\s+(?:AS\s+)?(?!{_KEYWORDS})(\"[^\"]+\"|\w+))?",
         re.IGNORECASE,
     )
+
+
+def _inner_joins(join: str, location: str, name: str) -> list[re.Match[str]]:
+    """Inner joins to the ref, matched on the text with comments blanked (offsets kept), so a commented-out
+    join is never taken for a live one."""
+    masked = _COMMENTS.sub(lambda m: " " * len(m.group()), join)
+    return [
+        m for m in _join_pattern(location, name).finditer(masked) if not m.group(1) or m.group(1).strip().upper() == "INNER"
+    ]
 
 
 def keep_unmatched(
@@ -78,9 +93,9 @@ def keep_unmatched(
     right_table: str,
     resolve_table: Callable[[str, str], str],
     right_columns: Mapping[str, str],
-) -> tuple[dict[str, Any], str]:
+) -> tuple[dict[str, Any], tuple[str, str], str]:
     """The node's definition with the inner join to ``right_table`` made LEFT, the right side's text
-    columns bucketed, and the unmatched-rows test added; returns it and the test's name.
+    columns bucketed, and the unmatched-rows test added; returns it, the right side's ref and the test's name.
 
     ``right_columns`` maps each of the node's columns that comes from the right side to the right-side
     column it reads (from column lineage).
@@ -93,16 +108,14 @@ def keep_unmatched(
     if not refs:
         raise ValueError(f"node {node.name}: its join does not read {right_table}")
     location, name = refs[0]
-    pattern = _inner_join_pattern(location, name)
-    match = next(
-        (m for m in pattern.finditer(before["join"]) if not m.group(1) or m.group(1).strip().upper() == "INNER"),
-        None,
-    )
-    if match is None:
+    matches = _inner_joins(before["join"], location, name)
+    if not matches:
         raise ValueError(f"node {node.name}: no inner join to {location}.{name} in its join condition")
-    alias = (match.group(4) or name).strip('"')
-    text = before["join"]
-    join = text[: match.start()] + f"LEFT JOIN{match.group(2)}{match.group(3) or ''}" + text[match.end() :]
+    match, text = matches[0], before["join"]
+    alias_text = match.group(4) or name
+    # Snowflake folds an unquoted alias to upper case; quoted, it is used as written.
+    alias = alias_text.strip('"') if alias_text.startswith('"') else alias_text.upper()
+    join = text[: match.start()] + "LEFT JOIN" + text[match.start(2) :]
 
     columns: list[dict[str, Any]] = []
     bucketed: list[str] = []
@@ -124,21 +137,23 @@ def keep_unmatched(
         "sql": f"SELECT * FROM {own_ref} WHERE {quote_identifier(bucketed[0])} = '{UNMAPPED}'",
     }
     tests = [t for t in before["nodeTests"] if t["name"] != test_name] + [test]
-    return {**before, "join": join, "columns": columns, "nodeTests": tests}, test_name
+    return {**before, "join": join, "columns": columns, "nodeTests": tests}, (location, name), test_name
 
 
-def is_deployed(deployed: Mapping[str, Any], proposed: Mapping[str, Any], test_name: str) -> bool:
-    """Whether a node as read from an environment carries the proposed change: the new test with the
-    same SQL, and every proposed column transform (whitespace aside)."""
+def _norm(sql: str) -> str:
+    return re.sub(r"\s+", " ", sql or "").strip().upper()
 
-    def norm(s: str) -> str:
-        return re.sub(r"\s+", " ", s or "").strip()
 
-    tests = {t["name"]: norm(t["sql"]) for t in deployed.get("nodeTests", [])}
-    want = next(t for t in proposed["nodeTests"] if t["name"] == test_name)
-    if tests.get(test_name) != norm(want["sql"]):
+def is_deployed(deployed: Mapping[str, Any], change: NodeChange) -> bool:
+    """Whether a node as read from an environment carries the proposed change, however its owner typed
+    it: no inner join to the right side left, the bucketed columns' new transforms, and the new test with
+    the proposed SQL (case and whitespace aside). Unrelated edits do not matter."""
+    if _inner_joins(deployed.get("join", ""), *change.right_ref):
         return False
-    have = {c["name"]: norm(c["transform"]) for c in deployed.get("columns", [])}
-    return all(have.get(c["name"]) == norm(c["transform"]) for c in proposed["columns"]) and norm(
-        deployed.get("join", "")
-    ) == norm(proposed["join"])
+    tests = {t["name"]: _norm(t["sql"]) for t in deployed.get("nodeTests", [])}
+    want = next(t for t in change.after["nodeTests"] if t["name"] == change.test_name)
+    if tests.get(change.test_name) != _norm(want["sql"]):
+        return False
+    before = {c["name"]: c["transform"] for c in change.before["columns"]}
+    have = {c["name"]: _norm(c["transform"]) for c in deployed.get("columns", [])}
+    return all(have.get(c["name"]) == _norm(c["transform"]) for c in change.after["columns"] if c["transform"] != before.get(c["name"]))

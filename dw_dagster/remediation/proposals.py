@@ -27,7 +27,7 @@ import dagster as dg
 
 from dw_dagster.coalesce.client import CoalesceClient
 from dw_dagster.coalesce.sql import quote_identifier, resolve_refs, table_parts, table_reference
-from dw_dagster.context.models import Autonomy, ContextFile
+from dw_dagster.context.models import Autonomy, ContextFile, ReferenceTable
 from dw_dagster.incidents.diagnosis import DiagnosisContext
 from dw_dagster.incidents.models import BlastRadius, CauseClass, Diagnosis, Incident, JoinEffect, KeyGap
 from dw_dagster.notifications.blocks import owner_team
@@ -120,13 +120,12 @@ def _reference_rows(
         parts = table_parts(graph.info(ref_key).table_name)
         if parts is None:
             continue
-        table = table_reference(*parts)
         for gap in join.unmatched:
             right_column = next((r for left, r in _on_pairs(join) if left == gap.column), gap.column)
             traced = graph.trace_column((right_key, right_column), ref_key)
             if traced is None or traced[1].upper() != rule.key_column.upper():
                 continue
-            row = _draft_row(rule, ref_key, table, gap, diagnosis, incident, ctx)
+            row = _draft_row(rule, ref_key, parts, gap, diagnosis, incident, ctx)
             owners = _teams(graph.info(ref_key).owners, ctx)
             values = ", ".join(str(v) for k, v in row.values.items() if k != row.key_column and v is not None)
             out.append(
@@ -150,30 +149,41 @@ def _on_pairs(join: JoinEffect) -> list[tuple[str, str]]:
     return pairs
 
 
-def _typed(value: str) -> Any:
-    try:
-        return int(value)
-    except ValueError:
-        return value
+def _typed(value: str, data_type: str) -> Any:
+    """A key value from a group label, as the key column holds it: a whole number for an integer column
+    (NUMBER(38,0), INT...), else the text as it is (a VARCHAR key keeps its leading zeros)."""
+    t = data_type.upper().replace(" ", "")
+    integral = t.startswith(("INT", "BIGINT", "SMALLINT")) or (t.startswith(("NUMBER", "DECIMAL", "NUMERIC")) and (
+        "," not in t or t.endswith(",0)")))  # fmt: skip
+    if integral:
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    return value
 
 
 def _draft_row(
-    rule, ref_key: str, table: str, gap: KeyGap, diagnosis: Diagnosis, incident: Incident, ctx: PlanContext
+    rule: ReferenceTable, ref_key: str, parts: tuple[str, str, str], gap: KeyGap, diagnosis: Diagnosis,
+    incident: Incident, ctx: PlanContext,
 ) -> ReferenceRow:
     cur = ctx.diagnosis.cursor
+    table = table_reference(*parts)
     schema = ctx.metadata(ref_key, "dagster/column_schema")
     columns = [c.name for c in schema.columns] if schema else []
     required = [
         c.name for c in (schema.columns if schema else []) if c.constraints and c.constraints.nullable is False
     ]
     key_column = next((c for c in columns if c.upper() == rule.key_column.upper()), rule.key_column)
+    key_type = next((c.type for c in (schema.columns if schema else []) if c.name == key_column), "")
+    key = _typed(gap.value, key_type)
     audit = set(rule.audit_columns.values())
     values: dict[str, Any] = {c: None for c in columns if c not in audit}
-    values[key_column] = _typed(gap.value)
+    values[key_column] = key
     drafted = {key_column: f"the key that matches nothing: {diagnosis.upstream_change or 'new in the source'}"}
 
     if rule.draft_sql:
-        cur.execute(resolve_refs(rule.draft_sql, ctx.diagnosis.resolve_table), {"key": _typed(gap.value)})
+        cur.execute(resolve_refs(rule.draft_sql, ctx.diagnosis.resolve_table), {"key": key})
         found = cur.fetchone()
         if found is not None:
             for d, v in zip(cur.description, found, strict=True):
@@ -184,7 +194,7 @@ def _draft_row(
     donor = _donor(gap, incident, ctx)
     if donor is not None and rule.copy_from_donor:
         cols = ", ".join(quote_identifier(c) for c in rule.copy_from_donor)
-        cur.execute(f"SELECT {cols} FROM {table} WHERE {quote_identifier(key_column)} = %s", (_typed(donor),))
+        cur.execute(f"SELECT {cols} FROM {table} WHERE {quote_identifier(key_column)} = %s", (_typed(donor, key_type),))
         found = cur.fetchone()
         if found is not None:
             for name, v in zip(rule.copy_from_donor, found, strict=True):
@@ -193,9 +203,8 @@ def _draft_row(
                     drafted[name] = f"{key_column} {donor}, where the units came from"
     return ReferenceRow(
         asset_key=ref_key,
-        table=table,
+        table_parts=parts,
         key_column=key_column,
-        key_value=gap.value,
         values=values,
         drafted_from=drafted,
         required=[c for c in required if c not in audit],
@@ -210,22 +219,24 @@ def _donor(gap: KeyGap, incident: Incident, ctx: PlanContext) -> str | None:
     if day is None:
         return None
     label = f"{gap.column}={gap.value}"
-    for total in ctx.diagnosis.metrics.totals:
+    metrics = ctx.diagnosis.metrics
+    # The source totals the incident's totals reconcile with: they hold every key, mapped or not.
+    sources = {t.reconcile_with.total for t in metrics.totals if t.reconcile_with is not None}
+    for total in (metrics.get(name) for name in sorted(sources)):
         history = ctx.diagnosis.history.metric_history(total.name, day + timedelta(days=1), 7)
         tonight = history.get(day)
         earlier = [d for d in history if d < day]
         if tonight is None or not earlier or label not in tonight.groups:
             continue
+        rise = tonight.groups[label] - history[max(earlier)].groups.get(label, 0.0)
         before = history[max(earlier)]
-        drops = {
-            g: tonight.groups.get(g, 0.0) - v
-            for g, v in before.groups.items()
-            if g.startswith(f"{gap.column}=") and g != label
-        }
-        if drops:
-            group, change = min(drops.items(), key=lambda kv: kv[1])
-            if change < 0:
-                return group.partition("=")[2]
+        drops = {g: tonight.groups[g] - v for g, v in before.groups.items() if g in tonight.groups and g != label}
+        if not drops or rise <= 0:
+            continue
+        group, change = min(drops.items(), key=lambda kv: kv[1])
+        # Only a key that lost about what the new one gained is where its units came from.
+        if abs(-change - rise) <= 0.1 * rise:
+            return group.partition("=")[2]
     return None
 
 
@@ -242,7 +253,7 @@ def _node_change(join: JoinEffect, right_key: str, ctx: PlanContext) -> Proposal
         for src_key, src_col in graph.column_sources((key, column)):
             if src_key == right_key:
                 right_columns[column] = src_col
-    after, test_name = keep_unmatched(node, join.right, ctx.diagnosis.resolve_table, right_columns)
+    after, right_ref, test_name = keep_unmatched(node, join.right, ctx.diagnosis.resolve_table, right_columns)
     before = definition(node)
     name = f"{node.location_name}/{node.name}"
     change = NodeChange(
@@ -253,6 +264,7 @@ def _node_change(join: JoinEffect, right_key: str, ctx: PlanContext) -> Proposal
         before=before,
         after=after,
         diff=unified_diff(before, after, name),
+        right_ref=right_ref,
         test_name=test_name,
     )
     return Proposal(
@@ -274,11 +286,6 @@ def _scoped_rerun(change: NodeChange, reference_keys: Sequence[str], ctx: PlanCo
                 between.append(name[2])
     between = list(dict.fromkeys(between))
     selector = " OR ".join([*(f"{{name: {n}}}" for n in between), f"{{name: {change.node_name}}}+"])
-    downstream = sorted(
-        table_parts(graph.info(k).table_name)[2]  # type: ignore[index]
-        for k in graph.downstream(change.asset_key)
-        if "coalesce" in graph.info(k).kinds and table_parts(graph.info(k).table_name)
-    )
     reason = f"{change.node_name} and everything downstream"
     if between:
         reason += f", plus {', '.join(between)} so the new reference row reaches the join"
@@ -290,7 +297,6 @@ def _scoped_rerun(change: NodeChange, reference_keys: Sequence[str], ctx: PlanCo
         rerun=ScopedRerun(
             environment_id=change.environment_id,
             include_selector=selector,
-            nodes=[*between, change.node_name, *downstream],
             reason=reason,
         ),
     )

@@ -33,6 +33,7 @@ def receipt_markdown(r: Receipt) -> str:
     lines = [
         f"### Receipt {r.plan_id}",
         f"**Verification: {'passed' if r.verified else 'FAILED'}**",
+        *([f"**Stopped:** {r.failure}"] if r.failure else []),
         "",
         f"**Cause.** {r.cause}",
         "",
@@ -74,7 +75,6 @@ def receipt_materialization(r: Receipt, status: str) -> dg.AssetMaterialization:
         },
         tags={"dw/incident_id": r.incident_id},
     )
-
 
 
 def approve_hint(plan: RemediationPlan, approvers: dict[str, list[str]]) -> str:

@@ -84,7 +84,7 @@ def _one(e, day, metrics, resolve_table, cursor, history, run_results) -> Verifi
         assert e.table is not None and e.target is not None
         cursor.execute(f"SELECT COUNT(*) FROM {e.table}")
         rows = int(cursor.fetchone()[0])
-        passed = rows == e.target
+        passed = abs(rows - e.target) <= (e.tolerance or 0)
         return VerificationResult(
             expectation=e, passed=passed, observed={"value": rows, "expected": e.target},
             detail=f"{e.subject} has {rows:,} rows; the night's rows plus those the join dropped are {e.target:,.0f}",

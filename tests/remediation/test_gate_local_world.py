@@ -191,6 +191,33 @@ def test_a_re_execution_is_not_an_approval(gate: Gate):
     assert failure.step_key == "check_approval"
 
 
+def test_re_executing_steps_of_the_approved_run_changes_nothing(gate: Gate):
+    """What the UI's "Re-execute from failure" or "Re-execute selected steps" does: a new run, with the
+    parent's tags, that skips the first op. Every step that changes something checks the record itself."""
+    from dagster._core.definitions.definitions_load_context import DefinitionsLoadContext, DefinitionsLoadType
+    from dagster._core.definitions.reconstruct import ReconstructableRepository
+    from dagster._core.storage.defs_state.base import set_defs_state_storage
+
+    reruns_before = len(gate.store.events(gate.incident.incident_id, kind="rerun"))
+    repo = ReconstructableRepository.for_module("dw_dagster.definitions", "defs")
+    # Loading the code location here installs a process-wide load context holding this world's state:
+    # scope it, so later worlds in this worker load their own, as a fresh run worker would.
+    fresh = DefinitionsLoadContext(load_type=DefinitionsLoadType.INITIALIZATION)
+    with set_defs_state_storage(gate.daemon.instance.defs_state_storage), DefinitionsLoadContext.scoped(fresh):
+        result = dg.execute_job(
+            repo.get_reconstructable_job("remediate_incident"),
+            instance=gate.daemon.instance,
+            # The UI carries the parent's tags over, the approval tag included.
+            tags=dict(gate.run().tags),
+            reexecution_options=dg.ReexecutionOptions(gate.run_id, step_selection=["scoped_rerun"]),
+            raise_on_error=False,
+        )
+        assert not result.success
+        failure = next(e for e in result.all_events if e.is_step_failure)
+    assert failure.step_key == "scoped_rerun" and "re-execution is not an approval" in str(failure.event_specific_data.error)
+    assert len(gate.store.events(gate.incident.incident_id, kind="rerun")) == reruns_before, "no second Coalesce rerun"
+
+
 def test_undoing_the_map_row_restores_the_previous_state(gate: Gate):
     assert 7120 in gate.region_map()
     buyer = gate.cli("undo", gate.incident.incident_id, "--as", "Luis Romero")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dw_dagster.coalesce.models import CoalesceNode
+from dw_dagster.remediation.models import NodeChange
 from dw_dagster.remediation.node_change import definition, is_deployed, keep_unmatched, unified_diff
 
 TABLES = {("STAGE", "STG_ONHAND"): '"DB"."STAGE"."STG_ONHAND"', ("INVENTORY", "DIM_WAREHOUSE"): '"DB"."INVENTORY"."DIM_WAREHOUSE"',
@@ -45,7 +46,7 @@ def resolve(location: str, name: str) -> str:
 
 
 def test_only_the_inner_join_to_the_right_table_becomes_left():
-    after, test = keep_unmatched(node(JOIN), RIGHT, resolve, RIGHT_COLUMNS)
+    after, ref, test = keep_unmatched(node(JOIN), RIGHT, resolve, RIGHT_COLUMNS)
     assert "LEFT JOIN {{ ref('INVENTORY', 'DIM_WAREHOUSE') }} AS \"WH\" ON" in after["join"]
     assert "INNER" not in after["join"]
     assert "LEFT JOIN {{ ref('STAGE', 'STG_ITEMS') }}" in after["join"], "the other join is left alone"
@@ -53,7 +54,7 @@ def test_only_the_inner_join_to_the_right_table_becomes_left():
 
 
 def test_text_columns_from_the_right_side_are_bucketed_and_numbers_left_null():
-    after, _ = keep_unmatched(node(JOIN), RIGHT, resolve, RIGHT_COLUMNS)
+    after, _, _ = keep_unmatched(node(JOIN), RIGHT, resolve, RIGHT_COLUMNS)
     by = {c["name"]: c["transform"] for c in after["columns"]}
     assert by["WAREHOUSE_CODE"] == """COALESCE("WH"."WAREHOUSE_CODE", 'UNMAPPED')""", "the alias in the join is used"
     assert by["REGION"] == """COALESCE(UPPER("WH"."REGION"), 'UNMAPPED')""", "an existing transform is wrapped"
@@ -64,7 +65,7 @@ def test_text_columns_from_the_right_side_are_bucketed_and_numbers_left_null():
 
 
 def test_a_bare_join_is_an_inner_join():
-    after, _ = keep_unmatched(node(JOIN.replace("INNER JOIN", "JOIN")), RIGHT, resolve, RIGHT_COLUMNS)
+    after, _, _ = keep_unmatched(node(JOIN.replace("INNER JOIN", "JOIN")), RIGHT, resolve, RIGHT_COLUMNS)
     assert "LEFT JOIN {{ ref('INVENTORY', 'DIM_WAREHOUSE') }}" in after["join"]
 
 
@@ -80,7 +81,7 @@ def test_no_inner_join_to_the_table_is_an_error_naming_the_node():
 
 def test_the_diff_is_a_unified_diff_of_the_definition():
     before = definition(node(JOIN))
-    after, _ = keep_unmatched(node(JOIN), RIGHT, resolve, RIGHT_COLUMNS)
+    after, _, _ = keep_unmatched(node(JOIN), RIGHT, resolve, RIGHT_COLUMNS)
     diff = unified_diff(before, after, "INVENTORY/FCT_INVENTORY_POSITION")
     lines = diff.splitlines()
     assert lines[0] == "--- a/INVENTORY/FCT_INVENTORY_POSITION.yml" and lines[1].startswith("+++ b/")
@@ -89,10 +90,35 @@ def test_the_diff_is_a_unified_diff_of_the_definition():
     assert "+- name: NO_UNMATCHED_DIM_WAREHOUSE" in lines
 
 
-def test_deployed_means_the_test_columns_and_join_are_all_there():
-    before = definition(node(JOIN))
-    after, test = keep_unmatched(node(JOIN), RIGHT, resolve, RIGHT_COLUMNS)
-    assert not is_deployed(before, after, test)
-    assert is_deployed({**after, "join": after["join"].replace(" ON", "\n   ON")}, after, test), "whitespace aside"
-    half = {**after, "join": before["join"]}
-    assert not is_deployed(half, after, test), "the test alone, with the join still inner, is not the change"
+def _change(join: str = JOIN) -> NodeChange:
+    before = definition(node(join))
+    after, ref, test = keep_unmatched(node(join), RIGHT, resolve, RIGHT_COLUMNS)
+    return NodeChange(environment_id="2", node_id="n1", node_name="FCT_INVENTORY_POSITION", asset_key="a", before=before,
+                      after=after, diff="", right_ref=ref, test_name=test)  # fmt: skip
+
+
+def test_deployed_means_the_join_the_bucketed_columns_and_the_test_are_there():
+    change = _change()
+    assert change.right_ref == ("INVENTORY", "DIM_WAREHOUSE")
+    assert not is_deployed(change.before, change)
+    assert is_deployed(change.after, change)
+    typed = {**change.after, "join": change.after["join"].replace("LEFT JOIN", "left outer join").replace(" ON", "\n   ON")}
+    assert is_deployed(typed, change), "however the owner typed the LEFT join"
+    unrelated = {**change.after, "columns": [*change.after["columns"], {"name": "NEW", "dataType": "VARCHAR", "transform": "1"}]}
+    assert is_deployed(unrelated, change), "an unrelated edit does not matter"
+    assert not is_deployed({**change.after, "join": change.before["join"]}, change), "the join still inner is not it"
+    no_test = {**change.after, "nodeTests": change.before["nodeTests"]}
+    assert not is_deployed(no_test, change)
+
+
+def test_aliases_and_comments_are_read_as_sql_reads_them():
+    on_right_away = JOIN.replace('AS "WH" ON', "ON").replace('"WH".', '"DIM_WAREHOUSE".')
+    after, _, _ = keep_unmatched(node(on_right_away), RIGHT, resolve, {"WAREHOUSE_CODE": "WAREHOUSE_CODE"})
+    assert after["columns"][1]["transform"] == """COALESCE("DIM_WAREHOUSE"."WAREHOUSE_CODE", 'UNMAPPED')""", "ON is no alias"
+    unquoted = JOIN.replace('AS "WH"', "wh").replace('"WH".', "wh.")
+    after, _, _ = keep_unmatched(node(unquoted), RIGHT, resolve, {"WAREHOUSE_CODE": "WAREHOUSE_CODE"})
+    assert after["columns"][1]["transform"] == """COALESCE("WH"."WAREHOUSE_CODE", 'UNMAPPED')""", "unquoted: upper case"
+    commented = "-- INNER JOIN {{ ref('INVENTORY', 'DIM_WAREHOUSE') }} \"OLD\"\n" + JOIN
+    after, _, _ = keep_unmatched(node(commented), RIGHT, resolve, RIGHT_COLUMNS)
+    assert after["join"].startswith("-- INNER JOIN"), "a commented-out join is left as it is"
+    assert "LEFT JOIN {{ ref('INVENTORY', 'DIM_WAREHOUSE') }} AS \"WH\"" in after["join"]
