@@ -161,6 +161,13 @@ class ContextFile(FileModel):
                 team = getattr(domain, field)
                 if team and team not in self.teams:
                     raise ValueError(f"domains.{name}.{field}: unknown team {team!r}")
+        # A person is matched by name or email when approving: each must name one person only.
+        people: dict[str, str] = {}
+        for team_id, team in self.teams.items():
+            for m in team.members:
+                for handle in (m.name.lower(), m.email.lower()):
+                    if people.setdefault(handle, m.email.lower()) != m.email.lower():
+                        raise ValueError(f"teams.{team_id}.members: {handle!r} names two different people")
         keys = [s.key for s in self.systems]
         dupes = {k for k in keys if keys.count(k) > 1}
         if dupes:

@@ -181,6 +181,9 @@ def test_stale_state_loads_with_a_warning(world, caplog):
         (lambda c: c["teams"]["buyers"].update(slack_channel="buyers"), "teams.buyers.slack_channel"),
         (lambda c: c["systems"][1].update(colour="red"), "systems.1.colour"),
         (lambda c: c["systems"][7].update(upstream=["mart/mart_days_of_supplyy"]), "mart/mart_days_of_supplyy"),
+        # An approver is found by name or email: one name for two people would make approvals ambiguous.
+        (lambda c: c["teams"]["buyers"]["members"][0].update(name="Dana Ortiz"), "'dana ortiz' names two different people"),
+        (lambda c: c["teams"]["planning-ops"]["members"][0]["run_as"].update(password_env="lower"), "password_env"),
     ],
 )
 def test_broken_context_file_names_the_field(tmp_path, world, edit, expected):
