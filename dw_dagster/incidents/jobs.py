@@ -16,7 +16,7 @@ from dw_dagster.incidents.models import BlastRadius, Diagnosis, Finding
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.incident_notifier import IncidentNotifier, build_slack_outbox_sensor
 from dw_dagster.notifications.resources import SlackNotifier
-from dw_dagster.notifications.routing import route_incident
+from dw_dagster.notifications.routing import alerts_allowed, route_incident
 from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.remediation.approvals import ApprovalBook, supersede_older
 from dw_dagster.remediation.control import OrgControl
@@ -84,6 +84,9 @@ def build_incident_definitions(
         context.log.info(f"{incident_id}: {diagnosis.classification.value}: {diagnosis.cause}")
         if context_file is None:
             context.log.warning("no context file (DW_CONTEXT_FILE): nobody to alert")
+            return
+        if not alerts_allowed(context_file, diagnosis, radius):
+            context.log.info(f"{incident_id}: its domain is at L0 (manual): recorded, nobody is alerted")
             return
         # The org-wide stop is asked when routing (the hold notice is proposed, not sent) and again as each
         # autonomous message is posted (a stop given in between holds it in the outbox).

@@ -17,7 +17,7 @@ from dw_dagster.notifications.incident_notifier import (
 )
 from dw_dagster.notifications.outbox import OutboxMessage, SlackOutbox
 from dw_dagster.notifications.resources import SlackNotifier, slack_from_env
-from dw_dagster.notifications.routing import HoldMode, Recipients, hold_mode_for, route_incident
+from dw_dagster.notifications.routing import HoldMode, Recipients, alerts_allowed, hold_mode_for, route_incident
 
 __all__ = [
     "DagsterLinks",
@@ -29,6 +29,7 @@ __all__ = [
     "SlackMessage",
     "SlackNotifier",
     "SlackOutbox",
+    "alerts_allowed",
     "build_slack_outbox_sensor",
     "dagster_ui_url",
     "hold_mode_for",

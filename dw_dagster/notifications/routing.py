@@ -82,6 +82,13 @@ def incident_domain(
     return None
 
 
+def alerts_allowed(context: ContextFile, diagnosis: Diagnosis, blast: BlastRadius) -> bool:
+    """L0 (manual) domains get nothing automated, not even the alert: the incident is recorded and shown in
+    the Dagster UI, and people there work it by hand. Assets in no domain are observed (L1) and alerted."""
+    found = incident_domain(context, diagnosis, blast)
+    return found is None or found[1].autonomy.at_least(Autonomy.L1)
+
+
 def route_incident(
     context: ContextFile,
     diagnosis: Diagnosis,

@@ -39,6 +39,7 @@ from dw_dagster.notifications import (
     hold_notice,
     incident_message,
     proposed_hold_notice,
+    alerts_allowed,
     route_incident,
 )
 from dw_dagster.notifications.blocks import (
@@ -286,6 +287,10 @@ def test_routing_from_the_context_file(context):
     ]:
         ctx = context.model_copy(update={"domains": {"inventory": inventory.model_copy(update=changed)}})
         assert route_incident(ctx, diagnosis, blast).hold == expected, changed
+    # L0: nothing automated, not even the alert; L1 and up, and assets in no domain, are alerted.
+    l0 = context.model_copy(update={"domains": {"inventory": inventory.model_copy(update={"autonomy": Autonomy.L0})}})
+    assert not alerts_allowed(l0, diagnosis, blast)
+    assert alerts_allowed(context, diagnosis, blast) and alerts_allowed(context.model_copy(update={"domains": {}}), diagnosis, blast)
     # L4: every downstream reader is warned at once, the S&OP Liveboard's owners too.
     l4 = context.model_copy(update={"domains": {"inventory": inventory.model_copy(update={"autonomy": Autonomy.L4})}})
     r = route_incident(l4, diagnosis, blast)
