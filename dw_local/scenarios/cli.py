@@ -6,11 +6,15 @@ Registered into ``dw-dagster`` through the ``dw_dagster.cli`` entry-point group.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
+from dw_dagster.config import DwConfigError
 from dw_local.scenarios.runner import DEFAULT_CACHE, ScenarioReport, run_scenario
+from dw_local.world import WorldError
 
 _CACHE = click.option(
     "--cache", type=click.Path(path_type=Path), default=DEFAULT_CACHE, show_default=True,
@@ -33,7 +37,8 @@ def scenario() -> None:
 @_CACHE
 def scenario_run(path: Path, as_json: bool, cache: Path) -> None:
     """Play the scenario at PATH on a fresh local world and print, per night, what was detected."""
-    report = run_scenario(path, cache)
+    with _world_errors(path):
+        report = run_scenario(path, cache)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, default=str))
         return
@@ -47,18 +52,40 @@ def scenario_run(path: Path, as_json: bool, cache: Path) -> None:
 def scenario_score(directory: Path, as_json: bool, cache: Path) -> None:
     """Play every scenario under DIRECTORY (*.yaml, recursively) and print recall, false alarms, root-cause
     accuracy and time to detect, beside an Elementary-default baseline on the same nights."""
+    from dw_local.scenarios.model import load_scenario
     from dw_local.scenarios.score import format_score, score_reports
     from dw_local.scenarios.suite import scenario_files
 
     files = scenario_files(directory)
     if not files:
         raise click.ClickException(f"{directory}: no scenario files (*.yaml)")
-    reports = []
+    # Every file is checked before anything is played: all their problems at once, not one per long run.
+    scenarios, problems = [], []
     for path in files:
-        click.echo(f"playing {path} ...", err=True)
-        reports.append(run_scenario(path, cache))
+        try:
+            scenarios.append(load_scenario(path))
+        except DwConfigError as e:
+            problems.append(str(e))
+    if problems:
+        summary = f"{len(problems)} of {len(files)} scenario files are invalid; nothing was played"
+        raise DwConfigError("\n".join([summary, *problems]))
+    reports = []
+    for loaded in scenarios:
+        click.echo(f"playing {loaded.path} ...", err=True)
+        with _world_errors(loaded.path):
+            reports.append(run_scenario(loaded, cache))
     score = score_reports(reports)
     click.echo(json.dumps(score, indent=2, default=str) if as_json else format_score(score))
+
+
+@contextmanager
+def _world_errors(path: Path) -> Iterator[None]:
+    """A world that cannot play what its files say (rows no night has, a history night that fails) is a
+    problem in those files: reported like any other (the message, exit 2), not as a traceback."""
+    try:
+        yield
+    except WorldError as e:
+        raise DwConfigError(f"{path}: {e}") from e
 
 
 def format_report(report: ScenarioReport) -> str:

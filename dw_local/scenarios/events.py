@@ -38,6 +38,9 @@ class Event(FileModel):
     loads_source: ClassVar[bool] = True
     runs_job: ClassVar[bool] = True
     persists: ClassVar[bool] = False
+    table_load: ClassVar[Literal["night", "once"] | None] = None
+    """Which sources ``table`` may name: ``night``, those that get new rows each night (append, snapshot),
+    whose new rows the event changes; ``once``, the reference tables, whose installed rows it changes."""
 
     def tables(self) -> list[str]:
         """The source tables (Source node names) or nodes the event changes: what it can make wrong."""
@@ -52,9 +55,23 @@ class Event(FileModel):
         table = getattr(self, "table", None)
         if column is not None and table in world.tables and column not in world.tables[table].columns:
             raise ValueError(f"column: {table} has no column {column}")
-        for name in (getattr(self, "where", None) or {}) | (getattr(self, "set", None) or {}):
+        where = getattr(self, "where", None) or {}
+        for name in where | (getattr(self, "set", None) or {}):
             if table in world.tables and name not in world.tables[table].columns:
                 raise ValueError(f"where/set: {table} has no column {name}")
+        if table not in world.tables:
+            return
+        load = world.spec.sources[table].load
+        if self.table_load == "night" and load == "once":
+            raise ValueError(
+                f"table: {self.kind} changes the night's new rows; {table} is load: once (reference data): "
+                "expected an append or snapshot source"
+            )
+        if self.table_load == "once" and load != "once":
+            raise ValueError(f"table: {self.kind} changes reference rows; {table} is load: {load}: expected a load: once source")
+        # A once table's rows are known now; a night's new rows are drawn when it is played.
+        if where and load == "once" and not _matching(world.once_frame(table), where).any():
+            raise ValueError(f"where: no row of {table} matches {where}")
 
     def growth(self, night: int) -> float:
         return 1.0
@@ -75,12 +92,6 @@ class Event(FileModel):
         return rng_for(world.spec.seed, f"event/{self.kind}", night)
 
 
-def _appended(world: GenericWorld, table: str, frames: Frames) -> pd.DataFrame:
-    if table not in frames:
-        raise WorldError(f"{table} is loaded once: a night's event cannot change its new rows")
-    return frames[table]
-
-
 def _matching(frame: pd.DataFrame, where: dict[str, Any] | None) -> np.ndarray:
     mask = np.ones(len(frame), dtype=bool)
     for column, value in (where or {}).items():
@@ -88,13 +99,15 @@ def _matching(frame: pd.DataFrame, where: dict[str, Any] | None) -> np.ndarray:
     return mask
 
 
-def _pick(mask: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
-    """Exactly round(fraction x candidates) of the candidate rows (at least one), chosen by ``rng``."""
-    candidates = np.flatnonzero(mask)
+def _pick(event: Any, frame: pd.DataFrame, rng: np.random.Generator) -> np.ndarray:
+    """Exactly round(fraction x candidates) of the night's rows matching the event's ``where`` (at least one),
+    chosen by ``rng``."""
+    candidates = np.flatnonzero(_matching(frame, event.where))
     if not len(candidates):
-        raise WorldError("no rows match the event's where")
-    k = min(len(candidates), max(1, round(fraction * len(candidates))))
-    out = np.zeros(len(mask), dtype=bool)
+        # A night's rows are drawn when it is played, so this cannot be checked when the file is loaded.
+        raise WorldError(f"{event.kind}: where: no row of {event.table}'s new rows on the night matches {event.where}")
+    k = min(len(candidates), max(1, round(event.fraction * len(candidates))))
+    out = np.zeros(len(frame), dtype=bool)
     out[rng.choice(candidates, size=k, replace=False)] = True
     return out
 
@@ -113,8 +126,8 @@ def _restore_rows(world: GenericWorld, cur: Any, table: str, where: dict[str, An
 
 def _new_key(event: NewKeyUnmapped | NewKeyMapped, world: GenericWorld, frames: Frames, night: int) -> Frames:
     """``fraction`` of the night's rows matching ``where`` now carry the new key (orders on a new storefront)."""
-    frame = _appended(world, event.table, frames).copy()
-    rows = _pick(_matching(frame, event.where), event.fraction, event.rng(world, night))
+    frame = frames[event.table].copy()
+    rows = _pick(event, frame, event.rng(world, night))
     frame.loc[rows, event.column] = event.value
     return {**frames, event.table: frame}
 
@@ -128,6 +141,7 @@ class NewKeyUnmapped(Event):
     carry the new ``value`` in ``column``."""
 
     kind: Literal["new_key_unmapped"]
+    table_load: ClassVar[Literal["night", "once"] | None] = "night"
     table: Ident
     column: Ident
     value: Any
@@ -143,6 +157,7 @@ class ReferenceRowDeleted(Event):
     """Someone deletes rows of a reference table (``where`` picks them); persists until repaired."""
 
     kind: Literal["reference_row_deleted"]
+    table_load: ClassVar[Literal["night", "once"] | None] = "once"
     table: Ident
     where: dict[str, Any] = Field(min_length=1)
     persists: ClassVar[bool] = True
@@ -161,6 +176,7 @@ class ReferenceRowRemapped(Event):
     """Someone points reference rows (``where``) at other values (``set``); persists until repaired."""
 
     kind: Literal["reference_row_remapped"]
+    table_load: ClassVar[Literal["night", "once"] | None] = "once"
     table: Ident
     where: dict[str, Any] = Field(min_length=1)
     set: dict[str, Any] = Field(min_length=1)
@@ -182,13 +198,14 @@ class DuplicateLoad(Event):
     """Replication applies the night's rows (``where``, ``fraction``) twice, identical to the last column."""
 
     kind: Literal["duplicate_load"]
+    table_load: ClassVar[Literal["night", "once"] | None] = "night"
     table: Ident
     fraction: Fraction = 1.0
     where: dict[str, Any] | None = None
 
     def transform(self, world, frames, night):
-        frame = _appended(world, self.table, frames)
-        rows = _pick(_matching(frame, self.where), self.fraction, self.rng(world, night))
+        frame = frames[self.table]
+        rows = _pick(self, frame, self.rng(world, night))
         return {**frames, self.table: pd.concat([frame, frame[rows]], ignore_index=True)}
 
 
@@ -197,13 +214,14 @@ class PartialLoad(Event):
     missing."""
 
     kind: Literal["partial_load"]
+    table_load: ClassVar[Literal["night", "once"] | None] = "night"
     table: Ident
     fraction: Fraction = 0.3
     where: dict[str, Any] | None = None
 
     def transform(self, world, frames, night):
-        frame = _appended(world, self.table, frames)
-        missing = _pick(_matching(frame, self.where), self.fraction, self.rng(world, night))
+        frame = frames[self.table]
+        missing = _pick(self, frame, self.rng(world, night))
         return {**frames, self.table: frame[~missing].reset_index(drop=True)}
 
 
@@ -219,13 +237,20 @@ class UnitChange(Event):
     """A source column changes unit: its values (rows matching ``where``) multiplied by ``factor``."""
 
     kind: Literal["unit_change"]
+    table_load: ClassVar[Literal["night", "once"] | None] = "night"
     table: Ident
     column: Ident
     factor: float = Field(default=100, gt=0)
     where: dict[str, Any] | None = None
 
+    def check(self, world):
+        super().check(world)
+        if not world.tables[self.table].is_numeric(self.column):
+            data_type = world.tables[self.table].types[self.column]
+            raise ValueError(f"column: unit_change multiplies a number; {self.table}.{self.column} is {data_type}")
+
     def transform(self, world, frames, night):
-        frame = _appended(world, self.table, frames).copy()
+        frame = frames[self.table].copy()
         rows = _matching(frame, self.where)
         frame[self.column] = frame[self.column].astype(float)
         frame.loc[rows, self.column] = frame.loc[rows, self.column] * self.factor
@@ -237,6 +262,7 @@ class NullJoinKey(Event):
     column made nullable first, as a replication target often is; it stays nullable)."""
 
     kind: Literal["null_join_key"]
+    table_load: ClassVar[Literal["night", "once"] | None] = "night"
     table: Ident
     column: Ident
     fraction: Fraction = 0.1
@@ -247,8 +273,8 @@ class NullJoinKey(Event):
         cur.execute(f"ALTER TABLE {table} ALTER COLUMN {quote_identifier(self.column)} DROP NOT NULL")
 
     def transform(self, world, frames, night):
-        frame = _appended(world, self.table, frames).copy()
-        rows = _pick(_matching(frame, self.where), self.fraction, self.rng(world, night))
+        frame = frames[self.table].copy()
+        rows = _pick(self, frame, self.rng(world, night))
         values = frame[self.column].astype(object)
         values[rows] = None
         frame[self.column] = values
@@ -295,10 +321,10 @@ class ColumnDropped(Event):
 
     def repair(self, world, cur, coalesce):
         if self.column not in world.actual_columns(cur, self.table):
-            node = next(n for n in world.project.file.nodes if n.is_source and n.name == self.table)
-            data_type = next(c.dataType for c in node.columns if c.name == self.column)
-            table = world.tables[self.table].qualified
-            cur.execute(f"ALTER TABLE {table} ADD COLUMN {quote_identifier(self.column)} {data_type}")
+            table = world.tables[self.table]
+            cur.execute(
+                f"ALTER TABLE {table.qualified} ADD COLUMN {quote_identifier(self.column)} {table.types[self.column]}"
+            )
 
 
 class NodeFailure(Event):
@@ -315,6 +341,13 @@ class NodeFailure(Event):
     def check(self, world):
         if not any(n.name == self.node and not n.is_source for n in world.project.file.nodes):
             raise ValueError(f"node: {self.node} is not a built node of {world.spec.project}")
+        if self._plain_column(world) is None:
+            raise ValueError(f"node: {self.node} has no column read straight from one source column to break")
+
+    def _plain_column(self, world):
+        """The node's first column read straight from one source column: the one the broken change copies."""
+        spec = next(n for n in world.project.file.nodes if n.name == self.node and not n.is_source)
+        return next((c for c in spec.columns if c.transform is None and len(c.sources) == 1), None)
 
     def _workspace(self, world, coalesce) -> tuple[str, dict]:
         node_id = next(n.id for n in world.project.file.nodes if n.name == self.node and not n.is_source)
@@ -330,10 +363,7 @@ class NodeFailure(Event):
         columns = detail["metadata"]["columns"]
         if any(c.get("description") == NODE_FAILURE_MARKER for c in columns):
             return  # deployed on an earlier night
-        spec = next(n for n in world.project.file.nodes if n.name == self.node and not n.is_source)
-        plain = next((c for c in spec.columns if c.transform is None and len(c.sources) == 1), None)
-        if plain is None:
-            raise WorldError(f"node_failure: {self.node} has no column read straight from its source")
+        plain = self._plain_column(world)
         _, source_node, source_column = plain.sources[0].split(".")
         broken = {k: v for k, v in next(c for c in columns if c["name"] == plain.name).items() if k != "columnID"}
         broken.update(
@@ -369,6 +399,7 @@ class NewKeyMapped(Event):
     """Benign: a new key appears in a source and its owners added its reference row the same day."""
 
     kind: Literal["new_key_mapped"]
+    table_load: ClassVar[Literal["night", "once"] | None] = "night"
     table: Ident
     column: Ident
     value: Any
@@ -381,6 +412,8 @@ class NewKeyMapped(Event):
 
     def check(self, world):
         super().check(world)
+        if world.spec.sources[self.reference].load != "once":
+            raise ValueError(f"reference: {self.reference} is not a load: once (reference) source")
         if wrong := sorted(set(self.row) - set(world.tables[self.reference].columns)):
             raise ValueError(f"row: {self.reference} has no column {wrong[0]}")
 

@@ -12,6 +12,7 @@ Events (``events.py``) change what a night loads or runs: the fault vocabulary a
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
@@ -37,6 +38,10 @@ Frames = dict[str, pd.DataFrame]
 _CSV_TIME = "%Y-%m-%d %H:%M:%S"
 # Ids of one night's rows: start + night x block + row, so a night replayed or caught up reuses its own ids.
 _ID_BLOCK = 1_000_000
+# A Source column's dataType is interpolated into the RAW table's DDL: only a type name and its precision.
+_DATA_TYPE = re.compile(r"^[A-Z_]+(\(\s*\d+(\s*,\s*\d+)?\s*\))?$", re.IGNORECASE)
+_NUMERIC = re.compile(r"^(NUMBER|DECIMAL|NUMERIC|INT|INTEGER|BIGINT|SMALLINT|TINYINT|BYTEINT|FLOAT\d?|DOUBLE|REAL)\b",
+                      re.IGNORECASE)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -45,11 +50,15 @@ class SourceRef:
     database: str
     schema: str
     columns: list[str]
+    types: dict[str, str]
     ddl: str
 
     @property
     def qualified(self) -> str:
         return table_reference(self.database, self.schema, self.name)
+
+    def is_numeric(self, column: str) -> bool:
+        return bool(_NUMERIC.match(self.types[column]))
 
 
 def _calendar_factor(count, day: date) -> float:
@@ -95,11 +104,17 @@ class GenericWorld:
                 raise self._problem(
                     f"sources.{name}: generates columns {sorted(given)}; the Source node declares {sorted(columns)}"
                 )
+            for c in node.columns:
+                if not _DATA_TYPE.match(c.dataType):
+                    raise self._problem(
+                        f"project: {self.spec.project}: Source node {name} column {c.name}: dataType "
+                        f"{c.dataType!r} is not a Snowflake type such as NUMBER(38,0), VARCHAR(20) or DATE"
+                    )
             database, schema, _ = env.table(node.locationName, node.name)
             ddl = ", ".join(
                 f"{quote_identifier(c.name)} {c.dataType}" + ("" if c.nullable else " NOT NULL") for c in node.columns
             )
-            tables[name] = SourceRef(name, database, schema, columns, ddl)
+            tables[name] = SourceRef(name, database, schema, columns, {c.name: c.dataType for c in node.columns}, ddl)
         if missing := sorted(set(sources) - set(tables)):
             raise self._problem(f"sources: no generator for the Source nodes {missing}")
         databases = {t.database for t in tables.values()}
@@ -125,8 +140,17 @@ class GenericWorld:
             if table.rows is not None:
                 frames[name] = pd.DataFrame(table.rows, columns=self.tables[name].columns)
             else:
-                assert isinstance(table.count, int)
-                frames[name] = self._generate(name, table, table.count, -1, frames)
+                frames[name] = self._generate(name, table, table.once_rows(), -1, frames)
+        # A lookup reads one row per key: a key repeated in the once table would make it ambiguous.
+        for name, table in self.spec.sources.items():
+            for column, gen in table.columns.items():
+                if gen.kind == "lookup":
+                    other, _ = gen.ref_parts()
+                    if not frames[other][gen.by].is_unique:
+                        raise self._problem(
+                            f"sources.{name}.columns.{column}.by: expected a unique key of {other}; "
+                            f"{other}.{gen.by} repeats values"
+                        )
         return frames
 
     def once_frame(self, name: str) -> pd.DataFrame:

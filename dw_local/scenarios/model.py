@@ -23,6 +23,7 @@ from pydantic import Field
 from dw_dagster.config import DwConfigError, FileModel, load_yaml_model
 from dw_dagster.incidents.models import CauseClass
 from dw_local.scenarios.worlds import EventError, ScenarioWorld, open_world
+from dw_local.world import WorldError
 
 MAX_NIGHTS = 14
 
@@ -87,7 +88,7 @@ def load_scenario(path: Path) -> Scenario:
     file = load_yaml_model(path, ScenarioFile, "scenario file", "the scenario's PATH")
     try:
         world = open_world(file.world, path.parent)
-    except (ValueError, OSError) as e:  # the world, project, context or metrics file: named in the message
+    except (ValueError, OSError, WorldError) as e:  # the world, project, context or metrics file: named in the message
         raise DwConfigError(f"{path}: world: {e}") from None
     events: list[list[Any]] = []
     for k, night in enumerate(file.nights):
@@ -98,5 +99,26 @@ def load_scenario(path: Path) -> Scenario:
             except EventError as e:
                 kind = raw_event.get("kind", "?")
                 raise DwConfigError(f"{path}: nights.{k}.events.{j} ({kind}): {e}") from None
+        try:
+            world.check_night(parsed)
+        except EventError as e:
+            raise DwConfigError(f"{path}: nights.{k}.events: {e}") from None
         events.append(parsed)
-    return Scenario(path, file, world, events)
+    scenario = Scenario(path, file, world, events)
+    in_force: list[Any] = []  # persistent faults not yet repaired, as the runner keeps them
+    for k, night in enumerate(file.nights):
+        if night.repair:
+            in_force = []
+        faults = [e for e in events[k] if not world.is_benign(e)]
+        if night.expect.incident and not (faults or in_force):
+            raise DwConfigError(
+                f"{path}: nights.{k}.expect.incident: true, but no fault is played that night or still in force "
+                "from an earlier one: expected a fault among the night's events"
+            )
+        if scenario.expects_incident(k) and not night.expect.classes:
+            raise DwConfigError(
+                f"{path}: nights.{k}.expect.class: the night expects an incident: expected the diagnosis classes "
+                "that name its cause (root-cause accuracy is scored on them)"
+            )
+        in_force = [e for e in [*in_force, *faults] if world.persists(e)]
+    return scenario

@@ -116,11 +116,13 @@ def _related(scenario: Scenario, in_force: list[Any], graph: LineageGraph) -> li
     return sorted(related)
 
 
-def run_scenario(path: Path, cache: Path = DEFAULT_CACHE) -> ScenarioReport:
-    """Plays ``path`` on a fresh copy of its world's seeded template; the copy is deleted afterwards."""
+def run_scenario(scenario: Scenario | Path, cache: Path = DEFAULT_CACHE) -> ScenarioReport:
+    """Plays a scenario (or the file at a path) on a fresh copy of its world's seeded template; the copy is
+    deleted afterwards."""
     from dw_local.daemon import LocalDaemon
 
-    scenario = load_scenario(path)
+    if not isinstance(scenario, Scenario):
+        scenario = load_scenario(scenario)
     world = scenario.world
     template = world.template(cache.resolve())
     tmp = Path(tempfile.mkdtemp(prefix=f"dw-scenario-{scenario.name}-"))

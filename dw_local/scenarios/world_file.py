@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo
 
 from pydantic import Field, model_validator
@@ -95,6 +95,8 @@ class ColumnGenerator(FileModel):
                 raise ValueError(f"{field}: expected TABLE.COLUMN in upper case, got {value!r}")
         if self.weights is not None and kind not in ("choice", "ref"):
             raise ValueError("weights: only with choice or ref")
+        if self.weights is not None and (min(self.weights, default=0) < 0 or sum(self.weights) <= 0):
+            raise ValueError(f"weights: expected non-negative numbers with a positive sum, got {self.weights}")
         if self.weights is not None and kind == "choice" and len(self.weights) != len(self.choice or []):
             raise ValueError(f"weights: {len(self.weights)} weights for {len(self.choice or [])} choices")
         for field in ("integer", "uniform", "business_time", "lag_seconds"):
@@ -129,7 +131,7 @@ class SourceTable(FileModel):
         "snapshot: the table reloaded with the night's rows."
     )
     rows: list[dict[str, Any]] | None = Field(default=None, description="Literal rows (load: once).")
-    count: RowCount | int | None = Field(default=None, description="Generated rows: a number, or per night.")
+    count: RowCount | Annotated[int, Field(gt=0)] | None = Field(default=None, description="Generated rows: a number, or per night.")
     columns: dict[str, ColumnGenerator] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -141,7 +143,13 @@ class SourceTable(FileModel):
                 raise ValueError("rows: give literal rows, or count and columns, not both")
         elif self.count is None or not self.columns:
             raise ValueError("count: a generated table needs count and columns")
+        elif self.load == "once" and not isinstance(self.count, int):
+            raise ValueError("count: a generated load: once table is generated once: expected a number of rows")
         return self
+
+    def once_rows(self) -> int:
+        """How many rows a load: once table holds (literal or generated)."""
+        return len(self.rows) if self.rows is not None else int(self.count)  # type: ignore[arg-type]
 
     def row_count(self) -> RowCount:
         assert self.count is not None
@@ -178,8 +186,11 @@ class WorldFile(FileModel):
                     known = target.columns.keys() if target.rows is None else set().union(*target.rows)
                     if other_column not in known or (gen.kind == "lookup" and gen.by not in known):
                         raise ValueError(f"{where}.{gen.kind}: {other} has no column {other_column} (or {gen.by})")
-                    if gen.weights is not None and target.rows is not None and len(gen.weights) != len(target.rows):
-                        raise ValueError(f"{where}.weights: {len(gen.weights)} weights for {len(target.rows)} rows")
+                    if gen.weights is not None and len(gen.weights) != target.once_rows():
+                        raise ValueError(
+                            f"{where}.weights: expected one weight per row of {other} ({target.once_rows()}), "
+                            f"got {len(gen.weights)}"
+                        )
                 for dep in (gen.by, gen.of, gen.synced):
                     if dep is not None and dep not in table.columns:
                         raise ValueError(f"{where}: column {dep} is not a column of {name}")

@@ -71,6 +71,9 @@ class ScenarioWorld(ABC):
     def parse_event(self, raw: dict[str, Any], first_night: int) -> Any:
         """An event of the scenario file, validated against this world (``EventError`` names the parameter)."""
 
+    def check_night(self, events: Sequence[Any]) -> None:
+        """The night's events can be played together (``EventError`` names the problem)."""
+
     @abstractmethod
     def play_night(self, lw: LocalWorld, night: int, events: Sequence[Any]) -> NightResult:
         """Applies the night's data and events and runs the job (unless an event skips it)."""
@@ -138,11 +141,13 @@ class DistributorScenarioWorld(ScenarioWorld):
         except pydantic.ValidationError as e:
             raise EventError(_problems(e, skip=0)) from None
 
+    def check_night(self, events: Sequence[Any]) -> None:
+        if "new_key_unmapped" in events and len(events) > 1:
+            raise EventError("new_key_unmapped: the distributor's reference night is played alone on its night")
+
     def play_night(self, lw: LocalWorld, night: int, events: Sequence[Any]) -> NightResult:
         sf, coalesce = lw.snowflake, lw.coalesce_client()
         if "new_key_unmapped" in events:
-            if len(events) > 1:
-                raise WorldError(f"night {night}: the reference night (new_key_unmapped) is played alone")
             return self.world.play_reference_night(sf, coalesce, night)
         return self.world.play_night(sf, coalesce, night, faults=list(events))
 

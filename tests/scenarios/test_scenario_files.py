@@ -77,6 +77,51 @@ def _scenario(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
             ["world:", "world file not found"],
         ),
         ("name: x\nworld: WORLD\nnights: [{expect: {class: [typo]}}]\n", ["nights.0.expect.class.0"]),
+        # Each event changes the kind of table it names: a night's new rows, or the reference rows.
+        *(
+            (
+                f"name: x\nworld: WORLD\nnights: [{{events: [{{kind: {kind}, table: STORE_MAP{extra}}}]}}]\n",
+                [f"nights.0.events.0 ({kind})", "STORE_MAP is load: once", "expected an append or snapshot source"],
+            )
+            for kind, extra in [
+                ("duplicate_load", ""), ("partial_load", ""), ("unit_change", ", column: STORE_ID"),
+                ("null_join_key", ", column: STORE_ID"), ("new_key_unmapped", ", column: STORE_ID, value: 9"),
+                ("new_key_mapped", ", column: STORE_ID, value: 9, reference: STORE_MAP, row: {STORE_ID: 9}"),
+            ]
+        ),
+        *(
+            (
+                f"name: x\nworld: WORLD\nnights: [{{events: [{{kind: {kind}, table: ORDER_LINES, where: {{STORE_ID: 3}}{extra}}}]}}]\n",
+                [f"nights.0.events.0 ({kind})", "ORDER_LINES is load: append: expected a load: once source"],
+            )
+            for kind, extra in [("reference_row_deleted", ""), ("reference_row_remapped", ", set: {STORE_ID: 4}")]
+        ),
+        (
+            "name: x\nworld: WORLD\nnights: [{events: [{kind: new_key_mapped, table: ORDER_LINES, column: STORE_ID, "
+            "value: 9, reference: ORDER_LINES, row: {ORDER_LINE_ID: 9}}]}]\n",
+            ["nights.0.events.0 (new_key_mapped)", "reference: ORDER_LINES is not a load: once (reference) source"],
+        ),
+        (
+            "name: x\nworld: WORLD\nnights: [{events: [{kind: unit_change, table: ORDER_LINES, column: ORDERED_AT}]}]\n",
+            ["nights.0.events.0 (unit_change)", "column: unit_change multiplies a number; ORDER_LINES.ORDERED_AT is TIMESTAMP_NTZ"],
+        ),
+        (
+            "name: x\nworld: WORLD\nnights: [{events: [{kind: reference_row_deleted, table: STORE_MAP, where: {STORE_ID: 99}}]}]\n",
+            ["nights.0.events.0 (reference_row_deleted)", "where: no row of STORE_MAP matches {'STORE_ID': 99}"],
+        ),
+        (
+            "name: x\nworld: WORLD\nnights: [{}, {expect: {incident: true, class: [value_loss]}}]\n",
+            ["nights.1.expect.incident: true, but no fault is played that night or still in force"],
+        ),
+        (
+            "name: x\nworld: WORLD\nnights: [{events: [{kind: duplicate_load, table: ORDER_LINES}]}]\n",
+            ["nights.0.expect.class: the night expects an incident: expected the diagnosis classes"],
+        ),
+        (
+            "name: x\nworld: distributor\nnights: [{events: [{kind: new_key_unmapped}, {kind: scheduler_skip}], "
+            "expect: {class: [value_loss]}}]\n",
+            ["nights.0.events: new_key_unmapped: the distributor's reference night is played alone"],
+        ),
     ],
 )
 def test_a_bad_scenario_file_names_the_file_and_the_field(tmp_path, text, fragments):
@@ -97,15 +142,33 @@ def test_a_bad_scenario_file_names_the_file_and_the_field(tmp_path, text, fragme
         (("      QUANTITY: {integer: [1, 3]}\n", ""), ["sources.ORDER_LINES: generates columns", "QUANTITY"]),
         (("business_time: [7, 23]", "business_time: [23, 7]"), ["business_time: [23, 7] is not [low, high]"]),
         (("timezone: America/New_York", "timezone: Mars/Olympus"), ["timezone: invalid timezone: Mars/Olympus"]),
+        (("count: 400", "count: {per_night: 400}"), ["sources.PRODUCTS: Value error, count: a generated load: once table"]),
+        (
+            ("weights: [35, 20, 10, 10, 15, 10]", "weights: [35, 20, 10]"),
+            ["sources.ORDER_LINES.columns.STORE_ID.weights: expected one weight per row of STORE_MAP (6), got 3"],
+        ),
+        (
+            ("PRODUCT_ID: {ref: PRODUCTS.PRODUCT_ID}", "PRODUCT_ID: {ref: PRODUCTS.PRODUCT_ID, weights: [1, 2]}"),
+            ["sources.ORDER_LINES.columns.PRODUCT_ID.weights: expected one weight per row of PRODUCTS (400), got 2"],
+        ),
+        (("weights: [30, 20, 15, 10, 15, 10]", "weights: [0, 0, 0, 0, 0, 0]"), ["weights: expected non-negative"]),
+        (
+            ("PRODUCT_ID: {sequence: 5001}", "PRODUCT_ID: {integer: [5001, 5010]}"),
+            ["sources.ORDER_LINES.columns.UNIT_PRICE.by: expected a unique key of PRODUCTS"],
+        ),
+        (
+            ('{name: STORE_NAME, dataType: "VARCHAR(60)"', '{name: STORE_NAME, dataType: "VARCHAR(60)); DROP TABLE X; --"'),
+            ["Source node STORE_MAP column STORE_NAME: dataType 'VARCHAR(60)); DROP TABLE X; --' is not a Snowflake type"],
+        ),
     ],
 )
 def test_a_bad_world_file_names_the_file_and_the_field(tmp_path, edit, fragments):
     folder = ECOMMERCE.parent
-    for name in ("project.yaml", "context.yaml", "metrics.yaml"):
-        (tmp_path / name).write_text((folder / name).read_text())
-    text = ECOMMERCE.read_text()
-    assert edit[0] in text
-    (tmp_path / "world.yaml").write_text(text.replace(edit[0], edit[1]))
+    texts = {name: (folder / name).read_text() for name in ("world.yaml", "project.yaml", "context.yaml", "metrics.yaml")}
+    edited = next(name for name, text in texts.items() if edit[0] in text)  # world.yaml first
+    texts[edited] = texts[edited].replace(edit[0], edit[1])
+    for name, text in texts.items():
+        (tmp_path / name).write_text(text)
     with pytest.raises(DwConfigError) as err:
         FileScenarioWorld(tmp_path / "world.yaml")
     for fragment in [str(tmp_path / "world.yaml"), *fragments]:
@@ -208,3 +271,20 @@ def test_score_totals_add_up_over_scenarios():
     assert score["total"][DW]["recall"] == 0.5 and score["total"][DW]["root_cause_accuracy"] == 0.5
     assert score["total"][BASELINE]["recall"] == 0.0
     assert score["total"][DW]["table_nights"] == score["total"][BASELINE]["table_nights"] == 6
+
+
+def test_score_checks_every_file_and_reports_all_problems_before_playing(tmp_path):
+    from click.testing import CliRunner
+
+    from dw_local.scenarios.cli import scenario
+
+    _scenario(tmp_path, "name: good\nworld: WORLD\nnights: [{}]\n", "a_good.yaml")
+    first = _scenario(tmp_path, "name: x\nworld: WORLD\nnights: [{events: [{kind: partial_load}]}]\n", "b.yaml")
+    second = _scenario(tmp_path, "name: y\nworld: WORLD\nnights: [{expect: {incident: true}}]\n", "c.yaml")
+    result = CliRunner().invoke(scenario, ["score", str(tmp_path), "--cache", str(tmp_path / "cache")])
+    assert isinstance(result.exception, DwConfigError), result.output
+    message = str(result.exception)
+    assert "2 of 3 scenario files are invalid; nothing was played" in message
+    assert f"{first}: nights.0.events.0 (partial_load): table: Field required" in message
+    assert f"{second}: nights.0.expect.incident" in message
+    assert "playing" not in result.output and not (tmp_path / "cache").exists()
