@@ -33,7 +33,6 @@ from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.scenarios.baseline import elementary_alarms
 from dw_local.scenarios.model import Scenario, load_scenario
-from dw_local.seeding import clone_world
 
 DEFAULT_CACHE = Path(os.environ.get("DW_WORLD_CACHE", ".dw/cache"))
 
@@ -124,13 +123,12 @@ def run_scenario(scenario: Scenario | Path, cache: Path = DEFAULT_CACHE) -> Scen
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
     world = scenario.world
-    template = world.template(cache.resolve())
     tmp = Path(tempfile.mkdtemp(prefix=f"dw-scenario-{scenario.name}-"))
     # The local daemon points this process's environment at the world, as a deployment would; a scenario
     # (or a test) that runs next must not inherit it.
     environ = dict(os.environ)
     try:
-        root = clone_world(template, tmp / "world")
+        root = world.clone(cache.resolve(), tmp / "world")
         with world.local_world(root) as lw:
             daemon = LocalDaemon(lw, env=world.env())
             metrics = load_metrics_file(daemon.settings.metrics_file)

@@ -9,6 +9,7 @@ import fcntl
 from abc import ABC, abstractmethod
 import hashlib
 import json
+import re
 import shutil
 from collections.abc import Sequence
 from datetime import date
@@ -21,7 +22,7 @@ from dw_local.coalesce_sim.project import Project, load_project
 from dw_local.scenarios.events import EVENTS, Event
 from dw_local.scenarios.generic import GenericWorld
 from dw_local.scenarios.world_file import load_world_file
-from dw_local.seeding import HISTORY_NIGHTS, _shaping_hash, seeded_template
+from dw_local.seeding import HISTORY_NIGHTS, _shaping_hash, clone_world, seeded_template
 from dw_local.world import LocalWorld, WorldError
 from dw_local.worlds.distributor.faults import Fault
 from dw_local.worlds.distributor.generator import DistributorWorld, NightResult
@@ -56,8 +57,9 @@ class ScenarioWorld(ABC):
     database: str
 
     @abstractmethod
-    def template(self, cache: Path) -> Path:
-        """A stopped world with the history played, to clone (built once, cached)."""
+    def clone(self, cache: Path, dest: Path) -> Path:
+        """A private copy at ``dest`` of a stopped world with the history played (the template, built once
+        and cached under ``cache``)."""
 
     @abstractmethod
     def local_world(self, root: Path) -> LocalWorld:
@@ -117,8 +119,8 @@ class DistributorScenarioWorld(ScenarioWorld):
         self.world = DistributorWorld()
         self.project = load_project(self.world.project_file)
 
-    def template(self, cache: Path) -> Path:
-        return seeded_template(cache)
+    def clone(self, cache: Path, dest: Path) -> Path:
+        return clone_world(seeded_template(cache), dest)
 
     def local_world(self, root: Path) -> LocalWorld:
         return LocalWorld(root)
@@ -203,23 +205,30 @@ class FileScenarioWorld(ScenarioWorld):
             h.update(f.read_bytes())
         return h.hexdigest()[:16]
 
-    def template(self, cache: Path) -> Path:
-        """A stopped world with ``history_nights`` played and watched, built once per content hash (safe
-        across processes)."""
-        # A folder (and lock) of their own: building one never waits on the distributor template's build.
-        folder = cache / "worlds"
+    def clone(self, cache: Path, dest: Path) -> Path:
+        """A copy of the template with ``history_nights`` played and watched, built once per content hash.
+
+        Checking, building, pruning and copying all happen under one lock held throughout, so no other
+        process can prune the template between its check and its copy. The folder is the world's own
+        (building it never waits on another world's build); ``clone_world`` takes the folder's ``.lock``,
+        a different file from this one, so holding both cannot deadlock.
+        """
+        folder = cache / "worlds" / self.name
         folder.mkdir(parents=True, exist_ok=True)
-        template = folder / f"{self.name}-{self.history_nights}-{self._hash()}"
-        with open(folder / ".lock", "w") as lock:
+        prefix = f"{self.name}-{self.history_nights}-"
+        template = folder / f"{prefix}{self._hash()}"
+        # Only an older template of this world and history length is pruned, never anything else here.
+        stale_name = re.compile(rf"^{re.escape(prefix)}[0-9a-f]{{16}}$")
+        with open(folder / ".build.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not (template / "seeded.json").exists():
                 shutil.rmtree(template, ignore_errors=True)
                 with self.local_world(template) as lw:
                     self._seed(lw)
-                for stale in folder.glob(f"{self.name}-*"):
-                    if stale != template and (stale / "seeded.json").exists():
+                for stale in folder.iterdir():
+                    if stale != template and stale_name.match(stale.name) and (stale / "seeded.json").exists():
                         shutil.rmtree(stale, ignore_errors=True)
-        return template
+            return clone_world(template, dest)
 
     def _seed(self, lw: LocalWorld) -> None:
         from dw_local.daemon import LocalDaemon
