@@ -50,6 +50,8 @@ class IncidentReport:
     newly_flagged: int
     owners: list[str]
     time_to_detect_s: float
+    assets: list[str]
+    """The tables the incident's findings are on (root cause is scored right only on a related one)."""
 
 
 @dataclass
@@ -208,5 +210,6 @@ def _collect(report: NightReport, store: IncidentStore, seen: set[str], ended: d
                 newly_flagged=len(radius.newly_flagged) if radius else 0,
                 owners=diagnosis.owners if diagnosis else [],
                 time_to_detect_s=round((first - ended).total_seconds(), 2),
+                assets=sorted({f.asset_key for _, f in findings}),
             )
         )

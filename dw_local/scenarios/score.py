@@ -1,14 +1,17 @@
 """Scoring scenario reports: dw-dagster beside the Elementary-default baseline, on the same nights.
 
 - **Recall**: nights expected to raise an incident (a fault played, unless the scenario says otherwise) on
-  which the detector alarmed on a related table (the tables the fault changes and everything downstream).
+  which the detector alarmed on a related table (the tables the fault changes and everything downstream);
+  also split by whether the Coalesce job failed that night (a failure anyone's run alerts show) or the
+  fault was silent (the job green, or no run at all).
 - **False alarms per 100 table-nights**: alarms on a table no fault in force relates to (benign and clean
   nights, unrelated tables), per 100 monitored tables x nights played. One alarm per table per night, however
   many checks failed on it.
-- **Root-cause accuracy** (dw-dagster only; Elementary does not diagnose): faults with an expected class
-  whose incident's diagnosis has one of the expected classes and names every expected cause key.
+- **Root-cause accuracy** (dw-dagster only; Elementary does not diagnose): faults whose incident opened that
+  night has a finding on a related table, one of the expected classes and every expected cause key.
 - **Time to detect**: seconds from the Coalesce run's end to the first alarm on a related table (for the
-  baseline: to when the alarming value was recorded, which is when Elementary could score it).
+  baseline: to when the alarming value was recorded, which is when Elementary could score it). The two are
+  compared only on the faults both detected; each detector's figure over all its own detections is given too.
 """
 
 from __future__ import annotations
@@ -31,12 +34,18 @@ class Figures:
     false_alarms: int = 0
     diagnosable: int = 0
     correct: int = 0
+    failed_run_faults: int = 0
+    failed_run_detected: int = 0
     ttd: list[float] = field(default_factory=list)
+    ttd_both: list[float] = field(default_factory=list)
+    """Time to detect on the faults both detectors detected: the only fair comparison."""
 
     def add(self, other: Figures) -> None:
-        for name in ("faults", "detected", "table_nights", "false_alarms", "diagnosable", "correct"):
+        for name in ("faults", "detected", "table_nights", "false_alarms", "diagnosable", "correct",
+                     "failed_run_faults", "failed_run_detected"):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.ttd += other.ttd
+        self.ttd_both += other.ttd_both
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -49,9 +58,22 @@ class Figures:
             "root_cause_correct": self.correct,
             "root_cause_scored": self.diagnosable,
             "root_cause_accuracy": _ratio(self.correct, self.diagnosable),
-            "time_to_detect_median_s": round(median(self.ttd), 2) if self.ttd else None,
+            "failed_run_faults": self.failed_run_faults,
+            "failed_run_detected": self.failed_run_detected,
+            "failed_run_recall": _ratio(self.failed_run_detected, self.failed_run_faults),
+            "silent_faults": self.faults - self.failed_run_faults,
+            "silent_detected": self.detected - self.failed_run_detected,
+            "silent_recall": _ratio(self.detected - self.failed_run_detected, self.faults - self.failed_run_faults),
+            "time_to_detect_median_s": _median(self.ttd),
             "time_to_detect_max_s": round(max(self.ttd), 2) if self.ttd else None,
+            "both_detected": len(self.ttd_both),
+            "time_to_detect_both_median_s": _median(self.ttd_both),
+            "time_to_detect_both_max_s": round(max(self.ttd_both), 2) if self.ttd_both else None,
         }
+
+
+def _median(values: list[float]) -> float | None:
+    return round(median(values), 2) if values else None
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -74,19 +96,31 @@ def score_night(night: NightReport) -> tuple[Figures, Figures, dict[str, Any]]:
         dw_hits = [a for a in night.alarms if _is_related(a.asset, night)]
         base_hits = [a for a in night.baseline_alarms if _is_related(a["asset"], night)]
         dw.detected, base.detected = int(bool(dw_hits)), int(bool(base_hits))
-        if dw_hits:
-            dw.ttd.append(min((a.at - night.run_ended_at).total_seconds() for a in dw_hits))
-        if base_hits:
-            base.ttd.append(min((a["recorded_at"] - night.run_ended_at).total_seconds() for a in base_hits))
-        if night.expected_classes:
-            dw.diagnosable = 1
-            dw.correct = int(
-                any(
-                    i.classification in night.expected_classes and set(night.expected_keys) <= set(i.cause_keys)
-                    for i in night.incidents
-                )
+        # A failed job is loud whatever watches it (Elementary's own run-result alerts included).
+        failed_run = night.run_status not in ("completed", "skipped")
+        dw.failed_run_faults = base.failed_run_faults = int(failed_run)
+        dw.failed_run_detected, base.failed_run_detected = dw.detected * failed_run, base.detected * failed_run
+        dw_ttd = min((a.at - night.run_ended_at).total_seconds() for a in dw_hits) if dw_hits else None
+        base_ttd = (
+            min((a["recorded_at"] - night.run_ended_at).total_seconds() for a in base_hits) if base_hits else None
+        )
+        dw.ttd += [dw_ttd] if dw_ttd is not None else []
+        base.ttd += [base_ttd] if base_ttd is not None else []
+        if dw_ttd is not None and base_ttd is not None:
+            dw.ttd_both.append(dw_ttd)
+            base.ttd_both.append(base_ttd)
+        # Every expected incident names its classes (model.py); a right class on an incident whose findings
+        # are all on unrelated tables found something else, not the fault.
+        dw.diagnosable = 1
+        dw.correct = int(
+            any(
+                i.classification in night.expected_classes
+                and set(night.expected_keys) <= set(i.cause_keys)
+                and any(_is_related(a, night) for a in i.assets)
+                for i in night.incidents
             )
-            detail["root_cause"] = "correct" if dw.correct else "wrong"
+        )
+        detail["root_cause"] = "correct" if dw.correct else "wrong"
         detail.update(dw_detected=bool(dw.detected), baseline_detected=bool(base.detected))
     if dw.false_alarms or base.false_alarms:
         detail.update(dw_false_alarms=dw.false_alarms, baseline_false_alarms=base.false_alarms)
@@ -123,24 +157,30 @@ def format_score(score: dict[str, Any]) -> str:
     t = score["total"]
     dw, base = t[DW], t[BASELINE]
 
-    def ttd(f: dict[str, Any]) -> str:
-        return "n/a" if f["time_to_detect_median_s"] is None else (
-            f"{f['time_to_detect_median_s']:.1f} s median, {f['time_to_detect_max_s']:.1f} s max"
-        )
+    def ttd(f: dict[str, Any], which: str = "") -> str:
+        med, top = f[f"time_to_detect{which}_median_s"], f[f"time_to_detect{which}_max_s"]
+        return "n/a" if med is None else f"{med:.1f} s median, {top:.1f} s max"
+
+    def recall(f: dict[str, Any], which: str = "") -> str:
+        found, faults = (f["detected"], f["faults"]) if not which else (f[f"{which}_detected"], f[f"{which}_faults"])
+        return f"{found}/{faults} ({_pct(_ratio(found, faults))})"
 
     lines = [
         f"{len(score['scenarios'])} scenarios over {len(score['worlds'])} worlds ({', '.join(score['worlds'])})",
         "",
         f"| | {DW} | {BASELINE} (z > 3, 14 days) |",
         "|---|---|---|",
-        f"| recall | {dw['detected']}/{dw['faults']} ({_pct(dw['recall'])}) "
-        f"| {base['detected']}/{base['faults']} ({_pct(base['recall'])}) |",
+        f"| recall | {recall(dw)} | {recall(base)} |",
+        f"| recall, Coalesce job failed | {recall(dw, 'failed_run')} | {recall(base, 'failed_run')} |",
+        f"| recall, silent (job green, or no run) | {recall(dw, 'silent')} | {recall(base, 'silent')} |",
         f"| false alarms per 100 table-nights | {dw['false_alarms_per_100_table_nights'] or 0:.2f} "
         f"({dw['false_alarms']} of {dw['table_nights']}) | {base['false_alarms_per_100_table_nights'] or 0:.2f} "
         f"({base['false_alarms']} of {base['table_nights']}) |",
         f"| root-cause accuracy | {dw['root_cause_correct']}/{dw['root_cause_scored']} "
         f"({_pct(dw['root_cause_accuracy'])}) | n/a (no diagnosis) |",
-        f"| time to detect (run end -> first alarm) | {ttd(dw)} | {ttd(base)} |",
+        f"| time to detect, the {dw['both_detected']} faults both detected (run end -> first alarm) "
+        f"| {ttd(dw, '_both')} | {ttd(base, '_both')} |",
+        f"| time to detect, every fault it detected | {ttd(dw)} ({dw['detected']}) | {ttd(base)} ({base['detected']}) |",
         "",
         f"| scenario | world | nights | faults | {DW} detected | baseline detected | {DW} false alarms "
         "| baseline false alarms | root cause |",

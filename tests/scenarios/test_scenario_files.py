@@ -13,7 +13,7 @@ from dw_dagster.config import DwConfigError
 from dw_local.scenarios.baseline import z_score
 from dw_local.scenarios.model import load_scenario
 from dw_local.scenarios.runner import Alarm, IncidentReport, NightReport
-from dw_local.scenarios.score import BASELINE, DW, score_night, score_reports
+from dw_local.scenarios.score import BASELINE, DW, format_score, score_night, score_reports
 from dw_local.scenarios.suite import SUITE_DIR, scenario_files
 from dw_local.scenarios.worlds import FileScenarioWorld
 
@@ -239,8 +239,8 @@ def _night(**changes) -> NightReport:
     return NightReport(**{**base, **changes})
 
 
-def _incident(classification: str, keys: list[str]) -> IncidentReport:
-    return IncidentReport("INC", "t", classification, "c", keys, {}, [], 0, [], 1.0)
+def _incident(classification: str, keys: list[str], assets: tuple[str, ...] = ("inventory/fct",)) -> IncidentReport:
+    return IncidentReport("INC", "t", classification, "c", keys, {}, [], 0, [], 1.0, list(assets))
 
 
 def test_scoring_counts_related_detections_false_alarms_and_root_causes():
@@ -255,6 +255,9 @@ def test_scoring_counts_related_detections_false_alarms_and_root_causes():
     assert (base.detected, base.false_alarms, base.ttd) == (0, 1, [])
     wrong_key = _night(incidents=[_incident("value_loss", ["ORGANIZATION_ID=7020"])])
     assert score_night(wrong_key)[0].correct == 0
+    # The right class and key on an incident about an unrelated table did not find this fault.
+    elsewhere = _night(incidents=[_incident("value_loss", ["ORGANIZATION_ID=7120"], ("inventory/dim",))])
+    assert score_night(elsewhere)[0].correct == 0
     # A benign night: every alarm is false, nothing is a fault.
     benign = _night(fault=False, expects_incident=False, related=[], alarms=[Alarm("mart/m", "volume", "s", at)])
     dw, base, _ = score_night(benign)
@@ -271,6 +274,29 @@ def test_score_totals_add_up_over_scenarios():
     assert score["total"][DW]["recall"] == 0.5 and score["total"][DW]["root_cause_accuracy"] == 0.5
     assert score["total"][BASELINE]["recall"] == 0.0
     assert score["total"][DW]["table_nights"] == score["total"][BASELINE]["table_nights"] == 6
+
+
+def test_time_to_detect_is_compared_on_faults_both_detected_and_recall_split_by_the_run():
+    from dw_local.scenarios.runner import ScenarioReport
+
+    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    both = _night(
+        alarms=[Alarm("mart/m", "total", "s", at + timedelta(seconds=2))],
+        baseline_alarms=[{"asset": "mart/m", "recorded_at": at + timedelta(seconds=3)}],
+    )
+    # A failed node dw-dagster alone reports, 40 s in: it must not enter the comparison with the baseline.
+    failed = _night(run_status="failed", alarms=[Alarm("mart/m", "coalesce_run", "s", at + timedelta(seconds=40))])
+    skipped = _night(run_id=None, run_status="skipped")
+    score = score_reports([ScenarioReport("a", "a.yaml", "w", 60, [both, failed, skipped])])
+    dw, base = score["total"][DW], score["total"][BASELINE]
+    assert (dw["both_detected"], dw["time_to_detect_both_median_s"], base["time_to_detect_both_median_s"]) == (1, 2.0, 3.0)
+    assert (dw["time_to_detect_median_s"], dw["time_to_detect_max_s"]) == (21.0, 40.0)
+    assert (dw["failed_run_faults"], dw["failed_run_detected"], base["failed_run_detected"]) == (1, 1, 0)
+    assert (dw["silent_faults"], dw["silent_detected"], base["silent_detected"]) == (2, 1, 1)
+    table = format_score(score)
+    assert "| time to detect, the 1 faults both detected (run end -> first alarm) | 2.0 s median, 2.0 s max | 3.0 s" in table
+    assert "| recall, Coalesce job failed | 1/1 (100%) | 0/1 (0%) |" in table
+    assert "| recall, silent (job green, or no run) | 1/2 (50%) | 1/2 (50%) |" in table
 
 
 def test_score_checks_every_file_and_reports_all_problems_before_playing(tmp_path):
