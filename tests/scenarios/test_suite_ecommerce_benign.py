@@ -22,12 +22,24 @@ def test_benign_nights_raise_nothing(played):
             assert night.run_status == "completed" and night.alarms == [], (name, night.night, night.alarms)
 
 
-def test_steady_growth_keeps_revenue_reconciled(played):
+def test_steady_growth_raises_nothing_but_the_month_end_saturday_volume(played):
     reports, _ = played
-    # Growth on top of month-end can push a same-weekday row count past its bound (benchmarks/README.md);
-    # the revenue totals, reconciled and baselined, stay quiet.
     for night in reports["ecommerce-benign-steady-growth"].nights:
-        assert not [a for a in night.alarms if a.check.startswith("total_")], night.alarms
+        assert night.run_status == "completed"
+        month_end_saturday = night.business_date.weekday() == 5 and night.business_date.day >= 30
+        others = [a for a in night.alarms if not (month_end_saturday and (a.asset, a.check) == ("sales/fct_sales", "volume"))]
+        assert others == [], (night.night, others)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known false alarm: growth landing on a month-end Saturday pushes FCT_SALES past the same-weekday "
+    "volume bound, which does not model month-end (benchmarks/README.md, Scenario score)",
+)
+def test_steady_growth_raises_no_alarm_at_all(played):
+    reports, _ = played
+    for night in reports["ecommerce-benign-steady-growth"].nights:
+        assert night.alarms == [], (night.night, night.alarms)
 
 
 def test_no_more_false_alarms_than_the_elementary_default(played):
