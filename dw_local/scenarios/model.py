@@ -23,7 +23,6 @@ from pydantic import Field
 from dw_dagster.config import DwConfigError, FileModel, load_yaml_model
 from dw_dagster.incidents.models import CauseClass
 from dw_local.scenarios.worlds import EventError, ScenarioWorld, open_world
-from dw_local.world import WorldError
 
 MAX_NIGHTS = 14
 
@@ -88,7 +87,7 @@ def load_scenario(path: Path) -> Scenario:
     file = load_yaml_model(path, ScenarioFile, "scenario file", "the scenario's PATH")
     try:
         world = open_world(file.world, path.parent)
-    except (ValueError, OSError, WorldError) as e:  # the world, project, context or metrics file: named in the message
+    except (ValueError, OSError) as e:  # the world, project, context or metrics file: named in the message
         raise DwConfigError(f"{path}: world: {e}") from None
     events: list[list[Any]] = []
     for k, night in enumerate(file.nights):
