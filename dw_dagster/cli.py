@@ -102,12 +102,11 @@ class Operations:
 
     def tell_owners(self, incident_id: str, text: str, kind: str, version: str) -> None:
         """A reply in the incident's owner threads (through the outbox: an outage delays it, never loses it)."""
-        from dw_dagster.notifications.incident_notifier import IncidentNotifier
+        from dw_dagster.remediation.control import gated_notifier
 
         incident = self.store.get(incident_id)
         if incident is not None:
-            notifier = IncidentNotifier(self.slack, self.store, context=self.context)
-            notifier.post_update(incident, text, kind=kind, version=version)
+            gated_notifier(self.slack, self.store, self.context).post_update(incident, text, kind=kind, version=version)
 
 
 def _set_values(values: tuple[str, ...]) -> dict[str, str]:

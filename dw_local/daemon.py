@@ -130,17 +130,19 @@ class LocalDaemon:
         resources = {k: self.defs.resources[k] for k in ("snowflake", "slack") if k in self.defs.resources}
         return dg.build_sensor_context(instance=self.instance, repository_def=self.repo, resources=resources, **kwargs)
 
+    def _run_requests(self, sensor: dg.SensorDefinition) -> list[dg.RunRequest]:
+        with self._sensor_context() as context:
+            result = sensor(context)
+        # A skip (e.g. the org-wide stop) requests nothing.
+        return [] if result is None or isinstance(result, dg.SkipReason) else list(result)
+
     def _tick_remediation_sensors(self) -> list[str]:
         """Runs the remediation sensors; each run request is created and submitted to the instance's run
         coordinator (QUEUED), as the sensor daemon does."""
         submitted = []
         sensor = self.defs.get_sensor_def(REMEDIATION_SENSOR)
-        with self._sensor_context() as context:
-            result = sensor(context)
-        # A skip (the org-wide stop) requests nothing.
-        requests = [] if result is None or isinstance(result, dg.SkipReason) else list(result)
         job = self.defs.get_job_def(sensor.job_name)
-        for request in requests:
+        for request in self._run_requests(sensor):
             run = self.instance.create_run_for_job(
                 job,
                 run_config=request.run_config or REMEDIATION_RUN_CONFIG,
@@ -176,24 +178,15 @@ class LocalDaemon:
 
     def _tick_incident_sensor(self) -> list[dg.ExecuteInProcessResult]:
         sensor = self.defs.get_sensor_def(INCIDENT_SENSOR)
-        with dg.build_sensor_context(
-            instance=self.instance, repository_def=self.repo, resources={"snowflake": self.defs.resources["snowflake"]}
-        ) as context:
-            requests = list(sensor(context) or [])
         job = self.defs.get_job_def(sensor.job_name)
         return [
             job.execute_in_process(instance=self.instance, tags=r.tags, raise_on_error=False, run_config=QUIET)
-            for r in requests
+            for r in self._run_requests(sensor)
         ]
 
     def _tick_run_sensor(self) -> TickOutcome:
         sensor = self.defs.get_sensor_def(SENSOR_NAME)
-        with dg.build_sensor_context(
-            instance=self.instance,
-            cursor=self.cursor,
-            repository_def=self.repo,
-            resources={"snowflake": self.defs.resources["snowflake"]},
-        ) as context:
+        with self._sensor_context(cursor=self.cursor) as context:
             result = sensor(context)
         outcome = TickOutcome()
         if isinstance(result, dg.SensorResult):

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
 # Every process that connects to Snowflake sets this: otherwise about one connect in 18 stalls 5 s
 # probing cloud metadata endpoints.
@@ -49,19 +48,11 @@ def _die_with_parent() -> None:
 
 
 def password_variables(context_file: Path) -> set[str]:
-    found: set[str] = set()
+    """The variables the context file names for approvers' own Snowflake passwords (``run_as``)."""
+    from dw_dagster.context.models import load_context_file
 
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            found.update(v for k, v in node.items() if k == "password_env" and isinstance(v, str))
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(yaml.safe_load(context_file.read_text()))
-    return found
+    context = load_context_file(context_file)
+    return {m.run_as.password_env for team in context.teams.values() for m in team.members if m.run_as}
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,12 @@ from dw_dagster.incidents.blast_radius import blast_radius
 from dw_dagster.incidents.diagnosis import DiagnosisContext, by_priority, diagnose
 from dw_dagster.incidents.models import BlastRadius, Diagnosis, Finding
 from dw_dagster.incidents.store import IncidentStore
-from dw_dagster.notifications.incident_notifier import IncidentNotifier, build_slack_outbox_sensor
+from dw_dagster.notifications.incident_notifier import build_slack_outbox_sensor
 from dw_dagster.notifications.resources import SlackNotifier
 from dw_dagster.notifications.routing import alerts_allowed, route_incident
 from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.remediation.approvals import ApprovalBook, supersede_older
-from dw_dagster.remediation.control import OrgControl
+from dw_dagster.remediation.control import OrgControl, gated_notifier
 from dw_dagster.remediation.jobs import build_remediation_definitions
 from dw_dagster.remediation.proposals import NoPlan, PlanContext, plan_remediation
 from dw_dagster.remediation.receipt import approve_hint, plan_markdown
@@ -92,7 +92,7 @@ def build_incident_definitions(
         # autonomous message is posted (a stop given in between holds it in the outbox).
         control = OrgControl(snowflake, ops)
         # Through the outbox: a Slack outage delays the alert (the outbox sensor retries), never loses it.
-        notifier = IncidentNotifier(slack, store, context=context_file, autonomous_dispatch_allowed=control.dispatch_allowed)
+        notifier = gated_notifier(slack, store, context_file)
         recipients = route_incident(context_file, diagnosis, radius, stopped=control.state().stopped)
         notifier.notify(incident, diagnosis, radius, recipients, run_id=context.run_id)
         if plan is not None and book is not None and plan_md is not None:

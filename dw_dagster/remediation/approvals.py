@@ -227,8 +227,8 @@ class GateOutcome:
         return not self.missing
 
 
-def remediation_runs(instance: dg.DagsterInstance, ref: str) -> list[dg.DagsterRun]:
-    """The queued remediation runs a person names: a run id, or an incident id."""
+def remediation_run(instance: dg.DagsterInstance, ref: str) -> dg.DagsterRun:
+    """The queued remediation run a person names: a run id, or an incident id with one run waiting."""
     if ref.startswith("INC-"):
         runs = instance.get_runs(
             dg.RunsFilter(tags={INCIDENT_ID: ref, APPROVAL: APPROVAL_PENDING}, job_name=REMEDIATION_JOB,
@@ -251,7 +251,7 @@ def remediation_runs(instance: dg.DagsterInstance, ref: str) -> list[dg.DagsterR
     # Only the run the proposals sensor submitted for the plan: one launched by hand with the same tags is not.
     if run.tags.get(RUN_KEY_TAG) != run.tags.get(PLAN_ID):
         raise ApprovalError(f"run {run.run_id} was not submitted by the remediation_proposals sensor for its plan")
-    return [run]
+    return run
 
 
 def _plan_of(book: ApprovalBook, run: dg.DagsterRun) -> RemediationPlan:
@@ -266,7 +266,7 @@ def approve_run(
 ) -> GateOutcome:
     """Records an approval for the queued run ``ref`` names, and releases the run once every owning team
     has approved (the queue launches it on its next iteration)."""
-    (run,) = remediation_runs(instance, ref)[:1]
+    run = remediation_run(instance, ref)
     plan = _plan_of(book, run)
     given = book.approve(plan, run.run_id, who, values)
     missing = book.missing(plan, book.approvals(plan, run.run_id))
@@ -293,7 +293,7 @@ def cancel_run(instance: dg.DagsterInstance, run: dg.DagsterRun, decision: Decis
 
 
 def reject_run(instance: dg.DagsterInstance, book: ApprovalBook, ref: str, who: str, reason: str) -> Decision:
-    (run,) = remediation_runs(instance, ref)[:1]
+    run = remediation_run(instance, ref)
     plan = _plan_of(book, run)
     decision = book.decide(plan, "rejected", who, reason, run_id=run.run_id)
     cancel_run(instance, run, decision)

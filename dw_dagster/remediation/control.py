@@ -14,6 +14,10 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from dw_dagster.context.models import ContextFile
+from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.notifications.incident_notifier import IncidentNotifier
+from dw_dagster.notifications.resources import SlackNotifier
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
@@ -59,3 +63,10 @@ class OrgControl:
                 (datetime.now(timezone.utc), action, actor, reason),
             )
         return self.state()
+
+
+def gated_notifier(slack: SlackNotifier, store: IncidentStore, context: ContextFile | None) -> IncidentNotifier:
+    """The incident notifier whose autonomous messages (the hold notice) wait while the org-wide stop is in
+    force: every notifier the code location builds is this one."""
+    control = OrgControl(store.warehouse, store.ops)
+    return IncidentNotifier(slack, store, context=context, autonomous_dispatch_allowed=control.dispatch_allowed)

@@ -35,7 +35,7 @@ from dw_dagster.remediation.approvals import (
     cancel_run,
 )
 from dw_dagster.remediation.changes import ChangeConflict, apply_row, undo_steps
-from dw_dagster.remediation.control import OrgControl
+from dw_dagster.remediation.control import OrgControl, gated_notifier
 from dw_dagster.remediation.models import (
     SYSTEM_ACTOR,
     Approval,
@@ -108,10 +108,6 @@ def build_remediation_definitions(
     ops: OpsSchema,
     context_file: ContextFile,
 ) -> dg.Definitions:
-    def notifier_for(slack: SlackNotifier, store: IncidentStore) -> IncidentNotifier:
-        control = OrgControl(store.warehouse, ops)
-        return IncidentNotifier(slack, store, context=context_file, autonomous_dispatch_allowed=control.dispatch_allowed)
-
     def require_approval(context: dg.OpExecutionContext, config: RemediationConfig, store: IncidentStore) -> Approved:
         """Every step that changes something checks the record itself: a re-execution from failure, or of a
         single step, skips the first op but not this. While the org-wide stop is in force it waits."""
@@ -138,16 +134,28 @@ def build_remediation_definitions(
             raise dg.Failure(f"incident {plan.incident_id}: not found in {ops.table('INCIDENTS')}")
         return Approved(plan=plan, approvals=approvals, incident=incident)
 
+    def publish(context: dg.OpExecutionContext, store: IncidentStore, slack: SlackNotifier, approved: Approved,
+                receipt: Receipt, problem: str) -> None:  # fmt: skip
+        """Appends the receipt, shows it in the UI and posts it to the incident's threads. Verified, the
+        incident is resolved; otherwise a person is told ``problem`` (the caller then fails the run)."""
+        plan = approved.plan
+        store.append_event(plan.incident_id, "receipt", f"receipt|{plan.plan_id}|{context.run_id}", receipt.model_dump(mode="json"))
+        if receipt.verified:
+            store.set_status(plan.incident_id, "resolved")
+        context.log_event(receipt_materialization(receipt, "resolved" if receipt.verified else "open"))
+        notifier = gated_notifier(slack, store, context_file)
+        if receipt.verified:
+            checks = {v.expectation.subject: v.observed.get("value", "passed" if v.passed else "failed") for v in receipt.verification}
+            notifier.post_resolution(approved.incident, f"Fixed and verified on approval of {', '.join(a.approver for a in approved.approvals)}.", verification=checks)
+        notifier.post_update(approved.incident, receipt_markdown(receipt).replace("**", "*"), kind="receipt", version=context.run_id)
+        if not receipt.verified:
+            escalate(notifier, approved.incident, context_file, plan, problem)
+
     def fail(context: dg.OpExecutionContext, store: IncidentStore, slack: SlackNotifier, approved: Approved,
              changes: Sequence[Change], what: str, rerun: Rerun | None = None) -> NoReturn:  # fmt: skip
-        """A step failed after changes may have been made: a receipt says what was done and how to undo it,
-        a person is told, and the run fails."""
+        """A step failed after changes may have been made: the receipt says what was done and how to undo it."""
         receipt = _receipt(context, store, approved, changes, rerun, [], failure=what)
-        store.append_event(approved.plan.incident_id, "receipt", f"receipt|{approved.plan.plan_id}|{context.run_id}", receipt.model_dump(mode="json"))
-        context.log_event(receipt_materialization(receipt, "open"))
-        notifier = notifier_for(slack, store)
-        notifier.post_update(approved.incident, receipt_markdown(receipt).replace("**", "*"), kind="receipt", version=context.run_id)
-        escalate(notifier, approved.incident, context_file, approved.plan, what)
+        publish(context, store, slack, approved, receipt, what)
         raise dg.Failure(what, metadata={"receipt": dg.MetadataValue.md(receipt_markdown(receipt))})
 
     @dg.op(description="Refuses to go on unless the project's own approval record approves this very run.")
@@ -201,7 +209,7 @@ def build_remediation_definitions(
                          "of the approvals; the rerun did not start")  # fmt: skip
                 if not told:
                     approval = approved.approver_for(p.owners)
-                    notifier_for(slack, store).post_update(
+                    gated_notifier(slack, store, context_file).post_update(
                         approved.incident,
                         f"Approved. {sum(c.added for c in changes)} reference row(s) added. Waiting for {approval.approver} to "
                         f"apply the {nc.node_name} change in Coalesce and deploy it; the rerun starts once it is deployed.",
@@ -276,20 +284,11 @@ def build_remediation_definitions(
     ) -> None:  # fmt: skip
         store = _store(snowflake, ops, context)
         approved = require_approval(context, config, store)
-        plan = approved.plan
         receipt = _receipt(context, store, approved, changes, rerun, verification)
-        store.append_event(plan.incident_id, "receipt", f"receipt|{plan.plan_id}|{context.run_id}", receipt.model_dump(mode="json"))
-        if receipt.verified:
-            store.set_status(plan.incident_id, "resolved")
-        context.log_event(receipt_materialization(receipt, "resolved" if receipt.verified else "open"))
-        notifier = notifier_for(slack, store)
-        checks = {v.expectation.subject: v.observed.get("value", "passed" if v.passed else "failed") for v in verification}
-        if receipt.verified:
-            notifier.post_resolution(approved.incident, f"Fixed and verified on approval of {', '.join(a.approver for a in approved.approvals)}.", verification=checks)
-        notifier.post_update(approved.incident, receipt_markdown(receipt).replace("**", "*"), kind="receipt", version=context.run_id)
+        problem = "the fix did not verify: " + ("; ".join(v.detail for v in verification if not v.passed) or "nothing was verified")
+        publish(context, store, slack, approved, receipt, problem)
         if not receipt.verified:
-            escalate(notifier, approved.incident, context_file, plan, "the fix did not verify: " + "; ".join(v.detail for v in verification if not v.passed))
-            raise dg.Failure("verification failed; escalated", metadata={"receipt": dg.MetadataValue.md(receipt_markdown(receipt))})
+            raise dg.Failure(problem, metadata={"receipt": dg.MetadataValue.md(receipt_markdown(receipt))})
 
     @dg.job(
         name=REMEDIATION_JOB,
@@ -344,7 +343,7 @@ def build_remediation_definitions(
         description="Cancels remediation runs whose approval request expired unanswered, and escalates. Never grants.",
     )
     def approval_expiry(context: dg.SensorEvaluationContext, snowflake: WarehouseResource, slack: SlackNotifier) -> dg.SkipReason:
-        expired = expire_pending(context.instance, ApprovalBook(IncidentStore(snowflake, ops), context_file), slack, context_file, ops)
+        expired = expire_pending(context.instance, ApprovalBook(IncidentStore(snowflake, ops), context_file), slack, context_file)
         return dg.SkipReason(f"expired {len(expired)} unanswered approval request(s)" if expired else "nothing expired")
 
     return dg.Definitions(jobs=[remediate_incident], sensors=[remediation_proposals, approval_expiry])
@@ -377,7 +376,6 @@ def expire_pending(
     book: ApprovalBook,
     slack: SlackNotifier,
     context_file: ContextFile,
-    ops: OpsSchema,
     now: datetime | None = None,
 ) -> list[str]:
     """Cancels every queued remediation run whose plan has expired; returns their run ids."""
@@ -403,9 +401,7 @@ def expire_pending(
         cancel_run(instance, run, decision)
         incident = book.store.get(plan.incident_id)
         if incident is not None:
-            control = OrgControl(book.store.warehouse, ops)
-            notifier = IncidentNotifier(slack, book.store, context=context_file, autonomous_dispatch_allowed=control.dispatch_allowed)
-            escalate(notifier, incident, context_file, plan, f"the proposed fix {plan.plan_id} expired unapproved ({reason}); nothing was changed")
+            escalate(gated_notifier(slack, book.store, context_file), incident, context_file, plan, f"the proposed fix {plan.plan_id} expired unapproved ({reason}); nothing was changed")
         out.append(run.run_id)
     return out
 

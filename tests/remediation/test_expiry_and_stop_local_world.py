@@ -83,11 +83,11 @@ def test_an_unanswered_approval_expires_cancels_and_escalates(stopped_night):
     book = ApprovalBook(store, context)
     (run_id,) = daemon.tick().submitted or [r.run_id for r in daemon.instance.get_runs(dg.RunsFilter(job_name="remediate_incident"))]
     (plan,) = book.plans(incident.incident_id)
-    assert expire_pending(daemon.instance, book, daemon.defs.resources["slack"], context, store.ops) == [], (
+    assert expire_pending(daemon.instance, book, daemon.defs.resources["slack"], context) == [], (
         "nothing expires before its time"
     )
     later = plan.expires_at + timedelta(minutes=1)
-    assert expire_pending(daemon.instance, book, daemon.defs.resources["slack"], context, store.ops, now=later) == [run_id]
+    assert expire_pending(daemon.instance, book, daemon.defs.resources["slack"], context, now=later) == [run_id]
     assert daemon.instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.CANCELED
     decision = book.decision(plan)
     assert decision.kind == "expired" and "planning-ops" in decision.reason and "inventory-analytics" in decision.reason
