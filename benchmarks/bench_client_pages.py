@@ -54,7 +54,8 @@ def synthetic_project(n: int, seed: int = 1) -> dict:
                     "locationName": loc,
                     "description": f"synthetic source {i}",
                     "columns": [
-                        {"name": f"COL_{c}", "dataType": "NUMBER(38,0)", "nullable": c != 0} for c in range(COLUMNS)
+                        {"name": f"COL_{c}", "dataType": "NUMBER(38,0)", "nullable": c != 0}
+                        for c in range(COLUMNS)
                     ],
                 }
             )
@@ -65,7 +66,7 @@ def synthetic_project(n: int, seed: int = 1) -> dict:
             [f"FROM {{{{ ref('{p0['locationName']}', '{p0['name']}') }}}} \"P0\""]
             + [
                 f"LEFT JOIN {{{{ ref('{p['locationName']}', '{p['name']}') }}}} \"P{k}\""
-                f" ON \"P0\".\"COL_0\" = \"P{k}\".\"COL_0\""
+                f' ON "P0"."COL_0" = "P{k}"."COL_0"'
                 for k, p in enumerate(parents[1:], start=1)
             ]
         )
@@ -152,11 +153,13 @@ def main() -> None:
             client.list_nodes(ENV_ID, detail=False, limit=500)  # warm-up: connection, first parse
             nodes_path = f"/api/v1/environments/{ENV_ID}/nodes"
 
-            print("\nlist_nodes, every page followed (best of %d):" % args.repeat)
+            print(f"\nlist_nodes, every page followed (best of {args.repeat}):")
             print(f"  {'detail':>6} {'limit':>5} {'pages':>5} {'seconds':>8} {'pages/s':>8} {'nodes/s':>8}"
                   f" {'ms/page':>8} {'raw httpx s':>11} {'client/raw':>10}")  # fmt: skip
             for detail, limit in [(False, 100), (False, 500), (True, 50), (True, 100), (True, 500)]:
-                seconds, nodes = best_of(args.repeat, lambda: client.list_nodes(ENV_ID, detail=detail, limit=limit))
+                seconds, nodes = best_of(
+                    args.repeat, lambda: client.list_nodes(ENV_ID, detail=detail, limit=limit)
+                )
                 assert len(nodes) == args.nodes  # type: ignore[arg-type]
                 pages = math.ceil(args.nodes / limit)
                 params = {"detail": str(detail).lower(), "limit": limit, "orderBy": "id"}
@@ -174,12 +177,17 @@ def main() -> None:
                 made = time.perf_counter() - t0
                 print(f"\niter_runs over {args.runs} runs (deploy runs, created in {made:.1f} s; "
                       f"best of {args.repeat}):")  # fmt: skip
-                print(f"  {'limit':>5} {'pages':>5} {'seconds':>8} {'pages/s':>8} {'runs/s':>8} {'ms/page':>8}")
+                print(
+                    f"  {'limit':>5} {'pages':>5} {'seconds':>8} {'pages/s':>8} {'runs/s':>8} {'ms/page':>8}"
+                )
                 for limit in [25, 100, 1000]:
                     seconds, runs = best_of(
                         args.repeat,
-                        lambda: list(client.iter_runs(environment_id=ENV_ID, order_by="id",
-                                                      order_by_direction="asc", limit=limit)),  # fmt: skip
+                        lambda: list(
+                            client.iter_runs(
+                                environment_id=ENV_ID, order_by="id", order_by_direction="asc", limit=limit
+                            )
+                        ),  # fmt: skip
                     )
                     assert len(runs) == args.runs  # type: ignore[arg-type]
                     pages = math.ceil(args.runs / limit)

@@ -23,6 +23,7 @@ server and run workers) is stopped on the way out, even on error. Nothing is ass
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -82,7 +83,9 @@ def wait_for(what: str, probe, timeout: float, every: float = 0.5):
 def sim_offset(lw: LocalWorld) -> float:
     """Simulator clock minus wall clock, in seconds (the simulator clock is wall time shifted)."""
     t0 = time.time()
-    body = httpx.get(f"{lw.coalesce_url}/_sim/clock", headers={"Authorization": f"Bearer {LOCAL_COALESCE_TOKEN}"}).json()
+    body = httpx.get(
+        f"{lw.coalesce_url}/_sim/clock", headers={"Authorization": f"Bearer {LOCAL_COALESCE_TOKEN}"}
+    ).json()
     t1 = time.time()
     now = datetime.fromisoformat(body["now"].replace("Z", "+00:00"))
     return now.timestamp() - (t0 + t1) / 2
@@ -95,7 +98,11 @@ def coalesce_end_wall(lw: LocalWorld, run_id: int) -> float:
 
 
 def sensor_ticks(instance: dg.DagsterInstance, name: str) -> list:
-    states = [s for s in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR) if s.instigator_name == name]
+    states = [
+        s
+        for s in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)
+        if s.instigator_name == name
+    ]
     if not states:
         return []
     return list(instance.get_ticks(states[0].instigator_origin_id, states[0].selector_id, limit=200))
@@ -106,7 +113,9 @@ def checks_run(instance: dg.DagsterInstance, coalesce_run_id: int):
     return runs[0] if runs else None
 
 
-def timeline(instance: dg.DagsterInstance, end: float, coalesce_run_id: int, extra: list[tuple[float, str]]) -> None:
+def timeline(
+    instance: dg.DagsterInstance, end: float, coalesce_run_id: int, extra: list[tuple[float, str]]
+) -> None:
     rows: list[tuple[float, str]] = list(extra)
     run = checks_run(instance, coalesce_run_id)
     ticks = sensor_ticks(instance, SENSOR)
@@ -114,9 +123,16 @@ def timeline(instance: dg.DagsterInstance, end: float, coalesce_run_id: int, ext
         if run is not None and run.run_id in tick.run_ids:
             earlier = [t.end_timestamp for t in ticks if t.timestamp < tick.timestamp and t.end_timestamp]
             before = f"{end - max(earlier):.1f} s" if earlier else "n/a"
-            rows.append((tick.timestamp, f"sensor tick started (the tick before it ended {before} before the run ended)"))
+            rows.append(
+                (
+                    tick.timestamp,
+                    f"sensor tick started (the tick before it ended {before} before the run ended)",
+                )
+            )
             if tick.end_timestamp:
-                rows.append((tick.end_timestamp, f"sensor tick ended ({tick.end_timestamp - tick.timestamp:.1f} s)"))
+                rows.append(
+                    (tick.end_timestamp, f"sensor tick ended ({tick.end_timestamp - tick.timestamp:.1f} s)")
+                )
     if run is not None:
         for record in instance.all_logs(run.run_id):
             event = record.dagster_event
@@ -236,12 +252,17 @@ def main() -> None:
                 wait_for("the reference night's checks run", lambda: (r := checks_run(instance, ref.run_id)) is not None and r.is_finished, 120)  # fmt: skip
             except TimeoutError as e:
                 print(f"  ({e})")
-            timeline(instance, end, ref.run_id, [(opened, "INCIDENT OPENED (OPENED_AT)"), (seen, "incident seen by this process")])
+            timeline(
+                instance,
+                end,
+                ref.run_id,
+                [(opened, "INCIDENT OPENED (OPENED_AT)"), (seen, "incident seen by this process")],
+            )
 
             run = checks_run(instance, ref.run_id)
             ticks = sorted(sensor_ticks(instance, SENSOR), key=lambda t: t.timestamp)
             tick = next((t for t in ticks if run is not None and run.run_id in t.run_ids), None)
-            gaps = sorted(b.timestamp - a.timestamp for a, b in zip(ticks, ticks[1:]))
+            gaps = sorted(b.timestamp - a.timestamp for a, b in itertools.pairwise(ticks))
             if tick is not None and run is not None and gaps:
                 waited = tick.timestamp - end
                 rest = opened - tick.timestamp

@@ -44,7 +44,9 @@ def main() -> None:
         f"walk (upstream {len(upstream):,} nodes, path of {len(path)}, column trace "
         f"{'found' if traced else 'none'}, downstream {len(downstream):,} nodes): {walk:.3f} s (goal < 1 s)"
     )
-    print(f"walk + build: {built + walk:.2f} s; the graph is built once per code-location load, not per incident")
+    print(
+        f"walk + build: {built + walk:.2f} s; the graph is built once per code-location load, not per incident"
+    )
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import random
 import tempfile
 import time
 import tracemalloc
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from dw_dagster.coalesce.models import (
@@ -40,7 +40,9 @@ def synthetic_workspace(n: int, seed: int = 1) -> CoalesceWorkspaceData:
         loc = LOCATIONS[i % len(LOCATIONS)]
         name = f"NODE_{i:05d}"
         is_source = i < n // 10
-        parents = [] if is_source else rng.sample(nodes[: max(1, i)], k=min(len(nodes[:i]), rng.randint(1, 3)))
+        parents = (
+            [] if is_source else rng.sample(nodes[: max(1, i)], k=min(len(nodes[:i]), rng.randint(1, 3)))
+        )
         columns = []
         for c in range(10):
             refs = [
@@ -78,7 +80,9 @@ def synthetic_workspace(n: int, seed: int = 1) -> CoalesceWorkspaceData:
                     "sourceMapping": [
                         {
                             "name": name,
-                            "dependencies": [{"locationName": p["locationName"], "nodeName": p["name"]} for p in parents],
+                            "dependencies": [
+                                {"locationName": p["locationName"], "nodeName": p["name"]} for p in parents
+                            ],
                             "join": {"joinCondition": join},
                         }
                     ],
@@ -93,7 +97,7 @@ def synthetic_workspace(n: int, seed: int = 1) -> CoalesceWorkspaceData:
     env = CoalesceEnvironment(id="2", name="PROD")
     return CoalesceWorkspaceData(
         base_url="https://app.coalescesoftware.io",
-        fetched_at=datetime.now(timezone.utc),
+        fetched_at=datetime.now(UTC),
         environments=[
             CoalesceEnvironmentData(
                 environment=env, nodes=[CoalesceNode.model_validate(n) for n in nodes], jobs=jobs
@@ -106,7 +110,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--gc-compare", action="store_true", help="also time the load with the cyclic GC paused")
+    parser.add_argument(
+        "--gc-compare", action="store_true", help="also time the load with the cyclic GC paused"
+    )
     args = parser.parse_args()
 
     from dw_dagster.definitions import build_definitions
@@ -134,8 +140,10 @@ def main() -> None:
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         print(f"nodes: {args.nodes}, state file: {size_mb:.1f} MB")
-        print(f"load definitions (read + validate state, translate, build asset graph): best {best:.2f} s, "
-              f"median {sorted(times)[len(times) // 2]:.2f} s over {args.repeat} runs (goal < 5 s)")
+        print(
+            f"load definitions (read + validate state, translate, build asset graph): best {best:.2f} s, "
+            f"median {sorted(times)[len(times) // 2]:.2f} s over {args.repeat} runs (goal < 5 s)"
+        )
         print(f"per node: {1000 * best / args.nodes:.3f} ms; peak traced memory {peak / 1e6:.0f} MB")
         if args.gc_compare:
             paused = []
@@ -148,9 +156,11 @@ def main() -> None:
                     paused.append(time.perf_counter() - t0)
                 finally:
                     gc.enable()
-            print(f"with the cyclic GC paused during the load: best {min(paused):.2f} s "
-                  f"({best / min(paused):.1f}x faster; the collector's share of the load is about "
-                  f"{100 * (1 - min(paused) / best):.0f}%)")
+            print(
+                f"with the cyclic GC paused during the load: best {min(paused):.2f} s "
+                f"({best / min(paused):.1f}x faster; the collector's share of the load is about "
+                f"{100 * (1 - min(paused) / best):.0f}%)"
+            )
 
 
 if __name__ == "__main__":

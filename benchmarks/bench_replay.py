@@ -29,7 +29,9 @@ def main() -> None:
     marks: list[tuple[float, str]] = []
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        events = replay(Path(tmp) / "world", template, echo=lambda line: marks.append((time.perf_counter(), line)))
+        events = replay(
+            Path(tmp) / "world", template, echo=lambda line: marks.append((time.perf_counter(), line))
+        )
     total = time.perf_counter() - start
     previous = start
     print(f"{'since start':>11} {'step':>7}  event")

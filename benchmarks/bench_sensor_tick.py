@@ -82,7 +82,7 @@ def synthetic_project(n: int) -> dict:
             "name": f"NODE_{i:05d}",
             "nodeType": "Stage",
             "locationName": LOCATIONS[i % len(LOCATIONS)],
-            "join": 'FROM {{ ref(\'RAW\', \'SEED\') }} "SEED"',
+            "join": "FROM {{ ref('RAW', 'SEED') }} \"SEED\"",
             "columns": [
                 {"name": "ID", "dataType": "NUMBER(38,0)", "sources": ["RAW.SEED.ID"]},
                 {"name": "VAL", "dataType": "NUMBER(38,0)", "sources": ["RAW.SEED.VAL"]},
@@ -115,7 +115,9 @@ def timed(fn):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=2000)
-    parser.add_argument("--run-timeout", type=float, default=1800, help="seconds to wait for the Coalesce run")
+    parser.add_argument(
+        "--run-timeout", type=float, default=1800, help="seconds to wait for the Coalesce run"
+    )
     args = parser.parse_args()
     n = args.nodes
 
@@ -127,7 +129,9 @@ def main() -> None:
             with lw.snowflake.connect(database=DATABASE) as conn:
                 cur = conn.cursor()
                 cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{DATABASE}"."RAW"')
-                cur.execute(f'CREATE OR REPLACE TABLE "{DATABASE}"."RAW"."SEED" ("ID" NUMBER(38,0) NOT NULL, "VAL" NUMBER(38,0))')
+                cur.execute(
+                    f'CREATE OR REPLACE TABLE "{DATABASE}"."RAW"."SEED" ("ID" NUMBER(38,0) NOT NULL, "VAL" NUMBER(38,0))'
+                )
                 cur.execute(
                     f'INSERT INTO "{DATABASE}"."RAW"."SEED" SELECT SEQ4(), SEQ4() * 10 FROM TABLE(GENERATOR(ROWCOUNT => 10))'
                 )
@@ -143,12 +147,18 @@ def main() -> None:
             run_id = client.start_run(ENV_ID, job_id="1", user_credentials=credentials)
             run = client.wait_for_run(run_id, poll_interval=1.0, timeout=args.run_timeout)
             wall = time.perf_counter() - t0
-            took = (run.run_end_time - run.run_start_time).total_seconds() if run.run_end_time and run.run_start_time else wall
+            took = (
+                (run.run_end_time - run.run_start_time).total_seconds()
+                if run.run_end_time and run.run_start_time
+                else wall
+            )
             print(f"Coalesce run {run_id}: {run.run_status.value}, {n} table nodes built in {took:.1f} s on the "
                   f"local server ({1000 * took / n:.1f} ms/node; {wall:.1f} s from start request to seen finished)")  # fmt: skip
 
             # -- what a code server builds -----------------------------------------------------------
-            workspace = CoalesceWorkspace(base_url=lw.coalesce_url, api_token=LOCAL_COALESCE_TOKEN, environment_ids=[ENV_ID])
+            workspace = CoalesceWorkspace(
+                base_url=lw.coalesce_url, api_token=LOCAL_COALESCE_TOKEN, environment_ids=[ENV_ID]
+            )
             fetch_s, data = timed(workspace.fetch_workspace_data)
             specs_s, specs = timed(lambda: load_coalesce_asset_specs(data))
             warehouse = WarehouseResource(
@@ -157,10 +167,17 @@ def main() -> None:
                 password=LOCAL_SNOWFLAKE_PASSWORD,
                 database=DATABASE,
                 warehouse="LOCAL_WH",
-                additional_snowflake_connection_args={"host": "127.0.0.1", "port": lw.ports.snowflake, "protocol": "http"},
+                additional_snowflake_connection_args={
+                    "host": "127.0.0.1",
+                    "port": lw.ports.snowflake,
+                    "protocol": "http",
+                },
             )
             sensor = build_coalesce_run_sensor(
-                workspace=workspace, asset_specs=specs, business_day=BusinessDay(), ops_schema=OpsSchema(DATABASE)
+                workspace=workspace,
+                asset_specs=specs,
+                business_day=BusinessDay(),
+                ops_schema=OpsSchema(DATABASE),
             )
             metrics = MetricsFile(volume=VolumeMonitoring(assets=["*"]))
             defs_s, defs = timed(
@@ -177,7 +194,9 @@ def main() -> None:
             home.mkdir()
             shutil.copy(REPO_DAGSTER_YAML, home / "dagster.yaml")
             instance = dg.DagsterInstance.from_config(str(home))
-            cursor = CoalesceRunSensorCursor(environments={ENV_ID: EnvironmentCursor(high_water=run_id - 1)}).serialize()
+            cursor = CoalesceRunSensorCursor(
+                environments={ENV_ID: EnvironmentCursor(high_water=run_id - 1)}
+            ).serialize()
 
             def tick():
                 with dg.build_sensor_context(

@@ -131,7 +131,11 @@ def report(mode: str, night: int, statements: list[dict], outcome, show_sql: boo
     volume_assets = {c.asset for c in outcome.checks if c.check == "volume"}
     fresh_assets = {c.asset for c in outcome.checks if c.check == "input_freshness"}
     monitored = volume_assets | fresh_assets
-    watch = [s for s in checks if str(s["tag"].get("purpose", "")).startswith(("check.volume", "check.input_freshness"))]
+    watch = [
+        s
+        for s in checks
+        if str(s["tag"].get("purpose", "")).startswith(("check.volume", "check.input_freshness"))
+    ]
     measure = [s for s in watch if classify(s["sql"]) in ("metadata", "scan", "max", "other")]
     history = [s for s in watch if classify(s["sql"]) in ("ops read", "ops write")]
     ddl = [s for s in watch if classify(s["sql"]) == "ops ddl"]
@@ -154,8 +158,10 @@ def report(mode: str, night: int, statements: list[dict], outcome, show_sql: boo
           f"{sum(classify(s['sql']) == 'ops write' for s in history)} writes); plus {len(ddl)} CREATE ... IF NOT EXISTS")  # fmt: skip
     print(f"  recorded totals: {sum(classify(s['sql']) not in ('ops read', 'ops write', 'ops ddl') for s in totals)} "
           f"aggregate queries, {sum(classify(s['sql']) in ('ops read', 'ops write') for s in totals)} history reads/writes")  # fmt: skip
-    print(f"  whole checks run: {len(checks)} statements on {len({s['connection'] for s in checks})} connections: "
-          + ", ".join(f"{k} {v}" for k, v in sorted(by_class.items())))
+    print(
+        f"  whole checks run: {len(checks)} statements on {len({s['connection'] for s in checks})} connections: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(by_class.items()))
+    )
     for ph in ("run sensor", "incident sensor"):
         others = [s for s in statements if s["phase"] == ph]
         print(f"  {ph}: {len(others)} statements")

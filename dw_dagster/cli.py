@@ -106,7 +106,9 @@ class Operations:
 
         incident = self.store.get(incident_id)
         if incident is not None:
-            gated_notifier(self.slack, self.store, self.context).post_update(incident, text, kind=kind, version=version)
+            gated_notifier(self.slack, self.store, self.context).post_update(
+                incident, text, kind=kind, version=version
+            )
 
 
 def _set_values(values: tuple[str, ...]) -> dict[str, str]:
@@ -134,7 +136,11 @@ def approve(ref: str, who: str, values: tuple[str, ...]) -> None:
         raise click.ClickException(str(e)) from None
     teams = ", ".join(a.team for a in out.given)
     approver = out.given[0].approver
-    status = "every owner has approved: the run is released" if out.released else f"waiting for {', '.join(out.missing)}"
+    status = (
+        "every owner has approved: the run is released"
+        if out.released
+        else f"waiting for {', '.join(out.missing)}"
+    )
     ops.tell_owners(
         out.plan.incident_id, f":white_check_mark: {approver} approved {out.plan.plan_id} for {teams}; {status}.",
         "approval", f"{out.plan.plan_id}|{teams}|{out.run_id}",
@@ -163,7 +169,9 @@ def reject(ref: str, who: str, reason: str) -> None:
 
 
 @main.command("stop")
-@click.option("--as", "who", required=True, help="Who gives the stop: a person of the context file (recorded).")
+@click.option(
+    "--as", "who", required=True, help="Who gives the stop: a person of the context file (recorded)."
+)
 @click.option("--reason", default=None)
 def stop(who: str, reason: str | None) -> None:
     """Org-wide stop: halt every autonomous dispatch now (durable until `dw-dagster resume`)."""
@@ -172,7 +180,9 @@ def stop(who: str, reason: str | None) -> None:
 
 
 @main.command("resume")
-@click.option("--as", "who", required=True, help="Who lifts the stop: a person of the context file (recorded).")
+@click.option(
+    "--as", "who", required=True, help="Who lifts the stop: a person of the context file (recorded)."
+)
 def resume(who: str) -> None:
     """Lift the org-wide stop: autonomous dispatch resumes (held hold notices go out at the next flush)."""
     ops = Operations()
@@ -218,10 +228,14 @@ def proposals(incident_id: str) -> None:
     for plan in plans:
         click.echo(plan_markdown(plan, book.approvers(plan)))
         for a in book.approvals(plan):
-            click.echo(f"approved by {a.approver} for {a.team} at {a.at:%Y-%m-%d %H:%M:%S} UTC (run {a.run_id})")
+            click.echo(
+                f"approved by {a.approver} for {a.team} at {a.at:%Y-%m-%d %H:%M:%S} UTC (run {a.run_id})"
+            )
         decision = book.decision(plan)
         if decision:
-            click.echo(f"{decision.kind} by {decision.by} at {decision.at:%Y-%m-%d %H:%M:%S} UTC: {decision.reason}")
+            click.echo(
+                f"{decision.kind} by {decision.by} at {decision.at:%Y-%m-%d %H:%M:%S} UTC: {decision.reason}"
+            )
 
 
 def _load_plugins() -> None:

@@ -39,7 +39,10 @@ def world() -> None:
 @click.option("--no-ui", is_flag=True, help="Start, seed and run tonight's job, then leave the servers up.")
 @click.option("--fresh", is_flag=True, help="Delete the world's data first and start from the seeded copy.")
 @click.option(
-    "--cache", type=click.Path(path_type=Path), default=DEFAULT_CACHE, show_default=True,
+    "--cache",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_CACHE,
+    show_default=True,
     help="Where the seeded world is cached (keyed by a hash of what shapes it).",
 )
 @click.option("--free-ports", is_flag=True, help="Pick free ports instead of the defaults (47101-47103).")
@@ -53,8 +56,10 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, fr
     if fresh and root.exists():
         shutil.rmtree(root)
     if not (root / "seeded.json").exists():
-        click.echo("seeding 60 nights of history: the Coalesce job runs each night and dw-dagster watches it "
-                   "(about 3 minutes, once; cached under .dw/cache) ...")
+        click.echo(
+            "seeding 60 nights of history: the Coalesce job runs each night and dw-dagster watches it "
+            "(about 3 minutes, once; cached under .dw/cache) ..."
+        )
         shutil.rmtree(root, ignore_errors=True)
         clone_world(seeded_template(cache.resolve()), root)
     ports = WorldPorts() if free_ports else WorldPorts(**DEFAULT_PORTS)
@@ -73,7 +78,9 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, fr
             if key not in secrets and "TOKEN" not in key and "PASSWORD" not in key:
                 click.echo(f"  {key}={value}")
         env_file = _write_env_file(lw)
-        click.echo(f"for dw-dagster commands in another shell (approve, proposals, stop): set -a; . {env_file}; set +a")
+        click.echo(
+            f"for dw-dagster commands in another shell (approve, proposals, stop): set -a; . {env_file}; set +a"
+        )
         if no_ui:
             click.echo("servers are up; `dw-dagster world down` stops them")
             return
@@ -206,7 +213,9 @@ def demo() -> None:
 
 
 @demo.command("replay")
-@click.option("--json", "as_json", is_flag=True, help="Print the timeline as JSON events {time, system, what, numbers}.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the timeline as JSON events {time, system, what, numbers}."
+)
 @click.option("--root", type=click.Path(path_type=Path), default=Path(".dw/replay"), show_default=True,
               help="Where the fresh world is made (deleted first).")  # fmt: skip
 @click.option("--cache", type=click.Path(path_type=Path), default=DEFAULT_CACHE, show_default=True)

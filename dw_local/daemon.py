@@ -16,13 +16,17 @@ from pathlib import Path
 
 import dagster as dg
 from dagster._core.definitions.job_base import InMemoryJob
+from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
 from dagster._core.events import DagsterEvent, DagsterEventType
 from dagster._core.execution.api import execute_run_iterator
+from dagster._core.remote_origin import (
+    ManagedGrpcPythonEnvCodeLocationOrigin,
+    RemoteJobOrigin,
+    RemoteRepositoryOrigin,
+)
 from dagster._core.run_coordinator import SubmitRunContext
 from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
 from dagster._core.storage.defs_state.base import set_defs_state_storage
-from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
-from dagster._core.remote_origin import ManagedGrpcPythonEnvCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 from dagster._core.storage.tags import RUN_KEY_TAG
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._utils.tags import TagConcurrencyLimitsCounter
@@ -80,7 +84,9 @@ def _job_origin(job_name: str) -> RemoteJobOrigin:
     """Where a queued run's job lives, as the sensor daemon records it for a run it submits: the code
     location ``dagster dev`` (README's first command) loads, so its queue can launch the run too."""
     target = LoadableTargetOrigin(
-        executable_path=sys.executable, module_name="dw_dagster.definitions", working_directory=str(REPO_DAGSTER_YAML.parent)
+        executable_path=sys.executable,
+        module_name="dw_dagster.definitions",
+        working_directory=str(REPO_DAGSTER_YAML.parent),
     )
     location = ManagedGrpcPythonEnvCodeLocationOrigin(target, location_name="dw_dagster")
     return RemoteJobOrigin(RemoteRepositoryOrigin(location, SINGLETON_REPOSITORY_NAME), job_name)
@@ -128,7 +134,9 @@ class LocalDaemon:
 
     def _sensor_context(self, **kwargs):
         resources = {k: self.defs.resources[k] for k in ("snowflake", "slack") if k in self.defs.resources}
-        return dg.build_sensor_context(instance=self.instance, repository_def=self.repo, resources=resources, **kwargs)
+        return dg.build_sensor_context(
+            instance=self.instance, repository_def=self.repo, resources=resources, **kwargs
+        )
 
     def _run_requests(self, sensor: dg.SensorDefinition) -> list[dg.RunRequest]:
         with self._sensor_context() as context:
@@ -168,10 +176,13 @@ class LocalDaemon:
                 continue
             counter.update_counters_with_launched_item(run)
             self.instance.report_dagster_event(
-                DagsterEvent(event_type_value=DagsterEventType.RUN_STARTING.value, job_name=run.job_name), run.run_id
+                DagsterEvent(event_type_value=DagsterEventType.RUN_STARTING.value, job_name=run.job_name),
+                run.run_id,
             )
             job = self.defs.get_job_def(run.job_name)
-            for _ in execute_run_iterator(InMemoryJob(job), self.instance.get_run_by_id(run.run_id), self.instance):
+            for _ in execute_run_iterator(
+                InMemoryJob(job), self.instance.get_run_by_id(run.run_id), self.instance
+            ):
                 pass
             ended.append(self.instance.get_run_by_id(run.run_id).status)
         return ended
@@ -180,7 +191,9 @@ class LocalDaemon:
         sensor = self.defs.get_sensor_def(INCIDENT_SENSOR)
         job = self.defs.get_job_def(sensor.job_name)
         return [
-            job.execute_in_process(instance=self.instance, tags=r.tags, raise_on_error=False, run_config=QUIET)
+            job.execute_in_process(
+                instance=self.instance, tags=r.tags, raise_on_error=False, run_config=QUIET
+            )
             for r in self._run_requests(sensor)
         ]
 

@@ -45,7 +45,14 @@ class Timeline:
     events: list[dict[str, Any]] = field(default_factory=list)
     echo: Callable[[str], None] | None = None
 
-    def add(self, system: str, what: str, numbers: dict[str, Any] | None = None, at: datetime | None = None, **extra: Any) -> None:
+    def add(
+        self,
+        system: str,
+        what: str,
+        numbers: dict[str, Any] | None = None,
+        at: datetime | None = None,
+        **extra: Any,
+    ) -> None:
         local = (at or self.clock()).astimezone(self.tz)
         event = {"time": local.strftime("%a %Y-%m-%d %H:%M:%S %Z"), "system": system, "what": what,
                  "numbers": numbers or {}, **extra}  # fmt: skip
@@ -77,10 +84,14 @@ def replay(root: Path, template: Path, echo: Callable[[str], None] | None = None
         coalesce = lw.coalesce_client()
 
         def sim_now() -> datetime:
-            return datetime.fromisoformat(world._sim_control(coalesce, "GET", "clock")["now"].replace("Z", "+00:00"))
+            return datetime.fromisoformat(
+                world._sim_control(coalesce, "GET", "clock")["now"].replace("Z", "+00:00")
+            )
 
         def set_clock(day, at: time) -> None:
-            world._sim_control(coalesce, "POST", "clock", {"now": world._utc(datetime.combine(day, at)).isoformat()})
+            world._sim_control(
+                coalesce, "POST", "clock", {"now": world._utc(datetime.combine(day, at)).isoformat()}
+            )
 
         tl = Timeline(sim_now, tz, echo=echo)
         daemon = LocalDaemon(lw)
@@ -92,7 +103,9 @@ def replay(root: Path, template: Path, echo: Callable[[str], None] | None = None
         night = world.play_reference_night(lw.snowflake, coalesce)
         _reference_day(world, lw, tl, night)
         outcome = daemon.tick()
-        store = IncidentStore(daemon.defs.resources["snowflake"], OpsSchema(lw.env()["SNOWFLAKE_DATABASE"], "DW_OPS"))
+        store = IncidentStore(
+            daemon.defs.resources["snowflake"], OpsSchema(lw.env()["SNOWFLAKE_DATABASE"], "DW_OPS")
+        )
         incident = _detection(store, tl, outcome)
         _diagnosis(store, tl, incident, lw)
         book = ApprovalBook(store, load_context_file(daemon.settings.context_file))
@@ -113,12 +126,20 @@ def replay(root: Path, template: Path, echo: Callable[[str], None] | None = None
         tuesday = night.business_date + timedelta(days=1)
         set_clock(tuesday, time(7, 40))
         for who, sets in ((NODE_OWNER, {}), (MAP_OWNER, MAP_OWNER_SETS)):
-            args = ["approve", incident.incident_id, "--as", who, *(f"--set={k}={v}" for k, v in sets.items())]
+            args = [
+                "approve",
+                incident.incident_id,
+                "--as",
+                who,
+                *(f"--set={k}={v}" for k, v in sets.items()),
+            ]
             tl.add("approvals", f"$ dw-dagster {' '.join(args[:2])} --as \"{who}\"" + "".join(f" --set {k}={v}" for k, v in sets.items())
                    + f": {_cli(lw, *args)}")  # fmt: skip
 
         set_clock(tuesday, time(8, 5))
-        (node,) = [p.node_change for p in plan.proposals if p.kind is ProposalKind.NODE_CHANGE and p.node_change]
+        (node,) = [
+            p.node_change for p in plan.proposals if p.kind is ProposalKind.NODE_CHANGE and p.node_change
+        ]
         deploy_run = apply_and_deploy(lw.coalesce_url, LOCAL_COALESCE_TOKEN, node)
         tl.add("Coalesce", f"{NODE_OWNER} applies the {node.node_name} change in Coalesce and deploys it (deploy run {deploy_run})",
                {"deploy_run_id": deploy_run})  # fmt: skip
@@ -203,7 +224,9 @@ def _remediation(store: IncidentStore, tl: Timeline, incident_id: str, coalesce,
     receipts = [Receipt.model_validate(e.detail) for e in store.events(incident_id, kind="receipt")]
     if not receipts:
         refused = store.events(incident_id, kind="refused")
-        raise WorldError(f"the remediation run did not write a receipt (launched: {launched}; refused: {[e.detail for e in refused]})")
+        raise WorldError(
+            f"the remediation run did not write a receipt (launched: {launched}; refused: {[e.detail for e in refused]})"
+        )
     receipt = receipts[-1]
     for c in receipt.changes:
         tl.add("Snowflake", c.what)

@@ -148,7 +148,9 @@ def build_app(sink: SlackSink) -> Starlette:
             return error("not_authed")
         method = request.path_params["method"]
         if method == "auth.test":
-            return JSONResponse({"ok": True, "url": "http://localhost/", "team": "local", "user": "dw-dagster"})
+            return JSONResponse(
+                {"ok": True, "url": "http://localhost/", "team": "local", "user": "dw-dagster"}
+            )
         if method == "chat.postMessage":
             if not body.get("channel"):
                 return error("channel_not_found")
@@ -166,7 +168,9 @@ def build_app(sink: SlackSink) -> Starlette:
         if method == "conversations.replies":
             params = {**dict(request.query_params), **body}
             thread = params.get("ts")
-            msgs = sink.messages("channel = ? and (ts = ? or thread_ts = ?)", (params.get("channel"), thread, thread))
+            msgs = sink.messages(
+                "channel = ? and (ts = ? or thread_ts = ?)", (params.get("channel"), thread, thread)
+            )
             if not msgs:
                 return error("thread_not_found")
             return JSONResponse({"ok": True, "messages": msgs, "has_more": False})

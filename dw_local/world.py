@@ -161,7 +161,9 @@ class LocalWorld:
         }
         # Each approver's own Coalesce run identity names its password variable; the local Snowflake takes
         # any password.
-        env.update({name: LOCAL_SNOWFLAKE_PASSWORD for name in password_variables(Path(env["DW_CONTEXT_FILE"]))})
+        env.update(
+            {name: LOCAL_SNOWFLAKE_PASSWORD for name in password_variables(Path(env["DW_CONTEXT_FILE"]))}
+        )
         return env
 
     def coalesce_client(self):
@@ -324,4 +326,3 @@ class LocalWorld:
                 pass
         (Path(root) / "world.json").unlink(missing_ok=True)
         return True
-

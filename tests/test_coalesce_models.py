@@ -1,9 +1,11 @@
 """The Coalesce models against the shapes of shared/reference/coalesce-api.md: no network."""
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
+from pydantic import ValidationError
+
 from dw_dagster.coalesce.models import (
     CoalesceAPIError,
     CoalesceCancelRunRequest,
@@ -30,7 +32,6 @@ from dw_dagster.coalesce.models import (
     CoalesceWorkspaceData,
     parse_response,
 )
-from pydantic import ValidationError
 
 FCT_ID = "5d0b8c84-6f5e-5b4c-9d47-000000000001"
 STG_ID = "5d0b8c84-6f5e-5b4c-9d47-000000000002"
@@ -55,7 +56,7 @@ FULL_NODE = {
                 "dataType": "VARCHAR",
                 "description": "",
                 "nullable": False,
-                "transform": "\"STG_ONHAND\".\"ORGANIZATION_ID\" || '-' || \"STG_ONHAND\".\"ITEM_ID\"",
+                "transform": '"STG_ONHAND"."ORGANIZATION_ID" || \'-\' || "STG_ONHAND"."ITEM_ID"',
                 "isBusinessKey": True,
                 "isSurrogateKey": False,
                 "primaryKey": False,
@@ -149,7 +150,7 @@ def test_environment_reads_aware_times_and_keeps_unknown_fields() -> None:
         }
     )
     assert env.id == "2"
-    assert env.created_at == datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
+    assert env.created_at == datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
     assert env.created_by and env.created_by.first_name == "Ada"
     assert env.model_extra == {"connectionAccount": "acme"}
     assert env.model_dump(mode="json")["connectionAccount"] == "acme"
@@ -157,10 +158,15 @@ def test_environment_reads_aware_times_and_keeps_unknown_fields() -> None:
 
 def test_times_without_offset_are_utc_and_offsets_are_kept() -> None:
     run = CoalesceRunSummary.model_validate(
-        {"id": 1, "runType": "deploy", "runStatus": "completed", "runStartTime": "2024-03-05T02:00:00",
-         "runEndTime": "2024-03-05T02:19:00-06:00"}  # fmt: skip
+        {
+            "id": 1,
+            "runType": "deploy",
+            "runStatus": "completed",
+            "runStartTime": "2024-03-05T02:00:00",
+            "runEndTime": "2024-03-05T02:19:00-06:00",
+        }  # fmt: skip
     )
-    assert run.run_start_time == datetime(2024, 3, 5, 2, tzinfo=timezone.utc)
+    assert run.run_start_time == datetime(2024, 3, 5, 2, tzinfo=UTC)
     assert run.run_end_time is not None and run.run_end_time.utcoffset().total_seconds() == -6 * 3600
 
 
@@ -190,8 +196,14 @@ def test_full_node_reads_lineage_mapping_and_tests_and_dumps_the_wire_shape() ->
 
 def test_summary_node_needs_no_detail() -> None:
     summary = CoalesceNodeSummary.model_validate(
-        {"id": STG_ID, "name": "STG_ONHAND", "nodeType": "Stage", "database": "DW_PROD", "schema": "STAGE",
-         "locationName": "STAGE"}  # fmt: skip
+        {
+            "id": STG_ID,
+            "name": "STG_ONHAND",
+            "nodeType": "Stage",
+            "database": "DW_PROD",
+            "schema": "STAGE",
+            "locationName": "STAGE",
+        }  # fmt: skip
     )
     assert summary.schema_name == "STAGE"
     node = CoalesceNode.model_validate({"id": STG_ID, "name": "STG_ONHAND", "nodeType": "my-package:SCD2"})
@@ -328,8 +340,11 @@ def test_run_results_with_a_failed_query() -> None:
 
 def test_pages_take_cursors_and_ids_given_as_numbers() -> None:
     page = CoalescePage[CoalesceJob].model_validate(
-        {"data": [{"id": 1, "name": "inventory_nightly", "includeSelector": "{location: STAGE}"}],
-         "next": 25, "limit": 1}  # fmt: skip
+        {
+            "data": [{"id": 1, "name": "inventory_nightly", "includeSelector": "{location: STAGE}"}],
+            "next": 25,
+            "limit": 1,
+        }  # fmt: skip
     )
     assert page.next == "25" and page.data[0].id == "1" and page.data[0].exclude_selector == ""
 
@@ -392,7 +407,7 @@ def test_rerun_and_cancel_request_bodies() -> None:
 def test_workspace_data_round_trips_through_json() -> None:
     data = CoalesceWorkspaceData(
         base_url="https://app.eu.coalescesoftware.io",
-        fetched_at=datetime(2024, 3, 5, 2, 30, tzinfo=timezone.utc),
+        fetched_at=datetime(2024, 3, 5, 2, 30, tzinfo=UTC),
         environments=[
             CoalesceEnvironmentData(
                 environment=CoalesceEnvironment(id="2", name="PROD", status="Waiting"),

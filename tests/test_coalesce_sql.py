@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from dw_dagster.coalesce.sql import RefSyntaxError, find_refs, quote_identifier, resolve_refs, table_reference
 
 JOIN = """FROM {{ ref('STAGE', 'STG_ONHAND') }} "STG_ONHAND"

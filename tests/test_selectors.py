@@ -10,6 +10,7 @@ The graph (Sources on the left):
 from __future__ import annotations
 
 import pytest
+
 from dw_dagster.coalesce.models import CoalesceNode
 from dw_dagster.coalesce.selectors import (
     SelectorError,

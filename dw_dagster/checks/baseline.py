@@ -97,7 +97,9 @@ def score(
         # bridged, so the night after an incident is compared with the last good night, not the bad one.
         days = sorted(d for d in usable if (day - d).days <= config.days)
         if not days or (day - days[-1]).days > MAX_BRIDGE_DAYS:
-            return BaselineResult(status=BaselineStatus.INSUFFICIENT, method=config.method, value=value, points=0)
+            return BaselineResult(
+                status=BaselineStatus.INSUFFICIENT, method=config.method, value=value, points=0
+            )
         ref_logs = [
             (_log(usable[b]) - _log(usable[a])) / (b - a).days
             for a, b in zip(days, days[1:], strict=False)

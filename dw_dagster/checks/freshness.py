@@ -8,7 +8,7 @@ micro-partition metadata, without a scan.
 
 import re
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
@@ -48,7 +48,11 @@ def apply_freshness_policies(metrics: MetricsFile, specs: Sequence[dg.AssetSpec]
         jobs = spec.metadata.get("coalesce/jobs")
         names = [j["name"] for j in jobs.data] if jobs is not None else []  # type: ignore[union-attr]
         scheduled = [schedules[n] for n in names if n in schedules]
-        out.append(spec.replace_attributes(freshness_policy=freshness_policy_for(scheduled[0])) if scheduled else spec)
+        out.append(
+            spec.replace_attributes(freshness_policy=freshness_policy_for(scheduled[0]))
+            if scheduled
+            else spec
+        )
     return out
 
 
@@ -61,7 +65,7 @@ def _table_of(specs_by_path: Mapping[str, dg.AssetSpec], path: str) -> tuple[str
 
 def _utc(v: datetime | None) -> datetime | None:
     # TIMESTAMP_NTZ load stamps are UTC by convention (Qlik writes UTC).
-    return None if v is None else (v if v.tzinfo else v.replace(tzinfo=timezone.utc))
+    return None if v is None else (v if v.tzinfo else v.replace(tzinfo=UTC))
 
 
 def _built_at(instance: dg.DagsterInstance, key: dg.AssetKey) -> datetime | None:
@@ -69,8 +73,8 @@ def _built_at(instance: dg.DagsterInstance, key: dg.AssetKey) -> datetime | None
     mat = event.asset_materialization if event else None
     stamp = mat.metadata.get("dagster/last_updated_timestamp") if mat else None
     if stamp is not None:
-        return datetime.fromtimestamp(float(stamp.value), tz=timezone.utc)
-    return datetime.fromtimestamp(event.timestamp, tz=timezone.utc) if event else None
+        return datetime.fromtimestamp(float(stamp.value), tz=UTC)
+    return datetime.fromtimestamp(event.timestamp, tz=UTC) if event else None
 
 
 def build_input_freshness_checks(
@@ -116,7 +120,7 @@ def build_input_freshness_checks(
                     f" (SELECT MAX({quote_identifier(rule.input_column)}) FROM {source})"
                 )
                 held, latest = (_utc(v) for v in cur.fetchone())
-            built = _built_at(context.instance, check_key.asset_key) or datetime.now(timezone.utc)
+            built = _built_at(context.instance, check_key.asset_key) or datetime.now(UTC)
             problems = []
             if latest is None:
                 problems.append(f"{rule.input} has no loads at all")
@@ -128,14 +132,18 @@ def build_input_freshness_checks(
                         f"old when {rule.asset} was built (allowed {rule.max_input_age_hours:g} h)"
                     )
                 if held is None or latest - held > timedelta(minutes=rule.max_lag_minutes):
-                    problems.append(f"{rule.asset} holds loads up to {held}, but {rule.input} has loads up to {latest}")
+                    problems.append(
+                        f"{rule.asset} holds loads up to {held}, but {rule.input} has loads up to {latest}"
+                    )
             metadata = {
                 "input_latest_load": str(latest),
                 "table_latest_load": str(held),
                 "built_at": built.isoformat(),
             }
             if latest is not None:
-                metadata["input_age_hours"] = dg.MetadataValue.float(float((built - latest).total_seconds() / 3600))
+                metadata["input_age_hours"] = dg.MetadataValue.float(
+                    float((built - latest).total_seconds() / 3600)
+                )
             if problems:
                 summary = "; ".join(problems)
                 report_failure(

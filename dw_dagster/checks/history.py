@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -53,7 +53,7 @@ class HistorySession:
         dagster_run_id: str | None,
         coalesce_run_id: str | None,
     ) -> None:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         self.cur.execute(
             f"MERGE INTO {self.ops.table('METRIC_HISTORY')} t USING (SELECT %s AS METRIC, %s AS BUSINESS_DATE) s"
             " ON t.METRIC = s.METRIC AND t.BUSINESS_DATE = s.BUSINESS_DATE"
@@ -97,7 +97,7 @@ class HistorySession:
         return {_as_date(r[0]) for r in self.cur.fetchall() if r[0] is not None}
 
     def record_volume(self, asset_key: str, day: date, row_count: float | None, source: str) -> None:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         self.cur.execute(
             f"MERGE INTO {self.ops.table('VOLUME_HISTORY')} t USING (SELECT %s AS ASSET_KEY, %s AS BUSINESS_DATE) s"
             " ON t.ASSET_KEY = s.ASSET_KEY AND t.BUSINESS_DATE = s.BUSINESS_DATE"

@@ -35,12 +35,13 @@ _NAME = r"^[a-z][a-z0-9_]*$"
 _KEY = r"^[a-z0-9_\-]+(/[a-z0-9_\-]+)*$"
 
 
-
-
 class BusinessDay(FileModel):
     timezone: str = "UTC"
     cutoff_hour: int = Field(
-        default=6, ge=0, le=23, description="A run that starts before this local hour counts for the day before."
+        default=6,
+        ge=0,
+        le=23,
+        description="A run that starts before this local hour counts for the day before.",
     )
 
     @field_validator("timezone")
@@ -124,7 +125,9 @@ class VolumeMonitoring(FileModel):
 class JobSchedule(FileModel):
     cron: str
     timezone: str = "UTC"
-    grace_minutes: int = Field(default=60, ge=1, description="How long after the schedule the build may land.")
+    grace_minutes: int = Field(
+        default=60, ge=1, description="How long after the schedule the build may land."
+    )
 
 
 class InputFreshness(FileModel):
@@ -140,7 +143,8 @@ class InputFreshness(FileModel):
 
 class FreshnessMonitoring(FileModel):
     schedules: dict[str, JobSchedule] = Field(
-        default_factory=dict, description="Coalesce job name -> its Scheduler cron (the API does not expose it)."
+        default_factory=dict,
+        description="Coalesce job name -> its Scheduler cron (the API does not expose it).",
     )
     inputs: list[InputFreshness] = Field(default_factory=list)
 
@@ -162,9 +166,13 @@ class MetricsFile(FileModel):
             if t.reconcile_with is None:
                 continue
             if t.reconcile_with.total not in names:
-                raise ValueError(f"totals[{i}] ({t.name}).reconcile_with.total: no total named {t.reconcile_with.total!r}")
+                raise ValueError(
+                    f"totals[{i}] ({t.name}).reconcile_with.total: no total named {t.reconcile_with.total!r}"
+                )
             if t.reconcile_with.total == t.name:
-                raise ValueError(f"totals[{i}] ({t.name}).reconcile_with.total: a total cannot reconcile with itself")
+                raise ValueError(
+                    f"totals[{i}] ({t.name}).reconcile_with.total: a total cannot reconcile with itself"
+                )
         return self
 
     def get(self, name: str) -> RecordedTotal:

@@ -77,7 +77,9 @@ def compute_total(cur: Any, total: RecordedTotal, resolve_table: TableResolver) 
         raise ValueError(f"totals.{total.name}.sql: expected a column named VALUE, got columns {columns}")
     missing = [k for k in total.group_keys if k.upper() not in columns]
     if missing:
-        raise ValueError(f"totals.{total.name}.sql: group_keys {missing} are not columns of the result {columns}")
+        raise ValueError(
+            f"totals.{total.name}.sql: group_keys {missing} are not columns of the result {columns}"
+        )
     rows = [dict(zip(columns, r, strict=True)) for r in cur.fetchall()]
     groups = {
         group_label([k.upper() for k in total.group_keys], r): float(r["VALUE"] or 0)
@@ -128,7 +130,9 @@ def reconcile(
         change = (s - t) - usual
         if abs(change) > 0 or (g in source.groups and g not in target.groups):
             groups.append(
-                GroupGap(group=g, source=s, target=t, gap_change=change, missing_in_target=g not in target.groups)
+                GroupGap(
+                    group=g, source=s, target=t, gap_change=change, missing_in_target=g not in target.groups
+                )
             )
     groups.sort(key=lambda x: -abs(x.gap_change))
     prev_t, prev_s = _previous(target_history, day), _previous(source_history, day)
@@ -205,7 +209,9 @@ def build_recorded_total_checks(
         store = HistoryStore(warehouse, ops, check="recorded_totals", dagster_run_id=run.dagster_run_id)
         with store.session("check.recorded_totals.history") as history:
             for name, v in values.items():
-                history.record_metric(name, run.business_date, v.value, v.groups, run.dagster_run_id, run.coalesce_run_id)
+                history.record_metric(
+                    name, run.business_date, v.value, v.groups, run.dagster_run_id, run.coalesce_run_id
+                )
                 context.op_execution_context.log_event(
                     dg.AssetObservation(
                         asset_key=key_from_path(needed[name].asset),
@@ -214,10 +220,14 @@ def build_recorded_total_checks(
                     )
                 )
             for total in selected:
-                if total.name in values and not (total.reconcile_with and total.reconcile_with.total in errors):
+                if total.name in values and not (
+                    total.reconcile_with and total.reconcile_with.total in errors
+                ):
                     yield _evaluate(context, total, values, history, run, warehouse, ops, cause_scopes)
         unfinished = sorted(
-            t.name for t in selected if t.name in errors or (t.reconcile_with and t.reconcile_with.total in errors)
+            t.name
+            for t in selected
+            if t.name in errors or (t.reconcile_with and t.reconcile_with.total in errors)
         )
         if unfinished:
             # Results not yielded are marked as failed executions: errored, never passed.
@@ -242,7 +252,9 @@ def _evaluate(
     day = run.business_date
     value = values[total.name]
     own = history.metric_history(total.name, day, HISTORY_DAYS)
-    flagged = {d for d, r in own.items() if r.flagged} | history.incident_days(day - timedelta(days=HISTORY_DAYS))
+    flagged = {d for d, r in own.items() if r.flagged} | history.incident_days(
+        day - timedelta(days=HISTORY_DAYS)
+    )
     base = score(
         {d: r.value for d, r in own.items() if r.value is not None},
         day,
@@ -259,10 +271,16 @@ def _evaluate(
     }
     if base.expected is not None:
         metadata["baseline_expected"] = dg.MetadataValue.float(float(base.expected))
-        metadata["baseline_relative_change_pct"] = dg.MetadataValue.float(float(100 * (base.relative_change or 0)))
+        metadata["baseline_relative_change_pct"] = dg.MetadataValue.float(
+            float(100 * (base.relative_change or 0))
+        )
         metadata["baseline_robust_z"] = dg.MetadataValue.float(float(base.robust_z or 0))
     problems: list[str] = []
-    evidence: dict[str, Any] = {"total": total.name, "value": value.value, "baseline": base.model_dump(mode="json")}
+    evidence: dict[str, Any] = {
+        "total": total.name,
+        "value": value.value,
+        "baseline": base.model_dump(mode="json"),
+    }
 
     if total.reconcile_with:
         source_name = total.reconcile_with.total

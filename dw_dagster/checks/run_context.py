@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 import dagster as dg
 
@@ -33,7 +33,7 @@ def check_run(context: dg.AssetCheckExecutionContext, business_day: BusinessDay)
             raise dg.Failure(f"run tag {tags.BUSINESS_DATE}: expected YYYY-MM-DD, got {raw!r}") from e
     else:
         # A check launched by hand judges the business day that is current now.
-        day = business_day.of(datetime.now(timezone.utc))
+        day = business_day.of(datetime.now(UTC))
     return CheckRun(
         business_date=day,
         dagster_run_id=context.run.run_id,

@@ -138,7 +138,9 @@ def build_volume_checks(
                 count, source = counts[key]
                 if count is None:
                     # The table is missing, or the metadata has no row count for it.
-                    errors.append(f"{path}: no row count for {monitored[key].metadata['dagster/table_name']} from {source}")
+                    errors.append(
+                        f"{path}: no row count for {monitored[key].metadata['dagster/table_name']} from {source}"
+                    )
                     continue
                 history.record_volume(path, run.business_date, count, source)
                 past = history.volume_history(path, run.business_date, HISTORY_DAYS)
@@ -175,21 +177,32 @@ def build_volume_checks(
                     )  # fmt: skip
                     results.append(
                         dg.AssetCheckResult(
-                            check_name=VOLUME_CHECK, asset_key=key, passed=False,
-                            severity=dg.AssetCheckSeverity.ERROR, description=summary, metadata=metadata,
+                            check_name=VOLUME_CHECK,
+                            asset_key=key,
+                            passed=False,
+                            severity=dg.AssetCheckSeverity.ERROR,
+                            description=summary,
+                            metadata=metadata,
                         )  # fmt: skip
                     )
                 elif base.status is BaselineStatus.INSUFFICIENT and path not in config.bounds:
                     results.append(
                         dg.AssetCheckResult(
-                            check_name=VOLUME_CHECK, asset_key=key, passed=False,
-                            severity=dg.AssetCheckSeverity.WARN, metadata=metadata,
+                            check_name=VOLUME_CHECK,
+                            asset_key=key,
+                            passed=False,
+                            severity=dg.AssetCheckSeverity.WARN,
+                            metadata=metadata,
                             description=f"insufficient baseline: {base.points} same-weekday nights, "
                             f"{config.baseline.min_points} needed",
                         )  # fmt: skip
                     )
                 else:
-                    results.append(dg.AssetCheckResult(check_name=VOLUME_CHECK, asset_key=key, passed=True, metadata=metadata))
+                    results.append(
+                        dg.AssetCheckResult(
+                            check_name=VOLUME_CHECK, asset_key=key, passed=True, metadata=metadata
+                        )
+                    )
         yield from results
         if errors:
             # Results not yielded are marked as failed executions: errored, never passed.

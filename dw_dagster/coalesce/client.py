@@ -215,9 +215,7 @@ class CoalesceClient:
             ) from None
         return parse_response(model, payload, endpoint)
 
-    def _paginate(
-        self, model: type[ModelT], path: str, params: Mapping[str, Any]
-    ) -> Iterator[ModelT]:
+    def _paginate(self, model: type[ModelT], path: str, params: Mapping[str, Any]) -> Iterator[ModelT]:
         """Follows a list endpoint to its end: each page's ``next`` becomes the following request's
         ``startingFrom``, the other parameters (``orderBy`` included) unchanged.
         """

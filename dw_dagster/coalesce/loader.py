@@ -21,9 +21,9 @@ from dw_dagster.coalesce.translator import (
     CoalesceWorkspaceIndex,
     DagsterCoalesceTranslator,
 )
+from dw_dagster.config import DwConfigError
 from dw_dagster.context.models import ContextFile
 from dw_dagster.context.specs import attach_context, build_context_asset_specs
-from dw_dagster.config import DwConfigError
 from dw_dagster.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -82,7 +82,9 @@ def table_resolver(data: CoalesceWorkspaceData) -> Callable[[str, str], str]:
         try:
             return tables[(location, name)]
         except KeyError:
-            raise ValueError(f"ref('{location}', '{name}'): no such Coalesce node in the state file") from None
+            raise ValueError(
+                f"ref('{location}', '{name}'): no such Coalesce node in the state file"
+            ) from None
 
     return resolve
 

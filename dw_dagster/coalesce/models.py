@@ -10,7 +10,7 @@ the client; a response that lacks a declared field or has one of the wrong type 
 """
 
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
@@ -42,7 +42,7 @@ def _to_api_name(name: str) -> str:
 
 def _assume_utc(value: datetime) -> datetime:
     # Coalesce reports times in UTC; a timestamp without an offset is read as UTC, never as local time.
-    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 UtcDatetime = Annotated[datetime, AfterValidator(_assume_utc)]

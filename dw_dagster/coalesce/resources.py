@@ -1,7 +1,7 @@
 """The Coalesce workspace resource: the configured client, and a snapshot of the environments it loads."""
 
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import cached_property
 
 from dagster import Config, ConfigurableResource, get_dagster_logger
@@ -9,13 +9,13 @@ from dagster._utils.cached_method import cached_method
 from pydantic import Field
 
 from dw_dagster.coalesce.client import CoalesceClient
-from dw_dagster.config import resolve_env_vars
 from dw_dagster.coalesce.models import (
     COALESCE_DEFAULT_BASE_URL,
     CoalesceEnvironmentData,
     CoalesceUserCredentials,
     CoalesceWorkspaceData,
 )
+from dw_dagster.config import resolve_env_vars
 
 
 class CoalesceCredentials(Config):
@@ -86,9 +86,7 @@ class CoalesceWorkspace(ConfigurableResource):
 
     base_url: str = Field(
         default=COALESCE_DEFAULT_BASE_URL,
-        description=(
-            "The Coalesce host, e.g. https://app.eu.coalescesoftware.io for the EU region."
-        ),
+        description=("The Coalesce host, e.g. https://app.eu.coalescesoftware.io for the EU region."),
     )
     api_token: str = Field(
         repr=False,
@@ -157,7 +155,7 @@ class CoalesceWorkspace(ConfigurableResource):
         Coalesce afresh.
         """
         client = self.get_client()
-        fetched_at = datetime.now(timezone.utc)
+        fetched_at = datetime.now(UTC)
         environments = []
         for environment_id in self.environment_ids:
             environment = client.get_environment(environment_id)
@@ -168,6 +166,4 @@ class CoalesceWorkspace(ConfigurableResource):
                 f"{len(nodes)} nodes, {len(jobs)} jobs."
             )
             environments.append(CoalesceEnvironmentData(environment=environment, nodes=nodes, jobs=jobs))
-        return CoalesceWorkspaceData(
-            base_url=self.base_url, fetched_at=fetched_at, environments=environments
-        )
+        return CoalesceWorkspaceData(base_url=self.base_url, fetched_at=fetched_at, environments=environments)

@@ -226,9 +226,7 @@ class SelectorGraph:
         ids = {n.id for n in nodes}
         if edges is None:
             by_key = {(n.location, n.name): n.id for n in nodes}
-            edges = [
-                (by_key[dep], n.id) for n in nodes for dep in n.dependencies if dep in by_key
-            ]
+            edges = [(by_key[dep], n.id) for n in nodes for dep in n.dependencies if dep in by_key]
         self.parents: dict[str, set[str]] = defaultdict(set)
         self.children: dict[str, set[str]] = defaultdict(set)
         for up, down in edges:
@@ -253,7 +251,9 @@ class SelectorGraph:
         return out
 
     @classmethod
-    def from_nodes(cls, nodes: Iterable[Any], edges: Iterable[tuple[str, str]] | None = None) -> SelectorGraph:
+    def from_nodes(
+        cls, nodes: Iterable[Any], edges: Iterable[tuple[str, str]] | None = None
+    ) -> SelectorGraph:
         """See :func:`select_nodes` for what ``nodes`` and ``edges`` may be."""
         return cls([as_selector_node(n) for n in nodes], edges)
 

@@ -19,13 +19,14 @@ import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from typing import Any, Literal
 
 import dagster as dg
 from dagster._grpc.client import DEFAULT_SENSOR_GRPC_TIMEOUT
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from dw_dagster import tags
 from dw_dagster.checks.metrics import BusinessDay
 from dw_dagster.coalesce.client import CoalesceClient
 from dw_dagster.coalesce.models import (
@@ -38,7 +39,6 @@ from dw_dagster.coalesce.models import (
     CoalesceRunStatus,
     CoalesceRunType,
 )
-from dw_dagster import tags
 from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.incidents.models import Finding
 from dw_dagster.incidents.store import IncidentStore
@@ -256,7 +256,7 @@ class CoalesceRunReport:
                 return date.fromisoformat(str(given))
             except ValueError:
                 pass
-        moment = self.run.run_start_time or self.run.run_end_time or datetime.now(timezone.utc)
+        moment = self.run.run_start_time or self.run.run_end_time or datetime.now(UTC)
         return business_day.of(moment)
 
     def _describe_run(self) -> str:
@@ -285,8 +285,15 @@ class CoalesceRunReport:
                 asset_key=f.asset_key.to_user_string(),
                 summary=f"{self._describe_run()}: node {f.node_name} {f.state}: {f.error}",
                 severity="ERROR" if f.state == "failed" else "WARN",
-                evidence={**evidence, "node_id": f.node_id, "node_name": f.node_name, "node_state": f.state,
-                          "failed_query": f.query_name, "error": f.error, "error_detail": f.error_detail},
+                evidence={
+                    **evidence,
+                    "node_id": f.node_id,
+                    "node_name": f.node_name,
+                    "node_state": f.state,
+                    "failed_query": f.query_name,
+                    "error": f.error,
+                    "error_detail": f.error_detail,
+                },
                 **common,
             )  # fmt: skip
             for f in self.failures
@@ -411,7 +418,7 @@ def build_coalesce_run_report(
     last_started = max(
         range(len(started)),
         key=lambda i: (min((q.start_time for q in started[i].query_results if q.start_time), default=None)
-                       or datetime.min.replace(tzinfo=timezone.utc), i),
+                       or datetime.min.replace(tzinfo=UTC), i),
         default=None,
     )  # fmt: skip
     last_started_id = started[last_started].node_id if last_started is not None else None
@@ -444,9 +451,14 @@ def build_coalesce_run_report(
                 ROWS_DELETED_KEY: sum(q.rows_deleted or 0 for q in queries),
                 QUERIES_KEY: dg.MetadataValue.json(
                     [
-                        {"name": q.name, "status": q.status, "queryID": q.query_id,
-                         "rowsInserted": q.rows_inserted, "rowsUpdated": q.rows_updated,
-                         "rowsDeleted": q.rows_deleted}  # fmt: skip
+                        {
+                            "name": q.name,
+                            "status": q.status,
+                            "queryID": q.query_id,
+                            "rowsInserted": q.rows_inserted,
+                            "rowsUpdated": q.rows_updated,
+                            "rowsDeleted": q.rows_deleted,
+                        }  # fmt: skip
                         for q in queries
                     ]
                 ),
@@ -471,8 +483,14 @@ def build_coalesce_run_report(
         query_name, error, error_detail = _failure_of(node, state, run)
         failures.append(
             NodeFailure(
-                asset_key=asset_key, node_id=node.node_id, node_name=node.name, state=state,
-                query_name=query_name, error=error, error_detail=error_detail, ended_at=ended_at,
+                asset_key=asset_key,
+                node_id=node.node_id,
+                node_name=node.name,
+                state=state,
+                query_name=query_name,
+                error=error,
+                error_detail=error_detail,
+                ended_at=ended_at,
             )  # fmt: skip
         )
         metadata = {
@@ -574,14 +592,15 @@ def source_inputs(asset_graph: Any, built: Iterable[dg.AssetKey]) -> set[dg.Asse
     out = set()
     for key in built:
         for parent in asset_graph.get(key).parent_keys:
-            if asset_graph.has(parent) and asset_graph.get(parent).metadata.get("coalesce/node_type") == "Source":
+            if (
+                asset_graph.has(parent)
+                and asset_graph.get(parent).metadata.get("coalesce/node_type") == "Source"
+            ):
                 out.add(parent)
     return out
 
 
-def check_keys_for_assets(
-    asset_graph: Any, asset_keys: Iterable[dg.AssetKey]
-) -> list[dg.AssetCheckKey]:
+def check_keys_for_assets(asset_graph: Any, asset_keys: Iterable[dg.AssetKey]) -> list[dg.AssetCheckKey]:
     """The checks of these assets that a checks-only run can execute, with the checks that must run with
     them (a ``@multi_asset_check`` that cannot be subset runs whole)."""
     keys: set[dg.AssetCheckKey] = set()
@@ -658,7 +677,7 @@ class _Tick:
                 break
             try:
                 self.poll(env_id)
-            except Exception as e:  # the listing failed: this environment waits for the next tick
+            except Exception as e:  # noqa: BLE001 - the listing failed: this environment waits for the next tick
                 self.error(f"Listing the Coalesce runs of environment {env_id} failed", e)
 
     def poll(self, env_id: str) -> None:
@@ -677,7 +696,7 @@ class _Tick:
                     continue
                 self.error(f"Reading Coalesce run {run_id} failed", e)
                 continue
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - the run stays pending for the next tick
                 self.error(f"Reading Coalesce run {run_id} failed", e)
                 continue
             self.consecutive_errors = 0
@@ -734,7 +753,7 @@ class _Tick:
             check_keys = check_keys_for_assets(
                 asset_graph, [*report.built_asset_keys, *source_inputs(asset_graph, report.built_asset_keys)]
             )
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - the run stays pending for the next tick
             self.error(f"Reporting Coalesce run {run_id} failed; it stays pending", e)
             return False
         self.consecutive_errors = 0

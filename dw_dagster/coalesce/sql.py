@@ -37,8 +37,7 @@ class RefSyntaxError(ValueError):
         self.position = position
         snippet = text[position : position + 60].splitlines()[0]
         super().__init__(
-            f"malformed ref at position {position}: {snippet!r} "
-            "(expected {{ ref('LOCATION', 'NODE') }})"
+            f"malformed ref at position {position}: {snippet!r} (expected {{{{ ref('LOCATION', 'NODE') }}}})"
         )
 
 

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pydantic
@@ -58,7 +58,7 @@ def parse_state(path: Path, text: str, settings: Settings) -> CoalesceWorkspaceD
 
 
 def state_age_hours(data: CoalesceWorkspaceData) -> float:
-    return (datetime.now(timezone.utc) - data.fetched_at).total_seconds() / 3600
+    return (datetime.now(UTC) - data.fetched_at).total_seconds() / 3600
 
 
 def refresh_state_file(settings: Settings) -> CoalesceWorkspaceData:

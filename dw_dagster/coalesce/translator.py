@@ -101,9 +101,13 @@ class DagsterCoalesceTranslator:
         lineage = self._column_lineage(props)
         if lineage is not None:
             metadata["dagster/column_lineage"] = lineage
-        joins = [m.join.join_condition for m in node.metadata.source_mapping if m.join and m.join.join_condition]
+        joins = [
+            m.join.join_condition for m in node.metadata.source_mapping if m.join and m.join.join_condition
+        ]
         if joins:
-            metadata["coalesce/join"] = dg.MetadataValue.md("\n\n".join(f"```sql\n{j.strip()}\n```" for j in joins))
+            metadata["coalesce/join"] = dg.MetadataValue.md(
+                "\n\n".join(f"```sql\n{j.strip()}\n```" for j in joins)
+            )
         if node.metadata.applied_node_tests:
             metadata["coalesce/node_tests"] = dg.MetadataValue.json(
                 [t.name for t in node.metadata.applied_node_tests]
@@ -128,7 +132,9 @@ class DagsterCoalesceTranslator:
                     description=c.description,
                     constraints=dg.TableColumnConstraints(
                         nullable=c.nullable and not _test_enabled(c.applied_column_tests, "notNull"),
-                        unique=c.unique_key or c.primary_key or _test_enabled(c.applied_column_tests, "unique"),
+                        unique=c.unique_key
+                        or c.primary_key
+                        or _test_enabled(c.applied_column_tests, "unique"),
                     ),
                 )
                 for c in node.metadata.columns
@@ -145,7 +151,9 @@ class DagsterCoalesceTranslator:
                     parent = nodes_by_id.get(ref.node_id)
                     name = column_names.get(ref.column_id)
                     if parent is not None and name is not None:
-                        deps.append(dg.TableColumnDep(asset_key=self._key(parent, props.workspace), column_name=name))
+                        deps.append(
+                            dg.TableColumnDep(asset_key=self._key(parent, props.workspace), column_name=name)
+                        )
             if deps:
                 deps_by_column[column.name] = deps
         return dg.TableColumnLineage(deps_by_column=deps_by_column) if deps_by_column else None

@@ -60,7 +60,9 @@ class LineageGraph:
             if lineage is not None:
                 for column, deps in lineage.deps_by_column.items():
                     for dep in deps:
-                        self.columns.add_edge((dep.asset_key.to_user_string(), dep.column_name), (key, column))
+                        self.columns.add_edge(
+                            (dep.asset_key.to_user_string(), dep.column_name), (key, column)
+                        )
 
     def key_for_table(self, table: str) -> str | None:
         """The asset of a Snowflake table, given as ``DB.SCHEMA.NAME`` (quoted or not)."""
@@ -83,7 +85,9 @@ class LineageGraph:
         """The nodes on every path from ``source`` to ``target``, in topological order."""
         if source == target:
             return [source]
-        between = (nx.descendants(self.assets, source) | {source}) & (nx.ancestors(self.assets, target) | {target})
+        between = (nx.descendants(self.assets, source) | {source}) & (
+            nx.ancestors(self.assets, target) | {target}
+        )
         return [n for n in nx.topological_sort(self.assets.subgraph(between))]
 
     def column_sources(self, column: Column) -> list[Column]:

@@ -41,7 +41,9 @@ class RunAs(FileModel):
     snowflake_username: str
     snowflake_role: str | None = None
     snowflake_warehouse: str | None = None
-    password_env: str = Field(pattern=r"^[A-Z_][A-Z0-9_]*$", description="Environment variable with the password.")
+    password_env: str = Field(
+        pattern=r"^[A-Z_][A-Z0-9_]*$", description="Environment variable with the password."
+    )
 
 
 class Person(FileModel):

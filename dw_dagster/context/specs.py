@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from dw_dagster.context.models import ContextFile, ContextSystem
 from dw_dagster.config import DwConfigError
+from dw_dagster.context.models import ContextFile, ContextSystem
 
 CONTEXT_GROUP = "context"
 

@@ -35,10 +35,15 @@ def incident_markdown(
     ]
     for f in findings:
         d = f.detail
-        lines.append(f"| {d.get('check_name')} | {d.get('asset_key')} | {d.get('summary', '').replace('|', '/')} |")
+        lines.append(
+            f"| {d.get('check_name')} | {d.get('asset_key')} | {d.get('summary', '').replace('|', '/')} |"
+        )
     if diagnosis is not None:
         lines += ["", f"#### Diagnosis: {diagnosis.classification.value}", diagnosis.cause, ""]
-        lines += [f"- **{k}**: {v:,.1f}" if isinstance(v, float) else f"- **{k}**: {v}" for k, v in diagnosis.evidence.items()]
+        lines += [
+            f"- **{k}**: {v:,.1f}" if isinstance(v, float) else f"- **{k}**: {v}"
+            for k, v in diagnosis.evidence.items()
+        ]
         if diagnosis.keys:
             lines += ["", "| key | units | rows | items | new since |", "|---|---:|---:|---:|---|"]
             lines += [
@@ -52,12 +57,16 @@ def incident_markdown(
         lines += ["", "#### Blast radius", "| asset | owners | change | next read |", "|---|---|---|---|"]
         for a in radius.assets:
             change = "; ".join(
-                f"{k}: {v.get('before'):,.0f} -> {v.get('after'):,.0f}" if isinstance(v, dict) else f"{k}: {v}"
+                f"{k}: {v.get('before'):,.0f} -> {v.get('after'):,.0f}"
+                if isinstance(v, dict)
+                else f"{k}: {v}"
                 for k, v in a.change.items()
             )
             lines.append(f"| {a.asset_key} | {', '.join(a.owners)} | {change} | {a.next_read or ''} |")
         if radius.newly_flagged:
-            lines.append(f"\nNewly flagged: {len(radius.newly_flagged)} ({', '.join(radius.newly_flagged[:10])}, ...)")
+            lines.append(
+                f"\nNewly flagged: {len(radius.newly_flagged)} ({', '.join(radius.newly_flagged[:10])}, ...)"
+            )
     return "\n".join(lines)
 
 

@@ -32,7 +32,9 @@ def next_read(reads: tuple[dict, ...], after: datetime) -> str | None:
 
 def _morning_after(day: date, metrics: MetricsFile) -> datetime:
     tz = ZoneInfo(metrics.business_day.timezone)
-    return datetime(day.year, day.month, day.day, tzinfo=tz) + timedelta(days=1, hours=metrics.business_day.cutoff_hour)
+    return datetime(day.year, day.month, day.day, tzinfo=tz) + timedelta(
+        days=1, hours=metrics.business_day.cutoff_hour
+    )
 
 
 def blast_radius(start: str, day: date, diagnosis: Diagnosis, ctx: DiagnosisContext) -> BlastRadius:
@@ -89,7 +91,9 @@ def _affected_items_sql(diagnosis: Diagnosis, ctx: DiagnosisContext) -> tuple[st
         return None
     effect = diagnosis.joins[0]
     info = ctx.graph.info(effect.asset_key)
-    join = next((j for j in parse_joins(info.join or "", ctx.resolve_table) if j.left_table == effect.left), None)
+    join = next(
+        (j for j in parse_joins(info.join or "", ctx.resolve_table) if j.left_table == effect.left), None
+    )
     left_key = ctx.graph.key_for_table(effect.left)
     item_totals = [t for t in ctx.metrics.totals if t.item_key]
     if join is None or left_key is None or not item_totals:
@@ -100,12 +104,20 @@ def _affected_items_sql(diagnosis: Diagnosis, ctx: DiagnosisContext) -> tuple[st
     return f"SELECT DISTINCT L.{quote_identifier(traced[1])} {unmatched_from(join)}", traced
 
 
-def _rows_for_items(ctx: DiagnosisContext, key: str, items_sql: str, item_column: tuple[str, str]) -> int | None:
+def _rows_for_items(
+    ctx: DiagnosisContext, key: str, items_sql: str, item_column: tuple[str, str]
+) -> int | None:
     """Rows of ``key`` about the items in the gap: its column derived from the item column through column
     lineage, else its column of the same name (a mart may take the item id from the item master)."""
     graph = ctx.graph
-    derived = [c[1] for c in nx.descendants(graph.columns, item_column) if c[0] == key] if item_column in graph.columns else []
-    column = derived[0] if derived else (item_column[1] if item_column[1] in graph.info(key).columns else None)
+    derived = (
+        [c[1] for c in nx.descendants(graph.columns, item_column) if c[0] == key]
+        if item_column in graph.columns
+        else []
+    )
+    column = (
+        derived[0] if derived else (item_column[1] if item_column[1] in graph.info(key).columns else None)
+    )
     if column is None:
         return None
     table = table_reference(*table_parts(graph.info(key).table_name))  # type: ignore[misc]

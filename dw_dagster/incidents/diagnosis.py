@@ -45,7 +45,11 @@ class DiagnosisContext:
 
 def _total_of(finding: Finding, metrics: MetricsFile) -> RecordedTotal | None:
     name = finding.check_name.removeprefix("total_")
-    return next((t for t in metrics.totals if t.name == name), None) if finding.check_name.startswith("total_") else None
+    return (
+        next((t for t in metrics.totals if t.name == name), None)
+        if finding.check_name.startswith("total_")
+        else None
+    )
 
 
 def measure_column(total: RecordedTotal) -> str | None:
@@ -70,6 +74,7 @@ def _first_seen(history: Mapping[date, Recorded], group: str) -> date | None:
 
 def by_priority(findings: Sequence[Finding]) -> list[Finding]:
     """Findings with the likeliest root first: failed load, stale input, reconciliation, totals, volume."""
+
     def rank(f: Finding) -> int:
         if f.check_name == "coalesce_run":
             return 0
@@ -86,14 +91,20 @@ def by_priority(findings: Sequence[Finding]) -> list[Finding]:
 
 def diagnose(incident: Incident, findings: Sequence[Finding], ctx: DiagnosisContext) -> Diagnosis:
     if not findings:
-        return Diagnosis(incident_id=incident.incident_id, classification=CauseClass.UNKNOWN, cause="no findings")
+        return Diagnosis(
+            incident_id=incident.incident_id, classification=CauseClass.UNKNOWN, cause="no findings"
+        )
     primary = by_priority(findings)[0]
     if primary.check_name == "coalesce_run":
         return _failed_load(incident, primary, ctx)
     if primary.check_name == "input_freshness":
         return _stale_input(incident, primary, ctx)
     total = _total_of(primary, ctx.metrics)
-    if total is not None and total.reconcile_with and primary.evidence.get("reconciliation", {}).get("passed") is False:
+    if (
+        total is not None
+        and total.reconcile_with
+        and primary.evidence.get("reconciliation", {}).get("passed") is False
+    ):
         return _reconciliation_gap(incident, primary, total, ctx)
     if total is not None:
         return _total_anomaly(incident, primary, total, ctx)
@@ -108,7 +119,11 @@ def _failed_load(incident: Incident, finding: Finding, ctx: DiagnosisContext) ->
         incident_id=incident.incident_id,
         classification=CauseClass.SCHEMA_CHANGE if schema else CauseClass.FAILED_LOAD,
         cause=f"The Coalesce build of {finding.asset_key} failed: {finding.summary}"
-        + (" The error names a column or object that no longer matches the node's definition." if schema else ""),
+        + (
+            " The error names a column or object that no longer matches the node's definition."
+            if schema
+            else ""
+        ),
         evidence={"coalesce_run_id": finding.coalesce_run_id or ""},
         path=[*upstream, finding.asset_key],
         owners=ctx.graph.owners_on([finding.asset_key]) if finding.asset_key in ctx.graph else [],
@@ -119,23 +134,30 @@ def _stale_input(incident: Incident, finding: Finding, ctx: DiagnosisContext) ->
     rule = next(r for r in ctx.metrics.freshness.inputs if r.asset == finding.asset_key)
     feeders = [k for k in ctx.graph.upstream(rule.input) if "coalesce" not in ctx.graph.info(k).kinds]
     replication = [k for k in feeders if rule.input in ctx.graph.assets.successors(k)]
-    path = ctx.graph.path(replication[0], finding.asset_key) if replication else [rule.input, finding.asset_key]
+    path = (
+        ctx.graph.path(replication[0], finding.asset_key) if replication else [rule.input, finding.asset_key]
+    )
     age = finding.evidence.get("input_age_hours")
     return Diagnosis(
         incident_id=incident.incident_id,
         classification=CauseClass.STALE_INPUT,
         cause=(
             f"{finding.asset_key} was rebuilt on stale input: the latest load of {rule.input} is "
-            f"{age:.1f} h older than the build" if isinstance(age, float) else f"{finding.summary}"
+            f"{age:.1f} h older than the build"
+            if isinstance(age, float)
+            else f"{finding.summary}"
         )
-        + (f"; {', '.join(replication)} has delivered nothing new (replication stalled?)." if replication else "."),
+        + (
+            f"; {', '.join(replication)} has delivered nothing new (replication stalled?)."
+            if replication
+            else "."
+        ),
         evidence={k: v for k, v in finding.evidence.items() if isinstance(v, int | float | str)},
         upstream_change=f"no new rows from {', '.join(replication) or rule.input}",
         path=path,
         owners=ctx.graph.owners_on(replication or [rule.input]),
         test_query=(
-            f"SELECT MAX({quote_identifier(rule.input_column)}) AS LATEST_LOAD FROM "
-            f"{_table(ctx, rule.input)}"
+            f"SELECT MAX({quote_identifier(rule.input_column)}) AS LATEST_LOAD FROM {_table(ctx, rule.input)}"
         ),
     )
 
@@ -144,7 +166,9 @@ def _table(ctx: DiagnosisContext, key: str) -> str:
     return table_reference(*table_parts(ctx.graph.info(key).table_name))  # type: ignore[misc]
 
 
-def _reconciliation_gap(incident: Incident, finding: Finding, total: RecordedTotal, ctx: DiagnosisContext) -> Diagnosis:
+def _reconciliation_gap(
+    incident: Incident, finding: Finding, total: RecordedTotal, ctx: DiagnosisContext
+) -> Diagnosis:
     assert total.reconcile_with is not None
     source = ctx.metrics.get(total.reconcile_with.total)
     rec = finding.evidence["reconciliation"]
@@ -356,4 +380,3 @@ def _duplicate_rows(ctx: DiagnosisContext, key: str) -> int:
         return 0
     ctx.cursor.execute(f"SELECT COALESCE(SUM(COPIES - 1), 0) FROM ({_duplicates_query(ctx, key)})")
     return int(ctx.cursor.fetchone()[0] or 0)
-

@@ -7,6 +7,7 @@ import dagster as dg
 
 from dw_dagster.checks.history import HistorySession
 from dw_dagster.checks.metrics import MetricsFile
+from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.context.models import ContextFile
 from dw_dagster.incidents.assets import incident_materialization
@@ -17,7 +18,6 @@ from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.incident_notifier import build_slack_outbox_sensor
 from dw_dagster.notifications.resources import SlackNotifier
 from dw_dagster.notifications.routing import alerts_allowed, route_incident
-from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.remediation.approvals import ApprovalBook, supersede_older
 from dw_dagster.remediation.control import OrgControl, gated_notifier
 from dw_dagster.remediation.jobs import build_remediation_definitions
@@ -50,7 +50,10 @@ def build_incident_definitions(
         description="Walk the lineage from the failing number to its cause and its readers; propose the fix.",
     )
     def diagnose_op(
-        context: dg.OpExecutionContext, snowflake: WarehouseResource, slack: SlackNotifier, coalesce: CoalesceWorkspace
+        context: dg.OpExecutionContext,
+        snowflake: WarehouseResource,
+        slack: SlackNotifier,
+        coalesce: CoalesceWorkspace,
     ) -> None:
         incident_id = context.run.tags.get(INCIDENT_ID)
         if not incident_id:
@@ -64,7 +67,9 @@ def build_incident_definitions(
         with snowflake.tagged_connection(
             "job.diagnose", schema=ops.schema, job=DIAGNOSE_JOB, asset=start, dagster_run_id=context.run_id
         ) as conn:
-            ctx = DiagnosisContext(lineage(), metrics, resolve_table, HistorySession(conn, ops), conn.cursor())
+            ctx = DiagnosisContext(
+                lineage(), metrics, resolve_table, HistorySession(conn, ops), conn.cursor()
+            )
             diagnosis = diagnose(incident, findings, ctx)
             radius = blast_radius(start, incident.business_date or findings[0].business_date, diagnosis, ctx)
             plan = None
@@ -78,9 +83,15 @@ def build_incident_definitions(
                     context.log.warning(f"{incident_id}: no remediation plan: {type(e).__name__}: {e}")
         record_diagnosis(store, incident_id, len(findings), diagnosis, radius)
         book = ApprovalBook(store, context_file) if context_file is not None else None
-        plan_md = plan_markdown(plan, book.approvers(plan)) + approve_hint(plan, book.approvers(plan)) if plan and book else None
+        plan_md = (
+            plan_markdown(plan, book.approvers(plan)) + approve_hint(plan, book.approvers(plan))
+            if plan and book
+            else None
+        )
         finding_events = store.events(incident_id, kind="finding")
-        context.log_event(incident_materialization(incident, finding_events, diagnosis, radius, proposed_fix=plan_md))
+        context.log_event(
+            incident_materialization(incident, finding_events, diagnosis, radius, proposed_fix=plan_md)
+        )
         context.log.info(f"{incident_id}: {diagnosis.classification.value}: {diagnosis.cause}")
         if context_file is None:
             context.log.warning("no context file (DW_CONTEXT_FILE): nobody to alert")
@@ -99,7 +110,9 @@ def build_incident_definitions(
             if book.record_plan(plan):
                 for run_id in supersede_older(context.instance, book, plan):
                     context.log.info(f"{incident_id}: canceled {run_id}, which waited for an older plan")
-                notifier.post_update(incident, plan_md.replace("**", "*"), kind="proposal", version=plan.plan_id)
+                notifier.post_update(
+                    incident, plan_md.replace("**", "*"), kind="proposal", version=plan.plan_id
+                )
                 context.log.info(f"{incident_id}: proposed {plan.plan_id} ({len(plan.proposals)} proposals)")
 
     @dg.job(name=DIAGNOSE_JOB, description="Diagnose one incident: cause, evidence, blast radius.")
@@ -121,13 +134,19 @@ def build_incident_definitions(
             if f"diagnosis|{count}" in done:
                 continue
             # The run key makes a re-tick or a restart of the daemon launch nothing twice.
-            yield dg.RunRequest(run_key=f"{incident.incident_id}:{count}", tags={INCIDENT_ID: incident.incident_id})
+            yield dg.RunRequest(
+                run_key=f"{incident.incident_id}:{count}", tags={INCIDENT_ID: incident.incident_id}
+            )
 
-    outbox = build_slack_outbox_sensor(ops, dispatch_gate=lambda warehouse: OrgControl(warehouse, ops).dispatch_allowed)
+    outbox = build_slack_outbox_sensor(
+        ops, dispatch_gate=lambda warehouse: OrgControl(warehouse, ops).dispatch_allowed
+    )
     defs = dg.Definitions(jobs=[diagnose_incident], sensors=[incident_sensor, outbox])
     if context_file is None:
         return defs
-    return dg.Definitions.merge(defs, build_remediation_definitions(metrics, resolve_table, ops, context_file))
+    return dg.Definitions.merge(
+        defs, build_remediation_definitions(metrics, resolve_table, ops, context_file)
+    )
 
 
 def record_diagnosis(

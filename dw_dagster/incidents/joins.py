@@ -80,7 +80,9 @@ def unmatched_rows_query(join: ParsedJoin, measure_column: str | None, item_colu
     """Ready-to-run SQL: the left rows (their units, their items) that match nothing on the right, by key."""
     keys = ", ".join(f"L.{quote_identifier(lc)}" for lc, _ in join.on)
     units = f"SUM(L.{quote_identifier(measure_column)})" if measure_column else "COUNT(*)"
-    items = f",\n  COUNT(DISTINCT L.{quote_identifier(item_column)}) AS UNMATCHED_ITEMS" if item_column else ""
+    items = (
+        f",\n  COUNT(DISTINCT L.{quote_identifier(item_column)}) AS UNMATCHED_ITEMS" if item_column else ""
+    )
     return (
         f"SELECT {keys},\n  COUNT(*) AS UNMATCHED_ROWS,\n  {units} AS UNMATCHED_UNITS{items}\n"
         f"{unmatched_from(join)}\n"
@@ -127,4 +129,3 @@ def measure_inner_join(
         duplicated_rows=int(cur.fetchone()[0] or 0),
         unmatched=unmatched,
     )
-

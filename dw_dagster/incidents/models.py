@@ -57,6 +57,7 @@ class RecordOutcome(BaseModel):
     new_finding: bool
     """The finding was not already attached (re-ticks and repeats are not news)."""
 
+
 class CauseClass(str, Enum):
     """What kind of wrong the evidence shows (not what the alert's words say)."""
 

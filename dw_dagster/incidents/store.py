@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from typing import Any, Literal
 
 from dw_dagster.incidents.models import Finding, Incident, IncidentEvent, RecordOutcome
@@ -45,7 +45,7 @@ class IncidentStore:
                 (f"{finding.signature}|%",),
             )
             row = cur.fetchone()
-            now = datetime.now(timezone.utc)
+            now = datetime.now(UTC)
             if row:
                 incident_id = row[0]
                 new_incident = False
@@ -73,7 +73,9 @@ class IncidentStore:
                 )
                 new_incident = cur.rowcount > 0
             event_key = f"{finding.signature}|{finding.business_date.isoformat()}"
-            new_finding = self._append(cur, incident_id, event_key, "finding", finding.model_dump(mode="json"), now)
+            new_finding = self._append(
+                cur, incident_id, event_key, "finding", finding.model_dump(mode="json"), now
+            )
             if new_finding and not new_incident:
                 cur.execute(
                     f"UPDATE {self.ops.table('INCIDENTS')} SET UPDATED_AT = %s WHERE INCIDENT_ID = %s",
@@ -86,9 +88,11 @@ class IncidentStore:
     def append_event(self, incident_id: str, kind: str, event_key: str, detail: dict[str, Any]) -> bool:
         """Appends an event once per ``event_key``; returns whether it was new."""
         with self._connect(f"incident.{kind}") as conn:
-            return self._append(conn.cursor(), incident_id, event_key, kind, detail, datetime.now(timezone.utc))
+            return self._append(conn.cursor(), incident_id, event_key, kind, detail, datetime.now(UTC))
 
-    def _append(self, cur: Any, incident_id: str, event_key: str, kind: str, detail: dict, now: datetime) -> bool:
+    def _append(
+        self, cur: Any, incident_id: str, event_key: str, kind: str, detail: dict, now: datetime
+    ) -> bool:
         cur.execute(
             f"MERGE INTO {self.ops.table('INCIDENT_EVENTS')} t"
             " USING (SELECT %s AS INCIDENT_ID, %s AS EVENT_KEY) s"
@@ -102,7 +106,7 @@ class IncidentStore:
         with self._connect("incident.status") as conn:
             conn.cursor().execute(
                 f"UPDATE {self.ops.table('INCIDENTS')} SET STATUS = %s, UPDATED_AT = %s WHERE INCIDENT_ID = %s",
-                (status, datetime.now(timezone.utc), incident_id),
+                (status, datetime.now(UTC), incident_id),
             )
 
     def get(self, incident_id: str) -> Incident | None:
@@ -126,8 +130,15 @@ class IncidentStore:
         )
         return [
             Incident(
-                incident_id=r[0], cause_key=r[1], status=r[2], business_date=r[3], title=r[4] or "",
-                severity=r[5] or "ERROR", opened_at=r[6], updated_at=r[7], detail=json.loads(r[8] or "{}"),
+                incident_id=r[0],
+                cause_key=r[1],
+                status=r[2],
+                business_date=r[3],
+                title=r[4] or "",
+                severity=r[5] or "ERROR",
+                opened_at=r[6],
+                updated_at=r[7],
+                detail=json.loads(r[8] or "{}"),
             )  # fmt: skip
             for r in cur.fetchall()
         ]
@@ -145,6 +156,8 @@ class IncidentStore:
                 args += (kind,)
             cur.execute(sql + " ORDER BY EVENT_AT", args)
             return [
-                IncidentEvent(incident_id=r[0], event_key=r[1], kind=r[2], at=r[3], detail=json.loads(r[4] or "{}"))
+                IncidentEvent(
+                    incident_id=r[0], event_key=r[1], kind=r[2], at=r[3], detail=json.loads(r[4] or "{}")
+                )
                 for r in cur.fetchall()
             ]

@@ -17,7 +17,13 @@ from dw_dagster.notifications.incident_notifier import (
 )
 from dw_dagster.notifications.outbox import OutboxMessage, SlackOutbox
 from dw_dagster.notifications.resources import SlackNotifier, slack_from_env
-from dw_dagster.notifications.routing import HoldMode, Recipients, alerts_allowed, hold_mode_for, route_incident
+from dw_dagster.notifications.routing import (
+    HoldMode,
+    Recipients,
+    alerts_allowed,
+    hold_mode_for,
+    route_incident,
+)
 
 __all__ = [
     "DagsterLinks",

@@ -29,7 +29,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import dagster as dg
@@ -139,7 +139,7 @@ class IncidentNotifier:
         self.backoff_seconds = backoff_seconds
         self.lease_seconds = lease_seconds
         self.log = logger or log
-        self._now = clock or (lambda: datetime.now(timezone.utc))
+        self._now = clock or (lambda: datetime.now(UTC))
         self._dispatch_allowed = autonomous_dispatch_allowed
         self.redact = Redactor(slack.token, os.environ.get("SLACK_BOT_TOKEN"))
         self._client: Any = None

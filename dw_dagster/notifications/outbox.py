@@ -87,7 +87,9 @@ class SlackOutbox:
 
     @contextmanager
     def connect(self, purpose: str) -> Iterator[Any]:
-        with self.ops.connect(self.warehouse, purpose, job="notifications", dagster_run_id=self.run_id) as conn:
+        with self.ops.connect(
+            self.warehouse, purpose, job="notifications", dagster_run_id=self.run_id
+        ) as conn:
             yield conn.cursor()
 
     @property

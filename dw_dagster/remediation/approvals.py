@@ -12,10 +12,10 @@ Approvers are the members of the owning teams in the context file; dw-dagster it
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 import getpass
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 from dagster._core.events import EngineEventData
@@ -24,7 +24,14 @@ from dagster._core.storage.tags import PARENT_RUN_ID_TAG, RUN_KEY_TAG
 from dw_dagster.context.models import ContextFile, Person
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.models import SYSTEM_ACTOR, Approval, Decision, ProposalKind, RemediationPlan
-from dw_dagster.tags import APPROVAL, APPROVAL_APPROVED, APPROVAL_PENDING, APPROVALS_NEEDED, INCIDENT_ID, PLAN_ID
+from dw_dagster.tags import (
+    APPROVAL,
+    APPROVAL_APPROVED,
+    APPROVAL_PENDING,
+    APPROVALS_NEEDED,
+    INCIDENT_ID,
+    PLAN_ID,
+)
 
 REMEDIATION_JOB = "remediate_incident"
 
@@ -52,10 +59,14 @@ class ApprovalBook:
     # -- reading ---------------------------------------------------------------------------------
 
     def record_plan(self, plan: RemediationPlan) -> bool:
-        return self.store.append_event(plan.incident_id, "proposal", plan.plan_id, plan.model_dump(mode="json"))
+        return self.store.append_event(
+            plan.incident_id, "proposal", plan.plan_id, plan.model_dump(mode="json")
+        )
 
     def plans(self, incident_id: str) -> list[RemediationPlan]:
-        return [RemediationPlan.model_validate(e.detail) for e in self.store.events(incident_id, kind="proposal")]
+        return [
+            RemediationPlan.model_validate(e.detail) for e in self.store.events(incident_id, kind="proposal")
+        ]
 
     def plan(self, plan_id: str) -> RemediationPlan | None:
         return next((p for p in self.plans(incident_of(plan_id)) if p.plan_id == plan_id), None)
@@ -63,7 +74,11 @@ class ApprovalBook:
     def approvals(self, plan: RemediationPlan, run_id: str | None = None) -> list[Approval]:
         """The plan's approvals, for one run when given (approvals are bound to the run they release)."""
         events = self.store.events(plan.incident_id, kind="approval")
-        out = [Approval.model_validate(e.detail) for e in events if e.event_key.startswith(f"approval|{plan.plan_id}|")]
+        out = [
+            Approval.model_validate(e.detail)
+            for e in events
+            if e.event_key.startswith(f"approval|{plan.plan_id}|")
+        ]
         return [a for a in out if run_id is None or a.run_id == run_id]
 
     def decision(self, plan: RemediationPlan) -> Decision | None:
@@ -78,10 +93,20 @@ class ApprovalBook:
 
     def owners_of_change(self, incident_id: str, proposal_id: str) -> list[str]:
         """The teams that own the proposal a recorded change carried out."""
-        return [t for plan in self.plans(incident_id) for p in plan.proposals if p.proposal_id == proposal_id for t in p.owners]
+        return [
+            t
+            for plan in self.plans(incident_id)
+            for p in plan.proposals
+            if p.proposal_id == proposal_id
+            for t in p.owners
+        ]
 
     def approvers(self, plan: RemediationPlan) -> dict[str, list[str]]:
-        return {t: [m.name for m in self.context.teams[t].members] for t in plan.required_teams if t in self.context.teams}
+        return {
+            t: [m.name for m in self.context.teams[t].members]
+            for t in plan.required_teams
+            if t in self.context.teams
+        }
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -92,7 +117,9 @@ class ApprovalBook:
         if person is None:
             raise ApprovalError(
                 f"{who!r} is not a member of any team in the context file; approvers of {plan.plan_id}: "
-                + "; ".join(f"{t}: {', '.join(names) or 'nobody'}" for t, names in self.approvers(plan).items())
+                + "; ".join(
+                    f"{t}: {', '.join(names) or 'nobody'}" for t, names in self.approvers(plan).items()
+                )
             )
         teams = [t for t in self.context.teams_of(person) if t in plan.required_teams]
         if not teams:
@@ -110,17 +137,25 @@ class ApprovalBook:
         person, teams = self._person(plan, who)
         decision = self.decision(plan)
         if decision is not None:
-            raise ApprovalError(f"plan {plan.plan_id} was {decision.kind} by {decision.by}: {decision.reason}")
-        now = datetime.now(timezone.utc)
+            raise ApprovalError(
+                f"plan {plan.plan_id} was {decision.kind} by {decision.by}: {decision.reason}"
+            )
+        now = datetime.now(UTC)
         if now >= plan.expires_at:
-            raise ApprovalError(f"plan {plan.plan_id} expired at {plan.expires_at:%Y-%m-%d %H:%M} UTC; it is never granted late")
+            raise ApprovalError(
+                f"plan {plan.plan_id} expired at {plan.expires_at:%Y-%m-%d %H:%M} UTC; it is never granted late"
+            )
         done = {a.team for a in self.approvals(plan, run_id)}
         new = [t for t in teams if t not in done]
         if not new:
             raise ApprovalError(f"plan {plan.plan_id}: {', '.join(teams)} already approved")
         self._check_values(plan, new, values)
         for proposal in plan.proposals:
-            if proposal.kind is ProposalKind.SCOPED_RERUN and set(proposal.owners) & set(new) and person.run_as is None:
+            if (
+                proposal.kind is ProposalKind.SCOPED_RERUN
+                and set(proposal.owners) & set(new)
+                and person.run_as is None
+            ):
                 raise ApprovalError(
                     f"{person.name} has no run_as in the context file: an approved rerun runs under the "
                     "approver's own Coalesce credentials, so another owner must approve it"
@@ -167,9 +202,18 @@ class ApprovalBook:
             who = person.name
             if not reason.strip():
                 raise ApprovalError("a rejection needs a reason (--reason)")
-        decision = Decision(plan_id=plan.plan_id, kind=kind, by=who, at=datetime.now(timezone.utc), reason=reason, run_id=run_id)  # type: ignore[arg-type]
+        decision = Decision(
+            plan_id=plan.plan_id,
+            kind=kind,
+            by=who,
+            at=datetime.now(UTC),
+            reason=reason,
+            run_id=run_id,
+        )  # type: ignore[arg-type]
         # Event keys are unique per incident across kinds: the plan's own key is its proposal's.
-        if not self.store.append_event(plan.incident_id, "decision", f"decision|{plan.plan_id}", decision.model_dump(mode="json")):
+        if not self.store.append_event(
+            plan.incident_id, "decision", f"decision|{plan.plan_id}", decision.model_dump(mode="json")
+        ):
             existing = self.decision(plan)
             raise ApprovalError(f"plan {plan.plan_id} was already {existing.kind if existing else 'decided'}")
         return decision
@@ -182,10 +226,14 @@ class ApprovalBook:
         """The plan and its approvals if this run may change anything; else :class:`ApprovalError`."""
         plan_id = tags.get(PLAN_ID)
         if not plan_id:
-            raise ApprovalError(f"run tag {PLAN_ID}: missing; a remediation run carries the plan it carries out")
+            raise ApprovalError(
+                f"run tag {PLAN_ID}: missing; a remediation run carries the plan it carries out"
+            )
         plan = self.plan(plan_id)
         if plan is None or plan.incident_id != tags.get(INCIDENT_ID):
-            raise ApprovalError(f"plan {plan_id}: not in the approval record of incident {tags.get(INCIDENT_ID)}")
+            raise ApprovalError(
+                f"plan {plan_id}: not in the approval record of incident {tags.get(INCIDENT_ID)}"
+            )
         decision = self.decision(plan)
         if decision is not None:
             raise ApprovalError(f"plan {plan_id} was {decision.kind} by {decision.by}: {decision.reason}")
@@ -194,12 +242,16 @@ class ApprovalBook:
             raise ApprovalError(f"run {run_id} re-executes run {parent}; a re-execution is not an approval")
         incident = self.store.get(plan.incident_id)
         if incident is None or incident.status != "open":
-            raise ApprovalError(f"incident {plan.incident_id} is {incident.status if incident else 'missing'}, not open")
+            raise ApprovalError(
+                f"incident {plan.incident_id} is {incident.status if incident else 'missing'}, not open"
+            )
         approvals = self.approvals(plan, run_id)
         for a in approvals:
             person = self.context.person(a.email)
             if person is None or a.team not in self.context.teams_of(person) or a.approver == SYSTEM_ACTOR:
-                raise ApprovalError(f"approval by {a.approver} for {a.team}: not a member of that team (any more)")
+                raise ApprovalError(
+                    f"approval by {a.approver} for {a.team}: not a member of that team (any more)"
+                )
             if a.at >= plan.expires_at:
                 raise ApprovalError(f"approval by {a.approver} came after the plan expired")
         missing = self.missing(plan, approvals)
@@ -231,8 +283,11 @@ def remediation_run(instance: dg.DagsterInstance, ref: str) -> dg.DagsterRun:
     """The queued remediation run a person names: a run id, or an incident id with one run waiting."""
     if ref.startswith("INC-"):
         runs = instance.get_runs(
-            dg.RunsFilter(tags={INCIDENT_ID: ref, APPROVAL: APPROVAL_PENDING}, job_name=REMEDIATION_JOB,
-                          statuses=[dg.DagsterRunStatus.QUEUED])  # fmt: skip
+            dg.RunsFilter(
+                tags={INCIDENT_ID: ref, APPROVAL: APPROVAL_PENDING},
+                job_name=REMEDIATION_JOB,
+                statuses=[dg.DagsterRunStatus.QUEUED],
+            )  # fmt: skip
         )
         if not runs:
             raise ApprovalError(f"incident {ref}: no remediation run is waiting for approval")
@@ -244,25 +299,35 @@ def remediation_run(instance: dg.DagsterInstance, ref: str) -> dg.DagsterRun:
     else:
         found = instance.get_run_by_id(ref)
         if found is None or found.job_name != REMEDIATION_JOB:
-            raise ApprovalError(f"{ref}: not a remediation run (give a run id or an incident id like INC-...)")
+            raise ApprovalError(
+                f"{ref}: not a remediation run (give a run id or an incident id like INC-...)"
+            )
         if found.status != dg.DagsterRunStatus.QUEUED or found.tags.get(APPROVAL) != APPROVAL_PENDING:
             raise ApprovalError(f"run {ref} is {found.status.value}, not waiting for approval")
         run = found
     # Only the run the proposals sensor submitted for the plan: one launched by hand with the same tags is not.
     if run.tags.get(RUN_KEY_TAG) != run.tags.get(PLAN_ID):
-        raise ApprovalError(f"run {run.run_id} was not submitted by the remediation_proposals sensor for its plan")
+        raise ApprovalError(
+            f"run {run.run_id} was not submitted by the remediation_proposals sensor for its plan"
+        )
     return run
 
 
 def _plan_of(book: ApprovalBook, run: dg.DagsterRun) -> RemediationPlan:
     plan = book.plan(run.tags.get(PLAN_ID, ""))
     if plan is None:
-        raise ApprovalError(f"run {run.run_id}: its plan {run.tags.get(PLAN_ID)} is not in the approval record")
+        raise ApprovalError(
+            f"run {run.run_id}: its plan {run.tags.get(PLAN_ID)} is not in the approval record"
+        )
     return plan
 
 
 def approve_run(
-    instance: dg.DagsterInstance, book: ApprovalBook, ref: str, who: str, values: Mapping[str, str] | None = None
+    instance: dg.DagsterInstance,
+    book: ApprovalBook,
+    ref: str,
+    who: str,
+    values: Mapping[str, str] | None = None,
 ) -> GateOutcome:
     """Records an approval for the queued run ``ref`` names, and releases the run once every owning team
     has approved (the queue launches it on its next iteration)."""
@@ -275,7 +340,9 @@ def approve_run(
             f"Approved by {a.approver} for {a.team} at {a.at:%Y-%m-%d %H:%M:%S} UTC"
             + (f"; waiting for {', '.join(missing)}" if missing else "; every owner has approved"),
             run,
-            EngineEventData(metadata={"approver": a.approver, "team": a.team, "plan_id": plan.plan_id, **a.values}),
+            EngineEventData(
+                metadata={"approver": a.approver, "team": a.team, "plan_id": plan.plan_id, **a.values}
+            ),
         )
     instance.add_run_tags(run.run_id, {APPROVALS_NEEDED: ",".join(missing) or "none"})
     if not missing:
@@ -307,8 +374,12 @@ def supersede_older(instance: dg.DagsterInstance, book: ApprovalBook, plan: Reme
     for old in book.plans(plan.incident_id):
         if old.plan_id == plan.plan_id or book.decision(old) is not None:
             continue
-        decision = book.decide(old, "superseded", SYSTEM_ACTOR, f"replaced by {plan.plan_id} after a new diagnosis")
-        for run in instance.get_runs(dg.RunsFilter(tags={PLAN_ID: old.plan_id}, statuses=[dg.DagsterRunStatus.QUEUED])):
+        decision = book.decide(
+            old, "superseded", SYSTEM_ACTOR, f"replaced by {plan.plan_id} after a new diagnosis"
+        )
+        for run in instance.get_runs(
+            dg.RunsFilter(tags={PLAN_ID: old.plan_id}, statuses=[dg.DagsterRunStatus.QUEUED])
+        ):
             cancel_run(instance, run, decision)
             canceled.append(run.run_id)
     return canceled

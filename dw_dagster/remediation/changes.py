@@ -7,7 +7,7 @@ from the recorded table and key (identifiers quoted, values bound), never from s
 """
 
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from dw_dagster.coalesce.sql import quote_identifier, table_reference
@@ -20,7 +20,7 @@ class ChangeConflict(Exception):
 
 
 def apply_row(cur: Any, proposal_id: str, row: ReferenceRow, approval: Approval) -> Change:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     values = {**row.values, **approval.values}
     audit = set(row.audit_columns.values())
     if "by" in row.audit_columns:
@@ -34,20 +34,27 @@ def apply_row(cur: Any, proposal_id: str, row: ReferenceRow, approval: Approval)
                   key_value=row.key_value, at=now)  # fmt: skip
     compared = [c for c in columns if c not in audit]
     cur.execute(
-        f"SELECT {', '.join(map(quote_identifier, compared))} FROM {row.table} WHERE {key} = %s", (row.key_value,)
+        f"SELECT {', '.join(map(quote_identifier, compared))} FROM {row.table} WHERE {key} = %s",
+        (row.key_value,),
     )
     found = cur.fetchone()
     if found is not None:
         existing = dict(zip(compared, found, strict=True))
         if all(str(existing[c]) == str(values[c]) for c in compared):
-            return Change(what=f"{row.key_column} {row.key_value} already in {row.table} as approved: {shown}", added=False, **common)
+            return Change(
+                what=f"{row.key_column} {row.key_value} already in {row.table} as approved: {shown}",
+                added=False,
+                **common,
+            )
         raise ChangeConflict(
             f"{row.table}: {row.key_column} {row.key_value} exists with {existing}, not the approved {shown}; "
             "nothing was overwritten: the owner must look again and approve a new plan"
         )
     sql = f"INSERT INTO {row.table} ({', '.join(map(quote_identifier, columns))}) VALUES ({', '.join(['%s'] * len(columns))})"
     cur.execute(sql, tuple(values[c] for c in columns))
-    return Change(what=f"Added {row.key_column} {row.key_value} to {row.table}: {shown}", added=True, **common)
+    return Change(
+        what=f"Added {row.key_column} {row.key_value} to {row.table}: {shown}", added=True, **common
+    )
 
 
 def undo_statement(change: Change) -> tuple[str, tuple[Any, ...]]:
@@ -65,10 +72,14 @@ def undo_steps(plan: RemediationPlan, changes: Sequence[Change]) -> list[str]:
     ] if added else []  # fmt: skip
     for p in plan.of_kind(ProposalKind.NODE_CHANGE):
         if p.node_change:
-            steps.append(f"In Coalesce, revert {p.node_change.node_name} (apply the diff in reverse) and deploy.")
+            steps.append(
+                f"In Coalesce, revert {p.node_change.node_name} (apply the diff in reverse) and deploy."
+            )
     for p in plan.of_kind(ProposalKind.SCOPED_RERUN):
         if p.rerun:
-            steps.append(f"Rerun `{p.rerun.include_selector}` in environment {p.rerun.environment_id} to rebuild the tables.")
+            steps.append(
+                f"Rerun `{p.rerun.include_selector}` in environment {p.rerun.environment_id} to rebuild the tables."
+            )
     return steps
 
 

@@ -9,7 +9,7 @@ who stopped what, when and why.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel
@@ -30,7 +30,9 @@ class ControlState(BaseModel):
 
     def describe(self) -> str:
         if not self.stopped:
-            return "autonomous dispatch is running" + (f" (resumed by {self.actor} at {self.at:%Y-%m-%d %H:%M} UTC)" if self.at else "")
+            return "autonomous dispatch is running" + (
+                f" (resumed by {self.actor} at {self.at:%Y-%m-%d %H:%M} UTC)" if self.at else ""
+            )
         return f"autonomous dispatch is STOPPED by {self.actor} at {self.at:%Y-%m-%d %H:%M} UTC: {self.reason or 'no reason given'}"
 
 
@@ -60,13 +62,17 @@ class OrgControl:
         with self.ops.connect(self.warehouse, f"control.{action}", job="control") as conn:
             conn.cursor().execute(
                 f"INSERT INTO {self.ops.table('CONTROL_EVENTS')} (EVENT_AT, ACTION, ACTOR, REASON) VALUES (%s, %s, %s, %s)",
-                (datetime.now(timezone.utc), action, actor, reason),
+                (datetime.now(UTC), action, actor, reason),
             )
         return self.state()
 
 
-def gated_notifier(slack: SlackNotifier, store: IncidentStore, context: ContextFile | None) -> IncidentNotifier:
+def gated_notifier(
+    slack: SlackNotifier, store: IncidentStore, context: ContextFile | None
+) -> IncidentNotifier:
     """The incident notifier whose autonomous messages (the hold notice) wait while the org-wide stop is in
     force: every notifier the code location builds is this one."""
     control = OrgControl(store.warehouse, store.ops)
-    return IncidentNotifier(slack, store, context=context, autonomous_dispatch_allowed=control.dispatch_allowed)
+    return IncidentNotifier(
+        slack, store, context=context, autonomous_dispatch_allowed=control.dispatch_allowed
+    )

@@ -9,11 +9,10 @@
   credentials, verify, and write the receipt.
 """
 
-
 import os
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import NoReturn
 
 import dagster as dg
@@ -92,14 +91,22 @@ def _store(snowflake: WarehouseResource, ops: OpsSchema, context: dg.OpExecution
     return IncidentStore(snowflake, ops, run_id=context.run_id)
 
 
-def escalate(notifier: IncidentNotifier, incident: Incident, context_file: ContextFile, plan: RemediationPlan, text: str) -> None:
+def escalate(
+    notifier: IncidentNotifier,
+    incident: Incident,
+    context_file: ContextFile,
+    plan: RemediationPlan,
+    text: str,
+) -> None:
     """Tell a person: the owners' threads, and the domain's escalation team's channel."""
     domain = context_file.domains.get(plan.domain or "")
     channels = None
     if domain and domain.escalation_team:
         owners = [m.channel for m in notifier.messages(incident.incident_id) if m.kind == "incident"]
         channels = list(dict.fromkeys([*owners, context_file.teams[domain.escalation_team].slack_channel]))
-    notifier.post_update(incident, f":rotating_light: Needs a person: {text}", kind="escalation", channels=channels)
+    notifier.post_update(
+        incident, f":rotating_light: Needs a person: {text}", kind="escalation", channels=channels
+    )
 
 
 def build_remediation_definitions(
@@ -108,14 +115,18 @@ def build_remediation_definitions(
     ops: OpsSchema,
     context_file: ContextFile,
 ) -> dg.Definitions:
-    def require_approval(context: dg.OpExecutionContext, config: RemediationConfig, store: IncidentStore) -> Approved:
+    def require_approval(
+        context: dg.OpExecutionContext, config: RemediationConfig, store: IncidentStore
+    ) -> Approved:
         """Every step that changes something checks the record itself: a re-execution from failure, or of a
         single step, skips the first op but not this. While the org-wide stop is in force it waits."""
         book = ApprovalBook(store, context_file)
         tags = context.run.tags
         try:
             if tags.get(APPROVAL) != APPROVAL_APPROVED:
-                raise ApprovalError(f"run tag {APPROVAL} is {tags.get(APPROVAL)!r}; `dw-dagster approve` releases runs")
+                raise ApprovalError(
+                    f"run tag {APPROVAL} is {tags.get(APPROVAL)!r}; `dw-dagster approve` releases runs"
+                )
             plan, approvals = book.validate(context.run_id, tags, context.run.parent_run_id)
         except ApprovalError as e:
             if tags.get(INCIDENT_ID):
@@ -126,7 +137,9 @@ def build_remediation_definitions(
         deadline = time.monotonic() + config.stop_wait_seconds
         while (state := control.state()).stopped:
             if time.monotonic() > deadline:
-                raise dg.Failure(f"{state.describe()}; {context.op.name} gave up waiting for `dw-dagster resume`")
+                raise dg.Failure(
+                    f"{state.describe()}; {context.op.name} gave up waiting for `dw-dagster resume`"
+                )
             context.log.warning(f"{state.describe()}; {context.op.name} waits for `dw-dagster resume`")
             time.sleep(config.poll_seconds)
         incident = store.get(plan.incident_id)
@@ -139,15 +152,32 @@ def build_remediation_definitions(
         """Appends the receipt, shows it in the UI and posts it to the incident's threads. Verified, the
         incident is resolved; otherwise a person is told ``problem`` (the caller then fails the run)."""
         plan = approved.plan
-        store.append_event(plan.incident_id, "receipt", f"receipt|{plan.plan_id}|{context.run_id}", receipt.model_dump(mode="json"))
+        store.append_event(
+            plan.incident_id,
+            "receipt",
+            f"receipt|{plan.plan_id}|{context.run_id}",
+            receipt.model_dump(mode="json"),
+        )
         if receipt.verified:
             store.set_status(plan.incident_id, "resolved")
         context.log_event(receipt_materialization(receipt, "resolved" if receipt.verified else "open"))
         notifier = gated_notifier(slack, store, context_file)
         if receipt.verified:
-            checks = {v.expectation.subject: v.observed.get("value", "passed" if v.passed else "failed") for v in receipt.verification}
-            notifier.post_resolution(approved.incident, f"Fixed and verified on approval of {', '.join(a.approver for a in approved.approvals)}.", verification=checks)
-        notifier.post_update(approved.incident, receipt_markdown(receipt).replace("**", "*"), kind="receipt", version=context.run_id)
+            checks = {
+                v.expectation.subject: v.observed.get("value", "passed" if v.passed else "failed")
+                for v in receipt.verification
+            }
+            notifier.post_resolution(
+                approved.incident,
+                f"Fixed and verified on approval of {', '.join(a.approver for a in approved.approvals)}.",
+                verification=checks,
+            )
+        notifier.post_update(
+            approved.incident,
+            receipt_markdown(receipt).replace("**", "*"),
+            kind="receipt",
+            version=context.run_id,
+        )
         if not receipt.verified:
             escalate(notifier, approved.incident, context_file, plan, problem)
 
@@ -159,7 +189,9 @@ def build_remediation_definitions(
         raise dg.Failure(what, metadata={"receipt": dg.MetadataValue.md(receipt_markdown(receipt))})
 
     @dg.op(description="Refuses to go on unless the project's own approval record approves this very run.")
-    def check_approval(context: dg.OpExecutionContext, config: RemediationConfig, snowflake: WarehouseResource) -> Approved:
+    def check_approval(
+        context: dg.OpExecutionContext, config: RemediationConfig, snowflake: WarehouseResource
+    ) -> Approved:
         approved = require_approval(context, config, _store(snowflake, ops, context))
         for a in approved.approvals:
             context.log.info(f"approved by {a.approver} for {a.team} at {a.at.isoformat()}")
@@ -178,16 +210,25 @@ def build_remediation_definitions(
                 continue
             approval = approved.approver_for(p.owners)
             try:
-                with snowflake.tagged_connection("job.remediate", job=REMEDIATION_JOB, dagster_run_id=context.run_id) as conn:
+                with snowflake.tagged_connection(
+                    "job.remediate", job=REMEDIATION_JOB, dagster_run_id=context.run_id
+                ) as conn:
                     change = apply_row(conn.cursor(), p.proposal_id, p.reference_row, approval)
             except ChangeConflict as e:
                 fail(context, store, slack, approved, changes, str(e))
-            store.append_event(approved.plan.incident_id, "change", f"change|{approved.plan.plan_id}|{p.proposal_id}|{context.run_id}", change.model_dump(mode="json"))
+            store.append_event(
+                approved.plan.incident_id,
+                "change",
+                f"change|{approved.plan.plan_id}|{p.proposal_id}|{context.run_id}",
+                change.model_dump(mode="json"),
+            )
             context.log.info(change.what)
             changes.append(change)
         return changes
 
-    @dg.op(description="Waits until the node owner has applied and deployed the proposed node change in Coalesce.")
+    @dg.op(
+        description="Waits until the node owner has applied and deployed the proposed node change in Coalesce."
+    )
     def await_node_deploy(
         context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, changes: list[Change],
         coalesce: CoalesceWorkspace, snowflake: WarehouseResource, slack: SlackNotifier,
@@ -215,14 +256,23 @@ def build_remediation_definitions(
                         f"apply the {nc.node_name} change in Coalesce and deploy it; the rerun starts once it is deployed.",
                         kind="awaiting_deploy", version=f"{approved.plan.plan_id}|{context.run_id}",
                     )  # fmt: skip
-                    store.append_event(approved.plan.incident_id, "awaiting_deploy", f"awaiting_deploy|{approved.plan.plan_id}|{context.run_id}", {"node": nc.node_name})
+                    store.append_event(
+                        approved.plan.incident_id,
+                        "awaiting_deploy",
+                        f"awaiting_deploy|{approved.plan.plan_id}|{context.run_id}",
+                        {"node": nc.node_name},
+                    )
                     told = True
                 time.sleep(config.poll_seconds)
-            context.log.info(f"{nc.node_name}: the proposed change is deployed in environment {nc.environment_id}")
+            context.log.info(
+                f"{nc.node_name}: the proposed change is deployed in environment {nc.environment_id}"
+            )
             deployed.append(nc.node_name)
         return deployed
 
-    @dg.op(description="Starts the scoped Coalesce rerun under the approving owner's own credentials and follows it.")
+    @dg.op(
+        description="Starts the scoped Coalesce rerun under the approving owner's own credentials and follows it."
+    )
     def scoped_rerun(
         context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, changes: list[Change],
         deployed: list[str], coalesce: CoalesceWorkspace, snowflake: WarehouseResource, slack: SlackNotifier,
@@ -248,12 +298,23 @@ def build_remediation_definitions(
                 include_selector=rerun.include_selector,
                 user_credentials=credentials,
                 # Seen by the run sensor: the rerun rebuilds the incident's business date, not this morning's.
-                parameters={COALESCE_PARAM_INCIDENT_ID: approved.incident.incident_id,
-                            COALESCE_PARAM_BUSINESS_DATE: day.isoformat() if day else ""},  # fmt: skip
+                parameters={
+                    COALESCE_PARAM_INCIDENT_ID: approved.incident.incident_id,
+                    COALESCE_PARAM_BUSINESS_DATE: day.isoformat() if day else "",
+                },  # fmt: skip
             )
-            store.append_event(approved.plan.incident_id, "rerun", key, {"coalesce_run_id": run_id, "run_as": credentials.snowflake_username})
-        context.log.info(f"Coalesce run {run_id} as {credentials.snowflake_username}: {rerun.include_selector}")
-        run = client.wait_for_run(run_id, poll_interval=min(config.poll_seconds, 5.0), timeout=config.rerun_timeout_seconds)
+            store.append_event(
+                approved.plan.incident_id,
+                "rerun",
+                key,
+                {"coalesce_run_id": run_id, "run_as": credentials.snowflake_username},
+            )
+        context.log.info(
+            f"Coalesce run {run_id} as {credentials.snowflake_username}: {rerun.include_selector}"
+        )
+        run = client.wait_for_run(
+            run_id, poll_interval=min(config.poll_seconds, 5.0), timeout=config.rerun_timeout_seconds
+        )
         result = Rerun(coalesce_run_id=run_id, run_as=credentials.snowflake_username)
         if run.run_status.value != "completed":
             fail(context, store, slack, approved, changes,
@@ -262,7 +323,11 @@ def build_remediation_definitions(
 
     @dg.op(description="Verifies the fix: totals reconcile, the new node test passed, moved totals are back.")
     def verify_fix(
-        context: dg.OpExecutionContext, approved: Approved, rerun: Rerun, coalesce: CoalesceWorkspace, snowflake: WarehouseResource
+        context: dg.OpExecutionContext,
+        approved: Approved,
+        rerun: Rerun,
+        coalesce: CoalesceWorkspace,
+        snowflake: WarehouseResource,
     ) -> list[VerificationResult]:
         results = coalesce.get_client().get_run_results(rerun.coalesce_run_id)
         day = approved.incident.business_date
@@ -274,10 +339,14 @@ def build_remediation_definitions(
                 cursor=conn.cursor(), history=HistorySession(conn, ops), run_results=results,
             )  # fmt: skip
         for v in out:
-            context.log.info(f"{'passed' if v.passed else 'FAILED' if v.passed is False else 'ERRORED'}: {v.detail}")
+            context.log.info(
+                f"{'passed' if v.passed else 'FAILED' if v.passed is False else 'ERRORED'}: {v.detail}"
+            )
         return out
 
-    @dg.op(description="Writes the receipt (append-only), shows it in the UI and posts it to the incident's threads.")
+    @dg.op(
+        description="Writes the receipt (append-only), shows it in the UI and posts it to the incident's threads."
+    )
     def write_receipt(
         context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, changes: list[Change],
         rerun: Rerun, verification: list[VerificationResult], snowflake: WarehouseResource, slack: SlackNotifier,
@@ -285,7 +354,9 @@ def build_remediation_definitions(
         store = _store(snowflake, ops, context)
         approved = require_approval(context, config, store)
         receipt = _receipt(context, store, approved, changes, rerun, verification)
-        problem = "the fix did not verify: " + ("; ".join(v.detail for v in verification if not v.passed) or "nothing was verified")
+        problem = "the fix did not verify: " + (
+            "; ".join(v.detail for v in verification if not v.passed) or "nothing was verified"
+        )
         publish(context, store, slack, approved, receipt, problem)
         if not receipt.verified:
             raise dg.Failure(problem, metadata={"receipt": dg.MetadataValue.md(receipt_markdown(receipt))})
@@ -342,9 +413,15 @@ def build_remediation_definitions(
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Cancels remediation runs whose approval request expired unanswered, and escalates. Never grants.",
     )
-    def approval_expiry(context: dg.SensorEvaluationContext, snowflake: WarehouseResource, slack: SlackNotifier) -> dg.SkipReason:
-        expired = expire_pending(context.instance, ApprovalBook(IncidentStore(snowflake, ops), context_file), slack, context_file)
-        return dg.SkipReason(f"expired {len(expired)} unanswered approval request(s)" if expired else "nothing expired")
+    def approval_expiry(
+        context: dg.SensorEvaluationContext, snowflake: WarehouseResource, slack: SlackNotifier
+    ) -> dg.SkipReason:
+        expired = expire_pending(
+            context.instance, ApprovalBook(IncidentStore(snowflake, ops), context_file), slack, context_file
+        )
+        return dg.SkipReason(
+            f"expired {len(expired)} unanswered approval request(s)" if expired else "nothing expired"
+        )
 
     return dg.Definitions(jobs=[remediate_incident], sensors=[remediation_proposals, approval_expiry])
 
@@ -367,7 +444,7 @@ def _receipt(
         coalesce_run_as=rerun.run_as if rerun else None, verification=verification,
         # Nothing verified is not verified.
         verified=failure is None and bool(verification) and all(v.passed for v in verification),
-        failure=failure, undo=undo_steps(plan, changes), written_at=datetime.now(timezone.utc),
+        failure=failure, undo=undo_steps(plan, changes), written_at=datetime.now(UTC),
     )  # fmt: skip
 
 
@@ -379,7 +456,7 @@ def expire_pending(
     now: datetime | None = None,
 ) -> list[str]:
     """Cancels every queued remediation run whose plan has expired; returns their run ids."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     out = []
     runs = instance.get_runs(dg.RunsFilter(job_name=REMEDIATION_JOB, statuses=[dg.DagsterRunStatus.QUEUED]))
     for run in runs:
@@ -390,7 +467,11 @@ def expire_pending(
             continue
         # Re-read just before deciding: an approval that released the run a moment ago wins.
         current = instance.get_run_by_id(run.run_id)
-        if current is None or current.status != dg.DagsterRunStatus.QUEUED or current.tags.get(APPROVAL) != APPROVAL_PENDING:
+        if (
+            current is None
+            or current.status != dg.DagsterRunStatus.QUEUED
+            or current.tags.get(APPROVAL) != APPROVAL_PENDING
+        ):
             continue
         missing = book.missing(plan, book.approvals(plan, run.run_id))
         reason = f"no answer from {', '.join(missing)} by {plan.expires_at:%Y-%m-%d %H:%M} UTC"
@@ -401,12 +482,20 @@ def expire_pending(
         cancel_run(instance, run, decision)
         incident = book.store.get(plan.incident_id)
         if incident is not None:
-            escalate(gated_notifier(slack, book.store, context_file), incident, context_file, plan, f"the proposed fix {plan.plan_id} expired unapproved ({reason}); nothing was changed")
+            escalate(
+                gated_notifier(slack, book.store, context_file),
+                incident,
+                context_file,
+                plan,
+                f"the proposed fix {plan.plan_id} expired unapproved ({reason}); nothing was changed",
+            )
         out.append(run.run_id)
     return out
 
 
-def run_credentials(coalesce: CoalesceWorkspace, context_file: ContextFile, approval: Approval) -> CoalesceUserCredentials:
+def run_credentials(
+    coalesce: CoalesceWorkspace, context_file: ContextFile, approval: Approval
+) -> CoalesceUserCredentials:
     """The approver's own credentials: the workspace's ``owner_credentials`` for their email, else their
     ``run_as`` in the context file with the password read now (one approver's missing variable fails only
     the rerun they approved)."""
@@ -416,10 +505,14 @@ def run_credentials(coalesce: CoalesceWorkspace, context_file: ContextFile, appr
         pass
     person = context_file.person(approval.email)
     if person is None or person.run_as is None:
-        raise dg.Failure(f"{approval.approver}: no run_as in the context file and no owner_credentials for {approval.email}")
+        raise dg.Failure(
+            f"{approval.approver}: no run_as in the context file and no owner_credentials for {approval.email}"
+        )
     password = os.environ.get(person.run_as.password_env)
     if not password:
-        raise dg.Failure(f"{person.run_as.password_env}: not set; it holds {approval.approver}'s Snowflake password for Coalesce reruns")
+        raise dg.Failure(
+            f"{person.run_as.password_env}: not set; it holds {approval.approver}'s Snowflake password for Coalesce reruns"
+        )
     return CoalesceUserCredentials(
         snowflake_username=person.run_as.snowflake_username,
         snowflake_password=password,

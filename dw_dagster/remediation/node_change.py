@@ -37,9 +37,12 @@ def definition(node: CoalesceNode) -> dict[str, Any]:
         "node": f"{node.location_name}.{node.name}",
         "join": (mapping.join.join_condition if mapping and mapping.join else "").strip(),
         "columns": [
-            {"name": c.name, "dataType": c.data_type, "transform": c.transform or ""} for c in node.metadata.columns
+            {"name": c.name, "dataType": c.data_type, "transform": c.transform or ""}
+            for c in node.metadata.columns
         ],
-        "nodeTests": [{"name": t.name, "sql": t.template_string.strip()} for t in node.metadata.applied_node_tests],
+        "nodeTests": [
+            {"name": t.name, "sql": t.template_string.strip()} for t in node.metadata.applied_node_tests
+        ],
     }
 
 
@@ -61,12 +64,18 @@ def as_yaml(defn: Mapping[str, Any]) -> str:
 
 def unified_diff(before: Mapping[str, Any], after: Mapping[str, Any], name: str) -> str:
     lines = difflib.unified_diff(
-        as_yaml(before).splitlines(), as_yaml(after).splitlines(), f"a/{name}.yml", f"b/{name}.yml", lineterm=""
+        as_yaml(before).splitlines(),
+        as_yaml(after).splitlines(),
+        f"a/{name}.yml",
+        f"b/{name}.yml",
+        lineterm="",
     )
     return "\n".join(lines) + "\n"
 
 
-_KEYWORDS = r"(?:ON|USING|WHERE|GROUP|ORDER|HAVING|QUALIFY|LEFT|RIGHT|INNER|FULL|CROSS|NATURAL|JOIN|LATERAL|UNION)\b"
+_KEYWORDS = (
+    r"(?:ON|USING|WHERE|GROUP|ORDER|HAVING|QUALIFY|LEFT|RIGHT|INNER|FULL|CROSS|NATURAL|JOIN|LATERAL|UNION)\b"
+)
 _COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
@@ -84,7 +93,9 @@ def _inner_joins(join: str, location: str, name: str) -> list[re.Match[str]]:
     join is never taken for a live one."""
     masked = _COMMENTS.sub(lambda m: " " * len(m.group()), join)
     return [
-        m for m in _join_pattern(location, name).finditer(masked) if not m.group(1) or m.group(1).strip().upper() == "INNER"
+        m
+        for m in _join_pattern(location, name).finditer(masked)
+        if not m.group(1) or m.group(1).strip().upper() == "INNER"
     ]
 
 
@@ -156,4 +167,8 @@ def is_deployed(deployed: Mapping[str, Any], change: NodeChange) -> bool:
         return False
     before = {c["name"]: c["transform"] for c in change.before["columns"]}
     have = {c["name"]: _norm(c["transform"]) for c in deployed.get("columns", [])}
-    return all(have.get(c["name"]) == _norm(c["transform"]) for c in change.after["columns"] if c["transform"] != before.get(c["name"]))
+    return all(
+        have.get(c["name"]) == _norm(c["transform"])
+        for c in change.after["columns"]
+        if c["transform"] != before.get(c["name"])
+    )

@@ -20,7 +20,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
@@ -63,14 +63,20 @@ class NoPlan(Exception):
 
 
 def plan_remediation(
-    incident: Incident, diagnosis: Diagnosis, radius: BlastRadius, ctx: PlanContext, now: datetime | None = None
+    incident: Incident,
+    diagnosis: Diagnosis,
+    radius: BlastRadius,
+    ctx: PlanContext,
+    now: datetime | None = None,
 ) -> RemediationPlan:
     """The plan for an incident's diagnosis. Raises :class:`NoPlan` when there is nothing to propose."""
     found = incident_domain(ctx.context, diagnosis, radius)
     domain_name, domain = found if found else (None, None)
     autonomy = domain.autonomy if domain else Autonomy.L1
     if not autonomy.at_least(Autonomy.L2):
-        raise NoPlan(f"domain {domain_name or '(none)'} is at {autonomy.value}: observe only, nothing is proposed")
+        raise NoPlan(
+            f"domain {domain_name or '(none)'} is at {autonomy.value}: observe only, nothing is proposed"
+        )
     if diagnosis.classification not in PLANNED_CLASSES or not diagnosis.joins:
         raise NoPlan(f"{diagnosis.classification.value}: fixed upstream of the project; no plan")
     join = max(diagnosis.joins, key=lambda j: j.dropped_units)
@@ -87,7 +93,7 @@ def plan_remediation(
     reference_keys = [r.reference_row.asset_key for r in rows if r.reference_row]
     proposals.append(_scoped_rerun(node.node_change, reference_keys, ctx))
 
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     hours = domain.approval_timeout_hours if domain else 12.0
     body = [p.model_dump(mode="json") for p in proposals]
     digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:8]
@@ -164,15 +170,22 @@ def _typed(value: str, data_type: str) -> Any:
 
 
 def _draft_row(
-    rule: ReferenceTable, ref_key: str, parts: tuple[str, str, str], gap: KeyGap, diagnosis: Diagnosis,
-    incident: Incident, ctx: PlanContext,
+    rule: ReferenceTable,
+    ref_key: str,
+    parts: tuple[str, str, str],
+    gap: KeyGap,
+    diagnosis: Diagnosis,
+    incident: Incident,
+    ctx: PlanContext,
 ) -> ReferenceRow:
     cur = ctx.diagnosis.cursor
     table = table_reference(*parts)
     schema = ctx.metadata(ref_key, "dagster/column_schema")
     columns = [c.name for c in schema.columns] if schema else []
     required = [
-        c.name for c in (schema.columns if schema else []) if c.constraints and c.constraints.nullable is False
+        c.name
+        for c in (schema.columns if schema else [])
+        if c.constraints and c.constraints.nullable is False
     ]
     key_column = next((c for c in columns if c.upper() == rule.key_column.upper()), rule.key_column)
     key_type = next((c.type for c in (schema.columns if schema else []) if c.name == key_column), "")
@@ -180,7 +193,9 @@ def _draft_row(
     audit = set(rule.audit_columns.values())
     values: dict[str, Any] = {c: None for c in columns if c not in audit}
     values[key_column] = key
-    drafted = {key_column: f"the key that matches nothing: {diagnosis.upstream_change or 'new in the source'}"}
+    drafted = {
+        key_column: f"the key that matches nothing: {diagnosis.upstream_change or 'new in the source'}"
+    }
 
     if rule.draft_sql:
         cur.execute(resolve_refs(rule.draft_sql, ctx.diagnosis.resolve_table), {"key": key})
@@ -194,7 +209,10 @@ def _draft_row(
     donor = _donor(gap, incident, ctx)
     if donor is not None and rule.copy_from_donor:
         cols = ", ".join(quote_identifier(c) for c in rule.copy_from_donor)
-        cur.execute(f"SELECT {cols} FROM {table} WHERE {quote_identifier(key_column)} = %s", (_typed(donor, key_type),))
+        cur.execute(
+            f"SELECT {cols} FROM {table} WHERE {quote_identifier(key_column)} = %s",
+            (_typed(donor, key_type),),
+        )
         found = cur.fetchone()
         if found is not None:
             for name, v in zip(rule.copy_from_donor, found, strict=True):
@@ -230,7 +248,9 @@ def _donor(gap: KeyGap, incident: Incident, ctx: PlanContext) -> str | None:
             continue
         rise = tonight.groups[label] - history[max(earlier)].groups.get(label, 0.0)
         before = history[max(earlier)]
-        drops = {g: tonight.groups[g] - v for g, v in before.groups.items() if g in tonight.groups and g != label}
+        drops = {
+            g: tonight.groups[g] - v for g, v in before.groups.items() if g in tonight.groups and g != label
+        }
         if not drops or rise <= 0:
             continue
         group, change = min(drops.items(), key=lambda kv: kv[1])
@@ -303,7 +323,12 @@ def _scoped_rerun(change: NodeChange, reference_keys: Sequence[str], ctx: PlanCo
 
 
 def _expectations(
-    incident: Incident, diagnosis: Diagnosis, radius: BlastRadius, join: JoinEffect, test_name: str, ctx: PlanContext
+    incident: Incident,
+    diagnosis: Diagnosis,
+    radius: BlastRadius,
+    join: JoinEffect,
+    test_name: str,
+    ctx: PlanContext,
 ) -> list[Expectation]:
     metrics = ctx.diagnosis.metrics
     out = [
@@ -315,11 +340,18 @@ def _expectations(
     # The node keeps the rows its join dropped: that night's row count plus them, exactly.
     parts = table_parts(ctx.diagnosis.graph.info(join.asset_key).table_name)
     day = incident.business_date
-    night = ctx.diagnosis.history.volume_history(join.asset_key, day + timedelta(days=1), 1).get(day) if day else None
+    night = (
+        ctx.diagnosis.history.volume_history(join.asset_key, day + timedelta(days=1), 1).get(day)
+        if day
+        else None
+    )
     if parts and night is not None and night.value is not None:
         out.append(
             Expectation(
-                kind="rows_restored", subject=join.asset_key, target=night.value + join.dropped_rows, tolerance=0,
+                kind="rows_restored",
+                subject=join.asset_key,
+                target=night.value + join.dropped_rows,
+                tolerance=0,
                 table=table_reference(*parts),
             )  # fmt: skip
         )
@@ -331,6 +363,9 @@ def _expectations(
             if total is None or change.get("before") is None:
                 continue
             tolerance = max(1.0, abs(change["before"]) * max(total.baseline.min_relative_change, 0.01))
-            out.append(Expectation(kind="back_to_baseline", subject=name, target=change["before"], tolerance=tolerance))
+            out.append(
+                Expectation(
+                    kind="back_to_baseline", subject=name, target=change["before"], tolerance=tolerance
+                )
+            )
     return out
-

@@ -11,7 +11,11 @@ from dw_dagster.remediation.models import ProposalKind, Receipt, RemediationPlan
 
 
 def plan_markdown(plan: RemediationPlan, approvers: dict[str, list[str]]) -> str:
-    lines = [f"### Proposed fix {plan.plan_id}", f"Autonomy {plan.autonomy} (domain {plan.domain}); expires {plan.expires_at:%Y-%m-%d %H:%M} UTC.", ""]
+    lines = [
+        f"### Proposed fix {plan.plan_id}",
+        f"Autonomy {plan.autonomy} (domain {plan.domain}); expires {plan.expires_at:%Y-%m-%d %H:%M} UTC.",
+        "",
+    ]
     for p in plan.proposals:
         lines.append(f"**{p.title}** (approve: {', '.join(p.owners)})")
         if p.reference_row:
@@ -37,25 +41,43 @@ def receipt_markdown(r: Receipt) -> str:
         "",
         f"**Cause.** {r.cause}",
         "",
-        "**Evidence.** " + ", ".join(f"{k} {v:,}" if isinstance(v, int | float) else f"{k} {v}" for k, v in r.evidence.items()),
+        "**Evidence.** "
+        + ", ".join(
+            f"{k} {v:,}" if isinstance(v, int | float) else f"{k} {v}" for k, v in r.evidence.items()
+        ),
         "",
         "**Approvals.**",
-        *(f"- {a.approver} ({a.team}) at {a.at:%Y-%m-%d %H:%M:%S} UTC" + (f", set {a.values}" if a.values else "") for a in r.approvals),
+        *(
+            f"- {a.approver} ({a.team}) at {a.at:%Y-%m-%d %H:%M:%S} UTC"
+            + (f", set {a.values}" if a.values else "")
+            for a in r.approvals
+        ),
         "",
         "**Changes.**",
     ]
     for p in r.proposals:
         if p.kind is ProposalKind.NODE_CHANGE and p.node_change:
-            lines += [f"- {p.title} (applied and deployed in Coalesce by its owner)", "```diff", p.node_change.diff.rstrip(), "```"]
+            lines += [
+                f"- {p.title} (applied and deployed in Coalesce by its owner)",
+                "```diff",
+                p.node_change.diff.rstrip(),
+                "```",
+            ]
         elif p.kind is ProposalKind.SCOPED_RERUN and p.rerun:
             lines.append(
                 f"- Coalesce rerun {r.coalesce_run_id} `{p.rerun.include_selector}` in environment "
                 f"{p.rerun.environment_id}, as {r.coalesce_run_as}"
             )
     lines += [f"- {c.what} at {c.at:%Y-%m-%d %H:%M:%S} UTC" for c in r.changes]
-    lines += ["", f"**Runs.** Dagster {r.dagster_run_id}; Coalesce {r.coalesce_run_id}", "", "**Verification.**"]
     lines += [
-        f"- {'passed' if v.passed else 'ERRORED' if v.passed is None else 'FAILED'}: {v.detail}" for v in r.verification
+        "",
+        f"**Runs.** Dagster {r.dagster_run_id}; Coalesce {r.coalesce_run_id}",
+        "",
+        "**Verification.**",
+    ]
+    lines += [
+        f"- {'passed' if v.passed else 'ERRORED' if v.passed is None else 'FAILED'}: {v.detail}"
+        for v in r.verification
     ]
     lines += ["", "**Undo.**", *(f"{i}. {u}" for i, u in enumerate(r.undo, 1))]
     return "\n".join(lines)

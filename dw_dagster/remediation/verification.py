@@ -74,7 +74,9 @@ def _one(e, day, metrics, resolve_table, cursor, history, run_results) -> Verifi
             return VerificationResult(expectation=e, passed=None, detail="no Coalesce run results to read")
         results = [q for n in run_results.data for q in n.query_results if q.name == e.subject]
         if not results:
-            return VerificationResult(expectation=e, passed=False, detail=f"node test {e.subject} did not run in the rerun")
+            return VerificationResult(
+                expectation=e, passed=False, detail=f"node test {e.subject} did not run in the rerun"
+            )
         passed = all(q.success for q in results)
         return VerificationResult(
             expectation=e, passed=passed, observed={"runs": len(results)},
@@ -99,4 +101,3 @@ def _one(e, day, metrics, resolve_table, cursor, history, run_results) -> Verifi
         observed={"value": now, "baseline": e.target},
         detail=f"{total.name} is {now:,.0f}, {'back to' if passed else 'not back to'} {e.target:,.0f} (±{e.tolerance:,.0f})",
     )
-

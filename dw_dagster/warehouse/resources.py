@@ -49,7 +49,6 @@ class WarehouseResource(SnowflakeResource):
         finally:
             conn.close()
 
-
     @cached_method
     def _resolved_connection_args(self) -> dict[str, Any]:
         # Used outside Dagster's resource resolution (a command, a store), EnvVars are not yet resolved.

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import snowflake.connector
-from dw_dagster.coalesce.sql import quote_identifier, resolve_refs, table_reference
 
+from dw_dagster.coalesce.sql import quote_identifier, resolve_refs, table_reference
 from dw_local.coalesce_sim.clock import SimClock, format_time
 from dw_local.coalesce_sim.faults import Faults
 from dw_local.coalesce_sim.project import ColumnSpec, EnvironmentSpec, NodeGraph, NodeSpec
@@ -274,4 +274,3 @@ class RunExecutor:
         result["status"] = "success" if result["success"] else "failed"
         result["endTime"] = self.now()
         return result
-

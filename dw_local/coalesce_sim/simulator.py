@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dw_dagster.coalesce.selectors import Selector, SelectorError, SelectorNode, parse_selector, select_nodes
-
 from dw_local.coalesce_sim.clock import SimClock, format_time
 from dw_local.coalesce_sim.faults import Faults
 from dw_local.coalesce_sim.project import (

@@ -41,11 +41,15 @@ def z_score(values: list[float], value: float) -> tuple[float, float, float] | N
     return centre, spread, (0.0 if spread == 0 else (value - centre) / spread)
 
 
-def _series(cur: Any, sql: str, day: date, keys: Iterable[str]) -> dict[str, dict[date, tuple[float, datetime]]]:
+def _series(
+    cur: Any, sql: str, day: date, keys: Iterable[str]
+) -> dict[str, dict[date, tuple[float, datetime]]]:
     keys = list(keys)
     if not keys:
         return {}
-    cur.execute(sql.format(marks=", ".join(["%s"] * len(keys))), (*keys, day - timedelta(days=TRAINING_DAYS - 1), day))
+    cur.execute(
+        sql.format(marks=", ".join(["%s"] * len(keys))), (*keys, day - timedelta(days=TRAINING_DAYS - 1), day)
+    )
     out: dict[str, dict[date, tuple[float, datetime]]] = {}
     for key, d, value, at in cur.fetchall():
         if value is not None:
@@ -53,7 +57,9 @@ def _series(cur: Any, sql: str, day: date, keys: Iterable[str]) -> dict[str, dic
     return out
 
 
-def elementary_alarms(cur: Any, ops: OpsSchema, metrics: MetricsFile, volume_assets: Iterable[str], day: date) -> list[BaselineAlarm]:
+def elementary_alarms(
+    cur: Any, ops: OpsSchema, metrics: MetricsFile, volume_assets: Iterable[str], day: date
+) -> list[BaselineAlarm]:
     """The series that score |z| > 3 on ``day`` (series with no value recorded that day are not scored)."""
     totals = _series(
         cur,

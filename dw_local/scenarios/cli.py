@@ -92,7 +92,9 @@ def format_report(report: ScenarioReport) -> str:
     lines = [f"scenario {report.name} on world {report.world} (after {report.history_nights} seeded nights)"]
     for n in report.nights:
         run = f"run {n.run_id} {n.run_status}" if n.run_id is not None else "no run (skipped)"
-        lines.append(f"night {n.night} ({n.business_date:%a %Y-%m-%d}): {', '.join(n.events) or 'no events'}; {run}")
+        lines.append(
+            f"night {n.night} ({n.business_date:%a %Y-%m-%d}): {', '.join(n.events) or 'no events'}; {run}"
+        )
         for i in n.incidents:
             gap = ", ".join(f"{k} {v:,.2f}".rstrip("0").rstrip(".") for k, v in i.gap.items())
             lines += [

@@ -50,7 +50,9 @@ class Event(FileModel):
         """The parameters make sense on this world (raise ValueError naming the parameter)."""
         for name in self.tables():
             if name not in world.tables:
-                raise ValueError(f"table: {name} is not a source of world {world.spec.name} ({sorted(world.tables)})")
+                raise ValueError(
+                    f"table: {name} is not a source of world {world.spec.name} ({sorted(world.tables)})"
+                )
         column = getattr(self, "column", None)
         table = getattr(self, "table", None)
         if column is not None and table in world.tables and column not in world.tables[table].columns:
@@ -68,7 +70,9 @@ class Event(FileModel):
                 "expected an append or snapshot source"
             )
         if self.table_load == "once" and load != "once":
-            raise ValueError(f"table: {self.kind} changes reference rows; {table} is load: {load}: expected a load: once source")
+            raise ValueError(
+                f"table: {self.kind} changes reference rows; {table} is load: {load}: expected a load: once source"
+            )
         # A once table's rows are known now; a night's new rows are drawn when it is played.
         if where and load == "once" and not _matching(world.once_frame(table), where).any():
             raise ValueError(f"where: no row of {table} matches {where}")
@@ -105,7 +109,9 @@ def _pick(event: Any, frame: pd.DataFrame, rng: np.random.Generator) -> np.ndarr
     candidates = np.flatnonzero(_matching(frame, event.where))
     if not len(candidates):
         # A night's rows are drawn when it is played, so this cannot be checked when the file is loaded.
-        raise WorldError(f"{event.kind}: where: no row of {event.table}'s new rows on the night matches {event.where}")
+        raise WorldError(
+            f"{event.kind}: where: no row of {event.table}'s new rows on the night matches {event.where}"
+        )
     k = min(len(candidates), max(1, round(event.fraction * len(candidates))))
     out = np.zeros(len(frame), dtype=bool)
     out[rng.choice(candidates, size=k, replace=False)] = True
@@ -247,7 +253,9 @@ class UnitChange(Event):
         super().check(world)
         if not world.tables[self.table].is_numeric(self.column):
             data_type = world.tables[self.table].types[self.column]
-            raise ValueError(f"column: unit_change multiplies a number; {self.table}.{self.column} is {data_type}")
+            raise ValueError(
+                f"column: unit_change multiplies a number; {self.table}.{self.column} is {data_type}"
+            )
 
     def transform(self, world, frames, night):
         frame = frames[self.table].copy()
@@ -356,7 +364,9 @@ class NodeFailure(Event):
 
     def _deploy(self, world, coalesce, path: str, detail: dict) -> None:
         DistributorWorld._sim_control(coalesce, "PUT", path, detail)
-        DistributorWorld._sim_control(coalesce, "POST", "deploy", {"environmentID": world.spec.environment_id})
+        DistributorWorld._sim_control(
+            coalesce, "POST", "deploy", {"environmentID": world.spec.environment_id}
+        )
 
     def before_run(self, world, coalesce):
         path, detail = self._workspace(world, coalesce)
@@ -365,7 +375,9 @@ class NodeFailure(Event):
             return  # deployed on an earlier night
         plain = self._plain_column(world)
         _, source_node, source_column = plain.sources[0].split(".")
-        broken = {k: v for k, v in next(c for c in columns if c["name"] == plain.name).items() if k != "columnID"}
+        broken = {
+            k: v for k, v in next(c for c in columns if c["name"] == plain.name).items() if k != "columnID"
+        }
         broken.update(
             name=f"{plain.name}_V2",
             transform=f"{quote_identifier(source_node)}.{quote_identifier(source_column + '_V2')}",
@@ -443,9 +455,20 @@ class SteadyGrowth(Event):
 
 
 GenericEvent = Annotated[
-    NewKeyUnmapped | ReferenceRowDeleted | ReferenceRowRemapped | DuplicateLoad | PartialLoad
-    | ReplicationStalled | UnitChange | NullJoinKey | ColumnRenamed | ColumnDropped | NodeFailure
-    | SchedulerSkip | NewKeyMapped | SteadyGrowth,
+    NewKeyUnmapped
+    | ReferenceRowDeleted
+    | ReferenceRowRemapped
+    | DuplicateLoad
+    | PartialLoad
+    | ReplicationStalled
+    | UnitChange
+    | NullJoinKey
+    | ColumnRenamed
+    | ColumnDropped
+    | NodeFailure
+    | SchedulerSkip
+    | NewKeyMapped
+    | SteadyGrowth,
     Field(discriminator="kind"),
 ]
 EVENTS: TypeAdapter[GenericEvent] = TypeAdapter(GenericEvent)

@@ -97,7 +97,9 @@ class GenericWorld:
         for name, table in self.spec.sources.items():
             node = sources.get(name)
             if node is None:
-                raise self._problem(f"sources.{name}: not a Source node of {self.spec.project} ({sorted(sources)})")
+                raise self._problem(
+                    f"sources.{name}: not a Source node of {self.spec.project} ({sorted(sources)})"
+                )
             columns = [c.name for c in node.columns]
             given = list(table.columns) if table.rows is None else sorted(set().union(*table.rows))
             if set(given) != set(columns):
@@ -112,9 +114,12 @@ class GenericWorld:
                     )
             database, schema, _ = env.table(node.locationName, node.name)
             ddl = ", ".join(
-                f"{quote_identifier(c.name)} {c.dataType}" + ("" if c.nullable else " NOT NULL") for c in node.columns
+                f"{quote_identifier(c.name)} {c.dataType}" + ("" if c.nullable else " NOT NULL")
+                for c in node.columns
             )
-            tables[name] = SourceRef(name, database, schema, columns, {c.name: c.dataType for c in node.columns}, ddl)
+            tables[name] = SourceRef(
+                name, database, schema, columns, {c.name: c.dataType for c in node.columns}, ddl
+            )
         if missing := sorted(set(sources) - set(tables)):
             raise self._problem(f"sources: no generator for the Source nodes {missing}")
         databases = {t.database for t in tables.values()}
@@ -160,7 +165,9 @@ class GenericWorld:
         count = self.spec.sources[name].row_count()
         rng = rng_for(self.spec.seed, f"count/{name}", night)
         noise = np.exp(count.noise_sigma * rng.standard_normal() - count.noise_sigma**2 / 2)
-        return max(1, round(count.per_night * _calendar_factor(count, self.business_date(night)) * noise * growth))
+        return max(
+            1, round(count.per_night * _calendar_factor(count, self.business_date(night)) * noise * growth)
+        )
 
     def night_frames(self, night: int, growth: float = 1.0) -> Frames:
         """The rows each append or snapshot source gets on business day ``night``."""
@@ -235,7 +242,7 @@ class GenericWorld:
                     f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(mapping.database)}."
                     f"{quote_identifier(mapping.schema_name)}"
                 )
-            for name, table in self.tables.items():
+            for name in self.tables:
                 self.create_table(cur, name)
                 if name in self._once:
                     self.load(cur, name, self._once[name])

@@ -43,7 +43,9 @@ class Expect(FileModel):
 
 
 class Night(FileModel):
-    events: list[dict[str, Any]] = Field(default_factory=list, description="Faults and benign events, each with kind.")
+    events: list[dict[str, Any]] = Field(
+        default_factory=list, description="Faults and benign events, each with kind."
+    )
     repair: bool = Field(
         default=False,
         description="Before this night, the owners repair every persistent fault still in force and resolve "

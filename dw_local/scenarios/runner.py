@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +151,7 @@ def run_scenario(scenario: Scenario | Path, cache: Path = DEFAULT_CACHE) -> Scen
                         store.set_status(incident.incident_id, "resolved")
                 night = scenario.night_index(k)
                 result = world.play_night(lw, night, events)
-                ended = datetime.now(timezone.utc)
+                ended = datetime.now(UTC)
                 outcome = daemon.tick()
                 tonight = [e for e in events if not world.is_benign(e)]
                 report = NightReport(
@@ -171,7 +171,10 @@ def run_scenario(scenario: Scenario | Path, cache: Path = DEFAULT_CACHE) -> Scen
                 _collect(report, store, seen, ended)
                 with lw.snowflake.connect(database=world.database) as conn:
                     report.baseline_alarms = [
-                        asdict(a) for a in elementary_alarms(conn.cursor(), ops, metrics, volume_assets, report.business_date)
+                        asdict(a)
+                        for a in elementary_alarms(
+                            conn.cursor(), ops, metrics, volume_assets, report.business_date
+                        )
                     ]
                 nights.append(report)
                 # Faults that stay until repaired; a benign event (a mapped new key) is not one.
@@ -187,7 +190,8 @@ def _collect(report: NightReport, store: IncidentStore, seen: set[str], ended: d
     """Tonight's findings (on any incident, new or already open) and the incidents tonight opened."""
     for incident in store.list():
         findings = [
-            (e.at, Finding.model_validate(e.detail)) for e in store.events(incident.incident_id, kind="finding")
+            (e.at, Finding.model_validate(e.detail))
+            for e in store.events(incident.incident_id, kind="finding")
         ]
         for at, f in findings:
             if f.business_date == report.business_date:

@@ -63,7 +63,9 @@ class Figures:
             "failed_run_recall": _ratio(self.failed_run_detected, self.failed_run_faults),
             "silent_faults": self.faults - self.failed_run_faults,
             "silent_detected": self.detected - self.failed_run_detected,
-            "silent_recall": _ratio(self.detected - self.failed_run_detected, self.faults - self.failed_run_faults),
+            "silent_recall": _ratio(
+                self.detected - self.failed_run_detected, self.faults - self.failed_run_faults
+            ),
             "time_to_detect_median_s": _median(self.ttd),
             "time_to_detect_max_s": round(max(self.ttd), 2) if self.ttd else None,
             "both_detected": len(self.ttd_both),
@@ -99,10 +101,15 @@ def score_night(night: NightReport) -> tuple[Figures, Figures, dict[str, Any]]:
         # A failed job is loud whatever watches it (Elementary's own run-result alerts included).
         failed_run = night.run_status not in ("completed", "skipped")
         dw.failed_run_faults = base.failed_run_faults = int(failed_run)
-        dw.failed_run_detected, base.failed_run_detected = dw.detected * failed_run, base.detected * failed_run
+        dw.failed_run_detected, base.failed_run_detected = (
+            dw.detected * failed_run,
+            base.detected * failed_run,
+        )
         dw_ttd = min((a.at - night.run_ended_at).total_seconds() for a in dw_hits) if dw_hits else None
         base_ttd = (
-            min((a["recorded_at"] - night.run_ended_at).total_seconds() for a in base_hits) if base_hits else None
+            min((a["recorded_at"] - night.run_ended_at).total_seconds() for a in base_hits)
+            if base_hits
+            else None
         )
         dw.ttd += [dw_ttd] if dw_ttd is not None else []
         base.ttd += [base_ttd] if base_ttd is not None else []
@@ -142,11 +149,20 @@ def score_reports(reports: list[ScenarioReport]) -> dict[str, Any]:
         for name in total:
             total[name].add(figures[name])
         scenarios.append(
-            {"name": report.name, "world": report.world, "nights": len(report.nights), "details": details,
-             **{name: f.as_dict() for name, f in figures.items()}}  # fmt: skip
+            {
+                "name": report.name,
+                "world": report.world,
+                "nights": len(report.nights),
+                "details": details,
+                **{name: f.as_dict() for name, f in figures.items()},
+            }  # fmt: skip
         )
     worlds = sorted({r.world for r in reports})
-    return {"scenarios": scenarios, "worlds": worlds, "total": {name: f.as_dict() for name, f in total.items()}}
+    return {
+        "scenarios": scenarios,
+        "worlds": worlds,
+        "total": {name: f.as_dict() for name, f in total.items()},
+    }
 
 
 def _pct(v: float | None) -> str:
@@ -162,7 +178,9 @@ def format_score(score: dict[str, Any]) -> str:
         return "n/a" if med is None else f"{med:.1f} s median, {top:.1f} s max"
 
     def recall(f: dict[str, Any], which: str = "") -> str:
-        found, faults = (f["detected"], f["faults"]) if not which else (f[f"{which}_detected"], f[f"{which}_faults"])
+        found, faults = (
+            (f["detected"], f["faults"]) if not which else (f[f"{which}_detected"], f[f"{which}_faults"])
+        )
         return f"{found}/{faults} ({_pct(_ratio(found, faults))})"
 
     lines = [

@@ -58,12 +58,16 @@ class ColumnGenerator(FileModel):
     """How one column's values are drawn; every draw comes from the world's seed, the table and the night."""
 
     sequence: int | None = Field(default=None, description="First id; ids never repeat across nights.")
-    rows_per_value: float = Field(default=1, ge=1, description="With sequence: rows sharing one id (lines per order).")
+    rows_per_value: float = Field(
+        default=1, ge=1, description="With sequence: rows sharing one id (lines per order)."
+    )
     value: Any = Field(default=None, description="A constant.")
     choice: list[Any] | None = Field(default=None, min_length=1)
     ref: str | None = Field(default=None, description="TABLE.COLUMN: a value of another source table's rows.")
     weights: list[float] | None = Field(default=None, description="With choice or ref: relative weights.")
-    lookup: str | None = Field(default=None, description="TABLE.COLUMN of the row whose key equals column `by`.")
+    lookup: str | None = Field(
+        default=None, description="TABLE.COLUMN of the row whose key equals column `by`."
+    )
     by: str | None = Field(default=None, pattern=_IDENT)
     integer: tuple[int, int] | None = Field(default=None, description="[low, high], inclusive.")
     uniform: tuple[float, float] | None = None
@@ -73,7 +77,9 @@ class ColumnGenerator(FileModel):
         default=None, description="[from hour, to hour): local wall time on the business day."
     )
     synced: str | None = Field(
-        default=None, pattern=_IDENT, description="A business_time column: its UTC time plus a replication lag."
+        default=None,
+        pattern=_IDENT,
+        description="A business_time column: its UTC time plus a replication lag.",
     )
     lag_seconds: tuple[float, float] = (2, 90)
     timestamp: datetime | None = None
@@ -96,14 +102,18 @@ class ColumnGenerator(FileModel):
         if self.weights is not None and kind not in ("choice", "ref"):
             raise ValueError("weights: only with choice or ref")
         if self.weights is not None and (min(self.weights, default=0) < 0 or sum(self.weights) <= 0):
-            raise ValueError(f"weights: expected non-negative numbers with a positive sum, got {self.weights}")
+            raise ValueError(
+                f"weights: expected non-negative numbers with a positive sum, got {self.weights}"
+            )
         if self.weights is not None and kind == "choice" and len(self.weights) != len(self.choice or []):
             raise ValueError(f"weights: {len(self.weights)} weights for {len(self.choice or [])} choices")
         for field in ("integer", "uniform", "business_time", "lag_seconds"):
             pair = getattr(self, field)
             if pair is not None and pair[1] < pair[0]:
                 raise ValueError(f"{field}: [{pair[0]}, {pair[1]}] is not [low, high]")
-        if self.business_time is not None and not (0 <= self.business_time[0] and self.business_time[1] <= 24):
+        if self.business_time is not None and not (
+            0 <= self.business_time[0] and self.business_time[1] <= 24
+        ):
             raise ValueError("business_time: hours between 0 and 24")
         return self
 
@@ -131,7 +141,9 @@ class SourceTable(FileModel):
         "snapshot: the table reloaded with the night's rows."
     )
     rows: list[dict[str, Any]] | None = Field(default=None, description="Literal rows (load: once).")
-    count: RowCount | Annotated[int, Field(gt=0)] | None = Field(default=None, description="Generated rows: a number, or per night.")
+    count: RowCount | Annotated[int, Field(gt=0)] | None = Field(
+        default=None, description="Generated rows: a number, or per night."
+    )
     columns: dict[str, ColumnGenerator] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -144,7 +156,9 @@ class SourceTable(FileModel):
         elif self.count is None or not self.columns:
             raise ValueError("count: a generated table needs count and columns")
         elif self.load == "once" and not isinstance(self.count, int):
-            raise ValueError("count: a generated load: once table is generated once: expected a number of rows")
+            raise ValueError(
+                "count: a generated load: once table is generated once: expected a number of rows"
+            )
         return self
 
     def once_rows(self) -> int:
@@ -185,7 +199,9 @@ class WorldFile(FileModel):
                         raise ValueError(f"{where}.{gen.kind}: {other} is not a source with load: once")
                     known = target.columns.keys() if target.rows is None else set().union(*target.rows)
                     if other_column not in known or (gen.kind == "lookup" and gen.by not in known):
-                        raise ValueError(f"{where}.{gen.kind}: {other} has no column {other_column} (or {gen.by})")
+                        raise ValueError(
+                            f"{where}.{gen.kind}: {other} has no column {other_column} (or {gen.by})"
+                        )
                     if gen.weights is not None and len(gen.weights) != target.once_rows():
                         raise ValueError(
                             f"{where}.weights: expected one weight per row of {other} ({target.once_rows()}), "

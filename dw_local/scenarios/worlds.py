@@ -6,11 +6,11 @@ template to clone, the servers' settings, events validated against the world, an
 from __future__ import annotations
 
 import fcntl
-from abc import ABC, abstractmethod
 import hashlib
 import json
 import re
 import shutil
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
@@ -73,7 +73,7 @@ class ScenarioWorld(ABC):
     def parse_event(self, raw: dict[str, Any], first_night: int) -> Any:
         """An event of the scenario file, validated against this world (``EventError`` names the parameter)."""
 
-    def check_night(self, events: Sequence[Any]) -> None:
+    def check_night(self, events: Sequence[Any]) -> None:  # noqa: B027 - optional hook: most worlds accept any night
         """The night's events can be played together (``EventError`` names the problem)."""
 
     @abstractmethod
@@ -132,8 +132,10 @@ class DistributorScenarioWorld(ScenarioWorld):
         kind = raw.get("kind")
         if kind == "new_key_unmapped":
             if len(raw) > 1:
-                raise EventError(f"{sorted(set(raw) - {'kind'})[0]}: new_key_unmapped on the distributor is the "
-                                 "reference night as world.yaml defines it; it takes no parameters")
+                raise EventError(
+                    f"{sorted(set(raw) - {'kind'})[0]}: new_key_unmapped on the distributor is the "
+                    "reference night as world.yaml defines it; it takes no parameters"
+                )
             return "new_key_unmapped"
         data = {**raw, "kind": _DISTRIBUTOR_KINDS.get(kind, kind)}
         if "since_night" in data and isinstance(data["since_night"], int):
@@ -145,7 +147,9 @@ class DistributorScenarioWorld(ScenarioWorld):
 
     def check_night(self, events: Sequence[Any]) -> None:
         if "new_key_unmapped" in events and len(events) > 1:
-            raise EventError("new_key_unmapped: the distributor's reference night is played alone on its night")
+            raise EventError(
+                "new_key_unmapped: the distributor's reference night is played alone on its night"
+            )
 
     def play_night(self, lw: LocalWorld, night: int, events: Sequence[Any]) -> NightResult:
         sf, coalesce = lw.snowflake, lw.coalesce_client()
@@ -226,7 +230,11 @@ class FileScenarioWorld(ScenarioWorld):
                 with self.local_world(template) as lw:
                     self._seed(lw)
                 for stale in folder.iterdir():
-                    if stale != template and stale_name.match(stale.name) and (stale / "seeded.json").exists():
+                    if (
+                        stale != template
+                        and stale_name.match(stale.name)
+                        and (stale / "seeded.json").exists()
+                    ):
                         shutil.rmtree(stale, ignore_errors=True)
             return clone_world(template, dest)
 
@@ -299,5 +307,3 @@ def open_world(ref: str, relative_to: Path) -> ScenarioWorld:
     if ref == DISTRIBUTOR:
         return DistributorScenarioWorld()
     return FileScenarioWorld((relative_to / ref).resolve())
-
-

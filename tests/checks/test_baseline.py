@@ -105,4 +105,6 @@ def test_the_night_after_an_incident_is_compared_with_the_last_good_night():
     assert score(bad, DAY, recovered, DOD, hurts=Direction.DOWN).status is BaselineStatus.ANOMALY
     # Yesterday excluded as an incident day: compared with the day before, all is well.
     ok = score(bad, DAY, recovered, DOD, hurts=Direction.DOWN, excluded_days={yesterday})
-    assert ok.status is BaselineStatus.OK and ok.expected == pytest.approx(hist[DAY - timedelta(days=2)], rel=0.01)
+    assert ok.status is BaselineStatus.OK and ok.expected == pytest.approx(
+        hist[DAY - timedelta(days=2)], rel=0.01
+    )

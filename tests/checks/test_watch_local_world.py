@@ -77,7 +77,10 @@ def test_the_reference_night(daemon):
     incidents = _store(daemon).list(status="open")
     assert len(incidents) == 1, "one cause, one incident"
     findings = _store(daemon).events(incidents[0].incident_id, kind="finding")
-    assert {f.detail["check_name"] for f in findings} >= {"total_network_onhand_units", "total_reorder_candidates"}
+    assert {f.detail["check_name"] for f in findings} >= {
+        "total_network_onhand_units",
+        "total_reorder_candidates",
+    }
 
     # A re-tick reports nothing new and opens nothing.
     again = daemon.tick()
@@ -104,7 +107,9 @@ def test_metadata_mode_counts_rows_without_scans(daemon, tmp_path):
 
 def test_a_check_that_cannot_run_is_errored_not_passed(daemon, tmp_path):
     metrics = yaml.safe_load((DISTRIBUTOR_DIR / "metrics.yaml").read_text())
-    metrics["totals"][1]["sql"] = 'SELECT SUM("NO_SUCH_COLUMN") AS "VALUE" FROM {{ ref(\'RAW_EBS\', \'MTL_ONHAND_QUANTITIES_DETAIL\') }}'
+    metrics["totals"][1]["sql"] = (
+        "SELECT SUM(\"NO_SUCH_COLUMN\") AS \"VALUE\" FROM {{ ref('RAW_EBS', 'MTL_ONHAND_QUANTITIES_DETAIL') }}"
+    )
     metrics["totals"][1]["group_keys"] = []
     path = tmp_path / "metrics.yaml"
     path.write_text(yaml.safe_dump(metrics))

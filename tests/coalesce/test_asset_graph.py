@@ -114,7 +114,10 @@ def test_a_subclassed_translator_keeps_the_graph_connected(world):
     data = parse_state(settings.coalesce_state_file, read_state_text(settings.coalesce_state_file), settings)
     specs = {s.key.to_user_string(): s for s in load_coalesce_asset_specs(data, Prefixed())}
     fct = specs["prod/inventory/fct_inventory_position"]
-    assert {d.asset_key.to_user_string() for d in fct.deps} >= {"prod/stage/stg_onhand", "prod/inventory/dim_warehouse"}
+    assert {d.asset_key.to_user_string() for d in fct.deps} >= {
+        "prod/stage/stg_onhand",
+        "prod/inventory/dim_warehouse",
+    }
     lineage = fct.metadata["dagster/column_lineage"].deps_by_column["ONHAND_QTY"]
     assert lineage[0].asset_key.to_user_string() == "prod/stage/stg_onhand"
 
@@ -180,10 +183,19 @@ def test_stale_state_loads_with_a_warning(world, caplog):
         (lambda c: c["systems"][5].update(feeds=["raw_ebs/no_such_table"]), "raw_ebs/no_such_table"),
         (lambda c: c["teams"]["buyers"].update(slack_channel="buyers"), "teams.buyers.slack_channel"),
         (lambda c: c["systems"][1].update(colour="red"), "systems.1.colour"),
-        (lambda c: c["systems"][7].update(upstream=["mart/mart_days_of_supplyy"]), "mart/mart_days_of_supplyy"),
+        (
+            lambda c: c["systems"][7].update(upstream=["mart/mart_days_of_supplyy"]),
+            "mart/mart_days_of_supplyy",
+        ),
         # An approver is found by name or email: one name for two people would make approvals ambiguous.
-        (lambda c: c["teams"]["buyers"]["members"][0].update(name="Dana Ortiz"), "'dana ortiz' names two different people"),
-        (lambda c: c["teams"]["planning-ops"]["members"][0]["run_as"].update(password_env="lower"), "password_env"),
+        (
+            lambda c: c["teams"]["buyers"]["members"][0].update(name="Dana Ortiz"),
+            "'dana ortiz' names two different people",
+        ),
+        (
+            lambda c: c["teams"]["planning-ops"]["members"][0]["run_as"].update(password_env="lower"),
+            "password_env",
+        ),
     ],
 )
 def test_broken_context_file_names_the_field(tmp_path, world, edit, expected):

@@ -33,7 +33,9 @@ def _finding(check: str, asset: str, day: date = date(2025, 6, 16), scope: str =
 def test_findings_of_one_cause_share_one_incident(warehouse):
     lw, wh = warehouse
     store = IncidentStore(wh, OpsSchema("DW_OPS_TEST", "OPS_A"))
-    first = store.record_finding(_finding("recorded_total_network_onhand_units", "inventory/fct_inventory_position"))
+    first = store.record_finding(
+        _finding("recorded_total_network_onhand_units", "inventory/fct_inventory_position")
+    )
     second = store.record_finding(_finding("volume", "inventory/mart_reorder_candidates"))
     assert first.new_incident and first.new_finding
     assert not second.new_incident and second.new_finding
@@ -60,7 +62,9 @@ def test_a_repeat_next_night_stays_on_the_open_incident_and_other_causes_open_th
     store = IncidentStore(wh, OpsSchema("DW_OPS_TEST", "OPS_C"))
     night1 = store.record_finding(_finding("recorded_total_x", "a/b", day=date(2025, 6, 16)))
     night2 = store.record_finding(_finding("recorded_total_x", "a/b", day=date(2025, 6, 17)))
-    other = store.record_finding(_finding("volume", "c/d", day=date(2025, 6, 17), scope="job:finance_nightly"))
+    other = store.record_finding(
+        _finding("volume", "c/d", day=date(2025, 6, 17), scope="job:finance_nightly")
+    )
     assert night2.incident.incident_id == night1.incident.incident_id and night2.new_finding
     assert other.new_incident and other.incident.incident_id != night1.incident.incident_id
     store.set_status(night1.incident.incident_id, "resolved")

@@ -15,7 +15,9 @@ pytestmark = pytest.mark.world
 
 
 def _cli(*args: str, cwd, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("COALESCE_", "SNOWFLAKE_", "SLACK_", "DW_"))}
+    clean = {
+        k: v for k, v in os.environ.items() if not k.startswith(("COALESCE_", "SNOWFLAKE_", "SLACK_", "DW_"))
+    }
     env = {**clean, **(env or {})}
     return subprocess.run(
         [sys.executable, "-c", "from dw_dagster.cli import run; run()", *args],
@@ -26,7 +28,9 @@ def _cli(*args: str, cwd, env: dict[str, str] | None = None) -> subprocess.Compl
 def test_world_up_runs_tonight_and_leaves_the_servers_up(seeded_template, tmp_path):
     cache = seeded_template.parent
     root = tmp_path / "local"
-    up = _cli("world", "up", "--no-ui", "--free-ports", "--root", str(root), "--cache", str(cache), cwd=tmp_path)
+    up = _cli(
+        "world", "up", "--no-ui", "--free-ports", "--root", str(root), "--cache", str(cache), cwd=tmp_path
+    )
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         assert "night 60" in up.stdout and "completed" in up.stdout and "0 failed" in up.stdout
@@ -36,14 +40,21 @@ def test_world_up_runs_tonight_and_leaves_the_servers_up(seeded_template, tmp_pa
         log = _cli("slack", "log", "--root", str(root), cwd=tmp_path)
         assert log.returncode == 0 and "message(s)" in log.stdout
         env_file = root / "world.env"
-        assert f". {env_file}" in up.stdout and env_file.stat().st_mode & 0o077 == 0, "readable by its owner only"
-        env = {k: shlex.split(v)[0] for k, v in (line.split("=", 1) for line in env_file.read_text().splitlines())}
+        assert f". {env_file}" in up.stdout and env_file.stat().st_mode & 0o077 == 0, (
+            "readable by its owner only"
+        )
+        env = {
+            k: shlex.split(v)[0]
+            for k, v in (line.split("=", 1) for line in env_file.read_text().splitlines())
+        }
         stop = _cli("stop", "--as", "Omar Haddad", "--reason", "test", cwd=tmp_path, env=env)
         assert stop.returncode == 0 and "STOPPED by Omar Haddad" in stop.stdout, stop.stderr
         resume = _cli("resume", "--as", "Omar Haddad", cwd=tmp_path, env=env)
         assert "running (resumed by Omar Haddad" in resume.stdout
         night = _cli("world", "night", "--root", str(root), cwd=tmp_path)
-        assert night.returncode == 0 and "night 61 (2025-06-16)" in night.stdout and "completed" in night.stdout
+        assert (
+            night.returncode == 0 and "night 61 (2025-06-16)" in night.stdout and "completed" in night.stdout
+        )
     finally:
         down = _cli("world", "down", "--root", str(root), cwd=tmp_path)
     assert down.returncode == 0 and "stopped" in down.stdout

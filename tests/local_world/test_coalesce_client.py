@@ -8,8 +8,8 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from typing import Any
 import dagster as dg
 import httpx
 import pytest
+
 from dw_dagster.coalesce import (
     CoalesceAPIError,
     CoalesceClient,
@@ -406,7 +407,7 @@ def test_runs_are_listed_filtered_and_followed_page_by_page(sim: CoalesceClient)
     assert after == [i for i in ascending if i > started[0]]
     completed = list(sim.iter_runs(run_status=CoalesceRunStatus.COMPLETED, limit=5))
     assert completed and all(r.run_status is CoalesceRunStatus.COMPLETED for r in completed)
-    since = datetime(2000, 1, 1, tzinfo=timezone.utc)
+    since = datetime(2000, 1, 1, tzinfo=UTC)
     later = sim.list_runs(order_by="runStartTime", order_by_direction="asc", starting_from=since, limit=1000)
     assert set(started) <= {r.id for r in later.data}
     earlier = sim.list_runs(order_by="runStartTime", order_by_direction="desc", starting_from=since)

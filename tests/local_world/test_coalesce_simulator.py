@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+
 from dw_local.coalesce_sim.project import ProjectFileError, load_project
 from dw_local.world import LOCAL_COALESCE_TOKEN, LocalWorld, WorldPorts
 

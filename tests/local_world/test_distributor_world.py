@@ -4,6 +4,7 @@ the real Coalesce job (through the simulator, over sockets) computes them in the
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import time
 from pathlib import Path
@@ -207,7 +208,7 @@ def test_network_stock_moves_little_day_over_day(history):
     totals = [n["fct"] for n in history["nights"]]
     level = sum(totals) / len(totals)
     assert 2_000_000 < level < 2_200_000
-    changes = [abs(b / a - 1) for a, b in zip(totals, totals[1:])]
+    changes = [abs(b / a - 1) for a, b in itertools.pairwise(totals)]
     assert sum(c <= 0.003 for c in changes) >= 0.95 * len(changes)
     assert max(changes) < 0.005
 

@@ -18,7 +18,9 @@ def slack_world(tmp_path_factory):
 
 
 def _client(lw: LocalWorld, retries: int = 3):
-    return SlackNotifier(token=LOCAL_SLACK_TOKEN, base_url=f"{lw.slack_url}/api/", max_retries=retries).get_client()
+    return SlackNotifier(
+        token=LOCAL_SLACK_TOKEN, base_url=f"{lw.slack_url}/api/", max_retries=retries
+    ).get_client()
 
 
 def test_post_thread_update_and_replies(slack_world: LocalWorld):

@@ -482,7 +482,7 @@ def test_new_org_mapped_the_same_day_keeps_raw_and_the_fact_in_line(env):
     assert _play(env, night, Fault(kind="new_org_mapped")).status == "completed"
     raw, fct = _by_org(env, RAW, "TRANSACTION_QUANTITY"), _by_org(env, FCT, "ONHAND_QTY")
     assert raw == fct and raw[new_org.id] == SPEC.reference_night.transfer_units
-    assert _one(env, f"SELECT COUNT(*) FROM {FCT} WHERE \"ORGANIZATION_ID\" = %s", (new_org.id,)) == 1260
+    assert _one(env, f'SELECT COUNT(*) FROM {FCT} WHERE "ORGANIZATION_ID" = %s', (new_org.id,)) == 1260
     assert _one(env, "SELECT COUNT(*) FROM INVENTORY.DIM_WAREHOUSE") == warehouses + 1
     assert _one(env, "SELECT COUNT(*) FROM MART.MART_REORDER_CANDIDATES") == reorder
     # The org stays open on the next night, still mapped.

@@ -11,7 +11,7 @@ import logging
 import subprocess
 import sys
 import threading
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -34,12 +34,12 @@ from dw_dagster.notifications import (
     IncidentNotifier,
     Recipients,
     SlackNotifier,
+    alerts_allowed,
     build_slack_outbox_sensor,
     hold_mode_for,
     hold_notice,
     incident_message,
     proposed_hold_notice,
-    alerts_allowed,
     route_incident,
 )
 from dw_dagster.notifications.blocks import (
@@ -57,7 +57,7 @@ from dw_local.world import DISTRIBUTOR_DIR, LOCAL_SLACK_TOKEN, LocalWorld
 
 REPO = Path(__file__).resolve().parents[2]
 DATABASE = "DW_NOTIFY_TEST"
-UTC = timezone.utc
+UTC = UTC
 
 # -- the reference night, by hand (the real diagnosis is built elsewhere) ----------------------------
 
@@ -103,9 +103,14 @@ def reference_diagnosis(incident_id: str, keys: list[KeyGap] | None = None) -> D
         keys=keys if keys is not None else [dc7],
         joins=[
             JoinEffect(
-                asset_key="inventory/fct_inventory_position", join_type="inner", left="STG_ONHAND",
-                right="DIM_WAREHOUSE", on=["STG_ONHAND.ORGANIZATION_ID = DIM_WAREHOUSE.ORGANIZATION_ID"],
-                dropped_rows=1260, dropped_units=41800, unmatched=[dc7],
+                asset_key="inventory/fct_inventory_position",
+                join_type="inner",
+                left="STG_ONHAND",
+                right="DIM_WAREHOUSE",
+                on=["STG_ONHAND.ORGANIZATION_ID = DIM_WAREHOUSE.ORGANIZATION_ID"],
+                dropped_rows=1260,
+                dropped_units=41800,
+                unmatched=[dc7],
             )  # fmt: skip
         ],
         upstream_change=(
@@ -149,8 +154,11 @@ def reference_blast(n_skus: int = 164, extra_assets: int = 0) -> BlastRadius:
         assets=assets,
         newly_flagged=[f"SKU-{100000 + 7 * i}" for i in range(n_skus)],
         summary={
-            "downstream_assets": len(assets), "reorder_candidates_before": 31,
-            "reorder_candidates_after": 195, "newly_flagged": n_skus, "consumers": 2,
+            "downstream_assets": len(assets),
+            "reorder_candidates_before": 31,
+            "reorder_candidates_after": 195,
+            "newly_flagged": n_skus,
+            "consumers": 2,
         },  # fmt: skip
     )
 
@@ -288,11 +296,17 @@ def test_routing_from_the_context_file(context):
         ctx = context.model_copy(update={"domains": {"inventory": inventory.model_copy(update=changed)}})
         assert route_incident(ctx, diagnosis, blast).hold == expected, changed
     # L0: nothing automated, not even the alert; L1 and up, and assets in no domain, are alerted.
-    l0 = context.model_copy(update={"domains": {"inventory": inventory.model_copy(update={"autonomy": Autonomy.L0})}})
+    l0 = context.model_copy(
+        update={"domains": {"inventory": inventory.model_copy(update={"autonomy": Autonomy.L0})}}
+    )
     assert not alerts_allowed(l0, diagnosis, blast)
-    assert alerts_allowed(context, diagnosis, blast) and alerts_allowed(context.model_copy(update={"domains": {}}), diagnosis, blast)
+    assert alerts_allowed(context, diagnosis, blast) and alerts_allowed(
+        context.model_copy(update={"domains": {}}), diagnosis, blast
+    )
     # L4: every downstream reader is warned at once, the S&OP Liveboard's owners too.
-    l4 = context.model_copy(update={"domains": {"inventory": inventory.model_copy(update={"autonomy": Autonomy.L4})}})
+    l4 = context.model_copy(
+        update={"domains": {"inventory": inventory.model_copy(update={"autonomy": Autonomy.L4})}}
+    )
     r = route_incident(l4, diagnosis, blast)
     assert r.hold == "act" and r.consumer_channels == ("#buyers", "#sop")
     # No domain: observe only (propose), and the hold goes to the owners of the flagged list.
@@ -504,7 +518,9 @@ def test_an_outage_delays_and_never_loses(world, context, caplog):
     notifier.post_update(inc, "Still investigating.")
     posted = _posted(world, inc.incident_id)
     assert sorted((m["channel"], m["thread_ts"] is None) for m in posted) == [
-        ("#buyers", True), ("#planning-ops", False), ("#planning-ops", True),
+        ("#buyers", True),
+        ("#planning-ops", False),
+        ("#planning-ops", True),
     ]  # fmt: skip  (updates go to the owners' threads; the buyers' thread gets the resolution)
 
     # A restarted notifier (sensor tick) before the backoff ends does nothing; after it, it delivers.
@@ -535,9 +551,7 @@ def test_the_outbox_sensor_delivers_pending_messages(world, context):
     inc = reference_incident("INC-20250616-snsr01")
     notifier = _notifier(world, "NTF_SENSOR", backoff_seconds=(0, 0))
     _fault(world, 2)
-    notifier.notify(
-        inc, reference_diagnosis(inc.incident_id), reference_blast(), _recipients(context, inc)
-    )
+    notifier.notify(inc, reference_diagnosis(inc.incident_id), reference_blast(), _recipients(context, inc))
     _fault(world, 0)
     assert not _posted(world, inc.incident_id)
     sensor = build_slack_outbox_sensor(OpsSchema(DATABASE, "NTF_SENSOR"))

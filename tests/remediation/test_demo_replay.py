@@ -46,7 +46,10 @@ def test_the_night_as_product_md_tells_it(timeline):
     assert (diagnosis["reorder_rows_before"], diagnosis["reorder_rows_after"]) == (31, 195)
     assert diagnosis["newly_flagged_skus"] == 164 and "09:00 S&OP" in diagnosis["next_read"]
     slack = by_system(timeline, "Slack")[0]["numbers"]
-    assert slack["channels"] == ["#buyers", "#inventory-analytics", "#planning-ops"] and slack["hold_skus"] == 164
+    assert (
+        slack["channels"] == ["#buyers", "#inventory-analytics", "#planning-ops"]
+        and slack["hold_skus"] == 164
+    )
 
 
 def test_approvals_through_the_command_then_remediation(timeline):
@@ -57,7 +60,11 @@ def test_approvals_through_the_command_then_remediation(timeline):
     assert "07:40" in approvals[0]["time"] and "waiting for planning-ops" in approvals[0]["what"]
     assert "released" in approvals[1]["what"]
     added = by_system(timeline, "Snowflake")[0]
-    assert "ORGANIZATION_ID 7120" in added["what"] and "WAREHOUSE_CODE=DC7" in added["what"] and "REGION=South" in added["what"]
+    assert (
+        "ORGANIZATION_ID 7120" in added["what"]
+        and "WAREHOUSE_CODE=DC7" in added["what"]
+        and "REGION=South" in added["what"]
+    )
     rerun = [e for e in by_system(timeline, "Coalesce") if e["what"].startswith("Rerun")][0]
     assert "{name: FCT_INVENTORY_POSITION}+" in rerun["what"] and "as PRIYA_RAMAN completed" in rerun["what"]
 
@@ -71,6 +78,9 @@ def test_it_ends_verified_with_the_receipt(timeline):
     last = timeline[-1]
     assert last["what"].startswith("Receipt") and last["numbers"] == {"verified": True}
     receipt = last["receipt"]
-    assert receipt["verified"] and {a["approver"] for a in receipt["approvals"]} == {"Priya Raman", "Dana Ortiz"}
+    assert receipt["verified"] and {a["approver"] for a in receipt["approvals"]} == {
+        "Priya Raman",
+        "Dana Ortiz",
+    }
     assert receipt["coalesce_run_id"] and receipt["dagster_run_id"] and receipt["undo"]
     assert "7120" in receipt["cause"]

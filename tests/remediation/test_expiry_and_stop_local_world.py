@@ -63,7 +63,10 @@ def test_a_hold_queued_before_the_stop_waits_in_the_outbox(stopped_night):
     diagnosis, radius = latest_diagnosis(store, incident.incident_id)
     context = load_context_file(daemon.settings.context_file)
     notifier = IncidentNotifier(
-        daemon.defs.resources["slack"], store, context=context, autonomous_dispatch_allowed=control.dispatch_allowed
+        daemon.defs.resources["slack"],
+        store,
+        context=context,
+        autonomous_dispatch_allowed=control.dispatch_allowed,
     )
     # Routed as if no stop were in force (the notice was enqueued just before the stop was given).
     notifier.notify(incident, diagnosis, radius, route_incident(context, diagnosis, radius, stopped=False))
@@ -81,16 +84,24 @@ def test_an_unanswered_approval_expires_cancels_and_escalates(stopped_night):
     daemon, store, control, incident = stopped_night
     context = load_context_file(daemon.settings.context_file)
     book = ApprovalBook(store, context)
-    (run_id,) = daemon.tick().submitted or [r.run_id for r in daemon.instance.get_runs(dg.RunsFilter(job_name="remediate_incident"))]
+    (run_id,) = daemon.tick().submitted or [
+        r.run_id for r in daemon.instance.get_runs(dg.RunsFilter(job_name="remediate_incident"))
+    ]
     (plan,) = book.plans(incident.incident_id)
     assert expire_pending(daemon.instance, book, daemon.defs.resources["slack"], context) == [], (
         "nothing expires before its time"
     )
     later = plan.expires_at + timedelta(minutes=1)
-    assert expire_pending(daemon.instance, book, daemon.defs.resources["slack"], context, now=later) == [run_id]
+    assert expire_pending(daemon.instance, book, daemon.defs.resources["slack"], context, now=later) == [
+        run_id
+    ]
     assert daemon.instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.CANCELED
     decision = book.decision(plan)
-    assert decision.kind == "expired" and "planning-ops" in decision.reason and "inventory-analytics" in decision.reason
+    assert (
+        decision.kind == "expired"
+        and "planning-ops" in decision.reason
+        and "inventory-analytics" in decision.reason
+    )
     escalations = [m for m in _messages(daemon.lw) if "Needs a person" in (m["text"] or "")]
     assert "#data-platform" in {m["channel"] for m in escalations}, "the domain's escalation team is told"
     with pytest.raises(ApprovalError, match="not waiting for approval"):

@@ -52,7 +52,9 @@ class Gate:
     def region_map(self) -> dict[int, tuple]:
         with self.lw.snowflake.connect() as conn:
             cur = conn.cursor()
-            cur.execute(f'SELECT "ORGANIZATION_ID", "WAREHOUSE_CODE", "WAREHOUSE_NAME", "REGION" FROM {REGION_MAP}')
+            cur.execute(
+                f'SELECT "ORGANIZATION_ID", "WAREHOUSE_CODE", "WAREHOUSE_NAME", "REGION" FROM {REGION_MAP}'
+            )
             return {int(r[0]): tuple(r[1:]) for r in cur.fetchall()}
 
 
@@ -80,7 +82,10 @@ def test_the_plan_proposes_the_map_row_the_node_diff_and_a_scoped_rerun(gate: Ga
     assert "{name: DIM_WAREHOUSE}" in rerun.rerun.include_selector and rerun.rerun.environment_id == "2"
     assert set(plan.required_teams) == {"planning-ops", "inventory-analytics"}
     kinds = {e.kind: e for e in plan.expectations}
-    assert kinds["back_to_baseline"].target == 31 and kinds["node_test_passed"].subject == "NO_UNMATCHED_DIM_WAREHOUSE"
+    assert (
+        kinds["back_to_baseline"].target == 31
+        and kinds["node_test_passed"].subject == "NO_UNMATCHED_DIM_WAREHOUSE"
+    )
 
 
 def test_the_proposal_reaches_the_owners_threads(gate: Gate):
@@ -90,7 +95,9 @@ def test_the_proposal_reaches_the_owners_threads(gate: Gate):
     assert "--set WAREHOUSE_NAME=..." in proposals[0]["text"] + str(proposals[0]["blocks"])
     records = gate.daemon.instance.fetch_materializations(dg.AssetKey(["dw", "incidents"]), limit=1).records
     shown = records[0].asset_materialization.metadata["proposed_fix"].value
-    assert "+  LEFT JOIN" in shown and "dw-dagster approve" in shown, "the UI shows the plan and how to approve"
+    assert "+  LEFT JOIN" in shown and "dw-dagster approve" in shown, (
+        "the UI shows the plan and how to approve"
+    )
 
 
 def test_the_remediation_run_is_queued_and_stays_queued_across_ticks(gate: Gate):
@@ -127,7 +134,9 @@ def test_an_approval_tag_typed_at_launch_is_refused_by_the_first_op(gate: Gate):
     result = job.execute_in_process(instance=gate.daemon.instance, tags=tags, raise_on_error=False)
     assert not result.success
     failure = next(e for e in result.all_events if e.is_step_failure)
-    assert failure.step_key == "check_approval" and "no recorded approval for this run" in str(failure.event_specific_data.error)
+    assert failure.step_key == "check_approval" and "no recorded approval for this run" in str(
+        failure.event_specific_data.error
+    )
     assert gate.region_map() == before
     assert gate.store.events(gate.incident.incident_id, kind="refused")
 
@@ -145,7 +154,14 @@ def test_a_partial_approval_does_not_launch(gate: Gate):
 
 
 def test_every_owner_approves_then_it_remediates_verifies_and_writes_the_receipt(gate: Gate):
-    out = gate.cli("approve", gate.incident.incident_id, "--as", "dana.ortiz@distributor.example", "--set", "WAREHOUSE_NAME=Dallas")
+    out = gate.cli(
+        "approve",
+        gate.incident.incident_id,
+        "--as",
+        "dana.ortiz@distributor.example",
+        "--set",
+        "WAREHOUSE_NAME=Dallas",
+    )
     assert out.exit_code == 0, out.output
     assert gate.run().tags[APPROVAL] == APPROVAL_APPROVED
     (node,) = [p.node_change for p in gate.plan.of_kind(ProposalKind.NODE_CHANGE)]
@@ -162,30 +178,42 @@ def test_every_owner_approves_then_it_remediates_verifies_and_writes_the_receipt
     assert {a.approver for a in receipt.approvals} == {"Priya Raman", "Dana Ortiz"}
     assert receipt.dagster_run_id == gate.run().run_id
     run = gate.lw.coalesce_client().get_run(receipt.coalesce_run_id)
-    assert run.user_credentials.snowflake_username == "PRIYA_RAMAN", "the rerun runs as the approving node owner"
+    assert run.user_credentials.snowflake_username == "PRIYA_RAMAN", (
+        "the rerun runs as the approving node owner"
+    )
     assert run.run_details.include_nodes_selector == receipt.proposals[-1].rerun.include_selector
     assert gate.store.get(gate.incident.incident_id).status == "resolved"
     messages = httpx.get(f"{gate.lw.slack_url}/_sink/messages").json()["messages"]
     assert any("Resolved" in (m["text"] or "") for m in messages if m["channel"] == "#buyers")
     assert any(f"Receipt {gate.plan.plan_id}" in (m["text"] or "") for m in messages)
-    materializations = gate.daemon.instance.fetch_materializations(dg.AssetKey(["dw", "incidents"]), limit=1).records
+    materializations = gate.daemon.instance.fetch_materializations(
+        dg.AssetKey(["dw", "incidents"]), limit=1
+    ).records
     assert "receipt" in materializations[0].asset_materialization.metadata
 
 
 def test_the_rerun_counts_for_the_incident_night_and_opens_no_new_incident(gate: Gate):
-    (receipt,) = [Receipt.model_validate(e.detail) for e in gate.store.events(gate.incident.incident_id, kind="receipt")]
+    (receipt,) = [
+        Receipt.model_validate(e.detail) for e in gate.store.events(gate.incident.incident_id, kind="receipt")
+    ]
     restored = next(v for v in receipt.verification if v.expectation.kind == "rows_restored")
     assert restored.passed and restored.observed == {"value": 10_260, "expected": 9_000 + 1_260}
     outcome = gate.daemon.tick()
     assert outcome.runs_requested == 1, "the run sensor checks the rebuilt tables"
-    runs = gate.daemon.instance.get_runs(dg.RunsFilter(tags={"dw/coalesce_run_id": str(receipt.coalesce_run_id)}))
-    assert runs and runs[0].tags["dw/business_date"] == "2025-06-16", "the rerun rebuilt Monday's business date"
+    runs = gate.daemon.instance.get_runs(
+        dg.RunsFilter(tags={"dw/coalesce_run_id": str(receipt.coalesce_run_id)})
+    )
+    assert runs and runs[0].tags["dw/business_date"] == "2025-06-16", (
+        "the rerun rebuilt Monday's business date"
+    )
     assert gate.store.list(status="open") == [], "the step the fix makes in row counts is not a new incident"
 
 
 def test_a_re_execution_is_not_an_approval(gate: Gate):
     job = gate.daemon.defs.get_job_def("remediate_incident")
-    result = job.execute_in_process(instance=gate.daemon.instance, tags=dict(gate.run().tags), raise_on_error=False)
+    result = job.execute_in_process(
+        instance=gate.daemon.instance, tags=dict(gate.run().tags), raise_on_error=False
+    )
     assert not result.success
     failure = next(e for e in result.all_events if e.is_step_failure)
     assert failure.step_key == "check_approval"
@@ -203,7 +231,10 @@ def test_re_executing_steps_of_the_approved_run_changes_nothing(gate: Gate):
     # Loading the code location here installs a process-wide load context holding this world's state:
     # scope it, so later worlds in this worker load their own, as a fresh run worker would.
     fresh = DefinitionsLoadContext(load_type=DefinitionsLoadType.INITIALIZATION)
-    with set_defs_state_storage(gate.daemon.instance.defs_state_storage), DefinitionsLoadContext.scoped(fresh):
+    with (
+        set_defs_state_storage(gate.daemon.instance.defs_state_storage),
+        DefinitionsLoadContext.scoped(fresh),
+    ):
         result = dg.execute_job(
             repo.get_reconstructable_job("remediate_incident"),
             instance=gate.daemon.instance,
@@ -214,8 +245,12 @@ def test_re_executing_steps_of_the_approved_run_changes_nothing(gate: Gate):
         )
         assert not result.success
         failure = next(e for e in result.all_events if e.is_step_failure)
-    assert failure.step_key == "scoped_rerun" and "re-execution is not an approval" in str(failure.event_specific_data.error)
-    assert len(gate.store.events(gate.incident.incident_id, kind="rerun")) == reruns_before, "no second Coalesce rerun"
+    assert failure.step_key == "scoped_rerun" and "re-execution is not an approval" in str(
+        failure.event_specific_data.error
+    )
+    assert len(gate.store.events(gate.incident.incident_id, kind="rerun")) == reruns_before, (
+        "no second Coalesce rerun"
+    )
 
 
 def test_undoing_the_map_row_restores_the_previous_state(gate: Gate):

@@ -19,7 +19,10 @@ def node(join: str) -> CoalesceNode:
 
     return CoalesceNode.model_validate(
         {
-            "id": "n1", "name": "FCT_INVENTORY_POSITION", "nodeType": "Fact", "locationName": "INVENTORY",
+            "id": "n1",
+            "name": "FCT_INVENTORY_POSITION",
+            "nodeType": "Fact",
+            "locationName": "INVENTORY",
             "metadata": {
                 "columns": [
                     col("ORGANIZATION_ID", "NUMBER(38,0)"),
@@ -29,7 +32,9 @@ def node(join: str) -> CoalesceNode:
                     col("SKU", "VARCHAR(40)"),
                 ],
                 "sourceMapping": [{"name": "FCT_INVENTORY_POSITION", "join": {"joinCondition": join}}],
-                "appliedNodeTests": [{"name": "NO_NEGATIVE_ONHAND", "templateString": "SELECT 1 WHERE FALSE"}],
+                "appliedNodeTests": [
+                    {"name": "NO_NEGATIVE_ONHAND", "templateString": "SELECT 1 WHERE FALSE"}
+                ],
             },
         }  # fmt: skip
     )
@@ -56,11 +61,18 @@ def test_only_the_inner_join_to_the_right_table_becomes_left():
 def test_text_columns_from_the_right_side_are_bucketed_and_numbers_left_null():
     after, _, _ = keep_unmatched(node(JOIN), RIGHT, resolve, RIGHT_COLUMNS)
     by = {c["name"]: c["transform"] for c in after["columns"]}
-    assert by["WAREHOUSE_CODE"] == """COALESCE("WH"."WAREHOUSE_CODE", 'UNMAPPED')""", "the alias in the join is used"
-    assert by["REGION"] == """COALESCE(UPPER("WH"."REGION"), 'UNMAPPED')""", "an existing transform is wrapped"
+    assert by["WAREHOUSE_CODE"] == """COALESCE("WH"."WAREHOUSE_CODE", 'UNMAPPED')""", (
+        "the alias in the join is used"
+    )
+    assert by["REGION"] == """COALESCE(UPPER("WH"."REGION"), 'UNMAPPED')""", (
+        "an existing transform is wrapped"
+    )
     assert by["WAREHOUSE_ID"] == "" and by["SKU"] == "" and by["ORGANIZATION_ID"] == ""
     (added,) = [t for t in after["nodeTests"] if t["name"] == "NO_UNMATCHED_DIM_WAREHOUSE"]
-    assert added["sql"] == """SELECT * FROM {{ ref('INVENTORY', 'FCT_INVENTORY_POSITION') }} WHERE "WAREHOUSE_CODE" = 'UNMAPPED'"""
+    assert (
+        added["sql"]
+        == """SELECT * FROM {{ ref('INVENTORY', 'FCT_INVENTORY_POSITION') }} WHERE "WAREHOUSE_CODE" = 'UNMAPPED'"""
+    )
     assert [t["name"] for t in after["nodeTests"]][0] == "NO_NEGATIVE_ONHAND", "existing tests are kept"
 
 
@@ -102,11 +114,19 @@ def test_deployed_means_the_join_the_bucketed_columns_and_the_test_are_there():
     assert change.right_ref == ("INVENTORY", "DIM_WAREHOUSE")
     assert not is_deployed(change.before, change)
     assert is_deployed(change.after, change)
-    typed = {**change.after, "join": change.after["join"].replace("LEFT JOIN", "left outer join").replace(" ON", "\n   ON")}
+    typed = {
+        **change.after,
+        "join": change.after["join"].replace("LEFT JOIN", "left outer join").replace(" ON", "\n   ON"),
+    }
     assert is_deployed(typed, change), "however the owner typed the LEFT join"
-    unrelated = {**change.after, "columns": [*change.after["columns"], {"name": "NEW", "dataType": "VARCHAR", "transform": "1"}]}
+    unrelated = {
+        **change.after,
+        "columns": [*change.after["columns"], {"name": "NEW", "dataType": "VARCHAR", "transform": "1"}],
+    }
     assert is_deployed(unrelated, change), "an unrelated edit does not matter"
-    assert not is_deployed({**change.after, "join": change.before["join"]}, change), "the join still inner is not it"
+    assert not is_deployed({**change.after, "join": change.before["join"]}, change), (
+        "the join still inner is not it"
+    )
     no_test = {**change.after, "nodeTests": change.before["nodeTests"]}
     assert not is_deployed(no_test, change)
 
@@ -114,10 +134,14 @@ def test_deployed_means_the_join_the_bucketed_columns_and_the_test_are_there():
 def test_aliases_and_comments_are_read_as_sql_reads_them():
     on_right_away = JOIN.replace('AS "WH" ON', "ON").replace('"WH".', '"DIM_WAREHOUSE".')
     after, _, _ = keep_unmatched(node(on_right_away), RIGHT, resolve, {"WAREHOUSE_CODE": "WAREHOUSE_CODE"})
-    assert after["columns"][1]["transform"] == """COALESCE("DIM_WAREHOUSE"."WAREHOUSE_CODE", 'UNMAPPED')""", "ON is no alias"
+    assert after["columns"][1]["transform"] == """COALESCE("DIM_WAREHOUSE"."WAREHOUSE_CODE", 'UNMAPPED')""", (
+        "ON is no alias"
+    )
     unquoted = JOIN.replace('AS "WH"', "wh").replace('"WH".', "wh.")
     after, _, _ = keep_unmatched(node(unquoted), RIGHT, resolve, {"WAREHOUSE_CODE": "WAREHOUSE_CODE"})
-    assert after["columns"][1]["transform"] == """COALESCE("WH"."WAREHOUSE_CODE", 'UNMAPPED')""", "unquoted: upper case"
+    assert after["columns"][1]["transform"] == """COALESCE("WH"."WAREHOUSE_CODE", 'UNMAPPED')""", (
+        "unquoted: upper case"
+    )
     commented = "-- INNER JOIN {{ ref('INVENTORY', 'DIM_WAREHOUSE') }} \"OLD\"\n" + JOIN
     after, _, _ = keep_unmatched(node(commented), RIGHT, resolve, RIGHT_COLUMNS)
     assert after["join"].startswith("-- INNER JOIN"), "a commented-out join is left as it is"

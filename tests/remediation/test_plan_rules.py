@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 import pytest
 
@@ -11,7 +11,7 @@ from dw_dagster.incidents.models import AffectedAsset, BlastRadius, CauseClass, 
 from dw_dagster.remediation.proposals import NoPlan, PlanContext, plan_remediation
 from dw_local.world import DISTRIBUTOR_DIR
 
-NOW = datetime(2025, 6, 17, 7, 30, tzinfo=timezone.utc)
+NOW = datetime(2025, 6, 17, 7, 30, tzinfo=UTC)
 
 
 def incident() -> Incident:
@@ -26,7 +26,9 @@ def diagnosis(klass: CauseClass) -> Diagnosis:
                      path=["raw_ebs/mtl_onhand_quantities_detail", "inventory/fct_inventory_position"])  # fmt: skip
 
 
-RADIUS = BlastRadius(assets=[AffectedAsset(asset_key="mart/mart_reorder_candidates", name="r", kind="coalesce")])
+RADIUS = BlastRadius(
+    assets=[AffectedAsset(asset_key="mart/mart_reorder_candidates", name="r", kind="coalesce")]
+)
 
 
 @pytest.mark.parametrize("level", [Autonomy.L0, Autonomy.L1])

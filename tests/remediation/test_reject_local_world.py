@@ -38,7 +38,13 @@ def proposed(seeded_world, tmp_path_factory):
     store = IncidentStore(daemon.defs.resources["snowflake"], OpsSchema("DW_PROD", "DW_OPS"))
     (incident,) = store.list(status="open")
     (run_id,) = outcome.submitted
-    return daemon, store, incident, run_id, {**seeded_world.env(), **env, "DAGSTER_HOME": str(dagster_home(seeded_world.root))}
+    return (
+        daemon,
+        store,
+        incident,
+        run_id,
+        {**seeded_world.env(), **env, "DAGSTER_HOME": str(dagster_home(seeded_world.root))},
+    )
 
 
 def cli(env, *args):
@@ -64,13 +70,19 @@ def test_only_an_owner_rejects_and_only_with_a_reason(proposed):
 
 def test_a_rejection_cancels_the_run_and_changes_nothing(proposed):
     daemon, store, incident, run_id, env = proposed
-    out = cli(env, "reject", incident.incident_id, "--as", "Dana Ortiz", "--reason", "DC7 is not ours to map yet")
+    out = cli(
+        env, "reject", incident.incident_id, "--as", "Dana Ortiz", "--reason", "DC7 is not ours to map yet"
+    )
     assert out.exit_code == 0, out.output
     assert daemon.instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.CANCELED
     book = ApprovalBook(store, load_context_file(env["DW_CONTEXT_FILE"]))
     (plan,) = book.plans(incident.incident_id)
     decision = book.decision(plan)
-    assert (decision.kind, decision.by, decision.reason) == ("rejected", "Dana Ortiz", "DC7 is not ours to map yet")
+    assert (decision.kind, decision.by, decision.reason) == (
+        "rejected",
+        "Dana Ortiz",
+        "DC7 is not ours to map yet",
+    )
     messages = httpx.get(f"{daemon.lw.slack_url}/_sink/messages").json()["messages"]
     assert any("rejected" in (m["text"] or "") and "DC7 is not ours" in (m["text"] or "") for m in messages)
     again = cli(env, "approve", incident.incident_id, "--as", "Priya Raman")
@@ -78,5 +90,7 @@ def test_a_rejection_cancels_the_run_and_changes_nothing(proposed):
     assert daemon.tick().submitted == [], "a rejected plan is not submitted again"
     with daemon.lw.snowflake.connect() as conn:
         cur = conn.cursor()
-        cur.execute('SELECT COUNT(*) FROM "DW_PROD"."REF_PLANNING"."REGION_MAP" WHERE "ORGANIZATION_ID" = 7120')
+        cur.execute(
+            'SELECT COUNT(*) FROM "DW_PROD"."REF_PLANNING"."REGION_MAP" WHERE "ORGANIZATION_ID" = 7120'
+        )
         assert cur.fetchone()[0] == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from conftest import WORLD_CACHE
+
 from dw_local.scenarios.runner import ScenarioReport, run_scenario
 from dw_local.scenarios.score import score_reports
 from dw_local.scenarios.suite import SUITE_DIR, scenario_files
@@ -14,6 +15,10 @@ TIMEOUT = 600
 
 def play(world: str, benign: bool | None = None) -> tuple[dict[str, ScenarioReport], dict]:
     """The world's suite scenarios (only the benign ones, or only those with faults, when asked)."""
-    paths = [p for p in scenario_files(SUITE_DIR / world) if benign is None or p.stem.startswith("benign_") == benign]
+    paths = [
+        p
+        for p in scenario_files(SUITE_DIR / world)
+        if benign is None or p.stem.startswith("benign_") == benign
+    ]
     reports = {r.name: r for r in (run_scenario(p, WORLD_CACHE) for p in paths)}
     return reports, score_reports(list(reports.values()))

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import WORLD_CACHE
 
 pytestmark = pytest.mark.world
@@ -19,7 +18,9 @@ SCENARIOS = HERE / "billing_scenarios"
 
 
 def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("COALESCE_", "SNOWFLAKE_", "SLACK_", "DW_"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("COALESCE_", "SNOWFLAKE_", "SLACK_", "DW_"))
+    }
     return subprocess.run(
         [sys.executable, "-c", "from dw_dagster.cli import run; run()", *args, "--cache", str(WORLD_CACHE)],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
@@ -51,7 +52,9 @@ def test_score_prints_the_table_beside_the_baseline(tmp_path):
 
 def test_a_bad_scenario_exits_with_the_file_and_field(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text(f"name: bad\nworld: {HERE / 'billing' / 'world.yaml'}\nnights: [{{events: [{{kind: partial_load}}]}}]\n")
+    bad.write_text(
+        f"name: bad\nworld: {HERE / 'billing' / 'world.yaml'}\nnights: [{{events: [{{kind: partial_load}}]}}]\n"
+    )
     out = _cli("scenario", "run", str(bad), cwd=tmp_path)
     assert out.returncode == 2
     assert f"{bad}: nights.0.events.0 (partial_load): table: Field required" in out.stderr
@@ -66,5 +69,7 @@ def test_a_night_a_world_cannot_play_exits_with_the_file_and_field(tmp_path):
     )
     out = _cli("scenario", "run", str(bad), cwd=tmp_path)
     assert out.returncode == 2, out.stderr[-3000:]
-    assert f"{bad}: partial_load: where: no row of SUBSCRIPTIONS's new rows on the night matches" in out.stderr
+    assert (
+        f"{bad}: partial_load: where: no row of SUBSCRIPTIONS's new rows on the night matches" in out.stderr
+    )
     assert "Traceback" not in out.stderr

@@ -3,7 +3,7 @@ the scoring rules; none of it needs the local servers."""
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
@@ -81,11 +81,18 @@ def _scenario(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
         *(
             (
                 f"name: x\nworld: WORLD\nnights: [{{events: [{{kind: {kind}, table: STORE_MAP{extra}}}]}}]\n",
-                [f"nights.0.events.0 ({kind})", "STORE_MAP is load: once", "expected an append or snapshot source"],
+                [
+                    f"nights.0.events.0 ({kind})",
+                    "STORE_MAP is load: once",
+                    "expected an append or snapshot source",
+                ],
             )
             for kind, extra in [
-                ("duplicate_load", ""), ("partial_load", ""), ("unit_change", ", column: STORE_ID"),
-                ("null_join_key", ", column: STORE_ID"), ("new_key_unmapped", ", column: STORE_ID, value: 9"),
+                ("duplicate_load", ""),
+                ("partial_load", ""),
+                ("unit_change", ", column: STORE_ID"),
+                ("null_join_key", ", column: STORE_ID"),
+                ("new_key_unmapped", ", column: STORE_ID, value: 9"),
                 ("new_key_mapped", ", column: STORE_ID, value: 9, reference: STORE_MAP, row: {STORE_ID: 9}"),
             ]
         ),
@@ -94,20 +101,32 @@ def _scenario(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
                 f"name: x\nworld: WORLD\nnights: [{{events: [{{kind: {kind}, table: ORDER_LINES, where: {{STORE_ID: 3}}{extra}}}]}}]\n",
                 [f"nights.0.events.0 ({kind})", "ORDER_LINES is load: append: expected a load: once source"],
             )
-            for kind, extra in [("reference_row_deleted", ""), ("reference_row_remapped", ", set: {STORE_ID: 4}")]
+            for kind, extra in [
+                ("reference_row_deleted", ""),
+                ("reference_row_remapped", ", set: {STORE_ID: 4}"),
+            ]
         ),
         (
             "name: x\nworld: WORLD\nnights: [{events: [{kind: new_key_mapped, table: ORDER_LINES, column: STORE_ID, "
             "value: 9, reference: ORDER_LINES, row: {ORDER_LINE_ID: 9}}]}]\n",
-            ["nights.0.events.0 (new_key_mapped)", "reference: ORDER_LINES is not a load: once (reference) source"],
+            [
+                "nights.0.events.0 (new_key_mapped)",
+                "reference: ORDER_LINES is not a load: once (reference) source",
+            ],
         ),
         (
             "name: x\nworld: WORLD\nnights: [{events: [{kind: unit_change, table: ORDER_LINES, column: ORDERED_AT}]}]\n",
-            ["nights.0.events.0 (unit_change)", "column: unit_change multiplies a number; ORDER_LINES.ORDERED_AT is TIMESTAMP_NTZ"],
+            [
+                "nights.0.events.0 (unit_change)",
+                "column: unit_change multiplies a number; ORDER_LINES.ORDERED_AT is TIMESTAMP_NTZ",
+            ],
         ),
         (
             "name: x\nworld: WORLD\nnights: [{events: [{kind: reference_row_deleted, table: STORE_MAP, where: {STORE_ID: 99}}]}]\n",
-            ["nights.0.events.0 (reference_row_deleted)", "where: no row of STORE_MAP matches {'STORE_ID': 99}"],
+            [
+                "nights.0.events.0 (reference_row_deleted)",
+                "where: no row of STORE_MAP matches {'STORE_ID': 99}",
+            ],
         ),
         (
             "name: x\nworld: WORLD\nnights: [{}, {expect: {incident: true, class: [value_loss]}}]\n",
@@ -137,34 +156,61 @@ def test_a_bad_scenario_file_names_the_file_and_the_field(tmp_path, text, fragme
 @pytest.mark.parametrize(
     ("edit", "fragments"),
     [
-        (("{sequence: 1}", "{sequence: 1, value: 3}"), ["sources.ORDER_LINES.columns.ORDER_LINE_ID", "exactly one of"]),
+        (
+            ("{sequence: 1}", "{sequence: 1, value: 3}"),
+            ["sources.ORDER_LINES.columns.ORDER_LINE_ID", "exactly one of"],
+        ),
         (("ref: STORE_MAP.STORE_ID", "ref: STORES.STORE_ID"), ["STORES is not a source with load: once"]),
         (("      QUANTITY: {integer: [1, 3]}\n", ""), ["sources.ORDER_LINES: generates columns", "QUANTITY"]),
         (("business_time: [7, 23]", "business_time: [23, 7]"), ["business_time: [23, 7] is not [low, high]"]),
-        (("timezone: America/New_York", "timezone: Mars/Olympus"), ["timezone: invalid timezone: Mars/Olympus"]),
-        (("count: 400", "count: {per_night: 400}"), ["sources.PRODUCTS: Value error, count: a generated load: once table"]),
+        (
+            ("timezone: America/New_York", "timezone: Mars/Olympus"),
+            ["timezone: invalid timezone: Mars/Olympus"],
+        ),
+        (
+            ("count: 400", "count: {per_night: 400}"),
+            ["sources.PRODUCTS: Value error, count: a generated load: once table"],
+        ),
         (
             ("weights: [35, 20, 10, 10, 15, 10]", "weights: [35, 20, 10]"),
-            ["sources.ORDER_LINES.columns.STORE_ID.weights: expected one weight per row of STORE_MAP (6), got 3"],
+            [
+                "sources.ORDER_LINES.columns.STORE_ID.weights: expected one weight per row of STORE_MAP (6), got 3"
+            ],
         ),
         (
-            ("PRODUCT_ID: {ref: PRODUCTS.PRODUCT_ID}", "PRODUCT_ID: {ref: PRODUCTS.PRODUCT_ID, weights: [1, 2]}"),
-            ["sources.ORDER_LINES.columns.PRODUCT_ID.weights: expected one weight per row of PRODUCTS (400), got 2"],
+            (
+                "PRODUCT_ID: {ref: PRODUCTS.PRODUCT_ID}",
+                "PRODUCT_ID: {ref: PRODUCTS.PRODUCT_ID, weights: [1, 2]}",
+            ),
+            [
+                "sources.ORDER_LINES.columns.PRODUCT_ID.weights: expected one weight per row of PRODUCTS (400), got 2"
+            ],
         ),
-        (("weights: [30, 20, 15, 10, 15, 10]", "weights: [0, 0, 0, 0, 0, 0]"), ["weights: expected non-negative"]),
+        (
+            ("weights: [30, 20, 15, 10, 15, 10]", "weights: [0, 0, 0, 0, 0, 0]"),
+            ["weights: expected non-negative"],
+        ),
         (
             ("PRODUCT_ID: {sequence: 5001}", "PRODUCT_ID: {integer: [5001, 5010]}"),
             ["sources.ORDER_LINES.columns.UNIT_PRICE.by: expected a unique key of PRODUCTS"],
         ),
         (
-            ('{name: STORE_NAME, dataType: "VARCHAR(60)"', '{name: STORE_NAME, dataType: "VARCHAR(60)); DROP TABLE X; --"'),
-            ["Source node STORE_MAP column STORE_NAME: dataType 'VARCHAR(60)); DROP TABLE X; --' is not a Snowflake type"],
+            (
+                '{name: STORE_NAME, dataType: "VARCHAR(60)"',
+                '{name: STORE_NAME, dataType: "VARCHAR(60)); DROP TABLE X; --"',
+            ),
+            [
+                "Source node STORE_MAP column STORE_NAME: dataType 'VARCHAR(60)); DROP TABLE X; --' is not a Snowflake type"
+            ],
         ),
     ],
 )
 def test_a_bad_world_file_names_the_file_and_the_field(tmp_path, edit, fragments):
     folder = ECOMMERCE.parent
-    texts = {name: (folder / name).read_text() for name in ("world.yaml", "project.yaml", "context.yaml", "metrics.yaml")}
+    texts = {
+        name: (folder / name).read_text()
+        for name in ("world.yaml", "project.yaml", "context.yaml", "metrics.yaml")
+    }
     edited = next(name for name, text in texts.items() if edit[0] in text)  # world.yaml first
     texts[edited] = texts[edited].replace(edit[0], edit[1])
     for name, text in texts.items():
@@ -207,7 +253,9 @@ def test_generic_events_change_exactly_what_they_say():
     partial = played(kind="partial_load", table="ORDER_LINES", fraction=0.25)
     assert len(partial) == len(lines) - round(0.25 * len(lines))
     uk = lines["STORE_ID"] == 4
-    scaled = played(kind="unit_change", table="ORDER_LINES", column="UNIT_PRICE", factor=100, where={"STORE_ID": 4})
+    scaled = played(
+        kind="unit_change", table="ORDER_LINES", column="UNIT_PRICE", factor=100, where={"STORE_ID": 4}
+    )
     assert (scaled.loc[uk, "UNIT_PRICE"] == lines.loc[uk, "UNIT_PRICE"] * 100).all()
     assert (scaled.loc[~uk, "UNIT_PRICE"] == lines.loc[~uk, "UNIT_PRICE"]).all()
     new = played(kind="new_key_unmapped", table="ORDER_LINES", column="STORE_ID", value=7, fraction=0.1)
@@ -229,7 +277,7 @@ def test_the_elementary_z_score_keeps_the_scored_point_in_its_window():
 
 
 def _night(**changes) -> NightReport:
-    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    at = datetime(2026, 1, 1, tzinfo=UTC)
     base = dict(
         night=1, business_date=date(2025, 6, 16), events=["x"], fault=True, expects_incident=True,
         expected_classes=["value_loss"], expected_keys=["ORGANIZATION_ID=7120"],
@@ -239,14 +287,19 @@ def _night(**changes) -> NightReport:
     return NightReport(**{**base, **changes})
 
 
-def _incident(classification: str, keys: list[str], assets: tuple[str, ...] = ("inventory/fct",)) -> IncidentReport:
+def _incident(
+    classification: str, keys: list[str], assets: tuple[str, ...] = ("inventory/fct",)
+) -> IncidentReport:
     return IncidentReport("INC", "t", classification, "c", keys, {}, [], 0, [], 1.0, list(assets))
 
 
 def test_scoring_counts_related_detections_false_alarms_and_root_causes():
-    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    at = datetime(2026, 1, 1, tzinfo=UTC)
     night = _night(
-        alarms=[Alarm("inventory/fct", "total", "s", at + timedelta(seconds=2)), Alarm("inventory/dim", "volume", "s", at)],
+        alarms=[
+            Alarm("inventory/fct", "total", "s", at + timedelta(seconds=2)),
+            Alarm("inventory/dim", "volume", "s", at),
+        ],
         incidents=[_incident("value_loss", ["ORGANIZATION_ID=7120", "ORGANIZATION_ID=7020"])],
         baseline_alarms=[{"asset": "inventory/dim", "recorded_at": at + timedelta(seconds=1)}],
     )
@@ -259,7 +312,9 @@ def test_scoring_counts_related_detections_false_alarms_and_root_causes():
     elsewhere = _night(incidents=[_incident("value_loss", ["ORGANIZATION_ID=7120"], ("inventory/dim",))])
     assert score_night(elsewhere)[0].correct == 0
     # A benign night: every alarm is false, nothing is a fault.
-    benign = _night(fault=False, expects_incident=False, related=[], alarms=[Alarm("mart/m", "volume", "s", at)])
+    benign = _night(
+        fault=False, expects_incident=False, related=[], alarms=[Alarm("mart/m", "volume", "s", at)]
+    )
     dw, base, _ = score_night(benign)
     assert (dw.faults, dw.false_alarms, dw.table_nights) == (0, 1, 3)
 
@@ -267,10 +322,15 @@ def test_scoring_counts_related_detections_false_alarms_and_root_causes():
 def test_score_totals_add_up_over_scenarios():
     from dw_local.scenarios.runner import ScenarioReport
 
-    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    hit = _night(alarms=[Alarm("mart/m", "total", "s", at)], incidents=[_incident("value_loss", ["ORGANIZATION_ID=7120"])])
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    hit = _night(
+        alarms=[Alarm("mart/m", "total", "s", at)],
+        incidents=[_incident("value_loss", ["ORGANIZATION_ID=7120"])],
+    )
     miss = _night(alarms=[])
-    score = score_reports([ScenarioReport("a", "a.yaml", "w", 60, [hit]), ScenarioReport("b", "b.yaml", "w", 60, [miss])])
+    score = score_reports(
+        [ScenarioReport("a", "a.yaml", "w", 60, [hit]), ScenarioReport("b", "b.yaml", "w", 60, [miss])]
+    )
     assert score["total"][DW]["recall"] == 0.5 and score["total"][DW]["root_cause_accuracy"] == 0.5
     assert score["total"][BASELINE]["recall"] == 0.0
     assert score["total"][DW]["table_nights"] == score["total"][BASELINE]["table_nights"] == 6
@@ -279,22 +339,31 @@ def test_score_totals_add_up_over_scenarios():
 def test_time_to_detect_is_compared_on_faults_both_detected_and_recall_split_by_the_run():
     from dw_local.scenarios.runner import ScenarioReport
 
-    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    at = datetime(2026, 1, 1, tzinfo=UTC)
     both = _night(
         alarms=[Alarm("mart/m", "total", "s", at + timedelta(seconds=2))],
         baseline_alarms=[{"asset": "mart/m", "recorded_at": at + timedelta(seconds=3)}],
     )
     # A failed node dw-dagster alone reports, 40 s in: it must not enter the comparison with the baseline.
-    failed = _night(run_status="failed", alarms=[Alarm("mart/m", "coalesce_run", "s", at + timedelta(seconds=40))])
+    failed = _night(
+        run_status="failed", alarms=[Alarm("mart/m", "coalesce_run", "s", at + timedelta(seconds=40))]
+    )
     skipped = _night(run_id=None, run_status="skipped")
     score = score_reports([ScenarioReport("a", "a.yaml", "w", 60, [both, failed, skipped])])
     dw, base = score["total"][DW], score["total"][BASELINE]
-    assert (dw["both_detected"], dw["time_to_detect_both_median_s"], base["time_to_detect_both_median_s"]) == (1, 2.0, 3.0)
+    assert (
+        dw["both_detected"],
+        dw["time_to_detect_both_median_s"],
+        base["time_to_detect_both_median_s"],
+    ) == (1, 2.0, 3.0)
     assert (dw["time_to_detect_median_s"], dw["time_to_detect_max_s"]) == (21.0, 40.0)
     assert (dw["failed_run_faults"], dw["failed_run_detected"], base["failed_run_detected"]) == (1, 1, 0)
     assert (dw["silent_faults"], dw["silent_detected"], base["silent_detected"]) == (2, 1, 1)
     table = format_score(score)
-    assert "| time to detect, the 1 faults both detected (run end -> first alarm) | 2.0 s median, 2.0 s max | 3.0 s" in table
+    assert (
+        "| time to detect, the 1 faults both detected (run end -> first alarm) | 2.0 s median, 2.0 s max | 3.0 s"
+        in table
+    )
     assert "| recall, Coalesce job failed | 1/1 (100%) | 0/1 (0%) |" in table
     assert "| recall, silent (job green, or no run) | 1/2 (50%) | 1/2 (50%) |" in table
 
@@ -305,7 +374,9 @@ def test_score_checks_every_file_and_reports_all_problems_before_playing(tmp_pat
     from dw_local.scenarios.cli import scenario
 
     _scenario(tmp_path, "name: good\nworld: WORLD\nnights: [{}]\n", "a_good.yaml")
-    first = _scenario(tmp_path, "name: x\nworld: WORLD\nnights: [{events: [{kind: partial_load}]}]\n", "b.yaml")
+    first = _scenario(
+        tmp_path, "name: x\nworld: WORLD\nnights: [{events: [{kind: partial_load}]}]\n", "b.yaml"
+    )
     second = _scenario(tmp_path, "name: y\nworld: WORLD\nnights: [{expect: {incident: true}}]\n", "c.yaml")
     result = CliRunner().invoke(scenario, ["score", str(tmp_path), "--cache", str(tmp_path / "cache")])
     assert isinstance(result.exception, DwConfigError), result.output

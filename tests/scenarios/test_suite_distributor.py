@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from suite_play import TIMEOUT, play
 
 from dw_local.scenarios.score import BASELINE, DW
-from suite_play import TIMEOUT, play
 
 pytestmark = [pytest.mark.world, pytest.mark.timeout(TIMEOUT)]
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from suite_play import TIMEOUT, play
 
 from dw_local.scenarios.score import BASELINE, DW
-from suite_play import TIMEOUT, play
 
 pytestmark = [pytest.mark.world, pytest.mark.timeout(TIMEOUT)]
 
@@ -27,7 +27,11 @@ def test_steady_growth_raises_nothing_but_the_month_end_saturday_volume(played):
     for night in reports["ecommerce-benign-steady-growth"].nights:
         assert night.run_status == "completed"
         month_end_saturday = night.business_date.weekday() == 5 and night.business_date.day >= 30
-        others = [a for a in night.alarms if not (month_end_saturday and (a.asset, a.check) == ("sales/fct_sales", "volume"))]
+        others = [
+            a
+            for a in night.alarms
+            if not (month_end_saturday and (a.asset, a.check) == ("sales/fct_sales", "volume"))
+        ]
         assert others == [], (night.night, others)
 
 

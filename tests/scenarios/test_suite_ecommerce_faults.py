@@ -4,9 +4,9 @@ each scenario played on a fresh copy through the real machinery."""
 from __future__ import annotations
 
 import pytest
+from suite_play import TIMEOUT, play
 
 from dw_local.scenarios.score import BASELINE, DW
-from suite_play import TIMEOUT, play
 
 pytestmark = [pytest.mark.world, pytest.mark.timeout(TIMEOUT)]
 
@@ -25,7 +25,10 @@ def test_the_reference_night_on_another_world(played):
     reports, _ = played
     incident = _incident(reports, "ecommerce-new-storefront-unmapped")
     assert (incident.classification, incident.cause_keys[0]) == ("value_loss", "STORE_ID=7")
-    assert incident.gap["gap_units"] == pytest.approx(incident.gap["dropped_units"]) and incident.gap["gap_units"] > 0
+    assert (
+        incident.gap["gap_units"] == pytest.approx(incident.gap["dropped_units"])
+        and incident.gap["gap_units"] > 0
+    )
     assert {"mart/mart_channel_revenue", "looker/daily_revenue"} <= set(incident.blast_radius)
 
 

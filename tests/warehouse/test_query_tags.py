@@ -22,7 +22,9 @@ def test_tagged_connection_sets_the_query_tag(world):
     with pytest.MonkeyPatch.context() as mp:
         for k, v in world.env().items():
             mp.setenv(k, v)
-        with wh.tagged_connection("check.volume", check="volume", asset="inventory/fct", dagster_run_id="r-1") as conn:
+        with wh.tagged_connection(
+            "check.volume", check="volume", asset="inventory/fct", dagster_run_id="r-1"
+        ) as conn:
             tag = json.loads(conn._session_parameters["QUERY_TAG"])
             cur = conn.cursor()
             cur.execute("SELECT 1")

@@ -176,7 +176,10 @@ def build_catalog(spec: WorldSpec) -> Catalog:
     item_ids = spec.first_item_id + np.arange(n)
     return Catalog(
         item_ids=item_ids,
-        skus=[f"{_NOUNS[a][:2].upper()}-{iid % 100000:05d}" for iid, (a, _, _) in zip(item_ids, names)],
+        skus=[
+            f"{_NOUNS[a][:2].upper()}-{iid % 100000:05d}"
+            for iid, (a, _, _) in zip(item_ids, names, strict=True)
+        ],
         descriptions=[f"{_NOUNS[a]} {_SIZES[b]} {_FINISHES[c]}" for a, b, c in names],
         uoms=[_UOMS[k] for k in rng.integers(0, len(_UOMS), n)],
         sku_class=sku_class,
