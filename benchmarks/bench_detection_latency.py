@@ -4,7 +4,7 @@ under 45 s with the run sensor's default 30 s interval).
 On a private clone of the seeded distributor world (``seeded_template`` + ``clone_world``; the template is
 built once per content hash under ``.dw/cache``, about 3 minutes the first time) it starts the local
 world (Snowflake, Coalesce simulator, Slack stand-in on free loopback ports), writes the Coalesce state file
-(``refresh_state_file``), and starts ``dagster-daemon run -w workspace.yaml`` as a subprocess (it spawns the
+(``refresh_coalesce_state``, into the instance), and starts ``dagster-daemon run -w workspace.yaml`` as a subprocess (it spawns the
 code server and the run workers) with ``DAGSTER_HOME`` in the temp dir (the repo's ``dagster.yaml`` copied
 there) and the world's environment (``lw.env()``). The run sensor keeps its defaults (RUNNING, 30 s): the
 benchmark waits for its first tick, which sets the cursor at the present.
@@ -46,9 +46,8 @@ logging.getLogger("sqlalchemy.pool").setLevel(logging.CRITICAL)
 import dagster as dg  # noqa: E402
 from dagster._core.scheduler.instigation import InstigatorType  # noqa: E402
 
-from dw_dagster.coalesce.state import refresh_state_file  # noqa: E402
 from dw_dagster.incidents.store import IncidentStore  # noqa: E402
-from dw_dagster.settings import Settings  # noqa: E402
+from dw_dagster.project import refresh_coalesce_state  # noqa: E402
 from dw_dagster.warehouse.ops import OpsSchema  # noqa: E402
 from dw_dagster.warehouse.resources import warehouse_from_env  # noqa: E402
 from dw_local.seeding import clone_world, seeded_template  # noqa: E402
@@ -188,10 +187,10 @@ def main() -> None:
         try:
             lw.start()
             os.environ.update(lw.env())
-            refresh_state_file(Settings.from_env())
             home = root / "dagster_home"
             home.mkdir(exist_ok=True)
             shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+            refresh_coalesce_state(dg.DagsterInstance.from_config(str(home)))
             env = {**os.environ, **lw.env(), "DAGSTER_HOME": str(home)}
             log_path = root / "logs" / "dagster-daemon.log"
             t_start = time.time()

@@ -15,7 +15,7 @@ import time
 
 from bench_load_definitions import synthetic_workspace
 
-from dw_dagster.coalesce.loader import load_coalesce_asset_specs
+from dw_dagster.coalesce.specs import load_coalesce_asset_specs
 from dw_dagster.context.lineage import LineageGraph
 
 

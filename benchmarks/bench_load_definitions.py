@@ -1,7 +1,7 @@
 """Time to load the code location's definitions for a synthetic Coalesce environment of N nodes.
 
-Writes a state file of N nodes (10 columns each, column lineage to 1-3 parents, a join per node, 20 jobs
-with location selectors), then times what a code server does at start: read and validate the state file,
+Writes a workspace state of N nodes (10 columns each, column lineage to 1-3 parents, a join per node, 20 jobs
+with location selectors), then times what a code server does at start: read and validate the state,
 translate every node, build the repository (the asset graph). With ``--gc-compare`` it also times the same load with Python's
 cyclic garbage collector paused, and prints the ratio (how much of the load is the collector walking the
 objects the load allocates). Run:
@@ -21,14 +21,11 @@ import tracemalloc
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dw_dagster.coalesce.models import (
-    CoalesceEnvironment,
-    CoalesceEnvironmentData,
-    CoalesceJob,
-    CoalesceNode,
-    CoalesceWorkspaceData,
-)
-from dw_dagster.coalesce.state import write_state_file
+import dagster as dg
+from dagster._core.storage.defs_state.base import set_defs_state_storage
+
+from dw_dagster.coalesce.models import CoalesceEnvironment, CoalesceJob, CoalesceNode
+from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
 
 LOCATIONS = [f"LOC_{i:02d}" for i in range(20)]
 
@@ -116,27 +113,36 @@ def main() -> None:
     args = parser.parse_args()
 
     from dw_dagster.definitions import build_definitions
-    from dw_dagster.settings import Settings
+    from dw_dagster.project import coalesce_components
 
     with tempfile.TemporaryDirectory() as tmp:
         data = synthetic_workspace(args.nodes)
-        write_state_file(Path(tmp) / "coalesce_workspace.json", data)
-        size_mb = (Path(tmp) / "coalesce_workspace.json").stat().st_size / 1e6
-        env = {**os.environ, "DW_STATE_DIR": tmp, "COALESCE_ENVIRONMENT_IDS": "2"}
-        env.pop("DW_CONTEXT_FILE", None)
-        env.pop("DW_METRICS_FILE", None)
-        env.pop("COALESCE_BASE_URL", None)
-        settings = Settings.from_env(env)
+        state = Path(tmp) / "state"
+        state.write_text(data.serialize())
+        size_mb = state.stat().st_size / 1e6
+        for name in ("DW_CONTEXT_FILE", "DW_METRICS_FILE", "COALESCE_BASE_URL", "SNOWFLAKE_DATABASE"):
+            os.environ.pop(name, None)
+        os.environ["COALESCE_ENVIRONMENT_IDS"] = "2"
+        # The state where `dw-dagster coalesce refresh` keeps it: the instance's definitions state.
+        instance = dg.DagsterInstance.local_temp(tmp)
+        storage = instance.defs_state_storage
+        (component,) = coalesce_components()
+        storage.upload_state_from_path(component.defs_state_config.key, "bench", state)
+
+        def build_definitions_():
+            with set_defs_state_storage(storage):
+                return build_definitions()
+
         times = []
         for _ in range(args.repeat):
             t0 = time.perf_counter()
-            repo = build_definitions(settings).get_repository_def()
+            repo = build_definitions_().get_repository_def()
             assert len(repo.asset_graph.get_all_asset_keys()) >= args.nodes
             times.append(time.perf_counter() - t0)
         best = min(times)
         # Memory in a separate run: tracing allocations slows Python several times over.
         tracemalloc.start()
-        build_definitions(settings).get_repository_def()
+        build_definitions_().get_repository_def()
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         print(f"nodes: {args.nodes}, state file: {size_mb:.1f} MB")
@@ -152,7 +158,7 @@ def main() -> None:
                 gc.disable()
                 try:
                     t0 = time.perf_counter()
-                    build_definitions(settings).get_repository_def()
+                    build_definitions_().get_repository_def()
                     paused.append(time.perf_counter() - t0)
                 finally:
                     gc.enable()

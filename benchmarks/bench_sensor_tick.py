@@ -8,7 +8,7 @@ it (the run itself takes a minute or more on the local server; its time is print
 
 Then, as a code server would, it reads the workspace (``CoalesceWorkspace.fetch_workspace_data``), turns
 it into asset specs (``load_coalesce_asset_specs``), builds a volume check on every node (so the tick also
-computes the checks-only run request) and ``build_coalesce_run_sensor``, and evaluates one tick with
+computes the checks-only run request) and ``build_coalesce_polling_sensor`` with the product's hook, and evaluates one tick with
 ``dg.build_sensor_context`` against an on-disk Dagster instance, with a cursor whose high-water mark is
 just before that run. It prints the tick time, the materializations produced, the cost per node, and a
 breakdown: the Coalesce calls, building the report, the de-duplication lookups against the instance, the
@@ -39,18 +39,17 @@ from dagster._serdes import serialize_value  # noqa: E402
 
 from dw_dagster.checks import build_check_definitions  # noqa: E402
 from dw_dagster.checks.metrics import BusinessDay, MetricsFile, VolumeMonitoring  # noqa: E402
-from dw_dagster.coalesce.loader import load_coalesce_asset_specs, table_resolver  # noqa: E402
+from dw_dagster.coalesce.asset_index import CoalesceAssetIndex  # noqa: E402
+from dw_dagster.coalesce.cursor import CoalesceRunSensorCursor, EnvironmentCursor  # noqa: E402
 from dw_dagster.coalesce.models import CoalesceUserCredentials  # noqa: E402
 from dw_dagster.coalesce.resources import CoalesceWorkspace  # noqa: E402
+from dw_dagster.coalesce.run_report import build_coalesce_run_report  # noqa: E402
 from dw_dagster.coalesce.sensor_builder import (  # noqa: E402
-    CoalesceAssetIndex,
-    CoalesceRunSensorCursor,
-    EnvironmentCursor,
-    build_coalesce_run_report,
-    build_coalesce_run_sensor,
-    check_keys_for_assets,
+    build_coalesce_polling_sensor,
     unreported_asset_events,
 )
+from dw_dagster.coalesce.specs import load_coalesce_asset_specs, ref_resolver  # noqa: E402
+from dw_dagster.coalesce_runs import build_run_hook, check_keys_for_assets  # noqa: E402
 from dw_dagster.warehouse.ops import OpsSchema  # noqa: E402
 from dw_dagster.warehouse.resources import WarehouseResource  # noqa: E402
 from dw_local.world import (  # noqa: E402
@@ -173,16 +172,16 @@ def main() -> None:
                     "protocol": "http",
                 },
             )
-            sensor = build_coalesce_run_sensor(
+            sensor = build_coalesce_polling_sensor(
                 workspace=workspace,
                 asset_specs=specs,
-                business_day=BusinessDay(),
-                ops_schema=OpsSchema(DATABASE),
+                on_run_finished=build_run_hook(BusinessDay(), warehouse, OpsSchema(DATABASE)),
+                asset_selection=dg.AssetSelection.all_asset_checks(),
             )
             metrics = MetricsFile(volume=VolumeMonitoring(assets=["*"]))
             defs_s, defs = timed(
                 lambda: dg.Definitions.merge(
-                    build_check_definitions(metrics, specs, table_resolver(data), DATABASE),
+                    build_check_definitions(metrics, specs, ref_resolver(specs), DATABASE),
                     dg.Definitions(sensors=[sensor], resources={"snowflake": warehouse}),
                 )
             )

@@ -62,17 +62,15 @@ def coalesce() -> None:
 
 @coalesce.command("refresh")
 def coalesce_refresh() -> None:
-    """Fetch environments, nodes and jobs from the Coalesce API into the state file that loading reads."""
-    from dw_dagster.coalesce.state import refresh_state_file
-    from dw_dagster.settings import Settings
+    """Fetch environments, nodes and jobs from the Coalesce API into the state that loading reads (the
+    Dagster instance's definitions state, as `dg utils refresh-defs-state` keeps it)."""
+    import dagster as dg
 
-    settings = Settings.from_env()
-    data = refresh_state_file(settings)
-    nodes = sum(len(e.nodes) for e in data.environments)
-    click.echo(
-        f"wrote {settings.coalesce_state_file}: {len(data.environments)} environment(s), {nodes} nodes, "
-        f"{sum(len(e.jobs) for e in data.environments)} jobs"
-    )
+    from dw_dagster.project import refresh_coalesce_state
+
+    with dg.DagsterInstance.get() as instance:
+        for component in refresh_coalesce_state(instance):
+            click.echo(f"refreshed {component.defs_state_config.key}")
 
 
 def _load_plugins() -> None:

@@ -19,20 +19,21 @@ class Operations:
         from dw_dagster.context.models import load_context_file
         from dw_dagster.incidents.store import IncidentStore
         from dw_dagster.notifications.resources import slack_from_env
-        from dw_dagster.settings import Settings
+        from dw_dagster.project import operations_component
         from dw_dagster.warehouse.ops import OpsSchema
         from dw_dagster.warehouse.resources import warehouse_from_env
 
-        settings = Settings.from_env()
-        if not settings.database or not settings.context_file:
+        # The settings the code location loads with (dw_dagster/defs/operations/defs.yaml).
+        settings = operations_component()
+        self.warehouse = warehouse_from_env()
+        if not self.warehouse.database or not settings.context_file:
             raise click.ClickException(
                 "SNOWFLAKE_DATABASE and DW_CONTEXT_FILE must be set: approvals live in the warehouse's ops "
                 "schema and approvers come from the context file"
             )
         metrics = load_metrics_file(settings.metrics_file) if settings.metrics_file else MetricsFile()
         self.context = load_context_file(settings.context_file)
-        self.warehouse = warehouse_from_env()
-        self.ops = OpsSchema(settings.database, metrics.ops_schema)
+        self.ops = OpsSchema(self.warehouse.database, metrics.ops_schema)
         self.store = IncidentStore(self.warehouse, self.ops)
         self.slack = slack_from_env()
         self._instance: dg.DagsterInstance | None = None

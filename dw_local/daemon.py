@@ -17,23 +17,25 @@ from pathlib import Path
 import dagster as dg
 from dagster._core.definitions.job_base import InMemoryJob
 from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
+from dagster._core.definitions.run_request import InstigatorType
 from dagster._core.events import DagsterEvent, DagsterEventType
 from dagster._core.execution.api import execute_run_iterator
 from dagster._core.remote_origin import (
     ManagedGrpcPythonEnvCodeLocationOrigin,
+    RemoteInstigatorOrigin,
     RemoteJobOrigin,
     RemoteRepositoryOrigin,
 )
 from dagster._core.run_coordinator import SubmitRunContext
+from dagster._core.scheduler.instigation import InstigatorState, InstigatorStatus, SensorInstigatorData
 from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
 from dagster._core.storage.defs_state.base import set_defs_state_storage
-from dagster._core.storage.tags import RUN_KEY_TAG
+from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._utils.tags import TagConcurrencyLimitsCounter
 
-from dw_dagster.coalesce.state import refresh_state_file
 from dw_dagster.definitions import build_definitions
-from dw_dagster.settings import Settings
+from dw_dagster.project import operations_component, refresh_coalesce_state
 from dw_local.world import LocalWorld
 
 SENSOR_NAME = "coalesce_run_sensor"
@@ -80,16 +82,21 @@ class TickOutcome:
         return [c for c in self.checks if c.passed is None]
 
 
-def _job_origin(job_name: str) -> RemoteJobOrigin:
-    """Where a queued run's job lives, as the sensor daemon records it for a run it submits: the code
-    location ``dagster dev`` (README's first command) loads, so its queue can launch the run too."""
+def _repository_origin() -> RemoteRepositoryOrigin:
+    """The code location ``dagster dev`` loads from ``workspace.yaml`` (location ``dw_dagster``), as the
+    daemons record it: runs this process queues can be launched by that queue, and sensor state written
+    here is the state its sensor daemon reads (both find it by location, repository and name)."""
     target = LoadableTargetOrigin(
         executable_path=sys.executable,
         module_name="dw_dagster.definitions",
         working_directory=str(REPO_DAGSTER_YAML.parent),
     )
     location = ManagedGrpcPythonEnvCodeLocationOrigin(target, location_name="dw_dagster")
-    return RemoteJobOrigin(RemoteRepositoryOrigin(location, SINGLETON_REPOSITORY_NAME), job_name)
+    return RemoteRepositoryOrigin(location, SINGLETON_REPOSITORY_NAME)
+
+
+def _job_origin(job_name: str) -> RemoteJobOrigin:
+    return RemoteJobOrigin(_repository_origin(), job_name)
 
 
 def dagster_home(root: Path) -> Path:
@@ -107,19 +114,64 @@ class LocalDaemon:
         os.environ.update({**lw.env(), **(env or {})})
         # execute_in_process logs every event at DEBUG to the console; keep warnings and worse.
         logging.getLogger("dagster").setLevel(logging.WARNING)
-        self.settings = Settings.from_env()
-        refresh_state_file(self.settings)
+        self.settings = operations_component()
         self.instance = dg.DagsterInstance.from_config(str(dagster_home(lw.root)))
+        # The Coalesce state lives in the instance, as `dw-dagster coalesce refresh` keeps it.
+        refresh_coalesce_state(self.instance)
         # Loading reads the "current" defs-state storage, which an instance entered and disposed earlier in
         # this process may have left behind: load against this instance's, as a code server would.
         with set_defs_state_storage(self.instance.defs_state_storage):
-            self.defs = build_definitions(self.settings)
+            self.defs = build_definitions()
             self.repo = self.defs.get_repository_def()
-        self._cursor_file = lw.root / "dagster_home" / f"{SENSOR_NAME}.cursor"
+
+    # -- sensor state, kept where the sensor daemon of `dagster dev` keeps it -----------------------
+
+    def _sensor_state(self, name: str) -> InstigatorState | None:
+        origin = RemoteInstigatorOrigin(_repository_origin(), name)
+        return self.instance.get_instigator_state(origin.get_id(), origin.get_selector().get_id())
 
     @property
     def cursor(self) -> str | None:
-        return self._cursor_file.read_text() if self._cursor_file.exists() else None
+        state = self._sensor_state(SENSOR_NAME)
+        data = state.instigator_data if state is not None else None
+        return data.cursor if isinstance(data, SensorInstigatorData) else None
+
+    def _store_cursor(self, name: str, cursor: str) -> None:
+        """Keeps a sensor's cursor in the instance, in the row the sensor daemon reads and writes: a
+        restart, or `dagster dev` taking over from this process, resumes from it."""
+        state = self._sensor_state(name)
+        sensor = self.repo.get_sensor_def(name)
+        data = state.instigator_data if state is not None else None
+        previous = data if isinstance(data, SensorInstigatorData) else SensorInstigatorData()
+        updated = SensorInstigatorData(
+            last_tick_timestamp=previous.last_tick_timestamp,
+            last_run_key=previous.last_run_key,
+            min_interval=sensor.minimum_interval_seconds,
+            cursor=cursor,
+            last_tick_start_timestamp=previous.last_tick_start_timestamp,
+            sensor_type=sensor.sensor_type,
+            last_sensor_start_timestamp=previous.last_sensor_start_timestamp,
+            last_tick_success_timestamp=previous.last_tick_success_timestamp,
+        )
+        if state is None:
+            origin = RemoteInstigatorOrigin(_repository_origin(), name)
+            self.instance.add_instigator_state(
+                InstigatorState(origin, InstigatorType.SENSOR, InstigatorStatus.DECLARED_IN_CODE, updated)
+            )
+        else:
+            self.instance.update_instigator_state(state.with_data(updated))
+
+    def _already_requested(self, sensor: str, request: dg.RunRequest) -> bool:
+        """As the sensor daemon: a run request whose run key already has a run launches nothing."""
+        if request.run_key is None:
+            return False
+        runs_filter = dg.RunsFilter(tags={SENSOR_NAME_TAG: sensor, RUN_KEY_TAG: request.run_key})
+        return bool(self.instance.get_runs(runs_filter, limit=1))
+
+    @staticmethod
+    def _run_tags(sensor: str, request: dg.RunRequest) -> dict[str, str]:
+        keyed = {RUN_KEY_TAG: request.run_key} if request.run_key else {}
+        return {**request.tags, SENSOR_NAME_TAG: sensor, **keyed}
 
     def tick(self) -> TickOutcome:
         """One tick of the run sensor (and its checks runs), then one of the incident sensor (and its
@@ -127,7 +179,7 @@ class LocalDaemon:
         iteration of the run queue, as the daemon would run them one after the other."""
         outcome = self._tick_run_sensor()
         outcome.diagnoses = self._tick_incident_sensor()
-        if REMEDIATION_SENSOR in {s.name for s in self.defs.sensors or []}:
+        if self.repo.has_sensor_def(REMEDIATION_SENSOR):
             outcome.submitted = self._tick_remediation_sensors()
             outcome.launched = self.dequeue()
         return outcome
@@ -148,19 +200,21 @@ class LocalDaemon:
         """Runs the remediation sensors; each run request is created and submitted to the instance's run
         coordinator (QUEUED), as the sensor daemon does."""
         submitted = []
-        sensor = self.defs.get_sensor_def(REMEDIATION_SENSOR)
-        job = self.defs.get_job_def(sensor.job_name)
+        sensor = self.repo.get_sensor_def(REMEDIATION_SENSOR)
+        job = self.repo.get_job(sensor.job_name)
         for request in self._run_requests(sensor):
+            if self._already_requested(REMEDIATION_SENSOR, request):
+                continue
             run = self.instance.create_run_for_job(
                 job,
                 run_config=request.run_config or REMEDIATION_RUN_CONFIG,
-                tags={**request.tags, RUN_KEY_TAG: request.run_key},
+                tags=self._run_tags(REMEDIATION_SENSOR, request),
                 remote_job_origin=_job_origin(job.name),
             )
             self.instance.run_coordinator.submit_run(SubmitRunContext(run, workspace=None))  # type: ignore[arg-type]
             submitted.append(run.run_id)
         with self._sensor_context() as context:
-            self.defs.get_sensor_def(EXPIRY_SENSOR)(context)
+            self.repo.get_sensor_def(EXPIRY_SENSOR)(context)
         return submitted
 
     def dequeue(self) -> list[dg.DagsterRunStatus]:
@@ -179,7 +233,7 @@ class LocalDaemon:
                 DagsterEvent(event_type_value=DagsterEventType.RUN_STARTING.value, job_name=run.job_name),
                 run.run_id,
             )
-            job = self.defs.get_job_def(run.job_name)
+            job = self.repo.get_job(run.job_name)
             for _ in execute_run_iterator(
                 InMemoryJob(job), self.instance.get_run_by_id(run.run_id), self.instance
             ):
@@ -188,17 +242,21 @@ class LocalDaemon:
         return ended
 
     def _tick_incident_sensor(self) -> list[dg.ExecuteInProcessResult]:
-        sensor = self.defs.get_sensor_def(INCIDENT_SENSOR)
-        job = self.defs.get_job_def(sensor.job_name)
+        sensor = self.repo.get_sensor_def(INCIDENT_SENSOR)
+        job = self.repo.get_job(sensor.job_name)
         return [
             job.execute_in_process(
-                instance=self.instance, tags=r.tags, raise_on_error=False, run_config=QUIET
+                instance=self.instance,
+                tags=self._run_tags(INCIDENT_SENSOR, r),
+                raise_on_error=False,
+                run_config=QUIET,
             )
             for r in self._run_requests(sensor)
+            if not self._already_requested(INCIDENT_SENSOR, r)
         ]
 
     def _tick_run_sensor(self) -> TickOutcome:
-        sensor = self.defs.get_sensor_def(SENSOR_NAME)
+        sensor = self.repo.get_sensor_def(SENSOR_NAME)
         with self._sensor_context(cursor=self.cursor) as context:
             result = sensor(context)
         outcome = TickOutcome()
@@ -207,21 +265,23 @@ class LocalDaemon:
                 self.instance.report_runless_asset_event(event)
                 outcome.events += 1
             if result.cursor is not None:
-                self._cursor_file.write_text(result.cursor)
+                self._store_cursor(SENSOR_NAME, result.cursor)
             if result.skip_reason is not None:
                 outcome.skip_reason = result.skip_reason.skip_message
             for request in result.run_requests or []:
+                if self._already_requested(SENSOR_NAME, request):
+                    continue
                 outcome.runs_requested += 1
                 outcome.checks.extend(self._execute_checks(request))
         return outcome
 
     def _execute_checks(self, request: dg.RunRequest) -> list[CheckOutcome]:
-        job = self.defs.get_implicit_global_asset_job_def().get_subset(
+        job = self.repo.get_implicit_global_asset_job_def().get_subset(
             asset_selection=set(), asset_check_selection=set(request.asset_check_keys or [])
         )
         result = job.execute_in_process(
             instance=self.instance,
-            tags=request.tags,
+            tags=self._run_tags(SENSOR_NAME, request),
             raise_on_error=False,
             run_config=QUIET,
         )

@@ -8,11 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 from pathlib import Path
-
-# The connector otherwise probes cloud metadata endpoints and stalls about one connect in 18.
-os.environ.setdefault("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
 
 
 def _fail_fast_on_unsupported_sql() -> None:

@@ -20,13 +20,11 @@ from typing import Any
 
 import httpx
 
-# Every process that connects to Snowflake sets this: otherwise about one connect in 18 stalls 5 s
-# probing cloud metadata endpoints.
-os.environ.setdefault("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
-
 DISTRIBUTOR_DIR = Path(__file__).parent / "worlds" / "distributor"
 # The local servers accept any credentials; these values are not secrets.
 LOCAL_COALESCE_TOKEN = "local-coalesce-token"
+# The organization of the simulator's project (a project file's `project.orgID`, "1" unless it says).
+LOCAL_COALESCE_ORG_ID = "1"
 LOCAL_SLACK_TOKEN = "xoxb-local-slack-token"
 LOCAL_SNOWFLAKE_USER = "DW_DAGSTER"
 LOCAL_SNOWFLAKE_PASSWORD = "local"
@@ -68,6 +66,10 @@ class SnowflakeTarget:
 
     def connect(self, database: str | None = LOCAL_DATABASE, schema: str | None = None, **kwargs: Any):
         import snowflake.connector
+
+        # Read by the connector at connect: without it, about one connect in 18 stalls 5 s probing cloud
+        # metadata endpoints. Set when connecting, not when this module is imported.
+        os.environ.setdefault("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
 
         conn = snowflake.connector.connect(
             user=self.user,
@@ -143,6 +145,7 @@ class LocalWorld:
             "COALESCE_BASE_URL": self.coalesce_url,
             "COALESCE_API_TOKEN": LOCAL_COALESCE_TOKEN,
             "COALESCE_ENVIRONMENT_IDS": "2",
+            "COALESCE_ORG_ID": LOCAL_COALESCE_ORG_ID,
             "SNOWFLAKE_ACCOUNT": "fakesnow",
             "SNOWFLAKE_USER": LOCAL_SNOWFLAKE_USER,
             "SNOWFLAKE_PASSWORD": LOCAL_SNOWFLAKE_PASSWORD,
@@ -152,10 +155,11 @@ class LocalWorld:
             "SNOWFLAKE_HOST": "127.0.0.1",
             "SNOWFLAKE_PORT": str(self.ports.snowflake),
             "SNOWFLAKE_PROTOCOL": "http",
+            # Every process that connects to Snowflake sets this: otherwise about one connect in 18 stalls
+            # 5 s probing cloud metadata endpoints.
             "SNOWFLAKE_DISABLE_PLATFORM_DETECTION": "true",
             "SLACK_BOT_TOKEN": LOCAL_SLACK_TOKEN,
             "SLACK_BASE_URL": f"{self.slack_url}/api/",
-            "DW_STATE_DIR": str(self.root / "state"),
             "DW_CONTEXT_FILE": str(DISTRIBUTOR_DIR / "context.yaml"),
             "DW_METRICS_FILE": str(DISTRIBUTOR_DIR / "metrics.yaml"),
         }

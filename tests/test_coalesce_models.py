@@ -1,4 +1,4 @@
-"""The Coalesce models against the shapes of shared/reference/coalesce-api.md: no network."""
+"""The Coalesce models against the shapes docs/coalesce-api.md records: no network."""
 
 import json
 from datetime import UTC, datetime
@@ -6,32 +6,33 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from dw_dagster.coalesce.models import (
+from dw_dagster.coalesce.errors import (
     CoalesceAPIError,
+    CoalesceResponseError,
+    CoalesceRunTimeoutError,
+    parse_response,
+)
+from dw_dagster.coalesce.models import (
     CoalesceCancelRunRequest,
     CoalesceEnvironment,
-    CoalesceEnvironmentData,
     CoalesceJob,
     CoalesceNode,
     CoalesceNodeSummary,
     CoalescePage,
     CoalesceRerunDetails,
     CoalesceRerunRequest,
-    CoalesceResponseError,
     CoalesceRun,
     CoalesceRunResults,
     CoalesceRunStatus,
     CoalesceRunStatusResponse,
     CoalesceRunSummary,
-    CoalesceRunTimeoutError,
     CoalesceRunType,
     CoalesceStartRunDetails,
     CoalesceStartRunRequest,
     CoalesceStartRunResponse,
     CoalesceUserCredentials,
-    CoalesceWorkspaceData,
-    parse_response,
 )
+from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
 
 FCT_ID = "5d0b8c84-6f5e-5b4c-9d47-000000000001"
 STG_ID = "5d0b8c84-6f5e-5b4c-9d47-000000000002"
@@ -88,10 +89,13 @@ FULL_NODE = {
             {
                 "name": "NO_NEGATIVE_ONHAND",
                 "description": "On-hand is never negative.",
-                "templateString": "SELECT * FROM {{ ref('INVENTORY', 'FCT_INVENTORY_POSITION') }} WHERE 1=0",
+                "continueOnFailure": False,
                 "runOrder": "After",
+                "templateString": "SELECT * FROM {{ ref('INVENTORY', 'FCT_INVENTORY_POSITION') }} WHERE 1=0",
+                "testCategory": "custom",
             }
         ],
+        "enabledColumnTestIDs": ["unique", "notNull"],
     },
 }
 
@@ -189,7 +193,10 @@ def test_full_node_reads_lineage_mapping_and_tests_and_dumps_the_wire_shape() ->
     assert mapping.custom_sql and mapping.custom_sql.custom_sql == ""
     test = node.metadata.applied_node_tests[0]
     assert test.name == "NO_NEGATIVE_ONHAND" and test.template_string.startswith("SELECT * FROM {{ ref(")
-    assert test.model_extra == {"runOrder": "After"}
+    assert test.run_order == "After" and test.continue_on_failure is False
+    # A field this client does not know is kept, not refused.
+    assert test.model_extra == {"testCategory": "custom"}
+    assert node.metadata.column_tests(column) == {"unique", "notNull"}
     # Dumping gives back the API's own names and keeps what was not declared.
     assert json.loads(node.model_dump_json()) == FULL_NODE
 
@@ -400,8 +407,8 @@ def test_start_run_request_sends_ids_as_strings() -> None:
 def test_rerun_and_cancel_request_bodies() -> None:
     rerun = CoalesceRerunRequest(run_details=CoalesceRerunDetails(run_id=42), user_credentials=credentials())
     assert rerun.to_request_body()["runDetails"] == {"runID": "42"}
-    cancel = CoalesceCancelRunRequest(run_id=42, environment_id=2)
-    assert cancel.to_request_body() == {"runID": 42, "environmentID": "2"}
+    cancel = CoalesceCancelRunRequest(run_id=42, environment_id=2, org_id="7")
+    assert cancel.to_request_body() == {"runID": 42, "environmentID": "2", "orgID": "7"}
 
 
 def test_workspace_data_round_trips_through_json() -> None:
@@ -419,7 +426,7 @@ def test_workspace_data_round_trips_through_json() -> None:
     restored = CoalesceWorkspaceData.model_validate_json(data.model_dump_json())
     assert restored == data
     node_test = restored.environments[0].nodes[0].metadata.applied_node_tests[0]
-    assert node_test.model_extra == {"runOrder": "After"}
+    assert node_test.model_extra == {"testCategory": "custom"}
     assert restored.model_dump_json() == data.model_dump_json()
 
 

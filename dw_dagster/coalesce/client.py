@@ -1,7 +1,7 @@
 """A client for Coalesce's REST API (``/api/v1``) and scheduler (``/scheduler``).
 
-The contract is ``shared/reference/coalesce-api.md``. Every response is validated into the models of
-:mod:`dw_dagster.coalesce.models`; every failure is a :class:`~dw_dagster.coalesce.models.CoalesceError`
+What it relies on is written down in ``docs/coalesce-api.md``. Every response is validated into the models of
+:mod:`dw_dagster.coalesce.models`; every failure is a :class:`~dw_dagster.coalesce.errors.CoalesceError`
 that names the endpoint.
 """
 
@@ -16,11 +16,16 @@ import httpx
 from dagster import get_dagster_logger
 from pydantic import BaseModel
 
+from dw_dagster.coalesce.errors import (
+    CoalesceAPIError,
+    CoalesceConnectionError,
+    CoalesceResponseError,
+    CoalesceRunTimeoutError,
+    parse_response,
+)
 from dw_dagster.coalesce.models import (
     COALESCE_DEFAULT_BASE_URL,
-    CoalesceAPIError,
     CoalesceCancelRunRequest,
-    CoalesceConnectionError,
     CoalesceEnvironment,
     CoalesceErrorBody,
     CoalesceJob,
@@ -29,19 +34,16 @@ from dw_dagster.coalesce.models import (
     CoalescePage,
     CoalesceRerunDetails,
     CoalesceRerunRequest,
-    CoalesceResponseError,
     CoalesceRun,
     CoalesceRunResults,
     CoalesceRunStatus,
     CoalesceRunStatusResponse,
     CoalesceRunSummary,
-    CoalesceRunTimeoutError,
     CoalesceRunType,
     CoalesceStartRunDetails,
     CoalesceStartRunRequest,
     CoalesceStartRunResponse,
     CoalesceUserCredentials,
-    parse_response,
 )
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -53,9 +55,9 @@ NOT_PROCESSED_STATUSES = frozenset({429, 503})
 
 DEFAULT_POLL_INTERVAL = 5.0
 DEFAULT_POLL_TIMEOUT = 3600.0
-# The list-nodes page size: the API accepts 1-500.
+# The list-nodes and list-jobs page size: the API accepts 1-500.
 DEFAULT_NODES_PAGE_SIZE = 100
-DEFAULT_MAX_JOB_PROBE = 100
+DEFAULT_JOBS_PAGE_SIZE = 100
 
 
 def _segment(value: str | int) -> str:
@@ -299,25 +301,23 @@ class CoalesceClient:
             f"/api/v1/environments/{_segment(environment_id)}/jobs/{_segment(job_id)}",
         )
 
-    def list_jobs(self, environment_id: str, max_probe: int = DEFAULT_MAX_JOB_PROBE) -> list[CoalesceJob]:
-        """The jobs of an environment.
+    def list_jobs(
+        self, environment_id: str, limit: int = DEFAULT_JOBS_PAGE_SIZE, order_by: str = "id"
+    ) -> list[CoalesceJob]:
+        """The jobs of an environment (``GET /api/v1/environments/{id}/jobs``), every page followed.
 
-        Coalesce has no endpoint listing an environment's jobs: this asks for job 1, 2, 3... and stops
-        at the first id that answers 404, or after ``max_probe`` ids.
+        Args:
+            environment_id (str): The Coalesce environment ID.
+            limit (int): Jobs per page (1-500).
+            order_by (str): The field pages are ordered by; kept the same across pages.
         """
-        jobs = []
-        for job_id in range(1, max_probe + 1):
-            try:
-                jobs.append(self.get_job(environment_id, job_id))
-            except CoalesceAPIError as e:
-                if e.status != 404:
-                    raise
-                return jobs
-        self._log.warning(
-            f"Stopped probing the jobs of Coalesce environment {environment_id} at id {max_probe}; "
-            "raise max_probe to look further."
+        return list(
+            self._paginate(
+                CoalesceJob,
+                f"/api/v1/environments/{_segment(environment_id)}/jobs",
+                {"limit": limit, "orderBy": order_by},
+            )
         )
-        return jobs
 
     # ------------------
     # Runs
@@ -458,8 +458,15 @@ class CoalesceClient:
         self._log.info(f"Started Coalesce run {run_counter}, a rerun of run {run_id}.")
         return run_counter
 
-    def cancel_run(self, run_id: int, environment_id: str) -> None:
-        request = CoalesceCancelRunRequest(run_id=run_id, environment_id=environment_id)
+    def cancel_run(self, run_id: int, environment_id: str, org_id: str) -> None:
+        """Cancels a run that has not finished. Coalesce wants the organization's id (``orgID``) too:
+        it is in the Coalesce app's settings and in ``~/.coa/config``."""
+        if not org_id or not str(org_id).strip():
+            raise ValueError(
+                f"Cancelling Coalesce run {run_id} needs the organization id (orgID): set org_id on the "
+                "workspace (for example from COALESCE_ORG_ID)."
+            )
+        request = CoalesceCancelRunRequest(run_id=run_id, environment_id=environment_id, org_id=org_id)
         self._request("POST", "/scheduler/cancelRun", body=request.to_request_body())
         self._log.info(f"Canceled Coalesce run {run_id}.")
 

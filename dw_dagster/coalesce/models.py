@@ -1,15 +1,14 @@
-"""Pydantic models of the Coalesce API's requests and responses, and the client's errors.
+"""Pydantic models of the Coalesce API's requests and responses.
 
-The shapes follow ``shared/reference/coalesce-api.md``. Attributes are snake_case; the wire names are
+The shapes follow Coalesce's published API, as ``docs/coalesce-api.md`` records what this client relies on. Attributes are snake_case; the wire names are
 their aliases (``environment_id`` <-> ``environmentID``, ``override_sql`` <-> ``overrideSQL``), used both
 to read responses and to dump models, so ``model_dump_json()`` writes the API's own shape.
 
 Responses tolerate (and keep) fields this module does not declare, so a newer Coalesce does not break
 the client; a response that lacks a declared field or has one of the wrong type is rejected with a
-:class:`CoalesceResponseError` naming the endpoint and the field.
+:class:`~dw_dagster.coalesce.errors.CoalesceResponseError` naming the endpoint and the field.
 """
 
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Generic, Literal, TypeVar
@@ -21,13 +20,13 @@ from pydantic import (
     Field,
     FieldSerializationInfo,
     SecretStr,
-    ValidationError,
     field_serializer,
     model_validator,
 )
-from pydantic_core import ErrorDetails
 
 COALESCE_DEFAULT_BASE_URL = "https://app.coalescesoftware.io"
+# queryResults[].type of a test's result (node tests and column tests).
+SQL_TEST_TYPE = "sqlTest"
 
 # Serialization context under which secrets are written in clear: only for a request body.
 _REVEAL_SECRETS = "reveal_secrets"
@@ -80,112 +79,6 @@ class CoalesceRequestModel(BaseModel):
 
 
 # ------------------
-# Errors
-# ------------------
-
-
-class CoalesceError(Exception):
-    """Base class of the errors raised by the Coalesce client."""
-
-
-class CoalesceAPIError(CoalesceError):
-    """Coalesce answered with an error status; ``error_string`` and ``error_detail`` come from its body
-    ``{"error": {"errorString": ..., "errorDetail": ...}}``.
-    """
-
-    def __init__(
-        self,
-        status: int,
-        error_string: str,
-        error_detail: str | None,
-        endpoint: str,
-        retries: int = 0,
-    ):
-        self.status = status
-        self.error_string = error_string
-        self.error_detail = error_detail
-        self.endpoint = endpoint
-        self.retries = retries
-        message = f"Coalesce {endpoint} returned {status}: {error_string}"
-        if error_detail:
-            message += f" ({error_detail})"
-        if retries:
-            message += f"; gave up after {retries} retries"
-        super().__init__(message)
-
-
-class CoalesceConnectionError(CoalesceError):
-    """Coalesce could not be reached, or did not answer in time."""
-
-    def __init__(self, endpoint: str, reason: str, retries: int = 0):
-        self.endpoint = endpoint
-        self.reason = reason
-        self.retries = retries
-        message = f"Coalesce {endpoint} failed: {reason}"
-        if retries:
-            message += f"; gave up after {retries} retries"
-        super().__init__(message)
-
-
-class CoalesceResponseError(CoalesceError):
-    """A Coalesce response did not have the documented shape."""
-
-    def __init__(self, endpoint: str, problems: Sequence[str]):
-        self.endpoint = endpoint
-        self.problems = list(problems)
-        super().__init__(f"Malformed response from Coalesce {endpoint}: {'; '.join(self.problems)}")
-
-    @classmethod
-    def from_validation_error(cls, endpoint: str, error: ValidationError) -> "CoalesceResponseError":
-        return cls(endpoint, [_describe(e) for e in error.errors(include_url=False)])
-
-
-class CoalesceRunTimeoutError(CoalesceError):
-    """A Coalesce run did not reach a terminal status in time."""
-
-    def __init__(self, run_id: int, timeout: float, last_status: "CoalesceRunStatus | None"):
-        self.run_id = run_id
-        self.timeout = timeout
-        self.last_status = last_status
-        super().__init__(
-            f"Coalesce run {run_id} did not finish within {timeout:g} s "
-            f"(last status: {last_status.value if last_status else 'unknown'})"
-        )
-
-
-def _describe(error: ErrorDetails) -> str:
-    path = _format_loc(error["loc"])
-    if error["type"] == "missing":
-        return f"{path}: field required"
-    return f"{path}: {error['msg']} (got {_short_repr(error['input'])})"
-
-
-def _format_loc(loc: tuple[int | str, ...]) -> str:
-    path = ""
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else part)
-    return path or "<body>"
-
-
-def _short_repr(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
-
-
-ModelT = TypeVar("ModelT", bound=BaseModel)
-
-
-def parse_response(model: type[ModelT], payload: Any, endpoint: str) -> ModelT:
-    """Validates a decoded response body, raising a :class:`CoalesceResponseError` naming
-    ``endpoint`` (method and path) and each offending field.
-    """
-    try:
-        return model.model_validate(payload)
-    except ValidationError as e:
-        raise CoalesceResponseError.from_validation_error(endpoint, e) from e
-
-
-# ------------------
 # Responses
 # ------------------
 
@@ -210,6 +103,8 @@ class CoalescePage(CoalesceModel, Generic[ItemT]):
     data: list[ItemT]
     next: str | None = None
     limit: int | None = None
+    # The jobs listing also says how many there are in all.
+    total: int | None = None
 
 
 class CoalesceUser(CoalesceModel):
@@ -263,7 +158,8 @@ class CoalesceColumn(CoalesceModel):
     is_surrogate_key: bool = False
     primary_key: bool = False
     unique_key: bool = False
-    applied_column_tests: dict[str, Any] = {}
+    # Column tests (Null and Unique): test id -> enabled.
+    applied_column_tests: dict[str, bool] = {}
     # Column-level lineage.
     sources: list[CoalesceColumnSource] = []
 
@@ -295,14 +191,24 @@ class CoalesceNodeTest(CoalesceModel):
 
     name: str
     description: str | None = None
+    # Whether the run goes on when the test fails (the node is still not vouched for).
+    continue_on_failure: bool
+    # Before or after the node's build.
+    run_order: Literal["Before", "After"]
     # The test's SQL, with {{ ref(...) }} templates.
-    template_string: str = ""
+    template_string: str
 
 
 class CoalesceNodeMetadata(CoalesceModel):
     columns: list[CoalesceColumn] = []
     source_mapping: list[CoalesceSourceMapping] = []
     applied_node_tests: list[CoalesceNodeTest] = []
+    enabled_column_test_ids: list[str] = Field(default=[], alias="enabledColumnTestIDs")
+
+    def column_tests(self, column: CoalesceColumn) -> set[str]:
+        """The ids of the column tests enabled on ``column``: on in its map, or listed by the node."""
+        enabled = set(self.enabled_column_test_ids)
+        return {test for test, on in column.applied_column_tests.items() if on or test in enabled}
 
 
 class CoalesceNode(CoalesceNodeSummary):
@@ -388,6 +294,8 @@ class CoalesceRun(CoalesceRunSummary):
 
 class CoalesceQueryResult(CoalesceModel):
     name: str
+    # "sqlTest" for a node or column test's result; absent for the queries that build.
+    type: str | None = None
     sql: str | None = None
     status: str | None = None
     success: bool
@@ -401,14 +309,22 @@ class CoalesceQueryResult(CoalesceModel):
     warehouse: str | None = None
     error: CoalesceErrorInfo | None = None
 
+    @property
+    def is_test(self) -> bool:
+        return self.type == SQL_TEST_TYPE
+
 
 class CoalesceNodeResult(CoalesceModel):
     node_id: str
     name: str
     is_running: bool = False
     query_results: list[CoalesceQueryResult] = []
-    # complete | failed | canceled | running; seen only in third-party code.
+    # complete | failed | canceled | running: newer than the v6.2 description; used where present.
     run_state: str | None = None
+
+    @property
+    def test_results(self) -> list[CoalesceQueryResult]:
+        return [q for q in self.query_results if q.is_test]
 
 
 class CoalesceRunResults(CoalesceModel):
@@ -490,25 +406,5 @@ class CoalesceRerunRequest(CoalesceRequestModel):
 class CoalesceCancelRunRequest(CoalesceRequestModel):
     run_id: int
     environment_id: str
-    org_id: str | None = None
-
-
-# ------------------
-# Workspace snapshot
-# ------------------
-
-
-class CoalesceEnvironmentData(CoalesceModel):
-    environment: CoalesceEnvironment
-    nodes: list[CoalesceNode]
-    jobs: list[CoalesceJob]
-
-
-class CoalesceWorkspaceData(CoalesceModel):
-    """What :meth:`CoalesceWorkspace.fetch_workspace_data` read: each environment with its nodes (full
-    detail) and its jobs. Round-trips through ``model_dump_json`` / ``model_validate_json``.
-    """
-
-    base_url: str
-    fetched_at: UtcDatetime
-    environments: list[CoalesceEnvironmentData]
+    # Required by the scheduler (the Transform MCP server refuses to cancel without it).
+    org_id: str

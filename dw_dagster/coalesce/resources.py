@@ -4,18 +4,22 @@ import logging
 from datetime import UTC, datetime
 from functools import cached_property
 
-from dagster import Config, ConfigurableResource, get_dagster_logger
+from dagster import Config, ConfigurableResource, EnvVar, get_dagster_logger
 from dagster._utils.cached_method import cached_method
 from pydantic import Field
 
 from dw_dagster.coalesce.client import CoalesceClient
-from dw_dagster.coalesce.models import (
-    COALESCE_DEFAULT_BASE_URL,
-    CoalesceEnvironmentData,
-    CoalesceUserCredentials,
-    CoalesceWorkspaceData,
-)
-from dw_dagster.config import resolve_env_vars
+from dw_dagster.coalesce.models import COALESCE_DEFAULT_BASE_URL, CoalesceUserCredentials
+from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
+
+
+def _env_value(value: object, field: str) -> object:
+    if not isinstance(value, EnvVar):
+        return value
+    resolved = value.get_value()
+    if resolved is None:
+        raise ValueError(f"{field}: the environment variable {value.env_var_name} is not set")
+    return resolved
 
 
 class CoalesceCredentials(Config):
@@ -118,6 +122,15 @@ class CoalesceWorkspace(ConfigurableResource):
         default={},
         description="The Snowflake credentials to start runs with, by owner.",
     )
+    org_id: str | None = Field(
+        default=None,
+        description="The Coalesce organization id (orgID), which cancelling a run needs.",
+    )
+
+    @property
+    def unique_id(self) -> str:
+        """The host and environments: what the workspace's cached state is keyed by."""
+        return f"{self.base_url.rstrip('/')}|{','.join(self.environment_ids)}"
 
     @cached_property
     def _log(self) -> logging.Logger:
@@ -125,8 +138,13 @@ class CoalesceWorkspace(ConfigurableResource):
 
     @cached_method
     def get_client(self) -> CoalesceClient:
-        # A workspace handed to a sensor builder is not resolved by Dagster: resolve EnvVars here, so the
-        # token is the variable's value and never its name.
+        """The workspace's client, made once; see :meth:`new_client` for one to close after use."""
+        return self.new_client()
+
+    def new_client(self) -> CoalesceClient:
+        """A new client (a context manager) for this host and token. A workspace handed to a sensor builder
+        is not resolved by Dagster: its EnvVars are read here, so the token is the variable's value and
+        never its name."""
         resolved = self._resolved()
         return CoalesceClient(
             api_token=resolved.api_token,
@@ -139,7 +157,16 @@ class CoalesceWorkspace(ConfigurableResource):
 
     @cached_method
     def _resolved(self) -> "CoalesceWorkspace":
-        return resolve_env_vars(self)
+        """A copy with each ``EnvVar`` replaced by the variable's value, read now. Dagster does this for a
+        resource it initializes for a run; a sensor or a command uses the workspace directly, and Dagster's
+        own way (``process_config_and_initialize``) opens an ephemeral instance, a second or more per tick."""
+        credentials = {
+            owner: type(c)(**{name: _env_value(getattr(c, name), f"owner_credentials.{owner}.{name}")
+                              for name in type(c).model_fields})
+            for owner, c in self.owner_credentials.items()
+        }  # fmt: skip
+        fields = {name: _env_value(getattr(self, name), name) for name in type(self).model_fields}
+        return type(self)(**{**fields, "owner_credentials": credentials})
 
     def user_credentials_for(self, owner: str) -> CoalesceUserCredentials:
         """The credentials to start a run with on behalf of ``owner``."""
@@ -157,7 +184,7 @@ class CoalesceWorkspace(ConfigurableResource):
         client = self.get_client()
         fetched_at = datetime.now(UTC)
         environments = []
-        for environment_id in self.environment_ids:
+        for environment_id in self._resolved().environment_ids:
             environment = client.get_environment(environment_id)
             nodes = client.list_nodes(environment_id, detail=True)
             jobs = client.list_jobs(environment_id)
@@ -166,4 +193,6 @@ class CoalesceWorkspace(ConfigurableResource):
                 f"{len(nodes)} nodes, {len(jobs)} jobs."
             )
             environments.append(CoalesceEnvironmentData(environment=environment, nodes=nodes, jobs=jobs))
-        return CoalesceWorkspaceData(base_url=self.base_url, fetched_at=fetched_at, environments=environments)
+        return CoalesceWorkspaceData(
+            base_url=self._resolved().base_url, fetched_at=fetched_at, environments=environments
+        )

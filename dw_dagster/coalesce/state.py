@@ -1,79 +1,72 @@
-"""The Coalesce state file: the node graph cached on disk, so loading definitions never calls the API.
+"""The workspace state: what loading reads instead of calling the Coalesce API.
 
-``dw-dagster coalesce refresh`` (and ``dw-dagster world up``) writes it; the definitions loader reads it.
+:class:`CoalesceWorkspaceData` is the snapshot of the configured environments (nodes in full detail, jobs)
+that :class:`~dw_dagster.coalesce.component.CoalesceComponent` keeps in Dagster's definitions state
+(``dg utils refresh-defs-state`` or ``dw-dagster coalesce refresh`` writes it). It is a pydantic record
+rather than a serdes one so that a state that no longer validates is refused naming the field.
 """
 
 from __future__ import annotations
 
-import os
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pydantic
 
-from dw_dagster.coalesce.models import CoalesceWorkspaceData
-from dw_dagster.config import DwConfigError, describe_validation_error
-from dw_dagster.settings import Settings
+from dw_dagster.coalesce.errors import CoalesceStateError, describe_validation_errors
+from dw_dagster.coalesce.models import (
+    CoalesceEnvironment,
+    CoalesceJob,
+    CoalesceModel,
+    CoalesceNode,
+    UtcDatetime,
+)
 
-REFRESH_HINT = "run `dw-dagster coalesce refresh` (locally, `dw-dagster world up` does it)"
-
-
-class CoalesceStateError(DwConfigError):
-    """The state file is missing, unreadable, or was fetched from another Coalesce."""
-
-
-def write_state_file(path: Path, data: CoalesceWorkspaceData) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(data.model_dump_json())
-    # A reader (a code server starting) sees the old file or the new one, never half of one.
-    os.replace(tmp, path)
+REFRESH_HINT = "run `dw-dagster coalesce refresh` or `dg utils refresh-defs-state`"
 
 
-def read_state_text(path: Path) -> str:
-    try:
-        return path.read_text()
-    except FileNotFoundError as e:
-        raise CoalesceStateError(f"{path}: no Coalesce state file; {REFRESH_HINT}") from e
+class CoalesceEnvironmentData(CoalesceModel):
+    environment: CoalesceEnvironment
+    nodes: list[CoalesceNode]
+    jobs: list[CoalesceJob]
 
 
-def parse_state(path: Path, text: str, settings: Settings) -> CoalesceWorkspaceData:
-    try:
-        data = CoalesceWorkspaceData.model_validate_json(text)
-    except pydantic.ValidationError as e:
-        raise CoalesceStateError(f"{describe_validation_error(path, e)}\n{REFRESH_HINT}") from e
-    if data.base_url.rstrip("/") != settings.coalesce_base_url:
-        raise CoalesceStateError(
-            f"{path}: base_url: fetched from {data.base_url}, but COALESCE_BASE_URL is "
-            f"{settings.coalesce_base_url}; {REFRESH_HINT}"
-        )
-    wanted = set(settings.coalesce_environment_ids)
-    have = {e.environment.id for e in data.environments}
-    if wanted and not wanted <= have:
-        raise CoalesceStateError(
-            f"{path}: environments: holds {sorted(have)}, but COALESCE_ENVIRONMENT_IDS asks for "
-            f"{sorted(wanted)}; {REFRESH_HINT}"
-        )
-    return data
+class CoalesceWorkspaceData(CoalesceModel):
+    """What :meth:`CoalesceWorkspace.fetch_workspace_data` read: each environment with its nodes (full
+    detail) and its jobs. Round-trips through :meth:`serialize` / :meth:`parse`.
+    """
 
+    base_url: str
+    fetched_at: UtcDatetime
+    environments: list[CoalesceEnvironmentData]
 
-def state_age_hours(data: CoalesceWorkspaceData) -> float:
-    return (datetime.now(UTC) - data.fetched_at).total_seconds() / 3600
+    def serialize(self) -> str:
+        return self.model_dump_json()
 
+    @classmethod
+    def parse(cls, text: str, source: str) -> CoalesceWorkspaceData:
+        """Reads a serialized snapshot; ``source`` (where it came from) leads every problem reported."""
+        try:
+            return cls.model_validate_json(text)
+        except pydantic.ValidationError as e:
+            problems = "\n".join(f"{source}: {p}" for p in describe_validation_errors(e))
+            raise CoalesceStateError(f"{problems}\n{REFRESH_HINT}") from None
 
-def refresh_state_file(settings: Settings) -> CoalesceWorkspaceData:
-    from dw_dagster.coalesce.resources import CoalesceWorkspace
+    def check_matches(self, source: str, base_url: str, environment_ids: Sequence[str]) -> None:
+        """Refuses a snapshot taken from another Coalesce host, or lacking an environment asked for."""
+        if self.base_url.rstrip("/") != base_url.rstrip("/"):
+            raise CoalesceStateError(
+                f"{source}: base_url: fetched from {self.base_url}, but the workspace is {base_url}; "
+                f"{REFRESH_HINT}"
+            )
+        have = {e.environment.id for e in self.environments}
+        missing = sorted(set(environment_ids) - have)
+        if missing:
+            raise CoalesceStateError(
+                f"{source}: environments: holds {sorted(have)}, but the workspace asks for "
+                f"{sorted(environment_ids)}; {REFRESH_HINT}"
+            )
 
-    token = os.environ.get("COALESCE_API_TOKEN")
-    if not token:
-        raise DwConfigError("COALESCE_API_TOKEN: not set; expected the Coalesce access token (Deploy tab)")
-    if not settings.coalesce_environment_ids:
-        raise DwConfigError("COALESCE_ENVIRONMENT_IDS: not set; expected ids like '2' or '2,5'")
-    workspace = CoalesceWorkspace(
-        base_url=settings.coalesce_base_url,
-        api_token=token,
-        environment_ids=list(settings.coalesce_environment_ids),
-    )
-    data = workspace.fetch_workspace_data()
-    write_state_file(settings.coalesce_state_file, data)
-    return data
+    @property
+    def age_hours(self) -> float:
+        return (datetime.now(UTC) - self.fetched_at).total_seconds() / 3600

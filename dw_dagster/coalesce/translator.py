@@ -8,9 +8,13 @@ from typing import NamedTuple
 
 import dagster as dg
 
-from dw_dagster.coalesce.models import CoalesceEnvironment, CoalesceJob, CoalesceNode
+from dw_dagster.coalesce.metadata import CoalesceMetadataSet
+from dw_dagster.coalesce.models import CoalesceColumn, CoalesceEnvironment, CoalesceJob, CoalesceNode
 
 SOURCE_NODE_TYPE = "Source"
+# The ids of Coalesce's two built-in column tests, as appliedColumnTests names them.
+NOT_NULL_TEST = "notNull"
+UNIQUE_TEST = "unique"
 
 
 class CoalesceWorkspaceIndex(NamedTuple):
@@ -87,31 +91,36 @@ class DagsterCoalesceTranslator:
     def get_asset_spec(self, props: CoalesceNodeProps) -> dg.AssetSpec:
         node, env = props.node, props.environment
         parents = props.workspace.parents(node)
-        metadata: dict[str, object] = {
-            "dagster/table_name": props.table_name,
-            "dagster/column_schema": self._column_schema(node),
-            "coalesce/node_id": node.id,
-            "coalesce/node_type": node.node_type,
-            "coalesce/environment": dg.MetadataValue.json({"id": env.id, "name": env.name}),
-            "coalesce/selector": props.selector,
-            "coalesce/jobs": dg.MetadataValue.json([{"id": j.id, "name": j.name} for j in props.jobs]),
-        }
-        if node.materialization_type:
-            metadata["coalesce/materialization"] = node.materialization_type
-        lineage = self._column_lineage(props)
-        if lineage is not None:
-            metadata["dagster/column_lineage"] = lineage
         joins = [
             m.join.join_condition for m in node.metadata.source_mapping if m.join and m.join.join_condition
         ]
-        if joins:
-            metadata["coalesce/join"] = dg.MetadataValue.md(
-                "\n\n".join(f"```sql\n{j.strip()}\n```" for j in joins)
-            )
-        if node.metadata.applied_node_tests:
-            metadata["coalesce/node_tests"] = dg.MetadataValue.json(
-                [t.name for t in node.metadata.applied_node_tests]
-            )
+        lineage = self._column_lineage(props)
+        coalesce = CoalesceMetadataSet(
+            node_id=node.id,
+            node_name=node.name,
+            location=node.location_name,
+            node_type=node.node_type,
+            environment=dg.MetadataValue.json({"id": env.id, "name": env.name}),
+            selector=props.selector,
+            jobs=dg.MetadataValue.json([{"id": j.id, "name": j.name} for j in props.jobs]),
+            materialization=node.materialization_type,
+            join=dg.MetadataValue.md("\n\n".join(f"```sql\n{j.strip()}\n```" for j in joins))
+            if joins
+            else None,
+            node_tests=(
+                dg.MetadataValue.json([t.name for t in node.metadata.applied_node_tests])
+                if node.metadata.applied_node_tests
+                else None
+            ),
+            column_sources=column_sources_markdown(node, lineage),
+        )
+        metadata: dict[str, object] = {
+            "dagster/table_name": props.table_name,
+            "dagster/column_schema": self._column_schema(node),
+            **coalesce,
+        }
+        if lineage is not None:
+            metadata["dagster/column_lineage"] = lineage
         description = node.description or f"Coalesce {node.node_type} node {node.location_name}.{node.name}"
         return dg.AssetSpec(
             key=self._key(node, props.workspace),
@@ -124,6 +133,9 @@ class DagsterCoalesceTranslator:
         )
 
     def _column_schema(self, node: CoalesceNode) -> dg.TableSchema:
+        def tested(column: CoalesceColumn, test: str) -> bool:
+            return test in node.metadata.column_tests(column)
+
         return dg.TableSchema(
             columns=[
                 dg.TableColumn(
@@ -131,10 +143,8 @@ class DagsterCoalesceTranslator:
                     type=c.data_type,
                     description=c.description,
                     constraints=dg.TableColumnConstraints(
-                        nullable=c.nullable and not _test_enabled(c.applied_column_tests, "notNull"),
-                        unique=c.unique_key
-                        or c.primary_key
-                        or _test_enabled(c.applied_column_tests, "unique"),
+                        nullable=c.nullable and not tested(c, NOT_NULL_TEST),
+                        unique=c.unique_key or c.primary_key or tested(c, UNIQUE_TEST),
                     ),
                 )
                 for c in node.metadata.columns
@@ -159,11 +169,25 @@ class DagsterCoalesceTranslator:
         return dg.TableColumnLineage(deps_by_column=deps_by_column) if deps_by_column else None
 
 
-def _test_enabled(tests: Mapping[str, object], name: str) -> bool:
-    value = tests.get(name)
-    if isinstance(value, Mapping):
-        return bool(value.get("enabled", True))
-    return bool(value)
+def column_sources_markdown(
+    node: CoalesceNode, lineage: dg.TableColumnLineage | None
+) -> dg.MarkdownMetadataValue | None:
+    """Each column with the columns it is built from and its transform, as a markdown table: the
+    open-source UI renders it, while its column-lineage view (``dagster/column_lineage``) is Dagster+ only."""
+    if lineage is None:
+        return None
+    rows = ["| Column | Built from | Transform |", "| --- | --- | --- |"]
+    for column in node.metadata.columns:
+        deps = lineage.deps_by_column.get(column.name, [])
+        sources = ", ".join(f"`{d.asset_key.to_user_string()}`.`{d.column_name}`" for d in deps) or "-"
+        transform = f"`{_cell(column.transform)}`" if column.transform.strip() else "-"
+        rows.append(f"| `{column.name}` | {sources} | {transform} |")
+    return dg.MetadataValue.md("\n".join(rows))
+
+
+def _cell(text: str) -> str:
+    # A table cell is one line, and a pipe or backtick would end it.
+    return " ".join(text.split()).replace("|", "\\|").replace("`", "'")
 
 
 def _tag_value(value: str) -> str:

@@ -78,6 +78,11 @@ class ContextSystem(FileModel):
         default_factory=list, description="Asset keys (e.g. Coalesce source nodes) that read this system."
     )
     reads: list[ConsumerRead] = Field(default_factory=list)
+    group: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_]+$",
+        description="The asset group shown in the UI; by default the first part of the key.",
+    )
 
     @field_validator("upstream", "feeds")
     @classmethod

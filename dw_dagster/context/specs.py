@@ -10,8 +10,6 @@ import dagster as dg
 from dw_dagster.config import DwConfigError
 from dw_dagster.context.models import ContextFile, ContextSystem
 
-CONTEXT_GROUP = "context"
-
 
 def team_owner(team_id: str) -> str:
     """Dagster owners are emails or ``team:<name>``."""
@@ -20,6 +18,12 @@ def team_owner(team_id: str) -> str:
 
 def key_from_path(path: str) -> dg.AssetKey:
     return dg.AssetKey(path.split("/"))
+
+
+def system_group(system: ContextSystem) -> str:
+    """A system's group in the UI: its own ``group``, else the first part of its key (the ERP, the
+    replication, the BI each get theirs, next to the Coalesce groups they feed or read)."""
+    return system.group or system.key.split("/")[0]
 
 
 def context_system_spec(system: ContextSystem, context: ContextFile) -> dg.AssetSpec:
@@ -37,7 +41,7 @@ def context_system_spec(system: ContextSystem, context: ContextFile) -> dg.Asset
         deps=[key_from_path(k) for k in system.upstream],
         owners=[team_owner(t) for t in system.owners],
         kinds={system.kind},
-        group_name=CONTEXT_GROUP,
+        group_name=system_group(system),
         metadata=metadata,
     )
 

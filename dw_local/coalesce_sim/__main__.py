@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
-
-# The connector otherwise probes cloud metadata endpoints and stalls about one connect in 18.
-os.environ.setdefault("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,5 +1,5 @@
 """The simulator's HTTP surface: Coalesce's REST API (``/api/v1``) and Scheduler (``/scheduler``) in the
-shapes of ``shared/reference/coalesce-api.md``, plus the simulator's own control endpoints (``/_sim``).
+shapes ``docs/coalesce-api.md`` records, plus the simulator's own control endpoints (``/_sim``).
 
 Every request carries ``Authorization: Bearer <token>``; every error answers Coalesce's error body.
 """
@@ -166,6 +166,19 @@ async def get_node(request: Request) -> Response:
     return JSONResponse(_sim(request).node(params["environmentID"], params["nodeID"]))
 
 
+async def list_jobs(request: Request) -> Response:
+    sim = _sim(request)
+    env_id = request.path_params["environmentID"]
+    sim.environment(env_id)
+    limit = _int_param(request, "limit", 100, 1, 500)
+    order_by = _choice_param(request, "orderBy", ("id", "name"), "id")
+    descending = _choice_param(request, "orderByDirection", ("asc", "desc"), "asc") == "desc"
+    key = (lambda j: (int(j.id), j.id)) if order_by == "id" else (lambda j: (j.name, j.id))
+    jobs = sorted(sim.project.file.jobs, key=key, reverse=descending)
+    chunk, next_cursor = page(jobs, lambda j: j.id, limit, request.query_params.get("startingFrom"))
+    return JSONResponse({"data": [j.to_api() for j in chunk], "next": next_cursor, "total": len(jobs)})
+
+
 async def get_job(request: Request) -> Response:
     job = _sim(request).job(request.path_params["environmentID"], request.path_params["jobID"])
     return JSONResponse(job.to_api())
@@ -249,7 +262,7 @@ async def rerun(request: Request) -> Response:
 
 async def cancel_run(request: Request) -> Response:
     body = await _body(request, CancelRunRequest)
-    _sim(request).cancel(body.runID, body.environmentID)
+    _sim(request).cancel(body.runID, body.environmentID, body.orgID)
     return Response(status_code=204)
 
 
@@ -334,6 +347,7 @@ ROUTES = [
     Route("/api/v1/environments/{environmentID}", get_environment),
     Route("/api/v1/environments/{environmentID}/nodes", list_nodes),
     Route("/api/v1/environments/{environmentID}/nodes/{nodeID}", get_node),
+    Route("/api/v1/environments/{environmentID}/jobs", list_jobs),
     Route("/api/v1/environments/{environmentID}/jobs/{jobID}", get_job),
     Route("/api/v1/runs", list_runs),
     Route("/api/v1/runs/{runID}", get_run),

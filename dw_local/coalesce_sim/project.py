@@ -57,6 +57,8 @@ class _FileModel(BaseModel):
 class ProjectInfo(_FileModel):
     id: DigitId
     name: Text
+    # The organization the project belongs to: cancelRun must name it (orgID).
+    orgID: Text = "1"
 
 
 class StorageLocation(_FileModel):
@@ -93,6 +95,8 @@ class NodeTestSpec(_FileModel):
     name: Text
     description: str = ""
     sql: Text
+    continueOnFailure: bool = False
+    runOrder: Literal["Before", "After"] = "After"
 
 
 class NodeSpec(_FileModel):
@@ -524,10 +528,17 @@ def node_detail(node: NodeSpec, env: EnvironmentSpec) -> dict[str, Any]:
                 }
             ],
             "appliedNodeTests": [
-                {"name": t.name, "description": t.description, "templateString": t.sql} for t in node.tests
+                {
+                    "name": t.name,
+                    "description": t.description,
+                    "continueOnFailure": t.continueOnFailure,
+                    "runOrder": t.runOrder,
+                    "templateString": t.sql,
+                }
+                for t in node.tests
             ],
             "cteString": "",
-            "enabledColumnTestIDs": [],
+            "enabledColumnTestIDs": sorted({test for c in node.columns for test in c.tests}),
         },
         "materializationType": node.materialization,
         "isMultisource": False,
@@ -585,6 +596,8 @@ class _ApiSourceMapping(_ApiModel):
 class _ApiNodeTest(_ApiModel):
     name: Text
     description: str | None = None
+    continueOnFailure: bool = False
+    runOrder: Literal["Before", "After"] = "After"
     templateString: Text
 
 
@@ -703,7 +716,13 @@ def parse_api_node(
         join=mapping.join.joinCondition,
         columns=columns,
         tests=[
-            NodeTestSpec(name=t.name, description=t.description or "", sql=t.templateString)
+            NodeTestSpec(
+                name=t.name,
+                description=t.description or "",
+                sql=t.templateString,
+                continueOnFailure=t.continueOnFailure,
+                runOrder=t.runOrder,
+            )
             for t in api.metadata.appliedNodeTests
         ],
     )

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import snowflake.connector
 
+from dw_dagster.coalesce.models import SQL_TEST_TYPE
 from dw_dagster.coalesce.sql import quote_identifier, resolve_refs, table_reference
 from dw_local.coalesce_sim.clock import SimClock, format_time
 from dw_local.coalesce_sim.faults import Faults
@@ -238,8 +239,11 @@ class RunExecutor:
         return ("failed", failure) if failure else ("complete", None)
 
     def _running(self, statement: Statement, warehouse: str | None) -> dict[str, Any]:
+        # Coalesce reports each test (node and column tests) as a query result of type sqlTest.
+        kind = {"type": SQL_TEST_TYPE} if statement.kind == "test" else {}
         return {
             "name": statement.name,
+            **kind,
             "sql": statement.sql,
             "status": "running",
             "success": False,

@@ -84,7 +84,7 @@ class RerunRequest(_Request):
 class CancelRunRequest(_Request):
     runID: StrictInt
     environmentID: StringId
-    orgID: StrictStr | None = None
+    orgID: StrictStr
 
 
 class ClockRequest(_Request):

@@ -267,6 +267,7 @@ class CoalesceSimulator:
                 "nodeID": r["nodeID"],
                 "name": r["name"],
                 "isRunning": r["state"] == "running",
+                "runState": r["state"],
                 "queryResults": r["queryResults"],
             }
             for r in self.store.node_results(run_id)
@@ -372,7 +373,9 @@ class CoalesceSimulator:
             rerun_of=original,
         )
 
-    def cancel(self, run_id: int, environment_id: str) -> None:
+    def cancel(self, run_id: int, environment_id: str, org_id: str) -> None:
+        if org_id != self.project.file.project.orgID:
+            raise ApiError(403, f"orgID: {org_id!r} is not the organization of this token")
         run = self.run(run_id)
         if run.environment_id != environment_id:
             raise ApiError(400, f"environmentID: run {run_id} is in environment {run.environment_id}")

@@ -1,36 +1,43 @@
-"""The asset graph of the distributor world: Coalesce nodes and the context systems, one connected graph."""
+"""The code location's asset graph, loaded from its components (dw_dagster/defs) over the local world:
+Coalesce nodes and the systems around them, one connected graph, on two worlds."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
 import networkx as nx
 import pytest
+from dagster._core.storage.defs_state.base import set_defs_state_storage
 
-from dw_dagster.coalesce.loader import load_coalesce_asset_specs
-from dw_dagster.coalesce.state import CoalesceStateError, refresh_state_file
+from dw_dagster.coalesce import CoalesceWorkspace
+from dw_dagster.coalesce.specs import load_coalesce_asset_specs
 from dw_dagster.coalesce.translator import DagsterCoalesceTranslator
+from dw_dagster.components import asset_specs_of
 from dw_dagster.config import DwConfigError
 from dw_dagster.definitions import build_definitions
-from dw_dagster.settings import Settings
-from dw_local.world import LocalWorld
+from dw_dagster.project import coalesce_components, refresh_coalesce_state
+from dw_local.world import LOCAL_COALESCE_TOKEN, LocalWorld
 
 REPO = Path(__file__).resolve().parents[2]
+ECOMMERCE = REPO / "dw_local" / "scenarios" / "worlds" / "ecommerce"
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    with LocalWorld(tmp_path_factory.mktemp("graph") / "local", services=("snowflake", "coalesce")) as lw:
-        env = lw.env()
-        old = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        refresh_state_file(Settings.from_env())
-        yield lw
+@contextmanager
+def environ(values: dict[str, str]) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -38,16 +45,77 @@ def world(tmp_path_factory):
                 os.environ[k] = v
 
 
+class Project:
+    """The code location against one running world, with its own Dagster instance (where the Coalesce
+    state lives, as `dw-dagster coalesce refresh` keeps it)."""
+
+    def __init__(self, lw: LocalWorld, home: Path, env: dict[str, str] | None = None):
+        self.lw = lw
+        self.env = {**lw.env(), **(env or {})}
+        self.instance = dg.DagsterInstance.from_config(str(home))
+        with environ(self.env):
+            refresh_coalesce_state(self.instance)
+
+    def load(self, **env: str) -> dg.Definitions:
+        with environ({**self.env, **env}), set_defs_state_storage(self.instance.defs_state_storage):
+            return build_definitions()
+
+    def specs(self, **env: str) -> dict[str, dg.AssetSpec]:
+        return {s.key.to_user_string(): s for s in asset_specs_of(self.load(**env))}
+
+    def state_key(self) -> str:
+        with environ(self.env):
+            (component,) = coalesce_components()
+        return component.defs_state_config.key
+
+    def write_state(self, edit) -> None:
+        """Replaces the stored Coalesce state with ``edit(state as JSON)``, as a new version."""
+        storage = self.instance.defs_state_storage
+        key = self.state_key()
+        path = Path(self.instance.root_directory) / "edited_state"
+        storage.download_state_to_path(key, storage.get_latest_version(key), path)
+        path.write_text(json.dumps(edit(json.loads(path.read_text()))))
+        version = f"edited-{datetime.now(UTC).timestamp()}"
+        storage.upload_state_from_path(key, version, path)
+
+
+def causes(error: BaseException) -> str:
+    """The message of an error and of every error it was raised from (Dagster names the component that
+    failed; the cause names the file and the field)."""
+    out = []
+    while error is not None:
+        out.append(str(error))
+        error = error.__cause__
+    return "\n".join(out)
+
+
+def _world(tmp_path_factory, name: str, **kwargs) -> Iterator[LocalWorld]:
+    with LocalWorld(
+        tmp_path_factory.mktemp(name) / "local", services=("snowflake", "coalesce"), **kwargs
+    ) as lw:
+        yield lw
+
+
 @pytest.fixture(scope="module")
-def specs(world) -> dict[str, dg.AssetSpec]:
-    defs = build_definitions(Settings.from_env())
-    # dw-dagster's own assets (incidents) stand apart from the pipeline's graph.
-    return {s.key.to_user_string(): s for s in defs.assets if s.group_name != "dw_operations"}
+def world(tmp_path_factory) -> Iterator[LocalWorld]:
+    yield from _world(tmp_path_factory, "graph")
+
+
+@pytest.fixture(scope="module")
+def project(world, tmp_path_factory) -> Project:
+    return Project(world, tmp_path_factory.mktemp("home"))
+
+
+@pytest.fixture(scope="module")
+def specs(project) -> dict[str, dg.AssetSpec]:
+    return project.specs()
 
 
 def _graph(specs: dict[str, dg.AssetSpec]) -> nx.DiGraph:
     g = nx.DiGraph()
     for key, spec in specs.items():
+        if spec.group_name == "dw_operations":
+            continue  # dw-dagster's own assets stand apart from the pipeline's graph
         g.add_node(key)
         for dep in spec.deps:
             g.add_edge(dep.asset_key.to_user_string(), key)
@@ -56,7 +124,7 @@ def _graph(specs: dict[str, dg.AssetSpec]) -> nx.DiGraph:
 
 def test_one_connected_graph_from_the_erp_table_to_the_liveboard(specs):
     g = _graph(specs)
-    assert set(g.nodes) == set(specs), "every dependency names a defined asset"
+    assert set(g.nodes) <= set(specs), "every dependency names a defined asset"
     assert nx.is_weakly_connected(g)
     chain = [
         "oracle_ebs/mtl_onhand_quantities_detail",
@@ -70,6 +138,16 @@ def test_one_connected_graph_from_the_erp_table_to_the_liveboard(specs):
     assert all(g.has_edge(a, b) for a, b in zip(chain, chain[1:], strict=False)), chain
     assert nx.has_path(g, "planning_ops/region_map_editor", "inventory/fct_inventory_position")
     assert nx.has_path(g, "inventory/dim_warehouse", "buyers/reorder_candidates_list")
+
+
+def test_the_systems_around_the_pipeline_sit_in_groups_of_their_own(specs):
+    groups = {key: spec.group_name for key, spec in specs.items()}
+    # The ERP, the replication, the BI and the people's lists: each its own group, none called "context".
+    assert groups["oracle_ebs/mtl_onhand_quantities_detail"] == "oracle_ebs"
+    assert groups["qlik_replicate/ebs_inventory_cdc"] == "qlik_replicate"
+    assert groups["thoughtspot/network_days_of_supply"] == "thoughtspot"
+    assert groups["planning_ops/region_map_editor"] == "planning_ops"
+    assert "context" not in set(groups.values())
 
 
 def test_fact_node_spec(specs):
@@ -91,6 +169,12 @@ def test_fact_node_spec(specs):
         ("stage/stg_onhand", "ONHAND_QTY")
     }
     assert {d.asset_key.to_user_string() for d in lineage["REGION"]} == {"inventory/dim_warehouse"}
+    # What the open-source UI shows of the same lineage: a table, one row per column.
+    table = md["coalesce/column_sources"].value.splitlines()
+    assert table[0] == "| Column | Built from | Transform |"
+    assert "| `ONHAND_QTY` | `stage/stg_onhand`.`ONHAND_QTY` | - |" in table
+    assert len(table) == 2 + len(columns)
+    assert fct.freshness_policy is not None  # from the metrics file: the job's schedule
 
 
 def test_sources_are_not_built_by_jobs_and_owners_follow_the_context_file(specs):
@@ -108,11 +192,13 @@ def test_a_subclassed_translator_keeps_the_graph_connected(world):
         def get_asset_key(self, node, environment):
             return super().get_asset_key(node, environment).with_prefix(environment.name.lower())
 
-    from dw_dagster.coalesce.state import parse_state, read_state_text
-
-    settings = Settings.from_env()
-    data = parse_state(settings.coalesce_state_file, read_state_text(settings.coalesce_state_file), settings)
-    specs = {s.key.to_user_string(): s for s in load_coalesce_asset_specs(data, Prefixed())}
+    workspace = CoalesceWorkspace(
+        base_url=world.coalesce_url, api_token=LOCAL_COALESCE_TOKEN, environment_ids=["2"]
+    )
+    specs = {
+        s.key.to_user_string(): s
+        for s in load_coalesce_asset_specs(workspace.fetch_workspace_data(), Prefixed())
+    }
     fct = specs["prod/inventory/fct_inventory_position"]
     assert {d.asset_key.to_user_string() for d in fct.deps} >= {
         "prod/stage/stg_onhand",
@@ -122,58 +208,63 @@ def test_a_subclassed_translator_keeps_the_graph_connected(world):
     assert lineage[0].asset_key.to_user_string() == "prod/stage/stg_onhand"
 
 
-def test_loading_never_calls_the_coalesce_api(world):
-    world.stop()  # every server down: loading reads the state file only
+def test_loading_never_calls_the_coalesce_api(project, world):
+    world.stop()  # every server down: loading reads the stored state only
     try:
-        defs = build_definitions(Settings.from_env())
-        assert any(s.key.to_user_string() == "inventory/fct_inventory_position" for s in defs.assets)
+        assert "inventory/fct_inventory_position" in project.specs()
     finally:
         world.start()
 
 
-def test_dagster_definitions_validate_passes(world):
-    env = {**os.environ, **world.env()}
+def test_dagster_definitions_validate_passes(project, world):
+    env = {**os.environ, **project.env, "DAGSTER_HOME": project.instance.root_directory}
     out = subprocess.run(
-        [sys.executable, "-m", "dagster", "definitions", "validate", "-m", "dw_dagster.definitions"],
+        [sys.executable, "-m", "dagster", "definitions", "validate", "-w", str(REPO / "workspace.yaml")],
         env=env, capture_output=True, text=True, cwd=REPO, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Validation successful" in out.stdout + out.stderr
 
 
-def test_missing_state_file_says_what_to_run(tmp_path):
-    settings = Settings.from_env({**os.environ, "DW_STATE_DIR": str(tmp_path)})
-    with pytest.raises(CoalesceStateError) as e:
-        build_definitions(settings)
-    assert str(tmp_path / "coalesce_workspace.json") in str(e.value)
-    assert "dw-dagster coalesce refresh" in str(e.value)
+def test_no_state_yet_says_what_to_run(project):
+    # Another host is another state key: nothing was fetched from it yet.
+    with pytest.raises(Exception) as e:
+        project.load(COALESCE_BASE_URL="https://app.eu.coalescesoftware.io")
+    msg = causes(e.value)
+    assert "no Coalesce assets loaded" in msg and "dw-dagster coalesce refresh" in msg
+    assert "CoalesceComponent[https://app.eu.coalescesoftware.io|2]" in msg
+    assert str(REPO / "dw_dagster" / "defs" / "coalesce" / "defs.yaml") in msg
 
 
-def test_broken_state_file_names_the_field(tmp_path, world):
-    settings = Settings.from_env()
-    data = json.loads(settings.coalesce_state_file.read_text())
-    data["environments"][0]["nodes"][3]["metadata"]["columns"][0]["dataType"] = ["not", "a", "type"]
-    del data["environments"][0]["nodes"][4]["name"]
-    broken = tmp_path / "coalesce_workspace.json"
-    broken.write_text(json.dumps(data))
-    with pytest.raises(CoalesceStateError) as e:
-        build_definitions(Settings.from_env({**os.environ, "DW_STATE_DIR": str(tmp_path)}))
-    msg = str(e.value)
-    assert "environments.0.nodes.3.metadata.columns.0.dataType" in msg
-    assert "environments.0.nodes.4.name" in msg
-    assert str(broken) in msg
+def test_broken_state_names_the_field(project):
+    def corrupt(data):
+        data["environments"][0]["nodes"][3]["metadata"]["columns"][0]["dataType"] = ["not", "a", "type"]
+        del data["environments"][0]["nodes"][4]["name"]
+        return data
+
+    good = project.instance.defs_state_storage.get_latest_version(project.state_key())
+    project.write_state(corrupt)
+    try:
+        with pytest.raises(Exception) as e:
+            project.load()
+        msg = causes(e.value)
+        assert "environments[0].nodes[3].metadata.columns[0].dataType" in msg
+        assert "environments[0].nodes[4].name: field required" in msg
+        assert f"Coalesce state {project.state_key()}" in msg and "dw-dagster coalesce refresh" in msg
+    finally:
+        project.instance.defs_state_storage.set_latest_version(project.state_key(), good)
 
 
-def test_state_from_another_coalesce_is_refused(world):
-    settings = Settings.from_env({**os.environ, "COALESCE_BASE_URL": "https://app.eu.coalescesoftware.io"})
-    with pytest.raises(CoalesceStateError, match="base_url"):
-        build_definitions(settings)
-
-
-def test_stale_state_loads_with_a_warning(world, caplog):
-    settings = Settings.from_env({**os.environ, "DW_STATE_MAX_AGE_HOURS": "0"})
-    build_definitions(settings)
-    assert "dw-dagster coalesce refresh" in caplog.text and "hours old" in caplog.text
+def test_stale_state_loads_with_a_warning(project, caplog):
+    good = project.instance.defs_state_storage.get_latest_version(project.state_key())
+    old = (datetime.now(UTC) - timedelta(hours=30)).isoformat()
+    project.write_state(lambda data: {**data, "fetchedAt": old})
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert "inventory/fct_inventory_position" in project.specs()
+        assert "30 hours old" in caplog.text and "dw-dagster coalesce refresh" in caplog.text
+    finally:
+        project.instance.defs_state_storage.set_latest_version(project.state_key(), good)
 
 
 @pytest.mark.parametrize(
@@ -183,6 +274,7 @@ def test_stale_state_loads_with_a_warning(world, caplog):
         (lambda c: c["systems"][5].update(feeds=["raw_ebs/no_such_table"]), "raw_ebs/no_such_table"),
         (lambda c: c["teams"]["buyers"].update(slack_channel="buyers"), "teams.buyers.slack_channel"),
         (lambda c: c["systems"][1].update(colour="red"), "systems.1.colour"),
+        (lambda c: c["systems"][1].update(group="ERP systems"), "systems.1.group"),
         (
             lambda c: c["systems"][7].update(upstream=["mart/mart_days_of_supplyy"]),
             "mart/mart_days_of_supplyy",
@@ -198,13 +290,41 @@ def test_stale_state_loads_with_a_warning(world, caplog):
         ),
     ],
 )
-def test_broken_context_file_names_the_field(tmp_path, world, edit, expected):
+def test_broken_context_file_names_the_field(tmp_path, project, edit, expected):
     import yaml
 
-    ctx = yaml.safe_load(Path(os.environ["DW_CONTEXT_FILE"]).read_text())
+    ctx = yaml.safe_load(Path(project.env["DW_CONTEXT_FILE"]).read_text())
     edit(ctx)
     path = tmp_path / "context.yaml"
     path.write_text(yaml.safe_dump(ctx))
-    with pytest.raises(DwConfigError) as e:
-        build_definitions(Settings.from_env({**os.environ, "DW_CONTEXT_FILE": str(path)}))
-    assert str(path) in str(e.value) and expected in str(e.value)
+    with pytest.raises(Exception) as e:
+        project.load(DW_CONTEXT_FILE=str(path))
+    # Dagster names the component that failed; the cause names the file and the field.
+    cause = e.value
+    while not isinstance(cause, DwConfigError) and cause.__cause__ is not None:
+        cause = cause.__cause__
+    assert isinstance(cause, DwConfigError), e.value
+    assert str(path) in str(cause) and expected in str(cause)
+
+
+@pytest.fixture(scope="module")
+def ecommerce(tmp_path_factory) -> Iterator[Project]:
+    for lw in _world(tmp_path_factory, "ecommerce", project_file=ECOMMERCE / "project.yaml"):
+        env = {
+            "DW_CONTEXT_FILE": str(ECOMMERCE / "context.yaml"),
+            "DW_METRICS_FILE": str(ECOMMERCE / "metrics.yaml"),
+        }
+        yield Project(lw, tmp_path_factory.mktemp("ecommerce_home"), env)
+
+
+def test_a_second_world_gets_its_own_graph_and_groups(ecommerce):
+    specs = ecommerce.specs()
+    g = _graph(specs)
+    assert nx.is_weakly_connected(g)
+    groups = {spec.group_name for key, spec in specs.items() if "coalesce/node_id" not in spec.metadata}
+    assert {"shopify", "fivetran", "looker", "marketing_ops"} <= groups and "context" not in groups
+    facts = [s for s in specs.values() if s.metadata.get("coalesce/node_type") == "Fact"]
+    assert facts and all(
+        f.metadata["coalesce/column_sources"].value.startswith("| Column | Built from | Transform |")
+        for f in facts
+    )

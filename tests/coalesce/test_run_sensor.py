@@ -1,4 +1,5 @@
-"""The Coalesce run sensor against the real simulator and the local Snowflake, over sockets.
+"""The Coalesce run sensor (the integration's polling sensor with the product's hook) against the real
+simulator and the local Snowflake, over sockets.
 
 Each test evaluates the sensor with ``dg.build_sensor_context`` on a real ``DagsterInstance`` and then
 stores the result's events as the daemon does (``report_runless_asset_event``), so the event log is the
@@ -24,19 +25,16 @@ import pytest
 
 from dw_dagster.checks.metrics import BusinessDay
 from dw_dagster.coalesce import CoalesceClient, CoalesceUserCredentials, CoalesceWorkspace
-from dw_dagster.coalesce.loader import load_coalesce_asset_specs
+from dw_dagster.coalesce.cursor import CoalesceRunSensorCursor, CoalesceRunSensorError, EnvironmentCursor
 from dw_dagster.coalesce.models import CoalesceRunStatus
-from dw_dagster.coalesce.sensor_builder import (
-    CoalesceRunSensorCursor,
-    CoalesceRunSensorError,
-    EnvironmentCursor,
-    build_coalesce_run_sensor,
-)
+from dw_dagster.coalesce.sensor_builder import build_coalesce_polling_sensor
+from dw_dagster.coalesce.specs import load_coalesce_asset_specs
+from dw_dagster.coalesce_runs import build_run_hook
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
+from dw_local.world import LOCAL_COALESCE_ORG_ID, LocalWorld, free_port
 from dw_local.world import LOCAL_COALESCE_TOKEN as TOKEN
-from dw_local.world import LocalWorld, free_port
 
 FIXTURE_PROJECT = Path(__file__).resolve().parent.parent / "fixtures" / "sim_project.yaml"
 ENV = "2"
@@ -191,11 +189,11 @@ def make_sensor(
 
     def make(url: str | None = None, start_now: bool = True, **options: Any) -> Sensor:
         ops = OpsSchema(DATABASE, f"OPS_{request.node.name.upper()[5:40]}")
-        sensor = build_coalesce_run_sensor(
+        sensor = build_coalesce_polling_sensor(
             workspace=workspace_for(url or world.coalesce_url),
             asset_specs=specs,
-            business_day=BUSINESS_DAY,
-            ops_schema=ops,
+            on_run_finished=build_run_hook(BUSINESS_DAY, warehouse, ops),
+            asset_selection=dg.AssetSelection.all_asset_checks(),
             **options,
         )
         defs = dg.Definitions(
@@ -362,7 +360,7 @@ def test_runs_finishing_out_of_order_are_each_reported_once(
     first = start(coalesce, 1)
     wait_until_running(coalesce, first)
     second = start(coalesce, 1)  # queued behind the first
-    coalesce.cancel_run(second, environment_id=ENV)  # ends before the first does
+    coalesce.cancel_run(second, environment_id=ENV, org_id=LOCAL_COALESCE_ORG_ID)  # ends before the first
     assert coalesce.get_run(second).run_status is CoalesceRunStatus.CANCELED
 
     result = sensor.tick()
@@ -468,9 +466,12 @@ def test_a_tick_killed_midway_stores_nothing_and_the_next_tick_redoes_it(
     fault = {"status": 429, "count": 1, "retryAfter": 5, "pathPrefix": f"/api/v1/runs/{completed}"}
     control(world, "POST", "/_sim/faults", fault)
 
+    killed_at: list[float] = []
+
     def kill_once_waiting() -> None:
         while control(world, "GET", "/_sim/faults")["http"] is not None:
             time.sleep(0.01)
+        killed_at.append(time.monotonic())
         os.kill(os.getpid(), signal.SIGUSR1)
 
     def on_kill(signum: int, frame: Any) -> None:
@@ -480,10 +481,10 @@ def test_a_tick_killed_midway_stores_nothing_and_the_next_tick_redoes_it(
     killer = threading.Thread(target=kill_once_waiting, daemon=True)
     try:
         killer.start()
-        started = time.monotonic()
         with pytest.raises(TickKilled):
             sensor.tick()
-        assert time.monotonic() - started < 4
+        # The kill came during the 5 s wait, not after it.
+        assert killed_at and time.monotonic() - killed_at[0] < 4
         killer.join(5)
     finally:
         signal.signal(signal.SIGUSR1, previous)

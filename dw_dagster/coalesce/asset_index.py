@@ -1,0 +1,41 @@
+"""Which asset each Coalesce node is, and the job names, read back from the specs' ``coalesce/*``
+metadata (what :class:`~dw_dagster.coalesce.translator.DagsterCoalesceTranslator` wrote)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import dagster as dg
+
+from dw_dagster.coalesce.metadata import coalesce_specs
+
+
+@dataclass(frozen=True)
+class CoalesceAssetIndex:
+    asset_keys: Mapping[tuple[str, str], dg.AssetKey]
+    """(environment id, node id) -> asset key."""
+    materialization_types: Mapping[dg.AssetKey, str | None]
+    job_names: Mapping[tuple[str, str], str]
+    """(environment id, job id) -> job name."""
+
+    @classmethod
+    def from_specs(cls, specs: Iterable[dg.AssetSpec]) -> CoalesceAssetIndex:
+        asset_keys: dict[tuple[str, str], dg.AssetKey] = {}
+        materialization_types: dict[dg.AssetKey, str | None] = {}
+        job_names: dict[tuple[str, str], str] = {}
+        for spec, meta in coalesce_specs(list(specs)):
+            env_id = meta.environment_id
+            if env_id is None or meta.node_id is None:
+                continue
+            asset_keys[(env_id, meta.node_id)] = spec.key
+            materialization_types[spec.key] = meta.materialization
+            for job_id, job_name in meta.job_refs:
+                job_names[(env_id, job_id)] = job_name
+        return cls(asset_keys=asset_keys, materialization_types=materialization_types, job_names=job_names)
+
+    def asset_key(self, environment_id: str, node_id: str) -> dg.AssetKey | None:
+        return self.asset_keys.get((environment_id, node_id))
+
+    def job_name(self, environment_id: str, job_id: str | None) -> str | None:
+        return None if job_id is None else self.job_names.get((environment_id, job_id))

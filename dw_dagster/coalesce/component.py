@@ -1,0 +1,244 @@
+"""``CoalesceComponent``: a Coalesce workspace as Dagster assets, declared in ``defs.yaml``.
+
+.. code-block:: yaml
+
+    # defs.yaml
+    type: dw_dagster.coalesce.CoalesceComponent
+    attributes:
+      workspace:
+        base_url: https://app.eu.coalescesoftware.io
+        environment_ids: ["2"]
+        api_token_env_var: COALESCE_API_TOKEN
+      create_sensor: true
+      materialize_jobs:
+        - job: inventory_nightly
+          run_as: {snowflake_username: TRANSFORM, snowflake_password_env_var: COALESCE_SNOWFLAKE_PASSWORD}
+
+Loading reads the state kept by ``dg utils refresh-defs-state`` (the node graph, never the API). Every node
+becomes an external asset; the nodes of a job named in ``materialize_jobs`` become one multi-asset that runs
+that job when materialized.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated, Any
+
+import dagster as dg
+import pydantic
+from dagster.components.component.state_backed_component import StateBackedComponent
+from dagster.components.utils.defs_state import DefsStateConfig, DefsStateConfigArgs, ResolvedDefsStateConfig
+from dagster.components.utils.translation import (
+    ComponentTranslator,
+    TranslationFn,
+    TranslationFnResolver,
+    create_component_translator_cls,
+)
+
+from dw_dagster.coalesce.job_assets import CoalesceJobAssets, CoalesceRunAs, build_job_assets
+from dw_dagster.coalesce.models import COALESCE_DEFAULT_BASE_URL
+from dw_dagster.coalesce.resources import CoalesceWorkspace
+from dw_dagster.coalesce.sensor_builder import build_coalesce_polling_sensor
+from dw_dagster.coalesce.specs import load_coalesce_asset_specs
+from dw_dagster.coalesce.state import REFRESH_HINT, CoalesceWorkspaceData
+from dw_dagster.coalesce.translator import CoalesceNodeProps, DagsterCoalesceTranslator
+
+logger = logging.getLogger(__name__)
+
+
+class CoalesceWorkspaceArgs(dg.Model, dg.Resolvable):
+    """How to reach the Coalesce workspace. The token is read from an environment variable at run time;
+    its value never appears in the component, the UI or the logs."""
+
+    # A template such as "{{ env.COALESCE_ENVIRONMENT_IDS }}" renders "2" as the number 2.
+    model_config = pydantic.ConfigDict(coerce_numbers_to_str=True)
+
+    base_url: str = pydantic.Field(
+        default=COALESCE_DEFAULT_BASE_URL,
+        description="The Coalesce host, e.g. https://app.eu.coalescesoftware.io for the EU region.",
+    )
+    environment_ids: list[str] | str = pydantic.Field(
+        default=[],
+        description="The environments to load, as a list or comma-separated ('2' or '2,5').",
+    )
+    api_token_env_var: str = pydantic.Field(
+        default="COALESCE_API_TOKEN",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="The environment variable holding the access token (Coalesce's Deploy tab).",
+    )
+    org_id: str | None = pydantic.Field(
+        default=None, description="The organization id (orgID), which cancelling a run needs."
+    )
+    request_timeout: float = pydantic.Field(default=30.0, gt=0)
+    request_max_retries: int = pydantic.Field(default=3, ge=0)
+    request_retry_delay: float = pydantic.Field(default=0.25, ge=0)
+
+    def ids(self) -> list[str]:
+        raw = (
+            self.environment_ids.split(",") if isinstance(self.environment_ids, str) else self.environment_ids
+        )
+        return [i.strip() for i in raw if i.strip()]
+
+    def to_workspace(self) -> CoalesceWorkspace:
+        return CoalesceWorkspace(
+            base_url=self.base_url.rstrip("/"),
+            api_token=dg.EnvVar(self.api_token_env_var),
+            environment_ids=self.ids(),
+            org_id=self.org_id or None,
+            request_timeout=self.request_timeout,
+            request_max_retries=self.request_max_retries,
+            request_retry_delay=self.request_retry_delay,
+        )
+
+
+def _resolve_workspace(context: dg.ResolutionContext, model: Any) -> CoalesceWorkspace:
+    resolved = context.resolve_value(model)
+    if isinstance(resolved, CoalesceWorkspace):
+        return resolved
+    return CoalesceWorkspaceArgs.resolve_from_model(context, model).to_workspace()
+
+
+class CoalesceRunAsArgs(dg.Model, dg.Resolvable):
+    """The Snowflake identity the runs Dagster starts use; the password is read from its variable."""
+
+    snowflake_username: str
+    snowflake_password_env_var: str = pydantic.Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    snowflake_warehouse: str | None = None
+    snowflake_role: str | None = None
+
+
+class CoalesceJobAssetsArgs(dg.Model, dg.Resolvable):
+    """A Coalesce job whose nodes are materialized from Dagster by running the job."""
+
+    job: str = pydantic.Field(description="The job's name in Coalesce.")
+    run_as: CoalesceRunAsArgs
+
+
+class CoalesceComponent(StateBackedComponent, dg.Model, dg.Resolvable):
+    """A Coalesce workspace's environments as Dagster assets, one per node, in one lineage graph.
+
+    Subclass it and override :meth:`get_asset_spec` to change keys, groups or metadata, or give a
+    ``translation`` in YAML.
+    """
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    workspace: Annotated[
+        CoalesceWorkspace,
+        dg.Resolver(
+            _resolve_workspace,
+            model_field_type=CoalesceWorkspaceArgs.model(),
+            description="The Coalesce host and environments.",
+            examples=[{"base_url": COALESCE_DEFAULT_BASE_URL, "environment_ids": ["2"]}],
+        ),
+    ]
+    translation: (
+        Annotated[
+            TranslationFn[CoalesceNodeProps],
+            TranslationFnResolver(template_vars_for_translation_fn=lambda props: {"node": props.node}),
+        ]
+        | None
+    ) = pydantic.Field(default=None, description="Attributes to set on the asset spec of each node.")
+    create_sensor: bool = pydantic.Field(
+        default=True,
+        description="Add a polling sensor that reports each finished Coalesce run as materializations and "
+        "observations.",
+    )
+    materialize_jobs: list[CoalesceJobAssetsArgs] = pydantic.Field(
+        default=[],
+        description="Coalesce jobs whose nodes become materializable: materializing them runs the job.",
+    )
+    state_max_age_hours: float = pydantic.Field(
+        default=24, gt=0, description="Older state loads with a warning saying how to refresh it."
+    )
+    defs_state: ResolvedDefsStateConfig = DefsStateConfigArgs.versioned_state_storage()
+
+    @property
+    def defs_state_config(self) -> DefsStateConfig:
+        return DefsStateConfig.from_args(
+            self.defs_state, default_key=f"CoalesceComponent[{self.workspace.unique_id}]"
+        )
+
+    @cached_property
+    def _base_translator(self) -> DagsterCoalesceTranslator:
+        return DagsterCoalesceTranslator()
+
+    @cached_property
+    def translator(self) -> DagsterCoalesceTranslator:
+        return CoalesceComponentTranslator(self)
+
+    def get_asset_spec(self, props: CoalesceNodeProps) -> dg.AssetSpec:
+        """The asset spec of one node; override to change it (the YAML ``translation`` applies after)."""
+        return self._base_translator.get_asset_spec(props)
+
+    async def write_state_to_path(self, state_path: Path) -> None:
+        # Async, so that Dagster runs it on its event loop's thread rather than a worker thread: the
+        # fetch is a few sequential calls, and resources initialized off-thread leave sqlite handles behind.
+        if not self.workspace.environment_ids:
+            raise ValueError(
+                "workspace.environment_ids: empty; name the Coalesce environments to load (for example "
+                "COALESCE_ENVIRONMENT_IDS=2)"
+            )
+        state_path.write_text(self.workspace.fetch_workspace_data().serialize())
+
+    def load_state(self, state_path: Path) -> CoalesceWorkspaceData:
+        source = f"Coalesce state {self.defs_state_config.key}"
+        data = CoalesceWorkspaceData.parse(state_path.read_text(), source)
+        data.check_matches(source, self.workspace.base_url, self.workspace.environment_ids)
+        if data.age_hours > self.state_max_age_hours:
+            logger.warning("%s is %.0f hours old; %s", source, data.age_hours, REFRESH_HINT)
+        return data
+
+    def build_defs_from_state(
+        self, context: dg.ComponentLoadContext, state_path: Path | None
+    ) -> dg.Definitions:
+        if state_path is None:
+            logger.warning(
+                "No Coalesce state for %s yet: no Coalesce assets loaded; %s",
+                self.defs_state_config.key,
+                REFRESH_HINT,
+            )
+            return dg.Definitions()
+        # Loading builds hundreds of thousands of small, long-lived objects and no cycles worth collecting.
+        # The cyclic collector would rescan them all, again and again (two thirds of the load at 10,000
+        # nodes: benchmarks/README.md): pause it, then freeze what was built so later collections skip it.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            specs = load_coalesce_asset_specs(self.load_state(state_path), self.translator)
+        finally:
+            gc.freeze()
+            if collecting:
+                gc.enable()
+        jobs = self.job_assets(specs)
+        sensors = []
+        if self.create_sensor:
+            sensors.append(build_coalesce_polling_sensor(workspace=self.workspace, asset_specs=specs))
+        return dg.Definitions(assets=[*jobs.external_specs, *jobs.assets_defs], sensors=sensors)
+
+    def job_assets(self, specs: Sequence[dg.AssetSpec]) -> CoalesceJobAssets:
+        return build_job_assets(
+            self.workspace,
+            specs,
+            {j.job: CoalesceRunAs(**j.run_as.model_dump()) for j in self.materialize_jobs},
+        )
+
+
+class CoalesceComponentTranslator(
+    create_component_translator_cls(CoalesceComponent, DagsterCoalesceTranslator),
+    ComponentTranslator[CoalesceComponent],
+):
+    """Applies a subclass's ``get_asset_spec``, then the YAML ``translation``."""
+
+    def __init__(self, component: CoalesceComponent):
+        self._component = component
+
+    def get_asset_spec(self, props: CoalesceNodeProps) -> dg.AssetSpec:
+        spec = super().get_asset_spec(props)
+        if self.component.translation is None:
+            return spec
+        return self.component.translation(spec, props)

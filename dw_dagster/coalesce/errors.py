@@ -1,0 +1,121 @@
+"""The errors of the Coalesce integration: each names the endpoint, the file or the field concerned."""
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+if TYPE_CHECKING:
+    from dw_dagster.coalesce.models import CoalesceRunStatus
+
+
+class CoalesceError(Exception):
+    """Base class of the errors raised by the Coalesce client."""
+
+
+class CoalesceAPIError(CoalesceError):
+    """Coalesce answered with an error status; ``error_string`` and ``error_detail`` come from its body
+    ``{"error": {"errorString": ..., "errorDetail": ...}}``.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        error_string: str,
+        error_detail: str | None,
+        endpoint: str,
+        retries: int = 0,
+    ):
+        self.status = status
+        self.error_string = error_string
+        self.error_detail = error_detail
+        self.endpoint = endpoint
+        self.retries = retries
+        message = f"Coalesce {endpoint} returned {status}: {error_string}"
+        if error_detail:
+            message += f" ({error_detail})"
+        if retries:
+            message += f"; gave up after {retries} retries"
+        super().__init__(message)
+
+
+class CoalesceConnectionError(CoalesceError):
+    """Coalesce could not be reached, or did not answer in time."""
+
+    def __init__(self, endpoint: str, reason: str, retries: int = 0):
+        self.endpoint = endpoint
+        self.reason = reason
+        self.retries = retries
+        message = f"Coalesce {endpoint} failed: {reason}"
+        if retries:
+            message += f"; gave up after {retries} retries"
+        super().__init__(message)
+
+
+class CoalesceResponseError(CoalesceError):
+    """A Coalesce response did not have the documented shape."""
+
+    def __init__(self, endpoint: str, problems: Sequence[str]):
+        self.endpoint = endpoint
+        self.problems = list(problems)
+        super().__init__(f"Malformed response from Coalesce {endpoint}: {'; '.join(self.problems)}")
+
+    @classmethod
+    def from_validation_error(cls, endpoint: str, error: ValidationError) -> "CoalesceResponseError":
+        return cls(endpoint, describe_validation_errors(error))
+
+
+class CoalesceRunTimeoutError(CoalesceError):
+    """A Coalesce run did not reach a terminal status in time."""
+
+    def __init__(self, run_id: int, timeout: float, last_status: "CoalesceRunStatus | None"):
+        self.run_id = run_id
+        self.timeout = timeout
+        self.last_status = last_status
+        super().__init__(
+            f"Coalesce run {run_id} did not finish within {timeout:g} s "
+            f"(last status: {last_status.value if last_status else 'unknown'})"
+        )
+
+
+class CoalesceStateError(CoalesceError, ValueError):
+    """The workspace state (the node graph cached for loading) is missing, unreadable, or was fetched from
+    another Coalesce than the one configured."""
+
+
+def describe_validation_errors(error: ValidationError) -> list[str]:
+    """One ``<field path>: <what was wrong> (got <value>)`` per problem, e.g. ``data[3].runStatus: ...``."""
+    return [_describe(e) for e in error.errors(include_url=False)]
+
+
+def _describe(error: ErrorDetails) -> str:
+    path = _format_loc(error["loc"])
+    if error["type"] == "missing":
+        return f"{path}: field required"
+    return f"{path}: {error['msg']} (got {_short_repr(error['input'])})"
+
+
+def _format_loc(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else part)
+    return path or "<body>"
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def parse_response(model: type[ModelT], payload: Any, endpoint: str) -> ModelT:
+    """Validates a decoded response body, raising a :class:`CoalesceResponseError` naming
+    ``endpoint`` (method and path) and each offending field.
+    """
+    try:
+        return model.model_validate(payload)
+    except ValidationError as e:
+        raise CoalesceResponseError.from_validation_error(endpoint, e) from e

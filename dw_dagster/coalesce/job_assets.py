@@ -1,0 +1,135 @@
+"""Coalesce jobs mirrored as assets: materializing a job's nodes from Dagster runs that job in Coalesce.
+
+A job's nodes (those whose ``coalesce/jobs`` name it) become one multi-asset. Its run starts the job, waits
+for it (with a ceiling) and reports each node built as a materialization, with the same ``coalesce/*``
+metadata the polling sensor writes, so the sensor does not report that Coalesce run a second time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import dagster as dg
+
+from dw_dagster.coalesce.asset_index import CoalesceAssetIndex
+from dw_dagster.coalesce.metadata import coalesce_specs
+from dw_dagster.coalesce.models import CoalesceUserCredentials
+from dw_dagster.coalesce.resources import CoalesceWorkspace
+from dw_dagster.coalesce.run_report import fetch_coalesce_run_report
+
+
+@dataclass(frozen=True)
+class CoalesceRunAs:
+    """Who a Dagster-started run runs as in Snowflake; the password is read when the run starts."""
+
+    snowflake_username: str
+    snowflake_password_env_var: str
+    snowflake_warehouse: str | None = None
+    snowflake_role: str | None = None
+
+    def credentials(self) -> CoalesceUserCredentials:
+        password = os.environ.get(self.snowflake_password_env_var)
+        if not password:
+            raise dg.Failure(
+                f"{self.snowflake_password_env_var}: not set; the Coalesce run needs its password"
+            )
+        return CoalesceUserCredentials(
+            snowflake_username=self.snowflake_username,
+            snowflake_password=password,
+            snowflake_warehouse=self.snowflake_warehouse,
+            snowflake_role=self.snowflake_role,
+        )
+
+
+class CoalesceJobRunConfig(dg.Config):
+    poll_seconds: float = 5.0
+    timeout_seconds: float = 3600.0
+
+
+@dataclass(frozen=True)
+class CoalesceJobAssets:
+    external_specs: list[dg.AssetSpec]
+    """The nodes no mirrored job builds: observed, never materialized from Dagster."""
+    assets_defs: list[dg.AssetsDefinition]
+
+
+def build_job_assets(
+    workspace: CoalesceWorkspace, specs: Sequence[dg.AssetSpec], run_as: Mapping[str, CoalesceRunAs]
+) -> CoalesceJobAssets:
+    """One multi-asset per job named in ``run_as`` (job name -> identity); every other node stays an
+    external asset. A node built by two mirrored jobs, or a job no node names, is refused."""
+    if not run_as:
+        return CoalesceJobAssets(list(specs), [])
+    by_job: dict[tuple[str, str, str], list[dg.AssetSpec]] = {}
+    owner: dict[dg.AssetKey, str] = {}
+    for spec, meta in coalesce_specs(specs):
+        for job_id, job_name in meta.job_refs:
+            if job_name not in run_as:
+                continue
+            if spec.key in owner:
+                raise ValueError(
+                    f"materialize_jobs: {spec.key.to_user_string()} is built by both {owner[spec.key]!r} and "
+                    f"{job_name!r}; an asset can be materialized by one job only"
+                )
+            owner[spec.key] = job_name
+            by_job.setdefault((meta.environment_id or "", job_id, job_name), []).append(spec)
+    missing = sorted(set(run_as) - {name for _, _, name in by_job})
+    if missing:
+        raise ValueError(f"materialize_jobs: no node is built by the Coalesce job(s) {missing}")
+    assets_defs = [
+        _job_multi_asset(workspace, env_id, job_id, job_name, job_specs, specs, run_as[job_name])
+        for (env_id, job_id, job_name), job_specs in by_job.items()
+    ]
+    return CoalesceJobAssets([s for s in specs if s.key not in owner], assets_defs)
+
+
+def _job_multi_asset(
+    workspace: CoalesceWorkspace,
+    environment_id: str,
+    job_id: str,
+    job_name: str,
+    job_specs: list[dg.AssetSpec],
+    all_specs: Sequence[dg.AssetSpec],
+    run_as: CoalesceRunAs,
+) -> dg.AssetsDefinition:
+    index = CoalesceAssetIndex.from_specs(all_specs)
+
+    @dg.multi_asset(
+        name=f"coalesce_job_{_op_name(job_name)}",
+        specs=job_specs,
+        description=f"Runs the Coalesce job {job_name} (environment {environment_id}).",
+    )
+    def _run_job(
+        context: dg.AssetExecutionContext, config: CoalesceJobRunConfig
+    ) -> Iterator[dg.MaterializeResult]:
+        with workspace.new_client() as client:
+            run_id = client.start_run(environment_id, job_id=job_id, user_credentials=run_as.credentials())
+            context.log.info(f"Started Coalesce run {run_id} of job {job_name}.")
+            run = client.wait_for_run(
+                run_id, poll_interval=config.poll_seconds, timeout=config.timeout_seconds
+            )
+            report = fetch_coalesce_run_report(client, run, index)
+        yield from _results(report.materializations, {s.key for s in job_specs})
+        if report.failed:
+            failed = (
+                ", ".join(f"{f.node_name} ({f.error})" for f in report.failures)
+                or report.run.run_failure_reason
+            )
+            raise dg.Failure(f"{report.describe()} {report.run.run_status.value}: {failed}")
+
+    return _run_job
+
+
+def _results(
+    materializations: Sequence[dg.AssetMaterialization], keys: set[dg.AssetKey]
+) -> Iterator[dg.MaterializeResult]:
+    for m in materializations:
+        if m.asset_key in keys:
+            yield dg.MaterializeResult(asset_key=m.asset_key, metadata=dict(m.metadata))
+
+
+def _op_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", name).lower()

@@ -1,0 +1,99 @@
+"""Typed metadata sets for the ``coalesce/*`` keys: what the translator writes on each asset spec and what
+the run sensor writes on each event. Read them back with ``CoalesceMetadataSet.extract(spec.metadata)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import dagster as dg
+from dagster._core.definitions.metadata.metadata_set import NamespacedMetadataSet
+
+
+class CoalesceMetadataSet(NamespacedMetadataSet):
+    """What an asset spec says about the Coalesce node it is.
+
+    Args:
+        node_id (Optional[str]): The node's id in its environment.
+        node_name (Optional[str]): The node's name (``{{ ref('LOCATION', 'NAME') }}`` names it with
+            ``location``).
+        location (Optional[str]): The node's storage location.
+        node_type (Optional[str]): ``Source``, ``Stage``, ``Fact``, ... or a custom type.
+        environment (Optional[JsonMetadataValue]): ``{"id", "name"}`` of the environment.
+        selector (Optional[str]): A Coalesce selector that picks exactly this node.
+        jobs (Optional[JsonMetadataValue]): ``[{"id", "name"}]`` of the jobs whose selectors build it.
+        materialization (Optional[str]): ``table`` or ``view``.
+        join (Optional[MarkdownMetadataValue]): The node's join condition(s), as SQL.
+        node_tests (Optional[JsonMetadataValue]): The names of its node tests.
+        column_sources (Optional[MarkdownMetadataValue]): Each column and the columns it is built from,
+            as a table the open-source UI renders (``dagster/column_lineage`` carries the same, typed).
+    """
+
+    node_id: str | None = None
+    node_name: str | None = None
+    location: str | None = None
+    node_type: str | None = None
+    environment: dg.JsonMetadataValue | None = None
+    selector: str | None = None
+    jobs: dg.JsonMetadataValue | None = None
+    materialization: str | None = None
+    join: dg.MarkdownMetadataValue | None = None
+    node_tests: dg.JsonMetadataValue | None = None
+    column_sources: dg.MarkdownMetadataValue | None = None
+
+    @classmethod
+    def namespace(cls) -> str:
+        return "coalesce"
+
+    @property
+    def environment_id(self) -> str | None:
+        env = self.environment.data if self.environment is not None else None
+        return str(env["id"]) if isinstance(env, Mapping) and "id" in env else None
+
+    @property
+    def job_refs(self) -> list[tuple[str, str]]:
+        """``(job id, job name)`` of the jobs that build the node."""
+        jobs = self.jobs.data if self.jobs is not None else None
+        return [(str(j["id"]), str(j["name"])) for j in jobs or []]  # type: ignore[union-attr]
+
+
+class CoalesceRunMetadataSet(NamespacedMetadataSet):
+    """What a materialization or observation reported from a Coalesce run says about that run.
+
+    The run's own fields are on every event; rows, times and queries on a node built; status, error and
+    the failing query on a node that failed or was cut short.
+    """
+
+    run_id: int | None = None
+    run_link: dg.UrlMetadataValue | None = None
+    environment_id: str | None = None
+    job_id: str | None = None
+    job_name: str | None = None
+    node_id: str | None = None
+    rows_inserted: int | None = None
+    rows_updated: int | None = None
+    rows_deleted: int | None = None
+    query_start: dg.TimestampMetadataValue | None = None
+    query_end: dg.TimestampMetadataValue | None = None
+    duration_seconds: float | None = None
+    queries: dg.JsonMetadataValue | None = None
+    status: str | None = None
+    run_status: str | None = None
+    failed_query: str | None = None
+    error: str | None = None
+    error_detail: dg.TextMetadataValue | None = None
+    ended_at: dg.TimestampMetadataValue | None = None
+
+    @classmethod
+    def namespace(cls) -> str:
+        return "coalesce"
+
+
+def coalesce_specs(specs: Sequence[dg.AssetSpec]) -> list[tuple[dg.AssetSpec, CoalesceMetadataSet]]:
+    """The specs that are Coalesce nodes, each with its metadata read back."""
+    out = []
+    for spec in specs:
+        meta = CoalesceMetadataSet.extract(spec.metadata)
+        if meta.node_id is not None:
+            out.append((spec, meta))
+    return out

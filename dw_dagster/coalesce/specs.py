@@ -1,0 +1,78 @@
+"""Coalesce nodes as asset specs: the workspace state through the translator, one spec per node."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+import dagster as dg
+
+from dw_dagster.coalesce.errors import CoalesceStateError
+from dw_dagster.coalesce.metadata import coalesce_specs
+from dw_dagster.coalesce.models import CoalesceJob
+from dw_dagster.coalesce.selectors import SelectorGraph
+from dw_dagster.coalesce.sql import table_parts, table_reference
+from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
+from dw_dagster.coalesce.translator import (
+    SOURCE_NODE_TYPE,
+    CoalesceNodeProps,
+    CoalesceWorkspaceIndex,
+    DagsterCoalesceTranslator,
+)
+
+
+def jobs_by_node(env_data: CoalesceEnvironmentData) -> dict[str, list[CoalesceJob]]:
+    """Which of the environment's jobs build each node (Source nodes are read, never built)."""
+    out: dict[str, list[CoalesceJob]] = defaultdict(list)
+    graph = SelectorGraph.from_nodes(env_data.nodes)
+    for job in env_data.jobs:
+        for node_id in graph.select(job.include_selector, job.exclude_selector):
+            out[node_id].append(job)
+    return out
+
+
+def node_props(data: CoalesceWorkspaceData) -> list[CoalesceNodeProps]:
+    props = []
+    for env_data in data.environments:
+        index = CoalesceWorkspaceIndex.build(env_data.environment, env_data.nodes)
+        jobs = jobs_by_node(env_data)
+        for node in env_data.nodes:
+            built_by = [] if node.node_type == SOURCE_NODE_TYPE else jobs.get(node.id, [])
+            props.append(CoalesceNodeProps(node=node, workspace=index, jobs=built_by))
+    return props
+
+
+def load_coalesce_asset_specs(
+    data: CoalesceWorkspaceData, translator: DagsterCoalesceTranslator | None = None
+) -> list[dg.AssetSpec]:
+    """Returns one ``AssetSpec`` per Coalesce node of the workspace data."""
+    translator = translator or DagsterCoalesceTranslator()
+    specs = [translator.get_asset_spec(p) for p in node_props(data)]
+    seen: dict[dg.AssetKey, int] = {}
+    for spec in specs:
+        seen[spec.key] = seen.get(spec.key, 0) + 1
+    clashes = sorted(k.to_user_string() for k, n in seen.items() if n > 1)
+    if clashes:
+        raise CoalesceStateError(
+            f"Coalesce nodes map to the same asset key {clashes[:5]}: several environments loaded at once "
+            "need a translator whose get_asset_key includes the environment"
+        )
+    return specs
+
+
+def ref_resolver(specs: Sequence[dg.AssetSpec]) -> Callable[[str, str], str]:
+    """Resolves ``{{ ref('LOCATION', 'NAME') }}`` to the node's fully quoted table, as Coalesce does, from
+    the specs' ``coalesce/location``, ``coalesce/node_name`` and ``dagster/table_name``."""
+    tables = {}
+    for spec, meta in coalesce_specs(specs):
+        parts = table_parts(spec.metadata.get("dagster/table_name"))
+        if parts is not None and meta.location is not None and meta.node_name is not None:
+            tables[(meta.location, meta.node_name)] = table_reference(*parts)
+
+    def resolve(location: str, name: str) -> str:
+        try:
+            return tables[(location, name)]
+        except KeyError:
+            raise ValueError(f"ref('{location}', '{name}'): no such Coalesce node in the workspace") from None
+
+    return resolve
