@@ -30,8 +30,8 @@ from dw_dagster.coalesce import (
     CoalesceWorkspaceData,
 )
 from dw_dagster.coalesce.models import CoalesceNode, CoalesceRunType
+from dw_local.world import LOCAL_COALESCE_ORG_ID, LocalWorld, free_port
 from dw_local.world import LOCAL_COALESCE_TOKEN as TOKEN
-from dw_local.world import LocalWorld, free_port
 
 NOT_FOUND = {"error": {"errorString": "404: not found"}}
 FIXTURE_PROJECT = Path(__file__).resolve().parent.parent / "fixtures" / "sim_project.yaml"
@@ -316,9 +316,10 @@ def test_nodes_are_followed_to_the_last_page(sim: CoalesceClient) -> None:
 
 
 @pytest.mark.world
-def test_jobs_are_probed_until_a_missing_id(sim: CoalesceClient) -> None:
+def test_jobs_are_listed_page_by_page(sim: CoalesceClient) -> None:
     jobs = sim.list_jobs("2")
-    assert [j.id for j in jobs] == [str(i) for i in range(1, len(jobs) + 1)] and jobs
+    one_by_one = sim.list_jobs("2", limit=1)
+    assert len(jobs) >= 2 and [j.id for j in one_by_one] == [j.id for j in jobs]
     assert sim.get_job("2", 1) == jobs[0]
     with pytest.raises(CoalesceAPIError) as info:
         sim.get_job("2", len(jobs) + 1)
@@ -444,12 +445,17 @@ def test_cancel_a_running_run(sim: CoalesceClient, slow_warehouse: None) -> None
     run_counter = sim.start_run("2", job_id=1, user_credentials=credentials())
     while sim.get_run_status(run_counter).run_status is not CoalesceRunStatus.RUNNING:
         time.sleep(0.05)
-    sim.cancel_run(run_counter, environment_id="2")
+    with pytest.raises(ValueError, match="orgID"):
+        sim.cancel_run(run_counter, environment_id="2", org_id="")
+    with pytest.raises(CoalesceAPIError) as wrong:
+        sim.cancel_run(run_counter, environment_id="2", org_id="999")
+    assert wrong.value.status == 403 and "orgID" in str(wrong.value)
+    sim.cancel_run(run_counter, environment_id="2", org_id=LOCAL_COALESCE_ORG_ID)
     run = sim.wait_for_run(run_counter, poll_interval=0.1, timeout=60)
     assert run.run_status is CoalesceRunStatus.CANCELED
     assert run.run_details is not None and run.run_details.canceled
     with pytest.raises(CoalesceAPIError) as info:
-        sim.cancel_run(run_counter, environment_id="2")
+        sim.cancel_run(run_counter, environment_id="2", org_id=LOCAL_COALESCE_ORG_ID)
     assert (info.value.status, info.value.endpoint) == (400, "POST /scheduler/cancelRun")
 
 
@@ -462,7 +468,7 @@ def test_waiting_for_a_run_times_out_naming_it(sim: CoalesceClient, slow_warehou
     assert 0.3 <= time.monotonic() - started < 1.0
     assert info.value.run_id == run_counter and info.value.last_status is not None
     assert str(info.value).startswith(f"Coalesce run {run_counter} did not finish within 0.3 s (last status")
-    sim.cancel_run(run_counter, environment_id="2")
+    sim.cancel_run(run_counter, environment_id="2", org_id=LOCAL_COALESCE_ORG_ID)
     assert sim.wait_for_run(run_counter, 0.1, 60).run_status is CoalesceRunStatus.CANCELED
 
 

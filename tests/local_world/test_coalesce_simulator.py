@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from dw_local.coalesce_sim.project import ProjectFileError, load_project
+from dw_local.world import LOCAL_COALESCE_ORG_ID as ORG_ID
 from dw_local.world import LOCAL_COALESCE_TOKEN, LocalWorld, WorldPorts
 
 pytestmark = pytest.mark.world
@@ -226,8 +227,12 @@ def test_a_full_node(api: httpx.Client) -> None:
         {"transform": "", "columnReferences": [{"nodeID": dim["id"], "columnID": dim_region["columnID"]}]}
     ]
     (node_test,) = fct["metadata"]["appliedNodeTests"]
+    assert set(node_test) == {"name", "description", "continueOnFailure", "runOrder", "templateString"}
     assert node_test["name"] == "NO_NEGATIVE_AMOUNT"
+    assert (node_test["continueOnFailure"], node_test["runOrder"]) == (False, "After")
     assert "{{ ref('MART', 'FCT_SALES') }}" in node_test["templateString"]
+    # Column tests: a map of test id to enabled on each column, and the ids the node has enabled.
+    assert fct["metadata"]["enabledColumnTestIDs"] == ["notNull", "unique"]
     view = api.get(f"/api/v1/environments/2/nodes/{ids['V_REGION_TOTALS']}").json()
     assert view["materializationType"] == "view"
     assert_error(api.get("/api/v1/environments/2/nodes/no-such-node"), 404, "no-such-node")
@@ -243,6 +248,18 @@ def test_jobs_are_found_by_id_and_404_past_the_last(api: httpx.Client) -> None:
     assert api.get("/api/v1/environments/2/jobs/2").json()["name"] == "sales_nightly"
     assert_error(api.get("/api/v1/environments/2/jobs/3"), 404, "Job 3")
     assert_error(api.get("/api/v1/environments/9/jobs/1"), 404, "Environment 9")
+
+
+def test_jobs_are_listed_in_pages_with_their_total(api: httpx.Client) -> None:
+    first = api.get("/api/v1/environments/2/jobs", params={"limit": 1}).json()
+    assert set(first) == {"data", "next", "total"} and first["total"] == 2
+    assert [j["name"] for j in first["data"]] == ["customers_nightly"] and first["next"] == "1"
+    second = api.get("/api/v1/environments/2/jobs", params={"limit": 1, "startingFrom": first["next"]}).json()
+    assert [j["name"] for j in second["data"]] == ["sales_nightly"] and second["next"] is None
+    by_name = api.get("/api/v1/environments/2/jobs", params={"orderBy": "name", "orderByDirection": "desc"})
+    assert [j["name"] for j in by_name.json()["data"]] == ["sales_nightly", "customers_nightly"]
+    assert_error(api.get("/api/v1/environments/2/jobs", params={"limit": 501}), 400, "limit")
+    assert_error(api.get("/api/v1/environments/9/jobs"), 404, "Environment 9")
 
 
 # ------------------
@@ -289,11 +306,15 @@ def test_a_job_run_builds_what_snowflake_then_holds(api: httpx.Client, sf: Any) 
     assert list(built) == BUILT_BY_JOB_2
     for name, node in built.items():
         assert node["isRunning"] is False and all(q["success"] for q in node["queryResults"])
+        assert node["runState"] == "complete"
         for query in node["queryResults"]:
+            # A test's result says so (type sqlTest); the queries that build carry no type.
+            testing = {"type"} if ": " in query["name"] or query["name"] == "NO_NEGATIVE_AMOUNT" else set()
             assert set(query) == {
                 "name", "sql", "status", "success", "isRunning", "startTime", "endTime", "queryID",
-                "rowsInserted", "rowsUpdated", "rowsDeleted", "warehouse", "error",
+                "rowsInserted", "rowsUpdated", "rowsDeleted", "warehouse", "error", *testing,
             }  # fmt: skip
+            assert query.get("type") == ("sqlTest" if testing else None)
             assert (query["status"], query["error"], query["warehouse"]) == ("success", None, "LOCAL_WH")
         if name == "V_REGION_TOTALS":
             assert [q["name"] for q in node["queryResults"]] == ["Create View"]
@@ -462,7 +483,9 @@ def test_a_slow_run_spans_many_polls_and_can_be_canceled(api: httpx.Client) -> N
         assert all(q["status"] == "running" and q["endTime"] is None for q in in_flight)
         # A queued run is canceled before it starts; the running one at its next query.
         for run_id in (waiting, running):
-            response = api.post("/scheduler/cancelRun", json={"runID": run_id, "environmentID": "2"})
+            response = api.post(
+                "/scheduler/cancelRun", json={"runID": run_id, "environmentID": "2", "orgID": ORG_ID}
+            )
             assert response.status_code == 204 and response.content == b""
     finally:
         api.post("/_sim/warehouse", json={"queryDelaySeconds": 0})
@@ -472,10 +495,13 @@ def test_a_slow_run_spans_many_polls_and_can_be_canceled(api: httpx.Client) -> N
     assert (never_started["runStatus"], never_started["runStartTime"]) == ("canceled", None)
     assert results(api, waiting) == {}
     for body, status, fragment in [
-        ({"runID": running, "environmentID": "2"}, 400, "already canceled"),
-        ({"runID": running, "environmentID": "3"}, 400, "environmentID"),
-        ({"runID": 999999, "environmentID": "2"}, 404, "Run 999999"),
-        ({"runID": "x", "environmentID": "2"}, 400, "runID"),
+        ({"runID": running, "environmentID": "2", "orgID": ORG_ID}, 400, "already canceled"),
+        ({"runID": running, "environmentID": "3", "orgID": ORG_ID}, 400, "environmentID"),
+        ({"runID": 999999, "environmentID": "2", "orgID": ORG_ID}, 404, "Run 999999"),
+        ({"runID": "x", "environmentID": "2", "orgID": ORG_ID}, 400, "runID"),
+        # Coalesce wants the organization: missing or another one is refused.
+        ({"runID": running, "environmentID": "2"}, 400, "orgID"),
+        ({"runID": running, "environmentID": "2", "orgID": "999"}, 403, "orgID"),
     ]:
         assert_error(api.post("/scheduler/cancelRun", json=body), status, fragment)
 
