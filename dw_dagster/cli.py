@@ -1,36 +1,90 @@
 """The ``dw-dagster`` command.
 
-Product commands live here. Other installed packages add theirs through the ``dw_dagster.cli`` entry-point
-group (the local world adds ``world``, ``slack`` and ``demo``), so product code never imports them.
+Each command lives in the module of its concern and is named here (``PRODUCT_COMMANDS``) or, for other
+installed packages, in the ``dw_dagster.cli`` entry-point group (the local world names ``world``, ``slack``,
+``demo`` and ``scenario``), so product code never imports them. A command's module is imported only when
+that command runs: ``dw-dagster --help`` reads each command's summary from its module's source, without
+importing it, and so starts in well under a second (``benchmarks/bench_cli_startup.py``).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import logging
 import sys
-from importlib.metadata import entry_points
 
 import click
 
-from dw_dagster.config import DwConfigError
+ENTRY_POINT_GROUP = "dw_dagster.cli"
+
+
+def _summary(target: str) -> str:
+    """The first line of the docstring of the function ``target`` ("module:attribute") defines, read from
+    the module's source: what ``--help`` lists, without importing the module."""
+    module, _, attr = target.partition(":")
+    try:
+        spec = importlib.util.find_spec(module)
+        source = spec.loader.get_source(module) if spec and spec.loader else None  # type: ignore[attr-defined]
+    except (ImportError, ValueError):
+        return ""
+    for node in ast.parse(source or "").body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == attr:
+            doc = ast.get_docstring(node) or ""
+            return doc.strip().split("\n\n")[0].replace("\n", " ")
+    return ""
+
+
+class LazyCommand(click.Command):
+    """Stands in for a command in the listing of ``--help``: its name and summary, nothing imported."""
+
+    def __init__(self, name: str, target: str):
+        super().__init__(name, help=_summary(target))
 
 
 class LazyGroup(click.Group):
-    """A group whose commands live in the modules of their concern, imported only when one is looked up."""
+    """A group whose commands live in the modules of their concern, imported only when one is called:
+    ``lazy_commands`` (name -> "module:attribute") and the ``dw_dagster.cli`` entry points."""
 
     def __init__(self, *args, lazy_commands: dict[str, str], **kwargs):
         super().__init__(*args, **kwargs)
         self.lazy_commands = lazy_commands
+        self._plugins: dict[str, str] | None = None
+
+    @property
+    def plugins(self) -> dict[str, str]:
+        if self._plugins is None:
+            from importlib.metadata import entry_points
+
+            self._plugins = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+        return self._plugins
+
+    def _targets(self) -> dict[str, str]:
+        return {**self.plugins, **self.lazy_commands}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+        return sorted({*super().list_commands(ctx), *self._targets()})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self.lazy_commands and cmd_name not in self.commands:
-            module, _, attr = self.lazy_commands[cmd_name].partition(":")
+        target = self._targets().get(cmd_name)
+        if target is not None and cmd_name not in self.commands:
+            module, _, attr = target.partition(":")
             self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
         return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # The listing shows each command's summary without loading it (and its imports).
+        targets = self._targets()
+        shown = {
+            name: self.commands.get(name) or LazyCommand(name, targets[name])
+            for name in self.list_commands(ctx)
+        }
+        limit = formatter.width - 6 - max((len(name) for name in shown), default=0)
+        rows = [(name, cmd.get_short_help_str(limit)) for name, cmd in shown.items()]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
 # Product commands, each in the module of its concern: name -> "module:attribute". One line per command.
@@ -73,13 +127,7 @@ def coalesce_refresh() -> None:
             click.echo(f"refreshed {component.defs_state_config.key}")
 
 
-def _load_plugins() -> None:
-    for ep in entry_points(group="dw_dagster.cli"):
-        ep.load()(main)
-
-
 def run() -> None:
-    _load_plugins()
     try:
         main(standalone_mode=False)
     except click.exceptions.Abort:
@@ -87,6 +135,12 @@ def run() -> None:
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
-    except DwConfigError as e:
+    except Exception as e:
+        # Imported only when something went wrong: a configuration error is a message, not a traceback.
+        from dw_dagster.coalesce.errors import CoalesceStateError
+        from dw_dagster.config import DwConfigError
+
+        if not isinstance(e, DwConfigError | CoalesceStateError):
+            raise
         click.echo(f"error: {e}", err=True)
         sys.exit(2)

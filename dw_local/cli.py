@@ -1,6 +1,7 @@
 """``dw-dagster world|slack`` commands: bring the local world up and down, read the Slack stand-in.
 
-Registered into ``dw-dagster`` through the ``dw_dagster.cli`` entry-point group.
+Named in the ``dw_dagster.cli`` entry-point group; ``dw-dagster`` imports this module only when one of its
+commands is called.
 """
 
 from __future__ import annotations
@@ -20,12 +21,6 @@ from dw_local.world import LocalWorld, WorldPorts
 DEFAULT_ROOT = Path(".dw/local")
 DEFAULT_CACHE = Path(".dw/cache")
 DEFAULT_PORTS = {"snowflake": 47101, "coalesce": 47102, "slack": 47103}
-
-
-def register(main: click.Group) -> None:
-    main.add_command(world)
-    main.add_command(slack)
-    main.add_command(demo)
 
 
 @click.group()

@@ -1,6 +1,7 @@
 """``dw-dagster scenario run|score``: play scenarios through the real machinery and score detection.
 
-Registered into ``dw-dagster`` through the ``dw_dagster.cli`` entry-point group.
+Named in the ``dw_dagster.cli`` entry-point group; ``dw-dagster`` imports this module only when one of its
+commands is called.
 """
 
 from __future__ import annotations
@@ -20,10 +21,6 @@ _CACHE = click.option(
     "--cache", type=click.Path(path_type=Path), default=DEFAULT_CACHE, show_default=True,
     help="Where seeded worlds are cached (keyed by a hash of what shapes them).",
 )  # fmt: skip
-
-
-def register(main: click.Group) -> None:
-    main.add_command(scenario)
 
 
 @click.group()
