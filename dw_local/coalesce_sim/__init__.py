@@ -1,5 +1,5 @@
 """A local Coalesce: serves a project file (``docs/project-file.md``) through Coalesce's REST API and
-Scheduler, in the shapes of ``shared/reference/coalesce-api.md``, and really executes refresh runs against
+Scheduler, in the shapes ``docs/coalesce-api.md`` records, and really executes refresh runs against
 the local Snowflake.
 
 Run as ``python -m dw_local.coalesce_sim --port P --project FILE --data-dir DIR --snowflake-host 127.0.0.1

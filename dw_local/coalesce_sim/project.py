@@ -1,5 +1,5 @@
 """The Coalesce project file (``docs/project-file.md``): its models, its checks, and its expansion into the
-shapes of Coalesce's API (``shared/reference/coalesce-api.md``).
+shapes of Coalesce's API (``docs/coalesce-api.md``).
 
 Every problem names the file, the node (or environment, job, schedule) and the field, so that whoever
 edits the file can go straight to the line.
