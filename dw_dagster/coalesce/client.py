@@ -75,6 +75,8 @@ class CoalesceClient:
             timeouts, 429 (after its ``Retry-After`` seconds), 500, 502, 503 and 504.
         request_retry_delay (float): Seconds before the first retry.
         request_backoff_factor (float): Multiplier of the delay at each further retry.
+        transport (Optional[httpx.BaseTransport]): Replaces the network, e.g. ``httpx.MockTransport``
+            replaying recorded responses in tests. By default httpx's own, which honours proxy variables.
     """
 
     def __init__(
@@ -85,6 +87,7 @@ class CoalesceClient:
         request_max_retries: int = 3,
         request_retry_delay: float = 0.25,
         request_backoff_factor: float = 2.0,
+        transport: httpx.BaseTransport | None = None,
     ):
         token = api_token.strip()
         if not token:
@@ -105,6 +108,7 @@ class CoalesceClient:
                 "User-Agent": "dw-dagster",
             },
             timeout=httpx.Timeout(request_timeout),
+            transport=transport,
         )
 
     def __repr__(self) -> str:
