@@ -118,10 +118,16 @@ def coalesce() -> None:
 def coalesce_refresh() -> None:
     """Fetch environments, nodes and jobs from the Coalesce API into the state that loading reads (the
     Dagster instance's definitions state, as `dg utils refresh-defs-state` keeps it)."""
+    import os
+
     import dagster as dg
 
     from dw_dagster.project import refresh_coalesce_state
 
+    if not os.environ.get("DAGSTER_HOME"):
+        raise click.UsageError(
+            "DAGSTER_HOME: not set; the Coalesce state is kept in the Dagster instance the code location uses"
+        )
     with dg.DagsterInstance.get() as instance:
         for component in refresh_coalesce_state(instance):
             click.echo(f"refreshed {component.defs_state_config.key}")
@@ -137,10 +143,10 @@ def run() -> None:
         sys.exit(e.exit_code)
     except Exception as e:
         # Imported only when something went wrong: a configuration error is a message, not a traceback.
-        from dw_dagster.coalesce.errors import CoalesceStateError
+        from dw_dagster.coalesce.errors import CoalesceConfigError, CoalesceStateError
         from dw_dagster.config import DwConfigError
 
-        if not isinstance(e, DwConfigError | CoalesceStateError):
+        if not isinstance(e, DwConfigError | CoalesceConfigError | CoalesceStateError):
             raise
         click.echo(f"error: {e}", err=True)
         sys.exit(2)

@@ -19,6 +19,7 @@ import click
 from dw_local.world import LocalWorld, WorldPorts
 
 DEFAULT_ROOT = Path(".dw/local")
+WORKSPACE_YAML = Path(__file__).resolve().parent.parent / "workspace.yaml"
 DEFAULT_CACHE = Path(".dw/cache")
 DEFAULT_PORTS = {"snowflake": 47101, "coalesce": 47102, "slack": 47103}
 
@@ -108,10 +109,12 @@ def _write_env_file(lw: LocalWorld) -> Path:
 def _run_dagster_dev(lw: LocalWorld, ui_port: int) -> None:
     from dw_local.daemon import dagster_home
 
-    # The same instance the seeding wrote: the UI shows every night's runs, checks and incidents.
+    # The same instance the seeding wrote: the UI shows every night's runs, checks and incidents, and its
+    # sensor daemon resumes from the cursor the seeding and tonight's tick left there.
     env = {**os.environ, **lw.env(), "DAGSTER_HOME": str(dagster_home(lw.root))}
     click.echo(f"Dagster UI: http://localhost:{ui_port}  (Ctrl-C stops the UI and the local world)")
-    cmd = [sys.executable, "-m", "dagster", "dev", "-m", "dw_dagster.definitions", "-p", str(ui_port)]
+    # workspace.yaml names the code location `dw_dagster`, as the UI shows it.
+    cmd = [sys.executable, "-m", "dagster", "dev", "-w", str(WORKSPACE_YAML), "-p", str(ui_port)]
     try:
         subprocess.run(cmd, env=env, check=False)
     except KeyboardInterrupt:

@@ -9,6 +9,7 @@ from dw_dagster.coalesce.component import CoalesceComponent as CoalesceComponent
 from dw_dagster.coalesce.cursor import CoalesceRunSensorCursor as CoalesceRunSensorCursor
 from dw_dagster.coalesce.cursor import CoalesceRunSensorError as CoalesceRunSensorError
 from dw_dagster.coalesce.errors import CoalesceAPIError as CoalesceAPIError
+from dw_dagster.coalesce.errors import CoalesceConfigError as CoalesceConfigError
 from dw_dagster.coalesce.errors import CoalesceConnectionError as CoalesceConnectionError
 from dw_dagster.coalesce.errors import CoalesceError as CoalesceError
 from dw_dagster.coalesce.errors import CoalesceResponseError as CoalesceResponseError

@@ -39,6 +39,7 @@ from dagster.components.utils.translation import (
     create_component_translator_cls,
 )
 
+from dw_dagster.coalesce.errors import CoalesceConfigError
 from dw_dagster.coalesce.job_assets import CoalesceJobAssets, CoalesceRunAs, build_job_assets
 from dw_dagster.coalesce.models import COALESCE_DEFAULT_BASE_URL
 from dw_dagster.coalesce.resources import CoalesceWorkspace
@@ -179,7 +180,7 @@ class CoalesceComponent(StateBackedComponent, dg.Model, dg.Resolvable):
         # Async, so that Dagster runs it on its event loop's thread rather than a worker thread: the
         # fetch is a few sequential calls, and resources initialized off-thread leave sqlite handles behind.
         if not self.workspace.environment_ids:
-            raise ValueError(
+            raise CoalesceConfigError(
                 "workspace.environment_ids: empty; name the Coalesce environments to load (for example "
                 "COALESCE_ENVIRONMENT_IDS=2)"
             )

@@ -79,6 +79,11 @@ class CoalesceRunTimeoutError(CoalesceError):
         )
 
 
+class CoalesceConfigError(CoalesceError, ValueError):
+    """The workspace is not configured enough to call Coalesce: a variable it reads is not set, or it names
+    no environment."""
+
+
 class CoalesceStateError(CoalesceError, ValueError):
     """The workspace state (the node graph cached for loading) is missing, unreadable, or was fetched from
     another Coalesce than the one configured."""

@@ -9,6 +9,7 @@ from dagster._utils.cached_method import cached_method
 from pydantic import Field
 
 from dw_dagster.coalesce.client import CoalesceClient
+from dw_dagster.coalesce.errors import CoalesceConfigError
 from dw_dagster.coalesce.models import COALESCE_DEFAULT_BASE_URL, CoalesceUserCredentials
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
 
@@ -18,7 +19,7 @@ def _env_value(value: object, field: str) -> object:
         return value
     resolved = value.get_value()
     if resolved is None:
-        raise ValueError(f"{field}: the environment variable {value.env_var_name} is not set")
+        raise CoalesceConfigError(f"{value.env_var_name}: not set (the workspace's {field})")
     return resolved
 
 

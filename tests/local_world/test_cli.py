@@ -16,7 +16,9 @@ pytestmark = pytest.mark.world
 
 def _cli(*args: str, cwd, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     clean = {
-        k: v for k, v in os.environ.items() if not k.startswith(("COALESCE_", "SNOWFLAKE_", "SLACK_", "DW_"))
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("COALESCE_", "SNOWFLAKE_", "SLACK_", "DW_", "DAGSTER_"))
     }
     env = {**clean, **(env or {})}
     return subprocess.run(
@@ -62,6 +64,11 @@ def test_world_up_runs_tonight_and_leaves_the_servers_up(seeded_template, tmp_pa
 
 
 def test_refresh_without_a_token_names_the_variable(tmp_path):
+    home = {"DAGSTER_HOME": str(tmp_path)}
+    out = _cli("coalesce", "refresh", cwd=tmp_path, env={**home, "COALESCE_ENVIRONMENT_IDS": "2"})
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "error: COALESCE_API_TOKEN: not set" in out.stderr
+    out = _cli("coalesce", "refresh", cwd=tmp_path, env=home)
+    assert out.returncode == 2 and "workspace.environment_ids: empty" in out.stderr
     out = _cli("coalesce", "refresh", cwd=tmp_path)
-    assert out.returncode == 2
-    assert "COALESCE_API_TOKEN: not set" in out.stderr
+    assert out.returncode == 2 and "DAGSTER_HOME: not set" in out.stderr
