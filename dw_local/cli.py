@@ -111,12 +111,15 @@ def _run_dagster_dev(lw: LocalWorld, ui_port: int) -> None:
 
     # The same instance the seeding wrote: the UI shows every night's runs, checks and incidents, and its
     # sensor daemon resumes from the cursor the seeding and tonight's tick left there.
-    env = {**os.environ, **lw.env(), "DAGSTER_HOME": str(dagster_home(lw.root))}
+    home = dagster_home(lw.root)
+    env = {**os.environ, **lw.env(), "DAGSTER_HOME": str(home)}
     click.echo(f"Dagster UI: http://localhost:{ui_port}  (Ctrl-C stops the UI and the local world)")
-    # workspace.yaml names the code location `dw_dagster`, as the UI shows it.
-    cmd = [sys.executable, "-m", "dagster", "dev", "-w", str(WORKSPACE_YAML), "-p", str(ui_port)]
+    # `dg dev` (what supersedes `dagster dev`) on workspace.yaml, which names the code location `dw_dagster`
+    # as the UI shows it; started in DAGSTER_HOME, the instance's own dagster.yaml is the one in sight.
+    dg = Path(sys.executable).parent / "dg"
+    cmd = [str(dg), "dev", "-w", str(WORKSPACE_YAML), "-p", str(ui_port)]
     try:
-        subprocess.run(cmd, env=env, check=False)
+        subprocess.run(cmd, env=env, cwd=home, check=False)
     except KeyboardInterrupt:
         pass
 
