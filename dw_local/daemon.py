@@ -34,6 +34,7 @@ from dagster._utils.tags import TagConcurrencyLimitsCounter
 from dw_dagster.coalesce.state import refresh_state_file
 from dw_dagster.definitions import build_definitions
 from dw_dagster.settings import Settings
+from dw_dagster.warehouse.commands import migrate_deployment
 from dw_local.world import LocalWorld
 
 SENSOR_NAME = "coalesce_run_sensor"
@@ -108,6 +109,7 @@ class LocalDaemon:
         # execute_in_process logs every event at DEBUG to the console; keep warnings and worse.
         logging.getLogger("dagster").setLevel(logging.WARNING)
         self.settings = Settings.from_env()
+        migrate_deployment()  # a deployment creates or migrates the ops schema before anything runs
         refresh_state_file(self.settings)
         self.instance = dg.DagsterInstance.from_config(str(dagster_home(lw.root)))
         # Loading reads the "current" defs-state storage, which an instance entered and disposed earlier in
