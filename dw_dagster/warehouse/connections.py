@@ -17,6 +17,8 @@ of waiting the same timeout again for every statement: the run fails, and the ru
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from snowflake.connector.cursor import SnowflakeCursor
@@ -142,17 +144,31 @@ def close(conn: Any, breaker: Breaker) -> None:
 
 
 class ConnectionScope:
-    """The connections of one run or sensor tick: one per session schema, closed when the scope ends."""
+    """The connections of one run or sensor tick: one per session schema, closed when the scope ends.
 
-    def __init__(self, connector: Connector):
+    ``wait_seconds``: how long to wait before the first login (a retried run's backoff), told to ``log``.
+    """
+
+    def __init__(
+        self, connector: Connector, wait_seconds: float = 0, log: Callable[[str], None] | None = None
+    ):
         self._connector = connector
         self.breaker = Breaker(connector.where)
         self._connections: dict[str | None, Any] = {}
         self._lock = threading.Lock()
+        self._wait_seconds = wait_seconds
+        self._log = log
 
     def get(self, schema: str | None, query_tag: str) -> Any:
         with self._lock:
             self.breaker.check()
+            if self._wait_seconds > 0:
+                if self._log is not None:
+                    self._log(
+                        f"retried run: waiting {self._wait_seconds:.0f} s before logging in to Snowflake"
+                    )
+                time.sleep(self._wait_seconds)
+                self._wait_seconds = 0
             if schema not in self._connections:
                 self._connections[schema] = self._connector.connect(schema, query_tag, self.breaker)
             return self._connections[schema]

@@ -14,9 +14,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
+from dagster._core.storage.tags import RETRY_NUMBER_TAG
 from dagster._utils.cached_method import cached_method
 from dagster_snowflake import SnowflakeResource
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
 from dw_dagster.config import DwConfigError, resolve_env_vars
 from dw_dagster.warehouse.connections import Breaker, ConnectionScope, Connector, TaggedConnection, close
@@ -37,10 +38,20 @@ class WarehouseResource(SnowflakeResource):
     Used outside Dagster (a command, a test), each ``tagged_connection`` opens and closes its own.
     """
 
+    retry_backoff_seconds: int = Field(
+        default=30,
+        description="A run retried by Dagster's run retries waits this long before its first login, doubled "
+        "at each further retry, so that a warehouse that was unreachable gets time to come back.",
+    )
     _scope: ConnectionScope | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._scope = ConnectionScope(self._connector())
+        run = context.dagster_run
+        retry = int(run.tags.get(RETRY_NUMBER_TAG, "0")) if run is not None else 0
+        wait = self.retry_backoff_seconds * 2 ** (retry - 1) if retry > 0 else 0
+        self._scope = ConnectionScope(
+            self._connector(), wait_seconds=wait, log=context.log.info if context.log else None
+        )
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._scope is not None:
@@ -107,18 +118,19 @@ def warehouse_from_env(env: Mapping[str, str] | None = None, resolved: bool = Fa
         # this time instead of hanging the run.
         network_timeout=_seconds(env, "SNOWFLAKE_NETWORK_TIMEOUT", 120),
         login_timeout=_seconds(env, "SNOWFLAKE_LOGIN_TIMEOUT", 60),
+        retry_backoff_seconds=_seconds(env, "DW_RETRY_BACKOFF_SECONDS", 30, minimum=0),
         additional_snowflake_connection_args=_local_connection_args(env),
     )
 
 
-def _seconds(env: Mapping[str, str], name: str, default: int) -> int:
+def _seconds(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
     raw = env.get(name)
     if not raw:
         return default
     try:
         seconds = int(raw)
     except ValueError:
-        seconds = 0
-    if seconds <= 0:
-        raise DwConfigError(f"{name}: expected a whole number of seconds above 0, got {raw!r}")
+        seconds = minimum - 1
+    if seconds < minimum:
+        raise DwConfigError(f"{name}: expected a whole number of seconds, at least {minimum}, got {raw!r}")
     return seconds

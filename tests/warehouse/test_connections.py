@@ -114,7 +114,10 @@ def test_secrets_stay_environment_variables_and_never_reach_a_tag(env, warehouse
 def test_a_bad_timeout_is_refused_naming_the_variable(env, value):
     from dw_dagster.config import DwConfigError
 
-    with pytest.raises(DwConfigError, match=f"SNOWFLAKE_LOGIN_TIMEOUT: expected a whole number.*{value!r}"):
+    with pytest.raises(
+        DwConfigError,
+        match=f"SNOWFLAKE_LOGIN_TIMEOUT: expected a whole number of seconds, at least 1, got {value!r}",
+    ):
         warehouse_from_env({**env, "SNOWFLAKE_LOGIN_TIMEOUT": value})
 
 
