@@ -25,6 +25,7 @@ import math
 import os
 import tempfile
 import time
+import types
 import warnings
 from collections import Counter
 from contextlib import contextmanager
@@ -111,6 +112,8 @@ def idle_hour(daemon: CountingDaemon, hour_seconds: int) -> Counter:
                     cursor=cursors.get(sensor.name),
                 ) as context:
                     result = sensor(context)
+                    if isinstance(result, types.GeneratorType):
+                        result = list(result)  # a generator sensor does its work as it is iterated
                     cursors[sensor.name] = (
                         result.cursor
                         if isinstance(result, dg.SensorResult) and result.cursor
