@@ -41,6 +41,7 @@ PRODUCT_COMMANDS = {
     "resume": "dw_dagster.remediation.commands:resume",
     "undo": "dw_dagster.remediation.commands:undo",
     "proposals": "dw_dagster.remediation.commands:proposals",
+    "baseline": "dw_dagster.checks.commands:baseline",
 }
 
 

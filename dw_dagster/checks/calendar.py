@@ -27,7 +27,7 @@ from datetime import date, timedelta
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
 from dw_dagster.config import FileModel
 
@@ -118,6 +118,8 @@ class BusinessCalendar(FileModel):
     month_end: PeriodEnd | None = None
     quarter_end: PeriodEnd | None = None
     day_of_month: list[DayOfMonth] = Field(default_factory=list)
+    # Every check asks about the same few hundred dates, once per series and group.
+    _memo: dict[date, CalendarDay | None] = PrivateAttr(default_factory=dict)
 
     @field_validator("business_days")
     @classmethod
@@ -163,6 +165,11 @@ class BusinessCalendar(FileModel):
     def day(self, day: date) -> CalendarDay | None:
         """What kind of calendar day ``day`` is, the most specific first (a holiday, a quarter-end, a
         month-end, a day of the month), or None for an ordinary day."""
+        if day not in self._memo:
+            self._memo[day] = self._day(day)
+        return self._memo[day]
+
+    def _day(self, day: date) -> CalendarDay | None:
         found = self.holiday(day)
         if found:
             name, effect = found

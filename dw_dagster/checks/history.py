@@ -23,7 +23,8 @@ from dw_dagster.warehouse.resources import WarehouseResource
 class Recorded(BaseModel):
     business_date: date
     value: float | None
-    groups: dict[str, float] = Field(default_factory=dict)
+    groups: dict[str, float | None] = Field(default_factory=dict)
+    """None: the group's value was NULL that night."""
     flagged: bool = False
 
 
@@ -77,7 +78,7 @@ class HistorySession:
         metric: str,
         day: date,
         value: float | None,
-        groups: Mapping[str, float],
+        groups: Mapping[str, float | None],
         dagster_run_id: str | None,
         coalesce_run_id: str | None,
     ) -> None:
@@ -151,6 +152,26 @@ class HistorySession:
             f"UPDATE {self.ops.table('VOLUME_HISTORY')} SET FLAGGED = %s WHERE ASSET_KEY = %s AND BUSINESS_DATE = %s",
             (flagged, asset_key, day),
         )
+
+    def latest_metric(self, metric: str) -> Recorded | None:
+        """The last night a total was recorded, whenever that was."""
+        self.cur.execute(
+            f"SELECT MAX(BUSINESS_DATE) FROM {self.ops.table('METRIC_HISTORY')} WHERE METRIC = %s", (metric,)
+        )
+        last = self.cur.fetchone()[0]
+        return (
+            None
+            if last is None
+            else self.metric_history(metric, _as_date(last) + timedelta(days=1), 1).get(_as_date(last))
+        )
+
+    def latest_volume(self, asset_key: str) -> date | None:
+        self.cur.execute(
+            f"SELECT MAX(BUSINESS_DATE) FROM {self.ops.table('VOLUME_HISTORY')} WHERE ASSET_KEY = %s",
+            (asset_key,),
+        )
+        last = self.cur.fetchone()[0]
+        return None if last is None else _as_date(last)
 
     def record_rebase(self, rebase: Rebase) -> bool:
         """Records an accepted level once per series and date (a re-tick changes nothing); returns whether

@@ -188,3 +188,38 @@ def _verdict(result: BaselineResult, *, notes: list[str], level: Rebase | None) 
         level=level,
         notes=list(notes),
     )
+
+
+def judgement_metadata(j: Judgement, prefix: str = "baseline") -> dict[str, object]:
+    """What the check shows of its judgement: the score, the calendar day and the level in force."""
+    import dagster as dg
+
+    r = j.result
+    out: dict[str, object] = {
+        f"{prefix}_status": "accepted_level" if j.accepted_tonight else r.status.value,
+        f"{prefix}_points": r.points,
+        f"{prefix}_mode": "absolute (small count)" if r.absolute else "relative",
+    }
+    if r.expected is not None:
+        out[f"{prefix}_expected"] = dg.MetadataValue.float(float(r.expected))
+        out[f"{prefix}_relative_change_pct"] = dg.MetadataValue.float(float(100 * (r.relative_change or 0)))
+        out[f"{prefix}_robust_z"] = dg.MetadataValue.float(float(r.robust_z or 0))
+    if j.calendar_day is not None:
+        out[f"{prefix}_calendar_day"] = j.calendar_day.name
+        if j.calendar_effect_pct is not None:
+            out[f"{prefix}_calendar_effect_pct"] = dg.MetadataValue.float(float(j.calendar_effect_pct))
+    if j.level is not None:
+        out[f"{prefix}_level"] = j.level.describe()
+    if j.notes:
+        out[f"{prefix}_judgement"] = j.describe()
+    return out
+
+
+def deviation(j: Judgement, unit: str) -> str:
+    """The deviation as a person reads it: '9,012 rows against an expected 7,900 (+14.1%, robust z +9.3)'."""
+    r = j.result
+    z = f"robust z {r.robust_z:+.1f}" if r.robust_z is not None else ""
+    if r.absolute and r.expected is not None:
+        moved = f"{r.value - r.expected:+,.0f} {unit}"
+        return f"{r.value:,.0f} {unit} against an expected {r.expected:,.0f} ({moved}, {z})"
+    return f"{r.value:,.0f} {unit} against an expected {r.expected or 0:,.0f} ({100 * (r.relative_change or 0):+.1f}%, {z})"
