@@ -22,6 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from dw_dagster.checks.baseline import BaselineStatus
 from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.history import Rebase, Recorded, total_series
 from dw_dagster.checks.judge import Judgement, judge
@@ -125,7 +126,9 @@ def judge_groups(
     lost = [m for m in moves if m.status in ("lost", "went")]
     gained = [m for m in moves if m.status == "gained"]
     new = [m for m in moves if m.status == "new"]
-    if total_verdict.severity == "ERROR" or not lost:
+    if total_verdict.result.status is BaselineStatus.ANOMALY or not lost:
+        # The total moved (an ERROR, or a WARN the calendar explains): its judgement speaks; the groups
+        # only name where.
         return GroupVerdict(moves=moves)
     said = lambda ms: ", ".join(m.describe() for m in ms[:5])  # noqa: E731
     held = f"{total.name} held ({100 * (total_verdict.result.relative_change or 0):+.1f}%)"

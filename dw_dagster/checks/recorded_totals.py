@@ -10,7 +10,6 @@ groups with a NULL value). A baseline with too little history says so.
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
-from statistics import median
 from typing import Any
 
 import dagster as dg
@@ -18,10 +17,11 @@ from pydantic import BaseModel, Field
 
 from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.groups import GroupMove, judge_groups, null_groups_problem
-from dw_dagster.checks.history import HistorySession, HistoryStore, Rebase, Recorded, total_series
+from dw_dagster.checks.history import HistorySession, HistoryStore, Rebase, total_series
 from dw_dagster.checks.judge import deviation, judge, judgement_metadata
 from dw_dagster.checks.levels import LazyLineage, remediation_levels
-from dw_dagster.checks.metrics import MetricsFile, Reconciliation, RecordedTotal
+from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
+from dw_dagster.checks.reconcile import Reconciled, reconcile
 from dw_dagster.checks.reporting import report_failure
 from dw_dagster.checks.run_context import CheckRun, check_run
 from dw_dagster.coalesce.sql import resolve_refs
@@ -30,7 +30,6 @@ from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
-GAP_BASELINE_DAYS = 7
 HISTORY_DAYS = 120
 
 TableResolver = Callable[[str, str], str]
@@ -47,26 +46,6 @@ class TotalValue(BaseModel):
     """The columns the SQL's VALUE is computed from (to say what a NULL value lacks)."""
     null_value: bool = False
     """A total without group keys whose VALUE is NULL."""
-
-
-class GroupGap(BaseModel):
-    group: str
-    source: float
-    target: float
-    gap_change: float
-    missing_in_target: bool
-
-
-class Reconciled(BaseModel):
-    passed: bool
-    gap: float
-    usual_gap: float
-    gap_change: float
-    tolerance: float
-    target_change_pct: float | None
-    source_change_pct: float | None
-    groups: list[GroupGap]
-    """Groups whose gap changed, largest change first."""
 
 
 def check_name(total: RecordedTotal) -> str:
@@ -123,69 +102,6 @@ def value_columns(sql: str) -> list[str]:
         if isinstance(projection, exp.Alias) and projection.alias.upper() == "VALUE":
             return list(dict.fromkeys(c.name for c in projection.find_all(exp.Column)))
     return []
-
-
-def _pct(now: float, before: float | None) -> float | None:
-    return None if not before else (now - before) / before * 100
-
-
-def _previous(history: Mapping[date, Recorded], day: date) -> Recorded | None:
-    earlier = [d for d in history if d < day and history[d].value is not None]
-    return history[max(earlier)] if earlier else None
-
-
-def reconcile(
-    day: date,
-    target: TotalValue,
-    source: TotalValue,
-    target_history: Mapping[date, Recorded],
-    source_history: Mapping[date, Recorded],
-    rule: Reconciliation,
-) -> Reconciled:
-    """Compares today's gap (source - target) with the usual gap of the last clean nights."""
-    clean = sorted(
-        d
-        for d in target_history
-        if d < day and d in source_history and not target_history[d].flagged and not source_history[d].flagged
-        and target_history[d].value is not None and source_history[d].value is not None
-    )[-GAP_BASELINE_DAYS:]  # fmt: skip
-    usual_gap = median(source_history[d].value - target_history[d].value for d in clean) if clean else 0.0  # type: ignore[operator]
-    gap = source.value - target.value
-    tolerance = rule.tolerance(source.value)
-
-    groups = []
-    for g in sorted(set(source.groups) | set(target.groups)):
-        s, t = source.groups.get(g, 0.0), target.groups.get(g, 0.0)
-        if s is None or t is None:
-            continue  # a NULL value is a finding of its own (groups.null_groups_problem), not a gap of 0
-        usual = (
-            median(
-                (source_history[d].groups.get(g) or 0.0) - (target_history[d].groups.get(g) or 0.0)
-                for d in clean
-            )
-            if clean
-            else 0.0
-        )
-        change = (s - t) - usual
-        if abs(change) > 0 or (g in source.groups and g not in target.groups):
-            groups.append(
-                GroupGap(
-                    group=g, source=s, target=t, gap_change=change, missing_in_target=g not in target.groups
-                )
-            )
-    groups.sort(key=lambda x: -abs(x.gap_change))
-    prev_t, prev_s = _previous(target_history, day), _previous(source_history, day)
-    return Reconciled(
-        # Group by group too: a key pointed at the wrong group moves the gap between groups, not in total.
-        passed=abs(gap - usual_gap) <= tolerance and all(abs(g.gap_change) <= tolerance for g in groups),
-        gap=gap,
-        usual_gap=usual_gap,
-        gap_change=gap - usual_gap,
-        tolerance=tolerance,
-        target_change_pct=_pct(target.value, prev_t.value if prev_t else None),
-        source_change_pct=_pct(source.value, prev_s.value if prev_s else None),
-        groups=groups,
-    )
 
 
 def _fmt(v: float | None, unit: str = "") -> str:
