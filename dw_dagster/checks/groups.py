@@ -64,7 +64,7 @@ def group_series(own: Mapping[date, Recorded], group: str) -> dict[date, float |
     """The group's value night by night: 0 on a night the total had groups but not this one, nothing on
     a night the group's value was NULL."""
     return {
-        d: (r.groups.get(group, 0.0) if group in r.groups else 0.0)
+        d: r.groups.get(group) or 0.0
         for d, r in own.items()
         if r.value is not None and r.groups and not (group in r.groups and r.groups[group] is None)
     }

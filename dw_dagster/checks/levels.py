@@ -33,7 +33,10 @@ def remediation_levels(
     since = datetime.now(UTC) - timedelta(days=RECENT_DAYS)
     new = 0
     for incident in store.list():
-        if incident.updated_at < since or incident.business_date is None or incident.business_date >= day:
+        updated = (
+            incident.updated_at if incident.updated_at.tzinfo else incident.updated_at.replace(tzinfo=UTC)
+        )
+        if updated < since or incident.business_date is None or incident.business_date >= day:
             continue
         receipts = [e for e in store.events(incident.incident_id, kind="receipt") if e.detail.get("verified")]
         if not receipts:
