@@ -121,13 +121,11 @@ def judge(
     kinds = {d: cal.day(d) for d in usable} if cal else {}
     ordinary = {d: v for d, v in usable.items() if kinds.get(d) is None}
 
-    def plain_score(d: date, v: float, points: Mapping[date, float], **kw) -> BaselineResult:
-        s = score(points, d, v, config, hurts, absolute=absolute, **kw)
+    def plain_score(d: date, v: float, points: Mapping[date, float], cfg: BaselineConfig = config, **kw):
+        s = score(points, d, v, cfg, hurts, absolute=absolute, **kw)
         if s.status is BaselineStatus.INSUFFICIENT and len(points) < len(usable):
             # Too few ordinary nights: every night, calendar ones included, rather than no judgement.
-            s = score(
-                {k: x for k, x in usable.items() if k < d}, d, v, config, hurts, absolute=absolute, **kw
-            )
+            s = score({k: x for k, x in usable.items() if k < d}, d, v, cfg, hurts, absolute=absolute, **kw)
         return s
 
     today = cal.day(day) if cal else None
@@ -141,9 +139,12 @@ def judge(
         like = sorted(d for d, k in kinds.items() if k is not None and key in k.like_keys)
         if like:
             break
+    # A like night early in the history has few ordinary nights before it: its effect is measured against
+    # as few as one (the effects are pooled, and the scale widened for how few there are).
+    lenient = config.model_copy(update={"min_points": 1})
     effects, measured = [], []
     for d in like:
-        s = plain_score(d, usable[d], {k: v for k, v in ordinary.items() if k < d})
+        s = plain_score(d, usable[d], {k: v for k, v in ordinary.items() if k < d}, lenient)
         if s.expected is not None and s.status is not BaselineStatus.INSUFFICIENT:
             effects.append(f(usable[d]) - f(max(s.expected, 0.0)))
             measured.append(d)
