@@ -40,6 +40,7 @@ class Played:
 def play(tmp_path: Path, world: str, nights: list[dict], metrics=None, between=None) -> Played:
     """Plays ``nights`` (scenario nights) on a fresh copy of ``world``'s seeded template, its metrics file
     edited by ``metrics(dict)`` if given; ``between(night, daemon)`` runs after each night's tick."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump({"name": "baselines-test", "world": world, "nights": nights}))
     scenario = load_scenario(path)
