@@ -96,7 +96,8 @@ class CalendarDay(BaseModel):
     name: str
     like_keys: tuple[str, ...]
     """Compared with past days that share the first of these keys that has any (a quarter-end with past
-    quarter-ends, else with past month-ends; every holiday with past holidays)."""
+    quarter-ends, else with past month-ends; a public holiday with past public holidays; a team's own date
+    with its own past occurrences)."""
     max_effect_pct: float
     direction: Literal["up", "down", "both"]
 
@@ -173,7 +174,10 @@ class BusinessCalendar(FileModel):
         found = self.holiday(day)
         if found:
             name, effect = found
-            return _calendar_day("holiday", name, ("holiday",), effect)
+            # A team's own date is like its own past occurrences (a stocktake with past stocktakes); a
+            # public holiday is like every past public holiday.
+            keys = (f"date:{name}",) if isinstance(effect, ExplicitDate) else ("holiday",)
+            return _calendar_day("holiday", name, keys, effect)
         for kind, window, quarter in (
             ("quarter_end", self.quarter_end, True),
             ("month_end", self.month_end, False),

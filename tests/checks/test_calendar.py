@@ -35,6 +35,9 @@ def test_explicit_dates_and_days_of_the_month():
     stocktake = cal.day(date(2025, 6, 2))
     assert stocktake.name == "Stocktake" and stocktake.explains(-0.3) and not stocktake.explains(0.3)
     assert cal.day(date(2025, 6, 15)).like_keys == ("day_of_month:payday",)
+    # A team's own date is compared with its own past occurrences, not with public holidays.
+    assert stocktake.like_keys == ("date:Stocktake",)
+    assert _cal(holidays=[{"country": "US"}]).day(date(2025, 5, 26)).like_keys == ("holiday",)
     # 31 means the last day of a shorter month.
     assert cal.day(date(2025, 6, 30)).name == "payday"
     assert cal.day(date(2025, 6, 16)) is None

@@ -87,8 +87,17 @@ def test_a_group_that_went_with_nothing_gained_is_a_finding():
     smaller["CHANNEL=marketplace"] = 10_000.0
     total, verdict = _judge(smaller)
     assert total.severity is None
+    # Alone, a fall is noted, not raised (one group's noise); a group gone to nothing is a finding.
+    assert verdict.problem is None and "CHANNEL=marketplace" in verdict.note
+    smaller["CHANNEL=marketplace"] = 0.0
+    smaller["CHANNEL=web"] += 2_500  # each under 10% of its own level: no gain
+    smaller["CHANNEL=app"] += 1_500
+    smaller["CHANNEL=retail"] += 1_500
+    total, verdict = _judge(smaller)
     assert (
-        verdict.problem is not None and "CHANNEL=marketplace" in verdict.problem and "fell" in verdict.problem
+        total.severity is None
+        and "CHANNEL=marketplace" in verdict.problem
+        and "went to nothing" in verdict.problem
     )
 
 
