@@ -100,9 +100,9 @@ def receipt_messages(
     for i, blocks in enumerate(parts):
         which = f" (part {fmt_count(i + 1)} of {fmt_count(n)})" if n > 1 else ""
         lead = (
-            f"Receipt {r.incident_id}{which}: {outcome}. Cause: {r.cause}"
+            f"Receipt {r.plan_id} for {r.incident_id}{which}: {outcome}. Cause: {r.cause}"
             if i == 0
-            else f"Receipt {r.incident_id}{which}."
+            else f"Receipt {r.plan_id} for {r.incident_id}{which}."
         )
         messages.append(
             SlackMessage(

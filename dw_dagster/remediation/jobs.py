@@ -28,6 +28,7 @@ from dw_dagster.incidents.models import Incident
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.incident_notifier import IncidentNotifier
 from dw_dagster.notifications.resources import SlackNotifier
+from dw_dagster.notifications.wording import wording_for
 from dw_dagster.remediation.approvals import (
     REMEDIATION_JOB,
     ApprovalBook,
@@ -165,11 +166,15 @@ def build_remediation_definitions(
         if receipt.verified:
             store.set_status(plan.incident_id, "resolved")
         context.log_event(receipt_materialization(receipt, "resolved" if receipt.verified else "open"))
+        from dw_dagster.incidents.jobs import latest_diagnosis  # imports this module: not at the top
+
         notifier = gated_notifier(slack, store, context_file)
         # The receipt whole, then (verified) the resolution: each thread reads them in that order.
         approvers = ", ".join(a.approver for a in approved.approvals)
         resolution = f"Fixed and verified on approval of {approvers}." if receipt.verified else None
-        notifier.post_receipt(approved.incident, receipt, resolution=resolution)
+        found = latest_diagnosis(store, plan.incident_id)
+        wording = wording_for(context_file, metrics, *found) if found else None
+        notifier.post_receipt(approved.incident, receipt, resolution=resolution, wording=wording)
         if not receipt.verified:
             escalate(notifier, approved.incident, context_file, plan, problem, run_id=context.run_id)
 

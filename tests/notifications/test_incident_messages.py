@@ -19,6 +19,8 @@ from reference_night import (
     reference_plan,
     reference_receipt,
 )
+from slack_checks import check_limits, check_reads_like_slack
+from slack_checks import texts as _texts
 
 from dw_dagster.checks.metrics import MetricsFile, load_metrics_file
 from dw_dagster.context.models import Autonomy, ContextFile, load_context_file
@@ -40,12 +42,6 @@ from dw_dagster.notifications import (
     wording_for,
 )
 from dw_dagster.notifications.hold_message import hold_note
-from dw_dagster.notifications.kit import (
-    FIELD_TEXT_LIMIT,
-    HEADER_TEXT_LIMIT,
-    MAX_BLOCKS,
-    SECTION_TEXT_LIMIT,
-)
 from dw_dagster.notifications.text import fmt_number, fmt_value, humanise, lower_first, slack_date
 from dw_local.slack_render import render_blocks, render_log, render_message
 from dw_local.world import DISTRIBUTOR_DIR
@@ -63,44 +59,6 @@ def context() -> ContextFile:
 @pytest.fixture(scope="module")
 def metrics() -> MetricsFile:
     return load_metrics_file(DISTRIBUTOR_DIR / "metrics.yaml")
-
-
-def _texts(payload: dict) -> str:
-    return json.dumps(payload["blocks"], ensure_ascii=False)
-
-
-def check_limits(payload: dict) -> None:
-    blocks = payload["blocks"]
-    assert payload["text"], "plain-text fallback always set"
-    assert len(blocks) <= MAX_BLOCKS
-    for b in blocks:
-        if b["type"] == "header":
-            assert len(b["text"]["text"]) <= HEADER_TEXT_LIMIT
-        if b["type"] == "section":
-            if "text" in b:
-                assert len(b["text"]["text"]) <= SECTION_TEXT_LIMIT
-            assert len(b.get("fields", [])) <= 10
-            assert all(len(f["text"]) <= FIELD_TEXT_LIMIT for f in b.get("fields", []))
-        if b["type"] == "context":
-            assert len(b["elements"]) <= 10
-
-
-_REPR = re.compile(
-    r"\{'|'\}|\[\]|\bNone\b|\bTrue\b|\bFalse\b|datetime\(|Decimal\(|\d\.\d{4,}|\d{5,}\.\d|^#{1,6} |\*\*", re.M
-)
-
-
-def check_reads_like_slack(payload: dict) -> None:
-    """No Python repr, no unrounded number, no Markdown heading or ``**``; mrkdwn only."""
-    for b in payload["blocks"]:
-        for obj in [b.get("text"), *b.get("fields", []), *b.get("elements", [])]:
-            if not isinstance(obj, dict) or "text" not in obj:
-                continue
-            text = obj["text"] if isinstance(obj["text"], str) else obj["text"]["text"]
-            # Code blocks show the data as it is (a diff, SQL): only the prose around them is checked.
-            prose = re.sub(r"```.*?```", "", text, flags=re.S)
-            assert not _REPR.search(prose), (_REPR.search(prose), prose[:400])
-    assert not _REPR.search(payload["text"]), payload["text"][:400]
 
 
 def _reference(context, metrics):
