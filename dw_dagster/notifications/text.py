@@ -22,11 +22,21 @@ from typing import Any
 SLACK_DATE_FORMAT = "{date_short_pretty} {time}"
 _IDENTIFIER = re.compile(r"^[A-Z][A-Z0-9_$]*$")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_DATE_TOKEN = re.compile(r"<!date\^\d+\^[^|<>^]*\|[^<>|]*>")
 
 
 def escape(text: Any) -> str:
-    """Escapes the three characters mrkdwn treats as control characters."""
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Escapes the three characters mrkdwn treats as control characters; a Slack date token that
+    :func:`slack_date` made (a formatted value) is kept, so a time reads in the reader's zone wherever it is."""
+    raw, out, last = str(text), [], 0
+    for m in _DATE_TOKEN.finditer(raw):
+        out += [_escape(raw[last : m.start()]), m.group()]
+        last = m.end()
+    return "".join([*out, _escape(raw[last:])])
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def truncate(text: str, limit: int, marker: str = "…") -> str:

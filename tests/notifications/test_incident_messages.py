@@ -205,6 +205,12 @@ def test_slack_dates_show_in_the_readers_time_zone():
     assert "16:30 JST" in render_blocks(
         [{"type": "context", "elements": [{"type": "mrkdwn", "text": token}]}], tokyo
     )
+    # A time among the evidence is a date token too, kept through the escaping of data (which is escaped).
+    inc = reference_incident()
+    d = reference_diagnosis(inc.incident_id)
+    d.evidence = {"last_load": at, "note": "a <b> & c"}
+    shown = render_message(incident_message(inc, d, BlastRadius()).payload(), chicago)
+    assert "Last load: Jun 17, 2025 02:30 CDT" in shown and "Note: a <b> & c" in shown
 
 
 def test_hold_notice_and_its_proposed_variant(context, metrics):
