@@ -52,7 +52,7 @@ SEVERITY_EMOJI = {"ERROR": ":rotating_light:", "WARN": ":warning:"}
 MAX_QUERY_SECTIONS = 2
 
 
-def key_line(k: KeyGap, item_noun: str) -> str:
+def _key_line(k: KeyGap, item_noun: str) -> str:
     bits = [f"{fmt_number(k.units)} units"]
     if k.distinct_items is not None:
         bits.append(f"over {fmt_count(k.distinct_items)} {escape(item_noun)}")
@@ -146,7 +146,7 @@ def incident_message(
     if diagnosis.evidence:
         blocks += evidence_blocks(diagnosis.evidence, wording)
     if diagnosis.keys:
-        lines = [key_line(k, wording.item_noun) for k in diagnosis.keys]
+        lines = [_key_line(k, wording.item_noun) for k in diagnosis.keys]
         blocks.append(
             section(fit_lines("*Keys holding the gap*", lines, SECTION_TEXT_LIMIT, "keys", DETAIL_HINT))
         )

@@ -17,7 +17,6 @@ from slack_sdk.models.blocks import ActionsBlock, ButtonElement, PlainTextObject
 from dw_dagster.tags import INCIDENT_ID
 
 DEFAULT_DAGSTER_UI_URL = "http://localhost:3000"
-INCIDENTS_ASSET_PATH = "dw/incidents"
 
 
 def dagster_ui_url(env: Mapping[str, str] | None = None) -> str:
@@ -40,10 +39,6 @@ class DagsterLinks:
     def incident_runs(self, incident_id: str) -> str:
         """The runs tagged with the incident (its checks findings' diagnosis, its remediation)."""
         return f"{self._base}/runs?{urlencode({'q[]': f'tag:{INCIDENT_ID}={incident_id}'})}"
-
-    def incidents_asset(self) -> str:
-        """The ``dw/incidents`` asset's events: one materialization per incident change, receipts included."""
-        return f"{self._base}/assets/{INCIDENTS_ASSET_PATH}?view=events"
 
     def best(self, incident_id: str, run_id: str | None) -> str:
         """The run a message speaks of, else the incident's runs."""
