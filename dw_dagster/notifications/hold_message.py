@@ -25,7 +25,7 @@ from dw_dagster.notifications.kit import (
 )
 from dw_dagster.notifications.links import DagsterLinks, dagster_buttons, dagster_ui_url
 from dw_dagster.notifications.owners import owners_text
-from dw_dagster.notifications.routing import Recipients, flagged_assets
+from dw_dagster.notifications.routing import Recipients, asset_label, flagged_assets
 from dw_dagster.notifications.text import escape, fit_items, fmt_change, fmt_count, lower_first, more_line
 from dw_dagster.notifications.wording import Wording
 
@@ -64,7 +64,7 @@ def _hold_body(incident: Incident, blast: BlastRadius, wording: Wording) -> str:
     where = flagged_assets(blast)
     n = fmt_count(len(blast.newly_flagged))
     noun = escape(wording.flagged_noun)
-    on = f" on *{escape(where[0].name)}*" if where else ""
+    on = f" on *{escape(asset_label(where[0]))}*" if where else ""
     changed = fmt_change(where[0].change, skip=("newly_flagged", "rows_affected")) if where else ""
     changed = f" ({escape(changed)})" if changed else ""
     return (

@@ -30,7 +30,7 @@ from dw_dagster.notifications.kit import (
 )
 from dw_dagster.notifications.links import DagsterLinks, dagster_buttons, dagster_ui_url
 from dw_dagster.notifications.owners import owners_text
-from dw_dagster.notifications.routing import flagged_assets
+from dw_dagster.notifications.routing import asset_label, flagged_assets
 from dw_dagster.notifications.text import (
     escape,
     fit_lines,
@@ -172,7 +172,7 @@ def incident_message(
         where = flagged_assets(blast)
         flagged = f"*{fmt_count(len(blast.newly_flagged))} newly flagged {escape(wording.flagged_noun)}*"
         if where:
-            flagged += f" on {escape(where[0].name)}"
+            flagged += f" on {escape(asset_label(where[0]))}"
         blocks.append(section(flagged + (f"\n{hold_note}" if hold_note else "")))
 
     if diagnosis.test_query:

@@ -74,6 +74,12 @@ def flagged_assets(blast: BlastRadius) -> list[AffectedAsset]:
     return [a for a in blast.assets if flagged_count(a.change)]
 
 
+def asset_label(a: AffectedAsset, limit: int = 60) -> str:
+    """An affected asset as a sentence names it: its name when short, else its asset key (a name taken from
+    a long description would swamp the sentence)."""
+    return a.name if len(a.name) <= limit and "\n" not in a.name else a.asset_key
+
+
 def consumer_teams(blast: BlastRadius) -> list[str]:
     """Owners of the affected assets that hold the newly flagged items (``newly_flagged`` in the change)."""
     return _unique(t for a in flagged_assets(blast) for t in a.owners)

@@ -10,7 +10,7 @@ from slack_sdk.models.blocks import Block
 from dw_dagster.incidents.models import Incident
 from dw_dagster.notifications.kit import SlackMessage, fallback, fields_sections, section
 from dw_dagster.notifications.links import DagsterLinks, dagster_buttons, dagster_ui_url
-from dw_dagster.notifications.text import escape, fmt_value, humanise
+from dw_dagster.notifications.text import escape, fmt_value
 
 
 def update_message(
@@ -39,13 +39,12 @@ def resolution_message(
     links: DagsterLinks | None = None,
     run_id: str | None = None,
 ) -> SlackMessage:
-    """The thread reply that closes the incident, with the verification numbers when given; ``run_id`` is
-    the run that verified it (the remediation run, or the checks run of the clean night)."""
+    """The thread reply that closes the incident, with the verification numbers when given (named as
+    given: the data's own names, e.g. a total's); ``run_id`` is the run that verified it (the remediation
+    run, or the checks run of the clean night)."""
     links = links or DagsterLinks(dagster_ui_url())
     blocks: list[Block] = [section(f":white_check_mark: *Resolved* · {incident.incident_id}\n{escape(text)}")]
     if verification:
-        blocks += fields_sections(
-            "*Verification*", [(humanise(k), fmt_value(k, v)) for k, v in verification.items()]
-        )
+        blocks += fields_sections("*Verification*", [(k, fmt_value(k, v)) for k, v in verification.items()])
     blocks.append(dagster_buttons(links, incident.incident_id, run_id))
     return SlackMessage(text=fallback(f"Resolved ({incident.incident_id}): {text}"), blocks=blocks)
