@@ -159,7 +159,7 @@ def test_a_receipt_reaches_its_threads_whole_then_the_resolution(shop, columns):
     owners = {m["channel"] for m in messages if _kind(m) == "incident"}
     assert owners
     for channel in owners:
-        thread = [m for m in messages if m["channel"] == channel and run_id in texts(m)]
+        thread = [m for m in messages if m["channel"] == channel and run_id in m["text"] + texts(m)]
         kinds = [_kind(m) for m in thread]
         parts = [m for m in thread if _kind(m) == "receipt"]
         assert kinds == ["receipt"] * len(parts) + ["resolved"], kinds
@@ -172,7 +172,8 @@ def test_a_receipt_reaches_its_threads_whole_then_the_resolution(shop, columns):
             "the whole diff, in order"
         )
         assert "Ana Souza for E-commerce analytics (#ecom-analytics)" in sections
-        assert "daily_revenue change" in sections, "the evidence in this world's words"
+        fields = [f["text"] for p in parts for b in p["blocks"] for f in b.get("fields", [])]
+        assert "*daily_revenue change*" in "\n".join(fields), "the evidence in this world's words"
         for m in thread:
             check_limits(m)
             check_reads_like_slack(m)
