@@ -129,6 +129,31 @@ def _scenario(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
             ],
         ),
         (
+            "name: x\nworld: WORLD\nnights: [{events: [{kind: unit_change, table: ORDER_LINES, column: UNIT_PRICE, "
+            "factor: 1}]}]\n",
+            ["nights.0.events.0 (unit_change)", "factor: Value error, expected a factor other than 0 and 1"],
+        ),
+        (
+            "name: x\nworld: WORLD\nnights: [{events: [{kind: unit_change, table: ORDER_LINES, column: UNIT_PRICE, "
+            "where: {STORE_ID: [9, 10]}}]}]\n",
+            [
+                "nights.0.events.0 (unit_change)",
+                "where: ORDER_LINES.STORE_ID never holds [9, 10] (its values: 1, 2, 3, 4, 5, 6)",
+            ],
+        ),
+        (
+            "name: x\nworld: WORLD\nnights: [{events: [{kind: source_not_refreshed, table: STORE_MAP}]}]\n",
+            [
+                "nights.0.events.0 (source_not_refreshed)",
+                "table: STORE_MAP is load: once and never re-synced",
+                "sources.STORE_MAP.refresh",
+            ],
+        ),
+        (
+            "name: x\nworld: WORLD\nnights: [{events: [{kind: source_not_refreshed}]}]\n",
+            ["nights.0.events.0 (source_not_refreshed)", "table: Field required"],
+        ),
+        (
             "name: x\nworld: WORLD\nnights: [{}, {expect: {incident: true, class: [value_loss]}}]\n",
             ["nights.1.expect.incident: true, but no fault is played that night or still in force"],
         ),
@@ -203,6 +228,22 @@ def test_a_bad_scenario_file_names_the_file_and_the_field(tmp_path, text, fragme
                 "Source node STORE_MAP column STORE_NAME: dataType 'VARCHAR(60)); DROP TABLE X; --' is not a Snowflake type"
             ],
         ),
+        (("holidays: {country: US}", "holidays: {country: XX}"), ["holidays", "no country 'XX'"]),
+        (
+            ("holidays: {country: US}", "holidays: {subdivision: NY}"),
+            ["holidays", "subdivision: needs country"],
+        ),
+        (
+            ("refresh: {column: _FIVETRAN_SYNCED", "refresh: {column: SYNCED_AT"),
+            ["sources.PRODUCTS.refresh.column: PRODUCTS has no column SYNCED_AT"],
+        ),
+        (
+            (
+                "    load: append\n",
+                "    load: append\n    refresh: {column: _FIVETRAN_SYNCED, at: '01:00:00'}\n",
+            ),
+            ["sources.ORDER_LINES", "refresh: only a load: once table is re-synced"],
+        ),
     ],
 )
 def test_a_bad_world_file_names_the_file_and_the_field(tmp_path, edit, fragments):
@@ -256,7 +297,7 @@ def test_generic_events_change_exactly_what_they_say():
     scaled = played(
         kind="unit_change", table="ORDER_LINES", column="UNIT_PRICE", factor=100, where={"STORE_ID": 4}
     )
-    assert (scaled.loc[uk, "UNIT_PRICE"] == lines.loc[uk, "UNIT_PRICE"] * 100).all()
+    assert (scaled.loc[uk, "UNIT_PRICE"] == (lines.loc[uk, "UNIT_PRICE"] * 100).round(2)).all()
     assert (scaled.loc[~uk, "UNIT_PRICE"] == lines.loc[~uk, "UNIT_PRICE"]).all()
     new = played(kind="new_key_unmapped", table="ORDER_LINES", column="STORE_ID", value=7, fraction=0.1)
     assert (new["STORE_ID"] == 7).sum() == round(0.1 * len(lines))
@@ -265,6 +306,55 @@ def test_generic_events_change_exactly_what_they_say():
     # A scenario's since_night counts from its own first night.
     growth = scenario_world.parse_event({"kind": "steady_growth", "pct": 1, "since_night": 1}, night)
     assert growth.since_night == night + 1 and growth.growth(night + 2) == pytest.approx(1.01**2)
+
+
+@pytest.mark.parametrize("factor", [3.7, 0.27, -1, 100])
+def test_unit_change_scales_a_subset_by_any_factor_as_the_column_carries_it(factor):
+    scenario_world = FileScenarioWorld(ECOMMERCE)
+    world = scenario_world.world
+    night = world.spec.history_nights
+    lines = world.night_frames(night)["ORDER_LINES"]
+    event = scenario_world.parse_event(
+        {"kind": "unit_change", "table": "ORDER_LINES", "column": "UNIT_PRICE", "factor": factor,
+         "where": {"STORE_ID": [3, 4]}},
+        night,
+    )  # fmt: skip
+    scaled = event.transform(world, {"ORDER_LINES": lines}, night)["ORDER_LINES"]
+    subset = lines["STORE_ID"].isin([3, 4])
+    assert 0 < subset.sum() < len(lines)
+    # NUMBER(18,2): the values the source now carries are rounded to cents, as the column stores them.
+    expected = (lines.loc[subset, "UNIT_PRICE"] * factor).round(2)
+    assert (scaled.loc[subset, "UNIT_PRICE"] == expected).all()
+    assert (scaled.loc[~subset, "UNIT_PRICE"] == lines.loc[~subset, "UNIT_PRICE"]).all()
+    measured = scaled.loc[subset, "UNIT_PRICE"].sum() / lines.loc[subset, "UNIT_PRICE"].sum()
+    assert measured == pytest.approx(factor, rel=1e-3)
+
+
+def test_a_world_calendar_dips_or_peaks_on_its_holidays():
+    from dw_local.scenarios.world_file import Holidays
+
+    world = FileScenarioWorld(ECOMMERCE).world
+    plain = FileScenarioWorld(ECOMMERCE).world
+    plain.spec = plain.spec.model_copy(update={"holidays": Holidays()})
+    memorial_day = next(n for n in range(60) if world.business_date(n) == date(2025, 5, 26))
+    assert world.is_holiday(date(2025, 5, 26)) and not plain.is_holiday(date(2025, 5, 26))
+    # The same draws, the holiday's factor on top (Memorial Day is a sale day for the retailer).
+    ratio = world.rows_tonight("ORDER_LINES", memorial_day) / plain.rows_tonight("ORDER_LINES", memorial_day)
+    assert ratio == pytest.approx(1.15, abs=1e-3)
+    assert world.rows_tonight("ORDER_LINES", memorial_day - 7) == plain.rows_tonight(
+        "ORDER_LINES", memorial_day - 7
+    )
+
+
+def test_the_distributor_calendar_dips_on_its_holidays():
+    from dw_local.worlds.distributor.generator import DistributorWorld
+    from dw_local.worlds.distributor.simulation import calendar_factor
+
+    world = DistributorWorld()
+    memorial_day = (date(2025, 5, 26) - world.spec.first_business_day).days
+    assert calendar_factor(world.spec, date(2025, 5, 26)) == world.spec.demand.holiday_factor < 1
+    shipped = {t: world.simulation.demand(t)[0].sum() for t in (memorial_day - 7, memorial_day)}
+    assert shipped[memorial_day] < 0.5 * shipped[memorial_day - 7]
 
 
 def test_the_elementary_z_score_keeps_the_scored_point_in_its_window():
