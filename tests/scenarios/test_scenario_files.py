@@ -475,3 +475,24 @@ def test_score_checks_every_file_and_reports_all_problems_before_playing(tmp_pat
     assert f"{first}: nights.0.events.0 (partial_load): table: Field required" in message
     assert f"{second}: nights.0.expect.incident" in message
     assert "playing" not in result.output and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("first_day", ["2025-11-01", "2025-03-08"])
+def test_synced_times_cross_a_daylight_saving_change(tmp_path, first_day):
+    """A business open all night has wall times in the repeated autumn hour and the skipped spring hour."""
+    for name in ("world.yaml", "project.yaml", "context.yaml", "metrics.yaml"):
+        text = (ECOMMERCE.parent / name).read_text()
+        text = text.replace("first_business_day: 2025-04-15", f"first_business_day: {first_day}")
+        (tmp_path / name).write_text(text.replace("business_time: [7, 23]", "business_time: [0, 24]"))
+    world = FileScenarioWorld(tmp_path / "world.yaml").world
+    change = world.night_frames(1)["ORDER_LINES"]  # Sunday 2 November / 9 March: the clocks change at 02:00
+    ordered, synced = change["ORDERED_AT"], change["_FIVETRAN_SYNCED"]
+    at_night = ordered.dt.hour.isin([1, 2])
+    assert at_night.sum() > 50
+    # UTC is 4 h ahead of New York on summer time, 5 h on winter time; the lag is 30 s to 10 min.
+    offset = synced - ordered
+    assert offset.between(pd.Timedelta(hours=4, seconds=30), pd.Timedelta(hours=5, minutes=10)).all()
+    # After the change: winter time in autumn, summer time in spring.
+    after = ordered.dt.hour >= 4
+    utc_ahead = pd.Timedelta(hours=5 if first_day.startswith("2025-11") else 4)
+    assert (offset[after] - utc_ahead).between(pd.Timedelta(seconds=30), pd.Timedelta(seconds=600)).all()
