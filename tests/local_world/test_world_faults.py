@@ -507,3 +507,54 @@ def test_new_org_mapped_the_same_day_keeps_raw_and_the_fact_in_line(env):
     # The org stays open on the next night, still mapped.
     assert _play(env, night + 1).status == "completed"
     assert _by_org(env, FCT, "ONHAND_QTY")[new_org.id] == SPEC.reference_night.transfer_units
+
+
+@pytest.mark.world
+def test_source_not_refreshed_keeps_yesterdays_onhand_while_order_lines_move_on(env):
+    fault = Fault(kind="source_not_refreshed", table=ONHAND)
+    night = _next_night(env)
+    before = _rows(env, f'SELECT COUNT(*), SUM("TRANSACTION_QUANTITY"), MAX("_QLIK_LOADED_AT") FROM {RAW}')[0]
+    with _repaired(env, fault):
+        assert _play(env, night, fault).status == "completed"
+        held = _rows(env, f'SELECT COUNT(*), SUM("TRANSACTION_QUANTITY"), MAX("_QLIK_LOADED_AT") FROM {RAW}')
+        assert held[0] == before
+        assert _night_lines(env, night) == len(_clean(env, night)[ORDER_LINES])  # order lines arrived
+    _raw_matches(env, _clean(env, night)[ONHAND])
+
+
+@pytest.mark.world
+def test_source_not_refreshed_order_lines_arrive_with_the_next_night(env):
+    night = _next_night(env)
+    assert _play(env, night, Fault(kind="source_not_refreshed", table=ORDER_LINES)).status == "completed"
+    assert _night_lines(env, night) == 0
+    _raw_matches(env, _clean(env, night)[ONHAND])  # on-hand was applied
+    assert _play(env, night + 1).status == "completed"
+    assert _night_lines(env, night) == len(_clean(env, night)[ORDER_LINES])
+
+
+@pytest.mark.world
+def test_a_sign_flip_on_one_org_fails_the_facts_node_test(env):
+    fault = Fault(kind="unit_change", org_id=7060, factor=-1)
+    night = _next_night(env)
+    with _repaired(env, fault):
+        result = _play(env, night, fault)
+        assert result.status == "failed"
+        assert _failed_nodes(env, result.run_id)["FCT_INVENTORY_POSITION"] == ["NO_NEGATIVE_ONHAND"]
+        raw = _by_org(env, RAW, "TRANSACTION_QUANTITY")
+        assert raw[7060] < 0 and all(units > 0 for org, units in raw.items() if org != 7060)
+    _raw_matches(env, _clean(env, night)[ONHAND])
+
+
+@pytest.mark.world
+def test_a_skipped_night_fails_the_freshness_policies_of_every_built_table(env):
+    from dw_local.daemon import LocalDaemon
+
+    daemon = LocalDaemon(env["lw"])
+    built = {"inventory/fct_inventory_position", "mart/mart_days_of_supply", "stage/stg_onhand"}
+    night = _next_night(env)
+    clean = _play(env, night)
+    outcome = daemon.tick(at=clean.watched_at)
+    assert built <= set(outcome.freshness) and outcome.stale() == []
+    skipped = _play(env, night + 1, Fault(kind="scheduler_skip"))
+    assert built <= set(daemon.tick(at=skipped.watched_at).stale())
+    assert daemon.tick(at=_play(env, night + 2).watched_at).stale() == []

@@ -76,6 +76,12 @@ class NightResult:
     run_id: int | None  # None: no run (the scheduler_skip fault)
     status: str  # the Coalesce run status: completed, failed or canceled; "skipped" when no run started
 
+    @property
+    def watched_at(self) -> datetime:
+        """When a deployed daemon's sensors see the night's run, a minute after its start: the business time
+        the local daemon ticks at for the night (``LocalDaemon.tick(at=...)``)."""
+        return self.scheduled_at + timedelta(minutes=1)
+
 
 @dataclass(frozen=True)
 class _Table:
