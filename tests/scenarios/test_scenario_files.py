@@ -21,21 +21,28 @@ ECOMMERCE = SUITE_DIR.parent / "worlds" / "ecommerce" / "world.yaml"
 FAULTS = {
     "new_key_unmapped", "reference_row_deleted", "reference_row_remapped", "duplicate_load", "partial_load",
     "replication_stalled", "unit_change", "null_join_key", "column_renamed", "column_dropped", "node_failure",
-    "scheduler_skip",
+    "scheduler_skip", "source_not_refreshed",
 }  # fmt: skip
 
 
-def test_the_public_suite_covers_the_vocabulary_on_two_worlds():
+def test_the_public_suite_covers_the_vocabulary_on_three_worlds():
     scenarios = [load_scenario(p) for p in scenario_files(SUITE_DIR)]
-    assert len(scenarios) >= 15
-    assert {s.world.name for s in scenarios} == {"distributor", "ecommerce"}
+    assert len(scenarios) >= 30
+    assert {s.world.name for s in scenarios} == {"distributor", "ecommerce", "adspend"}
     kinds = {e["kind"] for s in scenarios for n in s.file.nights for e in n.events}
     assert FAULTS <= kinds
     assert {"new_key_mapped", "steady_growth"} <= kinds
+    # The third world plays the whole vocabulary on its own, a subset unit change and a sign flip included.
+    third = [s for s in scenarios if s.world.name == "adspend"]
+    assert len(third) >= 12
+    assert FAULTS - {e["kind"] for s in third for n in s.file.nights for e in n.events} == set()
+    changes = [e for s in third for n in s.file.nights for e in n.events if e["kind"] == "unit_change"]
+    assert all(e.get("where") for e in changes) and {e["factor"] < 0 for e in changes} == {True, False}
     # Weekend and month-end nights are played clean: the calendar is a benign event too.
     dates = {s.world.business_date(s.night_index(k)) for s in scenarios for k in range(len(s.file.nights))}
     assert any(d.weekday() >= 5 for d in dates)
     assert any((d + timedelta(days=1)).month != d.month for d in dates)
+    assert {date(2025, 12, 25), date(2025, 12, 26), date(2026, 1, 1)} <= dates  # bank holidays, played clean
     names = [s.name for s in scenarios]
     assert len(set(names)) == len(names)
 
@@ -496,3 +503,19 @@ def test_synced_times_cross_a_daylight_saving_change(tmp_path, first_day):
     after = ordered.dt.hour >= 4
     utc_ahead = pd.Timedelta(hours=5 if first_day.startswith("2025-11") else 4)
     assert (offset[after] - utc_ahead).between(pd.Timedelta(seconds=30), pd.Timedelta(seconds=600)).all()
+
+
+def test_the_third_world_crosses_a_daylight_saving_change_and_the_year_end():
+    world = FileScenarioWorld(SUITE_DIR.parent / "worlds" / "adspend" / "world.yaml").world
+    history = [world.business_date(n) for n in range(world.spec.history_nights)]
+    assert date(2025, 10, 26) in history  # the clocks go back in London
+    change = world.night_frames(history.index(date(2025, 10, 26)))["AD_DELIVERY"]
+    repeated = change[change["SERVED_AT"].dt.hour == 1]
+    assert len(repeated) > 20  # served in the repeated hour, loaded in UTC a few minutes later
+    lag = repeated["_LOADED_AT"] - (repeated["SERVED_AT"] - pd.Timedelta(hours=1))
+    assert lag.between(pd.Timedelta(seconds=60), pd.Timedelta(seconds=900)).all()
+    # Wider than ten columns: the local Snowflake's COPY INTO must load them all.
+    assert len(world.tables["AD_DELIVERY"].columns) > 10
+    nights = {world.business_date(n): world.rows_tonight("AD_DELIVERY", n) for n in range(60, 74)}
+    assert nights[date(2025, 12, 25)] < 0.6 * nights[date(2025, 12, 23)]  # Christmas Day
+    assert nights[date(2025, 12, 31)] > 1.1 * nights[date(2025, 12, 23)]  # the month-end flush
