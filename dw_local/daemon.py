@@ -78,7 +78,8 @@ def business_clock(at: datetime) -> Iterator[None]:
     with (
         unittest.mock.patch("dagster._time._mockable_get_current_timestamp", new=timestamp),
         unittest.mock.patch(
-            "dagster._time._mockable_get_current_datetime", new=lambda: datetime.fromtimestamp(timestamp(), UTC)
+            "dagster._time._mockable_get_current_datetime",
+            new=lambda: datetime.fromtimestamp(timestamp(), UTC),
         ),
         unittest.mock.patch("dagster._core.log_manager.DagsterLogManager", new=get_freezable_log_manager()),
     ):
