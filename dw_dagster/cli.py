@@ -42,6 +42,7 @@ PRODUCT_COMMANDS = {
     "undo": "dw_dagster.remediation.commands:undo",
     "proposals": "dw_dagster.remediation.commands:proposals",
     "ops": "dw_dagster.warehouse.commands:ops",
+    "baseline": "dw_dagster.checks.commands:baseline",
 }
 
 

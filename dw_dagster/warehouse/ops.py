@@ -49,6 +49,16 @@ TABLES: dict[str, str] = {
         RECORDED_AT TIMESTAMP_TZ NOT NULL,
         FLAGGED BOOLEAN NOT NULL DEFAULT FALSE
     """,
+    # Accepted baseline levels (dw_dagster/checks/history.py): from FROM_DATE on, a series is judged at its
+    # new level; one row per series and date, written by a check (explained) or an owner (accepted).
+    "BASELINE_LEVELS": """
+        SERIES VARCHAR NOT NULL,
+        FROM_DATE DATE NOT NULL,
+        KIND VARCHAR NOT NULL,
+        REASON VARCHAR NOT NULL,
+        ACCEPTED_BY VARCHAR,
+        RECORDED_AT TIMESTAMP_TZ NOT NULL
+    """,
     "INCIDENTS": """
         INCIDENT_ID VARCHAR NOT NULL,
         CAUSE_KEY VARCHAR NOT NULL,
