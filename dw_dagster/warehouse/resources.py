@@ -46,7 +46,7 @@ class WarehouseResource(SnowflakeResource):
     _scope: ConnectionScope | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        run = context.dagster_run
+        run = context.run
         retry = int(run.tags.get(RETRY_NUMBER_TAG, "0")) if run is not None else 0
         wait = self.retry_backoff_seconds * 2 ** (retry - 1) if retry > 0 else 0
         self._scope = ConnectionScope(
