@@ -112,6 +112,7 @@ def run_findings(report: CoalesceRunReport, business_day: BusinessDay) -> list[F
 
 def run_request_tags(report: CoalesceRunReport, business_day: BusinessDay) -> dict[str, str]:
     run_tags = {
+        **tags.CHECKS_RUN_RETRIES,
         tags.COALESCE_RUN_ID: str(report.run.id),
         tags.COALESCE_ENVIRONMENT_ID: report.environment_id,
         tags.BUSINESS_DATE: business_date(report, business_day).isoformat(),

@@ -19,21 +19,20 @@ class Operations:
         from dw_dagster.context.models import load_context_file
         from dw_dagster.incidents.store import IncidentStore
         from dw_dagster.notifications.resources import slack_from_env
-        from dw_dagster.project import operations_component
+        from dw_dagster.settings import Settings
         from dw_dagster.warehouse.ops import OpsSchema
         from dw_dagster.warehouse.resources import warehouse_from_env
 
-        # The settings the code location loads with (dw_dagster/defs/operations/defs.yaml).
-        settings = operations_component()
-        self.warehouse = warehouse_from_env()
-        if not self.warehouse.database or not settings.context_file:
+        settings = Settings.from_env()
+        if not settings.database or not settings.context_file:
             raise click.ClickException(
                 "SNOWFLAKE_DATABASE and DW_CONTEXT_FILE must be set: approvals live in the warehouse's ops "
                 "schema and approvers come from the context file"
             )
         metrics = load_metrics_file(settings.metrics_file) if settings.metrics_file else MetricsFile()
         self.context = load_context_file(settings.context_file)
-        self.ops = OpsSchema(self.warehouse.database, metrics.ops_schema)
+        self.warehouse = warehouse_from_env()
+        self.ops = OpsSchema(settings.database, metrics.ops_schema)
         self.store = IncidentStore(self.warehouse, self.ops)
         self.slack = slack_from_env()
         self._instance: dg.DagsterInstance | None = None
@@ -63,12 +62,15 @@ class Operations:
 
         return OrgControl(self.warehouse, self.ops)
 
-    def tell_owners(self, incident_id: str, text: str, kind: str, version: str) -> None:
-        """A reply in the incident's owner threads (through the outbox: an outage delays it, never loses it)."""
+    def tell_owners(
+        self, incident_id: str, text: str, kind: str, version: str, run_id: str | None = None
+    ) -> None:
+        """A reply in the incident's owner threads (through the outbox: an outage delays it, never loses it);
+        ``run_id`` is the run it is about (linked)."""
         from dw_dagster.remediation.control import gated_notifier
 
         incident = self.store.get(incident_id)
         if incident is not None:
             gated_notifier(self.slack, self.store, self.context).post_update(
-                incident, text, kind=kind, version=version
+                incident, text, kind=kind, version=version, run_id=run_id
             )
