@@ -29,12 +29,22 @@ def apply_to_api_node(api_node: dict[str, Any], proposed: Mapping[str, Any]) -> 
             c["transform"] = transforms[c["name"]]
             c["sources"] = [{**s, "transform": transforms[c["name"]]} for s in c.get("sources", [])]
         columns.append(c)
+    # A test kept from before keeps its description, run order and continue-on-failure as the owner set them.
+    existing = {t["name"]: t for t in node["metadata"].get("appliedNodeTests", [])}
     node["metadata"] = {
         **node["metadata"],
         "sourceMapping": mapping,
         "columns": columns,
         "appliedNodeTests": [
-            {"name": t["name"], "description": "", "templateString": t["sql"]} for t in proposed["nodeTests"]
+            {
+                "description": "",
+                "continueOnFailure": False,
+                "runOrder": "After",
+                **existing.get(t["name"], {}),
+                "name": t["name"],
+                "templateString": t["sql"],
+            }
+            for t in proposed["nodeTests"]
         ],
     }
     return node

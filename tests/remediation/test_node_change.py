@@ -33,7 +33,14 @@ def node(join: str) -> CoalesceNode:
                 ],
                 "sourceMapping": [{"name": "FCT_INVENTORY_POSITION", "join": {"joinCondition": join}}],
                 "appliedNodeTests": [
-                    {"name": "NO_NEGATIVE_ONHAND", "templateString": "SELECT 1 WHERE FALSE"}
+                    # The published shape: all five fields are always sent (docs/coalesce-api.md).
+                    {
+                        "name": "NO_NEGATIVE_ONHAND",
+                        "description": "",
+                        "continueOnFailure": False,
+                        "runOrder": "After",
+                        "templateString": "SELECT 1 WHERE FALSE",
+                    }
                 ],
             },
         }  # fmt: skip
