@@ -89,3 +89,27 @@ def test_a_bad_attribute_is_reported_naming_the_file_and_the_field(tmp_path: Pat
     assert out.returncode != 0
     text = out.stdout + out.stderr
     assert "api_token_env_var" in text and f"{path}:3" in text
+
+
+def test_the_state_management_type_may_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dw_dagster.coalesce import CoalesceComponent
+
+    declared = (
+        'workspace: {environment_ids: "2"}\n'
+        "defs_state:\n"
+        "  management_type: \"{{ env('STATE_KIND', 'VERSIONED_STATE_STORAGE') }}\"\n"
+        "  refresh_if_dev: false\n"
+    )
+    monkeypatch.delenv("STATE_KIND", raising=False)
+    state = CoalesceComponent.resolve_from_yaml(declared).defs_state_config
+    assert (state.management_type.value, state.refresh_if_dev) == ("VERSIONED_STATE_STORAGE", False)
+    monkeypatch.setenv("STATE_KIND", "LOCAL_FILESYSTEM")
+    assert (
+        CoalesceComponent.resolve_from_yaml(declared).defs_state_config.management_type.value
+        == "LOCAL_FILESYSTEM"
+    )
+    monkeypatch.setenv("STATE_KIND", "SOMEWHERE")
+    with pytest.raises(Exception) as raised:
+        CoalesceComponent.resolve_from_yaml(declared)
+    text = f"{raised.value} {raised.value.__cause__}"
+    assert "defs_state.management_type: 'SOMEWHERE'" in text and "LOCAL_FILESYSTEM" in text

@@ -31,13 +31,14 @@ from typing import Annotated, Any
 import dagster as dg
 import pydantic
 from dagster.components.component.state_backed_component import StateBackedComponent
-from dagster.components.utils.defs_state import DefsStateConfig, DefsStateConfigArgs, ResolvedDefsStateConfig
+from dagster.components.utils.defs_state import DefsStateConfig, DefsStateConfigArgs
 from dagster.components.utils.translation import (
     ComponentTranslator,
     TranslationFn,
     TranslationFnResolver,
     create_component_translator_cls,
 )
+from dagster_shared.serdes.objects.models.defs_state_info import DefsStateManagementType
 
 from dw_dagster.coalesce.errors import CoalesceConfigError
 from dw_dagster.coalesce.job_assets import CoalesceJobAssets, CoalesceRunAs, build_job_assets
@@ -103,6 +104,35 @@ def _resolve_workspace(context: dg.ResolutionContext, model: Any) -> CoalesceWor
     return CoalesceWorkspaceArgs.resolve_from_model(context, model).to_workspace()
 
 
+class CoalesceDefsStateArgs(dg.Model, dg.Resolvable):
+    """Where the Coalesce state is kept. Unlike Dagster's own ``defs_state``, ``management_type`` may be a
+    template, so that one ``defs.yaml`` serves a deployment that refreshes at build and one that does not."""
+
+    key: str | None = pydantic.Field(default=None, description="The state's key, unique per deployment.")
+    management_type: str = pydantic.Field(
+        default=DefsStateManagementType.VERSIONED_STATE_STORAGE.value,
+        description="VERSIONED_STATE_STORAGE (in the instance, refreshed at any time), LOCAL_FILESYSTEM "
+        "(beside the code, refreshed when the image is built) or LEGACY_CODE_SERVER_SNAPSHOTS.",
+    )
+    refresh_if_dev: bool = pydantic.Field(
+        default=True, description="Refresh the state when `dagster dev` or `dg` loads the code location."
+    )
+
+
+def _resolve_defs_state(context: dg.ResolutionContext, model: Any) -> DefsStateConfigArgs:
+    args = CoalesceDefsStateArgs.resolve_from_model(context, model)
+    try:
+        management_type = DefsStateManagementType(str(args.management_type).strip())
+    except ValueError:
+        expected = ", ".join(t.value for t in DefsStateManagementType)
+        raise CoalesceConfigError(
+            f"defs_state.management_type: {args.management_type!r}; expected one of {expected}"
+        ) from None
+    return DefsStateConfigArgs(
+        key=args.key, management_type=management_type, refresh_if_dev=args.refresh_if_dev
+    )
+
+
 class CoalesceRunAsArgs(dg.Model, dg.Resolvable):
     """The Snowflake identity the runs Dagster starts use; the password is read from its variable."""
 
@@ -156,7 +186,14 @@ class CoalesceComponent(StateBackedComponent, dg.Model, dg.Resolvable):
     state_max_age_hours: float = pydantic.Field(
         default=24, gt=0, description="Older state loads with a warning saying how to refresh it."
     )
-    defs_state: ResolvedDefsStateConfig = DefsStateConfigArgs.versioned_state_storage()
+    defs_state: Annotated[
+        DefsStateConfigArgs,
+        dg.Resolver(
+            _resolve_defs_state,
+            model_field_type=CoalesceDefsStateArgs.model(),
+            description="How the Coalesce state is stored and refreshed.",
+        ),
+    ] = DefsStateConfigArgs.versioned_state_storage()
 
     @property
     def defs_state_config(self) -> DefsStateConfig:
