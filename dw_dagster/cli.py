@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import importlib.util
 import logging
 import sys
 
@@ -20,13 +19,31 @@ import click
 ENTRY_POINT_GROUP = "dw_dagster.cli"
 
 
+def _source(module: str) -> str | None:
+    """The source of ``module``, found as the import system would but without importing its parent
+    packages (``importlib.util.find_spec`` runs them, and a package's ``__init__`` may import dagster)."""
+    parts = module.split(".")
+    spec, path = None, None
+    for i in range(len(parts)):
+        name = ".".join(parts[: i + 1])
+        loaded = sys.modules.get(name)
+        if loaded is not None:
+            spec = loaded.__spec__
+        else:
+            finders = (f for f in sys.meta_path if hasattr(f, "find_spec"))
+            spec = next((found for f in finders if (found := f.find_spec(name, path)) is not None), None)
+        if spec is None:
+            return None
+        path = spec.submodule_search_locations
+    return spec.loader.get_source(module) if spec and spec.loader else None  # type: ignore[union-attr]
+
+
 def _summary(target: str) -> str:
     """The first line of the docstring of the function ``target`` ("module:attribute") defines, read from
     the module's source: what ``--help`` lists, without importing the module."""
     module, _, attr = target.partition(":")
     try:
-        spec = importlib.util.find_spec(module)
-        source = spec.loader.get_source(module) if spec and spec.loader else None  # type: ignore[attr-defined]
+        source = _source(module)
     except (ImportError, ValueError):
         return ""
     for node in ast.parse(source or "").body:
