@@ -222,19 +222,25 @@ def test_a_re_execution_is_not_an_approval(gate: Gate):
 def test_re_executing_steps_of_the_approved_run_changes_nothing(gate: Gate):
     """What the UI's "Re-execute from failure" or "Re-execute selected steps" does: a new run, with the
     parent's tags, that skips the first op. Every step that changes something checks the record itself."""
-    from dagster._core.definitions.definitions_load_context import DefinitionsLoadContext, DefinitionsLoadType
+    from dagster._core.definitions.definitions_load_context import DefinitionsLoadContext
     from dagster._core.definitions.reconstruct import ReconstructableRepository
+    from dagster._core.definitions.repository_definition import RepositoryLoadData
     from dagster._core.storage.defs_state.base import set_defs_state_storage
 
     reruns_before = len(gate.store.events(gate.incident.incident_id, kind="rerun"))
-    repo = ReconstructableRepository.for_module("dw_dagster.definitions", "defs")
+    storage = gate.daemon.instance.defs_state_storage
+    # As a run worker the code server launches: the load data names the state versions to load.
+    load_data = RepositoryLoadData(
+        cacheable_asset_data={},
+        reconstruction_metadata={},
+        defs_state_info=storage.get_latest_defs_state_info(),
+    )
+    repo = ReconstructableRepository.for_module("dw_dagster.definitions", "defs").with_repository_load_data(
+        load_data
+    )
     # Loading the code location here installs a process-wide load context holding this world's state:
     # scope it, so later worlds in this worker load their own, as a fresh run worker would.
-    fresh = DefinitionsLoadContext(load_type=DefinitionsLoadType.INITIALIZATION)
-    with (
-        set_defs_state_storage(gate.daemon.instance.defs_state_storage),
-        DefinitionsLoadContext.scoped(fresh),
-    ):
+    with set_defs_state_storage(storage), DefinitionsLoadContext.scoped(DefinitionsLoadContext.get()):
         result = dg.execute_job(
             repo.get_reconstructable_job("remediate_incident"),
             instance=gate.daemon.instance,
