@@ -14,6 +14,7 @@ from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.coalesce.sensor_builder import build_coalesce_run_sensor
 from dw_dagster.coalesce.translator import DagsterCoalesceTranslator
 from dw_dagster.context.models import ContextFile, load_context_file
+from dw_dagster.context.references import check_references
 from dw_dagster.incidents.assets import incidents_spec
 from dw_dagster.incidents.jobs import build_incident_definitions
 from dw_dagster.notifications.resources import slack_from_env
@@ -35,6 +36,8 @@ def _state_backed(settings: Settings, metrics: MetricsFile, context: ContextFile
     ops = OpsSchema(settings.database or "", metrics.ops_schema)
 
     def build(data: CoalesceWorkspaceData, specs: Sequence[dg.AssetSpec]) -> dg.Definitions:
+        check_references(specs, context=context, context_path=settings.context_file, metrics=metrics,
+                         metrics_path=settings.metrics_file, resolve_table=table_resolver(data))  # fmt: skip
         monitored = build_check_definitions(metrics, specs, table_resolver(data), ops.database)
         sensor = build_coalesce_run_sensor(
             workspace=coalesce_workspace(settings),

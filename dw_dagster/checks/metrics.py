@@ -29,7 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, field_validator, model_validator
 
 from dw_dagster.checks.baseline import BaselineConfig, Direction
-from dw_dagster.config import FileModel, load_yaml_model
+from dw_dagster.config import FileModel, load_yaml_model, validate_cron
 
 _NAME = r"^[a-z][a-z0-9_]*$"
 _KEY = r"^[a-z0-9_\-]+(/[a-z0-9_\-]+)*$"
@@ -128,6 +128,11 @@ class JobSchedule(FileModel):
     grace_minutes: int = Field(
         default=60, ge=1, description="How long after the schedule the build may land."
     )
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        return validate_cron(v)
 
 
 class InputFreshness(FileModel):
