@@ -23,3 +23,10 @@ APPROVALS_NEEDED = "dw/approvals_needed"
 # run sensor counts such a rerun for the incident's business date, not for the morning it ran.
 COALESCE_PARAM_INCIDENT_ID = "dw_incident_id"
 COALESCE_PARAM_BUSINESS_DATE = "dw_business_date"
+
+# What the held run says about itself in the UI: who must still approve (APPROVALS_NEEDED), by when, how.
+APPROVE_BY = "dw/approve_by"
+APPROVE_HOW = "dw/approve_how"
+# A one-time value the proposals sensor puts on the run it submits; only a hash of it is recorded, so the
+# sensor can tell its own run from a copy someone launched with the same tags after seeing them.
+SUBMISSION = "dw/submission"

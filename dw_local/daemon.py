@@ -133,7 +133,9 @@ class LocalDaemon:
         return outcome
 
     def _sensor_context(self, **kwargs):
-        resources = {k: self.defs.resources[k] for k in ("snowflake", "slack") if k in self.defs.resources}
+        resources = {
+            k: self.defs.resources[k] for k in ("snowflake", "slack", "coalesce") if k in self.defs.resources
+        }
         return dg.build_sensor_context(
             instance=self.instance, repository_def=self.repo, resources=resources, **kwargs
         )

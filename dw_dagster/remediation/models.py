@@ -125,8 +125,9 @@ class Approval(BaseModel):
     values: dict[str, str] = Field(default_factory=dict)
     """What the approver filled in or corrected on reference rows their team owns."""
     os_user: str | None = None
-    """The operating-system account the approve command ran under (``--as`` names the person; this is
-    recorded beside it for the audit, since the command cannot authenticate the name)."""
+    """The operating-system account the approve command ran under (recorded for the audit; proves nothing)."""
+    via: str | None = None
+    """How the approver was verified: Slack, their approver key, or (local world only) unverified."""
 
 
 class Decision(BaseModel):

@@ -38,6 +38,7 @@ def proposed(seeded_world, tmp_path_factory):
     store = IncidentStore(daemon.defs.resources["snowflake"], OpsSchema("DW_PROD", "DW_OPS"))
     (incident,) = store.list(status="open")
     (run_id,) = outcome.submitted
+    daemon.tick()  # the proposals sensor binds the plan to the run it submitted
     return (
         daemon,
         store,
