@@ -81,6 +81,17 @@ def load_yaml_text(text: str, source: str | Path) -> Any:
         loader.dispose()
 
 
+def validate_timezone(value: str) -> str:
+    """An IANA time zone name that zoneinfo knows."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError) as e:
+        raise ValueError(f"expected an IANA time zone such as 'America/Chicago', got {value!r}") from e
+    return value
+
+
 def validate_cron(value: str) -> str:
     """A five-field cron (or an ``@daily``-style alias) that croniter can schedule."""
     from croniter import croniter

@@ -18,13 +18,16 @@ import httpx
 from dw_local.world import LOCAL_SLACK_SIGNING_SECRET, LocalWorld, WorldError, _die_with_parent, free_port
 
 
-def start_endpoint(lw: LocalWorld, dagster_home: Path, port: int | None = None, timeout: float = 90.0) -> str:
-    """Starts ``dw-dagster serve-approvals`` for the world (stopped with the world's servers), points the
-    Slack stand-in at it; returns its Request URL."""
+def start_endpoint(
+    lw: LocalWorld, dagster_home: Path, env: dict[str, str] | None = None, port: int | None = None,
+    timeout: float = 90.0,
+) -> str:  # fmt: skip
+    """Starts ``dw-dagster serve-approvals`` for the world (stopped with the world's servers), with the
+    world's environment (and ``env`` over it), points the Slack stand-in at it; returns its Request URL."""
     port = port or free_port()
     script = Path(sys.executable).with_name("dw-dagster")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "dw_dagster"]
-    env = {**os.environ, **lw.env(), "DAGSTER_HOME": str(dagster_home)}
+    env = {**os.environ, **lw.env(), "DAGSTER_HOME": str(dagster_home), **(env or {})}
     log = open(lw.root / "logs" / "approvals.log", "ab")  # noqa: SIM115 - owned by the child
     proc = subprocess.Popen(
         [*command, "serve-approvals", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -26,11 +26,10 @@ from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator, model_validator
 
-from dw_dagster.config import FileModel, load_yaml_model, validate_cron
+from dw_dagster.config import FileModel, load_yaml_model, validate_cron, validate_timezone
 
 _KEY_PATTERN = r"^[a-z0-9_\-]+(/[a-z0-9_\-]+)*$"
 
@@ -85,11 +84,7 @@ class ConsumerRead(FileModel):
     @field_validator("timezone")
     @classmethod
     def _tz(cls, v: str) -> str:
-        try:
-            ZoneInfo(v)
-        except (ZoneInfoNotFoundError, ValueError) as e:
-            raise ValueError(f"expected an IANA time zone such as 'America/Chicago', got {v!r}") from e
-        return v
+        return validate_timezone(v)
 
 
 class ContextSystem(FileModel):

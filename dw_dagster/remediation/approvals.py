@@ -29,7 +29,7 @@ from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.identity import IdentityError, Proof, verify_proof
 from dw_dagster.remediation.models import SYSTEM_ACTOR, Approval, Decision, ProposalKind, RemediationPlan
 from dw_dagster.remediation.signing import Seal, digest, unsealed
-from dw_dagster.remediation.slack_request import APPROVE_ACTION, REJECT_ACTION
+from dw_dagster.remediation.slack_request import APPROVE_ACTION
 from dw_dagster.remediation.submission import Binding, RunRecordError, RunRecords, check_run, incident_of
 from dw_dagster.tags import INCIDENT_ID, PLAN_ID
 
@@ -277,19 +277,6 @@ class ApprovalBook:
             existing = self.decision(plan)
             raise ApprovalError(f"plan {plan.plan_id} was already {existing.kind if existing else 'decided'}")
         return decision
-
-    def verify_rejection(self, plan: RemediationPlan) -> str | None:
-        """Who proved the plan's rejection, or why it is unproven (it stops the plan either way)."""
-        key = f"decision|{plan.plan_id}"
-        for e in self.store.events(plan.incident_id, kind="decision"):
-            if e.event_key == key and e.detail.get("kind") == "rejected":
-                try:
-                    proof = _PROOF.validate_python(e.detail.get("proof"))
-                    record = {k: v for k, v in e.detail.items() if k != "proof"}
-                    return verify_proof(record, proof, self.context, REJECT_ACTION).name
-                except (ValidationError, IdentityError) as err:
-                    return f"unproven ({err})"
-        return None
 
     def refuse(self, incident_id: str, what: str, reason: str, **detail: Any) -> None:
         """Records a refused attempt (who tried what, how, and why it was refused): refusals are reported."""

@@ -145,6 +145,10 @@ class _Proposer:
             if canceled or (refused and not self._changed_anything(incident.incident_id, binding.run_id)):
                 # Canceled by someone, or refused before it changed anything: the system proposes it again.
                 self.submit(plan, binding.seq + 1)
+        for key in dict.fromkeys(self.book.runs.forged):
+            self.book.store.append_event(incident.incident_id, "refused", f"refused|record|{key}",
+                                         {"what": "record", "event_key": key, "reason": "not sealed by this deployment: forged or altered; ignored"})  # fmt: skip
+        self.book.runs.forged.clear()
         for run in runs:
             if run.status != dg.DagsterRunStatus.QUEUED or run.run_id in legit:
                 continue

@@ -171,7 +171,12 @@ def test_slack_requests_are_verified_as_slack_signs_them():
 
 def test_a_click_carries_the_user_the_plan_the_run_and_typed_values():
     click = parse_click(_click_body(values={"WAREHOUSE_NAME": "Dallas"}))
-    assert (click.user_id, click.plan_id, click.run_id, click.values) == ("U0DANA001", "INC-1-p1", "r1", {"WAREHOUSE_NAME": "Dallas"})
+    assert (click.user_id, click.plan_id, click.run_id, click.values) == (
+        "U0DANA001",
+        "INC-1-p1",
+        "r1",
+        {"WAREHOUSE_NAME": "Dallas"},
+    )
     with pytest.raises(SlackRequestError, match="not a click"):
         parse_click("payload=%7B%7D")
 
@@ -186,7 +191,9 @@ def test_a_recorded_click_verifies_later_and_only_for_its_own_record(context, mo
     at = datetime(2025, 6, 17, 12, 40, tzinfo=UTC).timestamp()
     proof = _slack_proof(_click_body(values={"WAREHOUSE_NAME": "Dallas"}), at)
     record = _record()
-    assert verify_proof(record, proof, context, "dw_approve").name == "Dana Ortiz", "hours later, still Slack's"
+    assert verify_proof(record, proof, context, "dw_approve").name == "Dana Ortiz", (
+        "hours later, still Slack's"
+    )
     with pytest.raises(IdentityError, match="not this record"):
         verify_proof(_record(run_id="r2"), proof, context, "dw_approve")
     with pytest.raises(IdentityError, match="not this record"):
@@ -274,7 +281,12 @@ def test_credentials_go_only_to_the_configured_coalesce():
 def test_the_resource_digest_hides_the_secrets_it_covers():
     digests = resource_digests(Seal(KEY), _resources(token="very-secret-token"))
     assert "very-secret-token" not in json.dumps(digests)
-    envvar = {**_resources(), "coalesce": CoalesceWorkspace(base_url="http://127.0.0.1:47102", api_token=dg.EnvVar("TOKEN_X"), environment_ids=["2"])}
+    envvar = {
+        **_resources(),
+        "coalesce": CoalesceWorkspace(
+            base_url="http://127.0.0.1:47102", api_token=dg.EnvVar("TOKEN_X"), environment_ids=["2"]
+        ),
+    }
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TOKEN_X", "t")
         assert resource_digests(Seal(KEY), envvar) == resource_digests(Seal(KEY), _resources()), (
