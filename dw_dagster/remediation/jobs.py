@@ -219,8 +219,12 @@ def build_remediation_definitions(
         context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, changes: list[Change],
         coalesce: CoalesceWorkspace, snowflake: WarehouseResource, slack: SlackNotifier,
     ) -> list[str]:  # fmt: skip
-        client = coalesce.get_client()
         store = _store(snowflake, ops, context)
+        # It sends the Coalesce token and posts to Slack: the same check as the steps that change something.
+        approved = require_approval(
+            context, config, store, {"coalesce": coalesce, "snowflake": snowflake, "slack": slack}
+        )
+        client = coalesce.get_client()
         # From the last approval, not from this step's start: a restarted run does not get a new allowance.
         deadline = max(a.at for a in approved.approvals).timestamp() + config.deploy_timeout_seconds
         deployed = []
@@ -315,12 +319,11 @@ def build_remediation_definitions(
 
     @dg.op(description="Verifies the fix: totals reconcile, the new node test passed, moved totals are back.")
     def verify_fix(
-        context: dg.OpExecutionContext,
-        approved: Approved,
-        rerun: Rerun,
-        coalesce: CoalesceWorkspace,
-        snowflake: WarehouseResource,
-    ) -> list[VerificationResult]:
+        context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, rerun: Rerun,
+        coalesce: CoalesceWorkspace, snowflake: WarehouseResource, slack: SlackNotifier,
+    ) -> list[VerificationResult]:  # fmt: skip
+        resources = {"coalesce": coalesce, "snowflake": snowflake, "slack": slack}
+        approved = require_approval(context, config, _store(snowflake, ops, context), resources)
         results = coalesce.get_client().get_run_results(rerun.coalesce_run_id)
         day = approved.incident.business_date
         if day is None:

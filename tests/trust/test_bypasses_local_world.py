@@ -9,9 +9,7 @@ reached by the Slack stand-in exactly as Slack reaches it.
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +18,7 @@ import dagster as dg
 import httpx
 import pytest
 import yaml
+from capture import Capture
 from click.testing import CliRunner, Result
 from dagster._core.run_coordinator import SubmitRunContext
 from dagster._core.storage.tags import RUN_KEY_TAG
@@ -42,34 +41,6 @@ from dw_local.worlds.distributor.generator import DistributorWorld
 pytestmark = pytest.mark.world
 EVENTS = '"DW_PROD"."DW_OPS"."INCIDENT_EVENTS"'
 PRIYA, MARCUS, DANA, OMAR = "U0INVAN01", "U0INVAN02", "U0PLANOP1", "U0DATAPL1"
-
-
-class Capture(http.server.ThreadingHTTPServer):
-    """The attacker's server: records every request that reaches it."""
-
-    def __init__(self):
-        self.requests: list[tuple[str, str, bytes]] = []
-        capture = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _record(self):
-                body = self.rfile.read(int(self.headers.get("content-length") or 0))
-                capture.requests.append((self.command, self.path, body))
-                self.send_response(200)
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-            do_GET = do_POST = do_PUT = _record
-
-            def log_message(self, *args):
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
 
 
 class Trust:
