@@ -158,6 +158,9 @@ def proposals(incident_id: str) -> None:
         raise click.ClickException(f"{incident_id}: no proposal")
     for plan in plans:
         click.echo(plan_markdown(plan, book.approvers(plan)))
+        binding = book.binding(plan)
+        if binding is not None:
+            click.echo(f"the run dw-dagster submitted for it: {binding.run_id} (submission {binding.seq})")
         for a in book.approvals(plan):
             click.echo(
                 f"approved by {a.approver} for {a.team} at {a.at:%Y-%m-%d %H:%M:%S} UTC (run {a.run_id}; via {a.via})"
