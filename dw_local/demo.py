@@ -133,8 +133,9 @@ def replay(root: Path, template: Path, echo: Callable[[str], None] | None = None
                 who,
                 *(f"--set={k}={v}" for k, v in sets.items()),
             ]
+            typed_at = sim_now()  # when the owner typed it, however long the command then takes
             tl.add("approvals", f"$ dw-dagster {' '.join(args[:2])} --as \"{who}\"" + "".join(f" --set {k}={v}" for k, v in sets.items())
-                   + f": {_cli(lw, *args)}")  # fmt: skip
+                   + f": {_cli(lw, *args)}", at=typed_at)  # fmt: skip
 
         set_clock(tuesday, time(8, 5))
         (node,) = [
