@@ -83,6 +83,12 @@ class RecordedTotal(FileModel):
         pattern=r"^[A-Za-z_][A-Za-z0-9_$]*$",
         description="The column naming the items counted in a gap (e.g. INVENTORY_ITEM_ID: '1,260 SKUs').",
     )
+    item_noun: str = Field(
+        default="items",
+        min_length=1,
+        description="What a person calls this total's items, plural: those item_key names, or its groups when"
+        " each group is one item (e.g. 'products', 'accounts'). Messages count items in these words.",
+    )
     grain: str = Field(default="daily", pattern="^daily$")
     hurts: Direction = Direction.BOTH
     baseline: BaselineConfig = Field(default_factory=BaselineConfig)

@@ -75,7 +75,7 @@ def approve(ref: str, who: str | None, values: tuple[str, ...]) -> None:
     )
     ops.tell_owners(
         out.plan.incident_id, f":white_check_mark: {approver} approved {out.plan.plan_id} for {teams}; {status}.",
-        "approval", f"{out.plan.plan_id}|{teams}|{out.run_id}",
+        "approval", f"{out.plan.plan_id}|{teams}|{out.run_id}", run_id=out.run_id,
     )  # fmt: skip
     click.echo(f"run {out.run_id}: approved by {approver} for {teams} (verified: {signer.via}); {status}")
 
@@ -97,7 +97,7 @@ def reject(ref: str, who: str | None, reason: str) -> None:
         _refused(ops, ref, "reject", signer.person.name, str(e))
         raise click.ClickException(str(e)) from None
     ops.tell_owners(incident_of(decision.plan_id), f":no_entry: {decision.by} rejected {decision.plan_id}: {reason}",
-                    "rejection", decision.plan_id)  # fmt: skip
+                    "rejection", decision.plan_id, run_id=decision.run_id)  # fmt: skip
     click.echo(f"run {decision.run_id}: rejected by {decision.by} and canceled")
 
 

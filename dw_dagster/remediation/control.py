@@ -91,13 +91,16 @@ def escalate(
     context_file: ContextFile,
     plan: RemediationPlan,
     text: str,
+    run_id: str | None = None,
 ) -> None:
-    """Tell a person: the owners' threads, and the domain's escalation team's channel."""
+    """Tell a person: the owners' threads, and the domain's escalation team's channel; ``run_id`` is the
+    run it is about."""
     domain = context_file.domains.get(plan.domain or "")
     channels = None
     if domain and domain.escalation_team:
         owners = owner_channels(notifier, incident.incident_id)
         channels = list(dict.fromkeys([*owners, context_file.teams[domain.escalation_team].slack_channel]))
     notifier.post_update(
-        incident, f":rotating_light: Needs a person: {text}", kind="escalation", channels=channels
-    )
+        incident, f":rotating_light: Needs a person: {text}", kind="escalation", channels=channels,
+        run_id=run_id,
+    )  # fmt: skip

@@ -24,6 +24,7 @@ from dw_dagster.context.models import ContextFile
 from dw_dagster.incidents.models import Incident
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.resources import SlackNotifier
+from dw_dagster.notifications.wording import wording_for
 from dw_dagster.remediation.approvals import REMEDIATION_JOB, ApprovalBook, ApprovalError
 from dw_dagster.remediation.changes import ChangeConflict, apply_row, undo_steps
 from dw_dagster.remediation.control import OrgControl, escalate, gated_notifier
@@ -144,25 +145,17 @@ def build_remediation_definitions(
         if receipt.verified:
             store.set_status(plan.incident_id, "resolved")
         context.log_event(receipt_materialization(receipt, "resolved" if receipt.verified else "open"))
+        from dw_dagster.incidents.jobs import latest_diagnosis  # imports this module: not at the top
+
         notifier = gated_notifier(slack, store, context_file)
-        if receipt.verified:
-            checks = {
-                v.expectation.subject: v.observed.get("value", "passed" if v.passed else "failed")
-                for v in receipt.verification
-            }
-            notifier.post_resolution(
-                approved.incident,
-                f"Fixed and verified on approval of {', '.join(a.approver for a in approved.approvals)}.",
-                verification=checks,
-            )
-        notifier.post_update(
-            approved.incident,
-            receipt_markdown(receipt).replace("**", "*"),
-            kind="receipt",
-            version=context.run_id,
-        )
+        # The receipt whole, then (verified) the resolution: each thread reads them in that order.
+        approvers = ", ".join(a.approver for a in approved.approvals)
+        resolution = f"Fixed and verified on approval of {approvers}." if receipt.verified else None
+        found = latest_diagnosis(store, plan.incident_id)
+        wording = wording_for(context_file, metrics, *found) if found else None
+        notifier.post_receipt(approved.incident, receipt, resolution=resolution, wording=wording)
         if not receipt.verified:
-            escalate(notifier, approved.incident, context_file, plan, problem)
+            escalate(notifier, approved.incident, context_file, plan, problem, run_id=context.run_id)
 
     def fail(context: dg.OpExecutionContext, store: IncidentStore, slack: SlackNotifier, approved: Approved,
              changes: Sequence[Change], what: str, rerun: Rerun | None = None) -> NoReturn:  # fmt: skip
@@ -245,6 +238,7 @@ def build_remediation_definitions(
                         f"Approved. {sum(c.added for c in changes)} reference row(s) added. Waiting for {approval.approver} to "
                         f"apply the {nc.node_name} change in Coalesce and deploy it; the rerun starts once it is deployed.",
                         kind="awaiting_deploy", version=f"{approved.plan.plan_id}|{context.run_id}",
+                        run_id=context.run_id,
                     )  # fmt: skip
                     store.append_event(
                         approved.plan.incident_id,

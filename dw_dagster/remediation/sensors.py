@@ -9,13 +9,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
-from slack_sdk.models.blocks import ActionsBlock, ButtonElement, ConfirmObject, PlainTextObject, SectionBlock
 
 from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.context.models import ContextFile
@@ -32,7 +30,6 @@ from dw_dagster.remediation.approvals import (
 from dw_dagster.remediation.control import OrgControl, escalate, gated_notifier, owner_channels
 from dw_dagster.remediation.gate import explain_held_run, held_tags, how_to_approve
 from dw_dagster.remediation.models import SYSTEM_ACTOR, RemediationPlan
-from dw_dagster.remediation.slack_request import APPROVE_ACTION, REJECT_ACTION
 from dw_dagster.remediation.submission import submitted_run
 from dw_dagster.tags import APPROVAL, APPROVAL_PENDING, PLAN_ID, SUBMISSION
 from dw_dagster.warehouse.ops import OpsSchema
@@ -41,32 +38,6 @@ from dw_dagster.warehouse.resources import WarehouseResource
 SUBMIT_GRACE = timedelta(minutes=10)
 """How long a submission may wait for the daemon to create its run before the plan is submitted again."""
 _CHANGE_KINDS = ("change", "rerun", "awaiting_deploy", "receipt")
-
-
-def _decision_blocks(plan: RemediationPlan, run_id: str, text: str) -> list[Any]:
-    value = json.dumps({"plan_id": plan.plan_id, "run_id": run_id}, separators=(",", ":"))
-    confirm = ConfirmObject(
-        title="Approve this fix?", confirm="Approve", deny="Cancel",
-        text=f"You approve plan {plan.plan_id} for your team; the run starts once every owning team has approved.",
-    )  # fmt: skip
-    return [
-        SectionBlock(text=text),
-        ActionsBlock(
-            block_id=f"dw_decision|{plan.plan_id}",
-            elements=[
-                ButtonElement(
-                    text=PlainTextObject(text="Approve"),
-                    action_id=APPROVE_ACTION,
-                    value=value,
-                    style="primary",
-                    confirm=confirm,
-                ),  # fmt: skip
-                ButtonElement(
-                    text=PlainTextObject(text="Reject"), action_id=REJECT_ACTION, value=value, style="danger"
-                ),
-            ],
-        ),
-    ]
 
 
 class _Proposer:
@@ -90,23 +61,20 @@ class _Proposer:
         return any(e.kind in _CHANGE_KINDS and run_id in e.event_key for e in events)
 
     def bind(self, incident: Incident, plan: RemediationPlan, run: dg.DagsterRun, seq: int) -> None:
+        """Binds the plan to the run the daemon created for its submission; the run explains itself in the
+        UI, and the owners get the proposal with Approve / Reject buttons that name this very run."""
         subs = self.book.runs.submissions(plan.plan_id)
         self.book.runs.bind(subs[-1], run.run_id, run.job_name, run.run_config)
-        channels = owner_channels(self.notifier, incident.incident_id)
-        text = explain_held_run(self.instance, run, plan, self.context_file, channels)
-        again = (
-            f" The run submitted before it was canceled (submission {seq - 1}): approvals given for that run do not "
-            "carry over, please approve this one."
-            if seq > 1
-            else ""
+        explain_held_run(
+            self.instance, run, plan, self.context_file, owner_channels(self.notifier, incident.incident_id)
         )
-        self.notifier.post_update(
-            incident,
-            text + again,
-            blocks=_decision_blocks(plan, run.run_id, text + again),
-            kind="held",
-            version=run.run_id,
-        )
+        if seq > 1:
+            self.notifier.post_update(
+                incident, f"The run that waited for approval of {plan.plan_id} was canceled or refused; dw-dagster "
+                f"submitted it again as {run.run_id}. Approvals are given for one run: please approve this one.",
+                kind="resubmitted", version=run.run_id, run_id=run.run_id,
+            )  # fmt: skip
+        self.notifier.post_proposal(incident, plan, run_id=run.run_id)
 
     def propose(self, incident: Incident) -> None:
         plans = self.book.plans(incident.incident_id)
@@ -192,7 +160,8 @@ def expire_pending(
         incident = book.store.get(plan.incident_id)
         if incident is not None and decision.run_id == run.run_id:
             escalate(gated_notifier(slack, book.store, context_file), incident, context_file, plan,
-                     f"the proposed fix {plan.plan_id} expired unapproved ({reason}); nothing was changed")  # fmt: skip
+                     f"the proposed fix {plan.plan_id} expired unapproved ({reason}); nothing was changed",
+                     run_id=run.run_id)  # fmt: skip
         out.append(run.run_id)
     return out
 
@@ -205,7 +174,8 @@ def build_remediation_sensors(
         job=job,
         minimum_interval_seconds=30,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Submits the run of each proposed plan, held for approval; binds the plan to that very run.",
+        description="Submits the run of each proposed plan, held for approval; binds the plan to that very run"
+        " and posts the plan with its Approve / Reject buttons.",
     )
     def remediation_proposals(
         context: dg.SensorEvaluationContext, snowflake: WarehouseResource, coalesce: CoalesceWorkspace,

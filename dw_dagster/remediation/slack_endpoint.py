@@ -110,13 +110,19 @@ class ClickHandler:
                 )
                 text = f":white_check_mark: {person.name} approved {plan.plan_id} in Slack for {teams}; {status}."
                 self.ops.tell_owners(
-                    plan.incident_id, text, "approval", f"{plan.plan_id}|{teams}|{out.run_id}"
+                    plan.incident_id,
+                    text,
+                    "approval",
+                    f"{plan.plan_id}|{teams}|{out.run_id}",
+                    run_id=out.run_id,
                 )
                 return text
             decision = reject_run(self.ops.instance, book, click_.run_id, person, lambda _: proof,
                                   f"rejected with the Reject button in Slack by {person.name}")  # fmt: skip
             text = f":no_entry: {decision.by} rejected {decision.plan_id} in Slack; the run is canceled and nothing changes."
-            self.ops.tell_owners(plan.incident_id, text, "rejection", decision.plan_id)
+            self.ops.tell_owners(
+                plan.incident_id, text, "rejection", decision.plan_id, run_id=decision.run_id
+            )
             return text
         except ApprovalError as e:
             self._refuse(click_.plan_id, str(e), claimed_user=click_.user_id, person=person.name)

@@ -20,11 +20,10 @@ from urllib.parse import parse_qs
 from slack_sdk.signature import Clock, SignatureVerifier
 
 from dw_dagster.config import DwConfigError
+from dw_dagster.notifications.proposal_message import APPROVE_ACTION, REJECT_ACTION
 
 SIGNING_SECRET_ENV = "SLACK_SIGNING_SECRET"
 MAX_AGE_SECONDS = 5 * 60
-APPROVE_ACTION = "dw_approve"
-REJECT_ACTION = "dw_reject"
 SET_ACTION_PREFIX = "dw_set:"
 """An input in the proposal message whose action id is ``dw_set:<COLUMN>`` gives that column's value."""
 
