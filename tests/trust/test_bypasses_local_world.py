@@ -154,7 +154,8 @@ def test_the_held_run_explains_itself_in_the_ui_and_in_slack(trust: Trust):
     ]
     assert held and "Priya Raman" in held[0] and "Dana Ortiz" in held[0] and "UTC" in held[0]
     for channel in ("#inventory-analytics", "#planning-ops"):
-        assert "Held for approval" in trust.held_message(channel)["text"]
+        proposal = trust.held_message(channel)  # the proposal, with buttons naming this very run
+        assert trust.plan.plan_id in proposal["text"] and run.run_id in proposal["text"]
 
 
 def test_approving_from_a_terminal_without_ones_own_key_is_refused(trust: Trust):
