@@ -30,3 +30,13 @@ APPROVE_HOW = "dw/approve_how"
 # A one-time value the proposals sensor puts on the run it submits; only a hash of it is recorded, so the
 # sensor can tell its own run from a copy someone launched with the same tags after seeing them.
 SUBMISSION = "dw/submission"
+
+# Checks runs are retried by Dagster's run retries (dagster.yaml enables them; runs opt in with these tags):
+# up to 3 times, from the failed steps, when a step errors (an unreachable warehouse) or the run worker dies.
+# Each retry waits before its first login, doubling (WarehouseResource.retry_backoff_seconds). A checks run
+# still going after 30 minutes is stopped by run monitoring.
+CHECKS_RUN_RETRIES = {
+    "dagster/max_retries": "3",
+    "dagster/retry_strategy": "FROM_FAILURE",
+    "dagster/max_runtime": "1800",
+}

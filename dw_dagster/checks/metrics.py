@@ -29,6 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, field_validator, model_validator
 
 from dw_dagster.checks.baseline import BaselineConfig, Direction
+from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.config import FileModel, load_yaml_model, validate_cron
 
 _NAME = r"^[a-z][a-z0-9_]*$"
@@ -162,6 +163,11 @@ class FreshnessMonitoring(FileModel):
 
 class MetricsFile(FileModel):
     business_day: BusinessDay = Field(default_factory=BusinessDay)
+    calendar: BusinessCalendar = Field(
+        default_factory=BusinessCalendar,
+        description="Holidays, period ends and days of the month: calendar nights are compared with nights "
+        "like them (docs/watch.md).",
+    )
     ops_schema: str = Field(default="DW_OPS", pattern=r"^[A-Za-z_][A-Za-z0-9_$]*$")
     totals: list[RecordedTotal] = Field(default_factory=list)
     volume: VolumeMonitoring = Field(default_factory=VolumeMonitoring)

@@ -29,6 +29,7 @@ from dw_dagster.notifications import (
     route_incident,
 )
 from dw_dagster.notifications.delivery import Redactor
+from dw_dagster.warehouse.migrations import migrate
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 from dw_local.world import DISTRIBUTOR_DIR, LOCAL_SLACK_TOKEN, LocalWorld
@@ -66,6 +67,7 @@ def _slack(lw: LocalWorld, retries: int = 1, token: str = LOCAL_SLACK_TOKEN) -> 
 def _notifier(lw: LocalWorld, schema: str, **kwargs) -> IncidentNotifier:
     slack = kwargs.pop("slack", None) or _slack(lw)
     store = IncidentStore(_warehouse(lw), OpsSchema(DATABASE, schema))
+    migrate(store.warehouse, store.ops)
     return IncidentNotifier(slack, store, ui_url="http://localhost:3000", **kwargs)
 
 
