@@ -12,7 +12,7 @@ from croniter import croniter
 
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.coalesce.sql import quote_identifier, table_parts, table_reference
-from dw_dagster.incidents.diagnosis import DiagnosisContext, _last_good
+from dw_dagster.incidents.evidence import DiagnosisContext, last_good
 from dw_dagster.incidents.joins import parse_joins, unmatched_from
 from dw_dagster.incidents.models import AffectedAsset, BlastRadius, Diagnosis
 
@@ -55,7 +55,7 @@ def blast_radius(start: str, day: date, diagnosis: Diagnosis, ctx: DiagnosisCont
         change: dict[str, Any] = {}
         for total in totals_by_asset.get(key, []):
             history = ctx.history.metric_history(total.name, day + timedelta(days=1), 120)
-            tonight, before = history.get(day), _last_good(history, day)
+            tonight, before = history.get(day), last_good(history, day)
             if tonight is None or before is None:
                 continue
             change[total.name] = {"before": before.value, "after": tonight.value}
