@@ -143,3 +143,10 @@ class AuditedHistory:
             with self._trail.purpose(f"row-count history of {asset_key}"):
                 self._memo[key] = self._session.volume_history(asset_key, before, days)
         return self._memo[key]
+
+    def incident_days(self, since: date) -> set[date]:
+        key = ("incidents", since)
+        if key not in self._memo:
+            with self._trail.purpose("business dates with an incident"):
+                self._memo[key] = self._session.incident_days(since)  # type: ignore[assignment]
+        return self._memo[key]  # type: ignore[return-value]

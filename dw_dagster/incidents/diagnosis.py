@@ -35,7 +35,7 @@ from dw_dagster.incidents.evidence import (
     HISTORY_DAYS,
     DiagnosisContext,
     feeders,
-    last_good,
+    last_good_night,
     measure_column,
     measure_columns,
     total_of,
@@ -44,7 +44,7 @@ from dw_dagster.incidents.failed_load import diagnose_failed
 from dw_dagster.incidents.keys import split_label
 from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident, KeyGap
 from dw_dagster.incidents.staleness import feeding_systems, stopped
-from dw_dagster.incidents.structure import source_columns, sources_upstream, table
+from dw_dagster.incidents.structure import source_column, source_columns, sources_upstream, table
 from dw_dagster.incidents.value_loss import diagnose_gap
 
 __all__ = ["DiagnosisContext", "by_priority", "diagnose"]
@@ -214,15 +214,20 @@ def _total_anomaly(
     day = finding.business_date
     history = ctx.history.metric_history(total.name, day + timedelta(days=1), HISTORY_DAYS)
     tonight = history.get(day)
-    before = last_good(history, day)
+    before = last_good_night(ctx, history, day)
     evidence: dict[str, float | int | str] = dict(evidence_extra or {})
     path = sorted(ctx.graph.upstream(total.asset)) + [total.asset]
     if tonight is None or before is None:
         return _unknown(incident, finding, ctx, evidence, path)
-    evidence.update({"value": tonight.value or 0.0, "last_good_value": before.value or 0.0})
+    evidence.update(
+        {"total": total.name, "value": tonight.value or 0.0, "last_good_value": before.value or 0.0}
+    )
+    expected = (finding.evidence.get("baseline") or {}).get("expected")
+    if isinstance(expected, int | float):
+        evidence["baseline_expected"] = float(expected)
     copies = find_duplicates(ctx, _measure_sources(ctx, total))
     if copies is not None:
-        evidence["duplicate_rows"] = copies.extra_rows
+        evidence.update({"duplicate_rows": copies.extra_rows, "duplicates_in": copies.asset})
         if copies.load:
             evidence["duplicate_load"] = copies.load
         load = f", brought by {copies.load}" if copies.load else ""
@@ -286,6 +291,14 @@ def _unit_or_sign(
     evidence: dict[str, float | int | str],
 ) -> Diagnosis:  # fmt: skip
     sign = moved.sign
+    key_source = moved.column
+    if moved.from_history:
+        # A recorded group moved: the measure and the subset's key as the source table holds them.
+        src = source_column(ctx.graph, (total.asset, measure_column(total) or ""))
+        key_src = source_column(ctx.graph, (total.asset, moved.column))
+        if src is not None:
+            moved.asset, moved.measure = src
+            key_source = key_src[1] if key_src is not None and key_src[0] == src[0] else ""
     measure = moved.measure or measure_column(total) or "the measure"
     key = KeyGap(
         column=moved.column, value=moved.value, rows=moved.rows, units=moved.after - moved.before,
@@ -293,8 +306,9 @@ def _unit_or_sign(
         change=f"{measure} {'flipped sign' if sign else 'scaled'} ({moved.shown}) for {moved.column}"
         f"{' IS NULL' if moved.value is None else '=' + moved.value}",
     )  # fmt: skip
-    evidence = {**evidence, "factor": round(moved.factor, 4), "key": key.label, "measure": measure,
-                "subset_rows": moved.rows, "subset_before": moved.before, "subset_after": moved.after}  # fmt: skip
+    evidence = {**evidence, "total": total.name, "factor": round(moved.factor, 4), "key": key.label, "measure": measure,
+                "measure_source": moved.asset, "key_source_column": key_source, "subset_rows": moved.rows, "subset_before": moved.before,
+                "subset_after": moved.after}  # fmt: skip
     where = moved.asset
     what = "flipped sign" if sign else f"moved by a factor of {moved.factor:.3g}"
     basis = (

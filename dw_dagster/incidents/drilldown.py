@@ -179,7 +179,8 @@ def _drill(ctx, src, time_col, dims, measures, day, before, group_keys):
                 others = _ratio(rs1, rn1, rs0, rn0) if rest else 1.0
                 if others is None or _log(others) > HELD:
                     continue
-                moved = Moved(dims[i], value, measure, r, n1, src, s0, s1)
+                # Against the other rows: a drift of the whole day (a season, a price list) is not the subset's.
+                moved = Moved(dims[i], value, measure, r / others if others else r, n1, src, s0, s1)
                 # Best: the rest held most closely; then a key the metrics group by; then the smaller subset.
                 rank = (round(_log(others), 2), dims[i].upper() not in group_keys, n1)
                 if best is None or rank < best[0]:

@@ -5,10 +5,10 @@ the last good night, a column traced upstream)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, timedelta
 from typing import Any
 
 import sqlglot
@@ -108,9 +108,22 @@ def measure_columns(total: RecordedTotal) -> list[str]:
     return []
 
 
-def last_good(history: Mapping[date, Recorded], day: date) -> Recorded | None:
-    good = [d for d, r in history.items() if d < day and not r.flagged and r.value is not None]
+def last_good(
+    history: Mapping[date, Recorded], day: date, excluded: Collection[date] = ()
+) -> Recorded | None:
+    """The latest night before ``day`` that was not flagged (nor in ``excluded``: nights with an incident)."""
+    good = [
+        d
+        for d, r in history.items()
+        if d < day and not r.flagged and r.value is not None and d not in excluded
+    ]
     return history[max(good)] if good else None
+
+
+def last_good_night(ctx: DiagnosisContext, history: Mapping[date, Recorded], day: date) -> Recorded | None:
+    """The last good night of a total: not flagged, and no incident opened on it (another total may have
+    been the one that failed)."""
+    return last_good(history, day, ctx.history.incident_days(day - timedelta(days=HISTORY_DAYS)))
 
 
 def traced(ctx: DiagnosisContext, asset: str, column: str | None, to_asset: str | None) -> str | None:

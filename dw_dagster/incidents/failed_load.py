@@ -13,7 +13,7 @@ import re
 
 from dw_dagster.incidents.drilldown import drill_source
 from dw_dagster.incidents.duplication import duplicated_values, find_duplicates
-from dw_dagster.incidents.evidence import HISTORY_DAYS, DiagnosisContext, last_good
+from dw_dagster.incidents.evidence import HISTORY_DAYS, DiagnosisContext, last_good_night
 from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident
 from dw_dagster.incidents.structure import source_column, sources_upstream
 
@@ -48,7 +48,7 @@ def diagnose_failed(incident: Incident, finding: Finding, ctx: DiagnosisContext,
     if is_test:
         for total in (t for t in ctx.metrics.totals if t.asset == key or t.asset in ctx.graph.upstream(key)):
             history = ctx.history.metric_history(total.name, finding.business_date, HISTORY_DAYS)
-            before = last_good(history, finding.business_date)
+            before = last_good_night(ctx, history, finding.business_date)
             if before is None:
                 continue
             moved = drill_source(ctx, total, finding.business_date, before.business_date, _group_keys(ctx))

@@ -61,6 +61,8 @@ class NodeSql:
     from_table: str | None
     joins: list[ParsedJoin] = field(default_factory=list)
     filters: list[ParsedFilter] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)
+    """Alias -> fully quoted table, for every table the join text reads."""
 
 
 def _render(node: str, join_text: str, resolve_table: Callable[[str, str], str]) -> exp.Select:
@@ -125,7 +127,7 @@ def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], st
     add(source.this)
     from_alias = source.this.alias_or_name if isinstance(source.this, exp.Table) else None
     where = _conjuncts(tree.args["where"].this) if tree.args.get("where") else []
-    out = NodeSql(tables.get(from_alias) if from_alias else None)
+    out = NodeSql(tables.get(from_alias) if from_alias else None, aliases=tables)
     for join in tree.args.get("joins") or []:
         add(join.this)
         right_alias = join.this.alias_or_name

@@ -17,7 +17,8 @@ Two statements at most, whatever the number of keys (their values bound).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime
+from zoneinfo import ZoneInfo
 
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.coalesce.sql import quote_identifier
@@ -37,6 +38,12 @@ class KeyOrigin:
     """What changed upstream, in one clause."""
 
 
+def _local(v: object, zone: ZoneInfo) -> object:
+    if isinstance(v, datetime):
+        return (v if v.tzinfo else v.replace(tzinfo=UTC)).astimezone(zone)
+    return v
+
+
 def _as_date(v: object) -> date | None:
     if isinstance(v, datetime):
         return v.date()
@@ -53,9 +60,13 @@ def _as_date(v: object) -> date | None:
 def first_seen_in_rows(
     ctx: DiagnosisContext, source: tuple[str, str], values: list[str]
 ) -> dict[str, date | None]:
-    """The earliest date any time column of the source table holds for each key value (one statement)."""
+    """The earliest business date any time column of the source table holds for each key value (one
+    statement). A freshness rule's load column is UTC by convention and is read in the business day's
+    time zone; other time columns are taken as they are (business time)."""
     key, column = source
     times = [c for c in time_columns(ctx.graph, key) if c != column]
+    utc = {r.input_column for r in ctx.metrics.freshness.inputs if r.input == key}
+    zone = ZoneInfo(ctx.metrics.business_day.timezone)
     tbl = table(ctx.graph, key)
     if not times or not values or tbl is None:
         return {}
@@ -70,7 +81,11 @@ def first_seen_in_rows(
     )
     out: dict[str, date | None] = {}
     for row in rows or []:
-        dates = [d for d in (_as_date(v) for v in row[1:]) if d is not None]
+        dates = [
+            d
+            for c, v in zip(times, row[1:], strict=True)
+            if (d := _as_date(_local(v, zone) if c in utc else v)) is not None
+        ]
         out[str(plain(row[0]))] = min(dates) if dates else None
     return out
 

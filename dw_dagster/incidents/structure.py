@@ -9,7 +9,7 @@ import re
 from dw_dagster.coalesce.sql import table_parts, table_reference
 from dw_dagster.context.lineage import Column, LineageGraph
 
-_TIME = re.compile(r"^(TIMESTAMP|DATETIME|DATE)\b", re.IGNORECASE)
+_TIME = re.compile(r"^(TIMESTAMP\w*|DATETIME|DATE)\b", re.IGNORECASE)
 _NUMERIC = re.compile(
     r"^(NUMBER|DECIMAL|NUMERIC|INT|INTEGER|BIGINT|SMALLINT|TINYINT|BYTEINT|FLOAT|DOUBLE|REAL)\b",
     re.IGNORECASE,
