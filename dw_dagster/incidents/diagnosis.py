@@ -24,27 +24,27 @@ on: it never fails the job, so the incident is always alerted.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime, time, timedelta
+from datetime import timedelta
 
 from dw_dagster.checks.metrics import RecordedTotal
-from dw_dagster.coalesce.sql import quote_identifier
 from dw_dagster.incidents.audit import AuditTrail
-from dw_dagster.incidents.drilldown import Moved, drill_groups, drill_source
+from dw_dagster.incidents.drilldown import drill_groups, drill_source, rows_held, unit_or_sign_diagnosis
 from dw_dagster.incidents.duplication import find_duplicates
 from dw_dagster.incidents.evidence import (
     HISTORY_DAYS,
     DiagnosisContext,
     feeders,
+    good_nights,
     last_good_night,
-    measure_column,
     measure_columns,
     total_of,
 )
 from dw_dagster.incidents.failed_load import diagnose_failed
+from dw_dagster.incidents.group_shift import shift_diagnosis, trace_shift
 from dw_dagster.incidents.keys import split_label
 from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident, KeyGap
-from dw_dagster.incidents.staleness import feeding_systems, stopped
-from dw_dagster.incidents.structure import source_column, source_columns, sources_upstream, table
+from dw_dagster.incidents.staleness import stale_diagnosis
+from dw_dagster.incidents.structure import source_columns, sources_upstream, table
 from dw_dagster.incidents.value_loss import diagnose_gap
 
 __all__ = ["DiagnosisContext", "by_priority", "diagnose"]
@@ -93,11 +93,9 @@ def diagnose(incident: Incident, findings: Sequence[Finding], ctx: DiagnosisCont
 
 def _classify(incident: Incident, primary: Finding, ctx: DiagnosisContext) -> Diagnosis:
     if primary.check_name == "coalesce_run":
-        return diagnose_failed(
-            incident, primary, ctx, lambda t, m: _unit_or_sign(incident, primary, t, m, ctx, {})
-        )
+        return diagnose_failed(incident, primary, ctx)
     if primary.check_name == "input_freshness":
-        return _stale_input(incident, primary, ctx) or _unknown(incident, primary, ctx)
+        return stale_diagnosis(incident, primary, ctx) or _unknown(incident, primary, ctx)
     total = total_of(primary, ctx.metrics)
     if (
         total is not None
@@ -113,69 +111,6 @@ def _classify(incident: Incident, primary: Finding, ctx: DiagnosisContext) -> Di
     if total is not None:
         return _total_anomaly(incident, primary, total, ctx)
     return _volume(incident, primary, ctx)
-
-
-def _built_at(finding: Finding, ctx: DiagnosisContext) -> datetime:
-    """When the night's build ran: the finding's, else the morning after the business date at the cutoff."""
-    for name in ("built_at", "run_end_time", "run_start_time"):
-        value = finding.evidence.get(name)
-        if isinstance(value, str):
-            try:
-                moment = datetime.fromisoformat(value)
-                return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-            except ValueError:
-                pass
-    tz = ctx.metrics.business_day
-    from zoneinfo import ZoneInfo
-
-    day = finding.business_date + timedelta(days=1)
-    return datetime.combine(day, time(tz.cutoff_hour), ZoneInfo(tz.timezone)).astimezone(UTC)
-
-
-def _stale_input(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diagnosis | None:
-    """Stale input, per source table: the tables that stopped, by how long, and who feeds them; None when
-    no source stopped and no freshness rule says the input is stale."""
-    rule = next((r for r in ctx.metrics.freshness.inputs if r.asset == finding.asset_key), None)
-    built = _built_at(finding, ctx)
-    stale = stopped(ctx, finding.asset_key, built)
-    if not stale and (rule is None or finding.check_name != "input_freshness"):
-        return None
-    keys = [a.asset for a in stale] or [rule.input]  # type: ignore[union-attr]
-    systems = feeding_systems(ctx, keys)
-    path = ctx.graph.path(systems[0], finding.asset_key) if systems else [*keys, finding.asset_key]
-    age = finding.evidence.get("input_age_hours")
-    named = "; ".join(a.shown for a in stale)
-    cause = f"{finding.asset_key} was rebuilt on stale input: " + (
-        named if stale else f"the latest load of {keys[0]} is {age:.1f} h older than the build"
-        if isinstance(age, float) else finding.summary
-    ) + (f". {', '.join(systems)} has delivered nothing new (replication stalled?)." if systems else ".")  # fmt: skip
-    evidence = {k: v for k, v in finding.evidence.items() if isinstance(v, int | float | str)}
-    evidence["stale_tables"] = ", ".join(a.asset for a in stale) or keys[0]
-    if stale and stale[0].age_hours is not None:
-        evidence.setdefault("input_age_hours", round(max(a.age_hours or 0 for a in stale), 1))
-    first = stale[0] if stale else None
-    column = first.column if first else rule.input_column  # type: ignore[union-attr]
-    return Diagnosis(
-        incident_id=incident.incident_id,
-        classification=CauseClass.STALE_INPUT,
-        cause=cause,
-        evidence=evidence,
-        keys=[
-            KeyGap(
-                column=a.column,
-                value=str(a.latest),
-                units=0.0,
-                rows=0,
-                change=f"{a.asset}: no rows since {a.latest} ({a.age_hours:.1f} h before the build)",
-            )
-            for a in stale
-            if a.latest is not None
-        ],  # fmt: skip
-        upstream_change=f"no new rows from {', '.join(systems or keys)}",
-        path=path,
-        owners=ctx.graph.owners_on(systems or keys),
-        test_query=f"SELECT MAX({quote_identifier(column)}) AS LATEST_LOAD FROM {table(ctx.graph, keys[0])}",
-    )
 
 
 def _unknown(
@@ -251,15 +186,18 @@ def _total_anomaly(
             test_query=copies.query,
         )  # fmt: skip
     group_keys = [g.upper() for t in ctx.metrics.totals for g in t.group_keys]
-    moved = drill_source(ctx, total, day, before.business_date, group_keys)
+    moved = drill_source(ctx, total, day, good_nights(ctx, history, day), group_keys)
     if moved is None:
-        rows = _rows_held(ctx, total.asset, day, before.business_date)
+        rows = rows_held(ctx, total.asset, day, before.business_date)
         moved = drill_groups(tonight, before, rows, total.asset)
     if moved is not None:
-        return _unit_or_sign(incident, finding, total, moved, ctx, evidence)
+        return unit_or_sign_diagnosis(incident, finding, total, moved, ctx, evidence)
+    shift = trace_shift(ctx, total, tonight, before)
+    if shift is not None:
+        return shift_diagnosis(incident, total, shift, ctx, evidence)
     if tonight.value == before.value and tonight.groups == before.groups:
         # The same number to the unit as the last good night: nothing new reached it.
-        stale = _stale_input(incident, finding, ctx)
+        stale = stale_diagnosis(incident, finding, ctx)
         if stale is not None:
             return stale
     missing = [g for g in before.groups if g not in tonight.groups]
@@ -275,67 +213,6 @@ def _total_anomaly(
             owners=ctx.graph.owners_on([total.asset]),
         )
     return _unknown(incident, finding, ctx, evidence, path)
-
-
-def _rows_held(ctx: DiagnosisContext, asset: str, day, before) -> bool | None:
-    """Whether the table's row count tonight is within 2% of the last good night's (None: not recorded)."""
-    history = ctx.history.volume_history(asset, day + timedelta(days=1), HISTORY_DAYS)
-    now, then = history.get(day), history.get(before)
-    if now is None or then is None or not then.value or now.value is None:
-        return None
-    return abs(now.value / then.value - 1) <= 0.02
-
-
-def _unit_or_sign(
-    incident: Incident, finding: Finding, total: RecordedTotal, moved: Moved, ctx: DiagnosisContext,
-    evidence: dict[str, float | int | str],
-) -> Diagnosis:  # fmt: skip
-    sign = moved.sign
-    key_source = moved.column
-    if moved.from_history:
-        # A recorded group moved: the measure and the subset's key as the source table holds them.
-        src = source_column(ctx.graph, (total.asset, measure_column(total) or ""))
-        key_src = source_column(ctx.graph, (total.asset, moved.column))
-        if src is not None:
-            moved.asset, moved.measure = src
-            key_source = key_src[1] if key_src is not None and key_src[0] == src[0] else ""
-    measure = moved.measure or measure_column(total) or "the measure"
-    key = KeyGap(
-        column=moved.column, value=moved.value, rows=moved.rows, units=moved.after - moved.before,
-        factor=round(moved.factor, 4),
-        change=f"{measure} {'flipped sign' if sign else 'scaled'} ({moved.shown}) for {moved.column}"
-        f"{' IS NULL' if moved.value is None else '=' + moved.value}",
-    )  # fmt: skip
-    evidence = {**evidence, "total": total.name, "factor": round(moved.factor, 4), "key": key.label, "measure": measure,
-                "measure_source": moved.asset, "key_source_column": key_source, "subset_rows": moved.rows, "subset_before": moved.before,
-                "subset_after": moved.after}  # fmt: skip
-    where = moved.asset
-    what = "flipped sign" if sign else f"moved by a factor of {moved.factor:.3g}"
-    basis = (
-        "per row, against the last good night" if not moved.from_history else "against the last good night"
-    )
-    cause = (
-        f"{measure} in {where} {what} for {key.label} ({basis}) while every other {moved.column} held: "
-        + ("the source now posts that key's values with the opposite sign." if sign else
-           "the source now posts that key's values in another unit or scale.")
-    )  # fmt: skip
-    source_feeders = sources_upstream(ctx.graph, where) if where in ctx.graph else []
-    return Diagnosis(
-        incident_id=incident.incident_id,
-        classification=CauseClass.SIGN_CHANGE if sign else CauseClass.UNIT_CHANGE,
-        cause=cause,
-        evidence=evidence,
-        keys=[key],
-        upstream_change=f"{measure} {'sign' if sign else 'unit'} changed for {key.label} ({moved.shown})",
-        path=ctx.graph.path(where, total.asset) if where in ctx.graph and where != total.asset else
-        sorted(ctx.graph.upstream(total.asset)) + [total.asset],
-        owners=ctx.graph.owners_on(feeders(ctx, source_feeders[0] if source_feeders else total.asset)),
-        test_query=(
-            f"SELECT {quote_identifier(moved.column)}, COUNT(*), AVG({quote_identifier(measure)}) FROM {table(ctx.graph, where)}"
-            f" GROUP BY {quote_identifier(moved.column)}"
-            if moved.measure and table(ctx.graph, where) else None
-        ),
-    )  # fmt: skip
 
 
 def _volume(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diagnosis:

@@ -17,14 +17,29 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.coalesce.sql import quote_identifier
-from dw_dagster.incidents.evidence import DiagnosisContext, measure_columns
+from dw_dagster.incidents.evidence import (
+    HISTORY_DAYS,
+    DiagnosisContext,
+    feeders,
+    measure_column,
+    measure_columns,
+)
 from dw_dagster.incidents.keys import plain, split_label
-from dw_dagster.incidents.structure import is_numeric, is_time, source_columns, table, time_columns
+from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident, KeyGap
+from dw_dagster.incidents.structure import (
+    is_numeric,
+    is_time,
+    source_column,
+    source_columns,
+    sources_upstream,
+    table,
+    time_columns,
+)
 
 MAX_LEVELS = 50
 """A column with more distinct values than this is not a subset to drill into."""
@@ -72,7 +87,11 @@ def _log(r: float) -> float:
     return abs(math.log(abs(r))) if r else math.inf
 
 
-def _profile(ctx: DiagnosisContext, src: str, measures: list[str], day: date, before: date):
+def _in(days: list[date]) -> str:
+    return ", ".join(["%s"] * len(days))
+
+
+def _profile(ctx: DiagnosisContext, src: str, measures: list[str], day: date, before: list[date]):
     """(time column, low-cardinality columns) of a source table, or None when it has no rows of both days."""
     tbl = table(ctx.graph, src)
     info = ctx.graph.info(src)
@@ -83,8 +102,10 @@ def _profile(ctx: DiagnosisContext, src: str, measures: list[str], day: date, be
     parts, params = [], []
     for t in times:
         parts.append(f"SUM(CASE WHEN CAST({quote_identifier(t)} AS DATE) = %s THEN 1 ELSE 0 END)")
-        parts.append(f"SUM(CASE WHEN CAST({quote_identifier(t)} AS DATE) = %s THEN 1 ELSE 0 END)")
-        params += [day, before]
+        parts.append(
+            f"SUM(CASE WHEN CAST({quote_identifier(t)} AS DATE) IN ({_in(before)}) THEN 1 ELSE 0 END)"
+        )
+        params += [day, *before]
     parts += [f"COUNT(DISTINCT {quote_identifier(c)})" for c in dims]
     rows = ctx.rows(f"which columns of {src} partition by day and which are low-cardinality",
                     f"SELECT COUNT(*), {', '.join(parts)} FROM {tbl}", tuple(params))  # fmt: skip
@@ -105,9 +126,12 @@ def _profile(ctx: DiagnosisContext, src: str, measures: list[str], day: date, be
 
 
 def drill_source(
-    ctx: DiagnosisContext, total: RecordedTotal, day: date, before: date, group_keys: list[str]
+    ctx: DiagnosisContext, total: RecordedTotal, day: date, before: list[date], group_keys: list[str]
 ) -> Moved | None:
-    """The subset of the total's source rows whose values moved by a factor between ``before`` and ``day``."""
+    """The subset of the total's source rows whose values moved by a factor between the good nights
+    ``before`` (the last few, for an average that one night's noise does not move) and ``day``."""
+    if not before:
+        return None
     by_source: dict[str, list[str]] = {}
     for column in measure_columns(total):
         for key, col in source_columns(ctx.graph, (total.asset, column)):
@@ -140,9 +164,9 @@ def _drill(ctx, src, time_col, dims, measures, day, before, group_keys):
         parts.append(
             f"SELECT {i} AS DIM, CAST({quote_identifier(d)} AS VARCHAR) AS V,"
             f" CASE WHEN {t} = %s THEN 1 ELSE 0 END AS TONIGHT, COUNT(*) AS N, {sums}"
-            f" FROM {tbl} WHERE {t} IN (%s, %s) GROUP BY 1, 2, 3"
+            f" FROM {tbl} WHERE {t} IN (%s, {_in(before)}) GROUP BY 1, 2, 3"
         )
-        params += [day, day, before]
+        params += [day, day, *before]
     rows = ctx.rows(
         f"{src}'s values by {', '.join(dims)}, tonight against the last good night",
         "\nUNION ALL\n".join(parts), tuple(params),
@@ -179,8 +203,7 @@ def _drill(ctx, src, time_col, dims, measures, day, before, group_keys):
                 others = _ratio(rs1, rn1, rs0, rn0) if rest else 1.0
                 if others is None or _log(others) > HELD:
                     continue
-                # Against the other rows: a drift of the whole day (a season, a price list) is not the subset's.
-                moved = Moved(dims[i], value, measure, r / others if others else r, n1, src, s0, s1)
+                moved = Moved(dims[i], value, measure, r, n1, src, s0 / max(1, len(before)), s1)
                 # Best: the rest held most closely; then a key the metrics group by; then the smaller subset.
                 rank = (round(_log(others), 2), dims[i].upper() not in group_keys, n1)
                 if best is None or rank < best[0]:
@@ -209,3 +232,71 @@ def drill_groups(tonight: Recorded, before: Recorded, rows_held: bool | None, as
         return None
     column, value = split_label(best[0])
     return Moved(column, value, "", best[1], 0, asset, before.groups[best[0]], tonight.groups[best[0]], True)
+
+
+def rows_held(ctx: DiagnosisContext, asset: str, day, before) -> bool | None:
+    """Whether the table's row count tonight is within 2% of the last good night's; a table whose count is
+    not recorded (a source) is judged by the nearest monitored table built from it (None: none is)."""
+    near = (
+        sorted(ctx.graph.downstream(asset), key=lambda k: len(ctx.graph.upstream(k)))
+        if asset in ctx.graph
+        else []
+    )
+    for key in [asset, *near[:3]]:
+        history = ctx.history.volume_history(key, day + timedelta(days=1), HISTORY_DAYS)
+        now, then = history.get(day), history.get(before)
+        if now is not None and then is not None and then.value and now.value is not None:
+            return abs(now.value / then.value - 1) <= 0.02
+    return None
+
+
+def unit_or_sign_diagnosis(
+    incident: Incident, finding: Finding, total: RecordedTotal, moved: Moved, ctx: DiagnosisContext,
+    evidence: dict[str, float | int | str],
+) -> Diagnosis:  # fmt: skip
+    sign = moved.sign
+    key_source = moved.column
+    if moved.from_history:
+        # A recorded group moved: the measure and the subset's key as the source table holds them.
+        src = source_column(ctx.graph, (total.asset, measure_column(total) or ""))
+        key_src = source_column(ctx.graph, (total.asset, moved.column))
+        if src is not None:
+            moved.asset, moved.measure = src
+            key_source = key_src[1] if key_src is not None and key_src[0] == src[0] else ""
+    measure = moved.measure or measure_column(total) or "the measure"
+    key = KeyGap(
+        column=moved.column, value=moved.value, rows=moved.rows, units=moved.after - moved.before,
+        factor=round(moved.factor, 4),
+        change=f"{measure} {'flipped sign' if sign else 'scaled'} ({moved.shown}) for {moved.column}"
+        f"{' IS NULL' if moved.value is None else '=' + moved.value}",
+    )  # fmt: skip
+    evidence = {**evidence, "total": total.name, "factor": round(moved.factor, 4), "key": key.label, "measure": measure,
+                "measure_source": moved.asset, "key_source_column": key_source, "subset_rows": moved.rows, "subset_before": moved.before,
+                "subset_after": moved.after}  # fmt: skip
+    where = moved.asset
+    what = "flipped sign" if sign else f"moved by a factor of {moved.factor:.3g}"
+    basis = (
+        "per row, against the last good night" if not moved.from_history else "against the last good night"
+    )
+    cause = (
+        f"{measure} in {where} {what} for {key.label} ({basis}) while every other {moved.column} held: "
+        + ("the source now posts that key's values with the opposite sign." if sign else
+           "the source now posts that key's values in another unit or scale.")
+    )  # fmt: skip
+    source_feeders = sources_upstream(ctx.graph, where) if where in ctx.graph else []
+    return Diagnosis(
+        incident_id=incident.incident_id,
+        classification=CauseClass.SIGN_CHANGE if sign else CauseClass.UNIT_CHANGE,
+        cause=cause,
+        evidence=evidence,
+        keys=[key],
+        upstream_change=f"{measure} {'sign' if sign else 'unit'} changed for {key.label} ({moved.shown})",
+        path=ctx.graph.path(where, total.asset) if where in ctx.graph and where != total.asset else
+        sorted(ctx.graph.upstream(total.asset)) + [total.asset],
+        owners=ctx.graph.owners_on(feeders(ctx, source_feeders[0] if source_feeders else total.asset)),
+        test_query=(
+            f"SELECT {quote_identifier(moved.column)}, COUNT(*), AVG({quote_identifier(measure)}) FROM {table(ctx.graph, where)}"
+            f" GROUP BY {quote_identifier(moved.column)}"
+            if moved.measure and table(ctx.graph, where) else None
+        ),
+    )  # fmt: skip

@@ -120,6 +120,17 @@ def last_good(
     return history[max(good)] if good else None
 
 
+def good_nights(ctx: DiagnosisContext, history: Mapping[date, Recorded], day: date, n: int = 7) -> list[date]:
+    """The last ``n`` good nights before ``day`` (not flagged, no incident), latest first."""
+    excluded = ctx.history.incident_days(day - timedelta(days=HISTORY_DAYS))
+    good = [
+        d
+        for d, r in history.items()
+        if d < day and not r.flagged and r.value is not None and d not in excluded
+    ]
+    return sorted(good, reverse=True)[:n]
+
+
 def last_good_night(ctx: DiagnosisContext, history: Mapping[date, Recorded], day: date) -> Recorded | None:
     """The last good night of a total: not flagged, and no incident opened on it (another total may have
     been the one that failed)."""

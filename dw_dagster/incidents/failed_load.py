@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import re
 
-from dw_dagster.incidents.drilldown import drill_source
+from dw_dagster.incidents.drilldown import drill_source, unit_or_sign_diagnosis
 from dw_dagster.incidents.duplication import duplicated_values, find_duplicates
-from dw_dagster.incidents.evidence import HISTORY_DAYS, DiagnosisContext, last_good_night
+from dw_dagster.incidents.evidence import HISTORY_DAYS, DiagnosisContext, good_nights, last_good_night
 from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident
 from dw_dagster.incidents.structure import source_column, sources_upstream
 
@@ -33,8 +33,7 @@ def _base(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> dict:
     }
 
 
-def diagnose_failed(incident: Incident, finding: Finding, ctx: DiagnosisContext, unit_or_sign) -> Diagnosis:
-    """``unit_or_sign(total, moved)`` turns a drill-down's finding into its diagnosis (``diagnosis.py``)."""
+def diagnose_failed(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diagnosis:
     failed_query = str(finding.evidence.get("failed_query") or "")
     error = str(finding.evidence.get("error") or "")
     evidence = {"coalesce_run_id": finding.coalesce_run_id or "", "failed_query": failed_query}
@@ -51,9 +50,15 @@ def diagnose_failed(incident: Incident, finding: Finding, ctx: DiagnosisContext,
             before = last_good_night(ctx, history, finding.business_date)
             if before is None:
                 continue
-            moved = drill_source(ctx, total, finding.business_date, before.business_date, _group_keys(ctx))
+            moved = drill_source(
+                ctx,
+                total,
+                finding.business_date,
+                good_nights(ctx, history, finding.business_date),
+                _group_keys(ctx),
+            )
             if moved is not None:
-                diagnosis = unit_or_sign(total, moved)
+                diagnosis = unit_or_sign_diagnosis(incident, finding, total, moved, ctx, {})
                 return diagnosis.model_copy(
                     update={
                         "cause": f"The Coalesce test {failed_query} failed {key}. " + diagnosis.cause,

@@ -101,12 +101,19 @@ def rerun_proposal(
     )
 
 
-def reconciles(diagnosis: Diagnosis, ctx: PlanContext) -> list[Expectation]:
-    """Every reconciled total on the diagnosis's path is back in line with its source."""
+def reconciles(diagnosis: Diagnosis, ctx: PlanContext, changed: Sequence[str] = ()) -> list[Expectation]:
+    """Every reconciled total on the diagnosis's path, or reading what the fix changes (``changed``: tables
+    and everything downstream of them), is back in line with its source."""
+    graph = ctx.diagnosis.graph
+    near = set(diagnosis.path) | set(changed)
+    for key in changed:
+        near |= graph.downstream(key) if key in graph else set()
+    metrics = ctx.diagnosis.metrics
     return [
         Expectation(kind="reconciles", subject=t.name)
-        for t in ctx.diagnosis.metrics.totals
-        if t.reconcile_with is not None and t.asset in diagnosis.path
+        for t in metrics.totals
+        if t.reconcile_with is not None
+        and (t.asset in near or metrics.get(t.reconcile_with.total).asset in near)
     ]
 
 

@@ -3,7 +3,7 @@ the pipeline first reads them, with a node test that fails if they move again, t
 
 The node is the first Coalesce node whose columns read the source column that moved (column lineage); the
 subset's key must be a column the node reads from the same source. The divisor is the factor measured by
-the diagnosis, to the precision the data supports (two per cent); the owner who applies the diff sees it and
+the diagnosis, to the precision the data supports (three per cent); the owner who applies the diff sees it and
 the source's owner is told the source now posts another unit. The test's band comes from the node's own
 table: the subset's average over the other rows' tonight, divided by the factor, is its usual ratio.
 """
@@ -31,7 +31,7 @@ from dw_dagster.remediation.plan_common import (
 )
 
 
-def snap(factor: float, precision: float = 0.02) -> float:
+def snap(factor: float, precision: float = 0.03) -> float:
     """The factor with the fewest significant digits within ``precision`` of the measured one (99.6 -> 100,
     11.99 -> 12, 3.68 -> 3.7, -0.98 -> -1)."""
     if factor == 0:
@@ -46,16 +46,16 @@ def snap(factor: float, precision: float = 0.02) -> float:
 def normalise_plan(
     incident: Incident, diagnosis: Diagnosis, radius: BlastRadius, ctx: PlanContext
 ) -> tuple[list[Proposal], list[Expectation]]:
-    g = ctx.diagnosis.graph
     key = diagnosis.keys[0] if diagnosis.keys else None
     src, measure = (
         str(diagnosis.evidence.get("measure_source") or ""),
         str(diagnosis.evidence.get("measure") or ""),
     )
-    if key is None or key.factor is None or src not in g or not measure:
+    if key is None or key.factor is None or not src or not measure or src not in ctx.diagnosis.graph:
         raise NoPlan(
             f"{diagnosis.classification.value}: the diagnosis names no subset, factor and source column"
         )
+    g = ctx.diagnosis.graph
     total = next((t for t in ctx.diagnosis.metrics.totals if t.name == diagnosis.evidence.get("total")), None)
     key_src = str(diagnosis.evidence.get("key_source_column") or "")
     if key_src not in g.info(src).columns:
@@ -112,10 +112,18 @@ def normalise_plan(
     rerun = rerun_proposal(env, [reader], f"{node.name} and everything downstream, normalised", owners, ctx)
     expected = diagnosis.evidence.get("baseline_expected")
     also = {total.name: float(expected)} if total and isinstance(expected, int | float) else {}
+    # A source total read from the changed column keeps the source's new unit: its reconciliation with the
+    # normalised totals would now fail by design, so only the others are expected to reconcile.
+    metrics = ctx.diagnosis.metrics
+    raw = {t.name for t in metrics.totals if t.asset == src}
     expectations = [
         Expectation(kind="node_test_passed", subject=test_name),
-        *reconciles(diagnosis, ctx),
-        *back_to_baseline(radius, ctx, also),
+        *(
+            e
+            for e in reconciles(diagnosis, ctx, [src])
+            if metrics.get(e.subject).reconcile_with.total not in raw
+        ),  # type: ignore[union-attr]
+        *(e for e in back_to_baseline(radius, ctx, also) if e.subject not in raw),
     ]
     return [node_proposal, rerun], expectations
 

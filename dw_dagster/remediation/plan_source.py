@@ -35,14 +35,17 @@ from dw_dagster.remediation.plan_common import (
 )
 
 
-def _source_of(diagnosis: Diagnosis, ctx: PlanContext, evidence_key: str) -> str:
+def _sources_of(diagnosis: Diagnosis, ctx: PlanContext, evidence_key: str) -> list[str]:
+    """The source tables the diagnosis names in its evidence (``a/b, c/d``)."""
     graph = ctx.diagnosis.graph
     named = str(diagnosis.evidence.get(evidence_key) or "")
     candidates = [k.strip() for k in named.split(",") if k.strip()] or diagnosis.path[:1]
-    for key in candidates:
-        if key in graph and is_source(graph, key) and table_parts(graph.info(key).table_name):
-            return key
-    raise NoPlan(f"{diagnosis.classification.value}: the diagnosis names no source table to act on")
+    found = [
+        k for k in candidates if k in graph and is_source(graph, k) and table_parts(graph.info(k).table_name)
+    ]
+    if not found:
+        raise NoPlan(f"{diagnosis.classification.value}: the diagnosis names no source table to act on")
+    return found
 
 
 def _rerun_owner(children: list[str], ctx: PlanContext) -> list[str]:
@@ -60,7 +63,7 @@ def _baselines(diagnosis: Diagnosis, radius: BlastRadius, ctx: PlanContext) -> l
 def dedupe_plan(
     incident: Incident, diagnosis: Diagnosis, radius: BlastRadius, ctx: PlanContext
 ) -> tuple[list[Proposal], list[Expectation]]:
-    key = _source_of(diagnosis, ctx, "duplicates_in")
+    key = _sources_of(diagnosis, ctx, "duplicates_in")[0]
     graph = ctx.diagnosis.graph
     parts = table_parts(graph.info(key).table_name)
     assert parts is not None
@@ -96,7 +99,7 @@ def dedupe_plan(
     )  # fmt: skip
     expectations = [
         Expectation(kind="no_duplicates", subject=key, table=table_reference(*parts), columns=columns),
-        *reconciles(diagnosis, ctx),
+        *reconciles(diagnosis, ctx, [key]),
         *_baselines(diagnosis, radius, ctx),
     ]
     return [dedupe, rerun], expectations
@@ -105,53 +108,52 @@ def dedupe_plan(
 def stale_plan(
     incident: Incident, diagnosis: Diagnosis, radius: BlastRadius, ctx: PlanContext
 ) -> tuple[list[Proposal], list[Expectation]]:
-    key = _source_of(diagnosis, ctx, "stale_tables")
     graph = ctx.diagnosis.graph
-    parts = table_parts(graph.info(key).table_name)
-    assert parts is not None
-    column = load_column(ctx.diagnosis, key)
-    if column is None:
-        raise NoPlan(f"{key}: no column says when its rows were loaded; caught up cannot be measured")
-    latest = _latest(ctx, parts, column)
-    feeding = [k for k in graph.assets.predecessors(key) if "coalesce" not in graph.info(k).kinds]
-    system = feeding[0] if feeding else None
-    children = built_children(key, ctx)
+    keys = _sources_of(diagnosis, ctx, "stale_tables")
+    waits, children = [], []
+    for key in keys:
+        parts = table_parts(graph.info(key).table_name)
+        assert parts is not None
+        column = load_column(ctx.diagnosis, key)
+        if column is None:
+            raise NoPlan(f"{key}: no column says when its rows were loaded; caught up cannot be measured")
+        latest = _latest(ctx, parts, column)
+        feeding = [k for k in graph.assets.predecessors(key) if "coalesce" not in graph.info(k).kinds]
+        system = feeding[0] if feeding else None
+        children += [c for c in built_children(key, ctx) if c not in children]
+        waits.append(
+            Proposal(
+                proposal_id=f"await-{parts[2]}",
+                kind=ProposalKind.AWAIT_SOURCE,
+                title=f"Once {system or parts[2]} has caught up ({parts[2]} loads a row after "
+                f"{latest:%Y-%m-%d %H:%M}), rerun; approve once the feed is fixed",
+                owners=source_owner_teams(key, ctx),
+                await_source=AwaitSource(
+                    asset_key=key, table_parts=parts, column=column, stale_since=latest, system=system
+                ),
+            )  # fmt: skip
+        )
     if not children:
-        raise NoPlan(f"{key}: no Coalesce node reads it; nothing to rebuild")
+        raise NoPlan(f"{', '.join(keys)}: no Coalesce node reads it; nothing to rebuild")
     env = environment_of(children[0], ctx)
-    owners = source_owner_teams(key, ctx)
-    who = (
-        graph.info(system).description.splitlines()[0]
-        if system and graph.info(system).description
-        else system
-    )
-    wait = Proposal(
-        proposal_id=f"await-{parts[2]}",
-        kind=ProposalKind.AWAIT_SOURCE,
-        title=f"Once {system or parts[2]} has caught up ({parts[2]} loads a row after {latest:%Y-%m-%d %H:%M}), "
-        "rerun; approve once the feed is fixed",
-        owners=owners,
-        await_source=AwaitSource(asset_key=key, table_parts=parts, column=column, stale_since=latest,
-                                 system=who),
-    )  # fmt: skip
+    owners = _rerun_owner(children, ctx) or waits[0].owners
     rerun = rerun_proposal(
-        env, children, f"everything that reads {parts[2]}, rebuilt on the caught-up input",
-        _rerun_owner(children, ctx) or owners, ctx,
-    )  # fmt: skip
-    rules = [r for r in ctx.diagnosis.metrics.freshness.inputs if r.input == key]
+        env, children, "everything that reads the stopped tables, rebuilt on the caught-up input", owners, ctx
+    )
+    rules = [r for r in ctx.diagnosis.metrics.freshness.inputs if r.input in keys]
     fresh = [
         Expectation(
             kind="input_fresh",
             subject=r.asset,
             table=table_reference(*table_parts(graph.info(r.asset).table_name)),  # type: ignore[misc]
             columns=[r.column, r.input_column],
-            source_table=table_reference(*parts),
+            source_table=table_reference(*table_parts(graph.info(r.input).table_name)),  # type: ignore[misc]
             max_lag_minutes=r.max_lag_minutes,
         )  # fmt: skip
         for r in rules
         if table_parts(graph.info(r.asset).table_name)
     ]
-    return [wait, rerun], [*fresh, *reconciles(diagnosis, ctx)]
+    return [*waits, rerun], [*fresh, *reconciles(diagnosis, ctx, keys)]
 
 
 def _latest(ctx: PlanContext, parts: tuple[str, str, str], column: str) -> datetime:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -18,7 +19,7 @@ from conftest import WORLD_CACHE
 
 from dw_dagster.checks.metrics import load_metrics_file
 from dw_dagster.incidents.jobs import latest_diagnosis
-from dw_dagster.incidents.models import BlastRadius, Diagnosis, Incident
+from dw_dagster.incidents.models import BlastRadius, Diagnosis, Finding, Incident
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon, TickOutcome
@@ -77,6 +78,27 @@ class Nights:
             assert found is not None, f"{incident.incident_id} was not diagnosed"
             out.append(Diagnosed(incident, *found, outcome))
         return out
+
+    def diagnose(self, finding: Finding) -> Diagnosis:
+        """The diagnosis of an incident opened by ``finding`` alone, over this world's warehouse: what the
+        diagnosis job computes for a finding the checks have not raised yet."""
+        from dw_dagster.checks.history import HistorySession
+        from dw_dagster.coalesce.loader import table_resolver
+        from dw_dagster.coalesce.state import parse_state, read_state_text
+        from dw_dagster.context.lineage import LineageGraph
+        from dw_dagster.incidents.diagnosis import DiagnosisContext, diagnose
+
+        settings = self.daemon.settings
+        path = settings.coalesce_state_file
+        data = parse_state(path, read_state_text(path), settings)
+        graph = LineageGraph(self.daemon.defs.resolve_all_asset_specs())
+        now = datetime.now(UTC)
+        incident = Incident(incident_id="INC-TEST", cause_key="test", status="open", title=finding.summary,
+                            business_date=finding.business_date, severity="ERROR", opened_at=now, updated_at=now)  # fmt: skip
+        with self.lw.snowflake.connect(database=self.world.database) as conn:
+            ctx = DiagnosisContext(graph, load_metrics_file(settings.metrics_file), table_resolver(data),
+                                   HistorySession(conn, self.ops), conn.cursor())  # fmt: skip
+            return diagnose(incident, [finding], ctx)
 
     def resolve(self) -> None:
         for incident in self.store.list(status="open"):
