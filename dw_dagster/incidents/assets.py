@@ -47,7 +47,7 @@ def incident_markdown(
         if diagnosis.keys:
             lines += ["", "| key | units | rows | items | new since |", "|---|---:|---:|---:|---|"]
             lines += [
-                f"| {g.column}={g.value} | {g.units:,.0f} | {g.rows:,} | {g.distinct_items or ''} | "
+                f"| {g.label} | {g.units:,.0f} | {g.rows:,} | {g.distinct_items or ''} | "
                 f"{g.new_in_source_since or ''} |"
                 for g in diagnosis.keys[:10]
             ]

@@ -8,8 +8,9 @@ measured from the data (tonight's average over the last good night's; any factor
 factor below zero is a sign change. Two statements: a profile (which columns partition by day, which are
 low-cardinality) and the drill-down itself.
 
-A source reloaded whole each night (a snapshot) keeps no rows of the last good night; there the subsets
-are the groups of the recorded total's history, and a group whose value moved by a factor while the table's
+The day is told by a time column the pipeline itself selects days by (a WHERE of a node reading the
+source, or of a total over it). A source reloaded whole each night (a snapshot) is not selected by day and
+keeps no rows of the last good night; there the subsets are the groups of the recorded total's history, and a group whose value moved by a factor while the table's
 row count held is the subset.
 """
 
@@ -32,13 +33,13 @@ from dw_dagster.incidents.evidence import (
 from dw_dagster.incidents.keys import plain, split_label
 from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident, KeyGap
 from dw_dagster.incidents.structure import (
+    day_columns,
     is_numeric,
     is_time,
     source_column,
     source_columns,
     sources_upstream,
     table,
-    time_columns,
 )
 
 MAX_LEVELS = 50
@@ -91,11 +92,30 @@ def _in(days: list[date]) -> str:
     return ", ".join(["%s"] * len(days))
 
 
+def _texts(ctx: DiagnosisContext, src: str) -> list[str]:
+    """The SQL that reads the source: its children's join text and the totals over it, refs resolved."""
+    from dw_dagster.coalesce.sql import resolve_refs
+
+    out = []
+    for child in ctx.graph.assets.successors(src):
+        join = ctx.graph.info(child).join
+        if join:
+            try:
+                out.append("SELECT * " + resolve_refs(join, ctx.resolve_table))
+            except ValueError:
+                continue
+    for total in ctx.metrics.totals:
+        if total.asset == src:
+            out.append(resolve_refs(total.sql, ctx.resolve_table))
+    return out
+
+
 def _profile(ctx: DiagnosisContext, src: str, measures: list[str], day: date, before: list[date]):
-    """(time column, low-cardinality columns) of a source table, or None when it has no rows of both days."""
+    """(time column, low-cardinality columns) of a source table, or None when the pipeline does not select
+    its rows by business day (a snapshot) or it has no rows of both days."""
     tbl = table(ctx.graph, src)
     info = ctx.graph.info(src)
-    times = time_columns(ctx.graph, src)
+    times = day_columns(ctx.graph, src, _texts(ctx, src))
     dims = [c for c in info.columns if c not in measures and not is_time(ctx.graph, src, c)]
     if tbl is None or not times:
         return None

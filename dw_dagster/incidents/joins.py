@@ -256,19 +256,25 @@ def measure_join(
                 units=float(row[width + 1] or 0),
                 distinct_items=int(row[width + 2]) if item_column and row[width + 2] is not None else None,
                 change=(
-                    f"on {join.right_table} but excluded by the join's condition {' AND '.join(join.right_conditions)}"
+                    f"on {join.right_table} but excluded by the join's condition "
+                    + " AND ".join(
+                        re.sub(r"\bR\.", f"{quote_identifier(join.right_alias)}.", c)
+                        for c in join.right_conditions
+                    )
                     if on_right
                     else None
                 ),
             )
         )
     fanout = int(rows[0][width + 4] or 0) if rows else _fanout(cur, join)
+    # Shown as the node writes them: on the right side's own alias.
+    shown = [re.sub(r"\bR\.", f"{quote_identifier(join.right_alias)}.", c) for c in join.right_conditions]
     return JoinEffect(
         asset_key=asset_key,
         join_type=join.kind,
         left=join.left_table,
         right=join.right_table,
-        on=[f"{lc} = {r}" for lc, r in join.on] + list(join.right_conditions),
+        on=[f"{lc} = {r}" for lc, r in join.on] + shown,
         dropped_rows=sum(g.rows for g in unmatched),
         dropped_units=sum(g.units for g in unmatched),
         duplicated_rows=fanout,

@@ -74,3 +74,25 @@ def is_numeric(graph: LineageGraph, key: str, column: str) -> bool:
 def derives_from(graph: LineageGraph, column: Column, asset: str) -> bool:
     """Whether ``column`` is computed (in part) from a column of ``asset``."""
     return any(a[0] == asset for a in _ancestors(graph, column))
+
+
+def day_columns(graph: LineageGraph, key: str, texts: list[str]) -> list[str]:
+    """The source's time columns the pipeline itself selects business days by: named in a WHERE condition
+    of ``texts`` (the join text of the nodes that read the source, the SQL of the totals over it, refs
+    resolved). A source reloaded whole each night is not selected by day, so it has none."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import SqlglotError
+
+    times = set(time_columns(graph, key))
+    found: list[str] = []
+    for text in texts:
+        try:
+            tree = sqlglot.parse_one(text, read="snowflake")
+        except SqlglotError:
+            continue
+        for where in tree.find_all(exp.Where):
+            for column in where.find_all(exp.Column):
+                if column.name in times and column.name not in found:
+                    found.append(column.name)
+    return found

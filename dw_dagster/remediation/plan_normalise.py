@@ -67,7 +67,7 @@ def normalise_plan(
     keyed = [
         (reader, column, key_col)
         for reader, column in readers
-        for key_col in g.columns.successors((src, key_src))
+        for key_col in sorted(g.columns.successors((src, key_src)), key=lambda c: c[1] != key_src)
         if key_col[0] == reader
     ]
     if not keyed:
@@ -83,10 +83,17 @@ def normalise_plan(
         raise NoPlan(f"{reader}: its join text does not read {src} under an alias")
     factor = snap(key.factor)
     numeric = is_numeric(g, src, key_src)
-    band = _band(ctx, reader, node_key[1], column, key.value, numeric, factor)
     node_id = ctx.metadata(reader, "coalesce/node_id")
     env = environment_of(reader, ctx)
     node = ctx.coalesce.get_node(env, node_id)
+    # The test names the subset by the node's own key column: one that carries the key as it is.
+    carried = {c["name"]: c["transform"] for c in definition(node)["columns"]}
+    plain_key = f"{quote_identifier(alias)}.{quote_identifier(key_src)}"
+    if carried.get(node_key[1]) not in ("", None, plain_key):
+        raise NoPlan(
+            f"{reader}.{node_key[1]} is computed from {key_src} ({carried[node_key[1]]}), not {key_src} as it is"
+        )
+    band = _band(ctx, reader, node_key[1], column, key.value, numeric, factor)
     try:
         after, test_name = normalise(node, column, (alias, measure), (key_src, key.value, numeric), factor,
                                      (node_key[1], column, *band))  # fmt: skip

@@ -208,7 +208,7 @@ def _collect(report: NightReport, store: IncidentStore, seen: set[str], ended: d
                 title=incident.title,
                 classification=diagnosis.classification.value if diagnosis else None,
                 cause=diagnosis.cause if diagnosis else None,
-                cause_keys=[f"{k.column}={k.value}" for k in diagnosis.keys] if diagnosis else [],
+                cause_keys=[k.label for k in diagnosis.keys] if diagnosis else [],
                 gap=_gap(diagnosis.evidence) if diagnosis else {},
                 blast_radius=[a.asset_key for a in radius.assets] if radius else [],
                 newly_flagged=len(radius.newly_flagged) if radius else 0,
