@@ -14,7 +14,7 @@ from dw_dagster.coalesce.sql import table_parts
 from dw_dagster.context.models import ContextFile
 from dw_dagster.incidents.evidence import DiagnosisContext
 from dw_dagster.incidents.models import BlastRadius, Diagnosis
-from dw_dagster.notifications.blocks import owner_team
+from dw_dagster.notifications.owners import owner_team
 from dw_dagster.remediation.models import Expectation, Proposal, ProposalKind, ScopedRerun
 
 

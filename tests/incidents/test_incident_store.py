@@ -8,6 +8,7 @@ import pytest
 
 from dw_dagster.incidents.models import Finding
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.warehouse.migrations import migrate
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 from dw_local.world import LocalWorld
@@ -17,10 +18,13 @@ from dw_local.world import LocalWorld
 def warehouse(tmp_path_factory):
     with LocalWorld(tmp_path_factory.mktemp("sf"), services=("snowflake",)) as lw:
         sf = lw.snowflake
-        yield lw, WarehouseResource(
+        wh = WarehouseResource(
             account=sf.account, user=sf.user, password=sf.password, database="DW_OPS_TEST", network_timeout=20,
             additional_snowflake_connection_args={"host": sf.host, "port": sf.port, "protocol": sf.protocol},
         )  # fmt: skip
+        for schema in ("OPS_A", "OPS_B", "OPS_C"):
+            migrate(wh, OpsSchema("DW_OPS_TEST", schema))
+        yield lw, wh
 
 
 def _finding(check: str, asset: str, day: date = date(2025, 6, 16), scope: str = "job:inventory_nightly"):
