@@ -41,6 +41,7 @@ PRODUCT_COMMANDS = {
     "resume": "dw_dagster.remediation.commands:resume",
     "undo": "dw_dagster.remediation.commands:undo",
     "proposals": "dw_dagster.remediation.commands:proposals",
+    "incidents": "dw_dagster.incidents.commands:incidents",
 }
 
 

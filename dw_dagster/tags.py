@@ -23,3 +23,6 @@ APPROVALS_NEEDED = "dw/approvals_needed"
 # run sensor counts such a rerun for the incident's business date, not for the morning it ran.
 COALESCE_PARAM_INCIDENT_ID = "dw_incident_id"
 COALESCE_PARAM_BUSINESS_DATE = "dw_business_date"
+
+# Set on the incident lifecycle run: what the incident sensor found due (``resolve`` or ``stale``).
+LIFECYCLE_ACTION = "dw/lifecycle"
