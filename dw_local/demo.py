@@ -23,7 +23,8 @@ from zoneinfo import ZoneInfo
 import httpx
 
 from dw_dagster.context.models import load_context_file
-from dw_dagster.incidents.jobs import latest_diagnosis
+from dw_dagster.incidents.diagnosis import by_priority
+from dw_dagster.incidents.lifecycle_view import findings_of, latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.approvals import ApprovalBook
 from dw_dagster.remediation.models import ProposalKind, Receipt
@@ -186,14 +187,20 @@ def _reference_day(world: DistributorWorld, lw: LocalWorld, tl: Timeline, night)
 
 def _detection(store: IncidentStore, tl: Timeline, outcome) -> Any:
     (incident,) = store.list(status="open")
-    failed = {c.check: c for c in outcome.failed()}
-    total = failed.get("total_network_onhand_units")
-    numbers: dict[str, Any] = {}
-    if total is not None:
-        md = total.metadata
-        numbers = {k: md[k] for k in ("target_change_pct", "source_change_pct", "gap_change") if k in md}
+    # The numbers that opened it: the finding the diagnosis starts from, as the check recorded it.
+    opened_by = by_priority(findings_of(store, incident.incident_id))[0]
+    rec = opened_by.evidence.get("reconciliation") or {}
+    numbers = {
+        "total": opened_by.evidence.get("total"),
+        "change_pct": rec.get("target_change_pct"),
+        "source_total": rec.get("source"),
+        "source_change_pct": rec.get("source_change_pct"),
+        "gap_units": rec.get("gap_change"),
+        "tolerance_units": rec.get("tolerance"),
+    }
     tl.add("dw-dagster", f"Network on-hand units fall against a flat EBS total: incident {incident.incident_id} opens",
-           numbers, failed_checks=sorted(failed))  # fmt: skip
+           {k: v for k, v in numbers.items() if v is not None}, failed_checks=sorted(c.check for c in outcome.failed()),
+           summary=opened_by.summary)  # fmt: skip
     return incident
 
 
