@@ -14,7 +14,7 @@ import dagster as dg
 from dw_dagster.checks.run_context import CheckRun
 from dw_dagster.context.specs import key_from_path
 from dw_dagster.incidents.assets import incident_materialization
-from dw_dagster.incidents.models import Finding
+from dw_dagster.incidents.models import Finding, RecordOutcome
 from dw_dagster.incidents.policy import IncidentPolicy
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
@@ -42,7 +42,9 @@ def report_failure(
     evidence: dict[str, Any],
     cause_scope: str,
     policy: IncidentPolicy | None = None,
-) -> None:
+) -> RecordOutcome:
+    """Records the finding; the outcome's ``explained_by`` says the record explains it (the check should then
+    report at WARN: it is not an incident)."""
     store = IncidentStore(warehouse, ops, run_id=run.dagster_run_id, policy=policy)
     outcome = store.record_finding(
         Finding(
@@ -59,7 +61,7 @@ def report_failure(
     )
     if outcome.explained_by:
         context.log.info(f"not an incident: {summary}; explained by {outcome.explained_by}")
-        return
+        return outcome
     if outcome.new_finding:
         findings = store.events(outcome.incident.incident_id, kind="finding")
         context.op_execution_context.log_event(incident_materialization(outcome.incident, findings))
@@ -67,3 +69,4 @@ def report_failure(
             "opened" if outcome.new_incident else "reopened" if outcome.reopened else "updated (provisional)"
         )
         context.log.warning(f"incident {outcome.incident.incident_id} {verb}: {summary}")
+    return outcome

@@ -12,7 +12,8 @@ finding, the instance already holds the answer, so no check body needs to know a
 - a Coalesce job's run as a whole (no node explained the failure): a later checks run of that job.
 
 A night is **clean** when every one of the incident's signatures was judged that night and none failed,
-and no finding with one of its signatures was recorded that night on any incident.
+and no finding with one of its signatures was recorded that night on any incident (a finding the checks
+recorded after Dagster's last evaluation, or one that went to another incident).
 """
 
 from __future__ import annotations
@@ -109,9 +110,9 @@ def _build_outcomes(instance: dg.DagsterInstance, asset: str) -> dict[date, str]
 
 
 def later_nights(
-    instance: dg.DagsterInstance, store: IncidentStore, incident: Incident, findings: Sequence[Finding]
+    instance: dg.DagsterInstance, incident: Incident, findings: Sequence[Finding]
 ) -> list[Night]:
-    """The incident's signatures judged on each night after its last finding, oldest night first."""
+    """The incident's signatures as Dagster judged them on each night after its last finding, oldest first."""
     if not findings:
         return []
     last = max(f.business_date for f in findings)
@@ -130,17 +131,10 @@ def later_nights(
     if scope.startswith("job:"):
         job_runs = dg.RunsFilter(tags={tags.COALESCE_JOB: scope.removeprefix("job:")})
         reported |= {n for n in _runs_nights(instance, job_runs).values() if n > last}
-    nights = [
+    return [
         Night(n, {s: outcomes.get(n, "not judged") for s, outcomes in by_signature.items()})
         for n in sorted(reported)
     ]
-    # A finding of the same signature that night (on any incident) means it did not pass, whatever ran last.
-    recorded = store.findings_recorded([f"{s}|{n.night.isoformat()}" for n in nights for s in n.outcomes])
-    for n in nights:
-        for s in n.outcomes:
-            if f"{s}|{n.night.isoformat()}" in recorded:
-                n.outcomes[s] = "failed"
-    return nights
 
 
 @dataclass
@@ -158,15 +152,27 @@ def lifecycle_due(
     findings: Sequence[Finding],
     policy: IncidentPolicy,
 ) -> Due | None:
-    """What the lifecycle owes an open incident now: resolving it, marking it stale, or nothing."""
-    nights = later_nights(instance, store, incident, findings)
+    """What the lifecycle owes an open incident now: resolving it, marking it stale, or nothing.
+
+    Dagster's storage is read first; the warehouse only when it says the incident may be over (to ask
+    whether a finding with one of its signatures was recorded those nights on another incident), so an
+    incident that is still failing costs no warehouse query on an idle sensor tick.
+    """
+    nights = later_nights(instance, incident, findings)
     n = policy.resolve_after_clean_nights
     if len(nights) >= n and all(x.clean for x in nights[-n:]):
-        checks = ", ".join(sorted(nights[-1].outcomes))
-        when = str(nights[-1].night) if n == 1 else f"{n} nights to {nights[-1].night}"
-        return Due(
-            "resolve", nights[-1].night, f"every check of the incident passed again ({when}): {checks}"
-        )
+        recent = nights[-n:]
+        recorded = store.findings_recorded([f"{s}|{x.night.isoformat()}" for x in recent for s in x.outcomes])
+        for x in recent:
+            for s in x.outcomes:
+                if f"{s}|{x.night.isoformat()}" in recorded:
+                    x.outcomes[s] = "failed"
+        if all(x.clean for x in recent):
+            checks = ", ".join(sorted(nights[-1].outcomes))
+            when = str(nights[-1].night) if n == 1 else f"{n} nights to {nights[-1].night}"
+            return Due(
+                "resolve", nights[-1].night, f"every check of the incident passed again ({when}): {checks}"
+            )
     if not incident.stale_since and len(nights) >= policy.stale_after_nights:
         night = nights[policy.stale_after_nights - 1]
         return Due(
