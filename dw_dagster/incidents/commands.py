@@ -87,7 +87,7 @@ def resolve_incident(incident_id: str, who: str, reason: str) -> None:
         )
     now = datetime.now(UTC)
     done = resolve(
-        ops.store, incident, by=person.name, reason=f"Resolved by {person.name}: {reason}",
+        ops.store, incident, by=person.name, reason=reason, note=f"{person.name}: {reason}",
         key=f"manual|{now.isoformat()}", how="manual", slack=ops.slack, context_file=ops.context,
     )  # fmt: skip
     if done is None:

@@ -30,8 +30,10 @@ def resolve(
     slack: SlackNotifier | None,
     context_file: ContextFile | None,
     verification: dict[str, str] | None = None,
+    note: str | None = None,
 ) -> Incident | None:
-    """Resolves an open incident and posts the note to its threads; None when it was not open."""
+    """Resolves an open incident and posts ``note`` (default: the reason) to its threads; None when it was
+    not open."""
     resolution = {"by": by, "reason": reason, "how": how}
     done = store.transition(
         incident.incident_id, "resolved", by=by, reason=reason, key=key, detail={"resolution": resolution}
@@ -39,7 +41,9 @@ def resolve(
     if done is None:
         return None
     if slack is not None and context_file is not None:
-        gated_notifier(slack, store, context_file).post_resolution(done, reason, verification=verification)
+        gated_notifier(slack, store, context_file).post_resolution(
+            done, note or reason, verification=verification
+        )
     return done
 
 
