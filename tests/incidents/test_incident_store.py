@@ -6,10 +6,13 @@ from __future__ import annotations
 from datetime import date
 
 import pytest
+from ops_warehouse import warehouse
 
 from dw_dagster.incidents.models import Finding
 from dw_dagster.incidents.store import IncidentStore, TransitionError
 from dw_dagster.warehouse.ops import OpsSchema
+
+__all__ = ["warehouse"]
 
 
 def finding(

@@ -8,6 +8,7 @@ from datetime import date
 
 import dagster as dg
 import pytest
+from ops_warehouse import warehouse
 from test_incident_store import finding
 
 from dw_dagster import tags
@@ -17,6 +18,8 @@ from dw_dagster.incidents.policy import IncidentPolicy
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.resources import SlackNotifier
 from dw_dagster.warehouse.ops import OpsSchema
+
+__all__ = ["warehouse"]
 
 KEY = dg.AssetKey(["inv", "fct"])
 CHECK = dg.AssetCheckKey(KEY, "volume")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import date
 
 import pytest
+from ops_warehouse import warehouse
 from test_incident_store import finding
 
 from dw_dagster.incidents.lifecycle import settle
@@ -14,6 +15,8 @@ from dw_dagster.incidents.models import BlastRadius, CauseClass, Diagnosis, KeyG
 from dw_dagster.incidents.policy import IncidentPolicy
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
+
+__all__ = ["warehouse"]
 
 POLICY = IncidentPolicy()
 D16, D17, D18 = date(2025, 6, 16), date(2025, 6, 17), date(2025, 6, 18)

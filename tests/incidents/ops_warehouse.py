@@ -1,4 +1,5 @@
-"""The local Snowflake server alone, for the incident store's tests (no world, no Coalesce)."""
+"""The local Snowflake server alone, for the incident store's tests (no world, no Coalesce); a module, not a
+conftest, so that ``from conftest import ...`` keeps meaning the suite's."""
 
 from __future__ import annotations
 
