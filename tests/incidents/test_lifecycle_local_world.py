@@ -174,7 +174,7 @@ def ecommerce(story_of):
 
 
 def test_a_stall_on_its_second_night_is_a_reply_not_a_new_incident(ecommerce):
-    assert ecommerce.after_second == [ecommerce.stall]
+    assert [i.incident_id for i in ecommerce.after_second] == [ecommerce.stall.incident_id]
     nights = {
         e.detail["business_date"] for e in ecommerce.store.events(ecommerce.stall.incident_id, kind="finding")
     }
