@@ -42,6 +42,8 @@ PRODUCT_COMMANDS = {
     "undo": "dw_dagster.remediation.commands:undo",
     "proposals": "dw_dagster.remediation.commands:proposals",
     "incidents": "dw_dagster.incidents.commands:incidents",
+    "ops": "dw_dagster.warehouse.commands:ops",
+    "baseline": "dw_dagster.checks.commands:baseline",
 }
 
 

@@ -62,12 +62,15 @@ class Operations:
 
         return OrgControl(self.warehouse, self.ops)
 
-    def tell_owners(self, incident_id: str, text: str, kind: str, version: str) -> None:
-        """A reply in the incident's owner threads (through the outbox: an outage delays it, never loses it)."""
+    def tell_owners(
+        self, incident_id: str, text: str, kind: str, version: str, run_id: str | None = None
+    ) -> None:
+        """A reply in the incident's owner threads (through the outbox: an outage delays it, never loses it);
+        ``run_id`` is the run it is about (linked)."""
         from dw_dagster.remediation.control import gated_notifier
 
         incident = self.store.get(incident_id)
         if incident is not None:
             gated_notifier(self.slack, self.store, self.context).post_update(
-                incident, text, kind=kind, version=version
+                incident, text, kind=kind, version=version, run_id=run_id
             )

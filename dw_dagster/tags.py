@@ -26,3 +26,13 @@ COALESCE_PARAM_BUSINESS_DATE = "dw_business_date"
 
 # Set on the incident lifecycle run: what the incident sensor found due (``resolve`` or ``stale``).
 LIFECYCLE_ACTION = "dw/lifecycle"
+
+# Checks runs are retried by Dagster's run retries (dagster.yaml enables them; runs opt in with these tags):
+# up to 3 times, from the failed steps, when a step errors (an unreachable warehouse) or the run worker dies.
+# Each retry waits before its first login, doubling (WarehouseResource.retry_backoff_seconds). A checks run
+# still going after 30 minutes is stopped by run monitoring.
+CHECKS_RUN_RETRIES = {
+    "dagster/max_retries": "3",
+    "dagster/retry_strategy": "FROM_FAILURE",
+    "dagster/max_runtime": "1800",
+}

@@ -190,20 +190,34 @@ def slack() -> None:
 @slack.command("log")
 @click.option("--root", type=click.Path(path_type=Path), default=DEFAULT_ROOT, show_default=True)
 @click.option("--channel", default=None, help="Only this channel, e.g. '#buyers'.")
-@click.option("--json", "as_json", is_flag=True, help="Print the stored messages as JSON.")
-def slack_log(root: Path, channel: str | None, as_json: bool) -> None:
-    """Print every message the Slack stand-in received, oldest first."""
+@click.option(
+    "--tz", "tz_name", default=None, help="Show times in this IANA time zone (default: this machine's)."
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the stored messages as JSON, each with its rendering."
+)
+def slack_log(root: Path, channel: str | None, tz_name: str | None, as_json: bool) -> None:
+    """Print what a person sees of every message the Slack stand-in received: the blocks rendered as text,
+    times in your time zone, each thread under its first message."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from dw_local.slack_render import render_log, render_message
     from dw_local.slack_server import SlackSink
 
+    try:
+        tz = ZoneInfo(tz_name) if tz_name else None
+    except (ZoneInfoNotFoundError, ValueError):
+        raise click.BadParameter(
+            f"expected an IANA time zone such as 'America/Chicago', got {tz_name!r}", param_hint="--tz"
+        ) from None
     # Read the store itself, so the log is there whether or not the world is running.
     sink = SlackSink(root.resolve() / "slack")
     messages = sink.messages("channel = ?", (channel,)) if channel else sink.messages()
     if as_json:
-        click.echo(json.dumps(messages, indent=2))
+        click.echo(json.dumps([{**m, "rendered": render_message(m, tz)} for m in messages], indent=2))
         return
-    for m in messages:
-        thread = f" (reply in {m['thread_ts']})" if m["thread_ts"] else ""
-        click.echo(f"[{m['ts']}] {m['channel']}{thread}\n{m['text'] or ''}\n")
+    if messages:
+        click.echo(render_log(messages, tz))
     click.echo(f"{len(messages)} message(s)")
 
 

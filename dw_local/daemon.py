@@ -3,15 +3,26 @@
 One :meth:`LocalDaemon.tick` evaluates the code location's Coalesce run sensor, stores the asset events it
 returns (as the daemon stores a tick's events) and executes the checks runs it requests. Seeding, tests and
 headless replays use it to play many nights in minutes; ``world up`` runs the real daemon instead.
+
+A tick can run on the night's business time (``at``): every event it stores (materializations, check
+evaluations, runs) then carries that night's time, so a seeded history reads night by night in the UI rather
+than as minutes of one afternoon, and Dagster's freshness policies are then evaluated as its freshness daemon
+does, at the end of that night's day.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
 import sys
+import time
+import unittest.mock
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -34,6 +45,7 @@ from dagster._utils.tags import TagConcurrencyLimitsCounter
 from dw_dagster.coalesce.state import refresh_state_file
 from dw_dagster.definitions import build_definitions
 from dw_dagster.settings import Settings
+from dw_dagster.warehouse.commands import migrate_deployment
 from dw_local.world import LocalWorld
 
 SENSOR_NAME = "coalesce_run_sensor"
@@ -48,6 +60,31 @@ REMEDIATION_RUN_CONFIG = {
     "ops": {op: {"config": {"poll_seconds": 0.2}} for op in ("await_node_deploy", "scoped_rerun")},
 }
 REPO_DAGSTER_YAML = Path(__file__).resolve().parent.parent / "dagster.yaml"
+# The freshness daemon evaluates every 30 s; the local one looks once, at the end of the night's day (before
+# the next night's job), when every deadline of the night has passed.
+FRESHNESS_LOOK = timedelta(days=1, minutes=-2)
+
+
+@contextmanager
+def business_clock(at: datetime) -> Iterator[None]:
+    """Dagster's clock (``dagster._time``, and the log records events are made from) runs from ``at``
+    instead of now, ticking at the real pace; nothing else in the process is affected."""
+    from dagster._core.test_utils import get_freezable_log_manager
+
+    offset = at.timestamp() - time.time()
+
+    def timestamp() -> float:
+        return time.time() + offset
+
+    with (
+        unittest.mock.patch("dagster._time._mockable_get_current_timestamp", new=timestamp),
+        unittest.mock.patch(
+            "dagster._time._mockable_get_current_datetime",
+            new=lambda: datetime.fromtimestamp(timestamp(), UTC),
+        ),
+        unittest.mock.patch("dagster._core.log_manager.DagsterLogManager", new=get_freezable_log_manager()),
+    ):
+        yield
 
 
 @dataclass
@@ -72,6 +109,13 @@ class TickOutcome:
     """Remediation runs submitted to the queue (held until approved)."""
     launched: list[dg.DagsterRunStatus] = field(default_factory=list)
     """End states of the runs the queue released and this tick executed."""
+    freshness: dict[str, str] = field(default_factory=dict)
+    """Asset key path -> its freshness state (PASS, WARN, FAIL, UNKNOWN) as Dagster's freshness daemon
+    evaluates the policies at the end of the night's day (a tick with ``at`` only)."""
+
+    def stale(self) -> list[str]:
+        """Assets whose freshness policy failed: not built in the window their schedule promises."""
+        return sorted(k for k, state in self.freshness.items() if state == "FAIL")
 
     def failed(self, severity: str = "ERROR") -> list[CheckOutcome]:
         return [c for c in self.checks if c.passed is False and c.severity == severity]
@@ -108,6 +152,7 @@ class LocalDaemon:
         # execute_in_process logs every event at DEBUG to the console; keep warnings and worse.
         logging.getLogger("dagster").setLevel(logging.WARNING)
         self.settings = Settings.from_env()
+        migrate_deployment()  # a deployment creates or migrates the ops schema before anything runs
         refresh_state_file(self.settings)
         self.instance = dg.DagsterInstance.from_config(str(dagster_home(lw.root)))
         # Loading reads the "current" defs-state storage, which an instance entered and disposed earlier in
@@ -121,16 +166,47 @@ class LocalDaemon:
     def cursor(self) -> str | None:
         return self._cursor_file.read_text() if self._cursor_file.exists() else None
 
-    def tick(self) -> TickOutcome:
+    def tick(self, at: datetime | None = None) -> TickOutcome:
         """One tick of the run sensor (and its checks runs), then one of the incident sensor (and its
         diagnosis runs), then of the remediation sensors (runs submitted to the queue, expiries), then one
-        iteration of the run queue, as the daemon would run them one after the other."""
+        iteration of the run queue, as the daemon would run them one after the other.
+
+        ``at`` (aware): the business time of the tick, e.g. a minute after the night's job started: the
+        events it stores carry that time, and the freshness policies are then evaluated as Dagster's
+        freshness daemon does, at ``at + FRESHNESS_LOOK`` (``TickOutcome.freshness``). None: now, and no
+        freshness evaluation."""
+        if at is None:
+            return self._tick()
+        with business_clock(at):
+            outcome = self._tick()
+        with business_clock(at + FRESHNESS_LOOK):
+            outcome.freshness = self.evaluate_freshness()
+        return outcome
+
+    def _tick(self) -> TickOutcome:
         outcome = self._tick_run_sensor()
         outcome.diagnoses = self._tick_incident_sensor()
         if REMEDIATION_SENSOR in {s.name for s in self.defs.sensors or []}:
             outcome.submitted = self._tick_remediation_sensors()
             outcome.launched = self.dequeue()
         return outcome
+
+    def evaluate_freshness(self) -> dict[str, str]:
+        """One iteration of Dagster's freshness daemon on this code location, at Dagster's current time:
+        each asset's freshness policy evaluated by Dagster's own evaluator and a changed state stored as a
+        ``FreshnessStateChange`` event, as the daemon stores it. Returns each policed asset's state."""
+        from dagster._core.loader import LoadingContextForTest
+        from dagster._daemon.freshness import FreshnessDaemon
+
+        nodes = [n for n in self.repo.asset_graph.asset_nodes if n.freshness_policy_or_from_metadata]
+        daemon, context = FreshnessDaemon(), LoadingContextForTest(self.instance)
+
+        async def evaluate() -> None:
+            await asyncio.gather(*(daemon._evaluate_asset(context, node) for node in nodes))
+
+        asyncio.run(evaluate())
+        records = self.instance.get_freshness_state_records([n.key for n in nodes])
+        return {key.to_user_string(): record.freshness_state.value for key, record in records.items()}
 
     def _sensor_context(self, **kwargs):
         resources = {k: self.defs.resources[k] for k in ("snowflake", "slack") if k in self.defs.resources}

@@ -35,14 +35,15 @@ def play_tonight(lw: LocalWorld):
     played = json.loads(marker.read_text())["nights_played"]
     daemon = LocalDaemon(lw)
     tonight = DistributorWorld().play_night(lw.snowflake, lw.coalesce_client(), played)
-    outcome = daemon.tick()
+    outcome = daemon.tick(at=tonight.watched_at)
     marker.write_text(json.dumps({"nights_played": played + 1}))
     return tonight, outcome
 
 
 def seed_history_only(lw: LocalWorld, nights: int = HISTORY_NIGHTS) -> None:
     """Plays ``nights`` nights, each watched as production would: the run sensor reports the night's
-    Coalesce run and its checks record the night's totals and row counts (the baselines' history)."""
+    Coalesce run and its checks record the night's totals and row counts (the baselines' history). Each
+    night's tick runs on that night's business time, so the stored events read night by night."""
     from dw_local.daemon import LocalDaemon
     from dw_local.worlds.distributor.generator import DistributorWorld
 
@@ -52,7 +53,7 @@ def seed_history_only(lw: LocalWorld, nights: int = HISTORY_NIGHTS) -> None:
     daemon.tick()  # the sensor's first tick starts watching from here
 
     def watch(night) -> None:
-        outcome = daemon.tick()
+        outcome = daemon.tick(at=night.watched_at)
         if outcome.errored() or outcome.runs_requested != 1:
             raise WorldError(
                 f"night {night.night}: the checks did not run cleanly "

@@ -9,6 +9,7 @@ import argparse
 import json
 import logging
 import os
+import re
 from pathlib import Path
 
 # The connector otherwise probes cloud metadata endpoints and stalls about one connect in 18.
@@ -45,6 +46,30 @@ def _fail_fast_on_unsupported_sql() -> None:
             routes[i] = Route(route.path, query_request, methods=list(route.methods or ["POST"]))
 
 
+def _csv_columns_as_duckdb_names_them() -> None:
+    """``COPY INTO t (c1, ..., cn) FROM @stage`` reads the CSV with DuckDB's ``read_csv(header=false)`` and
+    selects ``column0 .. column{n-1}``; DuckDB pads those names to the width of the largest index
+    (``column00 .. column10`` for 11 columns), so a column list of more than ten columns failed with
+    ``Referenced column "column0" not found``. Select the names DuckDB gives."""
+    import fakesnow.copy_into
+    from sqlglot import exp
+
+    original = fakesnow.copy_into._inserts
+    positional = re.compile(r"^column\d+$")
+
+    def _inserts(expr, params, urls, parquet_info=None):
+        inserts = original(expr, params, urls, parquet_info)
+        for insert in inserts:
+            select = insert.expression
+            columns = select.expressions
+            if columns and all(isinstance(c, exp.Column) and positional.match(c.name) for c in columns):
+                width = len(str(len(columns) - 1))
+                select.set("expressions", [exp.column(f"column{i:0{width}d}") for i in range(len(columns))])
+        return inserts
+
+    fakesnow.copy_into._inserts = _inserts
+
+
 def serve(port: int, data_dir: Path, host: str = "127.0.0.1") -> None:
     import fakesnow.server
     import uvicorn
@@ -54,6 +79,7 @@ def serve(port: int, data_dir: Path, host: str = "127.0.0.1") -> None:
     # fakesnow's server ignores its -d flag; persistence is this module global (pinned fakesnow==0.12.1).
     fakesnow.server.shared_fs = FakeSnow(db_path=str(data_dir))
     _fail_fast_on_unsupported_sql()
+    _csv_columns_as_duckdb_names_them()
     logging.getLogger("fakesnow.server").setLevel(logging.WARNING)
     # The server binds with no auth and keeps every session: loopback only.
     uvicorn.run(fakesnow.server.app, host=host, port=port, log_level="warning", access_log=False)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import dagster as dg
 
 from dw_dagster.checks.freshness import apply_freshness_policies, build_input_freshness_checks
+from dw_dagster.checks.levels import LazyLineage
 from dw_dagster.checks.metrics import MetricsFile, load_metrics_file
 from dw_dagster.checks.recorded_totals import TableResolver, build_recorded_total_checks
 from dw_dagster.checks.volume import build_volume_checks
@@ -31,7 +32,7 @@ def build_check_definitions(
     """The assets with their freshness policies, and every configured check on them."""
     scopes = cause_scopes(specs)
     checks = [
-        *build_recorded_total_checks(metrics, resolve_table, scopes, database),
+        *build_recorded_total_checks(metrics, resolve_table, scopes, database, LazyLineage(specs)),
         *build_volume_checks(metrics, specs, scopes, database),
         *build_input_freshness_checks(metrics, specs, scopes, database),
     ]

@@ -4,6 +4,10 @@ Log space, same weekday over the last weeks (or day-over-day changes for slowly 
 point and earlier flagged days excluded, centre = median, scale = 1.4826 x MAD floored at a fraction of the
 level; an anomaly needs |robust z| >= the threshold AND a minimum relative change AND the direction that
 hurts. Too little history is its own visible state, never a pass.
+
+Small counts (a usual level below ``small_below``) are judged on the absolute change instead, in rows or
+units, with the scale floored at the Poisson spread sqrt(level) and at ``small_scale_floor``: one row more
+in a table of six is +1 against a spread of about 2.4, not a robust z of 100.
 """
 
 from __future__ import annotations
@@ -47,6 +51,20 @@ class BaselineConfig(BaseModel):
         description="Floor of the robust scale, in log units (~ fraction of the level), so that a very "
         "stable series does not alarm on trivial changes.",
     )
+    small_below: float = Field(
+        default=100,
+        ge=0,
+        description="A series whose usual level is below this (rows or units) is judged on absolute change; "
+        "0 turns it off.",
+    )
+    small_scale_floor: float = Field(
+        default=1.0,
+        gt=0,
+        description="Floor of the scale of a small count, in its units (besides sqrt of the level).",
+    )
+    calendar: bool = Field(
+        default=True, description="Compare calendar days (the metrics file's calendar) with days like them."
+    )
 
 
 class BaselineStatus(str, Enum):
@@ -60,6 +78,11 @@ class BaselineResult(BaseModel):
     method: BaselineMethod
     value: float
     points: int
+    absolute: bool = False
+    """Judged on absolute change (a small count), not in log space."""
+    centre: float | None = None
+    """The reference centre, in the space judged (log units, or units for a small count)."""
+    scale: float | None = None
     expected: float | None = None
     """The baseline's expectation for the scored day, in the value's units."""
     relative_change: float | None = None
@@ -77,6 +100,24 @@ def _log(v: float) -> float:
     return math.log1p(max(v, 0.0))
 
 
+def _identity(v: float) -> float:
+    return v
+
+
+def is_small(history: Mapping[date, float], day: date, value: float, config: BaselineConfig) -> bool:
+    """Whether the series' usual level (the median of its last 28 nights before ``day``) is a small count."""
+    recent = [v for d, v in history.items() if d < day and (day - d).days <= 28 and v is not None]
+    return bool(config.small_below) and bool(recent) and median(recent) < config.small_below
+
+
+def transform(absolute: bool):
+    return _identity if absolute else _log
+
+
+def untransform(absolute: bool):
+    return _identity if absolute else math.expm1
+
+
 def score(
     history: Mapping[date, float],
     day: date,
@@ -84,52 +125,81 @@ def score(
     config: BaselineConfig,
     hurts: Direction = Direction.BOTH,
     excluded_days: Collection[date] = (),
+    *,
+    absolute: bool | None = None,
+    offset: float = 0.0,
+    scale_factor: float = 1.0,
 ) -> BaselineResult:
-    """Scores ``value`` on ``day`` against ``history`` (which may contain ``day``: it is never used)."""
+    """Scores ``value`` on ``day`` against ``history`` (which may contain ``day``: it is never used).
+
+    ``absolute``: judge on absolute change (None: when the series is a small count). ``offset`` moves the
+    expected level (in the space judged: log units, or units of a small count; a calendar day's effect),
+    ``scale_factor`` widens the scale.
+    """
     usable = {d: v for d, v in history.items() if d < day and d not in excluded_days and v is not None}
+    if absolute is None:
+        absolute = is_small(usable, day, value, config)
+    f = transform(absolute)
     if config.method is BaselineMethod.SAME_WEEKDAY:
         days = [day - timedelta(weeks=w) for w in range(1, config.weeks + 1)]
-        ref_logs = [_log(usable[d]) for d in days if d in usable]
-        target = _log(value)
-        level_logs = ref_logs
+        refs = [f(usable[d]) for d in days if d in usable]
+        target = f(value)
+        level = median(usable[d] for d in days if d in usable) if refs else 0.0
     else:
         # Changes per day between consecutive usable days: a gap left by an excluded (incident) day is
         # bridged, so the night after an incident is compared with the last good night, not the bad one.
         days = sorted(d for d in usable if (day - d).days <= config.days)
         if not days or (day - days[-1]).days > MAX_BRIDGE_DAYS:
             return BaselineResult(
-                status=BaselineStatus.INSUFFICIENT, method=config.method, value=value, points=0
+                status=BaselineStatus.INSUFFICIENT,
+                method=config.method,
+                value=value,
+                points=0,
+                absolute=absolute,
             )
-        ref_logs = [
-            (_log(usable[b]) - _log(usable[a])) / (b - a).days
+        refs = [
+            (f(usable[b]) - f(usable[a])) / (b - a).days
             for a, b in zip(days, days[1:], strict=False)
             if (b - a).days <= MAX_BRIDGE_DAYS
         ]
         prev = days[-1]
         gap_days = (day - prev).days
-        target = (_log(value) - _log(usable[prev])) / gap_days
-        level_logs = [_log(usable[prev])]
-    if len(ref_logs) < config.min_points:
+        target = (f(value) - f(usable[prev])) / gap_days
+        level = usable[prev]
+    if len(refs) < config.min_points:
         return BaselineResult(
-            status=BaselineStatus.INSUFFICIENT, method=config.method, value=value, points=len(ref_logs)
+            status=BaselineStatus.INSUFFICIENT,
+            method=config.method,
+            value=value,
+            points=len(refs),
+            absolute=absolute,
         )
-    centre = median(ref_logs)
-    mad = median(abs(x - centre) for x in ref_logs)
-    scale = max(MAD_TO_SIGMA * mad, config.scale_floor)
+    # The offset is on the level; a day-over-day centre is a change per day.
+    centre = median(refs) + (offset if config.method is BaselineMethod.SAME_WEEKDAY else offset / gap_days)
+    mad = median(abs(x - median(refs)) for x in refs)
+    floor = max(config.small_scale_floor, math.sqrt(max(level, 0.0))) if absolute else config.scale_floor
+    scale = max(MAD_TO_SIGMA * mad, floor) * scale_factor
     z = (target - centre) / scale
     if config.method is BaselineMethod.SAME_WEEKDAY:
-        expected = math.expm1(centre)
+        expected = untransform(absolute)(centre)
     else:
-        expected = math.expm1(level_logs[0] + centre * gap_days)
+        expected = untransform(absolute)(f(usable[prev]) + centre * gap_days)
     rel = (value - expected) / expected if expected else (0.0 if value == 0 else math.inf)
     direction: Literal["down", "up", "flat"] = "down" if z < 0 else "up" if z > 0 else "flat"
     hurts_here = hurts is Direction.BOTH or hurts.value == direction
-    anomalous = abs(z) >= config.z_threshold and abs(rel) >= config.min_relative_change and hurts_here
+    # An empty table or a zero total where the usual level is not zero is an anomaly whatever the spread.
+    emptied = absolute and value <= 0 < expected
+    anomalous = (
+        (abs(z) >= config.z_threshold or emptied) and abs(rel) >= config.min_relative_change and hurts_here
+    )
     return BaselineResult(
         status=BaselineStatus.ANOMALY if anomalous else BaselineStatus.OK,
         method=config.method,
         value=value,
-        points=len(ref_logs),
+        points=len(refs),
+        absolute=absolute,
+        centre=centre,
+        scale=scale,
         expected=expected,
         relative_change=rel,
         robust_z=z,

@@ -1,7 +1,9 @@
-"""Durable nightly histories in the warehouse ops schema: recorded totals and row counts.
+"""Durable nightly histories in the warehouse ops schema: recorded totals, row counts, accepted levels.
 
 Re-recording a business date replaces its value (a rerun after a fix records the corrected total), and a
-day flagged as an incident is kept but left out of every later baseline.
+day flagged as an incident is kept but left out of every later baseline. An accepted level
+(``BASELINE_LEVELS``) re-bases a series from its date: the nights before it are judged as if they had
+been at the new level.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -21,8 +23,35 @@ from dw_dagster.warehouse.resources import WarehouseResource
 class Recorded(BaseModel):
     business_date: date
     value: float | None
-    groups: dict[str, float] = Field(default_factory=dict)
+    groups: dict[str, float | None] = Field(default_factory=dict)
+    """None: the group's value was NULL that night."""
     flagged: bool = False
+
+
+class Rebase(BaseModel):
+    """From ``from_date`` on, ``series`` is judged at the level it shows that night."""
+
+    series: str
+    """``volume:<asset>``, ``total:<name>`` or ``total:<name>|<group>``."""
+    from_date: date
+    kind: Literal["accepted", "explained", "remediation"]
+    """accepted: an owner said so (``dw-dagster baseline accept``); explained: the check found the record
+    explains it (new keys mapped); remediation: a verified fix changed it."""
+    reason: str
+    accepted_by: str | None = None
+    recorded_at: datetime | None = None
+
+    def describe(self) -> str:
+        who = f" by {self.accepted_by}" if self.accepted_by else ""
+        return f"new level from {self.from_date.isoformat()} ({self.kind}{who}): {self.reason}"
+
+
+def volume_series(asset_key: str) -> str:
+    return f"volume:{asset_key}"
+
+
+def total_series(total: str, group: str | None = None) -> str:
+    return f"total:{total}" + (f"|{group}" if group is not None else "")
 
 
 class HistoryStore:
@@ -49,7 +78,7 @@ class HistorySession:
         metric: str,
         day: date,
         value: float | None,
-        groups: Mapping[str, float],
+        groups: Mapping[str, float | None],
         dagster_run_id: str | None,
         coalesce_run_id: str | None,
     ) -> None:
@@ -123,6 +152,54 @@ class HistorySession:
             f"UPDATE {self.ops.table('VOLUME_HISTORY')} SET FLAGGED = %s WHERE ASSET_KEY = %s AND BUSINESS_DATE = %s",
             (flagged, asset_key, day),
         )
+
+    def latest_metric(self, metric: str) -> Recorded | None:
+        """The last night a total was recorded, whenever that was."""
+        self.cur.execute(
+            f"SELECT MAX(BUSINESS_DATE) FROM {self.ops.table('METRIC_HISTORY')} WHERE METRIC = %s", (metric,)
+        )
+        last = self.cur.fetchone()[0]
+        return (
+            None
+            if last is None
+            else self.metric_history(metric, _as_date(last) + timedelta(days=1), 1).get(_as_date(last))
+        )
+
+    def latest_volume(self, asset_key: str) -> date | None:
+        self.cur.execute(
+            f"SELECT MAX(BUSINESS_DATE) FROM {self.ops.table('VOLUME_HISTORY')} WHERE ASSET_KEY = %s",
+            (asset_key,),
+        )
+        last = self.cur.fetchone()[0]
+        return None if last is None else _as_date(last)
+
+    def record_rebase(self, rebase: Rebase) -> bool:
+        """Records an accepted level once per series and date (a re-tick changes nothing); returns whether
+        it is new."""
+        self.cur.execute(
+            f"MERGE INTO {self.ops.table('BASELINE_LEVELS')} t USING (SELECT %s AS SERIES, %s AS FROM_DATE) s"
+            " ON t.SERIES = s.SERIES AND t.FROM_DATE = s.FROM_DATE"
+            " WHEN NOT MATCHED THEN INSERT (SERIES, FROM_DATE, KIND, REASON, ACCEPTED_BY, RECORDED_AT)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            (rebase.series, rebase.from_date, rebase.series, rebase.from_date, rebase.kind, rebase.reason,
+             rebase.accepted_by, datetime.now(UTC)),
+        )  # fmt: skip
+        return self.cur.rowcount > 0
+
+    def rebases(self, since: date) -> dict[str, list[Rebase]]:
+        """Every accepted level from ``since`` on, by series, oldest first."""
+        self.cur.execute(
+            f"SELECT SERIES, FROM_DATE, KIND, REASON, ACCEPTED_BY, RECORDED_AT FROM {self.ops.table('BASELINE_LEVELS')}"
+            " WHERE FROM_DATE >= %s ORDER BY FROM_DATE",
+            (since,),
+        )
+        out: dict[str, list[Rebase]] = {}
+        for r in self.cur.fetchall():
+            out.setdefault(r[0], []).append(
+                Rebase(series=r[0], from_date=_as_date(r[1]), kind=r[2], reason=r[3], accepted_by=r[4],
+                       recorded_at=r[5])
+            )  # fmt: skip
+        return out
 
 
 def _as_date(v: Any) -> date:

@@ -29,6 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, field_validator, model_validator
 
 from dw_dagster.checks.baseline import BaselineConfig, Direction
+from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.config import FileModel, load_yaml_model
 from dw_dagster.incidents.policy import IncidentPolicy
 
@@ -83,6 +84,12 @@ class RecordedTotal(FileModel):
         default=None,
         pattern=r"^[A-Za-z_][A-Za-z0-9_$]*$",
         description="The column naming the items counted in a gap (e.g. INVENTORY_ITEM_ID: '1,260 SKUs').",
+    )
+    item_noun: str = Field(
+        default="items",
+        min_length=1,
+        description="What a person calls this total's items, plural: those item_key names, or its groups when"
+        " each group is one item (e.g. 'products', 'accounts'). Messages count items in these words.",
     )
     grain: str = Field(default="daily", pattern="^daily$")
     hurts: Direction = Direction.BOTH
@@ -152,6 +159,11 @@ class FreshnessMonitoring(FileModel):
 
 class MetricsFile(FileModel):
     business_day: BusinessDay = Field(default_factory=BusinessDay)
+    calendar: BusinessCalendar = Field(
+        default_factory=BusinessCalendar,
+        description="Holidays, period ends and days of the month: calendar nights are compared with nights "
+        "like them (docs/watch.md).",
+    )
     ops_schema: str = Field(default="DW_OPS", pattern=r"^[A-Za-z_][A-Za-z0-9_$]*$")
     totals: list[RecordedTotal] = Field(default_factory=list)
     volume: VolumeMonitoring = Field(default_factory=VolumeMonitoring)

@@ -1,30 +1,35 @@
 """Recorded totals: business numbers recorded nightly, reconciled with their source, then baselined.
 
-Reconcile first (detection.md): a total paired with its source total (network on-hand vs the replicated
-EBS on-hand) must keep its gap to the source; a change of the gap beyond tolerance fails on day one, with
-no history, and the group keys name where the gap sits. Only then the robust baseline, which needs history
-and says so when it has too little.
+Reconcile first (detection.md): a total paired with its source total must keep its gap to the source, in
+total and group by group; a change of the gap beyond tolerance fails on day one, with no history, and the
+group keys name where the gap sits. Then the judgement of the total (``judge.py``: the calendar, small
+counts, accepted levels) and of each of its groups (``groups.py``: shifts between groups with a flat total,
+groups with a NULL value). A baseline with too little history says so.
 """
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date, timedelta
-from statistics import median
 from typing import Any
 
 import dagster as dg
 from pydantic import BaseModel, Field
 
-from dw_dagster.checks.baseline import BaselineStatus, score
-from dw_dagster.checks.history import HistorySession, HistoryStore, Recorded
-from dw_dagster.checks.metrics import MetricsFile, Reconciliation, RecordedTotal
+from dw_dagster.checks.calendar import BusinessCalendar
+from dw_dagster.checks.groups import GroupMove, judge_groups, null_groups_problem
+from dw_dagster.checks.history import HistorySession, HistoryStore, Rebase, total_series
+from dw_dagster.checks.judge import deviation, judge, judgement_metadata
+from dw_dagster.checks.levels import LazyLineage, remediation_levels
+from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
+from dw_dagster.checks.reconcile import Reconciled, reconcile
 from dw_dagster.checks.reporting import report_failure
 from dw_dagster.checks.run_context import CheckRun, check_run
 from dw_dagster.coalesce.sql import resolve_refs
 from dw_dagster.context.specs import key_from_path
+from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
-GAP_BASELINE_DAYS = 7
 HISTORY_DAYS = 120
 
 TableResolver = Callable[[str, str], str]
@@ -32,27 +37,15 @@ TableResolver = Callable[[str, str], str]
 
 class TotalValue(BaseModel):
     value: float
-    groups: dict[str, float] = Field(default_factory=dict)
-
-
-class GroupGap(BaseModel):
-    group: str
-    source: float
-    target: float
-    gap_change: float
-    missing_in_target: bool
-
-
-class Reconciled(BaseModel):
-    passed: bool
-    gap: float
-    usual_gap: float
-    gap_change: float
-    tolerance: float
-    target_change_pct: float | None
-    source_change_pct: float | None
-    groups: list[GroupGap]
-    """Groups whose gap changed, largest change first."""
+    """The sum of the values that are not NULL."""
+    groups: dict[str, float | None] = Field(default_factory=dict)
+    """Group label -> value; None where the value is NULL (never counted as zero)."""
+    rows: dict[str, int] = Field(default_factory=dict)
+    """Group label -> rows, when the SQL returns a ``ROWS`` column."""
+    value_columns: list[str] = Field(default_factory=list)
+    """The columns the SQL's VALUE is computed from (to say what a NULL value lacks)."""
+    null_value: bool = False
+    """A total without group keys whose VALUE is NULL."""
 
 
 def check_name(total: RecordedTotal) -> str:
@@ -71,7 +64,8 @@ def plain_value(v: Any) -> str:
 
 def compute_total(cur: Any, total: RecordedTotal, resolve_table: TableResolver) -> TotalValue:
     """Runs the total's one aggregate query in the warehouse."""
-    cur.execute(resolve_refs(total.sql, resolve_table))
+    sql = resolve_refs(total.sql, resolve_table)
+    cur.execute(sql)
     columns = [d[0].upper() for d in cur.description]
     if "VALUE" not in columns:
         raise ValueError(f"totals.{total.name}.sql: expected a column named VALUE, got columns {columns}")
@@ -81,71 +75,33 @@ def compute_total(cur: Any, total: RecordedTotal, resolve_table: TableResolver) 
             f"totals.{total.name}.sql: group_keys {missing} are not columns of the result {columns}"
         )
     rows = [dict(zip(columns, r, strict=True)) for r in cur.fetchall()]
-    groups = {
-        group_label([k.upper() for k in total.group_keys], r): float(r["VALUE"] or 0)
-        for r in rows
-        if total.group_keys
-    }
     if not total.group_keys and len(rows) != 1:
         raise ValueError(f"totals.{total.name}.sql: expected one row without group_keys, got {len(rows)}")
-    return TotalValue(value=float(sum(float(r["VALUE"] or 0) for r in rows)), groups=groups)
-
-
-def _pct(now: float, before: float | None) -> float | None:
-    return None if not before else (now - before) / before * 100
-
-
-def _previous(history: Mapping[date, Recorded], day: date) -> Recorded | None:
-    earlier = [d for d in history if d < day and history[d].value is not None]
-    return history[max(earlier)] if earlier else None
-
-
-def reconcile(
-    day: date,
-    target: TotalValue,
-    source: TotalValue,
-    target_history: Mapping[date, Recorded],
-    source_history: Mapping[date, Recorded],
-    rule: Reconciliation,
-) -> Reconciled:
-    """Compares today's gap (source - target) with the usual gap of the last clean nights."""
-    clean = sorted(
-        d
-        for d in target_history
-        if d < day and d in source_history and not target_history[d].flagged and not source_history[d].flagged
-        and target_history[d].value is not None and source_history[d].value is not None
-    )[-GAP_BASELINE_DAYS:]  # fmt: skip
-    usual_gap = median(source_history[d].value - target_history[d].value for d in clean) if clean else 0.0  # type: ignore[operator]
-    gap = source.value - target.value
-    tolerance = rule.tolerance(source.value)
-
-    groups = []
-    for g in sorted(set(source.groups) | set(target.groups)):
-        s, t = source.groups.get(g, 0.0), target.groups.get(g, 0.0)
-        usual = (
-            median(source_history[d].groups.get(g, 0.0) - target_history[d].groups.get(g, 0.0) for d in clean)
-            if clean
-            else 0.0
-        )
-        change = (s - t) - usual
-        if abs(change) > 0 or (g in source.groups and g not in target.groups):
-            groups.append(
-                GroupGap(
-                    group=g, source=s, target=t, gap_change=change, missing_in_target=g not in target.groups
-                )
-            )
-    groups.sort(key=lambda x: -abs(x.gap_change))
-    prev_t, prev_s = _previous(target_history, day), _previous(source_history, day)
-    return Reconciled(
-        passed=abs(gap - usual_gap) <= tolerance,
-        gap=gap,
-        usual_gap=usual_gap,
-        gap_change=gap - usual_gap,
-        tolerance=tolerance,
-        target_change_pct=_pct(target.value, prev_t.value if prev_t else None),
-        source_change_pct=_pct(source.value, prev_s.value if prev_s else None),
+    keys = [k.upper() for k in total.group_keys]
+    groups = {group_label(keys, r): (None if r["VALUE"] is None else float(r["VALUE"])) for r in rows if keys}
+    counted = {group_label(keys, r): int(r["ROWS"]) for r in rows if keys and r.get("ROWS") is not None}
+    return TotalValue(
+        value=float(sum(float(r["VALUE"]) for r in rows if r["VALUE"] is not None)),
         groups=groups,
+        rows=counted,
+        value_columns=value_columns(sql),
+        null_value=not keys and rows[0]["VALUE"] is None,
     )
+
+
+def value_columns(sql: str) -> list[str]:
+    """The columns VALUE is computed from, read with sqlglot (none when the SQL does not parse)."""
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        tree = sqlglot.parse_one(sql, read="snowflake")
+    except sqlglot.errors.ParseError:
+        return []
+    for projection in getattr(tree, "expressions", []):
+        if isinstance(projection, exp.Alias) and projection.alias.upper() == "VALUE":
+            return list(dict.fromkeys(c.name for c in projection.find_all(exp.Column)))
+    return []
 
 
 def _fmt(v: float | None, unit: str = "") -> str:
@@ -157,12 +113,13 @@ def build_recorded_total_checks(
     resolve_table: TableResolver,
     cause_scopes: Mapping[str, str],
     database: str,
+    lineage: LazyLineage | None = None,
 ) -> list[dg.AssetChecksDefinition]:
     """One check per recorded total, on the asset it is computed from, in one subsettable step so that
     each total is queried once a night even when another total reconciles against it.
 
     ``cause_scopes`` maps an asset key path to what groups its findings into one incident (the Coalesce
-    job that builds it).
+    job that builds it); ``lineage``, what is downstream of an asset (a verified fix re-bases it all).
     """
     if not metrics.totals:
         return []
@@ -219,11 +176,22 @@ def build_recorded_total_checks(
                         tags={"dw/business_date": run.business_date.isoformat()},
                     )
                 )
+            if lineage is not None:
+                remediation_levels(
+                    IncidentStore(warehouse, ops, run_id=run.dagster_run_id), history, run.business_date,
+                    lambda a: [total_series(t.name) for t in metrics.totals if t.asset == a], lineage.downstream,
+                )  # fmt: skip
+            night = Night(
+                context=context, history=history, run=run, warehouse=warehouse, ops=ops,
+                cause_scopes=cause_scopes, calendar=metrics.calendar,
+                levels=history.rebases(run.business_date - timedelta(days=HISTORY_DAYS)),
+                incident_days=history.incident_days(run.business_date - timedelta(days=HISTORY_DAYS)),
+            )  # fmt: skip
             for total in selected:
                 if total.name in values and not (
                     total.reconcile_with and total.reconcile_with.total in errors
                 ):
-                    yield _evaluate(context, total, values, history, run, warehouse, ops, cause_scopes)
+                    yield _evaluate(night, total, values)
         unfinished = sorted(
             t.name
             for t in selected
@@ -239,48 +207,59 @@ def build_recorded_total_checks(
     return [recorded_totals]
 
 
-def _evaluate(
-    context: dg.AssetCheckExecutionContext,
-    total: RecordedTotal,
-    values: Mapping[str, TotalValue],
-    history: HistorySession,
-    run: CheckRun,
-    warehouse: WarehouseResource,
-    ops: OpsSchema,
-    cause_scopes: Mapping[str, str],
-) -> dg.AssetCheckResult:
-    day = run.business_date
+@dataclass(frozen=True)
+class Night:
+    """What every total's evaluation shares tonight."""
+
+    context: dg.AssetCheckExecutionContext
+    history: HistorySession
+    run: CheckRun
+    warehouse: WarehouseResource
+    ops: OpsSchema
+    cause_scopes: Mapping[str, str]
+    calendar: BusinessCalendar
+    levels: Mapping[str, list[Rebase]]
+    incident_days: set[date]
+
+
+def _evaluate(night: Night, total: RecordedTotal, values: Mapping[str, TotalValue]) -> dg.AssetCheckResult:
+    day = night.run.business_date
     value = values[total.name]
-    own = history.metric_history(total.name, day, HISTORY_DAYS)
-    flagged = {d for d, r in own.items() if r.flagged} | history.incident_days(
-        day - timedelta(days=HISTORY_DAYS)
-    )
-    base = score(
-        {d: r.value for d, r in own.items() if r.value is not None},
-        day,
-        value.value,
-        total.baseline,
-        hurts=total.hurts,
-        excluded_days=flagged,
-    )
+    own = night.history.metric_history(total.name, day, HISTORY_DAYS)
+    excluded = {d for d, r in own.items() if r.flagged} | night.incident_days
+    verdict = judge(
+        {d: r.value for d, r in own.items()}, day, value.value, total.baseline, total.hurts,
+        calendar=night.calendar, excluded_days=excluded, rebases=night.levels.get(total_series(total.name), ()),
+    )  # fmt: skip
+    by_group = judge_groups(
+        total, day, value.value, value.groups, own, verdict, calendar=night.calendar, excluded_days=excluded,
+        rebases=night.levels,
+    )  # fmt: skip
     metadata: dict[str, Any] = {
         "value": dg.MetadataValue.float(float(value.value)),
         "business_date": day.isoformat(),
-        "baseline_status": base.status.value,
-        "baseline_points": base.points,
+        **judgement_metadata(verdict),
     }
-    if base.expected is not None:
-        metadata["baseline_expected"] = dg.MetadataValue.float(float(base.expected))
-        metadata["baseline_relative_change_pct"] = dg.MetadataValue.float(
-            float(100 * (base.relative_change or 0))
-        )
-        metadata["baseline_robust_z"] = dg.MetadataValue.float(float(base.robust_z or 0))
+    if by_group.moves:
+        metadata["groups_moved"] = dg.MetadataValue.md(_moves_table(by_group.moves))
+    if by_group.note:
+        metadata["groups_note"] = by_group.note
     problems: list[str] = []
     evidence: dict[str, Any] = {
         "total": total.name,
         "value": value.value,
-        "baseline": base.model_dump(mode="json"),
+        "baseline": verdict.result.model_dump(mode="json"),
+        "groups_moved": [m.model_dump(mode="json") for m in by_group.moves],
     }
+    for name, v in [(total.name, value)] + (
+        [(total.reconcile_with.total, values[total.reconcile_with.total])] if total.reconcile_with else []
+    ):
+        nulls = null_groups_problem(name, v.groups, v.rows, v.value_columns)
+        if v.null_value:
+            nulls = f"{name}: VALUE is NULL: a NULL total is not counted as zero"
+        if nulls:
+            problems.append(nulls)
+            evidence.setdefault("null_groups", {})[name] = sorted(g for g, x in v.groups.items() if x is None)
 
     if total.reconcile_with:
         source_name = total.reconcile_with.total
@@ -289,7 +268,7 @@ def _evaluate(
             value,
             values[source_name],
             own,
-            history.metric_history(source_name, day, HISTORY_DAYS),
+            night.history.metric_history(source_name, day, HISTORY_DAYS),
             total.reconcile_with,
         )
         evidence["reconciliation"] = {"source": source_name, **rec.model_dump(mode="json")}
@@ -318,48 +297,60 @@ def _evaluate(
                 f"units (tolerance {_fmt(rec.tolerance)})" + (f"; held by {where}" if where else "")
             )
 
-    if base.status is BaselineStatus.ANOMALY:
+    if verdict.severity is not None:
+        moved = ", ".join(m.describe() for m in by_group.moves[:3])
         problems.append(
-            f"{total.name} = {_fmt(value.value)} against an expected {_fmt(base.expected)} "
-            f"({_signed_pct(100 * (base.relative_change or 0))}, robust z {base.robust_z:+.1f})"
+            f"{total.name} = {deviation(verdict, 'units')}"
+            + (f"; moved: {moved}" if moved else "")
+            + (f" ({verdict.describe()})" if verdict.notes else "")
         )
-
-    if problems:
-        history.flag_metric(total.name, day)
+    if by_group.problem:
+        problems.append(by_group.problem)
+    # Only a deviation the calendar explains is a WARN; reconciliation, shifts and NULLs are ERRORs.
+    severity = (
+        "WARN" if verdict.severity == "WARN" and len(problems) == 1 else ("ERROR" if problems else None)
+    )
+    result = dict(check_name=check_name(total), asset_key=key_from_path(total.asset), metadata=metadata)
+    if severity == "ERROR":
+        night.history.flag_metric(total.name, day)
         summary = "; ".join(problems)
         report_failure(
-            context,
-            warehouse=warehouse,
-            ops=ops,
-            run=run,
-            check=check_name(total),
-            asset=total.asset,
-            summary=summary,
-            evidence=evidence,
-            cause_scope=cause_scopes.get(total.asset, f"asset:{total.asset}"),
-        )
+            night.context, warehouse=night.warehouse, ops=night.ops, run=night.run, check=check_name(total),
+            asset=total.asset, summary=summary, evidence=evidence,
+            cause_scope=night.cause_scopes.get(total.asset, f"asset:{total.asset}"),
+        )  # fmt: skip
         return dg.AssetCheckResult(
-            check_name=check_name(total),
-            asset_key=key_from_path(total.asset),
-            passed=False,
-            severity=dg.AssetCheckSeverity.ERROR,
-            description=summary,
-            metadata=metadata,
+            passed=False, severity=dg.AssetCheckSeverity.ERROR, description=summary, **result
         )
-    if base.status is BaselineStatus.INSUFFICIENT and not total.reconcile_with:
+    if severity == "WARN":
+        # Shown on the check, never an incident; the night stays in the history to train its like days.
+        return dg.AssetCheckResult(
+            passed=False, severity=dg.AssetCheckSeverity.WARN, description=problems[0], **result
+        )
+    if verdict.insufficient and not total.reconcile_with:
         # Nothing could judge the number tonight: visible, and not a pass.
         return dg.AssetCheckResult(
-            check_name=check_name(total),
-            asset_key=key_from_path(total.asset),
             passed=False,
             severity=dg.AssetCheckSeverity.WARN,
-            description=f"insufficient baseline: {base.points} comparable nights, "
+            description=f"insufficient baseline: {verdict.result.points} comparable nights, "
             f"{total.baseline.min_points} needed",
-            metadata=metadata,
+            **result,
         )
-    return dg.AssetCheckResult(
-        check_name=check_name(total), asset_key=key_from_path(total.asset), passed=True, metadata=metadata
-    )
+    return dg.AssetCheckResult(passed=True, description=verdict.describe() or None, **result)
+
+
+def _moves_table(moves: list[GroupMove]) -> str:
+    lines = [
+        "| group | tonight | expected | change | share before | share after | |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for m in moves[:20]:
+        share = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+        lines.append(
+            f"| {m.group} | {_fmt(m.value)} | {_fmt(m.expected)} | {_fmt(m.change)} | {share(m.share_before)} "
+            f"| {share(m.share_after)} | {m.status} |"
+        )
+    return "\n".join(lines)
 
 
 def _signed_pct(v: float | None) -> str:

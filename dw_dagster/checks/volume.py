@@ -1,4 +1,6 @@
-"""Volume: tonight's row count of each monitored table against a same-weekday robust baseline.
+"""Volume: tonight's row count of each monitored table against a same-weekday robust baseline, judged with
+the calendar, the small-count rule and accepted levels (``judge.py``); small keyed tables name the rows
+that appeared or went, and the new keys that explain a bigger table's new level (``keys.py``).
 
 Row counts come from the cheapest source. In ``metadata`` mode (production): the row count the Coalesce
 run reported for the node (carried on the materialization the run sensor recorded), else
@@ -13,12 +15,22 @@ from datetime import timedelta
 
 import dagster as dg
 
-from dw_dagster.checks.baseline import BaselineStatus, score
-from dw_dagster.checks.history import HistoryStore
+from dw_dagster.checks.history import HistoryStore, Rebase, volume_series
+from dw_dagster.checks.judge import deviation, judge, judgement_metadata
+from dw_dagster.checks.keys import (
+    KeyChange,
+    new_key_candidates,
+    record_keys,
+    rows_with_keys,
+    table_columns,
+    unique_column,
+)
+from dw_dagster.checks.levels import LazyLineage, remediation_levels
 from dw_dagster.checks.metrics import Bounds, MetricsFile
 from dw_dagster.checks.reporting import report_failure
 from dw_dagster.checks.run_context import CheckRun, check_run
 from dw_dagster.coalesce.sql import quote_identifier, table_parts, table_reference
+from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
@@ -73,6 +85,130 @@ def build_volume_checks(
         return []
     ops = OpsSchema(database, metrics.ops_schema)
     config = metrics.volume
+    monitored_paths = {k.to_user_string() for k in monitored}
+    keyed = {k: unique_column(s) for k, s in monitored.items()}
+    lineage = LazyLineage(specs)
+
+    def _record_small_keys(context, warehouse, history, run, measured) -> dict[str, KeyChange]:
+        """Tonight's keys of every small keyed table (a cheap read of a small table); names, not a verdict,
+        so a failed read is logged and the count is still judged."""
+        changes = {}
+        for key, (count, _) in measured.items():
+            column = keyed[key]
+            if column is None or count >= config.baseline.small_below:
+                continue
+            path = key.to_user_string()
+            try:
+                with warehouse.tagged_connection(
+                    "check.volume.keys", **run.tag_fields(VOLUME_CHECK, path)
+                ) as conn:
+                    changes[path] = record_keys(
+                        conn.cursor(), history, path, _table(monitored[key]), column, run.business_date,  # type: ignore[arg-type]
+                        (run.dagster_run_id, run.coalesce_run_id),
+                    )  # fmt: skip
+            except Exception as e:  # noqa: BLE001 - the keys only name the change; the count is judged anyway
+                context.log.warning(f"{path}: could not read its keys ({type(e).__name__}: {e})")
+        return changes
+
+    def _judge_volume(
+        context, warehouse, ops, run, history, spec, count, source, changes, levels, incident_days
+    ):
+        path = spec.key.to_user_string()
+        past = history.volume_history(path, run.business_date, HISTORY_DAYS)
+        values = {d: r.value for d, r in past.items() if r.value is not None}
+        excluded = {d for d, r in past.items() if r.flagged} | incident_days
+        verdict = judge(
+            values, run.business_date, count, config.baseline, calendar=metrics.calendar,
+            excluded_days=excluded, rebases=levels,
+        )  # fmt: skip
+        if verdict.severity == "ERROR" and verdict.result.direction == "up":
+            explained = _explained_by_new_keys(
+                context, warehouse, run, spec, count, values, excluded, levels, changes
+            )
+            if explained is not None:
+                history.record_rebase(explained)
+                verdict = judge(
+                    values, run.business_date, count, config.baseline, calendar=metrics.calendar,
+                    excluded_days=excluded, rebases=[*levels, explained],
+                )  # fmt: skip
+        metadata = {
+            "row_count": dg.MetadataValue.int(int(count)),
+            "row_count_source": source,
+            **judgement_metadata(verdict),
+        }
+        named = changes[path].describe() if path in changes else ""
+        if named:
+            metadata["rows_changed"] = named
+        problems = [p for p in [_bounds_problem(count, config.bounds.get(path))] if p]
+        severity = "ERROR" if problems else verdict.severity
+        if verdict.severity is not None:
+            found = deviation(verdict, "rows")
+            problems.append(
+                found
+                + (f"; {named}" if named else "")
+                + (f" ({verdict.describe()})" if verdict.notes else "")
+            )
+        key = spec.key
+        if severity == "ERROR":
+            history.flag_volume(path, run.business_date)
+            summary = f"volume of {path}: " + "; ".join(problems)
+            report_failure(
+                context, warehouse=warehouse, ops=ops, run=run, check=VOLUME_CHECK, asset=path, summary=summary,
+                evidence={"row_count": count, "rows_changed": named, "baseline": verdict.result.model_dump(mode="json")},
+                cause_scope=cause_scopes.get(path, f"asset:{path}"),
+            )  # fmt: skip
+            return dg.AssetCheckResult(check_name=VOLUME_CHECK, asset_key=key, passed=False,
+                                       severity=dg.AssetCheckSeverity.ERROR, description=summary, metadata=metadata)  # fmt: skip
+        if severity == "WARN":
+            # A deviation the calendar explains: shown, never an incident, and the night trains its like days.
+            return dg.AssetCheckResult(check_name=VOLUME_CHECK, asset_key=key, passed=False,
+                                       severity=dg.AssetCheckSeverity.WARN,
+                                       description=f"volume of {path}: " + "; ".join(problems), metadata=metadata)  # fmt: skip
+        if verdict.insufficient and path not in config.bounds:
+            return dg.AssetCheckResult(
+                check_name=VOLUME_CHECK, asset_key=key, passed=False, severity=dg.AssetCheckSeverity.WARN,
+                metadata=metadata,
+                description=f"insufficient baseline: {verdict.result.points} same-weekday nights, "
+                f"{config.baseline.min_points} needed",
+            )  # fmt: skip
+        return dg.AssetCheckResult(check_name=VOLUME_CHECK, asset_key=key, passed=True, metadata=metadata,
+                                   description=verdict.describe() or None)  # fmt: skip
+
+    def _explained_by_new_keys(
+        context, warehouse, run, spec, count, values, excluded, levels, changes
+    ) -> Rebase | None:
+        """The growth is the rows of keys that appeared tonight in a small table upstream (a new key, mapped
+        the same day): then it is the table's new level."""
+        path = spec.key.to_user_string()
+        columns = {c.name for c in table_columns(spec)}
+        candidates = new_key_candidates(sorted(lineage.upstream(path)), changes, sorted(columns))
+        if not candidates:
+            return None
+        by_column: dict[str, dict[str, object]] = {}
+        for _, change in candidates:
+            by_column.setdefault(change.column, {}).update(change.appeared)
+        rows, parts = 0, []
+        try:
+            with warehouse.tagged_connection(
+                "check.volume.new_keys", **run.tag_fields(VOLUME_CHECK, path)
+            ) as conn:
+                for column, appeared in by_column.items():
+                    n = rows_with_keys(conn.cursor(), _table(spec), column, list(appeared.values()))  # type: ignore[arg-type]
+                    rows += n
+                    where = ", ".join(a for a, c in candidates if c.column == column)
+                    parts.append(f"{', '.join(appeared)} new in {where} tonight: {n:,} rows")
+        except Exception as e:  # noqa: BLE001 - no explanation then: the anomaly stands as measured
+            context.log.warning(
+                f"{path}: could not count the rows of tonight's new keys ({type(e).__name__}: {e})"
+            )
+            return None
+        rest = judge(values, run.business_date, count - rows, config.baseline, calendar=metrics.calendar,
+                     excluded_days=excluded, rebases=levels)  # fmt: skip
+        if rows == 0 or rest.severity == "ERROR":
+            return None
+        return Rebase(
+            series=volume_series(path), from_date=run.business_date, kind="explained", reason="; ".join(parts)
+        )
 
     @dg.multi_asset_check(
         specs=[
@@ -130,79 +266,34 @@ def build_volume_checks(
                     counts[key] = (None, f"count ({type(e).__name__}: {e})")
 
         store = HistoryStore(warehouse, ops, check=VOLUME_CHECK, dagster_run_id=run.dagster_run_id)
-        results = []
-        errors = []
+        results, errors = [], []
         with store.session("check.volume.history") as history:
+            measured: dict[dg.AssetKey, tuple[float, str]] = {}
             for key in keys:
-                path = key.to_user_string()
                 count, source = counts[key]
                 if count is None:
                     # The table is missing, or the metadata has no row count for it.
                     errors.append(
-                        f"{path}: no row count for {monitored[key].metadata['dagster/table_name']} from {source}"
+                        f"{key.to_user_string()}: no row count for {monitored[key].metadata['dagster/table_name']} "
+                        f"from {source}"
                     )
                     continue
-                history.record_volume(path, run.business_date, count, source)
-                past = history.volume_history(path, run.business_date, HISTORY_DAYS)
-                base = score(
-                    {d: r.value for d, r in past.items() if r.value is not None},
-                    run.business_date,
-                    count,
-                    config.baseline,
-                    excluded_days={d for d, r in past.items() if r.flagged}
-                    | history.incident_days(run.business_date - timedelta(days=HISTORY_DAYS)),
-                )
-                metadata = {
-                    "row_count": dg.MetadataValue.int(int(count)),
-                    "row_count_source": source,
-                    "baseline_status": base.status.value,
-                    "baseline_points": base.points,
-                }
-                if base.expected is not None:
-                    metadata["baseline_expected"] = dg.MetadataValue.float(float(base.expected))
-                    metadata["baseline_robust_z"] = dg.MetadataValue.float(float(base.robust_z or 0))
-                problems = [p for p in [_bounds_problem(count, config.bounds.get(path))] if p]
-                if base.status is BaselineStatus.ANOMALY:
-                    problems.append(
-                        f"{count:,.0f} rows against an expected {base.expected:,.0f} on this weekday "
-                        f"({100 * (base.relative_change or 0):+.1f}%, robust z {base.robust_z:+.1f})"
+                history.record_volume(key.to_user_string(), run.business_date, count, source)
+                measured[key] = (count, source)
+            changes = _record_small_keys(context, warehouse, history, run, measured)
+            remediation_levels(
+                IncidentStore(warehouse, ops, run_id=run.dagster_run_id), history, run.business_date,
+                lambda a: [volume_series(a)] if a in monitored_paths else [], lineage.downstream,
+            )  # fmt: skip
+            levels = history.rebases(run.business_date - timedelta(days=HISTORY_DAYS))
+            incident_days = history.incident_days(run.business_date - timedelta(days=HISTORY_DAYS))
+            for key, (count, source) in measured.items():
+                results.append(
+                    _judge_volume(
+                        context, warehouse, ops, run, history, monitored[key], count, source, changes,
+                        levels.get(volume_series(key.to_user_string()), []), incident_days,
                     )
-                if problems:
-                    history.flag_volume(path, run.business_date)
-                    summary = f"volume of {path}: " + "; ".join(problems)
-                    report_failure(
-                        context, warehouse=warehouse, ops=ops, run=run, check=VOLUME_CHECK, asset=path,
-                        summary=summary, evidence={"row_count": count, "baseline": base.model_dump(mode="json")},
-                        cause_scope=cause_scopes.get(path, f"asset:{path}"),
-                    )  # fmt: skip
-                    results.append(
-                        dg.AssetCheckResult(
-                            check_name=VOLUME_CHECK,
-                            asset_key=key,
-                            passed=False,
-                            severity=dg.AssetCheckSeverity.ERROR,
-                            description=summary,
-                            metadata=metadata,
-                        )  # fmt: skip
-                    )
-                elif base.status is BaselineStatus.INSUFFICIENT and path not in config.bounds:
-                    results.append(
-                        dg.AssetCheckResult(
-                            check_name=VOLUME_CHECK,
-                            asset_key=key,
-                            passed=False,
-                            severity=dg.AssetCheckSeverity.WARN,
-                            metadata=metadata,
-                            description=f"insufficient baseline: {base.points} same-weekday nights, "
-                            f"{config.baseline.min_points} needed",
-                        )  # fmt: skip
-                    )
-                else:
-                    results.append(
-                        dg.AssetCheckResult(
-                            check_name=VOLUME_CHECK, asset_key=key, passed=True, metadata=metadata
-                        )
-                    )
+                )  # fmt: skip
         yield from results
         if errors:
             # Results not yielded are marked as failed executions: errored, never passed.

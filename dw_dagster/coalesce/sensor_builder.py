@@ -318,6 +318,7 @@ class CoalesceRunReport:
 
     def run_request_tags(self, business_day: BusinessDay) -> dict[str, str]:
         run_tags = {
+            **tags.CHECKS_RUN_RETRIES,
             tags.COALESCE_RUN_ID: str(self.run.id),
             tags.COALESCE_ENVIRONMENT_ID: self.environment_id,
             tags.BUSINESS_DATE: self.business_date(business_day).isoformat(),

@@ -115,6 +115,12 @@ class Domain(FileModel):
     hold_channel_team: str | None = Field(
         default=None, description="The team whose channel gets hold notices (the consumers, e.g. buyers)."
     )
+    hold_action: str = Field(
+        default="Hold decisions",
+        min_length=1,
+        description="What the hold notice asks the consumers to do on the flagged items while an incident is"
+        " open, in the imperative (e.g. 'Hold new orders').",
+    )
     approval_timeout_hours: float = Field(
         default=12.0, gt=0, description="An unanswered approval request expires (and escalates) after this."
     )

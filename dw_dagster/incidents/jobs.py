@@ -24,9 +24,10 @@ from dw_dagster.incidents.lifecycle_view import findings_of, latest_diagnosis, r
 from dw_dagster.incidents.models import Finding
 from dw_dagster.incidents.nights import lifecycle_due
 from dw_dagster.incidents.store import IncidentStore
-from dw_dagster.notifications.incident_notifier import build_slack_outbox_sensor
+from dw_dagster.notifications.outbox_sensor import build_slack_outbox_sensor
 from dw_dagster.notifications.resources import SlackNotifier
 from dw_dagster.notifications.routing import alerts_allowed, route_incident
+from dw_dagster.notifications.wording import wording_for
 from dw_dagster.remediation.approvals import ApprovalBook, supersede_older
 from dw_dagster.remediation.control import OrgControl, gated_notifier
 from dw_dagster.remediation.jobs import build_remediation_definitions
@@ -141,16 +142,15 @@ def build_incident_definitions(
         # Through the outbox: a Slack outage delays the alert (the outbox sensor retries), never loses it.
         notifier = gated_notifier(slack, store, context_file)
         recipients = route_incident(context_file, diagnosis, radius, stopped=control.state().stopped)
-        notifier.notify(incident, diagnosis, radius, recipients, run_id=context.run_id)
+        wording = wording_for(context_file, metrics, diagnosis, radius)
+        notifier.notify(incident, diagnosis, radius, recipients, run_id=context.run_id, wording=wording)
         if settlement is not None and settlement.related:
             notifier.post_update(incident, related_text(settlement), kind="related", version=incident_id)
         if plan is not None and book is not None and plan_md is not None:
             if book.record_plan(plan):
                 for run_id in supersede_older(context.instance, book, plan):
                     context.log.info(f"{incident_id}: canceled {run_id}, which waited for an older plan")
-                notifier.post_update(
-                    incident, plan_md.replace("**", "*"), kind="proposal", version=plan.plan_id
-                )
+                # Posted to Slack, with its Approve / Reject buttons, once its run is held for approval.
                 context.log.info(f"{incident_id}: proposed {plan.plan_id} ({len(plan.proposals)} proposals)")
 
     @dg.job(name=DIAGNOSE_JOB, description="Diagnose one incident: cause, evidence, blast radius.")

@@ -1,21 +1,23 @@
-"""Notifications: Slack through dagster-slack, with Block Kit messages, delivered through a durable outbox."""
+"""Notifications: Slack through dagster-slack, with Block Kit messages in the pipeline's own words,
+delivered through a durable outbox.
 
-from dw_dagster.notifications.blocks import (
-    DagsterLinks,
-    SlackMessage,
-    dagster_ui_url,
-    hold_notice,
-    incident_message,
-    proposed_hold_notice,
-    resolution_message,
-    update_message,
-)
-from dw_dagster.notifications.incident_notifier import (
-    FlushResult,
-    IncidentNotifier,
-    build_slack_outbox_sensor,
-)
+One module a concern: ``text`` (numbers, names, times), ``kit`` (Block Kit within Slack's limits, long
+messages split), ``links`` (the Dagster UI), ``owners``, ``wording`` (the context and metrics files'
+words), one module per message kind (``incident_message``, ``hold_message``, ``proposal_message``,
+``receipt_message``, ``thread_messages``), ``routing``, ``incident_notifier`` (the notifier),
+``delivery`` (posting the outbox), ``outbox`` (its tables) and ``outbox_sensor``.
+"""
+
+from dw_dagster.notifications.delivery import FlushResult
+from dw_dagster.notifications.hold_message import hold_notice, proposed_hold_notice
+from dw_dagster.notifications.incident_message import incident_message
+from dw_dagster.notifications.incident_notifier import IncidentNotifier
+from dw_dagster.notifications.kit import SlackMessage
+from dw_dagster.notifications.links import DagsterLinks, dagster_ui_url
 from dw_dagster.notifications.outbox import OutboxMessage, SlackOutbox
+from dw_dagster.notifications.outbox_sensor import build_slack_outbox_sensor
+from dw_dagster.notifications.proposal_message import proposal_messages
+from dw_dagster.notifications.receipt_message import receipt_messages
 from dw_dagster.notifications.resources import SlackNotifier, slack_from_env
 from dw_dagster.notifications.routing import (
     HoldMode,
@@ -24,6 +26,8 @@ from dw_dagster.notifications.routing import (
     hold_mode_for,
     route_incident,
 )
+from dw_dagster.notifications.thread_messages import resolution_message, update_message
+from dw_dagster.notifications.wording import Wording, wording_for
 
 __all__ = [
     "DagsterLinks",
@@ -35,15 +39,19 @@ __all__ = [
     "SlackMessage",
     "SlackNotifier",
     "SlackOutbox",
+    "Wording",
     "alerts_allowed",
     "build_slack_outbox_sensor",
     "dagster_ui_url",
     "hold_mode_for",
     "hold_notice",
     "incident_message",
+    "proposal_messages",
     "proposed_hold_notice",
+    "receipt_messages",
     "resolution_message",
     "route_incident",
     "slack_from_env",
     "update_message",
+    "wording_for",
 ]

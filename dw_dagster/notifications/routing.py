@@ -3,7 +3,7 @@
 - The incident message goes to the channels of the owners on the path (``Diagnosis.owners``: the node
   owner, the reference-table owner).
 - The hold notice goes to the consumers of the newly flagged items: the domain's ``hold_channel_team``
-  (the buyers), else the owners of the affected asset whose change carries ``newly_flagged``.
+  (the consumers' team), else the owners of the affected asset whose change carries ``newly_flagged``.
 - Whether the hold notice is sent at once, proposed to the owners, or skipped follows the domain's
   autonomy (:func:`hold_mode_for`): sent only at L3 and up with a ``hold_notice`` standing approval and no
   org-wide stop. The domain is the one of the asset holding the flagged items, else of the failing asset.
@@ -13,13 +13,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from dw_dagster.context.models import Autonomy, ContextFile, Domain
-from dw_dagster.incidents.models import BlastRadius, Diagnosis
-from dw_dagster.notifications.blocks import flagged_assets, owner_team
+from dw_dagster.incidents.models import AffectedAsset, BlastRadius, Diagnosis
+from dw_dagster.notifications.owners import owner_team
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,27 @@ def _channels(context: ContextFile, owners: Sequence[str]) -> tuple[list[str], l
         else:
             channels.append(context.teams[team_id].slack_channel)
     return _unique(channels), unknown
+
+
+def flagged_count(change: Mapping[str, Any]) -> int | None:
+    """The ``newly_flagged`` count in an asset's change, at the top level or under a total's name."""
+    if isinstance(change.get("newly_flagged"), int | float):
+        return int(change["newly_flagged"])
+    for value in change.values():
+        if isinstance(value, Mapping) and isinstance(value.get("newly_flagged"), int | float):
+            return int(value["newly_flagged"])
+    return None
+
+
+def flagged_assets(blast: BlastRadius) -> list[AffectedAsset]:
+    """The affected assets that hold the newly flagged items (e.g. the reorder candidates, 31 -> 195)."""
+    return [a for a in blast.assets if flagged_count(a.change)]
+
+
+def asset_label(a: AffectedAsset, limit: int = 60) -> str:
+    """An affected asset as a sentence names it: its name when short, else its asset key (a name taken from
+    a long description would swamp the sentence)."""
+    return a.name if len(a.name) <= limit and "\n" not in a.name else a.asset_key
 
 
 def consumer_teams(blast: BlastRadius) -> list[str]:

@@ -39,7 +39,7 @@ def approve(ref: str, who: str, values: tuple[str, ...]) -> None:
     )
     ops.tell_owners(
         out.plan.incident_id, f":white_check_mark: {approver} approved {out.plan.plan_id} for {teams}; {status}.",
-        "approval", f"{out.plan.plan_id}|{teams}|{out.run_id}",
+        "approval", f"{out.plan.plan_id}|{teams}|{out.run_id}", run_id=out.run_id,
     )  # fmt: skip
     click.echo(f"run {out.run_id}: approved by {approver} for {teams}; {status}")
 
@@ -60,7 +60,7 @@ def reject(ref: str, who: str, reason: str) -> None:
     from dw_dagster.remediation.approvals import incident_of
 
     ops.tell_owners(incident_of(decision.plan_id), f":no_entry: {decision.by} rejected {decision.plan_id}: {reason}",
-                    "rejection", decision.plan_id)  # fmt: skip
+                    "rejection", decision.plan_id, run_id=decision.run_id)  # fmt: skip
     click.echo(f"run {decision.run_id}: rejected by {decision.by} and canceled")
 
 

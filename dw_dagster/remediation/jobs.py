@@ -9,6 +9,7 @@
   credentials, verify, and write the receipt.
 """
 
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +28,7 @@ from dw_dagster.incidents.models import Incident
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.incident_notifier import IncidentNotifier
 from dw_dagster.notifications.resources import SlackNotifier
+from dw_dagster.notifications.wording import wording_for
 from dw_dagster.remediation.approvals import (
     REMEDIATION_JOB,
     ApprovalBook,
@@ -97,16 +99,19 @@ def escalate(
     context_file: ContextFile,
     plan: RemediationPlan,
     text: str,
+    run_id: str | None = None,
 ) -> None:
-    """Tell a person: the owners' threads, and the domain's escalation team's channel."""
+    """Tell a person: the owners' threads, and the domain's escalation team's channel; ``run_id`` is the
+    run it is about."""
     domain = context_file.domains.get(plan.domain or "")
     channels = None
     if domain and domain.escalation_team:
         owners = [m.channel for m in notifier.messages(incident.incident_id) if m.kind == "incident"]
         channels = list(dict.fromkeys([*owners, context_file.teams[domain.escalation_team].slack_channel]))
     notifier.post_update(
-        incident, f":rotating_light: Needs a person: {text}", kind="escalation", channels=channels
-    )
+        incident, f":rotating_light: Needs a person: {text}", kind="escalation", channels=channels,
+        run_id=run_id,
+    )  # fmt: skip
 
 
 def build_remediation_definitions(
@@ -161,25 +166,17 @@ def build_remediation_definitions(
         if receipt.verified:
             store.set_status(plan.incident_id, "resolved")
         context.log_event(receipt_materialization(receipt, "resolved" if receipt.verified else "open"))
+        from dw_dagster.incidents.jobs import latest_diagnosis  # imports this module: not at the top
+
         notifier = gated_notifier(slack, store, context_file)
-        if receipt.verified:
-            checks = {
-                v.expectation.subject: v.observed.get("value", "passed" if v.passed else "failed")
-                for v in receipt.verification
-            }
-            notifier.post_resolution(
-                approved.incident,
-                f"Fixed and verified on approval of {', '.join(a.approver for a in approved.approvals)}.",
-                verification=checks,
-            )
-        notifier.post_update(
-            approved.incident,
-            receipt_markdown(receipt).replace("**", "*"),
-            kind="receipt",
-            version=context.run_id,
-        )
+        # The receipt whole, then (verified) the resolution: each thread reads them in that order.
+        approvers = ", ".join(a.approver for a in approved.approvals)
+        resolution = f"Fixed and verified on approval of {approvers}." if receipt.verified else None
+        found = latest_diagnosis(store, plan.incident_id)
+        wording = wording_for(context_file, metrics, *found) if found else None
+        notifier.post_receipt(approved.incident, receipt, resolution=resolution, wording=wording)
         if not receipt.verified:
-            escalate(notifier, approved.incident, context_file, plan, problem)
+            escalate(notifier, approved.incident, context_file, plan, problem, run_id=context.run_id)
 
     def fail(context: dg.OpExecutionContext, store: IncidentStore, slack: SlackNotifier, approved: Approved,
              changes: Sequence[Change], what: str, rerun: Rerun | None = None) -> NoReturn:  # fmt: skip
@@ -255,6 +252,7 @@ def build_remediation_definitions(
                         f"Approved. {sum(c.added for c in changes)} reference row(s) added. Waiting for {approval.approver} to "
                         f"apply the {nc.node_name} change in Coalesce and deploy it; the rerun starts once it is deployed.",
                         kind="awaiting_deploy", version=f"{approved.plan.plan_id}|{context.run_id}",
+                        run_id=context.run_id,
                     )  # fmt: skip
                     store.append_event(
                         approved.plan.incident_id,
@@ -378,10 +376,14 @@ def build_remediation_definitions(
         job=remediate_incident,
         minimum_interval_seconds=30,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Submits a remediation run, held for approval, for each plan the diagnosis proposed.",
+        description="Submits a remediation run, held for approval, for each plan the diagnosis proposed, and"
+        " posts the plan with its Approve / Reject buttons once the run is held.",
     )
-    def remediation_proposals(context: dg.SensorEvaluationContext, snowflake: WarehouseResource):
+    def remediation_proposals(
+        context: dg.SensorEvaluationContext, snowflake: WarehouseResource, slack: SlackNotifier
+    ):
         store = IncidentStore(snowflake, ops)
+        announced: list[str] = json.loads(context.cursor or "[]")
         state = OrgControl(snowflake, ops).state()
         if state.stopped:
             return dg.SkipReason(f"{state.describe()}: no run is submitted")
@@ -392,7 +394,14 @@ def build_remediation_definitions(
             if not plans or book.decision(plans[-1]) is not None:
                 continue
             plan = plans[-1]
-            if context.instance.get_runs(dg.RunsFilter(tags={PLAN_ID: plan.plan_id}), limit=1):
+            runs = context.instance.get_runs(dg.RunsFilter(tags={PLAN_ID: plan.plan_id}), limit=1)
+            if runs:
+                # The buttons name the held run, so the proposal goes out once that run exists.
+                if runs[0].status == dg.DagsterRunStatus.QUEUED and runs[0].run_id not in announced:
+                    gated_notifier(slack, store, context_file).post_proposal(
+                        incident, plan, run_id=runs[0].run_id
+                    )
+                    announced.append(runs[0].run_id)
                 continue
             requests.append(
                 dg.RunRequest(
@@ -405,6 +414,7 @@ def build_remediation_definitions(
                     },
                 )
             )
+        context.update_cursor(json.dumps(announced[-500:]))
         return requests
 
     @dg.sensor(
@@ -488,6 +498,7 @@ def expire_pending(
                 context_file,
                 plan,
                 f"the proposed fix {plan.plan_id} expired unapproved ({reason}); nothing was changed",
+                run_id=run.run_id,
             )
         out.append(run.run_id)
     return out

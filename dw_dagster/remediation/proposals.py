@@ -30,7 +30,7 @@ from dw_dagster.coalesce.sql import quote_identifier, resolve_refs, table_parts,
 from dw_dagster.context.models import Autonomy, ContextFile, ReferenceTable
 from dw_dagster.incidents.diagnosis import DiagnosisContext
 from dw_dagster.incidents.models import BlastRadius, CauseClass, Diagnosis, Incident, JoinEffect, KeyGap
-from dw_dagster.notifications.blocks import owner_team
+from dw_dagster.notifications.owners import owner_team
 from dw_dagster.notifications.routing import incident_domain
 from dw_dagster.remediation.models import (
     Expectation,

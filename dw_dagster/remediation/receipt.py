@@ -7,6 +7,8 @@ from __future__ import annotations
 import dagster as dg
 
 from dw_dagster.incidents.assets import INCIDENTS_KEY
+from dw_dagster.notifications.proposal_message import approve_commands, reject_command
+from dw_dagster.notifications.text import fmt_datum, fmt_value, humanise
 from dw_dagster.remediation.models import ProposalKind, Receipt, RemediationPlan
 
 
@@ -22,7 +24,9 @@ def plan_markdown(plan: RemediationPlan, approvers: dict[str, list[str]]) -> str
             row = p.reference_row
             for col, value in row.values.items():
                 source = row.drafted_from.get(col)
-                shown = "(owner gives it: --set)" if value is None and col in row.required else value
+                shown = (
+                    "(owner gives it: --set)" if value is None and col in row.required else fmt_datum(value)
+                )
                 lines.append(f"- `{col}` = {shown}" + (f" (from {source})" if source else ""))
         if p.node_change:
             lines += ["```diff", p.node_change.diff.rstrip(), "```"]
@@ -41,15 +45,12 @@ def receipt_markdown(r: Receipt) -> str:
         "",
         f"**Cause.** {r.cause}",
         "",
-        "**Evidence.** "
-        + ", ".join(
-            f"{k} {v:,}" if isinstance(v, int | float) else f"{k} {v}" for k, v in r.evidence.items()
-        ),
+        "**Evidence.** " + "; ".join(f"{humanise(k)} {fmt_value(k, v)}" for k, v in r.evidence.items()),
         "",
         "**Approvals.**",
         *(
             f"- {a.approver} ({a.team}) at {a.at:%Y-%m-%d %H:%M:%S} UTC"
-            + (f", set {a.values}" if a.values else "")
+            + (f", set {fmt_value('', a.values)}" if a.values else "")
             for a in r.approvals
         ),
         "",
@@ -101,17 +102,9 @@ def receipt_materialization(r: Receipt, status: str) -> dg.AssetMaterialization:
 
 
 def approve_hint(plan: RemediationPlan, approvers: dict[str, list[str]]) -> str:
-    lines = ["", "To approve, one member of each owning team runs:"]
-    for p in plan.proposals:
-        for team in p.owners:
-            row = p.reference_row
-            sets = "".join(f" --set {c}=..." for c in row.missing()) if row else ""
-            who = (approvers.get(team) or ["<name>"])[0]
-            line = f'`dw-dagster approve {plan.incident_id} --as "{who}"{sets}` ({team})'
-            if line not in lines:
-                lines.append(line)
+    lines = ["", "To approve, one member of each owning team runs:", *approve_commands(plan, approvers)]
     lines.append(
-        f'To reject: `dw-dagster reject {plan.incident_id} --as "<name>" --reason "..."`. Unanswered, the request '
-        f"expires at {plan.expires_at:%Y-%m-%d %H:%M} UTC and escalates; it is never granted by itself."
+        f"To reject: {reject_command(plan)}. Unanswered, the request expires at"
+        f" {plan.expires_at:%Y-%m-%d %H:%M} UTC and escalates; it is never granted by itself."
     )
     return "\n".join(lines)

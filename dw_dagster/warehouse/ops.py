@@ -3,6 +3,10 @@
 The warehouse is the one store every process can reach (sensors in the daemon, checks in run workers on
 other machines, the CLI), and it survives restarts of all of them. Rows are only appended or merged on a
 key, so a re-tick or a retried step never duplicates a record.
+
+The schema is created and migrated by one command, ``dw-dagster ops migrate`` (``migrations.py``), never by
+the steps that use it: a step sends no DDL. When a statement on the ops schema fails, the schema is
+compared with ``TABLES``, and a missing or older schema is reported as such, naming the command.
 """
 
 from __future__ import annotations
@@ -12,14 +16,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from snowflake.connector.errors import ProgrammingError
+
 from dw_dagster.coalesce.sql import quote_identifier as quote
+from dw_dagster.config import DwConfigError
 
 if TYPE_CHECKING:
     from dw_dagster.warehouse.resources import WarehouseResource
 
-# Warehouses and schemas whose tables this process has already created: DDL once, not per query.
-_ENSURED: set[tuple[Any, ...]] = set()
+MIGRATE_COMMAND = "dw-dagster ops migrate"
 
+# The shape of the ops schema. A change here is applied by `dw-dagster ops migrate`: new tables are
+# created and new columns added (with their defaults); bump migrations.SCHEMA_VERSION with it.
 TABLES: dict[str, str] = {
     # One row per recorded total per business date; re-recording the same date replaces the value.
     "METRIC_HISTORY": """
@@ -40,6 +48,16 @@ TABLES: dict[str, str] = {
         SOURCE VARCHAR,
         RECORDED_AT TIMESTAMP_TZ NOT NULL,
         FLAGGED BOOLEAN NOT NULL DEFAULT FALSE
+    """,
+    # Accepted baseline levels (dw_dagster/checks/history.py): from FROM_DATE on, a series is judged at its
+    # new level; one row per series and date, written by a check (explained) or an owner (accepted).
+    "BASELINE_LEVELS": """
+        SERIES VARCHAR NOT NULL,
+        FROM_DATE DATE NOT NULL,
+        KIND VARCHAR NOT NULL,
+        REASON VARCHAR NOT NULL,
+        ACCEPTED_BY VARCHAR,
+        RECORDED_AT TIMESTAMP_TZ NOT NULL
     """,
     "INCIDENTS": """
         INCIDENT_ID VARCHAR NOT NULL,
@@ -101,6 +119,20 @@ TABLES: dict[str, str] = {
 }
 
 
+class OpsSchemaError(DwConfigError):
+    """The ops schema is missing or older than this dw-dagster: `dw-dagster ops migrate` brings it up."""
+
+
+def table_columns(columns: str) -> list[tuple[str, str]]:
+    """``(name, definition)`` of each column in a ``TABLES`` entry."""
+    out = []
+    for line in columns.strip().splitlines():
+        definition = line.strip().rstrip(",")
+        if definition:
+            out.append((definition.split()[0].upper(), definition))
+    return out
+
+
 @dataclass(frozen=True)
 class OpsSchema:
     database: str
@@ -109,19 +141,60 @@ class OpsSchema:
     def table(self, name: str) -> str:
         return f"{quote(self.database)}.{quote(self.schema)}.{quote(name)}"
 
-    def ensure(self, conn: Any) -> None:
-        cur = conn.cursor()
-        cur.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(self.database)}.{quote(self.schema)}")
+    @property
+    def qualified(self) -> str:
+        return f"{quote(self.database)}.{quote(self.schema)}"
+
+    def live_columns(self, cur: Any) -> dict[str, set[str]]:
+        """The ops schema's tables and their columns as the warehouse has them (empty: no schema)."""
+        cur.execute(
+            f"SELECT TABLE_NAME, COLUMN_NAME FROM {quote(self.database)}.INFORMATION_SCHEMA.COLUMNS"
+            " WHERE TABLE_SCHEMA = %s",
+            (self.schema,),
+        )
+        live: dict[str, set[str]] = {}
+        for table, column in cur.fetchall():
+            live.setdefault(table.upper(), set()).add(column.upper())
+        return live
+
+    def missing(self, live: dict[str, set[str]]) -> list[str]:
+        """What this dw-dagster needs that the live schema lacks: ``TABLE`` or ``TABLE.COLUMN``."""
+        out = []
         for name, columns in TABLES.items():
-            cur.execute(f"CREATE TABLE IF NOT EXISTS {self.table(name)} ({columns})")
+            if name not in live:
+                out.append(name)
+                continue
+            out += [f"{name}.{col}" for col, _ in table_columns(columns) if col not in live[name]]
+        return out
+
+    def readiness_error(self, cur: Any) -> OpsSchemaError | None:
+        """Why statements on this schema cannot work with this dw-dagster, or None if they can."""
+        try:
+            live = self.live_columns(cur)
+        except ProgrammingError:
+            live = {}  # no such database
+        where = f"{self.database}.{self.schema}"
+        if not any(name in live for name in TABLES):
+            return OpsSchemaError(
+                f"the ops schema {where} does not exist: run `{MIGRATE_COMMAND}` to create it"
+            )
+        what = self.missing(live)
+        if not what:
+            return None
+        shown = ", ".join(what[:10]) + (f" and {len(what) - 10} more" if len(what) > 10 else "")
+        return OpsSchemaError(
+            f"the ops schema {where} is older than this dw-dagster (missing {shown}): run `{MIGRATE_COMMAND}`"
+        )
 
     @contextmanager
     def connect(self, warehouse: WarehouseResource, purpose: str, **tag_fields: Any) -> Iterator[Any]:
-        """A tagged connection whose current schema is this one, with dw-dagster's tables in place."""
-        args = warehouse._resolved_connection_args()
-        where = (args.get("account"), args.get("host"), args.get("port"), self.database, self.schema)
+        """A tagged connection whose current schema is this one (reused within a run)."""
         with warehouse.tagged_connection(purpose, schema=self.schema, **tag_fields) as conn:
-            if where not in _ENSURED:
-                self.ensure(conn)
-                _ENSURED.add(where)
-            yield conn
+            try:
+                yield conn
+            except ProgrammingError as e:
+                # Only when a statement fails: is it because the schema is missing or older than the code?
+                error = self.readiness_error(conn.cursor())
+                if error is not None:
+                    raise error from e
+                raise

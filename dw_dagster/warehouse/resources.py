@@ -2,7 +2,7 @@
 
 The same resource serves production and the local world: locally only
 ``additional_snowflake_connection_args`` (host, port, protocol) differ, so the local path is the
-production path.
+production path. Within a run or a sensor tick, connections are reused (``connections.py``).
 """
 
 from __future__ import annotations
@@ -14,10 +14,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
+from dagster._core.storage.tags import RETRY_NUMBER_TAG
 from dagster._utils.cached_method import cached_method
 from dagster_snowflake import SnowflakeResource
+from pydantic import Field, PrivateAttr
 
-from dw_dagster.config import resolve_env_vars
+from dw_dagster.config import DwConfigError, resolve_env_vars
+from dw_dagster.warehouse.connections import Breaker, ConnectionScope, Connector, TaggedConnection, close
 
 QUERY_TAG_APP = "dw-dagster"
 
@@ -28,26 +31,53 @@ def query_tag(purpose: str, **fields: Any) -> str:
 
 
 class WarehouseResource(SnowflakeResource):
-    """``SnowflakeResource`` whose connections carry a query tag.
+    """``SnowflakeResource`` whose statements carry a query tag, with connections reused within a run.
 
-    The tag is a session parameter set at connect: Snowflake attributes every query of the session to it,
-    and it works on the local server too (which lacks ``ALTER SESSION SET QUERY_TAG``).
+    Dagster sets the resource up once per run (``in_process_executor``) or per step, and once per sensor
+    tick: in that scope one connection per session schema serves every caller, and teardown closes it.
+    Used outside Dagster (a command, a test), each ``tagged_connection`` opens and closes its own.
     """
 
-    @contextmanager
-    def tagged_connection(self, purpose: str, schema: str | None = None, **tag_fields: Any) -> Iterator[Any]:
-        import snowflake.connector
+    retry_backoff_seconds: int = Field(
+        default=30,
+        description="A run retried by Dagster's run retries waits this long before its first login, doubled "
+        "at each further retry, so that a warehouse that was unreachable gets time to come back.",
+    )
+    _scope: ConnectionScope | None = PrivateAttr(default=None)
 
-        args = dict(self._resolved_connection_args())
-        if schema:
-            args["schema"] = schema
-        params: dict[str, Any] = dict(args.pop("session_parameters", None) or {})
-        params["QUERY_TAG"] = query_tag(purpose, **tag_fields)
-        conn = snowflake.connector.connect(**args, session_parameters=params)
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        run = context.run
+        retry = int(run.tags.get(RETRY_NUMBER_TAG, "0")) if run is not None else 0
+        wait = self.retry_backoff_seconds * 2 ** (retry - 1) if retry > 0 else 0
+        self._scope = ConnectionScope(
+            self._connector(), wait_seconds=wait, log=context.log.info if context.log else None
+        )
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._scope is not None:
+            self._scope.close()
+            self._scope = None
+
+    @contextmanager
+    def tagged_connection(
+        self, purpose: str, schema: str | None = None, **tag_fields: Any
+    ) -> Iterator[TaggedConnection]:
+        """A connection whose statements carry the query tag naming dw-dagster, ``purpose`` and the fields
+        (check, job, asset, run id); ``schema`` is the session's current schema."""
+        tag = query_tag(purpose, **tag_fields)
+        if self._scope is not None:
+            yield TaggedConnection(self._scope.get(schema, tag), tag, self._scope.breaker)
+            return
+        connector = self._connector()
+        breaker = Breaker(connector.where)
+        conn = connector.connect(schema, tag, breaker)
         try:
-            yield conn
+            yield TaggedConnection(conn, tag, breaker)
         finally:
-            conn.close()
+            close(conn, breaker)
+
+    def _connector(self) -> Connector:
+        return Connector(dict(self._resolved_connection_args()))
 
     @cached_method
     def _resolved_connection_args(self) -> dict[str, Any]:
@@ -65,19 +95,42 @@ def _local_connection_args(env: Mapping[str, str]) -> dict[str, Any] | None:
     }
 
 
-def warehouse_from_env(env: Mapping[str, str] | None = None) -> WarehouseResource:
-    """The warehouse resource from SNOWFLAKE_* variables; secrets stay ``EnvVar``s until run time."""
+def warehouse_from_env(env: Mapping[str, str] | None = None, resolved: bool = False) -> WarehouseResource:
+    """The warehouse resource from SNOWFLAKE_* variables; secrets stay ``EnvVar``s until run time, unless
+    ``resolved`` (a function handed another process's environment reads them from ``env`` at once)."""
     env = os.environ if env is None else env
+
+    def secret(name: str) -> Any:
+        if not resolved:
+            return dg.EnvVar(name)
+        if not env.get(name):
+            raise DwConfigError(f"{name}: not set")
+        return env[name]
+
     return WarehouseResource(
-        account=dg.EnvVar("SNOWFLAKE_ACCOUNT"),
-        user=dg.EnvVar("SNOWFLAKE_USER"),
-        password=dg.EnvVar("SNOWFLAKE_PASSWORD"),
+        account=secret("SNOWFLAKE_ACCOUNT"),
+        user=secret("SNOWFLAKE_USER"),
+        password=secret("SNOWFLAKE_PASSWORD"),
         database=env.get("SNOWFLAKE_DATABASE"),
         warehouse=env.get("SNOWFLAKE_WAREHOUSE"),
         role=env.get("SNOWFLAKE_ROLE"),
-        # The connector retries a failing request until this many seconds pass: bound it, so that an
-        # unreachable warehouse ends a check as errored instead of hanging the run.
-        network_timeout=int(env.get("SNOWFLAKE_NETWORK_TIMEOUT", "120")),
-        login_timeout=int(env.get("SNOWFLAKE_LOGIN_TIMEOUT", "60")),
+        # Bounded end to end (connections.py): an unreachable warehouse ends a check as errored in about
+        # this time instead of hanging the run.
+        network_timeout=_seconds(env, "SNOWFLAKE_NETWORK_TIMEOUT", 120),
+        login_timeout=_seconds(env, "SNOWFLAKE_LOGIN_TIMEOUT", 60),
+        retry_backoff_seconds=_seconds(env, "DW_RETRY_BACKOFF_SECONDS", 30, minimum=0),
         additional_snowflake_connection_args=_local_connection_args(env),
     )
+
+
+def _seconds(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        seconds = int(raw)
+    except ValueError:
+        seconds = minimum - 1
+    if seconds < minimum:
+        raise DwConfigError(f"{name}: expected a whole number of seconds, at least {minimum}, got {raw!r}")
+    return seconds

@@ -5,6 +5,9 @@ Each event is a real change to what the pipeline reads or runs, never an edit of
 this order on a night: ``before_load`` (reference rows, schemas), ``transform`` (the night's new rows before
 they are loaded; pure), ``before_run`` (a node change deployed to Coalesce), then the job runs unless an
 event says it does not. ``repair`` undoes a persistent event (``persists``) before a later night.
+
+A ``where`` restricts an event to the rows whose columns hold the given values: ``{CHANNEL: web}``, or a
+list for any of several (``{SDK_VERSION: ["6.0", "6.1"]}``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import Field, TypeAdapter
+from pydantic import Field, TypeAdapter, field_validator
 
 from dw_dagster.coalesce.sql import quote_identifier
 from dw_dagster.config import FileModel
@@ -46,6 +49,15 @@ class Event(FileModel):
         """The source tables (Source node names) or nodes the event changes: what it can make wrong."""
         return [t for t in (getattr(self, "table", None), getattr(self, "reference", None)) if t]
 
+    def edits_reference(self) -> str | None:
+        """The reference table whose rows ``before_load`` edits (upstream, then synced): held back while
+        that table is not refreshed."""
+        return None
+
+    def held_tables(self) -> set[str]:
+        """Source tables that get nothing new tonight (``source_not_refreshed``)."""
+        return set()
+
     def check(self, world: GenericWorld) -> None:
         """The parameters make sense on this world (raise ValueError naming the parameter)."""
         for name in self.tables():
@@ -73,9 +85,17 @@ class Event(FileModel):
             raise ValueError(
                 f"table: {self.kind} changes reference rows; {table} is load: {load}: expected a load: once source"
             )
-        # A once table's rows are known now; a night's new rows are drawn when it is played.
+        # A once table's rows are known now; a night's new rows are drawn when it is played, but the values a
+        # column's generator can draw are known (a choice, a reference).
         if where and load == "once" and not _matching(world.once_frame(table), where).any():
             raise ValueError(f"where: no row of {table} matches {where}")
+        for name, value in where.items():
+            possible = world.possible_values(table, name)
+            if possible is not None and not any(v in possible for v in _values(value)):
+                shown = sorted(map(str, possible))[:12]
+                raise ValueError(
+                    f"where: {table}.{name} never holds {value!r} (its values: {', '.join(shown)})"
+                )
 
     def growth(self, night: int) -> float:
         return 1.0
@@ -96,10 +116,14 @@ class Event(FileModel):
         return rng_for(world.spec.seed, f"event/{self.kind}", night)
 
 
+def _values(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else [value]
+
+
 def _matching(frame: pd.DataFrame, where: dict[str, Any] | None) -> np.ndarray:
     mask = np.ones(len(frame), dtype=bool)
     for column, value in (where or {}).items():
-        mask &= (frame[column] == value).to_numpy()
+        mask &= frame[column].isin(_values(value)).to_numpy()
     return mask
 
 
@@ -119,7 +143,12 @@ def _pick(event: Any, frame: pd.DataFrame, rng: np.random.Generator) -> np.ndarr
 
 
 def _where_sql(where: dict[str, Any]) -> tuple[str, tuple]:
-    return " AND ".join(f"{quote_identifier(c)} = %s" for c in where), tuple(where.values())
+    clauses, args = [], []
+    for column, value in where.items():
+        values = _values(value)
+        clauses.append(f"{quote_identifier(column)} IN ({', '.join(['%s'] * len(values))})")
+        args += values
+    return " AND ".join(clauses), tuple(args)
 
 
 def _restore_rows(world: GenericWorld, cur: Any, table: str, where: dict[str, Any]) -> None:
@@ -168,6 +197,9 @@ class ReferenceRowDeleted(Event):
     where: dict[str, Any] = Field(min_length=1)
     persists: ClassVar[bool] = True
 
+    def edits_reference(self):
+        return self.table
+
     def before_load(self, world, cur, night):
         clause, args = _where_sql(self.where)
         cur.execute(f"DELETE FROM {world.tables[self.table].qualified} WHERE {clause}", args)
@@ -187,6 +219,9 @@ class ReferenceRowRemapped(Event):
     where: dict[str, Any] = Field(min_length=1)
     set: dict[str, Any] = Field(min_length=1)
     persists: ClassVar[bool] = True
+
+    def edits_reference(self):
+        return self.table
 
     def before_load(self, world, cur, night):
         assignments = ", ".join(f"{quote_identifier(c)} = %s" for c in self.set)
@@ -240,14 +275,23 @@ class ReplicationStalled(Event):
 
 
 class UnitChange(Event):
-    """A source column changes unit: its values (rows matching ``where``) multiplied by ``factor``."""
+    """A source column changes unit or sign: its values (the rows matching ``where``, e.g. one app version or
+    channel) multiplied by ``factor``, any factor but 0 and 1 (100 for cents, 0.27, 3.7; -1 flips the sign),
+    and stored as the column carries them (rounded to its scale: a NUMBER(18,2) keeps two decimals)."""
 
     kind: Literal["unit_change"]
     table_load: ClassVar[Literal["night", "once"] | None] = "night"
     table: Ident
     column: Ident
-    factor: float = Field(default=100, gt=0)
+    factor: float = 100
     where: dict[str, Any] | None = None
+
+    @field_validator("factor")
+    @classmethod
+    def _changes_something(cls, factor: float) -> float:
+        if factor in (0, 1) or not np.isfinite(factor):
+            raise ValueError(f"expected a factor other than 0 and 1 (negative flips the sign), got {factor}")
+        return factor
 
     def check(self, world):
         super().check(world)
@@ -260,8 +304,14 @@ class UnitChange(Event):
     def transform(self, world, frames, night):
         frame = frames[self.table].copy()
         rows = _matching(frame, self.where)
+        if not rows.any():
+            raise WorldError(
+                f"unit_change: where: no row of {self.table}'s new rows on the night matches {self.where}"
+            )
+        scaled = frame.loc[rows, self.column].astype(float) * self.factor
+        scale = world.tables[self.table].scale(self.column)
         frame[self.column] = frame[self.column].astype(float)
-        frame.loc[rows, self.column] = frame.loc[rows, self.column] * self.factor
+        frame.loc[rows, self.column] = scaled if scale is None else scaled.round(scale)
         return {**frames, self.table: frame}
 
 
@@ -404,6 +454,29 @@ class SchedulerSkip(Event):
     runs_job: ClassVar[bool] = False
 
 
+class SourceNotRefreshed(Event):
+    """One source table gets nothing new tonight while every other moves on (its connector or sync job
+    stopped), as opposed to the whole replication stalling. An append table's rows arrive with the next
+    night played; a snapshot table keeps the last rows it was loaded with; a reference table (``load: once``
+    with a nightly ``refresh``) keeps its last sync stamp, and an edit of its rows made upstream tonight (a
+    new key's row added) reaches it only with the next sync."""
+
+    kind: Literal["source_not_refreshed"]
+    table: Ident
+
+    def check(self, world):
+        super().check(world)
+        source = world.spec.sources[self.table]
+        if source.load == "once" and source.refresh is None:
+            raise ValueError(
+                f"table: {self.table} is load: once and never re-synced, so it cannot go stale: give it a "
+                f"nightly refresh in the world file (sources.{self.table}.refresh) to play it not refreshed"
+            )
+
+    def held_tables(self):
+        return {self.table}
+
+
 # ---------------------------------------------------------------------------------------------- benign
 
 
@@ -421,6 +494,9 @@ class NewKeyMapped(Event):
     row: dict[str, Any] = Field(min_length=1)
     benign: ClassVar[bool] = True
     persists: ClassVar[bool] = True
+
+    def edits_reference(self):
+        return self.reference
 
     def check(self, world):
         super().check(world)
@@ -467,6 +543,7 @@ GenericEvent = Annotated[
     | ColumnDropped
     | NodeFailure
     | SchedulerSkip
+    | SourceNotRefreshed
     | NewKeyMapped
     | SteadyGrowth,
     Field(discriminator="kind"),

@@ -2,9 +2,10 @@
 file generates data for. The e-commerce world is one; a scenario author can write another without Python.
 
 Night ``n`` applies business day ``first_business_day + n``: each ``append`` source gets that day's new
-rows, each ``snapshot`` source is reloaded with them; then the job runs at ``night_time`` the next day,
-started through the Coalesce API with the simulator clock at that time, as the Scheduler would. Row counts
-follow the calendar (weekend and month-end factors) and every draw comes from ``rng_for(seed, table,
+rows, each ``snapshot`` source is reloaded with them, each reference table with a ``refresh`` is re-synced
+(its stamp column set to the sync time); then the job runs at ``night_time`` the next day, started through
+the Coalesce API with the simulator clock at that time, as the Scheduler would. Row counts follow the
+calendar (weekend, month-end and holiday factors) and every draw comes from ``rng_for(seed, table,
 night)``, so a night's data never depends on which nights were played before it.
 
 Events (``events.py``) change what a night loads or runs: the fault vocabulary and the benign events.
@@ -42,6 +43,8 @@ _ID_BLOCK = 1_000_000
 _DATA_TYPE = re.compile(r"^[A-Z_]+(\(\s*\d+(\s*,\s*\d+)?\s*\))?$", re.IGNORECASE)
 _NUMERIC = re.compile(r"^(NUMBER|DECIMAL|NUMERIC|INT|INTEGER|BIGINT|SMALLINT|TINYINT|BYTEINT|FLOAT\d?|DOUBLE|REAL)\b",
                       re.IGNORECASE)  # fmt: skip
+_FLOAT = re.compile(r"^(FLOAT\d?|DOUBLE|REAL)\b")
+_SCALE = re.compile(r"\(\s*\d+\s*,\s*(\d+)\s*\)")
 
 
 @dataclass(frozen=True)
@@ -60,13 +63,21 @@ class SourceRef:
     def is_numeric(self, column: str) -> bool:
         return bool(_NUMERIC.match(self.types[column]))
 
+    def scale(self, column: str) -> int | None:
+        """Decimal places the column keeps (None: a float keeps them all)."""
+        data_type = self.types[column].upper()
+        if _FLOAT.match(data_type):
+            return None
+        m = _SCALE.search(data_type)
+        return int(m[1]) if m else 0
 
-def _calendar_factor(count, day: date) -> float:
+
+def _calendar_factor(count, day: date, holiday: bool) -> float:
     factor = count.weekend_factor if day.weekday() >= 5 else 1.0
     next_month = (day.replace(day=28) + timedelta(days=4)).replace(day=1)
     if (next_month - day).days <= count.month_end_days:
         factor *= count.month_end_factor
-    return factor
+    return factor * (count.holiday_factor if holiday else 1.0)
 
 
 class GenericWorld:
@@ -81,6 +92,9 @@ class GenericWorld:
         self._once = self._once_frames()
         # Business days replication held back (replication_stalled), applied with the next night played.
         self.backlog: list[int] = []
+        # One table's rows held back (source_not_refreshed), and reference edits waiting for their sync.
+        self.held_rows: dict[str, list[pd.DataFrame]] = {}
+        self.deferred: list[Any] = []
 
     def _problem(self, message: str) -> DwConfigError:
         return DwConfigError(f"{self.source or self.spec.name}: {message}")
@@ -135,6 +149,9 @@ class GenericWorld:
     def scheduled_at(self, night: int) -> datetime:
         return datetime.combine(self.business_date(night) + timedelta(days=1), self.spec.night_time, self.tz)
 
+    def is_holiday(self, day: date) -> bool:
+        return day in self.spec.holidays.of_year(day.year)
+
     # -- data --------------------------------------------------------------------------------------
 
     def _once_frames(self) -> Frames:
@@ -161,13 +178,27 @@ class GenericWorld:
     def once_frame(self, name: str) -> pd.DataFrame:
         return self._once[name]
 
+    def possible_values(self, name: str, column: str) -> set[Any] | None:
+        """Every value the column can hold, where its generator says (a choice, a reference); else None."""
+        if name in self._once:
+            return set(self._once[name][column])
+        gen = self.spec.sources[name].columns[column]
+        if gen.kind in ("choice", "each"):
+            return set(gen.choice or gen.each or [])
+        if gen.kind == "value":
+            return {gen.value}
+        if gen.kind in ("ref", "lookup"):
+            table, ref_column = gen.ref_parts()
+            return set(self._once[table][ref_column])
+        return None
+
     def rows_tonight(self, name: str, night: int, growth: float = 1.0) -> int:
         count = self.spec.sources[name].row_count()
         rng = rng_for(self.spec.seed, f"count/{name}", night)
         noise = np.exp(count.noise_sigma * rng.standard_normal() - count.noise_sigma**2 / 2)
-        return max(
-            1, round(count.per_night * _calendar_factor(count, self.business_date(night)) * noise * growth)
-        )
+        day = self.business_date(night)
+        factor = _calendar_factor(count, day, self.is_holiday(day))
+        return max(1, round(count.per_night * factor * noise * growth))
 
     def night_frames(self, night: int, growth: float = 1.0) -> Frames:
         """The rows each append or snapshot source gets on business day ``night``."""
@@ -196,6 +227,8 @@ class GenericWorld:
             return np.full(n, gen.value, dtype=object)
         if kind == "choice":
             return np.array(gen.choice, dtype=object)[rng.choice(len(gen.choice), n, p=_weights(gen.weights))]
+        if kind == "each":
+            return np.array(gen.each, dtype=object)[np.arange(n) % len(gen.each)]
         if kind == "ref":
             table, column = gen.ref_parts()
             values = once[table][column].to_numpy()
@@ -216,6 +249,8 @@ class GenericWorld:
         if kind == "business_time":
             seconds = rng.uniform(gen.business_time[0] * 3600, gen.business_time[1] * 3600, n)
             return np.datetime64(self.business_date(night), "s") + seconds.astype("timedelta64[s]")
+        if kind == "business_date":
+            return np.full(n, self.business_date(night))
         if kind == "synced":
             lag = rng.uniform(gen.lag_seconds[0], gen.lag_seconds[1], n).astype("timedelta64[s]")
             return to_utc(np.asarray(done[gen.synced], dtype="datetime64[s]"), self.tz.key) + lag
@@ -289,15 +324,21 @@ class GenericWorld:
         self, sf: SnowflakeTarget, coalesce: CoalesceClient, night: int, events: Sequence[Any] = ()
     ) -> NightResult:
         """Applies business day ``night`` with its events, then runs the job (unless an event skips it)."""
+        held = {t for e in events for t in e.held_tables()}
         with self.cursor(sf) as cur:
-            for event in events:
+            # Reference edits made upstream while their table's sync was stopped arrive with its next sync.
+            waiting, self.deferred = self.deferred, []
+            for event in [*waiting, *events]:
+                if event.edits_reference() in held:
+                    self.deferred.append(event)
+                    continue
                 event.before_load(self, cur, night)
             if all(e.loads_source for e in events):
                 growth = float(np.prod([e.growth(night) for e in events])) if events else 1.0
                 frames = self.night_frames(night, growth)
                 for event in events:
                     frames = event.transform(self, frames, night)
-                self._apply(cur, night, frames)
+                self._apply(cur, night, frames, held)
             else:
                 self.backlog.append(night)
             for event in events:
@@ -306,15 +347,31 @@ class GenericWorld:
             return self.run_job(coalesce, night)
         return NightResult(night, self.business_date(night), self.scheduled_at(night), None, "skipped")
 
-    def _apply(self, cur, night: int, frames: Frames) -> None:
+    def _apply(self, cur, night: int, frames: Frames, held: set[str] = frozenset()) -> None:
         missed = [self.night_frames(t) for t in self.backlog]
         self.backlog = []
         for name, frame in frames.items():
+            if name in held:
+                # Not refreshed tonight: an append table's rows wait; a snapshot keeps its last load.
+                if self.spec.sources[name].load == "append":
+                    self.held_rows.setdefault(name, []).extend([*(m[name] for m in missed), frame])
+                continue
             if self.spec.sources[name].load == "snapshot":
                 cur.execute(f"TRUNCATE TABLE {self.tables[name].qualified}")
                 self.load(cur, name, frame)
             else:
-                self.load(cur, name, pd.concat([*(m[name] for m in missed), frame], ignore_index=True))
+                waiting = self.held_rows.pop(name, [])
+                self.load(
+                    cur, name, pd.concat([*(m[name] for m in missed), *waiting, frame], ignore_index=True)
+                )
+        for name, source in self.spec.sources.items():
+            if source.refresh is not None and name not in held:
+                synced = datetime.combine(self.business_date(night), source.refresh.at)
+                stamp = to_utc(np.array([np.datetime64(synced, "s")]), self.tz.key)[0].item()
+                cur.execute(
+                    f"UPDATE {self.tables[name].qualified} SET {quote_identifier(source.refresh.column)} = %s",
+                    (stamp,),
+                )
 
     def run_job(self, coalesce: CoalesceClient, night: int, timeout: float = 600) -> NightResult:
         """Starts the job with the simulator clock at the night's schedule, as the Scheduler would."""

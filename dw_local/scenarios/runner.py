@@ -169,7 +169,7 @@ def run_scenario(scenario: Scenario | Path, cache: Path = DEFAULT_CACHE) -> Scen
                 night = scenario.night_index(k)
                 result = world.play_night(lw, night, events)
                 ended = datetime.now(UTC)
-                outcome = daemon.tick()
+                outcome = daemon.tick(at=result.watched_at)
                 tonight = [e for e in events if not world.is_benign(e)]
                 expect = getattr(spec, "expect", None)
                 report = NightReport(
@@ -189,6 +189,11 @@ def run_scenario(scenario: Scenario | Path, cache: Path = DEFAULT_CACHE) -> Scen
                     max_severity=expect.max_severity if expect else None,
                 )
                 _collect(report, store, seen, ended)
+                # Dagster's freshness daemon alarms on a table its schedule's window passed without a build.
+                report.alarms += [
+                    Alarm(a, "freshness_policy", "not built in its schedule's window", datetime.now(UTC))
+                    for a in outcome.stale()
+                ]
                 with lw.snowflake.connect(database=world.database) as conn:
                     report.baseline_alarms = [
                         asdict(a)

@@ -30,6 +30,7 @@ sources:                         # one entry per Source node of the project
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import date, datetime, time
 from pathlib import Path
@@ -44,8 +45,8 @@ _IDENT = r"^[A-Z_][A-Z0-9_$]*$"
 _COLUMN_REF = re.compile(r"^([A-Z_][A-Z0-9_$]*)\.([A-Z_][A-Z0-9_$]*)$")
 # The generator keys of a column; exactly one is given.
 GENERATORS = (
-    "sequence", "value", "choice", "ref", "lookup", "integer", "uniform", "lognormal", "business_time",
-    "synced", "timestamp", "prefix",
+    "sequence", "value", "choice", "each", "ref", "lookup", "integer", "uniform", "lognormal", "business_time",
+    "business_date", "synced", "timestamp", "prefix",
 )  # fmt: skip
 
 
@@ -63,6 +64,9 @@ class ColumnGenerator(FileModel):
     )
     value: Any = Field(default=None, description="A constant.")
     choice: list[Any] | None = Field(default=None, min_length=1)
+    each: list[Any] | None = Field(
+        default=None, min_length=1, description="Row i takes value i, cyclically (one row per currency)."
+    )
     ref: str | None = Field(default=None, description="TABLE.COLUMN: a value of another source table's rows.")
     weights: list[float] | None = Field(default=None, description="With choice or ref: relative weights.")
     lookup: str | None = Field(
@@ -76,6 +80,7 @@ class ColumnGenerator(FileModel):
     business_time: tuple[int, int] | None = Field(
         default=None, description="[from hour, to hour): local wall time on the business day."
     )
+    business_date: Literal[True] | None = Field(default=None, description="The business day (a DATE).")
     synced: str | None = Field(
         default=None,
         pattern=_IDENT,
@@ -132,7 +137,51 @@ class RowCount(FileModel):
     weekend_factor: float = Field(default=1.0, gt=0)
     month_end_factor: float = Field(default=1.0, gt=0)
     month_end_days: int = Field(default=2, ge=0, le=10)
+    holiday_factor: float = Field(default=1.0, gt=0, description="On the world's holidays (`holidays`).")
     noise_sigma: float = Field(default=0.0, ge=0, le=1, description="Lognormal noise of the night's count.")
+
+
+class Refresh(FileModel):
+    """A reference table a connector re-syncs every night: its rows as they stand, ``column`` stamped with
+    the sync time (UTC), so its freshness can be watched and a sync that did not run shows."""
+
+    column: str = Field(pattern=_IDENT)
+    at: time = Field(description="Local wall time of the sync on the business day.")
+
+
+class Holidays(FileModel):
+    """The days the world's business dips on: a country's (and subdivision's) public holidays through the
+    ``holidays`` package, and explicit dates (a company shutdown)."""
+
+    country: str | None = Field(default=None, description="ISO 3166 code, e.g. US or GB.")
+    subdivision: str | None = Field(default=None, description="e.g. NY, or ENG for England.")
+    dates: list[date] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _known(self) -> Holidays:
+        if self.country is None and self.subdivision is not None:
+            raise ValueError("subdivision: needs country")
+        if self.country is not None:
+            self.of_year(2025)  # an unknown country or subdivision fails here, at load
+        return self
+
+    def of_year(self, year: int) -> set[date]:
+        days = {d for d in self.dates if d.year == year}
+        if self.country is None:
+            return days
+        return days | _public_holidays(self.country, self.subdivision, year)
+
+
+@functools.lru_cache(maxsize=64)
+def _public_holidays(country: str, subdivision: str | None, year: int) -> frozenset[date]:
+    import holidays
+
+    try:
+        return frozenset(holidays.country_holidays(country, subdiv=subdivision, years=year))
+    except NotImplementedError:
+        raise ValueError(f"country: the holidays package has no country {country!r}") from None
+    except ValueError as e:  # an unknown subdivision
+        raise ValueError(f"subdivision: {e}") from None
 
 
 class SourceTable(FileModel):
@@ -145,9 +194,17 @@ class SourceTable(FileModel):
         default=None, description="Generated rows: a number, or per night."
     )
     columns: dict[str, ColumnGenerator] = Field(default_factory=dict)
+    refresh: Refresh | None = Field(
+        default=None, description="load: once only: a nightly sync re-stamps the table (its freshness)."
+    )
 
     @model_validator(mode="after")
     def _rows_or_generated(self) -> SourceTable:
+        if self.refresh is not None and self.load != "once":
+            raise ValueError(
+                "refresh: only a load: once table is re-synced as it stands; append and snapshot "
+                "tables get new rows each night"
+            )
         if self.rows is not None:
             if self.load != "once":
                 raise ValueError("rows: literal rows are for load: once")
@@ -183,6 +240,7 @@ class WorldFile(FileModel):
     first_business_day: date
     night_time: time
     history_nights: int = Field(ge=1, le=400)
+    holidays: Holidays = Field(default_factory=Holidays)
     sources: dict[str, SourceTable] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -212,6 +270,12 @@ class WorldFile(FileModel):
                         raise ValueError(f"{where}: column {dep} is not a column of {name}")
                 if gen.synced is not None and table.columns[gen.synced].kind != "business_time":
                     raise ValueError(f"{where}.synced: {gen.synced} is not a business_time column")
+            if table.refresh is not None:
+                known = table.columns.keys() if table.rows is None else set().union(*table.rows)
+                if table.refresh.column not in known:
+                    raise ValueError(
+                        f"sources.{name}.refresh.column: {name} has no column {table.refresh.column}"
+                    )
         return self
 
 

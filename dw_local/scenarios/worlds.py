@@ -247,7 +247,7 @@ class FileScenarioWorld(ScenarioWorld):
         coalesce = lw.coalesce_client()
         for night in range(self.history_nights):
             result = self.world.play_night(lw.snowflake, coalesce, night)
-            outcome = daemon.tick()
+            outcome = daemon.tick(at=result.watched_at)  # the history's events carry the night's time
             if result.status != "completed" or outcome.errored() or outcome.runs_requested != 1:
                 raise WorldError(
                     f"{self.path}: history night {night}: Coalesce run {result.run_id} {result.status}, "

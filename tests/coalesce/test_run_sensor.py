@@ -33,6 +33,8 @@ from dw_dagster.coalesce.sensor_builder import (
     build_coalesce_run_sensor,
 )
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.tags import CHECKS_RUN_RETRIES
+from dw_dagster.warehouse.migrations import migrate
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 from dw_local.world import LOCAL_COALESCE_TOKEN as TOKEN
@@ -151,7 +153,8 @@ class Sensor:
         )
 
     def tick(self, cursor: str | None | type[Ellipsis] = ...) -> dg.SensorResult:
-        result = self.sensor(self.context(self.cursor if cursor is ... else cursor))
+        with self.context(self.cursor if cursor is ... else cursor) as context:  # as the daemon does
+            result = self.sensor(context)
         assert isinstance(result, dg.SensorResult)
         for event in result.asset_events:
             self.instance.report_runless_asset_event(event)
@@ -191,6 +194,7 @@ def make_sensor(
 
     def make(url: str | None = None, start_now: bool = True, **options: Any) -> Sensor:
         ops = OpsSchema(DATABASE, f"OPS_{request.node.name.upper()[5:40]}")
+        migrate(warehouse, ops)
         sensor = build_coalesce_run_sensor(
             workspace=workspace_for(url or world.coalesce_url),
             asset_specs=specs,
@@ -264,13 +268,15 @@ def test_a_completed_run_is_materialized_with_its_metadata_and_its_checks_reques
     assert request.run_key == f"{ENV}:{run_id}"
     assert request.asset_check_keys == [CHECK_KEY] and not request.asset_selection
     assert request.tags == {
+        **CHECKS_RUN_RETRIES,  # retried with backoff when the warehouse is unreachable (dagster.yaml)
         "dw/coalesce_run_id": str(run_id),
         "dw/coalesce_environment_id": ENV,
         "dw/coalesce_job": "customers_nightly",
         "dw/business_date": BUSINESS_DAY.of(run.run_start_time).isoformat(),
     }
     # As the daemon resolves it: the implicit asset job, checks only; and that run executes.
-    resolved = sensor.sensor.evaluate_tick(sensor.context(sensor.results[-2].cursor)).run_requests
+    with sensor.context(sensor.results[-2].cursor) as context:
+        resolved = sensor.sensor.evaluate_tick(context).run_requests
     assert resolved is not None and resolved[0].asset_selection == []
     assert resolved[0].asset_check_keys == [CHECK_KEY]
     job = sensor.defs.get_repository_def().get_job(resolved[0].job_name)

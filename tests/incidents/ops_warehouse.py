@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from dw_dagster.warehouse.migrations import migrate
+from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 from dw_local.world import LocalWorld
 
@@ -17,3 +19,10 @@ def warehouse(tmp_path_factory):
             account=sf.account, user=sf.user, password=sf.password, database="DW_OPS_TEST", network_timeout=20,
             additional_snowflake_connection_args={"host": sf.host, "port": sf.port, "protocol": sf.protocol},
         )  # fmt: skip
+
+
+def ops_schema(wh: WarehouseResource, schema: str) -> OpsSchema:
+    """A migrated ops schema of its own for a test (the store expects the deployment's migrations run)."""
+    ops = OpsSchema(wh.database, schema)
+    migrate(wh, ops)
+    return ops

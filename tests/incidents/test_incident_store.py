@@ -6,11 +6,10 @@ from __future__ import annotations
 from datetime import date
 
 import pytest
-from ops_warehouse import warehouse
+from ops_warehouse import ops_schema, warehouse
 
 from dw_dagster.incidents.models import Finding
 from dw_dagster.incidents.store import IncidentStore, TransitionError
-from dw_dagster.warehouse.ops import OpsSchema
 
 __all__ = ["warehouse"]
 
@@ -26,7 +25,7 @@ def finding(
 
 def test_findings_of_one_night_and_job_share_one_incident(warehouse):
     lw, wh = warehouse
-    store = IncidentStore(wh, OpsSchema("DW_OPS_TEST", "OPS_A"))
+    store = IncidentStore(wh, ops_schema(wh, "OPS_A"))
     first = store.record_finding(finding("total_network_onhand_units", "inventory/fct_inventory_position"))
     second = store.record_finding(finding("volume", "inventory/mart_reorder_candidates"))
     assert first.new_incident and first.new_finding
@@ -39,7 +38,7 @@ def test_findings_of_one_night_and_job_share_one_incident(warehouse):
 
 def test_re_ticks_and_restarts_do_not_duplicate(warehouse):
     lw, wh = warehouse
-    ops = OpsSchema("DW_OPS_TEST", "OPS_B")
+    ops = ops_schema(wh, "OPS_B")
     f = finding("total_network_onhand_units", "inventory/fct_inventory_position")
     IncidentStore(wh, ops).record_finding(f)
     lw.restart("snowflake")
@@ -52,7 +51,7 @@ def test_re_ticks_and_restarts_do_not_duplicate(warehouse):
 
 def test_a_repeat_next_night_waits_in_its_own_provisional_incident(warehouse):
     lw, wh = warehouse
-    store = IncidentStore(wh, OpsSchema("DW_OPS_TEST", "OPS_C"))
+    store = IncidentStore(wh, ops_schema(wh, "OPS_C"))
     night1 = store.record_finding(finding("total_x", "a/b", day=date(2025, 6, 16)))
     night2 = store.record_finding(finding("total_x", "a/b", day=date(2025, 6, 17)))
     new_check = store.record_finding(finding("volume", "a/c", day=date(2025, 6, 17)))
@@ -72,7 +71,7 @@ def test_a_repeat_next_night_waits_in_its_own_provisional_incident(warehouse):
 
 def test_every_change_of_status_is_an_event_and_only_the_lifecycle_s_changes_are_allowed(warehouse):
     lw, wh = warehouse
-    store = IncidentStore(wh, OpsSchema("DW_OPS_TEST", "OPS_D"))
+    store = IncidentStore(wh, ops_schema(wh, "OPS_D"))
     older = store.record_finding(finding("total_x", "a/b", day=date(2025, 6, 16))).incident
     store.record_finding(finding("volume", "a/b", day=date(2025, 6, 16)))
     tonight = store.record_finding(finding("total_x", "a/b", day=date(2025, 6, 17))).incident
@@ -96,7 +95,7 @@ def test_every_change_of_status_is_an_event_and_only_the_lifecycle_s_changes_are
 
 def test_a_new_finding_on_a_resolved_incident_of_the_same_night_reopens_it(warehouse):
     lw, wh = warehouse
-    store = IncidentStore(wh, OpsSchema("DW_OPS_TEST", "OPS_E"))
+    store = IncidentStore(wh, ops_schema(wh, "OPS_E"))
     incident = store.record_finding(finding("total_x", "a/b")).incident
     store.set_status(incident.incident_id, "resolved", reason="verified fix")
     # The rerun's checks for the same night: the same finding again is not news ...

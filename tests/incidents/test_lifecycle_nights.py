@@ -8,7 +8,7 @@ from datetime import date
 
 import dagster as dg
 import pytest
-from ops_warehouse import warehouse
+from ops_warehouse import ops_schema, warehouse
 from test_incident_store import finding
 
 from dw_dagster import tags
@@ -17,7 +17,6 @@ from dw_dagster.incidents.nights import lifecycle_due
 from dw_dagster.incidents.policy import IncidentPolicy
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.resources import SlackNotifier
-from dw_dagster.warehouse.ops import OpsSchema
 
 __all__ = ["warehouse"]
 
@@ -49,7 +48,7 @@ def night(warehouse, request):
     """(store, instance, judge): ``judge(day, outcome)`` runs the check for a night as the run sensor's
     checks run does (tagged with the business date and the job)."""
     _, wh = warehouse
-    store = IncidentStore(wh, OpsSchema("DW_OPS_TEST", f"OPS_N_{request.node.name[-16:].upper()}"))
+    store = IncidentStore(wh, ops_schema(wh, f"OPS_N_{request.node.name[-16:].upper()}"))
     with dg.DagsterInstance.ephemeral() as instance:
         step = CHECKS_JOB.graph.nodes[0].name
 

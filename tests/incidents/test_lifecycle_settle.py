@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import date
 
 import pytest
-from ops_warehouse import warehouse
+from ops_warehouse import ops_schema, warehouse
 from test_incident_store import finding
 
 from dw_dagster.incidents.lifecycle import settle
@@ -14,7 +14,6 @@ from dw_dagster.incidents.lifecycle_view import record_diagnosis
 from dw_dagster.incidents.models import BlastRadius, CauseClass, Diagnosis, KeyGap
 from dw_dagster.incidents.policy import IncidentPolicy
 from dw_dagster.incidents.store import IncidentStore
-from dw_dagster.warehouse.ops import OpsSchema
 
 __all__ = ["warehouse"]
 
@@ -41,7 +40,7 @@ def opened(
 @pytest.fixture
 def store(warehouse, request):
     _, wh = warehouse
-    return IncidentStore(wh, OpsSchema("DW_OPS_TEST", f"OPS_{request.node.name[-20:].upper()}"))
+    return IncidentStore(wh, ops_schema(wh, f"OPS_{request.node.name[-20:].upper()}"))
 
 
 def test_a_continuing_fault_continues_the_open_incident(store):

@@ -279,3 +279,24 @@ def test_with_the_scheduler_on_the_night_is_the_scheduled_run(tmp_path: Path):
     assert sorted(runs) == sorted(n.run_id for n in nights + [rerun])
     assert runs[nights[1].run_id].run_start_time.hour == 7  # 02:00 CDT
     assert runs[rerun.run_id].run_start_time.hour == 13  # 08:05 CDT
+
+
+@pytest.mark.world
+def test_the_seeded_history_carries_each_nights_business_time(seeded_world):
+    """The template's events were stored on each night's time, so the UI's plots and check history read night
+    by night: the fact's materializations fall a minute after each night's 02:00 job, one a night."""
+    from datetime import datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    import dagster as dg
+
+    world = DistributorWorld()
+    tz = ZoneInfo(world.spec.timezone)
+    instance = dg.DagsterInstance.from_config(str(seeded_world.root / "dagster_home"))
+    key = dg.AssetKey(["inventory", "fct_inventory_position"])
+    records = instance.fetch_materializations(key, limit=200).records
+    # The template holds the history only; a clone's later nights (other tests) come after it.
+    history = sorted(datetime.fromtimestamp(r.timestamp, tz) for r in records)[:HISTORY]
+    expected = [world.scheduled_at(n) + timedelta(minutes=1) for n in range(HISTORY)]
+    assert [t.date() for t in history] == [e.date() for e in expected]
+    assert all(timedelta(0) <= t - e < timedelta(minutes=10) for t, e in zip(history, expected, strict=True))

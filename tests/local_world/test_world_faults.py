@@ -35,7 +35,7 @@ def test_every_kind_says_what_a_data_engineer_sees():
     assert set(KINDS) >= {
         "duplicate_load", "replication_stalled", "unit_change", "partial_load", "reference_row_deleted",
         "reference_row_remapped", "null_join_key", "column_renamed", "column_dropped", "node_failure",
-        "scheduler_skip", "new_org_mapped", "steady_growth",
+        "scheduler_skip", "source_not_refreshed", "new_org_mapped", "steady_growth",
     }  # fmt: skip
     for kind, cls in KINDS.items():
         doc = inspect.getdoc(cls) or ""
@@ -58,6 +58,10 @@ def test_fault_parameters_are_validated_and_defaulted():
         ({"kind": "reference_row_deleted"}, "org_id: reference_row_deleted needs it"),
         ({"kind": "reference_row_remapped", "org_id": 7010}, "to_org_id"),
         ({"kind": "unit_change", "column": "ONHAND_QUANTITIES_ID"}, "column"),
+        ({"kind": "unit_change", "factor": 0}, "factor: expected a factor other than 0 and 1"),
+        ({"kind": "unit_change", "factor": 1}, "factor: expected a factor other than 0 and 1"),
+        ({"kind": "source_not_refreshed"}, "table: source_not_refreshed needs it"),
+        ({"kind": "source_not_refreshed", "table": "REGION_MAP"}, "table: 'REGION_MAP'"),
         ({"kind": "partial_load", "fraction": 1.5}, "fraction"),
         ({"kind": "partial_load", "table": "REGION_MAP"}, "table"),
         ({"kind": "column_dropped", "table": ORDER_LINES, "column": "LINE_ID"}, "LINE_ID"),
@@ -72,6 +76,19 @@ def test_fault_parameters_are_validated_and_defaulted():
         assert fragment in str(err.value), (data, str(err.value))
 
 
+@pytest.mark.parametrize("factor", [3.7, 0.27, -1])
+def test_unit_change_scales_one_org_by_any_factor_in_whole_units(factor):
+    world, night = DistributorWorld(), 61
+    fault = Fault(kind="unit_change", org_id=7040, factor=factor)
+    clean, changed = world.night_tables(night)[ONHAND], world.faulted_night_tables(night, [fault])[ONHAND]
+    org = clean["ORGANIZATION_ID"] == 7040
+    expected = (clean.loc[org, "TRANSACTION_QUANTITY"] * factor).round().astype("int64")
+    assert (changed.loc[org, "TRANSACTION_QUANTITY"].to_numpy() == expected.to_numpy()).all()
+    assert (changed.loc[~org, "TRANSACTION_QUANTITY"] == clean.loc[~org, "TRANSACTION_QUANTITY"]).all()
+    measured = changed.loc[org, "TRANSACTION_QUANTITY"].sum() / clean.loc[org, "TRANSACTION_QUANTITY"].sum()
+    assert measured == pytest.approx(factor, rel=0.01)
+
+
 def _fingerprint(tables: dict[str, pd.DataFrame]) -> dict[str, str]:
     return {k: hashlib.sha256(v.to_csv(index=False).encode()).hexdigest() for k, v in tables.items()}
 
@@ -80,6 +97,8 @@ DATA_FAULTS = [
     Fault(kind="duplicate_load", org_id=7020),
     Fault(kind="unit_change", org_id=7040),
     Fault(kind="unit_change", column="SHIPPED_QUANTITY"),
+    Fault(kind="unit_change", column="SHIPPED_QUANTITY", factor=-1, org_id=7030),
+    Fault(kind="unit_change", factor=3.7, org_id=7050),
     Fault(kind="partial_load", fraction=0.25),
     Fault(kind="partial_load", table=ORDER_LINES, org_id=7010),
     Fault(kind="null_join_key", fraction=0.1),
@@ -488,3 +507,54 @@ def test_new_org_mapped_the_same_day_keeps_raw_and_the_fact_in_line(env):
     # The org stays open on the next night, still mapped.
     assert _play(env, night + 1).status == "completed"
     assert _by_org(env, FCT, "ONHAND_QTY")[new_org.id] == SPEC.reference_night.transfer_units
+
+
+@pytest.mark.world
+def test_source_not_refreshed_keeps_yesterdays_onhand_while_order_lines_move_on(env):
+    fault = Fault(kind="source_not_refreshed", table=ONHAND)
+    night = _next_night(env)
+    before = _rows(env, f'SELECT COUNT(*), SUM("TRANSACTION_QUANTITY"), MAX("_QLIK_LOADED_AT") FROM {RAW}')[0]
+    with _repaired(env, fault):
+        assert _play(env, night, fault).status == "completed"
+        held = _rows(env, f'SELECT COUNT(*), SUM("TRANSACTION_QUANTITY"), MAX("_QLIK_LOADED_AT") FROM {RAW}')
+        assert held[0] == before
+        assert _night_lines(env, night) == len(_clean(env, night)[ORDER_LINES])  # order lines arrived
+    _raw_matches(env, _clean(env, night)[ONHAND])
+
+
+@pytest.mark.world
+def test_source_not_refreshed_order_lines_arrive_with_the_next_night(env):
+    night = _next_night(env)
+    assert _play(env, night, Fault(kind="source_not_refreshed", table=ORDER_LINES)).status == "completed"
+    assert _night_lines(env, night) == 0
+    _raw_matches(env, _clean(env, night)[ONHAND])  # on-hand was applied
+    assert _play(env, night + 1).status == "completed"
+    assert _night_lines(env, night) == len(_clean(env, night)[ORDER_LINES])
+
+
+@pytest.mark.world
+def test_a_sign_flip_on_one_org_fails_the_facts_node_test(env):
+    fault = Fault(kind="unit_change", org_id=7060, factor=-1)
+    night = _next_night(env)
+    with _repaired(env, fault):
+        result = _play(env, night, fault)
+        assert result.status == "failed"
+        assert _failed_nodes(env, result.run_id)["FCT_INVENTORY_POSITION"] == ["NO_NEGATIVE_ONHAND"]
+        raw = _by_org(env, RAW, "TRANSACTION_QUANTITY")
+        assert raw[7060] < 0 and all(units > 0 for org, units in raw.items() if org != 7060)
+    _raw_matches(env, _clean(env, night)[ONHAND])
+
+
+@pytest.mark.world
+def test_a_skipped_night_fails_the_freshness_policies_of_every_built_table(env):
+    from dw_local.daemon import LocalDaemon
+
+    daemon = LocalDaemon(env["lw"])
+    built = {"inventory/fct_inventory_position", "mart/mart_days_of_supply", "stage/stg_onhand"}
+    night = _next_night(env)
+    clean = _play(env, night)
+    outcome = daemon.tick(at=clean.watched_at)
+    assert built <= set(outcome.freshness) and outcome.stale() == []
+    skipped = _play(env, night + 1, Fault(kind="scheduler_skip"))
+    assert built <= set(daemon.tick(at=skipped.watched_at).stale())
+    assert daemon.tick(at=_play(env, night + 2).watched_at).stale() == []

@@ -1,166 +1,54 @@
-"""The incident's Slack messages: Block Kit within Slack's limits, routing from the context file, and
-delivery through the outbox over real sockets (local Snowflake + the Slack stand-in; nothing mocked):
-once each across re-ticks and process restarts, replies in the thread, an outage delays and never loses.
-"""
+"""The messages as a person reads them in Slack: Block Kit within Slack's limits, the pipeline's own words,
+numbers rounded, Slack dates, no Python reprs, mrkdwn only, a link to the exact run, the receipt and the
+proposal whole however long, and routing from the context file. Fast: no server."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import logging
-import subprocess
-import sys
-import threading
-from datetime import UTC, date, datetime, timedelta
+import re
+from datetime import UTC, datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
-import dagster as dg
-import httpx
 import pytest
-
-from dw_dagster.context.models import Autonomy, ContextFile, load_context_file
-from dw_dagster.incidents.models import (
-    AffectedAsset,
-    BlastRadius,
-    CauseClass,
-    Diagnosis,
-    Incident,
-    JoinEffect,
-    KeyGap,
+from reference_night import (
+    NODE_DIFF,
+    reference_blast,
+    reference_diagnosis,
+    reference_incident,
+    reference_plan,
+    reference_receipt,
 )
-from dw_dagster.incidents.store import IncidentStore
+from slack_checks import check_limits, check_reads_like_slack
+from slack_checks import texts as _texts
+
+from dw_dagster.checks.metrics import MetricsFile, load_metrics_file
+from dw_dagster.context.models import Autonomy, ContextFile, load_context_file
+from dw_dagster.incidents.models import BlastRadius, KeyGap
 from dw_dagster.notifications import (
     DagsterLinks,
-    IncidentNotifier,
-    Recipients,
-    SlackNotifier,
+    Wording,
     alerts_allowed,
-    build_slack_outbox_sensor,
+    dagster_ui_url,
     hold_mode_for,
     hold_notice,
     incident_message,
+    proposal_messages,
     proposed_hold_notice,
+    receipt_messages,
+    resolution_message,
     route_incident,
+    update_message,
+    wording_for,
 )
-from dw_dagster.notifications.blocks import (
-    FIELD_TEXT_LIMIT,
-    HEADER_TEXT_LIMIT,
-    MAX_BLOCKS,
-    SECTION_TEXT_LIMIT,
-    dagster_ui_url,
-    fmt_value,
-)
-from dw_dagster.notifications.incident_notifier import Redactor
-from dw_dagster.warehouse.ops import OpsSchema
-from dw_dagster.warehouse.resources import WarehouseResource
-from dw_local.world import DISTRIBUTOR_DIR, LOCAL_SLACK_TOKEN, LocalWorld
+from dw_dagster.notifications.hold_message import hold_note
+from dw_dagster.notifications.text import fmt_number, fmt_value, humanise, lower_first, slack_date
+from dw_local.slack_render import render_blocks, render_log, render_message
+from dw_local.world import DISTRIBUTOR_DIR
 
 REPO = Path(__file__).resolve().parents[2]
-DATABASE = "DW_NOTIFY_TEST"
-UTC = UTC
-
-# -- the reference night, by hand (the real diagnosis is built elsewhere) ----------------------------
-
-
-def reference_incident(incident_id: str = "INC-20250616-dc7a01") -> Incident:
-    opened = datetime(2025, 6, 17, 7, 30, tzinfo=UTC)  # 02:30 America/Chicago
-    return Incident(
-        incident_id=incident_id, cause_key="2025-06-16|job:inventory_nightly", status="open",
-        business_date=date(2025, 6, 16), title="Network on-hand units fell 1.8% while EBS rose 0.2%",
-        severity="ERROR", opened_at=opened, updated_at=opened,
-    )  # fmt: skip
-
-
-TEST_QUERY = """SELECT o.ORGANIZATION_ID, SUM(o.TRANSACTION_QUANTITY) AS UNITS,
-       COUNT(DISTINCT o.INVENTORY_ITEM_ID) AS SKUS
-FROM RAW_EBS.MTL_ONHAND_QUANTITIES_DETAIL o
-LEFT JOIN INVENTORY.DIM_WAREHOUSE w ON w.ORGANIZATION_ID = o.ORGANIZATION_ID
-WHERE w.ORGANIZATION_ID IS NULL
-GROUP BY 1 HAVING SUM(o.TRANSACTION_QUANTITY) <> 0"""
-
-
-def reference_diagnosis(incident_id: str, keys: list[KeyGap] | None = None) -> Diagnosis:
-    dc7 = KeyGap(
-        column="ORGANIZATION_ID", value="7120", units=41800, rows=1260, distinct_items=1260,
-        new_in_source_since=date(2025, 6, 16),
-    )  # fmt: skip
-    return Diagnosis(
-        incident_id=incident_id,
-        classification=CauseClass.VALUE_LOSS,
-        cause=(
-            "FCT_INVENTORY_POSITION inner-joins on-hand rows to DIM_WAREHOUSE; inventory org 7120"
-            " (DC7 Dallas) is not in the planning-ops region map, so its 41,800 units drop out while DC2's"
-            " outbound transfers count."
-        ),
-        # The keys dw_dagster.incidents.diagnosis records (percentages in points).
-        evidence={
-            "gap_units": 41800.0,
-            "target_change_pct": -1.8,
-            "source_change_pct": 0.2,
-            "dropped_units": 41800.0,
-            "dropped_rows": 1260,
-        },
-        keys=keys if keys is not None else [dc7],
-        joins=[
-            JoinEffect(
-                asset_key="inventory/fct_inventory_position",
-                join_type="inner",
-                left="STG_ONHAND",
-                right="DIM_WAREHOUSE",
-                on=["STG_ONHAND.ORGANIZATION_ID = DIM_WAREHOUSE.ORGANIZATION_ID"],
-                dropped_rows=1260,
-                dropped_units=41800,
-                unmatched=[dc7],
-            )  # fmt: skip
-        ],
-        upstream_change=(
-            "Oracle EBS opened inventory org 7120 (DC7 Dallas) Mon 14:00; Qlik Replicate applied it at 14:06."
-        ),
-        path=[
-            "oracle_ebs/mtl_onhand_quantities_detail",
-            "qlik_replicate/ebs_inventory_cdc",
-            "raw_ebs/mtl_onhand_quantities_detail",
-            "ref_planning/region_map",
-            "inventory/dim_warehouse",
-            "inventory/fct_inventory_position",
-        ],
-        test_query=TEST_QUERY,
-        owners=["team:inventory-analytics", "team:planning-ops"],  # as assets carry them
-    )
-
-
-def reference_blast(n_skus: int = 164, extra_assets: int = 0) -> BlastRadius:
-    """In the shape ``dw_dagster.incidents.blast_radius`` builds: changes in recorded totals by name."""
-    a = AffectedAsset
-    reorder = {"before": 31, "after": 195, "newly_flagged": n_skus}
-    assets = [
-        a(asset_key="mart/mart_days_of_supply", name="MART_DAYS_OF_SUPPLY", kind="coalesce",
-          owners=["team:inventory-analytics"], change={"rows_affected": 1260}),
-        a(asset_key="thoughtspot/network_days_of_supply", name='Liveboard "Network days of supply"',
-          kind="thoughtspot", owners=["team:supply-chain-planning"],
-          next_read="09:00 S&OP meeting, Tue 2025-06-17 09:00 America/Chicago"),
-        a(asset_key="mart/mart_reorder_candidates", name="Reorder candidates", kind="coalesce",
-          owners=["team:inventory-analytics"],
-          change={"reorder_candidates": reorder, "rows_affected": n_skus}),
-        a(asset_key="buyers/reorder_candidates_list", name="Reorder candidates list (buyers)",
-          kind="thoughtspot", owners=["team:buyers"],
-          next_read="buyers' morning expedite review, Tue 2025-06-17 07:30 America/Chicago"),
-    ]  # fmt: skip
-    assets += [
-        a(asset_key=f"mart/extra_{i}", name=f"EXTRA_{i}", kind="coalesce", owners=["team:data-platform"])
-        for i in range(extra_assets)
-    ]
-    return BlastRadius(
-        assets=assets,
-        newly_flagged=[f"SKU-{100000 + 7 * i}" for i in range(n_skus)],
-        summary={
-            "downstream_assets": len(assets),
-            "reorder_candidates_before": 31,
-            "reorder_candidates_after": 195,
-            "newly_flagged": n_skus,
-            "consumers": 2,
-        },  # fmt: skip
-    )
+ECOMMERCE_DIR = REPO / "dw_local" / "scenarios" / "worlds" / "ecommerce"
+RUN = "4f1c2d3e-aaaa-4bbb-8ccc-000000000042"
 
 
 @pytest.fixture(scope="module")
@@ -168,37 +56,26 @@ def context() -> ContextFile:
     return load_context_file(DISTRIBUTOR_DIR / "context.yaml")
 
 
-# -- Block Kit ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def metrics() -> MetricsFile:
+    return load_metrics_file(DISTRIBUTOR_DIR / "metrics.yaml")
 
 
-def _texts(payload: dict) -> str:
-    return json.dumps(payload["blocks"], ensure_ascii=False)
-
-
-def _check_limits(payload: dict) -> None:
-    blocks = payload["blocks"]
-    assert payload["text"], "plain-text fallback always set"
-    assert len(blocks) <= MAX_BLOCKS
-    for b in blocks:
-        if b["type"] == "header":
-            assert len(b["text"]["text"]) <= HEADER_TEXT_LIMIT
-        if b["type"] == "section":
-            if "text" in b:
-                assert len(b["text"]["text"]) <= SECTION_TEXT_LIMIT
-            assert len(b.get("fields", [])) <= 10
-            assert all(len(f["text"]) <= FIELD_TEXT_LIMIT for f in b.get("fields", []))
-        if b["type"] == "context":
-            assert len(b["elements"]) <= 10
-
-
-def test_incident_message_carries_the_reference_numbers(context, monkeypatch):
-    monkeypatch.setenv("DAGSTER_UI_URL", "https://dagster.example.com/")
+def _reference(context, metrics):
     inc = reference_incident()
+    diagnosis, blast = reference_diagnosis(inc.incident_id), reference_blast()
+    return inc, diagnosis, blast, wording_for(context, metrics, diagnosis, blast)
+
+
+def test_incident_message_carries_the_reference_numbers_in_the_pipelines_words(context, metrics, monkeypatch):
+    monkeypatch.setenv("DAGSTER_UI_URL", "https://dagster.example.com/")
+    inc, diagnosis, blast, wording = _reference(context, metrics)
+    note = hold_note(route_incident(context, diagnosis, blast), context, wording)
     msg = incident_message(
-        inc, reference_diagnosis(inc.incident_id), reference_blast(), context=context, run_id="run-42",
-        hold_note="#buyers told to hold expedite orders on these SKUs.",
-    ).payload()  # fmt: skip
-    _check_limits(msg)
+        inc, diagnosis, blast, context=context, run_id=RUN, hold_note=note, wording=wording
+    ).payload()
+    check_limits(msg)
+    check_reads_like_slack(msg)
     blocks, text = msg["blocks"], _texts(msg)
     assert blocks[0]["type"] == "header"
     assert "ERROR" in blocks[0]["text"]["text"] and inc.incident_id in blocks[0]["text"]["text"]
@@ -207,47 +84,273 @@ def test_incident_message_carries_the_reference_numbers(context, monkeypatch):
         "reorder candidates 31 → 195 (newly flagged 164)", "Reorder candidates list (buyers)",
         "09:00 S&amp;OP meeting", "MART_DAYS_OF_SUPPLY",
         "Planning operations (#planning-ops)", "<@U0INVAN01>", "<@U0PLANOP1>", "value loss",
-        "164 newly flagged SKUs",
+        "164 newly flagged SKUs", "Buyers (#buyers) told to hold expedite orders on these SKUs",
+        # The evidence names the totals it compares, as the metrics file does.
+        "network_onhand_units change", "ebs_onhand_units change",
     ]:  # fmt: skip
         assert needle in text, needle
     # The test query in a code block, escaped for mrkdwn (its "<>" would otherwise read as a link).
-    sections = [b["text"]["text"] for b in blocks if b["type"] == "section"]
+    sections = [b["text"]["text"] for b in blocks if b["type"] == "section" and "text" in b]
     query = next(t for t in sections if "Test query" in t)
     assert "```" in query and "&lt;&gt; 0" in query and "<>" not in query
+    # The exact run it speaks of (the diagnosis), and the incident's runs by their tag.
     buttons = next(b for b in blocks if b["type"] == "actions")["elements"]
-    assert buttons[0]["url"] == "https://dagster.example.com/assets/dw/incidents"
-    assert buttons[1]["url"] == "https://dagster.example.com/runs/run-42"
+    assert buttons[0]["url"] == f"https://dagster.example.com/runs/{RUN}"
+    assert buttons[1]["url"] == (
+        f"https://dagster.example.com/runs?q%5B%5D=tag%3Adw%2Fincident_id%3D{inc.incident_id}"
+    )
+    assert f"https://dagster.example.com/runs/{RUN}" in msg["text"]
+    # Opened at 02:30 in Chicago: a Slack date, each reader sees it in their own zone.
+    opened = int(inc.opened_at.timestamp())
+    assert f"<!date^{opened}^{{date_short_pretty}} {{time}}|2025-06-17 07:30 UTC>" in text
     assert inc.incident_id in msg["text"] and "41,800" in msg["text"]
     assert dagster_ui_url({}) == "http://localhost:3000"
-    # A change carries its sign, a bound does not.
-    assert fmt_value("target_change_pct", 0.2) == "+0.2%"
-    assert fmt_value("baseline_max_change_pct", 0.3) == "0.3%"
 
 
-def test_hold_notice_and_its_proposed_variant(context):
-    inc, blast = reference_incident(), reference_blast()
+def test_words_come_from_the_context_and_metrics_files(context, metrics):
+    inc, diagnosis, blast, wording = _reference(context, metrics)
+    assert wording == Wording(
+        item_noun="SKUs", flagged_noun="SKUs", hold_action="Hold expedite orders",
+        target_total="network_onhand_units", source_total="ebs_onhand_units",
+    )  # fmt: skip
+    # Files that name nothing: neutral words, and nothing of the distributor's (its data aside).
+    bare_ctx = context.model_copy(update={"domains": {}})
+    diagnosis = diagnosis.model_copy(update={"test_query": None})
+    blast = blast.model_copy(
+        update={
+            "assets": [a.model_copy(update={"name": a.asset_key, "next_read": None}) for a in blast.assets],
+            "newly_flagged": [f"X{i}" for i in range(164)],
+        }
+    )
+    bare = wording_for(bare_ctx, MetricsFile(), diagnosis, blast)
+    assert (bare.item_noun, bare.flagged_noun, bare.hold_action) == ("items", "items", "Hold decisions")
+    r = route_incident(bare_ctx, diagnosis, blast, hold="act")
+    for m in (
+        incident_message(inc, diagnosis, blast, context=bare_ctx, wording=bare, hold_note=hold_note(r, bare_ctx, bare)),
+        hold_notice(inc, blast, wording=bare),
+        proposed_hold_notice(inc, blast, consumer_channels=["#c"], wording=bare),
+    ):  # fmt: skip
+        payload = json.dumps(m.payload())
+        assert not re.search(r"\bSKUs?\b|expedite", payload, re.I), payload[:300]
+        assert "items" in payload
+    # The e-commerce world's files: its items are products; it sets no hold action.
+    ecom_ctx = load_context_file(ECOMMERCE_DIR / "context.yaml")
+    ecom = load_metrics_file(ECOMMERCE_DIR / "metrics.yaml")
+    path = diagnosis.model_copy(
+        update={"path": ["raw_shop/order_lines", "ref_marketing/store_map", "sales/fct_sales"]}
+    )
+    words = wording_for(ecom_ctx, ecom, path, BlastRadius())
+    assert (words.item_noun, words.target_total, words.source_total) == (
+        "products",
+        "daily_revenue",
+        "shop_revenue",
+    )
+    assert words.hold_action == "Hold decisions"
+    assert (
+        lower_first("Hold expedite orders") == "hold expedite orders"
+        and lower_first("SAP orders") == "SAP orders"
+    )
+
+
+def test_numbers_as_a_person_writes_them():
+    assert fmt_value("target_change_pct", -1.7960491884065721) == "-1.8%"
+    assert fmt_value("source_change_pct", 0.2) == "+0.2%"
+    assert fmt_value("baseline_max_change_pct", 0.3) == "0.3%", "a bound carries no sign"
+    assert fmt_value("gap_change_pct", 0.031) == "+0.03%"
+    assert fmt_value("gap_units", 41800.0) == "41,800"
+    assert fmt_value("value", 2_331_945.3333333335) == "2,331,945"
+    assert fmt_value("days_of_supply", 12.3456) == "12.3"
+    assert fmt_value("ratio", 0.031249) == "0.031"
+    assert fmt_number(0.25) == "0.25" and fmt_number(-7.0) == "-7"
+    # No repr: a mapping, a list, a flag, nothing.
+    assert (
+        fmt_value("", {"WAREHOUSE_NAME": "Dallas", "REGION": "South"})
+        == "WAREHOUSE_NAME = Dallas, REGION = South"
+    )
+    assert fmt_value("keys", ["7120", "7130"]) == "7120, 7130"
+    assert (fmt_value("", True), fmt_value("", None)) == ("yes", "none")
+
+
+def test_names_are_humanised_by_their_shape_not_a_word_list():
+    assert humanise("rows_affected") == "Rows affected"
+    assert humanise("target_change_pct") == "Target change"
+    assert humanise("rowsAffected") == "Rows affected"
+    # The warehouse's identifiers and asset keys stay as the data spells them.
+    assert humanise("NO_UNMATCHED_DIM_WAREHOUSE") == "NO_UNMATCHED_DIM_WAREHOUSE"
+    assert humanise("mart/mart_days_of_supply") == "mart/mart_days_of_supply"
+    # No list of one world's words: a name reads the same whatever the world calls its things.
+    assert humanise("ebs_onhand_units") == "Ebs onhand units"
+    assert humanise("sku_count") == "Sku count"
+
+
+def test_product_code_carries_no_world_vocabulary():
+    """The messages' code names nothing of one world: its words come from the context and metrics files."""
+    words = re.compile(r"\bSKUs?\b|expedite|\bEBS\b|\bDC\d*\b|\bbuyers?\b|on-hand|onhand|S&OP", re.I)
+    files = [
+        *sorted((REPO / "dw_dagster" / "notifications").glob("*.py")),
+        REPO / "dw_dagster/remediation/receipt.py",
+    ]
+    found = [(f.name, m.group()) for f in files for m in words.finditer(f.read_text())]
+    assert found == []
+
+
+def test_slack_dates_show_in_the_readers_time_zone():
+    at = datetime(2025, 6, 17, 7, 30, tzinfo=UTC)
+    token = slack_date(at)
+    assert token == "<!date^1750145400^{date_short_pretty} {time}|2025-06-17 07:30 UTC>"
+    chicago, tokyo = ZoneInfo("America/Chicago"), ZoneInfo("Asia/Tokyo")
+    assert render_blocks(
+        [{"type": "section", "text": {"type": "mrkdwn", "text": f"opened {token}"}}], chicago
+    ) == ("opened Jun 17, 2025 02:30 CDT")
+    assert "16:30 JST" in render_blocks(
+        [{"type": "context", "elements": [{"type": "mrkdwn", "text": token}]}], tokyo
+    )
+    # A time among the evidence is a date token too, kept through the escaping of data (which is escaped).
+    inc = reference_incident()
+    d = reference_diagnosis(inc.incident_id)
+    d.evidence = {"last_load": at, "note": "a <b> & c"}
+    shown = render_message(incident_message(inc, d, BlastRadius()).payload(), chicago)
+    assert "Last load: Jun 17, 2025 02:30 CDT" in shown and "Note: a <b> & c" in shown
+
+
+def test_hold_notice_and_its_proposed_variant(context, metrics):
+    inc, _, blast, wording = _reference(context, metrics)
     links = DagsterLinks("http://localhost:3000")
     approval = "hold notices while an incident is open (L3)"
-    sent = hold_notice(inc, blast, standing_approval=approval, links=links)
-    payload = sent.payload()
-    _check_limits(payload)
+    payload = hold_notice(
+        inc, blast, wording=wording, standing_approval=approval, links=links, run_id=RUN
+    ).payload()
+    check_limits(payload)
+    check_reads_like_slack(payload)
     text = _texts(payload)
-    assert "164 SKUs" in payload["blocks"][0]["text"]["text"]
+    assert payload["blocks"][0]["text"]["text"].startswith(
+        ":octagonal_sign: Hold expedite orders on 164 SKUs"
+    )
     assert "first 100 of 164" in text and "… and 64 more SKUs" in text
     assert "SKU-100000" in text and "standing approval" in text
     why = "on *Reorder candidates* tonight that the data does not support (reorder candidates 31 → 195)"
     assert why in text
-    assert "Hold expedite orders" in payload["text"]
+    assert "Hold expedite orders" in payload["text"] and f"http://localhost:3000/runs/{RUN}" in text
 
-    proposed = proposed_hold_notice(
-        inc, blast, consumer_channels=["#buyers"], autonomy="L2 propose", links=links
-    )
-    payload = proposed.payload()
-    _check_limits(payload)
+    payload = proposed_hold_notice(
+        inc,
+        blast,
+        consumer_channels=["#buyers"],
+        autonomy="L2 propose",
+        wording=wording,
+        links=links,
+        run_id=RUN,
+    ).payload()
+    check_limits(payload)
+    check_reads_like_slack(payload)
     text, title = _texts(payload), payload["blocks"][0]["text"]["text"]
-    assert "Proposed" in title and "#buyers" in title
+    assert "Proposed: tell #buyers to hold expedite orders" in title
     assert "Not sent." in text and "L2 propose" in text and "… and 64 more SKUs" in text
-    assert payload["text"].startswith("Proposed (not sent)")
+    assert payload["text"].startswith("Proposed (not sent)") and f"/runs/{RUN}" in text
+
+
+def test_the_receipt_is_whole_and_reads_like_slack(context, metrics):
+    inc, _, _, wording = _reference(context, metrics)
+    links = DagsterLinks("http://localhost:3000")
+    receipt = reference_receipt(inc.incident_id)
+    (msg,) = receipt_messages(receipt, context=context, links=links, wording=wording)
+    payload = msg.payload()
+    check_limits(payload)
+    check_reads_like_slack(payload)
+    shown = render_message(payload, ZoneInfo("America/Chicago"))
+    for needle in [
+        "Receipt · INC-20250616-dc7a01 · verified", "Verification passed", "Cause", "7120",
+        "network_onhand_units change: -1.8%", "Gap units: 41,800",
+        "Priya Raman for Inventory analytics (#inventory-analytics), Jun 17, 2025 02:40 CDT",
+        "Dana Ortiz for Planning operations (#planning-ops), Jun 17, 2025 02:42 CDT, set WAREHOUSE_NAME = Dallas",
+        "Coalesce run 17 `{name: DIM_WAREHOUSE} {name: FCT_INVENTORY_POSITION}+` in environment 2, as PRIYA_RAMAN",
+        "+  LEFT JOIN {{ ref('INVENTORY', 'DIM_WAREHOUSE') }}", "NO_UNMATCHED_DIM_WAREHOUSE passed",
+        f"run {receipt.dagster_run_id[:8]} (http://localhost:3000/runs/{receipt.dagster_run_id})",
+        "1. `dw-dagster undo INC --as <owner>`", "2. In Coalesce, revert",
+    ]:  # fmt: skip
+        assert needle in shown, needle
+    # The node diff in full, as the plan has it.
+    assert all(line in shown for line in NODE_DIFF.splitlines())
+
+
+def test_a_receipt_longer_than_a_message_is_split_never_cut(context):
+    # A node change touching hundreds of columns: far past one message's 50 blocks and 3,000 characters a section.
+    diff = "\n".join(
+        f'-  COL_{i:04d}: \'"STG"."COL_{i:04d}"\'\n+  COL_{i:04d}: COALESCE("STG"."COL_{i:04d}", 0)'
+        for i in range(900)
+    )
+    inc = reference_incident()
+    receipt = reference_receipt(inc.incident_id, plan=reference_plan(inc.incident_id, diff=diff))
+    parts = receipt_messages(receipt, context=context)
+    assert len(parts) >= 3
+    payloads = [m.payload() for m in parts]
+    for i, p in enumerate(payloads, 1):
+        check_limits(p)
+        check_reads_like_slack(p)
+        assert f"part {i} of {len(parts)}" in _texts(p) and f"part {i} of {len(parts)}" in p["text"]
+    # Put back together, the parts hold the whole diff, in order, and every section once.
+    whole = "\n".join(render_message(p) for p in payloads)
+    code = "\n".join(re.findall(r"```\n(.*?)\n```", whole, flags=re.S))
+    assert diff in code
+    for heading in ("Cause", "Approvals", "Changes", "Runs", "Verification", "Undo"):
+        assert len(re.findall(rf"^{heading}$", whole.replace("*", ""), flags=re.M)) == 1, heading
+    # The link to the run closes the last part.
+    assert payloads[-1]["blocks"][-2]["type"] == "actions" and all(
+        b["type"] != "actions" for p in payloads[:-1] for b in p["blocks"]
+    )
+
+
+def test_the_proposal_carries_approve_and_reject_for_the_held_run(context):
+    inc = reference_incident()
+    plan = reference_plan(inc.incident_id)
+    (msg,) = proposal_messages(
+        inc, plan, run_id=RUN, context=context, links=DagsterLinks("http://localhost:3000")
+    )
+    payload = msg.payload()
+    check_limits(payload)
+    check_reads_like_slack(payload)
+    actions = [b for b in payload["blocks"] if b["type"] == "actions"]
+    (decide,) = actions
+    by_id = {e["action_id"]: e for e in decide["elements"]}
+    assert json.loads(by_id["dw_approve"]["value"]) == {"plan_id": plan.plan_id, "run_id": RUN}
+    assert json.loads(by_id["dw_reject"]["value"]) == {"plan_id": plan.plan_id, "run_id": RUN}
+    assert (by_id["dw_approve"]["style"], by_id["dw_reject"]["style"]) == ("primary", "danger")
+    assert by_id["dw_approve"]["confirm"]["confirm"]["text"] == "Approve"
+    assert by_id["dw_open_run"]["url"] == f"http://localhost:3000/runs/{RUN}"
+    text = _texts(payload)
+    assert plan.plan_id in payload["text"]
+    for needle in [
+        "--set WAREHOUSE_NAME=...", '`dw-dagster approve INC-20250616-dc7a01 --as \\"Priya Raman\\"` (inventory-analytics)',
+        "`ORGANIZATION_ID` = 7120", "`REGION` = South (from the donor ORGANIZATION_ID 7020)",
+        "Planning operations (#planning-ops) <@U0PLANOP1>", "+  LEFT JOIN",
+    ]:  # fmt: skip
+        assert needle in text, needle
+    # A plan too long for one message: split, the buttons once, on the last part.
+    long = reference_plan(inc.incident_id, diff="\n".join(f"+  COL_{i}: 1" for i in range(4000)))
+    parts = [m.payload() for m in proposal_messages(inc, long, run_id=RUN, context=context)]
+    assert len(parts) > 1
+    for p in parts:
+        check_limits(p)
+    kinds = [[b["type"] for b in p["blocks"]] for p in parts]
+    assert [k.count("actions") for k in kinds] == [0] * (len(parts) - 1) + [1]
+
+
+def test_updates_and_the_resolution_link_the_run_they_speak_of():
+    inc = reference_incident()
+    links = DagsterLinks("http://localhost:3000")
+    update = update_message(inc, "Waiting for Priya Raman to deploy.", links=links, run_id=RUN).payload()
+    resolved = resolution_message(
+        inc, "Back in line.", verification={"reorder_candidates": 31.0, "network_onhand_units": 2331945.333},
+        links=links, run_id=RUN,
+    ).payload()  # fmt: skip
+    for p in (update, resolved):
+        check_limits(p)
+        check_reads_like_slack(p)
+        assert f"http://localhost:3000/runs/{RUN}" in _texts(p)
+    assert "2,331,945" in _texts(resolved) and "reorder_candidates" not in resolved["text"]
+    # Without a run, the incident's runs.
+    bare = update_message(inc, "x", links=links).payload()
+    assert "runs?q%5B%5D=tag%3Adw%2Fincident_id" in _texts(bare)
 
 
 def test_blocks_stay_within_slack_limits_at_scale(context):
@@ -262,20 +365,43 @@ def test_blocks_stay_within_slack_limits_at_scale(context):
     diagnosis.path = [f"schema_{i}/node_with_a_long_name_{i}" for i in range(300)]
     blast = reference_blast(n_skus=164, extra_assets=60)
     msg = incident_message(inc, diagnosis, blast, context=context).payload()
-    _check_limits(msg)
+    check_limits(msg)
     text = _texts(msg)
-    assert "more keys" in text and "more affected assets" in text and "truncated" in text
+    assert "more keys" in text and "more affected assets" in text and "more parts of the query" in text
     assert msg["blocks"][-2]["type"] == "actions"  # the Dagster link survives the cut
 
     big = reference_blast(n_skus=5000)
     big.newly_flagged = [f"SKU-LONG-IDENTIFIER-{i:08d}" for i in range(5000)]
+    words = Wording(flagged_noun="SKUs")
     for m in (
-        hold_notice(inc, big, max_items=None),
-        proposed_hold_notice(inc, big, consumer_channels=["#buyers"], max_items=None),
+        hold_notice(inc, big, max_items=None, wording=words),
+        proposed_hold_notice(inc, big, consumer_channels=["#buyers"], max_items=None, wording=words),
     ):
         payload = m.payload()
-        _check_limits(payload)
+        check_limits(payload)
         assert "more SKUs" in _texts(payload)
+
+
+def test_the_log_shows_the_blocks_as_a_person_sees_them(context, metrics):
+    inc, diagnosis, blast, wording = _reference(context, metrics)
+    root = incident_message(inc, diagnosis, blast, context=context, run_id=RUN, wording=wording).payload()
+    reply = update_message(inc, "Owners are reviewing the proposal.", run_id=RUN).payload()
+    log = [
+        {"ts": "1750145880.000100", "channel": "#planning-ops", "thread_ts": None, **root},
+        {"ts": "1750145890.000100", "channel": "#buyers", "thread_ts": None, "text": "plain &lt;text&gt;", "blocks": None},
+        {"ts": "1750146000.000200", "channel": "#planning-ops", "thread_ts": "1750145880.000100", **reply},
+    ]  # fmt: skip
+    shown = render_log(log, ZoneInfo("America/Chicago"))
+    lines = shown.splitlines()
+    assert lines[0] == "##### #planning-ops" and "##### #buyers" in lines
+    # The blocks, not the fallback: the fields, the buttons, the mentions, the date in the reader's zone.
+    for needle in [
+        "Gap units: 41,800", "ORGANIZATION_ID = 7120", "[Diagnosis run in Dagster → http://localhost:3000/runs/",
+        "@U0PLANOP1", "opened Jun 17, 2025 02:30 CDT", "  ↳ [2025-06-17 02:40:00 CDT] reply",
+        "    :memo: *Update* · INC-20250616-dc7a01", "plain <text>",
+    ]:  # fmt: skip
+        assert needle in shown, needle
+    assert shown.index("##### #buyers") > shown.index("    :memo: *Update*"), "a thread under its root"
 
 
 def test_routing_from_the_context_file(context):
@@ -325,332 +451,3 @@ def test_routing_from_the_context_file(context):
         route_incident(context, stray, blast)
     r = route_incident(context, stray, blast, fallback_channel="#data-platform")
     assert r.owner_channels == ("#data-platform",) and r.unrouted == ("nobody",)
-
-
-# -- delivery over real sockets ------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    with LocalWorld(tmp_path_factory.mktemp("notify"), services=("snowflake", "slack")) as lw:
-        yield lw
-
-
-def _warehouse(lw: LocalWorld) -> WarehouseResource:
-    sf = lw.snowflake
-    return WarehouseResource(
-        account=sf.account, user=sf.user, password=sf.password, database=DATABASE, network_timeout=20,
-        additional_snowflake_connection_args={"host": sf.host, "port": sf.port, "protocol": sf.protocol},
-    )  # fmt: skip
-
-
-def _slack(lw: LocalWorld, retries: int = 1, token: str = LOCAL_SLACK_TOKEN) -> SlackNotifier:
-    return SlackNotifier(token=token, base_url=f"{lw.slack_url}/api/", max_retries=retries)
-
-
-def _notifier(lw: LocalWorld, schema: str, **kwargs) -> IncidentNotifier:
-    slack = kwargs.pop("slack", None) or _slack(lw)
-    store = IncidentStore(_warehouse(lw), OpsSchema(DATABASE, schema))
-    return IncidentNotifier(slack, store, ui_url="http://localhost:3000", **kwargs)
-
-
-def _posted(lw: LocalWorld, incident_id: str) -> list[dict]:
-    """What the stand-in stored for this incident (every message carries its outbox key as metadata)."""
-    msgs = httpx.get(f"{lw.slack_url}/_sink/messages").json()["messages"]
-    return [m for m in msgs if _payload(m).get("incident_id") == incident_id]
-
-
-def _payload(m: dict) -> dict:
-    return (m.get("metadata") or {}).get("event_payload") or {}
-
-
-def _kinds(msgs: list[dict]) -> list[tuple[str, str]]:
-    return sorted((m["channel"], _payload(m)["message_key"].split("|")[2]) for m in msgs)
-
-
-def _fault(lw: LocalWorld, count: int) -> None:
-    httpx.post(f"{lw.slack_url}/_sink/faults", json={"status": 503, "count": count}).raise_for_status()
-
-
-def _recipients(context: ContextFile, inc: Incident, hold: str | None = None) -> Recipients:
-    """From the context file; the distributor's domain sends the hold notice at once unless ``hold``."""
-    return route_incident(context, reference_diagnosis(inc.incident_id), reference_blast(), hold=hold)
-
-
-NOTIFY_SCRIPT = """
-import json, sys
-from dw_dagster.incidents.models import BlastRadius, Diagnosis, Incident
-from dw_dagster.incidents.store import IncidentStore
-from dw_dagster.notifications import IncidentNotifier, Recipients, SlackNotifier
-from dw_dagster.warehouse.ops import OpsSchema
-from dw_dagster.warehouse.resources import WarehouseResource
-
-a = json.load(open(sys.argv[1]))
-wh = WarehouseResource(**a["warehouse"])
-store = IncidentStore(wh, OpsSchema(a["database"], a["schema"]))
-notifier = IncidentNotifier(SlackNotifier(**a["slack"]), store)
-r = Recipients(**{k: tuple(v) if isinstance(v, list) else v for k, v in a["recipients"].items()})
-rows = notifier.notify(Incident(**a["incident"]), Diagnosis(**a["diagnosis"]), BlastRadius(**a["blast"]), r)
-print(json.dumps([m.status for m in rows]))
-"""
-
-
-def _notify_in_a_new_process(
-    lw: LocalWorld, tmp_path: Path, schema: str, inc, diagnosis, blast, recipients
-) -> list:
-    sf = lw.snowflake
-    args = {
-        "warehouse": {
-            "account": sf.account, "user": sf.user, "password": sf.password, "database": DATABASE,
-            "network_timeout": 20,
-            "additional_snowflake_connection_args": {
-                "host": sf.host, "port": sf.port, "protocol": sf.protocol,
-            },
-        },
-        "slack": {"token": LOCAL_SLACK_TOKEN, "base_url": f"{lw.slack_url}/api/", "max_retries": 1},
-        "database": DATABASE, "schema": schema,
-        "incident": inc.model_dump(mode="json"), "diagnosis": diagnosis.model_dump(mode="json"),
-        "blast": blast.model_dump(mode="json"), "recipients": dataclasses.asdict(recipients),
-    }  # fmt: skip
-    path = tmp_path / "notify.json"
-    path.write_text(json.dumps(args))
-    out = subprocess.run(
-        [sys.executable, "-c", NOTIFY_SCRIPT, str(path)],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def test_notify_posts_each_message_once_across_re_ticks_and_restarts(world, context, tmp_path):
-    inc = reference_incident("INC-20250616-once01")
-    diagnosis, blast = reference_diagnosis(inc.incident_id), reference_blast()
-    recipients = _recipients(context, inc)
-    notifier = _notifier(world, "NTF_ONCE")
-    rows = notifier.notify(inc, diagnosis, blast, recipients)
-    assert {m.status for m in rows} == {"sent"} and len(rows) == 3
-    notifier.notify(inc, diagnosis, blast, recipients)  # a re-tick
-    expected = [("#buyers", "hold"), ("#inventory-analytics", "incident"), ("#planning-ops", "incident")]
-    assert _kinds(_posted(world, inc.incident_id)) == expected
-
-    # Every process restarts: Slack, Snowflake, and the notifier itself (a new OS process).
-    world.restart("slack")
-    world.restart("snowflake")
-    statuses = _notify_in_a_new_process(world, tmp_path, "NTF_ONCE", inc, diagnosis, blast, recipients)
-    assert statuses == ["sent"] * 3
-    posted = _posted(world, inc.incident_id)
-    assert _kinds(posted) == expected
-    # The first message's ts is the thread, recorded durably, and the posts are roots (no thread_ts).
-    by_channel = {m.channel: m for m in _notifier(world, "NTF_ONCE").messages(inc.incident_id)}
-    assert {m["channel"]: m["ts"] for m in posted} == {c: m.slack_ts for c, m in by_channel.items()}
-    assert all(m["thread_ts"] is None for m in posted)
-    incident_root = next(m for m in posted if m["channel"] == "#inventory-analytics")
-    assert incident_root["text"].startswith(f"ERROR {inc.incident_id}") and incident_root["blocks"]
-    events = notifier.store.events(inc.incident_id, kind="slack_message")
-    assert sorted(e.detail["channel"] for e in events) == ["#buyers", "#inventory-analytics", "#planning-ops"]
-
-
-def test_updates_refinements_and_resolution_are_replies_in_each_thread(world, context):
-    inc = reference_incident("INC-20250616-thrd01")
-    diagnosis, blast = reference_diagnosis(inc.incident_id), reference_blast()
-    notifier = _notifier(world, "NTF_THREAD")
-    # L2: the hold notice is proposed to the owners, as a reply under the incident message.
-    notifier.notify(inc, diagnosis, blast, _recipients(context, inc, hold="propose"))
-    refined = diagnosis.model_copy(update={"cause": diagnosis.cause + " Confirmed on the staging node."})
-    notifier.notify(inc, refined, blast, _recipients(context, inc, hold="propose"))
-    notifier.notify(inc, refined, blast, _recipients(context, inc, hold="propose"))  # re-tick: nothing new
-    assert "#buyers" not in {m["channel"] for m in _posted(world, inc.incident_id)}  # proposed, not sent
-    # The domain now allows acting: the buyers get the notice; the owners' threads get nothing new.
-    notifier.notify(inc, refined, blast, _recipients(context, inc))
-    reviewing = "Owners are reviewing the proposal (map row 7120 -> DC7, South)."
-    custom = [{"type": "section", "text": {"type": "mrkdwn", "text": "*Reviewing* the proposal"}}]
-    notifier.post_update(inc, reviewing, blocks=custom)
-    notifier.post_update(inc, reviewing, blocks=custom)  # duplicate
-    notifier.post_resolution(inc, "Network on-hand is back in line with EBS; reorder list back to 31 rows.",
-                             verification={"reorder_rows": 31, "onhand_gap_units": 0})  # fmt: skip
-
-    posted = _posted(world, inc.incident_id)
-    buyers = [m for m in posted if m["channel"] == "#buyers"]
-    assert [(_payload(m)["message_key"].split("|")[2], m["thread_ts"]) for m in buyers] == [
-        ("hold", None), ("resolved", buyers[0]["ts"]),
-    ]  # fmt: skip
-    for channel in ("#inventory-analytics", "#planning-ops"):
-        thread = [m for m in posted if m["channel"] == channel]
-        root, replies = thread[0], thread[1:]
-        assert root["thread_ts"] is None and _payload(root)["message_key"].split("|")[2] == "incident"
-        assert [m["thread_ts"] for m in replies] == [root["ts"]] * 4
-        kinds = [_payload(m)["message_key"].split("|")[2] for m in replies]
-        assert kinds == ["hold_proposed", "incident", "update", "resolved"]
-        assert replies[1]["blocks"][0]["text"]["text"].startswith(
-            ":arrows_counterclockwise: Diagnosis refined"
-        )
-        assert replies[2]["text"] == reviewing
-        assert replies[2]["blocks"][0]["text"]["text"] == "*Reviewing* the proposal"
-        assert "Resolved" in replies[3]["text"]
-        # The stand-in's thread view agrees.
-        client = _slack(world).get_client()
-        assert len(client.conversations_replies(channel=channel, ts=root["ts"])["messages"]) == 5
-
-
-def test_an_outage_delays_and_never_loses(world, context, caplog):
-    inc = reference_incident("INC-20250616-outg01")
-    diagnosis, blast = reference_diagnosis(inc.incident_id), reference_blast()
-    notifier = _notifier(world, "NTF_OUTAGE")  # client retries once: 2 requests per post
-    _fault(world, 2)
-    with caplog.at_level(logging.WARNING):
-        rows = notifier.notify(inc, diagnosis, blast, _recipients(context, inc))
-    _fault(world, 0)
-    assert [m.status for m in rows] == ["pending"] * 3
-    first = rows[0]
-    assert first.channel == "#inventory-analytics"  # the owners' message goes first
-    assert first.attempts == 1 and first.last_outcome == "failed"
-    assert "HTTP 503: service_unavailable" in (first.last_error or "")
-    assert first.next_attempt_at is not None and first.next_attempt_at > datetime.now(UTC)
-    # The flush stopped at the outage: the other messages were not even tried.
-    assert [m.attempts for m in rows[1:]] == [0, 0]
-    assert not _posted(world, inc.incident_id)
-    attempts = notifier.store.events(inc.incident_id, kind="slack_attempt")
-    assert [(e.detail["attempt"], e.detail["outcome"]) for e in attempts] == [(1, "failed")]
-    assert "pending" in caplog.text
-
-    # The outage is over: the next post delivers what was never tried, each root before its reply; the
-    # failed root backs off, and the update in its thread waits for it (order within a thread holds).
-    notifier.post_update(inc, "Still investigating.")
-    posted = _posted(world, inc.incident_id)
-    assert sorted((m["channel"], m["thread_ts"] is None) for m in posted) == [
-        ("#buyers", True),
-        ("#planning-ops", False),
-        ("#planning-ops", True),
-    ]  # fmt: skip  (updates go to the owners' threads; the buyers' thread gets the resolution)
-
-    # A restarted notifier (sensor tick) before the backoff ends does nothing; after it, it delivers.
-    later = _notifier(world, "NTF_OUTAGE")
-    assert later.flush_pending().sent == []
-    after_backoff = _notifier(world, "NTF_OUTAGE", clock=lambda: datetime.now(UTC) + timedelta(hours=1))
-    result = after_backoff.flush_pending()
-    assert len(result.sent) == 2 and not result.failed
-    assert after_backoff.flush_pending().sent == []
-    posted = _posted(world, inc.incident_id)
-    assert len(posted) == 5 and len({_payload(m)["message_key"] for m in posted}) == 5
-    root = next(m for m in posted if m["channel"] == "#inventory-analytics" and m["thread_ts"] is None)
-    update = [m for m in posted if m["channel"] == "#inventory-analytics" and m["thread_ts"] == root["ts"]]
-    assert len(update) == 1 and "Still investigating." in update[0]["text"]
-    assert posted.index(root) < posted.index(update[0])
-    done = {m.message_key: m for m in later.messages(inc.incident_id)}
-    assert all(m.status == "sent" and m.slack_ts for m in done.values())
-    assert done[rows[0].message_key].attempts == 2
-    outcomes = [
-        (e.detail["attempt"], e.detail["outcome"])
-        for e in later.store.events(inc.incident_id, "slack_attempt")
-        if e.detail["message_key"] == rows[0].message_key
-    ]
-    assert outcomes == [(1, "failed"), (2, "sent")]
-
-
-def test_the_outbox_sensor_delivers_pending_messages(world, context):
-    inc = reference_incident("INC-20250616-snsr01")
-    notifier = _notifier(world, "NTF_SENSOR", backoff_seconds=(0, 0))
-    _fault(world, 2)
-    notifier.notify(inc, reference_diagnosis(inc.incident_id), reference_blast(), _recipients(context, inc))
-    _fault(world, 0)
-    assert not _posted(world, inc.incident_id)
-    sensor = build_slack_outbox_sensor(OpsSchema(DATABASE, "NTF_SENSOR"))
-    resources = {"slack": _slack(world), "snowflake": _warehouse(world)}
-    with dg.build_sensor_context(resources=resources) as ctx:
-        skip = sensor(ctx)
-    assert "sent 3" in skip.skip_message
-    assert len(_posted(world, inc.incident_id)) == 3
-
-
-def test_a_stop_holds_back_the_hold_notice_and_nothing_else(world, context):
-    inc = reference_incident("INC-20250616-stop01")
-    stopped = {"on": True}
-    notifier = _notifier(world, "NTF_STOP", autonomous_dispatch_allowed=lambda: not stopped["on"])
-    diagnosis, blast = reference_diagnosis(inc.incident_id), reference_blast()
-    rows = notifier.notify(inc, diagnosis, blast, _recipients(context, inc))
-    assert {m.kind: m.status for m in rows} == {"incident": "sent", "hold": "pending"}
-    assert next(m for m in rows if m.kind == "hold").attempts == 0
-    owners_only = [("#inventory-analytics", "incident"), ("#planning-ops", "incident")]
-    assert _kinds(_posted(world, inc.incident_id)) == owners_only
-    stopped["on"] = False
-    assert len(notifier.flush_pending().sent) == 1
-    assert ("#buyers", "hold") in _kinds(_posted(world, inc.incident_id))
-
-
-def test_concurrent_flushes_post_once(world, context):
-    inc = reference_incident("INC-20250616-race01")
-    seed = _notifier(world, "NTF_RACE")
-    _fault(world, 2)
-    seed.notify(inc, reference_diagnosis(inc.incident_id), reference_blast(), _recipients(context, inc))
-    _fault(world, 0)
-    seed.post_update(inc, "An update racing its root.")
-    flushers = [_notifier(world, "NTF_RACE") for _ in range(4)]
-    results = []
-    threads = [
-        threading.Thread(target=lambda n=n: results.append(n.flush_pending(force=True))) for n in flushers
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    # Whatever a losing flusher left waiting, one more pass finishes; nothing is posted twice.
-    seed.flush_pending(force=True)
-    posted = _posted(world, inc.incident_id)
-    keys = [_payload(m)["message_key"] for m in posted]
-    assert len(keys) == len(set(keys)) == 5  # 3 roots + the update in the 2 owner threads
-    assert all(m.status == "sent" for m in seed.messages(inc.incident_id))
-
-
-def test_a_post_whose_answer_was_lost_is_not_posted_again(world, context):
-    """A crash after Slack accepted a reply but before its ts was recorded: the next flush finds it."""
-    inc = reference_incident("INC-20250616-lost01")
-    notifier = _notifier(world, "NTF_LOST")
-    notifier.notify(
-        inc, reference_diagnosis(inc.incident_id), reference_blast(), _recipients(context, inc, "none")
-    )
-    outbox = notifier.outbox
-    # Enqueue an update without flushing, claim it and post it as a crashing process would.
-    with outbox.connect("test") as cur:
-        key, _ = outbox.enqueue(cur, inc.incident_id, "#planning-ops", "update", "v1",
-                                {"text": "posted, then the process died"}, datetime.now(UTC))  # fmt: skip
-        msg = outbox.get(cur, key)
-        assert outbox.claim(cur, msg, "crashed-process", datetime.now(UTC) - timedelta(hours=1))
-        root = outbox.get(cur, msg.root_key)
-    notifier.client.chat_postMessage(
-        channel=root.slack_channel_id, thread_ts=root.slack_ts, text="posted, then the process died",
-        metadata={"event_type": "dw_incident_message",
-                  "event_payload": {"message_key": key, "incident_id": inc.incident_id}},
-    )  # fmt: skip
-    result = _notifier(world, "NTF_LOST", lease_seconds=60).flush_pending()
-    assert result.reconciled == [key] and result.sent == []
-    assert [m["text"] for m in _posted(world, inc.incident_id)].count("posted, then the process died") == 1
-    assert notifier.messages(inc.incident_id)[-1].status == "sent"
-
-
-def test_the_token_never_appears_in_logs_errors_or_records(world, context, caplog, monkeypatch):
-    secret = "xoxb-1234567890-secret-token-abcdef"
-    monkeypatch.setenv("SLACK_BOT_TOKEN", secret)
-    inc = reference_incident("INC-20250616-tokn01")
-    # As production configures it: the token is an EnvVar, resolved only when used.
-    base_url = f"{world.slack_url}/api/"
-    slack = SlackNotifier(token=dg.EnvVar("SLACK_BOT_TOKEN"), base_url=base_url, max_retries=1)
-    notifier = _notifier(world, "NTF_TOKEN", slack=slack, backoff_seconds=(0, 0))
-    assert notifier.slack.token == secret  # resolved from the environment, not the variable's name
-    recipients = _recipients(context, inc)
-    with caplog.at_level(logging.DEBUG):  # slack_sdk logs every request at DEBUG
-        _fault(world, 2)
-        notifier.notify(inc, reference_diagnosis(inc.incident_id), reference_blast(), recipients)
-        _fault(world, 0)
-        notifier.flush_pending()
-        # A channel Slack refuses: its error is recorded, the token is not.
-        notifier.post_update(inc, "to nowhere", channels=[""])
-    assert len(_posted(world, inc.incident_id)) == 3
-    records = notifier.messages(inc.incident_id)
-    assert any(m.last_error and "channel_not_found" in m.last_error for m in records)
-    stored = json.dumps([m.model_dump(mode="json") for m in records]) + json.dumps(
-        [e.detail for e in notifier.store.events(inc.incident_id)]
-    )
-    assert "slack_sdk" in caplog.text or "api/chat.postMessage" in caplog.text
-    assert secret not in caplog.text and secret not in stored
-    redact = Redactor(secret)
-    assert secret not in redact(f"error talking to Slack with Bearer {secret} and xoxp-99-other")

@@ -21,21 +21,28 @@ ECOMMERCE = SUITE_DIR.parent / "worlds" / "ecommerce" / "world.yaml"
 FAULTS = {
     "new_key_unmapped", "reference_row_deleted", "reference_row_remapped", "duplicate_load", "partial_load",
     "replication_stalled", "unit_change", "null_join_key", "column_renamed", "column_dropped", "node_failure",
-    "scheduler_skip",
+    "scheduler_skip", "source_not_refreshed",
 }  # fmt: skip
 
 
-def test_the_public_suite_covers_the_vocabulary_on_two_worlds():
+def test_the_public_suite_covers_the_vocabulary_on_three_worlds():
     scenarios = [load_scenario(p) for p in scenario_files(SUITE_DIR)]
-    assert len(scenarios) >= 15
-    assert {s.world.name for s in scenarios} == {"distributor", "ecommerce"}
+    assert len(scenarios) >= 30
+    assert {s.world.name for s in scenarios} == {"distributor", "ecommerce", "adspend"}
     kinds = {e["kind"] for s in scenarios for n in s.file.nights for e in n.events}
     assert FAULTS <= kinds
     assert {"new_key_mapped", "steady_growth"} <= kinds
+    # The third world plays the whole vocabulary on its own, a subset unit change and a sign flip included.
+    third = [s for s in scenarios if s.world.name == "adspend"]
+    assert len(third) >= 12
+    assert FAULTS - {e["kind"] for s in third for n in s.file.nights for e in n.events} == set()
+    changes = [e for s in third for n in s.file.nights for e in n.events if e["kind"] == "unit_change"]
+    assert all(e.get("where") for e in changes) and {e["factor"] < 0 for e in changes} == {True, False}
     # Weekend and month-end nights are played clean: the calendar is a benign event too.
     dates = {s.world.business_date(s.night_index(k)) for s in scenarios for k in range(len(s.file.nights))}
     assert any(d.weekday() >= 5 for d in dates)
     assert any((d + timedelta(days=1)).month != d.month for d in dates)
+    assert {date(2025, 12, 25), date(2025, 12, 26), date(2026, 1, 1)} <= dates  # bank holidays, played clean
     names = [s.name for s in scenarios]
     assert len(set(names)) == len(names)
 
@@ -129,6 +136,31 @@ def _scenario(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
             ],
         ),
         (
+            "name: x\nworld: WORLD\nnights: [{events: [{kind: unit_change, table: ORDER_LINES, column: UNIT_PRICE, "
+            "factor: 1}]}]\n",
+            ["nights.0.events.0 (unit_change)", "factor: Value error, expected a factor other than 0 and 1"],
+        ),
+        (
+            "name: x\nworld: WORLD\nnights: [{events: [{kind: unit_change, table: ORDER_LINES, column: UNIT_PRICE, "
+            "where: {STORE_ID: [9, 10]}}]}]\n",
+            [
+                "nights.0.events.0 (unit_change)",
+                "where: ORDER_LINES.STORE_ID never holds [9, 10] (its values: 1, 2, 3, 4, 5, 6)",
+            ],
+        ),
+        (
+            "name: x\nworld: WORLD\nnights: [{events: [{kind: source_not_refreshed, table: STORE_MAP}]}]\n",
+            [
+                "nights.0.events.0 (source_not_refreshed)",
+                "table: STORE_MAP is load: once and never re-synced",
+                "sources.STORE_MAP.refresh",
+            ],
+        ),
+        (
+            "name: x\nworld: WORLD\nnights: [{events: [{kind: source_not_refreshed}]}]\n",
+            ["nights.0.events.0 (source_not_refreshed)", "table: Field required"],
+        ),
+        (
             "name: x\nworld: WORLD\nnights: [{}, {expect: {incident: true, class: [value_loss]}}]\n",
             ["nights.1.expect.incident: true, but no fault is played that night or still in force"],
         ),
@@ -203,6 +235,22 @@ def test_a_bad_scenario_file_names_the_file_and_the_field(tmp_path, text, fragme
                 "Source node STORE_MAP column STORE_NAME: dataType 'VARCHAR(60)); DROP TABLE X; --' is not a Snowflake type"
             ],
         ),
+        (("holidays: {country: US}", "holidays: {country: XX}"), ["holidays", "no country 'XX'"]),
+        (
+            ("holidays: {country: US}", "holidays: {subdivision: NY}"),
+            ["holidays", "subdivision: needs country"],
+        ),
+        (
+            ("refresh: {column: _FIVETRAN_SYNCED", "refresh: {column: SYNCED_AT"),
+            ["sources.PRODUCTS.refresh.column: PRODUCTS has no column SYNCED_AT"],
+        ),
+        (
+            (
+                "    load: append\n",
+                "    load: append\n    refresh: {column: _FIVETRAN_SYNCED, at: '01:00:00'}\n",
+            ),
+            ["sources.ORDER_LINES", "refresh: only a load: once table is re-synced"],
+        ),
     ],
 )
 def test_a_bad_world_file_names_the_file_and_the_field(tmp_path, edit, fragments):
@@ -256,7 +304,7 @@ def test_generic_events_change_exactly_what_they_say():
     scaled = played(
         kind="unit_change", table="ORDER_LINES", column="UNIT_PRICE", factor=100, where={"STORE_ID": 4}
     )
-    assert (scaled.loc[uk, "UNIT_PRICE"] == lines.loc[uk, "UNIT_PRICE"] * 100).all()
+    assert (scaled.loc[uk, "UNIT_PRICE"] == (lines.loc[uk, "UNIT_PRICE"] * 100).round(2)).all()
     assert (scaled.loc[~uk, "UNIT_PRICE"] == lines.loc[~uk, "UNIT_PRICE"]).all()
     new = played(kind="new_key_unmapped", table="ORDER_LINES", column="STORE_ID", value=7, fraction=0.1)
     assert (new["STORE_ID"] == 7).sum() == round(0.1 * len(lines))
@@ -265,6 +313,55 @@ def test_generic_events_change_exactly_what_they_say():
     # A scenario's since_night counts from its own first night.
     growth = scenario_world.parse_event({"kind": "steady_growth", "pct": 1, "since_night": 1}, night)
     assert growth.since_night == night + 1 and growth.growth(night + 2) == pytest.approx(1.01**2)
+
+
+@pytest.mark.parametrize("factor", [3.7, 0.27, -1, 100])
+def test_unit_change_scales_a_subset_by_any_factor_as_the_column_carries_it(factor):
+    scenario_world = FileScenarioWorld(ECOMMERCE)
+    world = scenario_world.world
+    night = world.spec.history_nights
+    lines = world.night_frames(night)["ORDER_LINES"]
+    event = scenario_world.parse_event(
+        {"kind": "unit_change", "table": "ORDER_LINES", "column": "UNIT_PRICE", "factor": factor,
+         "where": {"STORE_ID": [3, 4]}},
+        night,
+    )  # fmt: skip
+    scaled = event.transform(world, {"ORDER_LINES": lines}, night)["ORDER_LINES"]
+    subset = lines["STORE_ID"].isin([3, 4])
+    assert 0 < subset.sum() < len(lines)
+    # NUMBER(18,2): the values the source now carries are rounded to cents, as the column stores them.
+    expected = (lines.loc[subset, "UNIT_PRICE"] * factor).round(2)
+    assert (scaled.loc[subset, "UNIT_PRICE"] == expected).all()
+    assert (scaled.loc[~subset, "UNIT_PRICE"] == lines.loc[~subset, "UNIT_PRICE"]).all()
+    measured = scaled.loc[subset, "UNIT_PRICE"].sum() / lines.loc[subset, "UNIT_PRICE"].sum()
+    assert measured == pytest.approx(factor, rel=1e-3)
+
+
+def test_a_world_calendar_dips_or_peaks_on_its_holidays():
+    from dw_local.scenarios.world_file import Holidays
+
+    world = FileScenarioWorld(ECOMMERCE).world
+    plain = FileScenarioWorld(ECOMMERCE).world
+    plain.spec = plain.spec.model_copy(update={"holidays": Holidays()})
+    memorial_day = next(n for n in range(60) if world.business_date(n) == date(2025, 5, 26))
+    assert world.is_holiday(date(2025, 5, 26)) and not plain.is_holiday(date(2025, 5, 26))
+    # The same draws, the holiday's factor on top (Memorial Day is a sale day for the retailer).
+    ratio = world.rows_tonight("ORDER_LINES", memorial_day) / plain.rows_tonight("ORDER_LINES", memorial_day)
+    assert ratio == pytest.approx(1.15, abs=1e-3)
+    assert world.rows_tonight("ORDER_LINES", memorial_day - 7) == plain.rows_tonight(
+        "ORDER_LINES", memorial_day - 7
+    )
+
+
+def test_the_distributor_calendar_dips_on_its_holidays():
+    from dw_local.worlds.distributor.generator import DistributorWorld
+    from dw_local.worlds.distributor.simulation import calendar_factor
+
+    world = DistributorWorld()
+    memorial_day = (date(2025, 5, 26) - world.spec.first_business_day).days
+    assert calendar_factor(world.spec, date(2025, 5, 26)) == world.spec.demand.holiday_factor < 1
+    shipped = {t: world.simulation.demand(t)[0].sum() for t in (memorial_day - 7, memorial_day)}
+    assert shipped[memorial_day] < 0.5 * shipped[memorial_day - 7]
 
 
 def test_the_elementary_z_score_keeps_the_scored_point_in_its_window():
@@ -385,3 +482,40 @@ def test_score_checks_every_file_and_reports_all_problems_before_playing(tmp_pat
     assert f"{first}: nights.0.events.0 (partial_load): table: Field required" in message
     assert f"{second}: nights.0.expect.incident" in message
     assert "playing" not in result.output and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("first_day", ["2025-11-01", "2025-03-08"])
+def test_synced_times_cross_a_daylight_saving_change(tmp_path, first_day):
+    """A business open all night has wall times in the repeated autumn hour and the skipped spring hour."""
+    for name in ("world.yaml", "project.yaml", "context.yaml", "metrics.yaml"):
+        text = (ECOMMERCE.parent / name).read_text()
+        text = text.replace("first_business_day: 2025-04-15", f"first_business_day: {first_day}")
+        (tmp_path / name).write_text(text.replace("business_time: [7, 23]", "business_time: [0, 24]"))
+    world = FileScenarioWorld(tmp_path / "world.yaml").world
+    change = world.night_frames(1)["ORDER_LINES"]  # Sunday 2 November / 9 March: the clocks change at 02:00
+    ordered, synced = change["ORDERED_AT"], change["_FIVETRAN_SYNCED"]
+    at_night = ordered.dt.hour.isin([1, 2])
+    assert at_night.sum() > 50
+    # UTC is 4 h ahead of New York on summer time, 5 h on winter time; the lag is 30 s to 10 min.
+    offset = synced - ordered
+    assert offset.between(pd.Timedelta(hours=4, seconds=30), pd.Timedelta(hours=5, minutes=10)).all()
+    # After the change: winter time in autumn, summer time in spring.
+    after = ordered.dt.hour >= 4
+    utc_ahead = pd.Timedelta(hours=5 if first_day.startswith("2025-11") else 4)
+    assert (offset[after] - utc_ahead).between(pd.Timedelta(seconds=30), pd.Timedelta(seconds=600)).all()
+
+
+def test_the_third_world_crosses_a_daylight_saving_change_and_the_year_end():
+    world = FileScenarioWorld(SUITE_DIR.parent / "worlds" / "adspend" / "world.yaml").world
+    history = [world.business_date(n) for n in range(world.spec.history_nights)]
+    assert date(2025, 10, 26) in history  # the clocks go back in London
+    change = world.night_frames(history.index(date(2025, 10, 26)))["AD_DELIVERY"]
+    repeated = change[change["SERVED_AT"].dt.hour == 1]
+    assert len(repeated) > 20  # served in the repeated hour, loaded in UTC a few minutes later
+    lag = repeated["_LOADED_AT"] - (repeated["SERVED_AT"] - pd.Timedelta(hours=1))
+    assert lag.between(pd.Timedelta(seconds=60), pd.Timedelta(seconds=900)).all()
+    # Wider than ten columns: the local Snowflake's COPY INTO must load them all.
+    assert len(world.tables["AD_DELIVERY"].columns) > 10
+    nights = {world.business_date(n): world.rows_tonight("AD_DELIVERY", n) for n in range(60, 74)}
+    assert nights[date(2025, 12, 25)] < 0.6 * nights[date(2025, 12, 23)]  # Christmas Day
+    assert nights[date(2025, 12, 31)] > 1.1 * nights[date(2025, 12, 23)]  # the month-end flush

@@ -35,11 +35,6 @@ def test_steady_growth_raises_nothing_but_the_month_end_saturday_volume(played):
         assert others == [], (night.night, others)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known false alarm: growth landing on a month-end Saturday pushes FCT_SALES past the same-weekday "
-    "volume bound, which does not model month-end (benchmarks/README.md, Scenario score)",
-)
 def test_steady_growth_raises_no_alarm_at_all(played):
     reports, _ = played
     for night in reports["ecommerce-benign-steady-growth"].nights:

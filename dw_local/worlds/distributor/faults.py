@@ -56,6 +56,7 @@ FaultKind = Literal[
     "column_dropped",
     "node_failure",
     "scheduler_skip",
+    "source_not_refreshed",
     # Benign events: they must not raise an alarm.
     "new_org_mapped",
     "steady_growth",
@@ -86,7 +87,7 @@ class Fault(BaseModel):
 
     kind: FaultKind
     org_id: int | None = Field(default=None, gt=0)
-    factor: float | None = Field(default=None, gt=0)
+    factor: float | None = None
     fraction: float | None = Field(default=None, gt=0, le=1)
     table: str | None = None
     column: str | None = None
@@ -340,10 +341,13 @@ class UnitChange(FaultKindBase):
     """A source quantity column changes unit: EBS posts eaches where it posted cases (x12) for an org.
 
     Parameters: ``column`` (``TRANSACTION_QUANTITY`` of on-hand, the default, or ``SHIPPED_QUANTITY`` of
-    order lines), ``factor`` (default 12), ``org_id`` (default: every org).
+    order lines), ``factor`` (default 12; any factor but 0 and 1: 3.7, 0.27, or -1 for a sign flip),
+    ``org_id`` (default: every org).
 
     Changes: that night's values of the column for the org are multiplied by ``factor`` (rounded to whole
-    units). On-hand is night-scoped; order lines keep the scaled night in their history until ``repair``.
+    units, as EBS stores them; an order line rounded to zero is not kept). On-hand is night-scoped; order
+    lines keep the scaled night in their history until ``repair``. A negative factor flips the sign: the
+    org's positions go negative, which fails ``FCT_INVENTORY_POSITION``'s ``NO_NEGATIVE_ONHAND`` test.
 
     A data engineer sees: the job green, every test passing, row counts unchanged. With
     ``TRANSACTION_QUANTITY``: the org's on-hand units x12 in RAW and in ``FCT_INVENTORY_POSITION``, the
@@ -368,8 +372,10 @@ class UnitChange(FaultKindBase):
     def check(cls, fault: Fault) -> None:
         if fault.column not in cls.COLUMNS:
             raise ValueError(f"column: {fault.column!r}; unit_change scales one of {sorted(cls.COLUMNS)}")
-        if fault.factor == 1:
-            raise ValueError("factor: 1 changes nothing")
+        if fault.factor in (0, 1) or not np.isfinite(fault.factor or 0):
+            raise ValueError(
+                f"factor: expected a factor other than 0 and 1 (negative flips the sign), got {fault.factor}"
+            )
 
     def transform(self, tables: Tables, ctx: FaultContext) -> Tables:
         column = ctx.fault.column
@@ -379,7 +385,7 @@ class UnitChange(FaultKindBase):
         rows = _rows_of(frame, org_column, ctx.fault.org_id, ctx, table)
         frame.loc[rows, column] = _scaled(frame.loc[rows, column], ctx.fault.factor)
         if table == ORDER_LINES:
-            frame = frame[frame[column] > 0]
+            frame = frame[frame[column] != 0]
         return {**tables, table: frame}
 
 
@@ -775,6 +781,36 @@ class SchedulerSkip(FaultKindBase):
 
     def repair(self, ctx: FaultContext) -> None:
         pass
+
+
+class SourceNotRefreshed(FaultKindBase):
+    """One replicated table is not refreshed tonight while the rest of the replication moves on (its Qlik
+    table task suspended), as opposed to ``replication_stalled``.
+
+    Parameters: ``table`` (``MTL_ONHAND_QUANTITIES_DETAIL`` or ``OE_ORDER_LINES_ALL``).
+
+    Changes: on-hand: the night's snapshot is not applied, the table keeps the previous night's rows and
+    ``_QLIK_LOADED_AT``; order lines: the night's lines are not applied (the next night played brings them
+    with its own, as Qlik catches up). The other table is applied as usual. ``repair`` applies the table's
+    latest night.
+
+    A data engineer sees: the job green on the usual schedule. On-hand: network units unchanged to the unit
+    while shipments moved on, ``MAX(_QLIK_LOADED_AT)`` of RAW on-hand and of the fact a day old (the input
+    freshness check fails). Order lines: no lines for the day in ``STG_DEMAND``, the 28-day average demand
+    a little lower, on-hand fresh.
+    """
+
+    kind = "source_not_refreshed"
+    params = frozenset({"table"})
+    required = frozenset({"table"})
+    TABLES: ClassVar[tuple[str, ...]] = (ONHAND, ORDER_LINES)
+
+    @classmethod
+    def check(cls, fault: Fault) -> None:
+        if fault.table not in cls.TABLES:
+            raise ValueError(
+                f"table: {fault.table!r}; source_not_refreshed holds back one of {list(cls.TABLES)}"
+            )
 
 
 class NewOrgMapped(FaultKindBase):

@@ -76,6 +76,12 @@ class NightResult:
     run_id: int | None  # None: no run (the scheduler_skip fault)
     status: str  # the Coalesce run status: completed, failed or canceled; "skipped" when no run started
 
+    @property
+    def watched_at(self) -> datetime:
+        """When a deployed daemon's sensors see the night's run, a minute after its start: the business time
+        the local daemon ticks at for the night (``LocalDaemon.tick(at=...)``)."""
+        return self.scheduled_at + timedelta(minutes=1)
+
 
 @dataclass(frozen=True)
 class _Table:
@@ -313,15 +319,19 @@ class DistributorWorld:
         night: int,
         opening: Opening | None,
         transform: Callable[[dict[str, pd.DataFrame]], dict[str, pd.DataFrame]] | None = None,
+        held: frozenset[str] = frozenset(),
     ) -> None:
         """Qlik applies business day ``night``: the on-hand snapshot, and the order lines of that day plus
         any day it missed since the last one applied (after a stalled night). ``transform`` changes the
-        night's own frames before they are applied (a fault)."""
+        night's own frames before they are applied (a fault); a ``held`` table is not applied tonight."""
         tables = self.night_tables(night, opening)
         if transform is not None:
             tables = transform(tables)
-        cur.execute(f"TRUNCATE TABLE {self._tables[ONHAND].qualified}")
-        self._load(cur, ONHAND, tables[ONHAND])
+        if ONHAND not in held:
+            cur.execute(f"TRUNCATE TABLE {self._tables[ONHAND].qualified}")
+            self._load(cur, ONHAND, tables[ONHAND])
+        if ORDER_LINES in held:
+            return  # the next night applied catches up from the last ship date held
         # Replaying a night replaces its own order lines instead of adding them twice.
         start = min(self._last_played(cur) + 1, night)
         missed = [self._order_lines(t, opening) for t in range(start, night)]
@@ -353,12 +363,14 @@ class DistributorWorld:
             raise WorldError(
                 f"night {night_index}: {changing[0]} changes a load that replication_stalled holds back"
             )
+        held = frozenset(f.table for f, _ in played if f.kind == "source_not_refreshed" and f.table)
         with self._cursor(sf) as cur:
             contexts = [(FaultContext(self, f, night_index, cur, coalesce), k) for f, k in played]
             for ctx, kind in contexts:
                 kind.before_load(ctx)
             if loads:
-                self._apply_business_day(cur, night_index, self._read_opening(cur), self._transform(contexts))
+                opening = self._read_opening(cur)
+                self._apply_business_day(cur, night_index, opening, self._transform(contexts), held)
             for ctx, kind in contexts:
                 kind.before_run(ctx)
         if all(k.runs_job for _, k in played):

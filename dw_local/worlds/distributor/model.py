@@ -16,6 +16,7 @@ import yaml
 from pydantic import Field, field_validator, model_validator
 
 from dw_dagster.config import DwConfigError, FileModel, describe_validation_error
+from dw_local.scenarios.world_file import Holidays
 
 Pct = Annotated[float, Field(ge=-100, le=100)]
 
@@ -49,6 +50,8 @@ class Demand(FileModel):
     weekend_factor: float = Field(gt=0)
     month_end_factor: float = Field(gt=0)
     month_end_days: int = Field(ge=0, le=10)
+    # On the world's holidays (WorldSpec.holidays): most customers are closed.
+    holiday_factor: float = Field(default=1.0, gt=0)
     # Lognormal noise of one org's shipments of one SKU on one day.
     noise_sigma: float = Field(ge=0, le=1)
     # Order lines replicated before the first night, so the trailing 28 days are full from night one.
@@ -120,6 +123,7 @@ class WorldSpec(FileModel):
     stock: Stock
     reorder: Reorder
     reference_night: ReferenceNight
+    holidays: Holidays = Field(default_factory=Holidays)
 
     @field_validator("timezone")
     @classmethod

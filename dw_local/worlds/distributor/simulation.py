@@ -57,8 +57,16 @@ def _apportion(total: int, weights: np.ndarray) -> np.ndarray:
 
 
 def to_utc(local: np.ndarray, tz: str) -> np.ndarray:
-    """Naive local wall times -> naive UTC times (datetime64[s])."""
-    idx = pd.DatetimeIndex(local.ravel()).tz_localize(tz).tz_convert("UTC").tz_localize(None)
+    """Naive local wall times -> naive UTC times (datetime64[s]).
+
+    On a daylight-saving change a wall time can be ambiguous (the repeated hour in autumn: read as its first
+    occurrence, still on summer time, as a clock that logs wall time cannot say which) or skipped (the
+    missing hour in spring: moved forward past the gap, as a clock does)."""
+    flat = pd.DatetimeIndex(local.ravel())
+    first = np.ones(len(flat), dtype=bool)
+    idx = (
+        flat.tz_localize(tz, ambiguous=first, nonexistent="shift_forward").tz_convert("UTC").tz_localize(None)
+    )
     return idx.values.astype("datetime64[s]").reshape(local.shape)
 
 
@@ -104,7 +112,7 @@ def calendar_factor(spec: WorldSpec, d: date) -> float:
     next_month = (d.replace(day=28) + timedelta(days=4)).replace(day=1)
     if (next_month - d).days <= dem.month_end_days:
         f *= dem.month_end_factor
-    return f
+    return f * (dem.holiday_factor if d in spec.holidays.of_year(d.year) else 1.0)
 
 
 def build_catalog(spec: WorldSpec) -> Catalog:

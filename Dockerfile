@@ -1,0 +1,48 @@
+# syntax=docker/dockerfile:1.7
+# One image for dw-dagster's code: the gRPC code server (the Helm chart's user deployment) and the run
+# workers the K8sRunLauncher starts from it. The webserver and the daemon run Dagster's own images at the
+# same version (1.13.27): they load no dw-dagster code and talk to the code server over gRPC.
+#
+#   docker build -t your-registry/dw-dagster:$(git rev-parse --short HEAD) \
+#     --build-arg COALESCE_BASE_URL=https://app.coalescesoftware.io --build-arg COALESCE_ENVIRONMENT_IDS=2 \
+#     --secret id=coalesce_token,env=COALESCE_API_TOKEN .
+#
+# Not built or run by the test suite; tests/production runs the same processes from the same files.
+FROM python:3.11-slim
+
+ENV PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    SNOWFLAKE_DISABLE_PLATFORM_DETECTION=true \
+    DW_STATE_DIR=/opt/dw/state \
+    DAGSTER_HOME=/opt/dagster/dagster_home
+
+WORKDIR /opt/dw
+COPY pyproject.toml README.md ./
+COPY dw_dagster ./dw_dagster
+# The local world ships in the same distribution (its CLI plugin is registered by pyproject); it is never
+# imported by the product and its servers' dependencies (the [local] extra) are not installed here.
+COPY dw_local ./dw_local
+# Production storage and launcher, at the integration libraries' version that goes with dagster 1.13.27.
+RUN pip install . "dagster-postgres==0.29.27" "dagster-k8s==0.29.27" "psycopg2-binary>=2.9"
+
+# Loading the code location never calls Coalesce: the node graph is read from this state file, refreshed
+# here at build time so that the code server and every run worker started from this image read the same
+# graph. The token is a BuildKit secret: it stays out of the image's layers and history.
+ARG COALESCE_BASE_URL
+ARG COALESCE_ENVIRONMENT_IDS
+RUN --mount=type=secret,id=coalesce_token,required=true \
+    COALESCE_API_TOKEN="$(cat /run/secrets/coalesce_token)" \
+    COALESCE_BASE_URL="${COALESCE_BASE_URL}" COALESCE_ENVIRONMENT_IDS="${COALESCE_ENVIRONMENT_IDS}" \
+    dw-dagster coalesce refresh
+# The context and metrics files are the team's: bake them in beside the code (or mount them).
+COPY deploy/files/ /opt/dw/files/
+ENV DW_CONTEXT_FILE=/opt/dw/files/context.yaml \
+    DW_METRICS_FILE=/opt/dw/files/metrics.yaml \
+    COALESCE_BASE_URL=${COALESCE_BASE_URL} \
+    COALESCE_ENVIRONMENT_IDS=${COALESCE_ENVIRONMENT_IDS}
+
+USER 1000
+EXPOSE 4000
+# What the Helm chart runs (dagsterApiGrpcArgs in deploy/values.yaml); standalone it is the same.
+CMD ["dagster", "api", "grpc", "-m", "dw_dagster.definitions", "-h", "0.0.0.0", "-p", "4000"]

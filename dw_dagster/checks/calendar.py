@@ -1,0 +1,214 @@
+"""The business calendar of the metrics file: which nights are not ordinary nights, and like which others.
+
+A team writes down the days its numbers follow a calendar rather than the weekday: public holidays (by
+country and subdivision, through the ``holidays`` package) and its own dates, the last business days of a
+month or a quarter, and days of the month with their own effect (a payday, a billing run). A calendar day
+is then compared with the days like it (``CalendarDay.like_keys``) rather than with ordinary nights, and a deviation
+the calendar explains is at most a warning (``dw_dagster/checks/judge.py``).
+
+```yaml
+calendar:
+  business_days: [mon, tue, wed, thu, fri]   # which weekdays count for "last N business days"
+  holidays:
+    - {country: US, subdivision: NY}
+  dates:
+    - {date: 2025-06-02, name: Warehouse stocktake}
+  month_end: {last_business_days: 2}
+  quarter_end: {last_business_days: 3}
+  day_of_month:
+    - {name: payday, days: [1, 15]}
+```
+"""
+
+from __future__ import annotations
+
+import calendar as stdlib_calendar
+from datetime import date, timedelta
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
+
+from dw_dagster.config import FileModel
+
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+
+
+class CalendarEffect(FileModel):
+    max_effect_pct: float = Field(
+        default=60,
+        gt=0,
+        description="The largest deviation (percent of the usual level) this kind of day explains while no "
+        "past day like it is on record; a larger one is judged as on an ordinary night.",
+    )
+    direction: Literal["up", "down", "both"] = Field(
+        default="both",
+        description="The way this kind of day moves the numbers, when it explains a deviation.",
+    )
+
+
+class HolidaySource(CalendarEffect):
+    country: str = Field(description="ISO 3166-1 code, e.g. 'US', as the holidays package names it.")
+    subdivision: str | None = Field(default=None, description="e.g. 'NY' (a state, province or region).")
+
+    @model_validator(mode="after")
+    def _known(self) -> HolidaySource:
+        import holidays
+
+        try:
+            holidays.country_holidays(self.country, subdiv=self.subdivision, years=2025)
+        except NotImplementedError as e:
+            raise ValueError(f"expected a country the holidays package knows, got {self.country!r}") from e
+        except ValueError as e:
+            raise ValueError(f"subdivision {self.subdivision!r} of {self.country}: {e}") from e
+        return self
+
+
+class ExplicitDate(CalendarEffect):
+    date: date
+    name: str = Field(min_length=1)
+
+
+class PeriodEnd(CalendarEffect):
+    last_business_days: int = Field(ge=0, le=10, description="0 turns the window off.")
+
+
+class DayOfMonth(CalendarEffect):
+    name: str = Field(min_length=1)
+    days: list[int] = Field(
+        min_length=1, description="Days of the month, 1-31 (31 is the last day when shorter)."
+    )
+
+    @field_validator("days")
+    @classmethod
+    def _days(cls, v: list[int]) -> list[int]:
+        bad = [d for d in v if not 1 <= d <= 31]
+        if bad:
+            raise ValueError(f"expected days of the month 1-31, got {bad}")
+        return v
+
+
+class CalendarDay(BaseModel):
+    """What makes a day not ordinary."""
+
+    kind: Literal["holiday", "quarter_end", "month_end", "day_of_month"]
+    name: str
+    like_keys: tuple[str, ...]
+    """Compared with past days that share the first of these keys that has any (a quarter-end with past
+    quarter-ends, else with past month-ends; a public holiday with past public holidays; a team's own date
+    with its own past occurrences)."""
+    max_effect_pct: float
+    direction: Literal["up", "down", "both"]
+
+    def explains(self, relative_change: float) -> bool:
+        if abs(relative_change) * 100 > self.max_effect_pct:
+            return False
+        moved = "up" if relative_change > 0 else "down"
+        return self.direction in ("both", moved)
+
+
+class BusinessCalendar(FileModel):
+    business_days: list[Weekday] = Field(
+        default_factory=lambda: ["mon", "tue", "wed", "thu", "fri"],
+        min_length=1,
+        description="Weekdays that are business days (a shop open every day lists all seven).",
+    )
+    holidays: list[HolidaySource] = Field(default_factory=list)
+    dates: list[ExplicitDate] = Field(default_factory=list, description="The team's own dates.")
+    month_end: PeriodEnd | None = None
+    quarter_end: PeriodEnd | None = None
+    day_of_month: list[DayOfMonth] = Field(default_factory=list)
+    # Every check asks about the same few hundred dates, once per series and group.
+    _memo: dict[date, CalendarDay | None] = PrivateAttr(default_factory=dict)
+
+    @field_validator("business_days")
+    @classmethod
+    def _unique(cls, v: list[str]) -> list[str]:
+        dupes = sorted({d for d in v if v.count(d) > 1})
+        if dupes:
+            raise ValueError(f"duplicate weekdays {dupes}")
+        return v
+
+    @model_validator(mode="after")
+    def _unique_dates(self) -> BusinessCalendar:
+        seen = [d.date for d in self.dates]
+        dupes = sorted({d for d in seen if seen.count(d) > 1})
+        if dupes:
+            raise ValueError(f"dates: {', '.join(map(str, dupes))} listed twice")
+        return self
+
+    @property
+    def empty(self) -> bool:
+        return not (self.holidays or self.dates or self.month_end or self.quarter_end or self.day_of_month)
+
+    def holiday(self, day: date) -> tuple[str, CalendarEffect] | None:
+        for d in self.dates:
+            if d.date == day:
+                return d.name, d
+        for source in self.holidays:
+            name = _holidays(source.country, source.subdivision, day.year).get(day)
+            if name:
+                return name, source
+        return None
+
+    def is_business_day(self, day: date) -> bool:
+        return WEEKDAYS[day.weekday()] in self.business_days and self.holiday(day) is None
+
+    def _from_period_end(self, day: date, last_month_of_period: bool) -> int | None:
+        """How many business days after ``day`` remain in its month (0: the last one); None when ``day`` is
+        not a business day or, for quarters, not in a quarter's last month."""
+        if not self.is_business_day(day) or (last_month_of_period and day.month % 3):
+            return None
+        last = date(day.year, day.month, stdlib_calendar.monthrange(day.year, day.month)[1])
+        return sum(self.is_business_day(day + timedelta(days=k)) for k in range(1, (last - day).days + 1))
+
+    def day(self, day: date) -> CalendarDay | None:
+        """What kind of calendar day ``day`` is, the most specific first (a holiday, a quarter-end, a
+        month-end, a day of the month), or None for an ordinary day."""
+        if day not in self._memo:
+            self._memo[day] = self._day(day)
+        return self._memo[day]
+
+    def _day(self, day: date) -> CalendarDay | None:
+        found = self.holiday(day)
+        if found:
+            name, effect = found
+            # A team's own date is like its own past occurrences (a stocktake with past stocktakes); a
+            # public holiday is like every past public holiday.
+            keys = (f"date:{name}",) if isinstance(effect, ExplicitDate) else ("holiday",)
+            return _calendar_day("holiday", name, keys, effect)
+        for kind, window, quarter in (
+            ("quarter_end", self.quarter_end, True),
+            ("month_end", self.month_end, False),
+        ):
+            if window and window.last_business_days:
+                left = self._from_period_end(day, quarter)
+                if left is not None and left < window.last_business_days:
+                    label = "quarter-end" if quarter else "month-end"
+                    keys = ("quarter_end", "month_end") if quarter else ("month_end",)
+                    return _calendar_day(
+                        kind, f"{label} (last {window.last_business_days} business days)", keys, window
+                    )
+        last = stdlib_calendar.monthrange(day.year, day.month)[1]
+        for effect in self.day_of_month:
+            if day.day in effect.days or (day.day == last and any(d > last for d in effect.days)):
+                return _calendar_day("day_of_month", effect.name, (f"day_of_month:{effect.name}",), effect)
+        return None
+
+
+def _calendar_day(kind: str, name: str, like_keys: tuple[str, ...], effect: CalendarEffect) -> CalendarDay:
+    return CalendarDay(
+        kind=kind,  # type: ignore[arg-type]
+        name=name,
+        like_keys=like_keys,
+        max_effect_pct=effect.max_effect_pct,
+        direction=effect.direction,
+    )
+
+
+@lru_cache(maxsize=64)
+def _holidays(country: str, subdivision: str | None, year: int):
+    import holidays
+
+    return holidays.country_holidays(country, subdiv=subdivision, years=year)

@@ -1,0 +1,226 @@
+"""How severe tonight's deviation is, once the calendar, the small-count rule and accepted levels have had
+their say (``baseline.score`` is the statistics; this is the judgement a person can live with).
+
+- **Accepted levels** first: a series re-based from a night (an owner accepted it, a verified fix or a
+  newly mapped key explains it) is judged as if the nights before had been at the new level; on the first
+  night at the new level there is nothing to compare it with and it passes, saying so.
+- **Small counts**: a series whose usual level is below ``small_below`` is judged on absolute change
+  (``baseline.score``).
+- **The calendar**: an ordinary night is compared with ordinary nights only (past month-ends do not widen
+  the spread of Tuesdays). A calendar night is compared with the nights like it: the effect each past like
+  night showed against its own ordinary expectation moves tonight's expectation. With no like night on
+  record, a deviation the calendar can explain (its size and direction) is a WARN, never an ERROR.
+
+ERROR needs the deviation to survive all three.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from datetime import date
+from statistics import median
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from dw_dagster.checks.baseline import (
+    BaselineConfig,
+    BaselineResult,
+    BaselineStatus,
+    Direction,
+    is_small,
+    score,
+    transform,
+    untransform,
+)
+from dw_dagster.checks.calendar import BusinessCalendar, CalendarDay
+from dw_dagster.checks.history import Rebase
+
+
+class Judgement(BaseModel):
+    severity: Literal["ERROR", "WARN"] | None
+    """None: nothing to raise (the check passes, or says the baseline is insufficient)."""
+    result: BaselineResult
+    """The score the judgement rests on (the calendar-adjusted one on a calendar day)."""
+    plain: BaselineResult | None = None
+    """On a calendar day: the score as on an ordinary night, before the calendar's effect."""
+    calendar_day: CalendarDay | None = None
+    like_days: list[date] = Field(default_factory=list)
+    calendar_effect_pct: float | None = None
+    """The usual effect of this kind of day, measured on the like days."""
+    level: Rebase | None = None
+    """The accepted level in force tonight."""
+    accepted_tonight: bool = False
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def insufficient(self) -> bool:
+        return self.result.status is BaselineStatus.INSUFFICIENT and not self.accepted_tonight
+
+    def describe(self) -> str:
+        return "; ".join(self.notes)
+
+
+def rebased(
+    points: Mapping[date, float], rebases: Sequence[Rebase], config: BaselineConfig, absolute: bool
+) -> dict[date, float]:
+    """``points`` with every night before each level's first night moved to that level, oldest level
+    first: the step the level made is measured on its first night against its own baseline."""
+    f, inv = transform(absolute), untransform(absolute)
+    out = dict(points)
+    for r in sorted(rebases, key=lambda r: r.from_date):
+        after = sorted(d for d in out if d >= r.from_date)
+        before = {d: v for d, v in out.items() if d < r.from_date}
+        if not after or not before:
+            continue
+        first = after[0]
+        s = score(before, first, out[first], config, absolute=absolute)
+        reference = s.expected if s.expected is not None else before[max(before)]
+        delta = f(out[first]) - f(max(reference, 0.0))
+        for d in before:
+            out[d] = inv(f(out[d]) + delta)
+    return out
+
+
+def judge(
+    history: Mapping[date, float | None],
+    day: date,
+    value: float,
+    config: BaselineConfig,
+    hurts: Direction = Direction.BOTH,
+    *,
+    calendar: BusinessCalendar | None = None,
+    excluded_days: Collection[date] = (),
+    rebases: Sequence[Rebase] = (),
+) -> Judgement:
+    active = sorted((r for r in rebases if r.from_date <= day), key=lambda r: r.from_date)
+    # The night an owner accepted (or the check explained) is the new level's first point, even if it was
+    # flagged; a remediation's level starts after the bad night, which stays out.
+    restored = {r.from_date for r in active if r.kind != "remediation"}
+    usable = {
+        d: v
+        for d, v in history.items()
+        if d < day and v is not None and (d not in excluded_days or d in restored)
+    }
+    level = active[-1] if active else None
+    absolute = is_small(usable, day, value, config)
+    if level is not None and not any(level.from_date <= d for d in usable):
+        plain = score(usable, day, value, config, hurts, absolute=absolute)
+        return Judgement(
+            severity=None,
+            result=plain,
+            level=level,
+            accepted_tonight=True,
+            notes=[f"{level.describe()}; tonight is its first night"],
+        )
+    usable = rebased(usable, active, config, absolute)
+    notes = [level.describe()] if level else []
+
+    cal = calendar if calendar is not None and config.calendar and not calendar.empty else None
+    kinds = {d: cal.day(d) for d in usable} if cal else {}
+    ordinary = {d: v for d, v in usable.items() if kinds.get(d) is None}
+
+    def plain_score(d: date, v: float, points: Mapping[date, float], cfg: BaselineConfig = config, **kw):
+        s = score(points, d, v, cfg, hurts, absolute=absolute, **kw)
+        if s.status is BaselineStatus.INSUFFICIENT and len(points) < len(usable):
+            # Too few ordinary nights: every night, calendar ones included, rather than no judgement.
+            s = score({k: x for k, x in usable.items() if k < d}, d, v, cfg, hurts, absolute=absolute, **kw)
+        return s
+
+    today = cal.day(day) if cal else None
+    plain = plain_score(day, value, ordinary)
+    if today is None:
+        return _verdict(plain, notes=notes, level=level)
+
+    f = transform(absolute)
+    like: list[date] = []
+    for key in today.like_keys:
+        like = sorted(d for d, k in kinds.items() if k is not None and key in k.like_keys)
+        if like:
+            break
+    # A like night early in the history has few ordinary nights before it: its effect is measured against
+    # as few as one (the effects are pooled, and the scale widened for how few there are).
+    lenient = config.model_copy(update={"min_points": 1})
+    effects, measured = [], []
+    for d in like:
+        s = plain_score(d, usable[d], {k: v for k, v in ordinary.items() if k < d}, lenient)
+        if s.expected is not None and s.status is not BaselineStatus.INSUFFICIENT:
+            effects.append(f(usable[d]) - f(max(s.expected, 0.0)))
+            measured.append(d)
+    if effects:
+        effect = median(effects)
+        adjusted = plain_score(
+            day, value, ordinary, offset=effect, scale_factor=math.sqrt(1 + 1 / len(effects))
+        )
+        pct = _effect_pct(effect, plain, absolute)
+        notes.append(
+            f"{today.name}: compared with {len(measured)} past like night(s) "
+            f"({', '.join(d.isoformat() for d in measured)}; usual effect {pct:+.1f}%)"
+        )
+        out = _verdict(adjusted, notes=notes, level=level)
+        return out.model_copy(
+            update={"plain": plain, "calendar_day": today, "like_days": measured, "calendar_effect_pct": pct}
+        )
+    out = _verdict(plain, notes=notes, level=level)
+    if out.severity == "ERROR" and today.explains(plain.relative_change or 0.0):
+        notes.append(
+            f"{today.name}: no past night like it on record, and a move of "
+            f"{100 * (plain.relative_change or 0):+.1f}% is within what such a day explains"
+        )
+        out = out.model_copy(update={"severity": "WARN"})
+    elif out.severity == "ERROR":
+        notes.append(
+            f"{today.name}: no past night like it on record, and the move is beyond what it explains"
+        )
+    return out.model_copy(update={"plain": plain, "calendar_day": today, "notes": notes})
+
+
+def _effect_pct(effect: float, plain: BaselineResult, absolute: bool) -> float:
+    if not absolute:
+        return 100 * math.expm1(effect)
+    return 100 * effect / plain.expected if plain.expected else 0.0
+
+
+def _verdict(result: BaselineResult, *, notes: list[str], level: Rebase | None) -> Judgement:
+    return Judgement(
+        severity="ERROR" if result.status is BaselineStatus.ANOMALY else None,
+        result=result,
+        level=level,
+        notes=list(notes),
+    )
+
+
+def judgement_metadata(j: Judgement, prefix: str = "baseline") -> dict[str, object]:
+    """What the check shows of its judgement: the score, the calendar day and the level in force."""
+    import dagster as dg
+
+    r = j.result
+    out: dict[str, object] = {
+        f"{prefix}_status": "accepted_level" if j.accepted_tonight else r.status.value,
+        f"{prefix}_points": r.points,
+        f"{prefix}_mode": "absolute (small count)" if r.absolute else "relative",
+    }
+    if r.expected is not None:
+        out[f"{prefix}_expected"] = dg.MetadataValue.float(float(r.expected))
+        out[f"{prefix}_relative_change_pct"] = dg.MetadataValue.float(float(100 * (r.relative_change or 0)))
+        out[f"{prefix}_robust_z"] = dg.MetadataValue.float(float(r.robust_z or 0))
+    if j.calendar_day is not None:
+        out[f"{prefix}_calendar_day"] = j.calendar_day.name
+        if j.calendar_effect_pct is not None:
+            out[f"{prefix}_calendar_effect_pct"] = dg.MetadataValue.float(float(j.calendar_effect_pct))
+    if j.level is not None:
+        out[f"{prefix}_level"] = j.level.describe()
+    if j.notes:
+        out[f"{prefix}_judgement"] = j.describe()
+    return out
+
+
+def deviation(j: Judgement, unit: str) -> str:
+    """The deviation as a person reads it: '9,012 rows against an expected 7,900 (+14.1%, robust z +9.3)'."""
+    r = j.result
+    z = f"robust z {r.robust_z:+.1f}" if r.robust_z is not None else ""
+    if r.absolute and r.expected is not None:
+        moved = f"{r.value - r.expected:+,.0f} {unit}"
+        return f"{r.value:,.0f} {unit} against an expected {r.expected:,.0f} ({moved}, {z})"
+    return f"{r.value:,.0f} {unit} against an expected {r.expected or 0:,.0f} ({100 * (r.relative_change or 0):+.1f}%, {z})"

@@ -1,0 +1,109 @@
+"""Small keyed tables: which rows appeared or went, by key, and the new keys that explain a bigger table's
+new level.
+
+A monitored table with a unique column (``dagster/column_schema``: a unique or primary key, or a unique
+test) and fewer rows than the small-count size has its keys recorded every night, in ``METRIC_HISTORY`` as
+the series ``rows:<asset>`` grouped by key (one cheap query of a small table). Then a change in it is named
+("1 row appeared: STORE_ID=7"), and when a table downstream of it grows, the rows that carry the new keys
+(the table has a column of the same name, as a join on the key does) are counted: if the growth is those
+rows, a new key was mapped the same day, and the growth is the table's new level, not an anomaly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+
+import dagster as dg
+
+from dw_dagster.checks.history import HistorySession
+from dw_dagster.checks.recorded_totals import plain_value
+from dw_dagster.coalesce.sql import quote_identifier, table_reference
+
+KEYS_LOOKBACK_DAYS = 14
+
+
+def rows_series(asset_key: str) -> str:
+    return f"rows:{asset_key}"
+
+
+def table_columns(spec: dg.AssetSpec) -> list[dg.TableColumn]:
+    schema = spec.metadata.get("dagster/column_schema")
+    schema = getattr(schema, "schema", schema)  # a TableSchemaMetadataValue or the TableSchema itself
+    return list(getattr(schema, "columns", ()) or ())
+
+
+def unique_column(spec: dg.AssetSpec) -> str | None:
+    """The table's key: its first column declared unique (a unique or primary key, or a unique test)."""
+    for column in table_columns(spec):
+        if column.constraints is not None and column.constraints.unique:
+            return column.name
+    return None
+
+
+def key_label(column: str, value: Any) -> str:
+    """How a key reads in a message and in the recorded groups (``STORE_ID=7``, not ``7.0``)."""
+    return f"{column}={plain_value(value)}"
+
+
+@dataclass
+class KeyChange:
+    column: str
+    appeared: dict[str, Any] = field(default_factory=dict)
+    """label -> raw value, as the table holds it (to bind in a query)."""
+    went: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        parts = []
+        for labels, verb in ((list(self.appeared), "appeared"), (self.went, "went")):
+            if labels:
+                shown = ", ".join(labels[:5]) + (f" and {len(labels) - 5} more" if len(labels) > 5 else "")
+                parts.append(f"{len(labels)} row{'s' if len(labels) != 1 else ''} {verb}: {shown}")
+        return "; ".join(parts)
+
+
+def record_keys(
+    cur: Any,
+    history: HistorySession,
+    asset_key: str,
+    table: tuple[str, str, str],
+    column: str,
+    day: date,
+    run_ids: tuple[str | None, str | None],
+) -> KeyChange:
+    """Reads and records tonight's keys of a small table; returns what changed since the last night."""
+    cur.execute(f"SELECT DISTINCT {quote_identifier(column)} FROM {table_reference(*table)}")
+    raw = {key_label(column, r[0]): r[0] for r in cur.fetchall()}
+    series = rows_series(asset_key)
+    past = history.metric_history(series, day, KEYS_LOOKBACK_DAYS)
+    history.record_metric(series, day, float(len(raw)), dict.fromkeys(raw, 1.0), *run_ids)
+    if not past:
+        return KeyChange(column=column)
+    before = past[max(past)].groups
+    return KeyChange(
+        column=column,
+        appeared={k: v for k, v in raw.items() if k not in before},
+        went=sorted(k for k in before if k not in raw),
+    )
+
+
+def rows_with_keys(cur: Any, table: tuple[str, str, str], column: str, values: Sequence[Any]) -> int:
+    marks = ", ".join(["%s"] * len(values))
+    cur.execute(
+        f"SELECT COUNT(*) FROM {table_reference(*table)} WHERE {quote_identifier(column)} IN ({marks})",
+        tuple(values),
+    )
+    return int(cur.fetchone()[0])
+
+
+def new_key_candidates(
+    upstream: Sequence[str], changes: Mapping[str, KeyChange], columns: Sequence[str]
+) -> list[tuple[str, KeyChange]]:
+    """Upstream small tables whose keys appeared tonight, keyed on a column this table has."""
+    return [
+        (asset, changes[asset])
+        for asset in upstream
+        if asset in changes and changes[asset].appeared and changes[asset].column in columns
+    ]

@@ -1,0 +1,102 @@
+"""Reconciliation of a total with its source total: the gap between them must not change, in total or in
+any group (``docs/watch.md``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import date
+from statistics import median
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel
+
+from dw_dagster.checks.history import Recorded
+from dw_dagster.checks.metrics import Reconciliation
+
+if TYPE_CHECKING:
+    from dw_dagster.checks.recorded_totals import TotalValue
+
+GAP_BASELINE_DAYS = 7
+
+
+class GroupGap(BaseModel):
+    group: str
+    source: float
+    target: float
+    gap_change: float
+    missing_in_target: bool
+
+
+class Reconciled(BaseModel):
+    passed: bool
+    gap: float
+    usual_gap: float
+    gap_change: float
+    tolerance: float
+    target_change_pct: float | None
+    source_change_pct: float | None
+    groups: list[GroupGap]
+    """Groups whose gap changed, largest change first."""
+
+
+def _pct(now: float, before: float | None) -> float | None:
+    return None if not before else (now - before) / before * 100
+
+
+def _previous(history: Mapping[date, Recorded], day: date) -> Recorded | None:
+    earlier = [d for d in history if d < day and history[d].value is not None]
+    return history[max(earlier)] if earlier else None
+
+
+def reconcile(
+    day: date,
+    target: TotalValue,
+    source: TotalValue,
+    target_history: Mapping[date, Recorded],
+    source_history: Mapping[date, Recorded],
+    rule: Reconciliation,
+) -> Reconciled:
+    """Compares today's gap (source - target) with the usual gap of the last clean nights."""
+    clean = sorted(
+        d
+        for d in target_history
+        if d < day and d in source_history and not target_history[d].flagged and not source_history[d].flagged
+        and target_history[d].value is not None and source_history[d].value is not None
+    )[-GAP_BASELINE_DAYS:]  # fmt: skip
+    usual_gap = median(source_history[d].value - target_history[d].value for d in clean) if clean else 0.0  # type: ignore[operator]
+    gap = source.value - target.value
+    tolerance = rule.tolerance(source.value)
+
+    groups = []
+    for g in sorted(set(source.groups) | set(target.groups)):
+        s, t = source.groups.get(g, 0.0), target.groups.get(g, 0.0)
+        if s is None or t is None:
+            continue  # a NULL value is a finding of its own (groups.null_groups_problem), not a gap of 0
+        usual = (
+            median(
+                (source_history[d].groups.get(g) or 0.0) - (target_history[d].groups.get(g) or 0.0)
+                for d in clean
+            )
+            if clean
+            else 0.0
+        )
+        change = (s - t) - usual
+        if abs(change) > 0 or (g in source.groups and g not in target.groups):
+            groups.append(
+                GroupGap(
+                    group=g, source=s, target=t, gap_change=change, missing_in_target=g not in target.groups
+                )
+            )
+    groups.sort(key=lambda x: -abs(x.gap_change))
+    prev_t, prev_s = _previous(target_history, day), _previous(source_history, day)
+    return Reconciled(
+        # Group by group too: a key pointed at the wrong group moves the gap between groups, not in total.
+        passed=abs(gap - usual_gap) <= tolerance and all(abs(g.gap_change) <= tolerance for g in groups),
+        gap=gap,
+        usual_gap=usual_gap,
+        gap_change=gap - usual_gap,
+        tolerance=tolerance,
+        target_change_pct=_pct(target.value, prev_t.value if prev_t else None),
+        source_change_pct=_pct(source.value, prev_s.value if prev_s else None),
+        groups=groups,
+    )

@@ -1,0 +1,180 @@
+"""Snowflake connections: reused within a run, tagged per statement, and bounded in time.
+
+A run (or a sensor tick) opens one connection per session schema and every store, check and op of the run
+shares it: a check step no longer pays a login per query or per history write. Reuse keeps each
+statement's own query tag: the tag travels with the statement (``QUERY_TAG`` as a statement parameter,
+which Snowflake applies to that statement only), so a query still names the check, the asset and the run.
+
+Timeouts. The connector's socket timeout (60 s by default) bounds each single request, and its login and
+network timeouts bound only the retries around them: with Snowflake hung, one login request alone waits
+60 s whatever ``login_timeout`` says. So the socket timeout is held to the login timeout while logging in
+and to the network timeout afterwards (never above the connector's 60 s, which Snowflake's own 45 s hold
+of a running query needs). Once the warehouse fails to answer, the rest of the run fails at once instead
+of waiting the same timeout again for every statement: the run fails, and the run retries of
+``dagster.yaml`` try it again later.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from snowflake.connector.cursor import SnowflakeCursor
+from snowflake.connector.errors import OperationalError
+
+# The connector's own default for one request; Snowflake holds a running query's request up to 45 s.
+CONNECTOR_SOCKET_TIMEOUT = 60
+# A connection the warehouse stopped answering is closed without waiting for it again.
+CLOSE_BROKEN_TIMEOUT = 2
+
+
+class WarehouseUnavailable(RuntimeError):
+    """Snowflake did not answer (login or statement); later statements of the same run are not sent."""
+
+
+def _set_socket_timeout(conn: Any, seconds: int | None) -> None:
+    # The connector reads the attribute on every request; it has no public setter after connect.
+    conn._socket_timeout = seconds
+
+
+class Breaker:
+    """Remembers the first failure to reach Snowflake, so that nothing else waits for it again."""
+
+    def __init__(self, where: str):
+        self.where = where
+        self.failure: WarehouseUnavailable | None = None
+
+    def check(self) -> None:
+        if self.failure is not None:
+            raise WarehouseUnavailable(f"{self.failure} (earlier in this run; not tried again)")
+
+    def trip(self, error: Exception, what: str) -> WarehouseUnavailable:
+        self.failure = WarehouseUnavailable(f"Snowflake at {self.where} did not answer {what}: {error}")
+        return self.failure
+
+
+class TaggedCursor(SnowflakeCursor):
+    """A cursor whose statements carry their query tag, on a connection that other purposes share."""
+
+    query_tag: str | None = None
+    breaker: Breaker | None = None
+
+    def execute(self, command: str, params: Any = None, *args: Any, **kwargs: Any):
+        if self.breaker is not None:
+            self.breaker.check()
+        statement_params = dict(kwargs.pop("_statement_params", None) or {})
+        if self.query_tag:
+            statement_params.setdefault("QUERY_TAG", self.query_tag)
+        try:
+            return super().execute(command, params, *args, _statement_params=statement_params, **kwargs)
+        except OperationalError as e:
+            # Network failures (no answer within the timeouts); SQL errors are ProgrammingErrors.
+            if self.breaker is None:
+                raise
+            raise self.breaker.trip(e, "a statement") from e
+
+
+class TaggedConnection:
+    """What ``tagged_connection`` yields: the connector's connection, whose cursors tag each statement."""
+
+    def __init__(self, conn: Any, query_tag: str, breaker: Breaker):
+        self.raw = conn
+        self.query_tag = query_tag
+        self._breaker = breaker
+
+    def cursor(self) -> TaggedCursor:
+        cur = self.raw.cursor(TaggedCursor)
+        cur.query_tag = self.query_tag
+        cur.breaker = self._breaker
+        return cur
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
+class Connector:
+    """Opens connections with the timeouts held, and names the warehouse without any secret."""
+
+    def __init__(self, args: dict[str, Any]):
+        self.args = args
+        self.where = (
+            f"{args['host']}:{args.get('port', 443)}"
+            if args.get("host")
+            else f"account {args.get('account')}"
+        )
+        self.login_timeout = args.get("login_timeout")
+        self.network_timeout = args.get("network_timeout")
+        self._socket_fixed = "socket_timeout" in args
+
+    def connect(self, schema: str | None, query_tag: str, breaker: Breaker) -> Any:
+        import snowflake.connector
+
+        breaker.check()
+        args = dict(self.args)
+        if schema:
+            args["schema"] = schema
+        params: dict[str, Any] = dict(args.pop("session_parameters", None) or {})
+        # The session's tag names the first purpose; each statement's own tag overrides it.
+        params["QUERY_TAG"] = query_tag
+        if not self._socket_fixed:
+            args["socket_timeout"] = _bounded(self.login_timeout)
+        try:
+            conn = snowflake.connector.connect(**args, session_parameters=params)
+        except Exception as e:  # noqa: BLE001 - any failed login; repeating it could lock the user
+            seconds = f" within the login timeout of {self.login_timeout} s" if self.login_timeout else ""
+            raise breaker.trip(e, f"at login{seconds} (SNOWFLAKE_LOGIN_TIMEOUT)") from e
+        if not self._socket_fixed:
+            _set_socket_timeout(conn, _bounded(self.network_timeout))
+        return conn
+
+
+def _bounded(seconds: int | None) -> int:
+    return min(seconds, CONNECTOR_SOCKET_TIMEOUT) if seconds else CONNECTOR_SOCKET_TIMEOUT
+
+
+def close(conn: Any, breaker: Breaker) -> None:
+    broken = breaker.failure is not None
+    if broken:
+        # The warehouse stopped answering: say goodbye once, briefly.
+        _set_socket_timeout(conn, CLOSE_BROKEN_TIMEOUT)
+    # The connector logs and ignores a failure to end the session (which then expires on Snowflake's side).
+    conn.close(retry=not broken)
+
+
+class ConnectionScope:
+    """The connections of one run or sensor tick: one per session schema, closed when the scope ends.
+
+    ``wait_seconds``: how long to wait before the first login (a retried run's backoff), told to ``log``.
+    """
+
+    def __init__(
+        self, connector: Connector, wait_seconds: float = 0, log: Callable[[str], None] | None = None
+    ):
+        self._connector = connector
+        self.breaker = Breaker(connector.where)
+        self._connections: dict[str | None, Any] = {}
+        self._lock = threading.Lock()
+        self._wait_seconds = wait_seconds
+        self._log = log
+
+    def get(self, schema: str | None, query_tag: str) -> Any:
+        with self._lock:
+            self.breaker.check()
+            if self._wait_seconds > 0:
+                if self._log is not None:
+                    self._log(
+                        f"retried run: waiting {self._wait_seconds:.0f} s before logging in to Snowflake"
+                    )
+                time.sleep(self._wait_seconds)
+                self._wait_seconds = 0
+            if schema not in self._connections:
+                self._connections[schema] = self._connector.connect(schema, query_tag, self.breaker)
+            return self._connections[schema]
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._connections.values():
+                close(conn, self.breaker)
+            self._connections.clear()

@@ -1,0 +1,139 @@
+"""Group-level checks of a recorded total: shifts between groups with a flat total, a group lost, a loss
+to new groups, NULL-valued groups; and per-group reconciliation."""
+
+from __future__ import annotations
+
+import random
+import re
+from datetime import date, timedelta
+
+from dw_dagster.checks.calendar import BusinessCalendar
+from dw_dagster.checks.groups import judge_groups, null_groups_problem
+from dw_dagster.checks.history import Recorded
+from dw_dagster.checks.judge import judge
+from dw_dagster.checks.metrics import Reconciliation, RecordedTotal
+from dw_dagster.checks.recorded_totals import TotalValue, reconcile, value_columns
+
+DAY = date(2025, 5, 28)
+SHARES = {"CHANNEL=web": 0.45, "CHANNEL=app": 0.2, "CHANNEL=retail": 0.2, "CHANNEL=marketplace": 0.15}
+TOTAL = RecordedTotal.model_validate(
+    {
+        "name": "channel_revenue",
+        "owner": "analytics",
+        "asset": "mart/mart_channel_revenue",
+        "sql": "SELECT 1 AS VALUE",
+        "group_keys": ["CHANNEL"],
+        "hurts": "down",
+        "baseline": {"weeks": 6, "min_relative_change": 0.1},
+    }
+)
+
+
+def _history(seed: int = 1) -> dict[date, Recorded]:
+    rng, out = random.Random(seed), {}
+    for k in range(1, 50):
+        d = DAY - timedelta(days=k)
+        groups = {g: 100_000 * s * (1 + rng.gauss(0, 0.03)) for g, s in SHARES.items()}
+        out[d] = Recorded(business_date=d, value=sum(groups.values()), groups=groups)
+    return out
+
+
+def _judge(
+    groups: dict[str, float | None], own: dict[date, Recorded] | None = None, spec: RecordedTotal = TOTAL
+):
+    own = own or _history()
+    value = sum(v for v in groups.values() if v is not None)
+    total = judge({d: r.value for d, r in own.items()}, DAY, value, spec.baseline, spec.hurts)
+    return total, judge_groups(spec, DAY, value, groups, own, total, calendar=BusinessCalendar(),
+                               excluded_days=set(), rebases={})  # fmt: skip
+
+
+def test_a_remap_between_groups_with_a_flat_total_names_both_groups():
+    groups = {g: 100_000 * s for g, s in SHARES.items()}
+    groups["CHANNEL=web"] += groups["CHANNEL=app"]
+    groups["CHANNEL=app"] = 0.0
+    total, verdict = _judge(groups)
+    assert total.severity is None
+    assert verdict.problem is not None and "a shift between groups" in verdict.problem
+    assert re.search(r"lost CHANNEL=app \(-\d\d,\d{3}, share \d\d\.\d% -> 0\.0%\)", verdict.problem)
+    assert re.search(r"gained CHANNEL=web \(\+\d\d,\d{3}, share 4\d\.\d% -> 65\.0%\)", verdict.problem)
+
+
+def test_ordinary_nights_and_small_moves_raise_nothing():
+    _, verdict = _judge({g: 100_000 * s * 1.01 for g, s in SHARES.items()})
+    assert verdict.problem is None and verdict.moves == []
+    groups = {g: 100_000 * s for g, s in SHARES.items()}
+    groups["CHANNEL=web"] += 1_500  # under 10% of each group's own level (the minimum change)
+    groups["CHANNEL=app"] -= 1_500
+    assert _judge(groups)[1].problem is None
+
+
+def test_a_loss_to_a_group_new_tonight_is_noted_not_raised():
+    groups = {g: 100_000 * s for g, s in SHARES.items()}
+    groups["CHANNEL=retail"] -= 15_000
+    groups["CHANNEL=social"] = 15_000
+    _, verdict = _judge(groups)
+    assert verdict.problem is None and "moved to groups new tonight: CHANNEL=social" in verdict.note
+
+
+def test_a_group_that_went_with_nothing_gained_is_a_finding():
+    groups = {g: 100_000 * s for g, s in SHARES.items() if g != "CHANNEL=retail"}
+    total, verdict = _judge(groups)
+    # The total fell 20%: that is the total's finding, and the groups name where.
+    assert total.severity == "ERROR" and verdict.moves[0].group == "CHANNEL=retail"
+    assert verdict.moves[0].status == "went"
+    # A group that lost a third while the total held within its minimum change (10%).
+    smaller = {g: 100_000 * s for g, s in SHARES.items()}
+    smaller["CHANNEL=marketplace"] = 10_000.0
+    total, verdict = _judge(smaller)
+    assert total.severity is None
+    # Alone, a fall is noted, not raised (one group's noise); a group gone to nothing is a finding.
+    assert verdict.problem is None and "CHANNEL=marketplace" in verdict.note
+    smaller["CHANNEL=marketplace"] = 0.0
+    smaller["CHANNEL=web"] += 2_500  # each under 10% of its own level: no gain
+    smaller["CHANNEL=app"] += 1_500
+    smaller["CHANNEL=retail"] += 1_500
+    total, verdict = _judge(smaller)
+    assert (
+        total.severity is None
+        and "CHANNEL=marketplace" in verdict.problem
+        and "went to nothing" in verdict.problem
+    )
+
+
+def test_null_valued_groups_are_named_never_zero():
+    problem = null_groups_problem(
+        "shop_revenue",
+        {"STORE_ID=1": 10.0, "STORE_ID=7": None},
+        {"STORE_ID=7": 150},
+        ["QUANTITY", "UNIT_PRICE"],
+    )
+    assert problem.startswith("shop_revenue: 150 rows with no QUANTITY or UNIT_PRICE (STORE_ID=7)")
+    assert "not counted as zero" in problem
+    assert null_groups_problem("t", {"A=1": 1.0}, {}, []) is None
+    assert "A=2 with no VALUE" in null_groups_problem("t", {"A=2": None}, {}, [])
+
+
+def test_value_columns_come_from_the_sql():
+    sql = 'SELECT "STORE_ID", SUM("QUANTITY" * "UNIT_PRICE") AS "VALUE", COUNT(*) AS ROWS FROM T GROUP BY 1'
+    assert value_columns(sql) == ["QUANTITY", "UNIT_PRICE"]
+    assert value_columns("SELECT nonsense((") == []
+
+
+def test_reconciliation_is_per_group():
+    rule = Reconciliation(total="source", tolerance_pct=0.1)
+    hist_t, hist_s = {}, {}
+    for k in range(1, 8):
+        d = DAY - timedelta(days=k)
+        g = {"STORE_ID=1": 600.0, "STORE_ID=2": 400.0}
+        hist_t[d] = Recorded(business_date=d, value=1000.0, groups=g)
+        hist_s[d] = Recorded(business_date=d, value=1000.0, groups=g)
+    source = TotalValue(value=1000.0, groups={"STORE_ID=1": 600.0, "STORE_ID=2": 400.0})
+    # The target moved 100 from store 2 to store 1: the total gap is unchanged.
+    target = TotalValue(value=1000.0, groups={"STORE_ID=1": 700.0, "STORE_ID=2": 300.0})
+    rec = reconcile(DAY, target, source, hist_t, hist_s, rule)
+    assert rec.gap_change == 0 and not rec.passed
+    assert {g.group for g in rec.groups} == {"STORE_ID=1", "STORE_ID=2"}
+    # A NULL source group is not a gap of zero: it is left to its own finding.
+    nulls = TotalValue(value=600.0, groups={"STORE_ID=1": 600.0, "STORE_ID=2": None})
+    assert all(g.group != "STORE_ID=2" for g in reconcile(DAY, source, nulls, hist_t, hist_s, rule).groups)

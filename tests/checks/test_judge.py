@@ -1,0 +1,139 @@
+"""The judgement on a night's number: calendar nights against nights like them, small counts on absolute
+change, accepted levels; ERROR only for what survives all three."""
+
+from __future__ import annotations
+
+import random
+from datetime import date, timedelta
+
+from dw_dagster.checks.baseline import BaselineConfig, BaselineMethod, BaselineStatus, Direction, score
+from dw_dagster.checks.calendar import BusinessCalendar
+from dw_dagster.checks.history import Rebase
+from dw_dagster.checks.judge import judge
+
+EVERY_DAY = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+CAL = BusinessCalendar.model_validate(
+    {"business_days": EVERY_DAY, "holidays": [{"country": "US"}], "month_end": {"last_business_days": 2}}
+)
+CFG = BaselineConfig(weeks=6, min_relative_change=0.1)
+
+
+def _orders(start: date, end: date, seed: int = 5, month_end: float = 1.3, holiday: float = 0.5) -> dict:
+    """Order days as a shop sees them: weekend dip, month-end peak on the last two days, holiday dip."""
+    rng, out, d = random.Random(seed), {}, start
+    while d < end:
+        v = 2500 * (0.8 if d.weekday() >= 5 else 1.0) * (1 + rng.gauss(0, 0.03))
+        if (d + timedelta(days=2)).month != d.month:
+            v *= month_end
+        if CAL.holiday(d):
+            v *= holiday
+        out[d] = v
+        d += timedelta(days=1)
+    return out
+
+
+def test_month_end_is_compared_with_past_month_ends_and_passes():
+    hist = _orders(date(2025, 3, 1), date(2025, 5, 30))
+    day = date(2025, 5, 31)  # a Saturday at month-end
+    value = 2500 * 0.8 * 1.3
+    # Against ordinary Saturdays the month-end is a 30% anomaly ...
+    assert score(hist, day, value, CFG).status is BaselineStatus.ANOMALY
+    j = judge(hist, day, value, CFG, calendar=CAL)
+    # ... against past month-ends it is an ordinary month-end.
+    assert j.severity is None and j.calendar_day.kind == "month_end"
+    assert len(j.like_days) == 4 and 20 < j.calendar_effect_pct < 40
+    assert "compared with 4 past like night(s)" in j.describe()
+
+
+def test_a_fault_on_a_month_end_survives_the_calendar():
+    hist = _orders(date(2025, 3, 1), date(2025, 5, 30))
+    j = judge(hist, date(2025, 5, 31), 2500 * 0.8 * 1.3 * 0.5, CFG, Direction.DOWN, calendar=CAL)
+    assert j.severity == "ERROR" and j.result.relative_change < -0.4
+
+
+def test_a_holiday_with_no_past_holiday_is_at_most_warn():
+    hist = _orders(date(2025, 4, 1), date(2025, 5, 26), holiday=1.0)  # no holiday in the history
+    memorial = date(2025, 5, 26)
+    j = judge(hist, memorial, 2500 * 0.5, CFG, Direction.DOWN, calendar=CAL)
+    assert j.plain.status is BaselineStatus.ANOMALY and j.severity == "WARN"
+    assert "Memorial Day: no past night like it on record" in j.describe()
+    # Beyond what a holiday explains (60% by default): judged as on an ordinary night.
+    assert judge(hist, memorial, 2500 * 0.2, CFG, Direction.DOWN, calendar=CAL).severity == "ERROR"
+    # No calendar: the same dip is an ERROR.
+    assert judge(hist, memorial, 2500 * 0.5, CFG, Direction.DOWN).severity == "ERROR"
+
+
+def test_a_holiday_is_compared_with_past_holidays():
+    hist = _orders(date(2025, 1, 1), date(2025, 5, 26), holiday=0.5)  # MLK day, Presidents' day: half
+    j = judge(hist, date(2025, 5, 26), 2500 * 0.5, CFG, Direction.DOWN, calendar=CAL)
+    # Each past holiday's effect against its own weekday (New Year's Day has no history before it).
+    assert j.severity is None and date(2025, 2, 17) in j.like_days and date(2025, 1, 1) not in j.like_days
+    assert -60 < j.calendar_effect_pct < -40
+    # A holiday that fell to a tenth is not a holiday effect.
+    assert judge(hist, date(2025, 5, 26), 250, CFG, Direction.DOWN, calendar=CAL).severity == "ERROR"
+
+
+def test_ordinary_nights_are_not_widened_by_calendar_nights():
+    hist = _orders(date(2025, 3, 1), date(2025, 6, 3), month_end=2.0)
+    day = date(2025, 6, 3)  # a Tuesday
+    j = judge(hist, day, 2500 * 0.85, CFG, Direction.DOWN, calendar=CAL)
+    assert j.severity == "ERROR" and j.calendar_day is None
+
+
+def test_one_row_more_in_a_small_table_is_not_an_anomaly():
+    day = date(2025, 6, 17)
+    six = {day - timedelta(days=k): 6.0 for k in range(1, 60)}
+    dod = BaselineConfig(method=BaselineMethod.DAY_OVER_DAY)
+    j = judge(six, day, 7.0, BaselineConfig())
+    assert j.severity is None and j.result.absolute and j.result.robust_z < 1
+    assert judge(six, day, 7.0, dod).severity is None
+    # The small-count rule off: the same row is a huge robust z.
+    off = score(six, day, 7.0, BaselineConfig(small_below=0))
+    assert off.status is BaselineStatus.ANOMALY and off.robust_z > 100
+    # Emptied, a small table is still an anomaly; many rows more too.
+    assert judge(six, day, 0.0, BaselineConfig()).severity == "ERROR"
+    assert judge(six, day, 20.0, BaselineConfig()).severity == "ERROR"
+
+
+def test_a_small_list_that_jumps_is_still_an_anomaly():
+    rng = random.Random(2)
+    day = date(2025, 6, 16)
+    reorder = {day - timedelta(days=k): float(31 + rng.randint(-4, 4)) for k in range(1, 60)}
+    cfg = BaselineConfig(min_relative_change=0.25)
+    j = judge(reorder, day, 195.0, cfg, Direction.UP)
+    assert j.severity == "ERROR" and j.result.absolute and j.result.robust_z > 10
+    assert judge(reorder, day, 35.0, cfg, Direction.UP).severity is None
+
+
+def test_an_accepted_level_passes_its_first_night_and_trains_the_next():
+    day = date(2025, 6, 17)
+    rng = random.Random(4)
+    hist = {day - timedelta(days=k): 9000 * (1 + rng.gauss(0, 0.005)) for k in range(1, 60)}
+    up = 9000 * 1.14
+    assert judge(hist, day, up, BaselineConfig()).severity == "ERROR"
+    level = Rebase(
+        series="volume:x", from_date=day, kind="explained", reason="new key K=7 mapped: 1,260 rows"
+    )
+    first = judge(hist, day, up, BaselineConfig(), rebases=[level])
+    assert first.severity is None and first.accepted_tonight and "new level from" in first.describe()
+    # The next nights, at the new level, pass; a drop back to the old level is an anomaly.
+    nxt = {**hist, day: up}
+    again = judge(nxt, day + timedelta(days=1), up * 1.001, BaselineConfig(), rebases=[level])
+    assert again.severity is None and not again.accepted_tonight and again.level == level
+    week = {**nxt, **{day + timedelta(days=k): up for k in range(1, 8)}}
+    assert judge(week, day + timedelta(days=8), up, BaselineConfig(), rebases=[level]).severity is None
+    assert judge(week, day + timedelta(days=8), 9000, BaselineConfig(), rebases=[level]).severity == "ERROR"
+
+
+def test_an_accepted_night_counts_even_if_it_was_flagged_a_remediation_starts_after():
+    day = date(2025, 6, 17)
+    hist = {day - timedelta(days=k): 100_000.0 * (1 + 0.001 * (k % 3)) for k in range(1, 60)}
+    flagged = day - timedelta(days=1)
+    hist[flagged] = 120_000.0
+    accepted = Rebase(series="s", from_date=flagged, kind="accepted", reason="new plant", accepted_by="Ann")
+    j = judge(hist, day, 120_100.0, BaselineConfig(), excluded_days={flagged}, rebases=[accepted])
+    assert j.severity is None and not j.accepted_tonight
+    fixed = Rebase(series="s", from_date=day, kind="remediation", reason="verified fix of INC-1")
+    assert judge(
+        hist, day, 120_100.0, BaselineConfig(), excluded_days={flagged}, rebases=[fixed]
+    ).accepted_tonight
