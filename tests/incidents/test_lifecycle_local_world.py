@@ -19,7 +19,7 @@ import dagster as dg
 import httpx
 import pytest
 from click.testing import CliRunner, Result
-from conftest import WORLD_CACHE
+from world_cache import WORLD_CACHE
 
 from dw_dagster.cli import main
 from dw_dagster.incidents.lifecycle_view import latest_diagnosis
