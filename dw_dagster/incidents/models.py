@@ -32,16 +32,32 @@ class Finding(BaseModel):
         return f"{self.check_name}@{self.asset_key}"
 
 
+IncidentStatus = Literal["open", "resolved", "merged"]
+"""``open`` (reopened is an ``open`` incident whose ``status`` events say so), ``resolved``, and ``merged``: a
+night's provisional incident whose diagnosis named the cause of an older open one, which it continues."""
+
+
 class Incident(BaseModel):
     incident_id: str
     cause_key: str
-    status: Literal["open", "resolved"]
+    status: IncidentStatus
     business_date: date | None
     title: str
     severity: str
     opened_at: datetime
     updated_at: datetime
     detail: dict[str, Any] = Field(default_factory=dict)
+    """Lifecycle attributes (``docs/incidents.md``): ``cause_scope``, ``lane``, ``dedup``, ``merged_into``,
+    ``related``, ``stale_since``, ``reopened``, ``resolution``."""
+
+    @property
+    def merged_into(self) -> str | None:
+        return self.detail.get("merged_into")
+
+    @property
+    def stale_since(self) -> str | None:
+        """The business date from which it was marked stale (no new finding since)."""
+        return self.detail.get("stale_since")
 
 
 class IncidentEvent(BaseModel):
@@ -58,6 +74,10 @@ class RecordOutcome(BaseModel):
     """The incident did not exist before this finding."""
     new_finding: bool
     """The finding was not already attached (re-ticks and repeats are not news)."""
+    explained_by: str | None = None
+    """What in the record explains the finding (a verified fix's receipt): no incident opens for it."""
+    reopened: bool = False
+    """The finding landed on a resolved incident and reopened it."""
 
 
 class CauseClass(str, Enum):

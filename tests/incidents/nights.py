@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from conftest import WORLD_CACHE
+from world_cache import WORLD_CACHE
 
 from dw_dagster.checks.metrics import load_metrics_file
 from dw_dagster.incidents.jobs import latest_diagnosis
