@@ -31,6 +31,9 @@ APPROVE_HOW = "dw/approve_how"
 # sensor can tell its own run from a copy someone launched with the same tags after seeing them.
 SUBMISSION = "dw/submission"
 
+# Set on the incident lifecycle run: what the incident sensor found due (``resolve`` or ``stale``).
+LIFECYCLE_ACTION = "dw/lifecycle"
+
 # Checks runs are retried by Dagster's run retries (dagster.yaml enables them; runs opt in with these tags):
 # up to 3 times, from the failed steps, when a step errors (an unreachable warehouse) or the run worker dies.
 # Each retry waits before its first login, doubling (WarehouseResource.retry_backoff_seconds). A checks run

@@ -267,9 +267,8 @@ class LocalDaemon:
 
     def _tick_incident_sensor(self) -> list[dg.ExecuteInProcessResult]:
         sensor = self.defs.get_sensor_def(INCIDENT_SENSOR)
-        job = self.defs.get_job_def(sensor.job_name)
         return [
-            job.execute_in_process(
+            self.defs.get_job_def(r.job_name or sensor.job_name).execute_in_process(
                 instance=self.instance, tags=r.tags, raise_on_error=False, run_config=QUIET
             )
             for r in self._run_requests(sensor)

@@ -6,12 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
+from world_cache import WORLD_CACHE
 
 os.environ.setdefault("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
-
-REPO = Path(__file__).resolve().parent.parent
-# Seeding runs the nightly job 60 times; the template is reused across runs while its inputs are unchanged.
-WORLD_CACHE = Path(os.environ.get("DW_WORLD_CACHE", REPO / ".dw" / "cache"))
 
 
 @pytest.fixture(scope="session")

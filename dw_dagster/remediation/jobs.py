@@ -40,6 +40,7 @@ from dw_dagster.remediation.node_change import definition, is_deployed
 from dw_dagster.remediation.receipt import receipt_markdown, receipt_materialization
 from dw_dagster.remediation.sensors import build_remediation_sensors
 from dw_dagster.remediation.signing import SealError
+from dw_dagster.remediation.source_steps import SourceStepFailed, apply_source_changes, await_sources
 from dw_dagster.remediation.submission import Binding, RunRecordError, check_credential_host
 from dw_dagster.remediation.verification import verify
 from dw_dagster.tags import (
@@ -203,6 +204,10 @@ def build_remediation_definitions(
             )
             context.log.info(change.what)
             changes.append(change)
+        try:
+            changes += apply_source_changes(snowflake, store, approved, context.run_id, REMEDIATION_JOB)
+        except SourceStepFailed as e:
+            fail(context, store, slack, approved, changes, str(e))
         return changes
 
     @dg.op(
@@ -220,6 +225,15 @@ def build_remediation_definitions(
         client = coalesce.get_client()
         # From the last approval, not from this step's start: a restarted run does not get a new allowance.
         deadline = max(a.at for a in approved.approvals).timestamp() + config.deploy_timeout_seconds
+        try:  # a stopped source is waited for as long as a deploy
+            for line in await_sources(snowflake, approved, context.run_id, REMEDIATION_JOB,
+                                      time.monotonic() + deadline - time.time(), config.poll_seconds,
+                                      lambda text: gated_notifier(slack, store, context_file).post_update(
+                                          approved.incident, text, kind="awaiting_source",
+                                          version=f"{approved.plan.plan_id}|{context.run_id}")):  # fmt: skip
+                context.log.info(line)
+        except SourceStepFailed as e:
+            fail(context, store, slack, approved, changes, str(e))
         deployed = []
         for p in approved.plan.of_kind(ProposalKind.NODE_CHANGE):
             nc = p.node_change

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import WORLD_CACHE
+from world_cache import WORLD_CACHE
 
 from dw_dagster.cli import main
 from dw_dagster.incidents.store import IncidentStore

@@ -15,8 +15,8 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from conftest import WORLD_CACHE
 from slack_checks import check_limits, check_reads_like_slack, texts
+from world_cache import WORLD_CACHE
 
 from dw_dagster.checks.metrics import load_metrics_file
 from dw_dagster.context.models import load_context_file

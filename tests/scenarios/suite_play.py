@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import WORLD_CACHE
+from world_cache import WORLD_CACHE
 
 from dw_local.scenarios.runner import ScenarioReport, run_scenario
 from dw_local.scenarios.score import score_reports

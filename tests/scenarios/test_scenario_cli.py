@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import WORLD_CACHE
+from world_cache import WORLD_CACHE
 
 pytestmark = pytest.mark.world
 HERE = Path(__file__).resolve().parent

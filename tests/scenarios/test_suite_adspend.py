@@ -6,8 +6,8 @@ a new key unmapped through the joins, a stale lookup table and a skipped night. 
 from __future__ import annotations
 
 import pytest
-from conftest import WORLD_CACHE
 from suite_play import TIMEOUT
+from world_cache import WORLD_CACHE
 
 from dw_local.scenarios.runner import run_scenario
 from dw_local.scenarios.suite import SUITE_DIR

@@ -10,7 +10,7 @@ from datetime import datetime
 import dagster as dg
 import numpy as np
 import pytest
-from conftest import WORLD_CACHE
+from world_cache import WORLD_CACHE
 
 from dw_local.daemon import LocalDaemon
 from dw_local.scenarios.suite import SUITE_DIR
