@@ -124,3 +124,27 @@ def test_http_address():
     assert parse_http("0.0.0.0:8765") == ("0.0.0.0", 8765) and parse_http(":9000") == ("127.0.0.1", 9000)
     with pytest.raises(ValueError, match="expected HOST:PORT"):
         parse_http("localhost")
+
+
+def test_an_unreachable_warehouse_is_a_tool_error_without_the_password(monkeypatch):
+    import socket
+
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    password = "s3cret-Passw0rd-not-shown"
+    env = {"SNOWFLAKE_ACCOUNT": "acct", "SNOWFLAKE_USER": "DW", "SNOWFLAKE_PASSWORD": password,
+           "SNOWFLAKE_DATABASE": "DW_SHOP", "SNOWFLAKE_HOST": "127.0.0.1", "SNOWFLAKE_PORT": str(port),
+           "SNOWFLAKE_PROTOCOL": "http", "SNOWFLAKE_LOGIN_TIMEOUT": "2", "DW_RETRY_BACKOFF_SECONDS": "0",
+           "DW_CONTEXT_FILE": str(WORLD / "context.yaml"), "DW_METRICS_FILE": str(WORLD / "metrics.yaml")}  # fmt: skip
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+    async def call():
+        async with Client(build_server()) as client:
+            return await client.call_tool("show_incident", {"incident_id": "INC-20260301-abcdef"})
+
+    result = anyio.run(call)
+    message = result.content[0].text
+    assert result.is_error and "could not read the incident from the warehouse" in message, message
+    assert password not in message and "Traceback" not in message
