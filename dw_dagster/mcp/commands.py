@@ -12,13 +12,16 @@ def mcp(http: str | None) -> None:
     """Serve dw-dagster's incidents, lineage, check history and proposals to a coding agent (docs/mcp.md)."""
     from dw_dagster.mcp.server import build_server, parse_http
 
+    address = None
+    if http is not None:
+        try:
+            address = parse_http(http)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--http") from None
     server = build_server()
-    if http is None:
+    if address is None:
         server.run("stdio")
         return
-    try:
-        host, port = parse_http(http)
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--http") from None
+    host, port = address
     click.echo(f"dw-dagster MCP server at http://{host}:{port}/mcp", err=True)
     server.run("streamable-http", host=host, port=port)
