@@ -101,6 +101,22 @@ def render_node(node: NodeSpec, env: EnvironmentSpec) -> list[Statement]:
     return statements
 
 
+def coalesce_query_tag(
+    job: str | None, run_id: str, run_type: str, node: NodeSpec, statement: Statement
+) -> str:
+    """The JSON query tag Coalesce sets on every statement of a Job run (docs/cost.md)."""
+    fields = {
+        "jobName": job,
+        "nodeID": node.id,
+        "nodeName": node.name,
+        "runID": run_id,
+        "runType": run_type.capitalize(),
+        "stageName": statement.name,
+        "storageLocation": node.locationName,
+    }
+    return json.dumps({"coalesce": {k: v for k, v in fields.items() if v is not None}})
+
+
 def _error(message: str, detail: str) -> dict[str, str]:
     lines = message.strip().splitlines() or [detail]
     return {"errorString": lines[0], "errorDetail": detail}
@@ -240,7 +256,8 @@ class RunExecutor:
                 return "canceled", None
             results.append(self._running(statement, warehouse))
             save("running")
-            tag = self._query_tag(run, node, statement)
+            job = self.job_names.get(run.job_id or "")
+            tag = coalesce_query_tag(job, str(run.id), run.run_type, node, statement)
             results[-1] = self._execute(cursor, statement, results[-1], tag)
             if not results[-1]["success"]:
                 failure = failure or results[-1]["error"]["errorString"]
@@ -263,19 +280,6 @@ class RunExecutor:
             "warehouse": warehouse,
             "error": None,
         }
-
-    def _query_tag(self, run: RunRecord, node: NodeSpec, statement: Statement) -> str:
-        # Coalesce tags every statement of a Job run with a JSON query tag of these fields (docs/cost.md).
-        fields = {
-            "jobName": self.job_names.get(run.job_id or ""),
-            "nodeID": node.id,
-            "nodeName": node.name,
-            "runID": str(run.id),
-            "runType": run.run_type.capitalize(),
-            "stageName": statement.name,
-            "storageLocation": node.locationName,
-        }
-        return json.dumps({"coalesce": {k: v for k, v in fields.items() if v is not None}})
 
     def _execute(
         self, cursor: Any, statement: Statement, result: dict[str, Any], query_tag: str
