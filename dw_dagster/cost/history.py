@@ -9,7 +9,7 @@ a night is read once that lag has passed (``job.py``); queries too short to be a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -104,6 +104,8 @@ def costs_from_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], where
         start = get["START_TIME"]
         if not isinstance(start, datetime):
             raise CostViewError(f"{where}: query {qid}: START_TIME: expected a timestamp, got {start!r}")
+        if start.tzinfo is None:  # TIMESTAMP_LTZ comes with its zone; a copy of the view may not: UTC
+            start = start.replace(tzinfo=UTC)
         credits = _number(get["CREDITS_ATTRIBUTED_COMPUTE"], where, qid, "CREDITS_ATTRIBUTED_COMPUTE")
         accelerated = _number(
             get["CREDITS_USED_QUERY_ACCELERATION"], where, qid, "CREDITS_USED_QUERY_ACCELERATION"

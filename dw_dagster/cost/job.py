@@ -20,8 +20,9 @@ from zoneinfo import ZoneInfo
 
 import dagster as dg
 
+from dw_dagster.checks.history import HistoryStore
 from dw_dagster.checks.metrics import BusinessDay, MetricsFile
-from dw_dagster.cost.attribution import Attribution, Spend, attribute
+from dw_dagster.cost.attribution import Attribution, Spend, attribute, by_night
 from dw_dagster.cost.history import AccountUsage, read_query_costs
 from dw_dagster.cost.jump import CostJump, CostJumpConfig, judge_cost
 from dw_dagster.warehouse.ops import OpsSchema
@@ -88,6 +89,8 @@ def nights_due(
 class CostNight(dg.Config):
     night: str
     """The business date to attribute, YYYY-MM-DD."""
+    backfill_nights: int = 0
+    """Also record this many nights before it (the sensor's first run backfills the baseline's lookback)."""
 
 
 def label(spend: Spend, assets_by_node: dict[str, str]) -> str:
@@ -135,34 +138,35 @@ def attribute_night(
     assets_by_node: dict[str, str],
     night: date,
     *,
+    backfill_nights: int = 0,
     views: AccountUsage | None = None,
     config: CostJumpConfig | None = None,
     run_id: str | None = None,
     log=None,
 ) -> tuple[Attribution, list[CostJump], list[str]]:
     """Reads, records and judges one night; returns the attribution, each node's judgement and the ids of
-    the incidents the night's jumps were recorded on."""
-    from dw_dagster.checks.history import HistoryStore
-    from dw_dagster.incidents.models import Finding
-    from dw_dagster.incidents.store import IncidentStore
-
+    the incidents the night's jumps were recorded on. ``backfill_nights``: also record that many nights
+    before it from the same read (the views keep a year), so that a first run has a baseline at once."""
     views = views or AccountUsage.from_env()
     config = config or CostJumpConfig()
-    start, end = night_window(metrics.business_day, night)
+    start, _ = night_window(metrics.business_day, night - timedelta(days=backfill_nights))
+    _, end = night_window(metrics.business_day, night)
     with warehouse.tagged_connection("job.cost", job=COST_JOB, dagster_run_id=run_id) as conn:
         costs = read_query_costs(conn.cursor(), views, start, end)
-    attribution = attribute(costs)
+    nights = by_night(costs, lambda c: metrics.business_day.of(c.start_time))
+    attribution = nights.get(night) or attribute([])
     jumps: list[CostJump] = []
     findings: list[tuple[Spend, str, CostJump]] = []
     store = HistoryStore(warehouse, ops, job=COST_JOB, dagster_run_id=run_id)
     with store.session("job.cost.history") as history:
+        for earlier, spent in nights.items():
+            if earlier < night:
+                for spend in spent.nodes:
+                    _record(history, _series(spend, assets_by_node), earlier, spend, run_id)
         excluded = history.incident_days(night - timedelta(days=config.lookback_days))
         for spend in attribution.nodes:
-            asset = assets_by_node.get(spend.node_id or "") or spend.spender.removeprefix("node ")
-            series = cost_series(asset)
-            history.record_metric(
-                series, night, spend.credits, spend.by_stage, run_id, spend.runs[0] if spend.runs else None
-            )
+            series = _series(spend, assets_by_node)
+            _record(history, series, night, spend, run_id)
             past = history.metric_history(series, night, config.lookback_days)
             flagged = {d for d, r in past.items() if r.flagged}
             jump = judge_cost(
@@ -174,38 +178,54 @@ def attribute_night(
             jumps.append(jump)
             if jump.is_jump and spend.credits >= config.min_credits:
                 history.flag_metric(series, night)
-                findings.append((spend, asset, jump))
-    incidents = []
-    if findings:
-        incident_store = IncidentStore(warehouse, ops, run_id=run_id)
-        for spend, asset, jump in findings:
-            grown = "; ".join(g.describe() for g in jump.grown)
-            summary = jump.summary(f"{spend.node or asset}") + (f"; grew: {grown}" if grown else "")
-            outcome = incident_store.record_finding(
-                Finding(
-                    check_name=COST_CHECK,
-                    asset_key=asset,
-                    business_date=night,
-                    summary=summary,
-                    severity="WARN",
-                    evidence={
-                        "credits": spend.credits,
-                        "expected_credits": jump.judgement.result.expected,
-                        "robust_z": jump.judgement.result.robust_z,
-                        "grown_queries": [g.model_dump() for g in jump.grown],
-                        "top_query_ids": spend.top_query_ids,
-                        "coalesce_runs": spend.runs,
-                        "job": spend.job,
-                    },
-                    cause_scope=f"cost:{asset}",
-                    dagster_run_id=run_id,
-                    coalesce_run_id=spend.runs[0] if spend.runs else None,
-                )
-            )
-            incidents.append(outcome.incident.incident_id)
-            if log is not None:
-                log(f"{outcome.incident.incident_id}: {summary}")
+                findings.append((spend, series.removeprefix("cost:"), jump))
+    incidents = [
+        _open_finding(warehouse, ops, night, spend, asset, jump, run_id, log)
+        for spend, asset, jump in findings
+    ]
     return attribution, jumps, incidents
+
+
+def _series(spend: Spend, assets_by_node: dict[str, str]) -> str:
+    return cost_series(assets_by_node.get(spend.node_id or "") or spend.spender.removeprefix("node "))
+
+
+def _record(history, series: str, night: date, spend: Spend, run_id: str | None) -> None:
+    coalesce_run = spend.runs[0] if spend.runs else None
+    history.record_metric(series, night, spend.credits, spend.by_stage, run_id, coalesce_run)
+
+
+def _open_finding(warehouse, ops, night: date, spend: Spend, asset: str, jump: CostJump, run_id, log) -> str:
+    """A WARN finding on the node's asset, for its owners, with the statements that grew."""
+    from dw_dagster.incidents.models import Finding
+    from dw_dagster.incidents.store import IncidentStore
+
+    grown = "; ".join(g.describe() for g in jump.grown)
+    summary = jump.summary(spend.node or asset) + (f"; grew: {grown}" if grown else "")
+    outcome = IncidentStore(warehouse, ops, run_id=run_id).record_finding(
+        Finding(
+            check_name=COST_CHECK,
+            asset_key=asset,
+            business_date=night,
+            summary=summary,
+            severity="WARN",
+            evidence={
+                "credits": spend.credits,
+                "expected_credits": jump.judgement.result.expected,
+                "robust_z": jump.judgement.result.robust_z,
+                "grown_queries": [g.model_dump() for g in jump.grown],
+                "top_query_ids": spend.top_query_ids,
+                "coalesce_runs": spend.runs,
+                "job": spend.job,
+            },
+            cause_scope=f"cost:{asset}",
+            dagster_run_id=run_id,
+            coalesce_run_id=spend.runs[0] if spend.runs else None,
+        )
+    )
+    if log is not None:
+        log(f"{outcome.incident.incident_id}: {summary}")
+    return outcome.incident.incident_id
 
 
 def build_cost_definitions(
@@ -221,8 +241,9 @@ def build_cost_definitions(
         except ValueError as e:
             raise dg.Failure(f"config night: expected YYYY-MM-DD, got {config.night!r}") from e
         attribution, jumps, incidents = attribute_night(
-            snowflake, ops, metrics, assets_by_node, night, run_id=context.run_id, log=context.log.warning
-        )
+            snowflake, ops, metrics, assets_by_node, night,
+            backfill_nights=config.backfill_nights, run_id=context.run_id, log=context.log.warning,
+        )  # fmt: skip
         metadata = cost_metadata(attribution, jumps, assets_by_node)
         metadata["night"] = night.isoformat()
         if incidents:
@@ -263,9 +284,13 @@ def build_cost_definitions(
         last = date.fromisoformat(context.cursor) if context.cursor else None
         due = nights_due(last, datetime.now(UTC), latency, metrics.business_day, had_work)
         for night in due:
+            # The first night attributed also records the baseline's lookback from the views' year.
+            backfill = CostJumpConfig().lookback_days if last is None else 0
             yield dg.RunRequest(
                 run_key=f"cost:{night.isoformat()}",
-                run_config=dg.RunConfig(ops={"attribute_costs": CostNight(night=night.isoformat())}),
+                run_config=dg.RunConfig(
+                    ops={"attribute_costs": CostNight(night=night.isoformat(), backfill_nights=backfill)}
+                ),
             )
         latest = metrics.business_day.of(datetime.now(UTC) - latency) - timedelta(days=1)
         if last is None or latest > last:
