@@ -11,14 +11,14 @@ ended and the run sensor reported at least one Coalesce node built that night. A
 ran) starts nothing and touches no warehouse.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: Dagster reads the op's config class from its annotation.
 import os
 from collections.abc import Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import dagster as dg
+from dagster._time import get_current_datetime
 
 from dw_dagster.checks.history import HistoryStore
 from dw_dagster.checks.metrics import BusinessDay, MetricsFile
@@ -281,8 +281,10 @@ def build_cost_definitions(
                 for key in node_keys
             )
 
+        # Dagster's clock, as its schedules read it (a deployment's wall clock).
+        now = get_current_datetime()
         last = date.fromisoformat(context.cursor) if context.cursor else None
-        due = nights_due(last, datetime.now(UTC), latency, metrics.business_day, had_work)
+        due = nights_due(last, now, latency, metrics.business_day, had_work)
         for night in due:
             # The first night attributed also records the baseline's lookback from the views' year.
             backfill = CostJumpConfig().lookback_days if last is None else 0
@@ -292,7 +294,7 @@ def build_cost_definitions(
                     ops={"attribute_costs": CostNight(night=night.isoformat(), backfill_nights=backfill)}
                 ),
             )
-        latest = metrics.business_day.of(datetime.now(UTC) - latency) - timedelta(days=1)
+        latest = metrics.business_day.of(now - latency) - timedelta(days=1)
         if last is None or latest > last:
             context.update_cursor(latest.isoformat())
 

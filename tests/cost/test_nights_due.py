@@ -45,3 +45,31 @@ def test_the_night_window_follows_the_business_day_across_daylight_saving():
         DwConfigError, match="DW_COST_LATENCY_HOURS: expected a number of hours >= 0, got 'soon'"
     ):
         latency_from_env({"DW_COST_LATENCY_HOURS": "soon"})
+
+
+def test_the_sensor_starts_the_job_only_for_nights_dagster_saw_a_node_built():
+    import dagster as dg
+    from dagster._core.test_utils import freeze_time
+
+    from dw_dagster.checks.metrics import MetricsFile
+    from dw_dagster.cost.job import build_cost_definitions
+    from dw_dagster.warehouse.ops import OpsSchema
+    from dw_dagster.warehouse.resources import warehouse_from_env
+
+    node = dg.AssetSpec(key=["sales", "fct_orders"], metadata={"coalesce/node_id": "n-fact"})
+    metrics = MetricsFile(business_day=DAY)
+    built = build_cost_definitions([node], metrics, OpsSchema("DW", "DW_OPS"))
+    # The sensor needs no resource (it never reaches the warehouse); the job's is never called here.
+    defs = dg.Definitions.merge(
+        built, dg.Definitions(resources={"snowflake": warehouse_from_env({}, resolved=False)})
+    )
+    sensor = defs.get_sensor_def("cost_attribution_sensor")
+    with dg.DagsterInstance.ephemeral() as instance:
+        with freeze_time(datetime(2025, 6, 17, 7, 30, tzinfo=UTC)):  # night of 2025-06-16, 02:30 Chicago
+            instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=node.key))
+        with freeze_time(datetime(2025, 6, 19, 20, 0, tzinfo=UTC)):
+            context = dg.build_sensor_context(instance=instance, cursor="2025-06-15")
+            requests = list(sensor(context))
+        assert [r.run_key for r in requests] == ["cost:2025-06-16"]  # the 17th and 18th: nothing ran
+        assert requests[0].run_config["ops"]["attribute_costs"]["config"]["backfill_nights"] == 0
+        assert context.cursor == "2025-06-18"
