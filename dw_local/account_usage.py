@@ -19,6 +19,8 @@ directory across restarts.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import threading
 from datetime import UTC, datetime, timedelta
@@ -88,6 +90,38 @@ class AccountUsage:
             definitions = ", ".join(f"{name} {kind}" for name, kind in columns)
             cur.execute(f"CREATE TABLE IF NOT EXISTS {DATABASE}.{SCHEMA}.{table} ({definitions})")
         self._duck = fs.duck_conn.cursor()
+        self._pending: dict[str, list[tuple]] = {table: [] for table in _COLUMNS}
+        self._sizes: dict[tuple[str, str, str], int] | None = None
+        # A row per statement inserted one by one costs a commit each (~20 ms): rows are written in
+        # batches, every second, before any statement that reads the views, and when the server stops.
+        self._stop = threading.Event()
+        threading.Thread(target=self._flush_every_second, name="account-usage", daemon=True).start()
+
+    def _flush_every_second(self) -> None:
+        while not self._stop.wait(1.0):
+            self.flush()
+
+    def flush(self) -> None:
+        import pyarrow as pa
+
+        with self._lock:
+            pending, self._pending = self._pending, {table: [] for table in _COLUMNS}
+            for table, rows in pending.items():
+                if not rows:
+                    continue
+                names = [name for name, _ in _COLUMNS[table]]
+                batch = pa.table({n: [row[i] for row in rows] for i, n in enumerate(names)})
+                self._duck.register("_account_usage_rows", batch)
+                try:
+                    self._duck.execute(
+                        f"INSERT INTO {DATABASE}.{SCHEMA}.{table} SELECT * FROM _account_usage_rows"
+                    )
+                finally:
+                    self._duck.unregister("_account_usage_rows")
+
+    def close(self) -> None:
+        self._stop.set()
+        self.flush()
 
     # -- the clock ---------------------------------------------------------------------------------
 
@@ -141,9 +175,10 @@ class AccountUsage:
             credits, None,
         )  # fmt: skip
         with self._lock:
-            for table, row in (("QUERY_HISTORY", history), ("QUERY_ATTRIBUTION_HISTORY", attribution)):
-                marks = ", ".join("?" for _ in row)
-                self._duck.execute(f"INSERT INTO {DATABASE}.{SCHEMA}.{table} VALUES ({marks})", list(row))
+            self._pending["QUERY_HISTORY"].append(history)
+            self._pending["QUERY_ATTRIBUTION_HISTORY"].append(attribution)
+            if _query_type(sql) != "SELECT":
+                self._sizes = None  # a write may have changed the tables' sizes
 
     def rows_read(self, sql: str, database: str | None, schema: str | None) -> int:
         """The rows of the tables ``sql`` reads (not the table it writes), as the tables are now."""
@@ -151,12 +186,14 @@ class AccountUsage:
         if not tables:
             return 0
         with self._lock:
-            sizes = {
-                (d.upper(), s.upper(), t.upper()): int(n or 0)
-                for d, s, t, n in self._duck.execute(
-                    "SELECT database_name, schema_name, table_name, estimated_size FROM duckdb_tables()"
-                ).fetchall()
-            }
+            if self._sizes is None:
+                self._sizes = {
+                    (d.upper(), s.upper(), t.upper()): int(n or 0)
+                    for d, s, t, n in self._duck.execute(
+                        "SELECT database_name, schema_name, table_name, estimated_size FROM duckdb_tables()"
+                    ).fetchall()
+                }
+            sizes = self._sizes
         return sum(sizes.get(t, 0) for t in tables)
 
 
@@ -173,14 +210,15 @@ def _query_type(sql: str) -> str:
     return {"INSERT": "INSERT", "SELECT": "SELECT", "WITH": "SELECT", "CREATE": "CREATE"}.get(word, word)
 
 
-def _tables_read(sql: str, database: str | None, schema: str | None) -> set[tuple[str, str, str]]:
+@functools.lru_cache(maxsize=4096)
+def _tables_read(sql: str, database: str | None, schema: str | None) -> frozenset[tuple[str, str, str]]:
     import sqlglot
     from sqlglot import exp
 
     try:
         expr = sqlglot.parse_one(sql, read="snowflake")
     except sqlglot.errors.ParseError:
-        return set()
+        return frozenset()
     written = expr.this if isinstance(expr, (exp.Insert, exp.Create)) else None
     if isinstance(written, exp.Schema):
         written = written.this
@@ -193,7 +231,7 @@ def _tables_read(sql: str, database: str | None, schema: str | None) -> set[tupl
         sc = table.db or schema
         if db and sc:
             read.add((db.upper(), sc.upper(), table.name.upper()))
-    return read
+    return frozenset(read)
 
 
 def install(app: Any, fs: Any, data_dir: Path) -> AccountUsage:
@@ -229,6 +267,8 @@ def install(app: Any, fs: Any, data_dir: Path) -> AccountUsage:
         if body.get("describeOnly"):
             return await query_endpoint(request)
         sql = body.get("sqlText", "")
+        if SCHEMA in sql.upper():
+            await run_in_threadpool(usage.flush)  # what ran so far is in the views when they are read
         scanned = await run_in_threadpool(usage.rows_read, sql, conn.database, conn.schema)
         start = usage.now()
         response = await query_endpoint(request)
@@ -245,6 +285,16 @@ def install(app: Any, fs: Any, data_dir: Path) -> AccountUsage:
     routes[login_index] = Route(login_route.path, login_request, methods=["POST"])
     routes[query_index] = Route(query_route.path, query_request, methods=["POST"])
     routes.append(Route(CLOCK_PATH, clock, methods=["POST"]))
+    serving = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(a):
+        # On SIGTERM uvicorn ends the lifespan, then re-raises the signal: the last rows are written here.
+        async with serving(a) as state:
+            yield state
+        usage.close()
+
+    app.router.lifespan_context = lifespan
     return usage
 
 
