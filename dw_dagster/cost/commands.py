@@ -25,6 +25,8 @@ def cost() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the attribution as JSON.")
 def report(since: datetime | None, until: datetime | None, top: int, as_json: bool) -> None:
     """Print the top spenders from business date SINCE to UNTIL (the metrics file's business day)."""
+    from snowflake.connector.errors import ProgrammingError
+
     from dw_dagster.checks import load_metrics_file
     from dw_dagster.checks.metrics import MetricsFile
     from dw_dagster.config import DwConfigError
@@ -32,6 +34,7 @@ def report(since: datetime | None, until: datetime | None, top: int, as_json: bo
     from dw_dagster.cost.history import AccountUsage, read_query_costs
     from dw_dagster.cost.job import night_window
     from dw_dagster.settings import Settings
+    from dw_dagster.warehouse.connections import WarehouseUnavailable
     from dw_dagster.warehouse.resources import warehouse_from_env
 
     try:
@@ -47,11 +50,16 @@ def report(since: datetime | None, until: datetime | None, top: int, as_json: bo
         raise click.ClickException(f"--since {first} is after --until {last}")
     start, _ = night_window(business_day, first)
     _, end = night_window(business_day, last)
-    with warehouse_from_env().tagged_connection("cli.cost_report", job="cost_report") as conn:
-        try:
+    try:
+        with warehouse_from_env().tagged_connection("cli.cost_report", job="cost_report") as conn:
             costs = read_query_costs(conn.cursor(), views, start, end)
-        except DwConfigError as e:
-            raise click.ClickException(str(e)) from e
+    except ProgrammingError as e:
+        raise click.ClickException(
+            f"cannot read {views.view('QUERY_ATTRIBUTION_HISTORY')}: {e.msg} (dw-dagster's role needs "
+            "IMPORTED PRIVILEGES on the SNOWFLAKE database, or DW_ACCOUNT_USAGE naming a copy; docs/cost.md)"
+        ) from e
+    except (DwConfigError, WarehouseUnavailable) as e:
+        raise click.ClickException(str(e)) from e
     attribution = attribute(costs)
     if as_json:
         click.echo(attribution.model_dump_json(indent=2))
