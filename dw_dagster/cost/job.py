@@ -22,6 +22,7 @@ from dagster._time import get_current_datetime
 
 from dw_dagster.checks.history import HistoryStore
 from dw_dagster.checks.metrics import BusinessDay, MetricsFile
+from dw_dagster.cost import COST_CHECK
 from dw_dagster.cost.attribution import Attribution, Spend, attribute, by_night
 from dw_dagster.cost.history import AccountUsage, read_query_costs
 from dw_dagster.cost.jump import CostJump, CostJumpConfig, judge_cost
@@ -30,7 +31,6 @@ from dw_dagster.warehouse.resources import WarehouseResource
 
 COST_JOB = "cost_attribution"
 COST_KEY = dg.AssetKey(["dw", "cost"])
-COST_CHECK = "cost_jump"
 # Snowflake's QUERY_ATTRIBUTION_HISTORY lags up to 8 hours (QUERY_HISTORY up to 45 minutes).
 DEFAULT_LATENCY_HOURS = 8
 
