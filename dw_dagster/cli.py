@@ -47,6 +47,7 @@ PRODUCT_COMMANDS = {
     "approver-key": "dw_dagster.remediation.commands:approver_key",
     "serve-approvals": "dw_dagster.remediation.slack_endpoint:serve",
     "mcp": "dw_dagster.mcp.commands:mcp",
+    "cost": "dw_dagster.cost.commands:cost",
 }
 
 
