@@ -532,11 +532,12 @@ class SteadyGrowth(Event):
 
 
 class ColumnAdded(Event):
-    """Benign: a source gains a column (the replicated DDL change, its values in the night's rows from then
-    on) and an engineer carries it through ``nodes`` (built nodes, each reading it from the one before, the
-    first from ``table``): the Coalesce project shows it, with its column lineage. The numbers do not move;
-    a column whose name or values look personal is a question for the data's governance owners.
-    Persists until repaired (the column dropped and the nodes deployed without it)."""
+    """Benign: a source gains a column (the replicated DDL change) and an engineer carries it through
+    ``nodes`` (built nodes, each reading it from the one before, the first from ``table``): the Coalesce
+    project shows it, with its column lineage. The night's new rows draw its ``values`` (a reference
+    table's installed rows take the first; later nights' rows leave it NULL). The numbers do not move; a
+    column whose name or values look personal is a question for the data's governance owners. Persists
+    until repaired (the column dropped and the nodes deployed without it)."""
 
     kind: Literal["column_added"]
     table: Ident
@@ -567,8 +568,15 @@ class ColumnAdded(Event):
             cur.execute(
                 f"ALTER TABLE {table.qualified} ADD COLUMN {quote_identifier(self.column)} {self.data_type}"
             )
+            if world.spec.sources[self.table].load == "once":
+                # Reference rows are not reloaded: the installed ones take the first value.
+                cur.execute(
+                    f"UPDATE {table.qualified} SET {quote_identifier(self.column)} = %s", (self.values[0],)
+                )
 
     def transform(self, world, frames, night):
+        if self.table not in frames:
+            return frames
         frame = frames[self.table].copy()
         picks = self.rng(world, night).integers(0, len(self.values), size=len(frame))
         frame[self.column] = [self.values[i] for i in picks]
