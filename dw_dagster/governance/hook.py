@@ -10,7 +10,7 @@ import dagster as dg
 
 from dw_dagster.coalesce.client import CoalesceClient
 from dw_dagster.coalesce.models import CoalesceNode
-from dw_dagster.context.models import load_context_file
+from dw_dagster.context.models import ContextFile, load_context_file
 from dw_dagster.governance.columns import last_seen, loaded_columns, record_seen
 from dw_dagster.governance.watch import SensitiveColumnWatch
 from dw_dagster.incidents.models import RecordOutcome
@@ -27,9 +27,12 @@ def review_run(
     touched: Iterable[dg.AssetKey],
     business_date: date,
     coalesce_run_id: str,
+    context_file: ContextFile | None = None,
 ) -> list[RecordOutcome]:
     """Flags the sensitive new columns of the environment a finished run belongs to. A review that fails
-    (the Coalesce API down) records nothing, so the next run's review still sees the same columns as new."""
+    (the Coalesce API down) records nothing, so the next run's review still sees the same columns as new.
+
+    ``context_file``: the governance owners and patterns; by default the one ``DW_CONTEXT_FILE`` names."""
     try:
         metadata = {n.key: n.metadata for n in context.repository_def.asset_graph.asset_nodes}
         keys = {}
@@ -46,8 +49,9 @@ def review_run(
             key = keys.get(node.id)
             return key.to_user_string() if key else f"{node.location_name or '-'}/{node.name}".lower()
 
-        settings = Settings.from_env()
-        context_file = load_context_file(settings.context_file) if settings.context_file else None
+        if context_file is None:
+            settings = Settings.from_env()
+            context_file = load_context_file(settings.context_file) if settings.context_file else None
         watch = SensitiveColumnWatch(context_file, store.warehouse)
         touched_keys = set(touched)
         review = watch.review(
