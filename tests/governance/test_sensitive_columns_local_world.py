@@ -6,6 +6,7 @@ nothing."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import httpx
@@ -63,6 +64,7 @@ def night(seeded_world, tmp_path_factory):
 
     # The daemon refreshes the Coalesce state as it starts: the new columns are already in its definitions,
     # so only the columns recorded by the last review (during the seeded history) tell that they are new.
+    environ = dict(os.environ)  # the daemon points this process at the world, as a deployment would
     daemon = LocalDaemon(lw, env={"DW_CONTEXT_FILE": str(context_file)})
     played = json.loads((lw.root / "seeded.json").read_text())["nights_played"]
     world = DistributorWorld()
@@ -73,7 +75,9 @@ def night(seeded_world, tmp_path_factory):
     # The next night: the columns are known now, nothing new is flagged.
     tomorrow = world.play_night(lw.snowflake, coalesce, played + 1)
     daemon.tick(at=tomorrow.watched_at)
-    return lw, store, first, _sensitive(store)
+    yield lw, store, first, _sensitive(store)
+    os.environ.clear()
+    os.environ.update(environ)
 
 
 def _sensitive(store: IncidentStore) -> list:
