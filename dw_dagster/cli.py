@@ -112,8 +112,13 @@ PRODUCT_COMMANDS = {
     "resume": "dw_dagster.remediation.commands:resume",
     "undo": "dw_dagster.remediation.commands:undo",
     "proposals": "dw_dagster.remediation.commands:proposals",
+    "incidents": "dw_dagster.incidents.commands:incidents",
     "ops": "dw_dagster.warehouse.commands:ops",
     "baseline": "dw_dagster.checks.commands:baseline",
+    "approver-key": "dw_dagster.remediation.commands:approver_key",
+    "serve-approvals": "dw_dagster.remediation.slack_endpoint:serve",
+    "mcp": "dw_dagster.mcp.commands:mcp",
+    "cost": "dw_dagster.cost.commands:cost",
 }
 
 

@@ -6,7 +6,8 @@ this hook, the product's layer on it, turns the same run into
 - findings for the incident store: one per failed or canceled node, or one for the run when it failed or was
   canceled and no node of an asset explains it, sharing one cause (the job and the business date);
 - one checks-only run request for the checks of the assets the run built and of the Source nodes it read,
-  keyed by the Coalesce run so that a replayed tick, a restart or a second local daemon requests it once.
+  keyed by the Coalesce run so that a replayed tick, a restart or a second local daemon requests it once;
+- the review of the run's environment for sensitive new columns (:mod:`dw_dagster.governance`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ from dw_dagster import tags
 from dw_dagster.checks.metrics import BusinessDay
 from dw_dagster.coalesce.metadata import CoalesceMetadataSet
 from dw_dagster.coalesce.models import CoalesceRunStatus
+from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.coalesce.run_report import CoalesceRunReport
 from dw_dagster.coalesce.sensor_builder import CoalesceRunHook
+from dw_dagster.context.models import ContextFile
+from dw_dagster.governance.hook import review_run
 from dw_dagster.incidents.models import Finding
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
@@ -148,24 +152,40 @@ def check_keys_for_assets(asset_graph: Any, asset_keys: Iterable[dg.AssetKey]) -
 
 
 def build_run_hook(
-    business_day: BusinessDay, warehouse: WarehouseResource, ops: OpsSchema
+    business_day: BusinessDay,
+    warehouse: WarehouseResource,
+    ops: OpsSchema,
+    workspace: CoalesceWorkspace,
+    context_file: ContextFile | None = None,
 ) -> CoalesceRunHook:
-    """The hook the product's run sensor is built with: incidents go to ``ops`` in ``warehouse``."""
+    """The hook the product's run sensor is built with: incidents go to ``ops`` in ``warehouse``; the
+    run's environment is reviewed for sensitive new columns through ``workspace``."""
     store = IncidentStore(warehouse, ops)
 
     def on_run_finished(
         context: dg.SensorEvaluationContext, report: CoalesceRunReport
     ) -> list[dg.RunRequest]:
-        for finding in run_findings(report, business_day):
-            outcome = store.record_finding(finding)
+        outcomes = [store.record_finding(f) for f in run_findings(report, business_day)]
+        asset_graph = context.repository_def.asset_graph
+        built = report.built_asset_keys
+        # The Source nodes the run read are checked with what it built: the run just consumed them.
+        touched = [*built, *source_inputs(asset_graph, built)]
+        outcomes += review_run(
+            context,
+            workspace.get_client(),
+            store,
+            environment_id=report.environment_id,
+            touched=touched,
+            business_date=business_date(report, business_day),
+            coalesce_run_id=str(report.run.id),
+            context_file=context_file,
+        )
+        for outcome in outcomes:
             if outcome.new_incident:
                 context.log.warning(f"{report.describe()}: opened incident {outcome.incident.incident_id}")
             elif outcome.new_finding:
                 context.log.info(f"{report.describe()}: added to incident {outcome.incident.incident_id}")
-        asset_graph = context.repository_def.asset_graph
-        built = report.built_asset_keys
-        # The Source nodes the run read are checked with what it built: the run just consumed them.
-        check_keys = check_keys_for_assets(asset_graph, [*built, *source_inputs(asset_graph, built)])
+        check_keys = check_keys_for_assets(asset_graph, touched)
         if not check_keys:
             return []
         return [

@@ -40,6 +40,7 @@ from dw_dagster.coalesce_runs import build_run_hook
 from dw_dagster.config import DwConfigError
 from dw_dagster.context.models import ContextFile, load_context_file
 from dw_dagster.context.specs import attach_context, build_context_asset_specs
+from dw_dagster.cost.job import build_cost_definitions
 from dw_dagster.incidents.assets import incidents_spec
 from dw_dagster.incidents.jobs import build_incident_definitions
 from dw_dagster.notifications.resources import slack_from_env
@@ -156,7 +157,7 @@ class OperationsComponent(dg.Component, dg.Model, dg.Resolvable):
         sensor = build_coalesce_polling_sensor(
             workspace=coalesce.workspace,
             asset_specs=specs,
-            on_run_finished=build_run_hook(metrics.business_day, warehouse, ops),
+            on_run_finished=build_run_hook(metrics.business_day, warehouse, ops, coalesce.workspace, ctx),
             name=RUN_SENSOR_NAME,
             # The hook requests checks-only runs of what each Coalesce run built.
             asset_selection=dg.AssetSelection.all_asset_checks(),
@@ -164,5 +165,8 @@ class OperationsComponent(dg.Component, dg.Model, dg.Resolvable):
         # Diagnosis walks the whole graph: the Coalesce assets and the systems around them.
         incidents = build_incident_definitions([*pipeline, *systems], metrics, resolve, ops, ctx)
         return dg.Definitions.merge(
-            defs, dg.Definitions(asset_checks=checks.asset_checks, sensors=[sensor]), incidents
+            defs,
+            dg.Definitions(asset_checks=checks.asset_checks, sensors=[sensor]),
+            incidents,
+            build_cost_definitions(pipeline, metrics, ops),
         )

@@ -20,15 +20,89 @@ class DwConfigError(ValueError):
     """A configuration or state file is missing, unreadable or invalid."""
 
 
+QUOTE_LIMIT = 300
+"""How much of a bad value an error quotes: enough to recognise it, never a whole file."""
+
+
+def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)``, cut to ``limit`` characters with the length of what was left out."""
+    shown = repr(value)
+    if len(shown) <= limit:
+        return shown
+    return f"{shown[:limit]}... ({len(shown) - limit:,} more characters)"
+
+
 def describe_validation_error(source: str | Path, err: pydantic.ValidationError) -> str:
     """One line per problem: ``<file>: <field.path>: <what was expected> (got <value>)``."""
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "<root>"
         got = e.get("input")
-        shown = repr(got) if not isinstance(got, dict | list) else type(got).__name__
+        shown = quote(got) if not isinstance(got, dict | list) else type(got).__name__
         lines.append(f"{source}: {loc}: {e['msg']} (got {shown})")
     return "\n".join(lines)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key given twice in one mapping is an error: PyYAML keeps the last
+    value silently, so a second ``planning-ops:`` block would replace the first team without a word."""
+
+    source: str = "<yaml>"
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor` brings defaults that the mapping's own keys may override
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[arg-type]
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.get(key)
+            except TypeError:
+                continue  # an unhashable key: construct_mapping below reports it
+            if first is not None:
+                raise DwConfigError(
+                    f"{self.source}: line {line}: duplicate key {key!r} (first given on line {first}); "
+                    "each key may appear once in a mapping"
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml_text(text: str, source: str | Path) -> Any:
+    """Parses hand-written YAML, refusing duplicate keys; errors name ``source`` and the line."""
+    loader = _StrictLoader(text)
+    loader.source = str(source)
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as e:
+        raise DwConfigError(f"{source}: not valid YAML: {e}") from e
+    finally:
+        loader.dispose()
+
+
+def validate_timezone(value: str) -> str:
+    """An IANA time zone name that zoneinfo knows."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError) as e:
+        raise ValueError(f"expected an IANA time zone such as 'America/Chicago', got {value!r}") from e
+    return value
+
+
+def validate_cron(value: str) -> str:
+    """A five-field cron (or an ``@daily``-style alias) that croniter can schedule."""
+    from croniter import croniter
+
+    text = value.strip()
+    fields = text.split()
+    if not (text.startswith("@") or len(fields) == 5) or not croniter.is_valid(text):
+        raise ValueError(
+            f"expected a five-field cron 'minute hour day-of-month month day-of-week' such as '0 9 * * 1-5', got {value!r}"
+        )
+    return text
 
 
 ModelT = TypeVar("ModelT", bound=pydantic.BaseModel)
@@ -38,11 +112,10 @@ def load_yaml_model(path: str | Path, model: type[ModelT], what: str, env_var: s
     """Reads a hand-written YAML file into ``model``; every failure names the file (and the field)."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        text = path.read_text()
     except FileNotFoundError as e:
         raise DwConfigError(f"{path}: {what} not found (set {env_var})") from e
-    except yaml.YAMLError as e:
-        raise DwConfigError(f"{path}: not valid YAML: {e}") from e
+    raw = load_yaml_text(text, path)
     try:
         return model.model_validate(raw)
     except pydantic.ValidationError as e:

@@ -26,8 +26,8 @@ class Operations:
         settings = Settings.from_env()
         if not settings.database or not settings.context_file:
             raise click.ClickException(
-                "SNOWFLAKE_DATABASE and DW_CONTEXT_FILE must be set: approvals live in the warehouse's ops "
-                "schema and approvers come from the context file"
+                "SNOWFLAKE_DATABASE and DW_CONTEXT_FILE must be set: incidents and approvals live in the "
+                "warehouse's ops schema, and their owners and approvers come from the context file"
             )
         metrics = load_metrics_file(settings.metrics_file) if settings.metrics_file else MetricsFile()
         self.context = load_context_file(settings.context_file)

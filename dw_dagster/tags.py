@@ -24,6 +24,16 @@ APPROVALS_NEEDED = "dw/approvals_needed"
 COALESCE_PARAM_INCIDENT_ID = "dw_incident_id"
 COALESCE_PARAM_BUSINESS_DATE = "dw_business_date"
 
+# What the held run says about itself in the UI: who must still approve (APPROVALS_NEEDED), by when, how.
+APPROVE_BY = "dw/approve_by"
+APPROVE_HOW = "dw/approve_how"
+# A one-time value the proposals sensor puts on the run it submits; only a hash of it is recorded, so the
+# sensor can tell its own run from a copy someone launched with the same tags after seeing them.
+SUBMISSION = "dw/submission"
+
+# Set on the incident lifecycle run: what the incident sensor found due (``resolve`` or ``stale``).
+LIFECYCLE_ACTION = "dw/lifecycle"
+
 # Checks runs are retried by Dagster's run retries (dagster.yaml enables them; runs opt in with these tags):
 # up to 3 times, from the failed steps, when a step errors (an unreachable warehouse) or the run worker dies.
 # Each retry waits before its first login, doubling (WarehouseResource.retry_backoff_seconds). A checks run

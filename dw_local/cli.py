@@ -63,6 +63,7 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, fr
     click.echo(f"starting the local world under {root} ...")
     lw.start()
     try:
+        _start_approvals_endpoint(lw)
         night, outcome = play_tonight(lw)
         failed = [f"{c.check} on {c.asset}" for c in outcome.failed()]
         click.echo(
@@ -71,7 +72,7 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, fr
         )
         secrets = {"COALESCE_API_TOKEN", "SNOWFLAKE_PASSWORD", "SLACK_BOT_TOKEN", *_password_variables(lw)}
         for key, value in lw.env().items():
-            if key not in secrets and "TOKEN" not in key and "PASSWORD" not in key:
+            if key not in secrets and not any(s in key for s in ("TOKEN", "PASSWORD", "SECRET", "KEY")):
                 click.echo(f"  {key}={value}")
         env_file = _write_env_file(lw)
         click.echo(
@@ -85,6 +86,14 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, fr
         lw.stop()
         raise
     lw.stop()
+
+
+def _start_approvals_endpoint(lw: LocalWorld) -> None:
+    from dw_local.daemon import dagster_home
+    from dw_local.interactivity import start_endpoint
+
+    url = start_endpoint(lw, dagster_home(lw.root))
+    click.echo(f"Slack interactivity endpoint (the Approve and Reject buttons): {url}")
 
 
 def _password_variables(lw: LocalWorld) -> set[str]:
@@ -220,6 +229,26 @@ def slack_log(root: Path, channel: str | None, tz_name: str | None, as_json: boo
     if messages:
         click.echo(render_log(messages, tz))
     click.echo(f"{len(messages)} message(s)")
+
+
+@slack.command("click")
+@click.argument("message_ts")
+@click.option("--as", "user", required=True, help="The Slack user id who clicks, e.g. U0INVAN01.")
+@click.option("--button", default="Approve", show_default=True, help="The button's text or action id.")
+@click.option("--root", type=click.Path(path_type=Path), default=DEFAULT_ROOT, show_default=True)
+def slack_click(message_ts: str, user: str, button: str, root: Path) -> None:
+    """Play USER's click on a button of the message MESSAGE_TS (its ts in `slack log`): the stand-in sends
+    the request Slack would, signed with the app's signing secret, to dw-dagster's endpoint."""
+    from dw_local.interactivity import click as play_click
+
+    out = play_click(LocalWorld.attach(root.resolve()), message_ts, user, button)
+    sent = out["interaction"]
+    click.echo(f"{user} clicked {sent['action_id']} on {message_ts}: the endpoint answered {sent['status']}"
+               + (f" {sent['answer']}" if sent["answer"] else ""))  # fmt: skip
+    for reply in out["replies"]:
+        click.echo(reply.get("text", ""))
+    if sent["status"] != 200 or not out["replies"]:
+        raise click.ClickException("the click was not acted on")
 
 
 @click.group()

@@ -262,7 +262,9 @@ class LocalDaemon:
         return {key.to_user_string(): record.freshness_state.value for key, record in records.items()}
 
     def _sensor_context(self, **kwargs):
-        resources = {k: self.defs.resources[k] for k in ("snowflake", "slack") if k in self.defs.resources}
+        resources = {
+            k: self.defs.resources[k] for k in ("snowflake", "slack", "coalesce") if k in self.defs.resources
+        }
         return dg.build_sensor_context(
             instance=self.instance, repository_def=self.repo, resources=resources, **kwargs
         )
@@ -320,9 +322,8 @@ class LocalDaemon:
 
     def _tick_incident_sensor(self) -> list[dg.ExecuteInProcessResult]:
         sensor = self.repo.get_sensor_def(INCIDENT_SENSOR)
-        job = self.repo.get_job(sensor.job_name)
         return [
-            job.execute_in_process(
+            self.repo.get_job(r.job_name or sensor.job_name).execute_in_process(
                 instance=self.instance,
                 tags=self._run_tags(INCIDENT_SENSOR, r),
                 raise_on_error=False,

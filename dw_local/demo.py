@@ -23,7 +23,9 @@ from zoneinfo import ZoneInfo
 import httpx
 
 from dw_dagster.context.models import load_context_file
-from dw_dagster.incidents.jobs import latest_diagnosis
+from dw_dagster.incidents.assets import INCIDENTS_KEY
+from dw_dagster.incidents.diagnosis import by_priority
+from dw_dagster.incidents.lifecycle_view import findings_of, latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.approvals import ApprovalBook
 from dw_dagster.remediation.models import ProposalKind, Receipt
@@ -133,8 +135,9 @@ def replay(root: Path, template: Path, echo: Callable[[str], None] | None = None
                 who,
                 *(f"--set={k}={v}" for k, v in sets.items()),
             ]
+            typed_at = sim_now()  # when the owner typed it, however long the command then takes
             tl.add("approvals", f"$ dw-dagster {' '.join(args[:2])} --as \"{who}\"" + "".join(f" --set {k}={v}" for k, v in sets.items())
-                   + f": {_cli(lw, *args)}")  # fmt: skip
+                   + f": {_cli(lw, *args)}", at=typed_at)  # fmt: skip
 
         set_clock(tuesday, time(8, 5))
         (node,) = [
@@ -147,13 +150,32 @@ def replay(root: Path, template: Path, echo: Callable[[str], None] | None = None
         launched = daemon.tick().launched
         receipt = _remediation(store, tl, incident.incident_id, coalesce, launched)
         checks = daemon.tick()
-        tl.add("dw-dagster", f"The run sensor saw the rerun; its checks on the rebuilt tables count for {night.business_date} "
-               f"(open incidents: {len(store.list(status='open'))})",
-               {"checks": len(checks.checks), "failed": len(checks.failed()), "errored": len(checks.errored())},
-               failed_checks=[f"{c.check} on {c.asset}: {c.description}" for c in checks.failed()])  # fmt: skip
+        _after_fix(store, tl, incident.incident_id, checks,
+                   f"The run sensor saw the rerun; its checks on the rebuilt tables count for {night.business_date}")  # fmt: skip
+        # The end state: the next nightly run after the fix, which the fix's row-count step must not alarm.
+        following = world.play_night(lw.snowflake, coalesce, night.night + 1)
+        _after_fix(store, tl, incident.incident_id, daemon.tick(),
+                   f"The next nightly job (run {following.run_id}, {following.business_date}) {following.status}, watched")  # fmt: skip
+        latest = (
+            daemon.instance.fetch_materializations(INCIDENTS_KEY, limit=1).records[0].asset_materialization
+        )
+        tl.add("Dagster", f"dw/incidents after the fix: its latest materialization leads with the receipt of {incident.incident_id}",
+               {"first_entry": next(iter(latest.metadata)) if latest else None})  # fmt: skip
         tl.add("dw-dagster", "Receipt written (append-only) and posted to the incident's Slack threads",
                {"verified": receipt.verified}, receipt=receipt.model_dump(mode="json"))  # fmt: skip
     return tl.events
+
+
+def _after_fix(store: IncidentStore, tl: Timeline, incident_id: str, outcome, what: str) -> None:
+    """A night watched after the fix: its checks, and the row-count steps the fix explains (not incidents)."""
+    explained = store.events(incident_id, kind="explained")
+    red = outcome.failed()
+    tl.add("dw-dagster", f"{what} (open incidents: {len(store.list(status='open'))})",
+           {"checks": len(outcome.checks), "failed": len(red), "errored": len(outcome.errored()),
+            "explained_by_the_fix": len(explained), "open_incidents": len(store.list(status="open"))},
+           failed_checks=[f"{c.check} on {c.asset}: {c.description}" for c in red],
+           explained=sorted({f"{e.detail.get('check_name')} on {e.detail.get('asset_key')} ({e.detail.get('business_date')})"
+                             for e in explained}))  # fmt: skip
 
 
 def _reference_day(world: DistributorWorld, lw: LocalWorld, tl: Timeline, night) -> None:
@@ -186,14 +208,20 @@ def _reference_day(world: DistributorWorld, lw: LocalWorld, tl: Timeline, night)
 
 def _detection(store: IncidentStore, tl: Timeline, outcome) -> Any:
     (incident,) = store.list(status="open")
-    failed = {c.check: c for c in outcome.failed()}
-    total = failed.get("total_network_onhand_units")
-    numbers: dict[str, Any] = {}
-    if total is not None:
-        md = total.metadata
-        numbers = {k: md[k] for k in ("target_change_pct", "source_change_pct", "gap_change") if k in md}
+    # The numbers that opened it: the finding the diagnosis starts from, as the check recorded it.
+    opened_by = by_priority(findings_of(store, incident.incident_id))[0]
+    rec = opened_by.evidence.get("reconciliation") or {}
+    numbers = {
+        "total": opened_by.evidence.get("total"),
+        "change_pct": rec.get("target_change_pct"),
+        "source_total": rec.get("source"),
+        "source_change_pct": rec.get("source_change_pct"),
+        "gap_units": rec.get("gap_change"),
+        "tolerance_units": rec.get("tolerance"),
+    }
     tl.add("dw-dagster", f"Network on-hand units fall against a flat EBS total: incident {incident.incident_id} opens",
-           numbers, failed_checks=sorted(failed))  # fmt: skip
+           {k: v for k, v in numbers.items() if v is not None}, failed_checks=sorted(c.check for c in outcome.failed()),
+           summary=opened_by.summary)  # fmt: skip
     return incident
 
 

@@ -29,6 +29,8 @@ LOCAL_SLACK_TOKEN = "xoxb-local-slack-token"
 LOCAL_SNOWFLAKE_USER = "DW_DAGSTER"
 LOCAL_SNOWFLAKE_PASSWORD = "local"
 LOCAL_DATABASE = "DW_PROD"
+LOCAL_SIGNING_KEY = "local-world-signing-key-not-a-secret-0123456789"
+LOCAL_SLACK_SIGNING_SECRET = "local-slack-signing-secret"
 
 
 def free_port() -> int:
@@ -162,6 +164,11 @@ class LocalWorld:
             "SLACK_BASE_URL": f"{self.slack_url}/api/",
             "DW_CONTEXT_FILE": str(DISTRIBUTOR_DIR / "context.yaml"),
             "DW_METRICS_FILE": str(DISTRIBUTOR_DIR / "metrics.yaml"),
+            # The deployment's seal and the Slack app's signing secret (the stand-in signs clicks with it);
+            # --as alone approves here, and only here: every host above is this machine.
+            "DW_SIGNING_KEY": LOCAL_SIGNING_KEY,
+            "SLACK_SIGNING_SECRET": LOCAL_SLACK_SIGNING_SECRET,
+            "DW_ALLOW_UNVERIFIED_APPROVERS": "local-world",
         }
         # Each approver's own Coalesce run identity names its password variable; the local Snowflake takes
         # any password.
@@ -224,6 +231,11 @@ class LocalWorld:
         env = {**os.environ, "SNOWFLAKE_DISABLE_PLATFORM_DETECTION": "true"}
         self._start_one(name, self._commands()[name], env)
         self._wait(name, self._probe(name), timeout)
+        self._write_state()
+
+    def add_process(self, name: str, proc: subprocess.Popen) -> None:
+        """Another process of the world (e.g. the product's approvals endpoint): stopped with the servers."""
+        self._procs[name] = proc
         self._write_state()
 
     def _probe(self, name: str):

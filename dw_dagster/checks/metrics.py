@@ -30,7 +30,8 @@ from pydantic import Field, field_validator, model_validator
 
 from dw_dagster.checks.baseline import BaselineConfig, Direction
 from dw_dagster.checks.calendar import BusinessCalendar
-from dw_dagster.config import FileModel, load_yaml_model
+from dw_dagster.config import FileModel, load_yaml_model, validate_cron
+from dw_dagster.incidents.policy import IncidentPolicy
 
 _NAME = r"^[a-z][a-z0-9_]*$"
 _KEY = r"^[a-z0-9_\-]+(/[a-z0-9_\-]+)*$"
@@ -136,6 +137,11 @@ class JobSchedule(FileModel):
         default=60, ge=1, description="How long after the schedule the build may land."
     )
 
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        return validate_cron(v)
+
 
 class InputFreshness(FileModel):
     """The table must hold its input's latest load, and that load must be recent when the job runs."""
@@ -167,6 +173,7 @@ class MetricsFile(FileModel):
     totals: list[RecordedTotal] = Field(default_factory=list)
     volume: VolumeMonitoring = Field(default_factory=VolumeMonitoring)
     freshness: FreshnessMonitoring = Field(default_factory=FreshnessMonitoring)
+    incidents: IncidentPolicy = Field(default_factory=IncidentPolicy)
 
     @model_validator(mode="after")
     def _references(self) -> MetricsFile:

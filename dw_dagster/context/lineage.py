@@ -24,6 +24,14 @@ class AssetInfo:
     join: str | None
     reads: tuple[dict, ...]
     columns: tuple[str, ...]
+    column_types: tuple[str, ...] = ()
+    """The Snowflake type of each of ``columns``, in the same order (``NUMBER(38,0)``, ``TIMESTAMP_NTZ``)."""
+
+    unique: tuple[str, ...] = ()
+    """Columns declared unique (a unique test, a unique or primary key)."""
+
+    def type_of(self, column: str) -> str:
+        return dict(zip(self.columns, self.column_types, strict=False)).get(column, "")
 
 
 def _md(spec: dg.AssetSpec, key: str):
@@ -52,6 +60,14 @@ class LineageGraph:
                     join=_strip_fences(join) if isinstance(join, str) else None,
                     reads=tuple(_md(spec, "dw/reads") or ()),
                     columns=tuple(c.name for c in getattr(_md(spec, "dagster/column_schema"), "columns", ())),
+                    column_types=tuple(
+                        str(c.type) for c in getattr(_md(spec, "dagster/column_schema"), "columns", ())
+                    ),
+                    unique=tuple(
+                        c.name
+                        for c in getattr(_md(spec, "dagster/column_schema"), "columns", ())
+                        if c.constraints and c.constraints.unique
+                    ),
                 ),
             )
             for dep in spec.deps:

@@ -29,7 +29,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from dw_dagster.config import FileModel, load_yaml_model
+from dw_dagster.config import FileModel, load_yaml_model, validate_cron, validate_timezone
+from dw_dagster.governance.config import GovernanceConfig
 
 _KEY_PATTERN = r"^[a-z0-9_\-]+(/[a-z0-9_\-]+)*$"
 
@@ -49,7 +50,17 @@ class RunAs(FileModel):
 class Person(FileModel):
     name: str
     email: str = Field(pattern=r"^[^@\s]+@[^@\s]+$")
-    slack_user_id: str | None = None
+    slack_user_id: str | None = Field(
+        default=None,
+        pattern=r"^[UW][A-Z0-9]{2,}$",
+        description="Their Slack member id (profile → Copy member ID): a click on Approve in Slack is theirs.",
+    )
+    approver_key: str | None = Field(
+        default=None,
+        pattern=r"^ed25519:[A-Za-z0-9+/]{43}=$",
+        description="The public half of their approver key (`dw-dagster approver-key new`): the command line "
+        "proves who approves with the private half, which only they hold.",
+    )
     run_as: RunAs | None = Field(default=None, description="Needed to approve a rerun (see RunAs).")
 
 
@@ -65,6 +76,16 @@ class ConsumerRead(FileModel):
     what: str
     cron: str
     timezone: str = "UTC"
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        return validate_cron(v)
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, v: str) -> str:
+        return validate_timezone(v)
 
 
 class ContextSystem(FileModel):
@@ -158,6 +179,9 @@ class ContextFile(FileModel):
     coalesce_owners: list[OwnerRule] = Field(default_factory=list)
     domains: dict[str, Domain] = Field(default_factory=dict)
     reference_tables: list[ReferenceTable] = Field(default_factory=list)
+    governance: GovernanceConfig | None = Field(
+        default=None, description="Who owns sensitive data and what looks sensitive (docs/governance.md)."
+    )
 
     @model_validator(mode="after")
     def _references(self) -> ContextFile:
@@ -169,18 +193,32 @@ class ContextFile(FileModel):
             for owner in rule.owners:
                 if owner not in self.teams:
                     raise ValueError(f"coalesce_owners[{i}].owners: unknown team {owner!r}")
+        for i, owner in enumerate(self.governance.owners if self.governance else ()):
+            if owner not in self.teams:
+                raise ValueError(f"governance.owners[{i}]: unknown team {owner!r}")
         for name, domain in self.domains.items():
             for field in ("hold_channel_team", "escalation_team"):
                 team = getattr(domain, field)
                 if team and team not in self.teams:
                     raise ValueError(f"domains.{name}.{field}: unknown team {team!r}")
-        # A person is matched by name or email when approving: each must name one person only.
+        # A person is matched by name or email when approving, by Slack id when clicking and by key when
+        # signing: each must name one person only, and one person is the same wherever they appear.
         people: dict[str, str] = {}
+        seen: dict[str, Person] = {}
         for team_id, team in self.teams.items():
-            for m in team.members:
-                for handle in (m.name.lower(), m.email.lower()):
+            for i, m in enumerate(team.members):
+                handles = [m.name.lower(), m.email.lower(), m.slack_user_id, m.approver_key]
+                for handle in filter(None, handles):
                     if people.setdefault(handle, m.email.lower()) != m.email.lower():
-                        raise ValueError(f"teams.{team_id}.members: {handle!r} names two different people")
+                        raise ValueError(
+                            f"teams.{team_id}.members[{i}]: {handle!r} names two different people"
+                        )
+                first = seen.setdefault(m.email.lower(), m)
+                if first != m:
+                    raise ValueError(
+                        f"teams.{team_id}.members[{i}] ({m.email}): listed again with other details; a person "
+                        "in several teams is written the same way in each"
+                    )
         keys = [s.key for s in self.systems]
         dupes = {k for k in keys if keys.count(k) > 1}
         if dupes:
@@ -202,6 +240,16 @@ class ContextFile(FileModel):
                 if wanted in (m.name.lower(), m.email.lower()):
                     return m
         return None
+
+    def person_by_slack_id(self, slack_user_id: str) -> Person | None:
+        return next(
+            (m for t in self.teams.values() for m in t.members if m.slack_user_id == slack_user_id), None
+        )
+
+    def person_by_key(self, approver_key: str) -> Person | None:
+        return next(
+            (m for t in self.teams.values() for m in t.members if m.approver_key == approver_key), None
+        )
 
     def teams_of(self, person: Person) -> list[str]:
         return [t for t, team in self.teams.items() if any(m.email == person.email for m in team.members)]

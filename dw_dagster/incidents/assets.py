@@ -18,26 +18,69 @@ incidents_spec = dg.AssetSpec(
 )
 
 
+def status_label(incident: Incident) -> str:
+    """``open``, ``open, stale since 2025-06-19``, ``open, reopened``, ``merged into INC-...``, ``resolved``."""
+    if incident.status == "merged":
+        return f"merged into {incident.merged_into}"
+    notes = [incident.status]
+    if incident.status == "open" and incident.detail.get("reopened"):
+        notes.append("reopened")
+    if incident.status == "open" and incident.stale_since:
+        notes.append(f"stale since {incident.stale_since}")
+    return ", ".join(notes)
+
+
+def lifecycle_lines(incident: Incident, status_events: Sequence[IncidentEvent] = ()) -> list[str]:
+    """The incident's cause key, links and changes of status, for the UI and ``incidents show``."""
+    detail = incident.detail
+    lines = []
+    dedup = detail.get("dedup")
+    if dedup:
+        keys = ", ".join(dedup.get("keys") or []) or "no keys"
+        lines.append(f"**Cause:** {dedup.get('classification')} at {dedup.get('root')} ({keys}), dedup key "
+                     f"`{dedup.get('key')}`  ")  # fmt: skip
+    if detail.get("related"):
+        lines.append(f"**Related open incidents (other causes):** {', '.join(detail['related'])}  ")
+    for e in status_events:
+        d = e.detail
+        lines.append(
+            f"- {e.at:%Y-%m-%d %H:%M} UTC: {d.get('from')} -> {d.get('to')} by {d.get('by')}: {d.get('reason')}"
+        )
+    return lines
+
+
 def incident_markdown(
     incident: Incident,
     findings: Sequence[IncidentEvent],
     diagnosis: Diagnosis | None = None,
     radius: BlastRadius | None = None,
+    *,
+    status_events: Sequence[IncidentEvent] = (),
+    explained: Sequence[IncidentEvent] = (),
 ) -> str:
     lines = [
-        f"### {incident.incident_id} ({incident.status})",
+        f"### {incident.incident_id} ({status_label(incident)})",
         f"**Business date:** {incident.business_date}  ",
         f"**Cause scope:** {incident.cause_key}  ",
-        f"**Opened:** {incident.opened_at:%Y-%m-%d %H:%M} UTC",
+        f"**Opened:** {incident.opened_at:%Y-%m-%d %H:%M} UTC  ",
+        *lifecycle_lines(incident, status_events),
         "",
-        "| check | asset | finding |",
-        "|---|---|---|",
+        "| night | check | asset | finding |",
+        "|---|---|---|---|",
     ]
     for f in findings:
         d = f.detail
         lines.append(
-            f"| {d.get('check_name')} | {d.get('asset_key')} | {d.get('summary', '').replace('|', '/')} |"
+            f"| {d.get('business_date')} | {d.get('check_name')} | {d.get('asset_key')} | "
+            f"{d.get('summary', '').replace('|', '/')} |"
         )
+    if explained:
+        lines += ["", "Explained, not an incident (WARN):"]
+        lines += [
+            f"- {e.detail.get('business_date')} {e.detail.get('check_name')} on {e.detail.get('asset_key')}: "
+            f"{e.detail.get('summary')} (explained by {e.detail.get('explained_by')})"
+            for e in explained
+        ]
     if diagnosis is not None:
         lines += ["", f"#### Diagnosis: {diagnosis.classification.value}", diagnosis.cause, ""]
         lines += [
@@ -47,7 +90,7 @@ def incident_markdown(
         if diagnosis.keys:
             lines += ["", "| key | units | rows | items | new since |", "|---|---:|---:|---:|---|"]
             lines += [
-                f"| {g.column}={g.value} | {g.units:,.0f} | {g.rows:,} | {g.distinct_items or ''} | "
+                f"| {g.label} | {g.units:,.0f} | {g.rows:,} | {g.distinct_items or ''} | "
                 f"{g.new_in_source_since or ''} |"
                 for g in diagnosis.keys[:10]
             ]
@@ -76,21 +119,31 @@ def incident_materialization(
     diagnosis: Diagnosis | None = None,
     radius: BlastRadius | None = None,
     proposed_fix: str | None = None,
+    *,
+    receipt: str | None = None,
+    status_events: Sequence[IncidentEvent] = (),
+    explained: Sequence[IncidentEvent] = (),
 ) -> dg.AssetMaterialization:
-    """``proposed_fix``: the remediation plan as markdown, when the diagnosis proposed one."""
+    """``proposed_fix``: the remediation plan as markdown, when the diagnosis proposed one; ``receipt``: the
+    latest fix's receipt as markdown, shown first (a later change must not bury it)."""
+    markdown = incident_markdown(
+        incident, findings, diagnosis, radius, status_events=status_events, explained=explained
+    )
     return dg.AssetMaterialization(
         asset_key=INCIDENTS_KEY,
-        description=incident.title,
+        description=f"{incident.title} ({status_label(incident)})",
         metadata={
+            **({"receipt": dg.MetadataValue.md(receipt)} if receipt else {}),
             "incident_id": incident.incident_id,
-            "status": incident.status,
+            "status": status_label(incident),
             "business_date": str(incident.business_date),
             "findings": len(findings),
-            "incident": dg.MetadataValue.md(incident_markdown(incident, findings, diagnosis, radius)),
+            "incident": dg.MetadataValue.md(markdown),
             "incident_json": dg.MetadataValue.json(
                 {
                     **incident.model_dump(mode="json"),
                     "findings": [f.detail for f in findings],
+                    "explained": [e.detail for e in explained],
                     "diagnosis": diagnosis.model_dump(mode="json") if diagnosis else None,
                     "blast_radius": radius.model_dump(mode="json") if radius else None,
                 }

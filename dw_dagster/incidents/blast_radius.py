@@ -12,8 +12,8 @@ from croniter import croniter
 
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.coalesce.sql import quote_identifier, table_parts, table_reference
-from dw_dagster.incidents.diagnosis import DiagnosisContext, _last_good
-from dw_dagster.incidents.joins import parse_joins, unmatched_from
+from dw_dagster.incidents.evidence import DiagnosisContext, last_good
+from dw_dagster.incidents.joins import JoinParseError, parse_joins, unmatched_from
 from dw_dagster.incidents.models import AffectedAsset, BlastRadius, Diagnosis
 
 MAX_FLAGGED = 5000
@@ -55,7 +55,7 @@ def blast_radius(start: str, day: date, diagnosis: Diagnosis, ctx: DiagnosisCont
         change: dict[str, Any] = {}
         for total in totals_by_asset.get(key, []):
             history = ctx.history.metric_history(total.name, day + timedelta(days=1), 120)
-            tonight, before = history.get(day), _last_good(history, day)
+            tonight, before = history.get(day), last_good(history, day)
             if tonight is None or before is None:
                 continue
             change[total.name] = {"before": before.value, "after": tonight.value}
@@ -87,13 +87,15 @@ def blast_radius(start: str, day: date, diagnosis: Diagnosis, ctx: DiagnosisCont
 def _affected_items_sql(diagnosis: Diagnosis, ctx: DiagnosisContext) -> tuple[str, tuple[str, str]] | None:
     """A subquery of the items in tonight's gap, and the (asset, column) it lists, when a join drop is the
     cause: the item column of the left side of the join."""
-    if not diagnosis.joins:
+    if not diagnosis.joins or not diagnosis.joins[0].right:
         return None
     effect = diagnosis.joins[0]
     info = ctx.graph.info(effect.asset_key)
-    join = next(
-        (j for j in parse_joins(info.join or "", ctx.resolve_table) if j.left_table == effect.left), None
-    )
+    try:
+        parsed = parse_joins(info.join or "", ctx.resolve_table, effect.asset_key)
+    except JoinParseError:
+        return None  # the diagnosis says so; the radius goes without the rows about the items
+    join = next((j for j in parsed if j.left_table == effect.left and j.right_table == effect.right), None)
     left_key = ctx.graph.key_for_table(effect.left)
     item_totals = [t for t in ctx.metrics.totals if t.item_key]
     if join is None or left_key is None or not item_totals:
@@ -121,5 +123,8 @@ def _rows_for_items(
     if column is None:
         return None
     table = table_reference(*table_parts(graph.info(key).table_name))  # type: ignore[misc]
-    ctx.cursor.execute(f"SELECT COUNT(*) FROM {table} WHERE {quote_identifier(column)} IN ({items_sql})")
-    return int(ctx.cursor.fetchone()[0])
+    try:
+        ctx.cursor.execute(f"SELECT COUNT(*) FROM {table} WHERE {quote_identifier(column)} IN ({items_sql})")
+        return int(ctx.cursor.fetchone()[0])
+    except Exception:  # noqa: BLE001 - a count that cannot be taken is left out of the radius, not the alert
+        return None

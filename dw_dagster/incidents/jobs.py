@@ -1,4 +1,10 @@
-"""The diagnosis job, launched once per new incident (and again when new findings join it) by a sensor."""
+"""The diagnosis job, launched by the incident sensor once per new incident (and again when findings join
+one), the sensor itself, and the lifecycle job it launches when an incident is over or stale.
+
+The diagnosis settles a provisional incident once (``lifecycle.settle``): a night that continues an older
+open incident is merged into it and told as a reply in its thread; an incident that stands gets its own
+alert, linked to the related open ones.
+"""
 
 import functools
 from collections.abc import Callable, Sequence
@@ -10,10 +16,13 @@ from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.context.models import ContextFile
-from dw_dagster.incidents.assets import incident_materialization
 from dw_dagster.incidents.blast_radius import blast_radius
 from dw_dagster.incidents.diagnosis import DiagnosisContext, by_priority, diagnose
-from dw_dagster.incidents.models import BlastRadius, Diagnosis, Finding
+from dw_dagster.incidents.lifecycle import continuation_text, related_text, settle
+from dw_dagster.incidents.lifecycle_job import LIFECYCLE_JOB, build_lifecycle_job
+from dw_dagster.incidents.lifecycle_view import findings_of, latest_diagnosis, record_diagnosis, view_of
+from dw_dagster.incidents.models import Finding
+from dw_dagster.incidents.nights import lifecycle_due
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.outbox_sensor import build_slack_outbox_sensor
 from dw_dagster.notifications.resources import SlackNotifier
@@ -24,15 +33,18 @@ from dw_dagster.remediation.control import OrgControl, gated_notifier
 from dw_dagster.remediation.jobs import build_remediation_definitions
 from dw_dagster.remediation.proposals import NoPlan, PlanContext, plan_remediation
 from dw_dagster.remediation.receipt import approve_hint, plan_markdown
-from dw_dagster.tags import INCIDENT_ID
+from dw_dagster.tags import INCIDENT_ID, LIFECYCLE_ACTION
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
 DIAGNOSE_JOB = "diagnose_incident"
-
-
-def findings_of(store: IncidentStore, incident_id: str) -> list[Finding]:
-    return [Finding.model_validate(e.detail) for e in store.events(incident_id, kind="finding")]
+__all__ = [
+    "DIAGNOSE_JOB",
+    "build_incident_definitions",
+    "findings_of",
+    "latest_diagnosis",
+    "record_diagnosis",
+]
 
 
 def build_incident_definitions(
@@ -45,10 +57,12 @@ def build_incident_definitions(
     # Built on first use in a run worker, not while the code location loads (seconds at 10,000 nodes).
     lineage = functools.cache(lambda: LineageGraph(specs))
     specs_by_key = functools.cache(lambda: {s.key.to_user_string(): s for s in specs})
+    policy = metrics.incidents
 
     @dg.op(
         name="diagnose",
-        description="Walk the lineage from the failing number to its cause and its readers; propose the fix.",
+        description="Walk the lineage from the failing number to its cause and its readers; settle whether "
+        "the night continues an open incident or stands as its own; propose the fix.",
     )
     def diagnose_op(
         context: dg.OpExecutionContext,
@@ -59,12 +73,16 @@ def build_incident_definitions(
         incident_id = context.run.tags.get(INCIDENT_ID)
         if not incident_id:
             raise dg.Failure(f"run tag {INCIDENT_ID}: missing; this job diagnoses one incident")
-        store = IncidentStore(snowflake, ops, run_id=context.run_id)
+        store = IncidentStore(snowflake, ops, run_id=context.run_id, policy=policy)
         incident = store.get(incident_id)
         if incident is None:
             raise dg.Failure(f"incident {incident_id}: not found in {ops.table('INCIDENTS')}")
+        if incident.status != "open":
+            context.log.info(f"{incident_id} is {incident.status}: nothing to diagnose")
+            return
         findings = findings_of(store, incident_id)
         start = by_priority(findings)[0].asset_key
+        plan = None
         with snowflake.tagged_connection(
             "job.diagnose", schema=ops.schema, job=DIAGNOSE_JOB, asset=start, dagster_run_id=context.run_id
         ) as conn:
@@ -73,7 +91,29 @@ def build_incident_definitions(
             )
             diagnosis = diagnose(incident, findings, ctx)
             radius = blast_radius(start, incident.business_date or findings[0].business_date, diagnosis, ctx)
-            plan = None
+            record_diagnosis(store, incident_id, len(findings), diagnosis, radius)
+            context.log.info(f"{incident_id}: {diagnosis.classification.value}: {diagnosis.cause}")
+            settlement = (
+                settle(store, incident, diagnosis, findings, policy)
+                if "dedup" not in incident.detail
+                else None
+            )
+            if settlement is not None and settlement.kind != "stands":
+                target = settlement.incident
+                # The older incident's record holds tonight's numbers too; it needs no second diagnosis.
+                record_diagnosis(
+                    store, target.incident_id, len(findings_of(store, target.incident_id)), diagnosis, radius
+                )
+                context.log_event(view_of(store, target).materialization())
+                context.log.info(
+                    f"{incident_id}: {settlement.kind} {target.incident_id} ({settlement.dedup.describe()})"
+                )
+                if context_file is not None:
+                    gated_notifier(slack, store, context_file).post_update(
+                        target, continuation_text(settlement, incident, findings), kind="continued",
+                        version=incident_id,
+                    )  # fmt: skip
+                return
             if context_file is not None:
                 plan_ctx = PlanContext(ctx, context_file, specs_by_key(), coalesce.get_client())
                 try:
@@ -82,18 +122,14 @@ def build_incident_definitions(
                     context.log.info(f"{incident_id}: no remediation plan: {e}")
                 except Exception as e:  # noqa: BLE001 - a plan that cannot be made must not cost the alert
                     context.log.warning(f"{incident_id}: no remediation plan: {type(e).__name__}: {e}")
-        record_diagnosis(store, incident_id, len(findings), diagnosis, radius)
+        incident = store.get(incident_id) or incident
         book = ApprovalBook(store, context_file) if context_file is not None else None
         plan_md = (
             plan_markdown(plan, book.approvers(plan)) + approve_hint(plan, book.approvers(plan))
             if plan and book
             else None
         )
-        finding_events = store.events(incident_id, kind="finding")
-        context.log_event(
-            incident_materialization(incident, finding_events, diagnosis, radius, proposed_fix=plan_md)
-        )
-        context.log.info(f"{incident_id}: {diagnosis.classification.value}: {diagnosis.cause}")
+        context.log_event(view_of(store, incident).materialization(proposed_fix=plan_md))
         if context_file is None:
             context.log.warning("no context file (DW_CONTEXT_FILE): nobody to alert")
             return
@@ -108,6 +144,8 @@ def build_incident_definitions(
         recipients = route_incident(context_file, diagnosis, radius, stopped=control.state().stopped)
         wording = wording_for(context_file, metrics, diagnosis, radius)
         notifier.notify(incident, diagnosis, radius, recipients, run_id=context.run_id, wording=wording)
+        if settlement is not None and settlement.related:
+            notifier.post_update(incident, related_text(settlement), kind="related", version=incident_id)
         if plan is not None and book is not None and plan_md is not None:
             if book.record_plan(plan):
                 for run_id in supersede_older(context.instance, book, plan):
@@ -119,50 +157,44 @@ def build_incident_definitions(
     def diagnose_incident():
         diagnose_op()
 
+    lifecycle_job = build_lifecycle_job(ops, policy, context_file)
+
     @dg.sensor(
         name="incident_sensor",
-        job=diagnose_incident,
+        jobs=[diagnose_incident, lifecycle_job],
         minimum_interval_seconds=15,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Launches a diagnosis for each new incident, and again when new findings join one.",
+        description="Launches a diagnosis for each new incident (and again when findings join one), and the "
+        "lifecycle step for an open incident whose checks all passed again (resolve) or that went stale.",
     )
     def incident_sensor(context: dg.SensorEvaluationContext, snowflake: WarehouseResource):
-        store = IncidentStore(snowflake, ops)
+        store = IncidentStore(snowflake, ops, policy=policy)
         for incident in store.list(status="open"):
-            count = len(store.events(incident.incident_id, kind="finding"))
-            done = {e.event_key for e in store.events(incident.incident_id, kind="diagnosis")}
-            if f"diagnosis|{count}" in done:
+            events = store.events(incident.incident_id)
+            findings = [Finding.model_validate(e.detail) for e in events if e.kind == "finding"]
+            done = {e.event_key for e in events if e.kind == "diagnosis"}
+            # The run keys make a re-tick or a restart of the daemon launch nothing twice.
+            if f"diagnosis|{len(findings)}" not in done:
+                yield dg.RunRequest(
+                    run_key=f"{incident.incident_id}:{len(findings)}",
+                    job_name=DIAGNOSE_JOB,
+                    tags={INCIDENT_ID: incident.incident_id},
+                )
                 continue
-            # The run key makes a re-tick or a restart of the daemon launch nothing twice.
-            yield dg.RunRequest(
-                run_key=f"{incident.incident_id}:{count}", tags={INCIDENT_ID: incident.incident_id}
-            )
+            due = lifecycle_due(context.instance, store, incident, findings, policy)
+            if due is not None:
+                yield dg.RunRequest(
+                    run_key=f"{due.action}:{incident.incident_id}:{due.night}",
+                    job_name=LIFECYCLE_JOB,
+                    tags={INCIDENT_ID: incident.incident_id, LIFECYCLE_ACTION: due.action},
+                )
 
     outbox = build_slack_outbox_sensor(
         ops, dispatch_gate=lambda warehouse: OrgControl(warehouse, ops).dispatch_allowed
     )
-    defs = dg.Definitions(jobs=[diagnose_incident], sensors=[incident_sensor, outbox])
+    defs = dg.Definitions(jobs=[diagnose_incident, lifecycle_job], sensors=[incident_sensor, outbox])
     if context_file is None:
         return defs
     return dg.Definitions.merge(
         defs, build_remediation_definitions(metrics, resolve_table, ops, context_file)
     )
-
-
-def record_diagnosis(
-    store: IncidentStore, incident_id: str, findings: int, diagnosis: Diagnosis, radius: BlastRadius
-) -> None:
-    store.append_event(
-        incident_id,
-        "diagnosis",
-        f"diagnosis|{findings}",
-        {"diagnosis": diagnosis.model_dump(mode="json"), "blast_radius": radius.model_dump(mode="json")},
-    )
-
-
-def latest_diagnosis(store: IncidentStore, incident_id: str) -> tuple[Diagnosis, BlastRadius] | None:
-    events = store.events(incident_id, kind="diagnosis")
-    if not events:
-        return None
-    detail = events[-1].detail
-    return Diagnosis.model_validate(detail["diagnosis"]), BlastRadius.model_validate(detail["blast_radius"])

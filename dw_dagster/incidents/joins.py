@@ -1,22 +1,36 @@
-"""What a node's joins do to a measured quantity: rows and units an inner join drops, rows a join fans out.
+"""What a node's joins and filters do to a measured quantity: rows and units a join drops (an inner join, a
+join whose condition also filters the right side, a left join to a lookup the measure is read from), rows a
+filter in the join text leaves out, rows a join fans out.
 
 A node's join text (Coalesce's ``sourceMapping[].join.joinCondition``) is parsed with sqlglot after its
-refs are resolved; every measurement is one aggregate query pushed down to the warehouse, with identifiers
-quoted and nothing from metadata spliced in unquoted.
+refs are resolved. Text sqlglot cannot parse, or a template that does not render, raises
+:class:`JoinParseError` naming the node: the diagnosis reports it and goes on without that node's joins.
+Every measurement is one aggregate query pushed down to the warehouse, with identifiers quoted and nothing
+from metadata spliced in unquoted; key values are bound.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.errors import SqlglotError
 
-from dw_dagster.checks.recorded_totals import plain_value
-from dw_dagster.coalesce.sql import quote_identifier, resolve_refs
+from dw_dagster.coalesce.sql import RefSyntaxError, quote_identifier, resolve_refs
+from dw_dagster.incidents.keys import plain
 from dw_dagster.incidents.models import JoinEffect, KeyGap
+
+_TEMPLATE = re.compile(r"\{\{|\{%|%\}|\}\}")
+MAX_KEYS = 20
+"""Unmatched keys read back per join (largest first)."""
+
+
+class JoinParseError(ValueError):
+    """A node's join text that sqlglot cannot parse, or whose templates do not render."""
 
 
 @dataclass(frozen=True)
@@ -27,51 +41,144 @@ class ParsedJoin:
     right_table: str
     on: list[tuple[str, str]]
     """Pairs of (left column, right column) equated in the ON clause."""
+    right_conditions: tuple[str, ...] = ()
+    """Other conditions on the right side alone, in the ON clause or the WHERE clause, written on the
+    alias ``R`` (e.g. ``R."ACTIVE" = TRUE``): a right row that fails them matches nothing."""
+    right_alias: str = ""
 
 
-def parse_joins(join_text: str, resolve_table: Callable[[str, str], str]) -> list[ParsedJoin]:
-    """The joins of a Coalesce join condition, each with the table on each side of its equalities."""
-    sql = "SELECT * " + resolve_refs(join_text, resolve_table)
-    tree = sqlglot.parse_one(sql, read="snowflake")
+@dataclass(frozen=True)
+class ParsedFilter:
+    """A condition of the node's WHERE clause on the FROM table alone, written on the alias ``L``."""
+
+    table: str
+    condition: str
+    columns: tuple[str, ...]
+
+
+@dataclass
+class NodeSql:
+    from_table: str | None
+    joins: list[ParsedJoin] = field(default_factory=list)
+    filters: list[ParsedFilter] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)
+    """Alias -> fully quoted table, for every table the join text reads."""
+
+
+def _render(node: str, join_text: str, resolve_table: Callable[[str, str], str]) -> exp.Select:
+    try:
+        sql = "SELECT * " + resolve_refs(join_text, resolve_table)
+    except RefSyntaxError as e:
+        raise JoinParseError(f"{node}: its join condition's template does not render: {e}") from None
+    left = _TEMPLATE.search(sql)
+    if left:
+        raise JoinParseError(
+            f"{node}: its join condition holds a template other than ref(...) at {sql[left.start() :][:40]!r}, "
+            "which the diagnosis cannot render"
+        )
+    try:
+        tree = sqlglot.parse_one(sql, read="snowflake")
+    except SqlglotError as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise JoinParseError(f"{node}: sqlglot cannot parse its join condition: {first}") from None
+    if not isinstance(tree, exp.Select):
+        raise JoinParseError(f"{node}: its join condition is not a FROM ... clause")
+    return tree
+
+
+def _conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:
+    if condition is None:
+        return []
+    if isinstance(condition, exp.And):
+        return _conjuncts(condition.left) + _conjuncts(condition.right)
+    if isinstance(condition, exp.Paren):
+        return _conjuncts(condition.this)
+    return [condition]
+
+
+def _on_alias(condition: exp.Expression, alias: str, as_: str) -> str | None:
+    """``condition`` with its columns of ``alias`` written on ``as_``; None if it reads another table, a
+    subquery or no column at all."""
+    columns = list(condition.find_all(exp.Column))
+    if not columns or condition.find(exp.Subquery, exp.Select) is not None:
+        return None
+    if any(c.table != alias for c in columns):
+        return None
+    copy = condition.copy()
+    for c in copy.find_all(exp.Column):
+        c.set("table", exp.to_identifier(as_))
+        c.set("this", exp.to_identifier(c.name, quoted=True))
+    return copy.sql(dialect="snowflake")
+
+
+def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], str]) -> NodeSql:
+    """The FROM table, the joins (with the table on each side of their equalities) and the filters of a
+    Coalesce join condition. Raises :class:`JoinParseError`."""
+    tree = _render(node, join_text, resolve_table)
     source = tree.args.get("from_") or tree.args.get("from")
     if source is None:
-        return []
+        return NodeSql(None)
     tables: dict[str, str] = {}
 
     def add(table: exp.Expression) -> None:
         if isinstance(table, exp.Table):
-            name = ".".join(quote_identifier(p.name) for p in table.parts)
-            tables[table.alias_or_name] = name
+            tables[table.alias_or_name] = ".".join(quote_identifier(p.name) for p in table.parts)
 
     add(source.this)
-    out = []
+    from_alias = source.this.alias_or_name if isinstance(source.this, exp.Table) else None
+    where = _conjuncts(tree.args["where"].this) if tree.args.get("where") else []
+    out = NodeSql(tables.get(from_alias) if from_alias else None, aliases=tables)
     for join in tree.args.get("joins") or []:
         add(join.this)
         right_alias = join.this.alias_or_name
         kind = (join.side or join.kind or "INNER").upper()
-        on = join.args.get("on")
         pairs: list[tuple[str, str]] = []
+        extra: list[str] = []
         left_alias = None
-        for eq in on.find_all(exp.EQ) if on is not None else []:
-            a, b = eq.left, eq.right
-            if not (isinstance(a, exp.Column) and isinstance(b, exp.Column)):
-                continue
-            if a.table == right_alias:
-                a, b = b, a
-            if b.table == right_alias and a.table in tables:
-                pairs.append((a.name, b.name))
-                left_alias = left_alias or a.table
-        if pairs and left_alias:
-            out.append(ParsedJoin(kind, tables[left_alias], tables[right_alias], pairs))
+        for cond in _conjuncts(join.args.get("on")):
+            a, b = (cond.left, cond.right) if isinstance(cond, exp.EQ) else (None, None)
+            if isinstance(a, exp.Column) and isinstance(b, exp.Column):
+                if a.table == right_alias:
+                    a, b = b, a
+                if b.table == right_alias and a.table in tables and a.table != right_alias:
+                    pairs.append((a.name, b.name))
+                    left_alias = left_alias or a.table
+                    continue
+            shown = _on_alias(cond, right_alias, "R")
+            if shown:
+                extra.append(shown)
+        # A WHERE on the right side alone drops the left rows it does not match, as an inner join would.
+        extra += [s for s in (_on_alias(c, right_alias, "R") for c in where) if s]
+        if pairs and left_alias and right_alias in tables:
+            out.joins.append(
+                ParsedJoin(kind, tables[left_alias], tables[right_alias], pairs, tuple(extra), right_alias)
+            )
+    if from_alias and from_alias in tables:
+        for cond in where:
+            shown = _on_alias(cond, from_alias, "L")
+            if shown:
+                cols = tuple(dict.fromkeys(c.name for c in cond.find_all(exp.Column)))
+                out.filters.append(ParsedFilter(tables[from_alias], shown, cols))
     return out
+
+
+def parse_joins(
+    join_text: str, resolve_table: Callable[[str, str], str], node: str = "node"
+) -> list[ParsedJoin]:
+    """The joins of a Coalesce join condition (see :func:`parse_node`)."""
+    return parse_node(node, join_text, resolve_table).joins
+
+
+def _match(join: ParsedJoin, with_conditions: bool = True) -> str:
+    on = [f"R.{quote_identifier(r)} = L.{quote_identifier(lc)}" for lc, r in join.on]
+    return " AND ".join([*on, *(join.right_conditions if with_conditions else ())])
 
 
 def unmatched_from(join: ParsedJoin) -> str:
     """``FROM ... WHERE ...`` of the left rows (alias ``L``) that match nothing on the right."""
-    on = " AND ".join(f"R.{quote_identifier(r)} = L.{quote_identifier(lc)}" for lc, r in join.on)
     return (
         f"FROM {join.left_table} L\n"
-        f"LEFT JOIN {join.right_table} R ON {on}\n"
+        f"LEFT JOIN {join.right_table} R ON {_match(join)}\n"
         f"WHERE R.{quote_identifier(join.on[0][1])} IS NULL"
     )
 
@@ -91,41 +198,132 @@ def unmatched_rows_query(join: ParsedJoin, measure_column: str | None, item_colu
     )
 
 
-def measure_inner_join(
+def _measure_query(join: ParsedJoin, measure_column: str | None, item_column: str | None) -> str:
+    """The unmatched rows by key, whether each key is on the right at all (the join's other conditions
+    aside), and the fan-out of the right side's keys: one statement."""
+    keys = ", ".join(f"L.{quote_identifier(lc)}" for lc, _ in join.on)
+    units = f"SUM(L.{quote_identifier(measure_column)})" if measure_column else "COUNT(*)"
+    items = f"COUNT(DISTINCT L.{quote_identifier(item_column)})" if item_column else "NULL"
+    right_keys = ", ".join(quote_identifier(r) for _, r in join.on)
+    present = (
+        f"MAX(CASE WHEN A.{quote_identifier(join.on[0][1])} IS NOT NULL THEN 1 ELSE 0 END)"
+        if join.right_conditions
+        else "0"
+    )
+    anywhere = (
+        f"\nLEFT JOIN (SELECT DISTINCT {right_keys} FROM {join.right_table}) A ON "
+        + " AND ".join(f"A.{quote_identifier(r)} = L.{quote_identifier(lc)}" for lc, r in join.on)
+        if join.right_conditions
+        else ""
+    )
+    fanout = (
+        f"(SELECT COALESCE(SUM(N - 1), 0) FROM (SELECT COUNT(*) AS N FROM {join.right_table}"
+        f" GROUP BY {right_keys} HAVING COUNT(*) > 1))"
+    )
+    return (
+        f"SELECT {keys}, COUNT(*) AS UNMATCHED_ROWS, {units} AS UNMATCHED_UNITS, {items} AS UNMATCHED_ITEMS,"
+        f" {present} AS ON_RIGHT, {fanout} AS FANOUT\n"
+        f"FROM {join.left_table} L\nLEFT JOIN {join.right_table} R ON {_match(join)}{anywhere}\n"
+        f"WHERE R.{quote_identifier(join.on[0][1])} IS NULL\n"
+        f"GROUP BY {keys}\nORDER BY UNMATCHED_UNITS DESC\nLIMIT {MAX_KEYS}"
+    )
+
+
+def measure_join(
     cur: Any,
     asset_key: str,
     join: ParsedJoin,
     measure_column: str | None,
     item_column: str | None,
 ) -> JoinEffect:
-    """Rows (and units of ``measure_column``) on the left of an inner join that match nothing on the right,
-    by left key, and right keys that match several rows (fan-out)."""
-    cur.execute(unmatched_rows_query(join, measure_column, item_column))
-    unmatched = []
+    """Rows (and units of ``measure_column``) on the left of a join that match nothing on the right, by left
+    key (a NULL key reads ``COLUMN IS NULL``), and right keys that match several rows (fan-out). One
+    statement; a key the join's other conditions exclude though it is on the right says so."""
+    cur.execute(_measure_query(join, measure_column, item_column))
+    rows = cur.fetchall()
     width = len(join.on)
-    for row in cur.fetchall():
+    column = ", ".join(lc for lc, _ in join.on)
+    unmatched = []
+    for row in rows:
+        values = [plain(v) for v in row[:width]]
+        value = None if all(v is None for v in values) else ", ".join(str(v) for v in values)
+        on_right = bool(row[width + 3])
         unmatched.append(
             KeyGap(
-                column=", ".join(lc for lc, _ in join.on),
-                value=", ".join(plain_value(v) for v in row[:width]),
+                column=column,
+                value=value,
                 rows=int(row[width]),
                 units=float(row[width + 1] or 0),
-                distinct_items=int(row[width + 2]) if item_column else None,
+                distinct_items=int(row[width + 2]) if item_column and row[width + 2] is not None else None,
+                change=(
+                    f"on {join.right_table} but excluded by the join's condition "
+                    + " AND ".join(
+                        re.sub(r"\bR\.", f"{quote_identifier(join.right_alias)}.", c)
+                        for c in join.right_conditions
+                    )
+                    if on_right
+                    else None
+                ),
             )
         )
-    right_keys = ", ".join(quote_identifier(r) for _, r in join.on)
-    cur.execute(
-        f"SELECT COALESCE(SUM(N - 1), 0) FROM (SELECT COUNT(*) AS N FROM {join.right_table}"
-        f" GROUP BY {right_keys} HAVING COUNT(*) > 1)"
-    )
+    fanout = int(rows[0][width + 4] or 0) if rows else _fanout(cur, join)
+    # Shown as the node writes them: on the right side's own alias.
+    shown = [re.sub(r"\bR\.", f"{quote_identifier(join.right_alias)}.", c) for c in join.right_conditions]
     return JoinEffect(
         asset_key=asset_key,
         join_type=join.kind,
         left=join.left_table,
         right=join.right_table,
-        on=[f"{lc} = {r}" for lc, r in join.on],
+        on=[f"{lc} = {r}" for lc, r in join.on] + shown,
         dropped_rows=sum(g.rows for g in unmatched),
         dropped_units=sum(g.units for g in unmatched),
-        duplicated_rows=int(cur.fetchone()[0] or 0),
+        duplicated_rows=fanout,
         unmatched=unmatched,
+    )
+
+
+def _fanout(cur: Any, join: ParsedJoin) -> int:
+    right_keys = ", ".join(quote_identifier(r) for _, r in join.on)
+    cur.execute(
+        f"SELECT COALESCE(SUM(N - 1), 0) FROM (SELECT COUNT(*) AS N FROM {join.right_table}"
+        f" GROUP BY {right_keys} HAVING COUNT(*) > 1)"
+    )
+    return int(cur.fetchone()[0] or 0)
+
+
+def measure_filter(
+    cur: Any, asset_key: str, flt: ParsedFilter, measure_column: str | None, item_column: str | None
+) -> JoinEffect:
+    """Rows (and units) of the FROM table the node's WHERE condition leaves out, by the condition's columns:
+    one statement."""
+    cols = ", ".join(f"L.{quote_identifier(c)}" for c in flt.columns)
+    units = f"SUM(L.{quote_identifier(measure_column)})" if measure_column else "COUNT(*)"
+    items = f"COUNT(DISTINCT L.{quote_identifier(item_column)})" if item_column else "NULL"
+    cur.execute(
+        f"SELECT {cols}, COUNT(*), {units}, {items} FROM {flt.table} L WHERE NOT COALESCE({flt.condition}, FALSE)"
+        f" GROUP BY {cols} ORDER BY 3 DESC LIMIT {MAX_KEYS}"
+    )
+    width = len(flt.columns)
+    gaps = []
+    for row in cur.fetchall():
+        values = [plain(v) for v in row[:width]]
+        gaps.append(
+            KeyGap(
+                column=", ".join(flt.columns),
+                value=None if all(v is None for v in values) else ", ".join(str(v) for v in values),
+                rows=int(row[width]),
+                units=float(row[width + 1] or 0),
+                distinct_items=int(row[width + 2]) if item_column and row[width + 2] is not None else None,
+                change=f"left out by {asset_key}'s condition {flt.condition}",
+            )
+        )
+    return JoinEffect(
+        asset_key=asset_key,
+        join_type="WHERE",
+        left=flt.table,
+        right="",
+        on=[flt.condition],
+        dropped_rows=sum(g.rows for g in gaps),
+        dropped_units=sum(g.units for g in gaps),
+        unmatched=gaps,
     )

@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from dw_dagster.incidents.keys import key_label
+
 
 class Finding(BaseModel):
     """What a check saw: enough to group it with its siblings and to tell the owners."""
@@ -30,16 +32,32 @@ class Finding(BaseModel):
         return f"{self.check_name}@{self.asset_key}"
 
 
+IncidentStatus = Literal["open", "resolved", "merged"]
+"""``open`` (reopened is an ``open`` incident whose ``status`` events say so), ``resolved``, and ``merged``: a
+night's provisional incident whose diagnosis named the cause of an older open one, which it continues."""
+
+
 class Incident(BaseModel):
     incident_id: str
     cause_key: str
-    status: Literal["open", "resolved"]
+    status: IncidentStatus
     business_date: date | None
     title: str
     severity: str
     opened_at: datetime
     updated_at: datetime
     detail: dict[str, Any] = Field(default_factory=dict)
+    """Lifecycle attributes (``docs/incidents.md``): ``cause_scope``, ``lane``, ``dedup``, ``merged_into``,
+    ``related``, ``stale_since``, ``reopened``, ``resolution``."""
+
+    @property
+    def merged_into(self) -> str | None:
+        return self.detail.get("merged_into")
+
+    @property
+    def stale_since(self) -> str | None:
+        """The business date from which it was marked stale (no new finding since)."""
+        return self.detail.get("stale_since")
 
 
 class IncidentEvent(BaseModel):
@@ -56,6 +74,10 @@ class RecordOutcome(BaseModel):
     """The incident did not exist before this finding."""
     new_finding: bool
     """The finding was not already attached (re-ticks and repeats are not news)."""
+    explained_by: str | None = None
+    """What in the record explains the finding (a verified fix's receipt): no incident opens for it."""
+    reopened: bool = False
+    """The finding landed on a resolved incident and reopened it."""
 
 
 class CauseClass(str, Enum):
@@ -69,21 +91,34 @@ class CauseClass(str, Enum):
     DUPLICATION = "duplication"
     SCHEMA_CHANGE = "schema_change"
     UNIT_CHANGE = "unit_change"
+    SIGN_CHANGE = "sign_change"
+    """Values of a subset (a key) flipped sign."""
     REFERENCE_DATA_CHANGE = "reference_data_change"
     UNKNOWN = "unknown"
 
 
 class KeyGap(BaseModel):
-    """A key value that holds (part of) the gap, e.g. ORGANIZATION_ID = 7120."""
+    """A key value that holds (part of) the gap, e.g. ORGANIZATION_ID = 7120, or a NULL key."""
 
     column: str
-    value: str
+    value: str | None
+    """None: the key is NULL (shown ``COLUMN IS NULL``, see :attr:`label`)."""
     units: float
     rows: int
     distinct_items: int | None = None
     """e.g. SKUs over which the units are spread."""
     new_in_source_since: date | None = None
     """The first business date the key appeared in the source, when it is new since the last good night."""
+    change: str | None = None
+    """What changed upstream for this key, read from the source's and the reference table's own rows (new in
+    the source, its reference row deleted or changed, loaded twice, its values scaled...)."""
+    factor: float | None = None
+    """Unit or sign change: tonight's values over the last good night's, measured from the data."""
+
+    @property
+    def label(self) -> str:
+        """``ORGANIZATION_ID=7120``, or ``STORE_ID IS NULL``: how a key is named everywhere."""
+        return key_label(self.column, self.value)
 
 
 class JoinEffect(BaseModel):
@@ -98,6 +133,17 @@ class JoinEffect(BaseModel):
     dropped_units: float
     duplicated_rows: int = 0
     unmatched: list[KeyGap] = Field(default_factory=list)
+
+
+class QueryRecord(BaseModel):
+    """One statement the diagnosis sent to the warehouse (its audit trail)."""
+
+    purpose: str
+    sql: str
+    params: list[str] | dict[str, str] | None = None
+    rows: int | None = None
+    ms: float | None = None
+    error: str | None = None
 
 
 class Diagnosis(BaseModel):
@@ -115,6 +161,10 @@ class Diagnosis(BaseModel):
     """Ready-to-run SQL that returns the rows at fault (e.g. on-hand units that match no warehouse)."""
     owners: list[str] = Field(default_factory=list)
     """Teams that own the assets on the path where the cause sits (node owner, reference-table owner)."""
+    queries: list[QueryRecord] = Field(default_factory=list)
+    """Every statement the diagnosis ran, in order (docs/diagnose.md: at most QUERY_BUDGET)."""
+    notes: list[str] = Field(default_factory=list)
+    """What could not be measured and why (a join sqlglot cannot parse, a failed query, the budget)."""
 
 
 class AffectedAsset(BaseModel):

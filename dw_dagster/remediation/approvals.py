@@ -1,87 +1,146 @@
-"""The approval record and the gate: who may approve a plan, what they approved, and when it may run.
+"""The approval record: plans, approvals and decisions, each verified before anything trusts it.
 
 The record is the incident's append-only event log in the warehouse (``INCIDENT_EVENTS``): ``proposal``
-events hold plans, ``approval`` events one approval per owning team, ``decision`` events a rejection or an
-expiry. The Dagster run tag ``dw/approval`` only holds the run in the queue: :func:`approve_run` flips it
-once every owning team has approved, and the remediation job's first op re-validates the run against this
-record (:meth:`ApprovalBook.validate`), so a tag typed in the Launchpad or a re-executed run approves
-nothing.
+events hold plans (sealed by the deployment, :mod:`~dw_dagster.remediation.signing`), ``submission`` and
+``binding`` events the run the system submitted for each (:mod:`~dw_dagster.remediation.submission`),
+``approval`` events one approval per owning team with its proof (:mod:`~dw_dagster.remediation.identity`),
+``decision`` events a rejection, an expiry or a newer plan, ``refused`` events every attempt that was turned
+down. The run tag ``dw/approval`` only holds the run in the queue; :meth:`ApprovalBook.validate` is what
+every changing step of the remediation job asks, so a tag, a typed name, a written row or a run launched by
+hand approves nothing.
 
 Approvers are the members of the owning teams in the context file; dw-dagster itself never is.
 """
 
 from __future__ import annotations
 
-import getpass
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
+from uuid import uuid4
 
 import dagster as dg
 from dagster._core.events import EngineEventData
-from dagster._core.storage.tags import PARENT_RUN_ID_TAG, RUN_KEY_TAG
+from dagster._core.storage.tags import PARENT_RUN_ID_TAG
+from pydantic import TypeAdapter, ValidationError
 
 from dw_dagster.context.models import ContextFile, Person
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.remediation.identity import IdentityError, Proof, verify_proof
 from dw_dagster.remediation.models import SYSTEM_ACTOR, Approval, Decision, ProposalKind, RemediationPlan
-from dw_dagster.tags import (
-    APPROVAL,
-    APPROVAL_APPROVED,
-    APPROVAL_PENDING,
-    APPROVALS_NEEDED,
-    INCIDENT_ID,
-    PLAN_ID,
-)
+from dw_dagster.remediation.signing import Seal, digest, unsealed
+from dw_dagster.remediation.slack_request import APPROVE_ACTION
+from dw_dagster.remediation.submission import Binding, RunRecordError, RunRecords, check_run, incident_of
+from dw_dagster.tags import INCIDENT_ID, PLAN_ID
 
 REMEDIATION_JOB = "remediate_incident"
+_PLAN = "proposal"
+_PROOF = TypeAdapter(Proof)
+
+Prove = Callable[[Mapping[str, Any]], Any]
+"""Makes the proof of a record (a signature with the person's key, the Slack request of their click)."""
 
 
 class ApprovalError(Exception):
     """An approval, rejection or launch the record does not allow; the message says why and what to do."""
 
 
-def _os_user() -> str | None:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return None
-
-
-def incident_of(plan_id: str) -> str:
-    return plan_id.rsplit("-", 1)[0]
-
-
 class ApprovalBook:
-    def __init__(self, store: IncidentStore, context: ContextFile):
+    def __init__(self, store: IncidentStore, context: ContextFile, seal: Seal | None = None):
         self.store = store
         self.context = context
+        # The code location holds the deployment's key; a person's shell does not, and reads unverified.
+        self.seal = seal if seal is not None else Seal.optional()
+        self.runs = RunRecords(store, self.seal)
 
-    # -- reading ---------------------------------------------------------------------------------
+    def _required_seal(self) -> Seal:
+        if self.seal is None:
+            return Seal.from_env()  # raises, naming DW_SIGNING_KEY
+        return self.seal
+
+    # -- plans -----------------------------------------------------------------------------------
 
     def record_plan(self, plan: RemediationPlan) -> bool:
-        return self.store.append_event(
-            plan.incident_id, "proposal", plan.plan_id, plan.model_dump(mode="json")
-        )
+        detail = self._required_seal().seal(_PLAN, plan.model_dump(mode="json"))
+        return self.store.append_event(plan.incident_id, _PLAN, plan.plan_id, detail)
 
     def plans(self, incident_id: str) -> list[RemediationPlan]:
-        return [
-            RemediationPlan.model_validate(e.detail) for e in self.store.events(incident_id, kind="proposal")
-        ]
+        return [RemediationPlan.model_validate(e.detail) for e in self.store.events(incident_id, kind=_PLAN)]
 
     def plan(self, plan_id: str) -> RemediationPlan | None:
         return next((p for p in self.plans(incident_of(plan_id)) if p.plan_id == plan_id), None)
 
-    def approvals(self, plan: RemediationPlan, run_id: str | None = None) -> list[Approval]:
-        """The plan's approvals, for one run when given (approvals are bound to the run they release)."""
-        events = self.store.events(plan.incident_id, kind="approval")
-        out = [
-            Approval.model_validate(e.detail)
-            for e in events
-            if e.event_key.startswith(f"approval|{plan.plan_id}|")
+    def verified_plan(self, plan_id: str) -> tuple[RemediationPlan, str]:
+        """The plan as the deployment recorded it, and its digest (what approvals are given for)."""
+        seal = self._required_seal()
+        events = [e for e in self.store.events(incident_of(plan_id), kind=_PLAN) if e.event_key == plan_id]
+        if not events:
+            raise ApprovalError(
+                f"plan {plan_id}: not in the approval record of incident {incident_of(plan_id)}"
+            )
+        if not seal.is_sealed(_PLAN, events[0].detail):
+            raise ApprovalError(
+                f"plan {plan_id}: its record is not sealed by this deployment: forged or altered"
+            )
+        return RemediationPlan.model_validate(events[0].detail), digest(unsealed(events[0].detail))
+
+    def plan_digest(self, plan_id: str) -> str:
+        events = [e for e in self.store.events(incident_of(plan_id), kind=_PLAN) if e.event_key == plan_id]
+        if not events:
+            raise ApprovalError(
+                f"plan {plan_id}: not in the approval record of incident {incident_of(plan_id)}"
+            )
+        return digest(unsealed(events[0].detail))
+
+    def binding(self, plan: RemediationPlan) -> Binding | None:
+        return self.runs.binding(plan.plan_id)
+
+    # -- approvals and decisions -----------------------------------------------------------------
+
+    def _approval_events(self, plan: RemediationPlan, run_id: str | None) -> list[dict[str, Any]]:
+        prefix = f"approval|{plan.plan_id}|" + (f"{run_id}|" if run_id else "")
+        return [
+            e.detail
+            for e in self.store.events(plan.incident_id, kind="approval")
+            if e.event_key.startswith(prefix)
         ]
-        return [a for a in out if run_id is None or a.run_id == run_id]
+
+    def approvals(self, plan: RemediationPlan, run_id: str | None = None) -> list[Approval]:
+        """The plan's approvals as recorded (for one run when given), not verified: for showing."""
+        return [Approval.model_validate(d) for d in self._approval_events(plan, run_id)]
+
+    def verified_approvals(self, plan: RemediationPlan, run_id: str, plan_digest: str) -> list[Approval]:
+        """The run's approvals, each proven by its approver; any record that is not fails the whole check
+        (a forged row is reported, never skipped quietly)."""
+        out = []
+        for detail in self._approval_events(plan, run_id):
+            try:
+                approval = Approval.model_validate(detail)
+                proof = _PROOF.validate_python(detail.get("proof"))
+            except ValidationError:
+                raise ApprovalError(
+                    f"approval record {detail.get('approver')!r} for run {run_id}: no valid proof"
+                ) from None
+            record = {k: v for k, v in detail.items() if k != "proof"}
+            try:
+                person = verify_proof(record, proof, self.context, APPROVE_ACTION)
+            except IdentityError as e:
+                raise ApprovalError(f"approval by {approval.approver} for {approval.team}: {e}") from None
+            if record.get("plan_digest") != plan_digest:
+                raise ApprovalError(
+                    f"approval by {approval.approver}: given for another version of plan {plan.plan_id}"
+                )
+            if approval.team not in self.context.teams_of(person) or approval.team not in plan.required_teams:
+                raise ApprovalError(
+                    f"approval by {approval.approver} for {approval.team}: not a member of that team (any more)"
+                )
+            if approval.at >= plan.expires_at:
+                raise ApprovalError(f"approval by {approval.approver} came after the plan expired")
+            out.append(approval)
+        return out
 
     def decision(self, plan: RemediationPlan) -> Decision | None:
+        # Any decision row stops the plan, proven or not: a forged rejection can delay a fix, never run one.
         key = f"decision|{plan.plan_id}"
         events = [e for e in self.store.events(plan.incident_id, kind="decision") if e.event_key == key]
         return Decision.model_validate(events[0].detail) if events else None
@@ -108,39 +167,31 @@ class ApprovalBook:
             if t in self.context.teams
         }
 
-    # -- writing ---------------------------------------------------------------------------------
-
-    def _person(self, plan: RemediationPlan, who: str) -> tuple[Person, list[str]]:
-        if who.strip().lower() in (SYSTEM_ACTOR, plan.proposed_by.lower()):
-            raise ApprovalError(f"{who}: proposed this plan and cannot approve or reject it")
-        person = self.context.person(who)
-        if person is None:
-            raise ApprovalError(
-                f"{who!r} is not a member of any team in the context file; approvers of {plan.plan_id}: "
-                + "; ".join(
-                    f"{t}: {', '.join(names) or 'nobody'}" for t, names in self.approvers(plan).items()
-                )
-            )
+    def _teams(self, plan: RemediationPlan, person: Person) -> list[str]:
+        if person.name.strip().lower() in (SYSTEM_ACTOR, plan.proposed_by.lower()):
+            raise ApprovalError(f"{person.name}: proposed this plan and cannot approve or reject it")
         teams = [t for t in self.context.teams_of(person) if t in plan.required_teams]
         if not teams:
             raise ApprovalError(
                 f"{person.name} is not an owner of plan {plan.plan_id}; it needs one member of each of "
                 + "; ".join(f"{t} ({', '.join(names)})" for t, names in self.approvers(plan).items())
             )
-        return person, teams
+        return teams
 
     def approve(
-        self, plan: RemediationPlan, run_id: str, who: str, values: Mapping[str, str] | None = None
-    ) -> list[Approval]:
-        """Records ``who``'s approval for each owning team they belong to that has not approved yet."""
+        self, plan: RemediationPlan, run_id: str, person: Person, prove: Prove, via: str,
+        values: Mapping[str, str] | None = None, at: datetime | None = None,
+    ) -> list[Approval]:  # fmt: skip
+        """Records ``person``'s approval of ``run_id`` for each owning team of theirs that has not approved
+        it yet, each with the proof ``prove`` makes of it."""
         values = dict(values or {})
-        person, teams = self._person(plan, who)
+        teams = self._teams(plan, person)
         decision = self.decision(plan)
         if decision is not None:
             raise ApprovalError(
                 f"plan {plan.plan_id} was {decision.kind} by {decision.by}: {decision.reason}"
             )
-        now = datetime.now(UTC)
+        now = at or datetime.now(UTC).replace(microsecond=0)
         if now >= plan.expires_at:
             raise ApprovalError(
                 f"plan {plan.plan_id} expired at {plan.expires_at:%Y-%m-%d %H:%M} UTC; it is never granted late"
@@ -148,26 +199,34 @@ class ApprovalBook:
         done = {a.team for a in self.approvals(plan, run_id)}
         new = [t for t in teams if t not in done]
         if not new:
-            raise ApprovalError(f"plan {plan.plan_id}: {', '.join(teams)} already approved")
+            missing = [t for t in plan.required_teams if t not in done]
+            raise ApprovalError(
+                f"plan {plan.plan_id}: {', '.join(teams)} already approved run {run_id}"
+                + (f"; it still needs {', '.join(missing)}" if missing else "")
+            )
         self._check_values(plan, new, values)
-        for proposal in plan.proposals:
-            if (
-                proposal.kind is ProposalKind.SCOPED_RERUN
-                and set(proposal.owners) & set(new)
-                and person.run_as is None
-            ):
+        for proposal in plan.of_kind(ProposalKind.SCOPED_RERUN):
+            if set(proposal.owners) & set(new) and person.run_as is None:
                 raise ApprovalError(
                     f"{person.name} has no run_as in the context file: an approved rerun runs under the "
                     "approver's own Coalesce credentials, so another owner must approve it"
                 )
+        plan_digest = self.plan_digest(plan.plan_id)
         out = []
         for team in new:
             approval = Approval(
                 plan_id=plan.plan_id, team=team, approver=person.name, email=person.email, at=now, run_id=run_id,
-                values=values if any(self._owns_row(plan, team)) else {}, os_user=_os_user(),
+                values=values if any(self._owns_row(plan, team)) else {}, via=via,
             )  # fmt: skip
+            record = {**approval.model_dump(mode="json"), "plan_digest": plan_digest}
+            proof = prove(record)
+            if getattr(proof, "kind", None) == "local":
+                approval = approval.model_copy(update={"os_user": proof.os_user})
+                record = {**approval.model_dump(mode="json"), "plan_digest": plan_digest}
             key = f"approval|{plan.plan_id}|{run_id}|{team}"
-            self.store.append_event(plan.incident_id, "approval", key, approval.model_dump(mode="json"))
+            self.store.append_event(
+                plan.incident_id, "approval", key, {**record, "proof": proof.model_dump()}
+            )
             out.append(approval)
         return out
 
@@ -195,159 +254,81 @@ class ApprovalBook:
                 )
 
     def decide(
-        self, plan: RemediationPlan, kind: str, who: str, reason: str, run_id: str | None = None
-    ) -> Decision:
+        self, plan: RemediationPlan, kind: str, by: Person | str, reason: str, run_id: str | None = None,
+        prove: Prove | None = None,
+    ) -> Decision:  # fmt: skip
+        """Records that the plan will not run: a person's rejection (with its proof), or the system's expiry
+        or supersession."""
         if kind == "rejected":
-            person, _ = self._person(plan, who)
-            who = person.name
+            if not isinstance(by, Person) or prove is None:
+                raise ApprovalError("a rejection is a person's, with proof of who they are")
+            self._teams(plan, by)
             if not reason.strip():
                 raise ApprovalError("a rejection needs a reason (--reason)")
-        decision = Decision(
-            plan_id=plan.plan_id,
-            kind=kind,
-            by=who,
-            at=datetime.now(UTC),
-            reason=reason,
-            run_id=run_id,
-        )  # type: ignore[arg-type]
+        who = by.name if isinstance(by, Person) else by
+        decision = Decision(plan_id=plan.plan_id, kind=kind, by=who, at=datetime.now(UTC).replace(microsecond=0),
+                            reason=reason, run_id=run_id)  # type: ignore[arg-type]  # fmt: skip
+        detail: dict[str, Any] = decision.model_dump(mode="json")
+        if isinstance(by, Person) and prove is not None:
+            detail = {**detail, "email": by.email, "plan_id": plan.plan_id, "run_id": run_id}
+            detail["proof"] = prove(detail).model_dump()
         # Event keys are unique per incident across kinds: the plan's own key is its proposal's.
-        if not self.store.append_event(
-            plan.incident_id, "decision", f"decision|{plan.plan_id}", decision.model_dump(mode="json")
-        ):
+        if not self.store.append_event(plan.incident_id, "decision", f"decision|{plan.plan_id}", detail):
             existing = self.decision(plan)
             raise ApprovalError(f"plan {plan.plan_id} was already {existing.kind if existing else 'decided'}")
         return decision
 
-    # -- the first op's check --------------------------------------------------------------------
+    def refuse(self, incident_id: str, what: str, reason: str, **detail: Any) -> None:
+        """Records a refused attempt (who tried what, how, and why it was refused): refusals are reported."""
+        self.store.append_event(
+            incident_id, "refused", f"refused|{what}|{uuid4().hex}",
+            {"what": what, "reason": reason, "at": datetime.now(UTC).isoformat(), **detail},
+        )  # fmt: skip
+
+    # -- what every changing step asks ------------------------------------------------------------
 
     def validate(
-        self, run_id: str, tags: Mapping[str, str], parent_run_id: str | None = None
-    ) -> tuple[RemediationPlan, list[Approval]]:
-        """The plan and its approvals if this run may change anything; else :class:`ApprovalError`."""
+        self, run: dg.DagsterRun, resources: Mapping[str, Any]
+    ) -> tuple[RemediationPlan, list[Approval], Binding]:
+        """The plan, its approvals and the run binding if this very run may change anything now; else
+        :class:`ApprovalError`."""
+        tags = run.tags
         plan_id = tags.get(PLAN_ID)
         if not plan_id:
             raise ApprovalError(
                 f"run tag {PLAN_ID}: missing; a remediation run carries the plan it carries out"
             )
-        plan = self.plan(plan_id)
-        if plan is None or plan.incident_id != tags.get(INCIDENT_ID):
-            raise ApprovalError(
-                f"plan {plan_id}: not in the approval record of incident {tags.get(INCIDENT_ID)}"
-            )
+        if tags.get(INCIDENT_ID) != incident_of(plan_id):
+            raise ApprovalError(f"plan {plan_id}: not a plan of incident {tags.get(INCIDENT_ID)}")
+        plan, plan_digest = self.verified_plan(plan_id)
         decision = self.decision(plan)
         if decision is not None:
             raise ApprovalError(f"plan {plan_id} was {decision.kind} by {decision.by}: {decision.reason}")
-        parent = parent_run_id or tags.get(PARENT_RUN_ID_TAG)
+        parent = run.parent_run_id or tags.get(PARENT_RUN_ID_TAG)
         if parent:
-            raise ApprovalError(f"run {run_id} re-executes run {parent}; a re-execution is not an approval")
+            raise ApprovalError(
+                f"run {run.run_id} re-executes run {parent}; a re-execution is not an approval"
+            )
+        binding = self.binding(plan)
+        if binding is None:
+            raise ApprovalError(f"plan {plan_id}: no run of it was submitted and bound by dw-dagster")
+        try:
+            check_run(binding, run.run_id, run.job_name, run.run_config, resources, self._required_seal())
+        except RunRecordError as e:
+            raise ApprovalError(str(e)) from None
         incident = self.store.get(plan.incident_id)
         if incident is None or incident.status != "open":
             raise ApprovalError(
                 f"incident {plan.incident_id} is {incident.status if incident else 'missing'}, not open"
             )
-        approvals = self.approvals(plan, run_id)
-        for a in approvals:
-            person = self.context.person(a.email)
-            if person is None or a.team not in self.context.teams_of(person) or a.approver == SYSTEM_ACTOR:
-                raise ApprovalError(
-                    f"approval by {a.approver} for {a.team}: not a member of that team (any more)"
-                )
-            if a.at >= plan.expires_at:
-                raise ApprovalError(f"approval by {a.approver} came after the plan expired")
+        approvals = self.verified_approvals(plan, run.run_id, plan_digest)
         missing = self.missing(plan, approvals)
         if missing:
             raise ApprovalError(
-                f"run {run_id}: no recorded approval for this run from {', '.join(missing)}; the {APPROVAL} tag is "
-                "not an approval (approvals are given with `dw-dagster approve`, for the queued run they name)"
+                f"run {run.run_id}: no recorded approval for this run from {', '.join(missing)}; a tag is not an "
+                "approval (approvals are given in Slack or with `dw-dagster approve`, for the run dw-dagster submitted)"
             )
-        return plan, approvals
-
-
-# -- the gate on the Dagster instance --------------------------------------------------------------
-
-
-@dataclass
-class GateOutcome:
-    run_id: str
-    plan: RemediationPlan
-    given: list[Approval]
-    """The approvals this command recorded."""
-    missing: list[str]
-
-    @property
-    def released(self) -> bool:
-        return not self.missing
-
-
-def remediation_run(instance: dg.DagsterInstance, ref: str) -> dg.DagsterRun:
-    """The queued remediation run a person names: a run id, or an incident id with one run waiting."""
-    if ref.startswith("INC-"):
-        runs = instance.get_runs(
-            dg.RunsFilter(
-                tags={INCIDENT_ID: ref, APPROVAL: APPROVAL_PENDING},
-                job_name=REMEDIATION_JOB,
-                statuses=[dg.DagsterRunStatus.QUEUED],
-            )  # fmt: skip
-        )
-        if not runs:
-            raise ApprovalError(f"incident {ref}: no remediation run is waiting for approval")
-        if len(runs) > 1:
-            raise ApprovalError(
-                f"incident {ref}: {len(runs)} runs wait for approval ({', '.join(r.run_id for r in runs)}); name one"
-            )
-        run = runs[0]
-    else:
-        found = instance.get_run_by_id(ref)
-        if found is None or found.job_name != REMEDIATION_JOB:
-            raise ApprovalError(
-                f"{ref}: not a remediation run (give a run id or an incident id like INC-...)"
-            )
-        if found.status != dg.DagsterRunStatus.QUEUED or found.tags.get(APPROVAL) != APPROVAL_PENDING:
-            raise ApprovalError(f"run {ref} is {found.status.value}, not waiting for approval")
-        run = found
-    # Only the run the proposals sensor submitted for the plan: one launched by hand with the same tags is not.
-    if run.tags.get(RUN_KEY_TAG) != run.tags.get(PLAN_ID):
-        raise ApprovalError(
-            f"run {run.run_id} was not submitted by the remediation_proposals sensor for its plan"
-        )
-    return run
-
-
-def _plan_of(book: ApprovalBook, run: dg.DagsterRun) -> RemediationPlan:
-    plan = book.plan(run.tags.get(PLAN_ID, ""))
-    if plan is None:
-        raise ApprovalError(
-            f"run {run.run_id}: its plan {run.tags.get(PLAN_ID)} is not in the approval record"
-        )
-    return plan
-
-
-def approve_run(
-    instance: dg.DagsterInstance,
-    book: ApprovalBook,
-    ref: str,
-    who: str,
-    values: Mapping[str, str] | None = None,
-) -> GateOutcome:
-    """Records an approval for the queued run ``ref`` names, and releases the run once every owning team
-    has approved (the queue launches it on its next iteration)."""
-    run = remediation_run(instance, ref)
-    plan = _plan_of(book, run)
-    given = book.approve(plan, run.run_id, who, values)
-    missing = book.missing(plan, book.approvals(plan, run.run_id))
-    for a in given:
-        instance.report_engine_event(
-            f"Approved by {a.approver} for {a.team} at {a.at:%Y-%m-%d %H:%M:%S} UTC"
-            + (f"; waiting for {', '.join(missing)}" if missing else "; every owner has approved"),
-            run,
-            EngineEventData(
-                metadata={"approver": a.approver, "team": a.team, "plan_id": plan.plan_id, **a.values}
-            ),
-        )
-    instance.add_run_tags(run.run_id, {APPROVALS_NEEDED: ",".join(missing) or "none"})
-    if not missing:
-        instance.add_run_tags(run.run_id, {APPROVAL: APPROVAL_APPROVED})
-    return GateOutcome(run.run_id, plan, given, missing)
+        return plan, approvals, binding
 
 
 def cancel_run(instance: dg.DagsterInstance, run: dg.DagsterRun, decision: Decision) -> None:
@@ -357,14 +338,6 @@ def cancel_run(instance: dg.DagsterInstance, run: dg.DagsterRun, decision: Decis
         EngineEventData(metadata={"decision": decision.kind, "by": decision.by, "plan_id": decision.plan_id}),
     )
     instance.run_coordinator.cancel_run(run.run_id)
-
-
-def reject_run(instance: dg.DagsterInstance, book: ApprovalBook, ref: str, who: str, reason: str) -> Decision:
-    run = remediation_run(instance, ref)
-    plan = _plan_of(book, run)
-    decision = book.decide(plan, "rejected", who, reason, run_id=run.run_id)
-    cancel_run(instance, run, decision)
-    return decision
 
 
 def supersede_older(instance: dg.DagsterInstance, book: ApprovalBook, plan: RemediationPlan) -> list[str]:

@@ -1,4 +1,5 @@
-"""Reference rows the remediation job adds, and how they are undone.
+"""Reference rows the remediation job adds (and source copies it removes, ``source_steps.py``), and how they
+are undone.
 
 The owner approved an *added* row: if the key is already there with the approved values (a retried step)
 nothing is changed; with other values (someone edited the table since) the job stops and asks for a new
@@ -58,6 +59,10 @@ def apply_row(cur: Any, proposal_id: str, row: ReferenceRow, approval: Approval)
 
 
 def undo_statement(change: Change) -> tuple[str, tuple[Any, ...]]:
+    if change.kind == "dedupe":
+        from dw_dagster.remediation.source_steps import undo_dedupe
+
+        return undo_dedupe(change)
     return (
         f"DELETE FROM {table_reference(*change.table_parts)} WHERE {quote_identifier(change.key_column)} = %s",
         (change.key_value,),
@@ -65,11 +70,17 @@ def undo_statement(change: Change) -> tuple[str, tuple[Any, ...]]:
 
 
 def undo_steps(plan: RemediationPlan, changes: Sequence[Change]) -> list[str]:
-    added = [c for c in changes if c.added]
+    added = [c for c in changes if c.added and c.kind == "reference_row"]
     steps = [
         f"`dw-dagster undo {plan.incident_id} --as <owner>` deletes the row(s) added: "
         + "; ".join(f"{c.key_column} {c.key_value} from {table_reference(*c.table_parts)}" for c in added)
     ] if added else []  # fmt: skip
+    for c in changes:
+        if c.added and c.kind == "dedupe" and c.backup_parts:
+            steps.append(
+                f"`dw-dagster undo {plan.incident_id} --as <owner>` puts the {c.rows:,} removed copies back into "
+                f"{table_reference(*c.table_parts)} from {table_reference(*c.backup_parts)}"
+            )
     for p in plan.of_kind(ProposalKind.NODE_CHANGE):
         if p.node_change:
             steps.append(

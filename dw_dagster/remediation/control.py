@@ -15,9 +15,11 @@ from typing import Literal
 from pydantic import BaseModel
 
 from dw_dagster.context.models import ContextFile
+from dw_dagster.incidents.models import Incident
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.incident_notifier import IncidentNotifier
 from dw_dagster.notifications.resources import SlackNotifier
+from dw_dagster.remediation.models import RemediationPlan
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
@@ -76,3 +78,29 @@ def gated_notifier(
     return IncidentNotifier(
         slack, store, context=context, autonomous_dispatch_allowed=control.dispatch_allowed
     )
+
+
+def owner_channels(notifier: IncidentNotifier, incident_id: str) -> list[str]:
+    """The channels of the incident's owner threads (those its incident message started)."""
+    return list(dict.fromkeys(m.channel for m in notifier.messages(incident_id) if m.kind == "incident"))
+
+
+def escalate(
+    notifier: IncidentNotifier,
+    incident: Incident,
+    context_file: ContextFile,
+    plan: RemediationPlan,
+    text: str,
+    run_id: str | None = None,
+) -> None:
+    """Tell a person: the owners' threads, and the domain's escalation team's channel; ``run_id`` is the
+    run it is about."""
+    domain = context_file.domains.get(plan.domain or "")
+    channels = None
+    if domain and domain.escalation_team:
+        owners = owner_channels(notifier, incident.incident_id)
+        channels = list(dict.fromkeys([*owners, context_file.teams[domain.escalation_team].slack_channel]))
+    notifier.post_update(
+        incident, f":rotating_light: Needs a person: {text}", kind="escalation", channels=channels,
+        run_id=run_id,
+    )  # fmt: skip

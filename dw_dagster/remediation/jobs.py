@@ -1,20 +1,17 @@
-"""The remediation job and the sensors around it.
+"""The remediation job: ``remediate_incident``.
 
-- ``remediation_proposals`` submits one ``remediate_incident`` run per plan, tagged ``dw/approval=pending``:
-  dagster.yaml's tag concurrency limit (0) keeps it QUEUED, using no compute, until ``dw-dagster approve``
-  has every owning team's approval and flips the tag.
-- ``approval_expiry`` cancels a run whose plan expired unanswered and escalates on Slack; it never grants.
-- ``remediate_incident``: check the approval record (first op), apply the reference rows (with their undo),
-  wait for the node change to be deployed in Coalesce, start the scoped rerun under the approving owner's
-  credentials, verify, and write the receipt.
+Check the approval record (first op), apply the reference rows (with their undo), wait for the node change
+to be deployed in Coalesce, start the scoped rerun under the approving owner's credentials, verify, and
+write the receipt. Every step that changes something asks the record again (:meth:`ApprovalBook.validate`):
+this very run, as the system submitted it, approved by a verified member of each owning team. The sensors
+that submit and expire these runs are in :mod:`~dw_dagster.remediation.sensors`.
 """
 
-import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import dagster as dg
 from pydantic import BaseModel
@@ -26,19 +23,12 @@ from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.context.models import ContextFile
 from dw_dagster.incidents.models import Incident
 from dw_dagster.incidents.store import IncidentStore
-from dw_dagster.notifications.incident_notifier import IncidentNotifier
 from dw_dagster.notifications.resources import SlackNotifier
 from dw_dagster.notifications.wording import wording_for
-from dw_dagster.remediation.approvals import (
-    REMEDIATION_JOB,
-    ApprovalBook,
-    ApprovalError,
-    cancel_run,
-)
+from dw_dagster.remediation.approvals import REMEDIATION_JOB, ApprovalBook, ApprovalError
 from dw_dagster.remediation.changes import ChangeConflict, apply_row, undo_steps
-from dw_dagster.remediation.control import OrgControl, gated_notifier
+from dw_dagster.remediation.control import OrgControl, escalate, gated_notifier
 from dw_dagster.remediation.models import (
-    SYSTEM_ACTOR,
     Approval,
     Change,
     ProposalKind,
@@ -48,16 +38,17 @@ from dw_dagster.remediation.models import (
 )
 from dw_dagster.remediation.node_change import definition, is_deployed
 from dw_dagster.remediation.receipt import receipt_markdown, receipt_materialization
+from dw_dagster.remediation.sensors import build_remediation_sensors
+from dw_dagster.remediation.signing import SealError
+from dw_dagster.remediation.source_steps import SourceStepFailed, apply_source_changes, await_sources
+from dw_dagster.remediation.submission import Binding, RunRecordError, check_credential_host
 from dw_dagster.remediation.verification import verify
 from dw_dagster.tags import (
     APPROVAL,
     APPROVAL_APPROVED,
-    APPROVAL_PENDING,
-    APPROVALS_NEEDED,
     COALESCE_PARAM_BUSINESS_DATE,
     COALESCE_PARAM_INCIDENT_ID,
     INCIDENT_ID,
-    PLAN_ID,
 )
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
@@ -67,6 +58,7 @@ class Approved(BaseModel):
     plan: RemediationPlan
     approvals: list[Approval]
     incident: Incident
+    binding: Binding
 
     def approver_for(self, owners: Sequence[str]) -> Approval:
         found = next((a for a in self.approvals if a.team in owners), None)
@@ -93,51 +85,39 @@ def _store(snowflake: WarehouseResource, ops: OpsSchema, context: dg.OpExecution
     return IncidentStore(snowflake, ops, run_id=context.run_id)
 
 
-def escalate(
-    notifier: IncidentNotifier,
-    incident: Incident,
-    context_file: ContextFile,
-    plan: RemediationPlan,
-    text: str,
-    run_id: str | None = None,
-) -> None:
-    """Tell a person: the owners' threads, and the domain's escalation team's channel; ``run_id`` is the
-    run it is about."""
-    domain = context_file.domains.get(plan.domain or "")
-    channels = None
-    if domain and domain.escalation_team:
-        owners = [m.channel for m in notifier.messages(incident.incident_id) if m.kind == "incident"]
-        channels = list(dict.fromkeys([*owners, context_file.teams[domain.escalation_team].slack_channel]))
-    notifier.post_update(
-        incident, f":rotating_light: Needs a person: {text}", kind="escalation", channels=channels,
-        run_id=run_id,
-    )  # fmt: skip
-
-
 def build_remediation_definitions(
     metrics: MetricsFile,
     resolve_table: Callable[[str, str], str],
     ops: OpsSchema,
     context_file: ContextFile,
 ) -> dg.Definitions:
+    def refuse(
+        context: dg.OpExecutionContext, store: IncidentStore, slack: SlackNotifier, reason: str
+    ) -> NoReturn:
+        """Records the refusal, tells the owners (a refused run is someone trying something) and fails."""
+        incident = store.get(context.run.tags.get(INCIDENT_ID, ""))
+        if incident is not None:
+            store.append_event(incident.incident_id, "refused", f"refused|{context.run_id}|{context.op.name}",
+                               {"what": "run", "run_id": context.run_id, "step": context.op.name, "reason": reason})  # fmt: skip
+            gated_notifier(slack, store, context_file).post_update(
+                incident, f":no_entry: Refused run {context.run_id} at {context.op.name}: {reason}",
+                kind="refused", version=f"{context.run_id}|{context.op.name}",
+            )  # fmt: skip
+        raise dg.Failure(f"Not approved: {reason}", allow_retries=False)
+
     def require_approval(
-        context: dg.OpExecutionContext, config: RemediationConfig, store: IncidentStore
-    ) -> Approved:
+        context: dg.OpExecutionContext, config: RemediationConfig, store: IncidentStore, resources: Mapping[str, Any]
+    ) -> Approved:  # fmt: skip
         """Every step that changes something checks the record itself: a re-execution from failure, or of a
         single step, skips the first op but not this. While the org-wide stop is in force it waits."""
         book = ApprovalBook(store, context_file)
         tags = context.run.tags
         try:
             if tags.get(APPROVAL) != APPROVAL_APPROVED:
-                raise ApprovalError(
-                    f"run tag {APPROVAL} is {tags.get(APPROVAL)!r}; `dw-dagster approve` releases runs"
-                )
-            plan, approvals = book.validate(context.run_id, tags, context.run.parent_run_id)
-        except ApprovalError as e:
-            if tags.get(INCIDENT_ID):
-                store.append_event(tags[INCIDENT_ID], "refused", f"refused|{context.run_id}|{context.op.name}",
-                                   {"run_id": context.run_id, "step": context.op.name, "reason": str(e)})  # fmt: skip
-            raise dg.Failure(f"Not approved: {e}", allow_retries=False) from None
+                raise ApprovalError(f"run tag {APPROVAL} is {tags.get(APPROVAL)!r}; approvals release runs")
+            plan, approvals, binding = book.validate(context.run, resources)
+        except (ApprovalError, SealError) as e:
+            refuse(context, store, resources["slack"], str(e))
         control = OrgControl(store.warehouse, ops)
         deadline = time.monotonic() + config.stop_wait_seconds
         while (state := control.state()).stopped:
@@ -150,7 +130,7 @@ def build_remediation_definitions(
         incident = store.get(plan.incident_id)
         if incident is None:
             raise dg.Failure(f"incident {plan.incident_id}: not found in {ops.table('INCIDENTS')}")
-        return Approved(plan=plan, approvals=approvals, incident=incident)
+        return Approved(plan=plan, approvals=approvals, incident=incident, binding=binding)
 
     def publish(context: dg.OpExecutionContext, store: IncidentStore, slack: SlackNotifier, approved: Approved,
                 receipt: Receipt, problem: str) -> None:  # fmt: skip
@@ -187,9 +167,11 @@ def build_remediation_definitions(
 
     @dg.op(description="Refuses to go on unless the project's own approval record approves this very run.")
     def check_approval(
-        context: dg.OpExecutionContext, config: RemediationConfig, snowflake: WarehouseResource
-    ) -> Approved:
-        approved = require_approval(context, config, _store(snowflake, ops, context))
+        context: dg.OpExecutionContext, config: RemediationConfig, snowflake: WarehouseResource,
+        coalesce: CoalesceWorkspace, slack: SlackNotifier,
+    ) -> Approved:  # fmt: skip
+        resources = {"coalesce": coalesce, "snowflake": snowflake, "slack": slack}
+        approved = require_approval(context, config, _store(snowflake, ops, context), resources)
         for a in approved.approvals:
             context.log.info(f"approved by {a.approver} for {a.team} at {a.at.isoformat()}")
         return approved
@@ -197,10 +179,11 @@ def build_remediation_definitions(
     @dg.op(description="Adds the approved reference-data rows, recording how to undo each.")
     def apply_reference_rows(
         context: dg.OpExecutionContext, config: RemediationConfig, snowflake: WarehouseResource, slack: SlackNotifier,
-        approved: Approved,
+        coalesce: CoalesceWorkspace, approved: Approved,
     ) -> list[Change]:  # fmt: skip
         store = _store(snowflake, ops, context)
-        approved = require_approval(context, config, store)
+        resources = {"coalesce": coalesce, "snowflake": snowflake, "slack": slack}
+        approved = require_approval(context, config, store, resources)
         changes: list[Change] = []
         for p in approved.plan.of_kind(ProposalKind.REFERENCE_ROW):
             if p.reference_row is None:
@@ -221,6 +204,10 @@ def build_remediation_definitions(
             )
             context.log.info(change.what)
             changes.append(change)
+        try:
+            changes += apply_source_changes(snowflake, store, approved, context.run_id, REMEDIATION_JOB)
+        except SourceStepFailed as e:
+            fail(context, store, slack, approved, changes, str(e))
         return changes
 
     @dg.op(
@@ -230,10 +217,23 @@ def build_remediation_definitions(
         context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, changes: list[Change],
         coalesce: CoalesceWorkspace, snowflake: WarehouseResource, slack: SlackNotifier,
     ) -> list[str]:  # fmt: skip
-        client = coalesce.get_client()
         store = _store(snowflake, ops, context)
+        # It sends the Coalesce token and posts to Slack: the same check as the steps that change something.
+        approved = require_approval(
+            context, config, store, {"coalesce": coalesce, "snowflake": snowflake, "slack": slack}
+        )
+        client = coalesce.get_client()
         # From the last approval, not from this step's start: a restarted run does not get a new allowance.
         deadline = max(a.at for a in approved.approvals).timestamp() + config.deploy_timeout_seconds
+        try:  # a stopped source is waited for as long as a deploy
+            for line in await_sources(snowflake, approved, context.run_id, REMEDIATION_JOB,
+                                      time.monotonic() + deadline - time.time(), config.poll_seconds,
+                                      lambda text: gated_notifier(slack, store, context_file).post_update(
+                                          approved.incident, text, kind="awaiting_source",
+                                          version=f"{approved.plan.plan_id}|{context.run_id}")):  # fmt: skip
+                context.log.info(line)
+        except SourceStepFailed as e:
+            fail(context, store, slack, approved, changes, str(e))
         deployed = []
         for p in approved.plan.of_kind(ProposalKind.NODE_CHANGE):
             nc = p.node_change
@@ -276,14 +276,20 @@ def build_remediation_definitions(
         deployed: list[str], coalesce: CoalesceWorkspace, snowflake: WarehouseResource, slack: SlackNotifier,
     ) -> Rerun:  # fmt: skip
         store = _store(snowflake, ops, context)
-        approved = require_approval(context, config, store)
+        resources = {"coalesce": coalesce, "snowflake": snowflake, "slack": slack}
+        approved = require_approval(context, config, store, resources)
         reruns = approved.plan.of_kind(ProposalKind.SCOPED_RERUN)
         if len(reruns) != 1 or reruns[0].rerun is None:
             raise dg.Failure(f"plan {approved.plan.plan_id}: expected one scoped rerun, found {len(reruns)}")
         p, rerun = reruns[0], reruns[0].rerun
         approval = approved.approver_for(p.owners)
-        credentials = run_credentials(coalesce, context_file, approval)
         client = coalesce.get_client()
+        try:
+            # The approver's password goes to the Coalesce the plan's run was submitted against, or nowhere.
+            check_credential_host(client.base_url, approved.binding)
+        except RunRecordError as e:
+            refuse(context, store, slack, str(e))
+        credentials = run_credentials(coalesce, context_file, approval)
         key = f"rerun|{approved.plan.plan_id}|{context.run_id}"
         started = [e for e in store.events(approved.plan.incident_id, kind="rerun") if e.event_key == key]
         if started:
@@ -321,12 +327,11 @@ def build_remediation_definitions(
 
     @dg.op(description="Verifies the fix: totals reconcile, the new node test passed, moved totals are back.")
     def verify_fix(
-        context: dg.OpExecutionContext,
-        approved: Approved,
-        rerun: Rerun,
-        coalesce: CoalesceWorkspace,
-        snowflake: WarehouseResource,
-    ) -> list[VerificationResult]:
+        context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, rerun: Rerun,
+        coalesce: CoalesceWorkspace, snowflake: WarehouseResource, slack: SlackNotifier,
+    ) -> list[VerificationResult]:  # fmt: skip
+        resources = {"coalesce": coalesce, "snowflake": snowflake, "slack": slack}
+        approved = require_approval(context, config, _store(snowflake, ops, context), resources)
         results = coalesce.get_client().get_run_results(rerun.coalesce_run_id)
         day = approved.incident.business_date
         if day is None:
@@ -348,9 +353,11 @@ def build_remediation_definitions(
     def write_receipt(
         context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, changes: list[Change],
         rerun: Rerun, verification: list[VerificationResult], snowflake: WarehouseResource, slack: SlackNotifier,
+        coalesce: CoalesceWorkspace,
     ) -> None:  # fmt: skip
         store = _store(snowflake, ops, context)
-        approved = require_approval(context, config, store)
+        resources = {"coalesce": coalesce, "snowflake": snowflake, "slack": slack}
+        approved = require_approval(context, config, store, resources)
         receipt = _receipt(context, store, approved, changes, rerun, verification)
         problem = "the fix did not verify: " + (
             "; ".join(v.detail for v in verification if not v.passed) or "nothing was verified"
@@ -371,69 +378,9 @@ def build_remediation_definitions(
         rerun = scoped_rerun(approved, changes, deployed)
         write_receipt(approved, changes, rerun, verify_fix(approved, rerun))
 
-    @dg.sensor(
-        name="remediation_proposals",
-        job=remediate_incident,
-        minimum_interval_seconds=30,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Submits a remediation run, held for approval, for each plan the diagnosis proposed, and"
-        " posts the plan with its Approve / Reject buttons once the run is held.",
+    return dg.Definitions(
+        jobs=[remediate_incident], sensors=build_remediation_sensors(remediate_incident, ops, context_file)
     )
-    def remediation_proposals(
-        context: dg.SensorEvaluationContext, snowflake: WarehouseResource, slack: SlackNotifier
-    ):
-        store = IncidentStore(snowflake, ops)
-        announced: list[str] = json.loads(context.cursor or "[]")
-        state = OrgControl(snowflake, ops).state()
-        if state.stopped:
-            return dg.SkipReason(f"{state.describe()}: no run is submitted")
-        book = ApprovalBook(store, context_file)
-        requests = []
-        for incident in store.list(status="open"):
-            plans = book.plans(incident.incident_id)
-            if not plans or book.decision(plans[-1]) is not None:
-                continue
-            plan = plans[-1]
-            runs = context.instance.get_runs(dg.RunsFilter(tags={PLAN_ID: plan.plan_id}), limit=1)
-            if runs:
-                # The buttons name the held run, so the proposal goes out once that run exists.
-                if runs[0].status == dg.DagsterRunStatus.QUEUED and runs[0].run_id not in announced:
-                    gated_notifier(slack, store, context_file).post_proposal(
-                        incident, plan, run_id=runs[0].run_id
-                    )
-                    announced.append(runs[0].run_id)
-                continue
-            requests.append(
-                dg.RunRequest(
-                    run_key=plan.plan_id,
-                    tags={
-                        INCIDENT_ID: incident.incident_id,
-                        PLAN_ID: plan.plan_id,
-                        APPROVAL: APPROVAL_PENDING,
-                        APPROVALS_NEEDED: ",".join(plan.required_teams),
-                    },
-                )
-            )
-        context.update_cursor(json.dumps(announced[-500:]))
-        return requests
-
-    @dg.sensor(
-        name="approval_expiry",
-        minimum_interval_seconds=60,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Cancels remediation runs whose approval request expired unanswered, and escalates. Never grants.",
-    )
-    def approval_expiry(
-        context: dg.SensorEvaluationContext, snowflake: WarehouseResource, slack: SlackNotifier
-    ) -> dg.SkipReason:
-        expired = expire_pending(
-            context.instance, ApprovalBook(IncidentStore(snowflake, ops), context_file), slack, context_file
-        )
-        return dg.SkipReason(
-            f"expired {len(expired)} unanswered approval request(s)" if expired else "nothing expired"
-        )
-
-    return dg.Definitions(jobs=[remediate_incident], sensors=[remediation_proposals, approval_expiry])
 
 
 def _receipt(
@@ -456,52 +403,6 @@ def _receipt(
         verified=failure is None and bool(verification) and all(v.passed for v in verification),
         failure=failure, undo=undo_steps(plan, changes), written_at=datetime.now(UTC),
     )  # fmt: skip
-
-
-def expire_pending(
-    instance: dg.DagsterInstance,
-    book: ApprovalBook,
-    slack: SlackNotifier,
-    context_file: ContextFile,
-    now: datetime | None = None,
-) -> list[str]:
-    """Cancels every queued remediation run whose plan has expired; returns their run ids."""
-    now = now or datetime.now(UTC)
-    out = []
-    runs = instance.get_runs(dg.RunsFilter(job_name=REMEDIATION_JOB, statuses=[dg.DagsterRunStatus.QUEUED]))
-    for run in runs:
-        if run.tags.get(APPROVAL) != APPROVAL_PENDING:
-            continue
-        plan = book.plan(run.tags.get(PLAN_ID, ""))
-        if plan is None or plan.expires_at > now:
-            continue
-        # Re-read just before deciding: an approval that released the run a moment ago wins.
-        current = instance.get_run_by_id(run.run_id)
-        if (
-            current is None
-            or current.status != dg.DagsterRunStatus.QUEUED
-            or current.tags.get(APPROVAL) != APPROVAL_PENDING
-        ):
-            continue
-        missing = book.missing(plan, book.approvals(plan, run.run_id))
-        reason = f"no answer from {', '.join(missing)} by {plan.expires_at:%Y-%m-%d %H:%M} UTC"
-        try:
-            decision = book.decide(plan, "expired", SYSTEM_ACTOR, reason, run_id=run.run_id)
-        except ApprovalError:
-            continue  # another tick recorded it
-        cancel_run(instance, run, decision)
-        incident = book.store.get(plan.incident_id)
-        if incident is not None:
-            escalate(
-                gated_notifier(slack, book.store, context_file),
-                incident,
-                context_file,
-                plan,
-                f"the proposed fix {plan.plan_id} expired unapproved ({reason}); nothing was changed",
-                run_id=run.run_id,
-            )
-        out.append(run.run_id)
-    return out
 
 
 def run_credentials(

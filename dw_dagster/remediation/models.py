@@ -21,6 +21,11 @@ class ProposalKind(str, Enum):
     """A Coalesce node change, as a diff the node owner applies and deploys in Coalesce."""
     SCOPED_RERUN = "scoped_rerun"
     """A Coalesce run of the affected nodes only, under the approving owner's credentials."""
+    DEDUPE = "dedupe"
+    """Remove a load's duplicate copies from a source table (its owner confirms by approving; the removed
+    copies are kept for undo)."""
+    AWAIT_SOURCE = "await_source"
+    """Wait until a stopped source has caught up (its owner confirms by approving), then rerun."""
 
 
 class ReferenceRow(BaseModel):
@@ -50,6 +55,9 @@ class ReferenceRow(BaseModel):
 
 
 class NodeChange(BaseModel):
+    kind: Literal["keep_unmatched", "normalise"] = "keep_unmatched"
+    """keep_unmatched: an inner join made LEFT with an unmatched bucket; normalise: a column's values
+    rescaled (or their sign restored) for the subset a source changed."""
     environment_id: str
     node_id: str
     node_name: str
@@ -59,10 +67,51 @@ class NodeChange(BaseModel):
     after: dict[str, Any]
     diff: str
     """Unified diff of ``before`` -> ``after`` as YAML."""
-    right_ref: tuple[str, str]
-    """The (location, node name) the join now keeps unmatched rows of."""
+    right_ref: tuple[str, str] | None = None
+    """keep_unmatched: the (location, node name) the join now keeps unmatched rows of."""
     test_name: str
     """The node test the change adds; it must pass in the rerun."""
+
+
+class Dedupe(BaseModel):
+    """Exact duplicate rows to remove from a source table, scoped to the keys that hold them."""
+
+    asset_key: str
+    table_parts: tuple[str, str, str]
+    columns: list[str]
+    """Every column: a copy equals its original in all of them."""
+    key_column: str | None = None
+    key_values: list[str] = Field(default_factory=list)
+    """Only duplicates of these keys are removed (all duplicates when empty)."""
+    extra_rows: int
+    """Copies the diagnosis counted; the step removes the copies it finds when it runs."""
+    backup_parts: tuple[str, str, str]
+    """Where the removed copies are kept (the ops schema), for undo."""
+
+    @property
+    def table(self) -> str:
+        return table_reference(*self.table_parts)
+
+    @property
+    def backup(self) -> str:
+        return table_reference(*self.backup_parts)
+
+
+class AwaitSource(BaseModel):
+    """A stopped source the rerun waits for."""
+
+    asset_key: str
+    table_parts: tuple[str, str, str]
+    column: str
+    """The column that says when a row was loaded."""
+    stale_since: datetime
+    """Its latest load when the diagnosis ran; caught up once a later one arrives."""
+    system: str | None = None
+    """The system that feeds it (a replication task), named for its owner."""
+
+    @property
+    def table(self) -> str:
+        return table_reference(*self.table_parts)
 
 
 class ScopedRerun(BaseModel):
@@ -80,20 +129,30 @@ class Proposal(BaseModel):
     reference_row: ReferenceRow | None = None
     node_change: NodeChange | None = None
     rerun: ScopedRerun | None = None
+    dedupe: Dedupe | None = None
+    await_source: AwaitSource | None = None
 
 
 class Expectation(BaseModel):
     """One thing verification checks after the rerun."""
 
-    kind: Literal["reconciles", "node_test_passed", "back_to_baseline", "rows_restored"]
+    kind: Literal[
+        "reconciles", "node_test_passed", "back_to_baseline", "rows_restored", "no_duplicates", "input_fresh"
+    ]
     subject: str
-    """A recorded total's name, a node test's name, or (rows_restored) the asset key of the fixed node."""
+    """A recorded total's name, a node test's name, or (rows_restored, no_duplicates, input_fresh) an asset
+    key: the fixed node, the de-duplicated table, the rebuilt table."""
     target: float | None = None
     """back_to_baseline: the value before the incident; rows_restored: the night's rows plus those the join
     dropped."""
     tolerance: float | None = None
     table: str | None = None
-    """rows_restored: the node's table, fully quoted."""
+    """rows_restored, no_duplicates, input_fresh: the table, fully quoted."""
+    columns: list[str] = Field(default_factory=list)
+    """no_duplicates: the columns a copy repeats; input_fresh: the table's and the source's load column."""
+    source_table: str | None = None
+    """input_fresh: the source table, fully quoted."""
+    max_lag_minutes: float | None = None
 
 
 class RemediationPlan(BaseModel):
@@ -125,8 +184,9 @@ class Approval(BaseModel):
     values: dict[str, str] = Field(default_factory=dict)
     """What the approver filled in or corrected on reference rows their team owns."""
     os_user: str | None = None
-    """The operating-system account the approve command ran under (``--as`` names the person; this is
-    recorded beside it for the audit, since the command cannot authenticate the name)."""
+    """The operating-system account the approve command ran under (recorded for the audit; proves nothing)."""
+    via: str | None = None
+    """How the approver was verified: Slack, their approver key, or (local world only) unverified."""
 
 
 class Decision(BaseModel):
@@ -141,8 +201,10 @@ class Decision(BaseModel):
 
 
 class Change(BaseModel):
-    """One reference row the remediation job added; undone by deleting that row (``changes.undo``)."""
+    """One change the remediation job made: a reference row added (undone by deleting it), or a source's
+    duplicate copies removed (undone by putting the kept copies back); ``changes.undo``."""
 
+    kind: Literal["reference_row", "dedupe"] = "reference_row"
     proposal_id: str
     what: str
     table_parts: tuple[str, str, str]
@@ -150,6 +212,12 @@ class Change(BaseModel):
     key_value: Any
     added: bool
     """False: the approved row was already there (a retried step), nothing was changed and nothing is undone."""
+    rows: int = 1
+    """dedupe: the copies removed."""
+    backup_parts: tuple[str, str, str] | None = None
+    """dedupe: where the removed copies are kept."""
+    columns: list[str] = Field(default_factory=list)
+    """dedupe: the columns the copies are put back in."""
     at: datetime
 
 

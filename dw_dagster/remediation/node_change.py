@@ -1,4 +1,6 @@
-"""The node change proposed for an inner join that drops rows: keep them, bucket them, and test for them.
+"""The node changes dw-dagster proposes, as diffs of a node's editable definition: keep the rows an inner join
+drops (bucketed and tested), or normalise the values a source scaled or flipped for one subset (and test
+that they stay normal).
 
 dw-dagster never edits or deploys a Coalesce node: it reads the node from the Coalesce API, writes the
 change as a unified diff of the node's editable definition for the node's owner to apply in Coalesce, and
@@ -11,6 +13,14 @@ The change, for a join ``INNER JOIN {{ ref('LOC', 'RIGHT') }} "RIGHT"`` that dro
   rows land in a visible bucket and the columns' not-null tests still hold;
 - a node test returns the rows in that bucket, so the next unmatched key fails the job instead of
   vanishing from a total.
+
+The change, for a source column whose values moved by a factor ``f`` (or flipped sign) for ``KEY = v``:
+
+- each of the node's columns computed from it reads ``CASE WHEN "SRC"."KEY" = v THEN "SRC"."COL" / f ELSE
+  "SRC"."COL" END`` instead of the column;
+- a node test fails when the subset moves again: for a sign, rows of the subset with the wrong sign; for a
+  unit, the subset's average against the other rows' average outside the band around its usual ratio
+  (``sqrt(f)`` either side, from the data).
 """
 
 from __future__ import annotations
@@ -151,15 +161,95 @@ def keep_unmatched(
     return {**before, "join": join, "columns": columns, "nodeTests": tests}, (location, name), test_name
 
 
+def _literal(value: str | None, numeric: bool) -> str:
+    if value is None:
+        return "NULL"
+    if numeric:
+        float(value)  # a numeric key is written as a number; anything else is refused
+        return value
+    return "'" + value.replace("'", "''") + "'"
+
+
+def normalise(
+    node: CoalesceNode,
+    column: str,
+    source: tuple[str, str],
+    key: tuple[str, str | None, bool],
+    factor: float,
+    test: tuple[str, str, float, float],
+) -> tuple[dict[str, Any], str]:
+    """The node's definition with ``column`` normalised for one subset, and a node test that it stays so;
+    returns it and the test's name.
+
+    ``source`` is (alias, column) of the source column whose values moved, as the node reads it; ``key``
+    the subset's (source column, value, numeric); ``test`` the node's own (key column, measured column) and
+    the band (low, high) of the subset's average over the other rows' (sign changes: the sign the values
+    should have, +1 or -1, twice).
+
+    Raises:
+        ValueError: the node has no such column, or the column does not read the source column.
+    """
+    import sqlglot
+    from sqlglot import exp
+
+    before = definition(node)
+    alias, src_column = source
+    key_column, key_value, numeric = key
+    target = next((c for c in before["columns"] if c["name"] == column), None)
+    if target is None:
+        raise ValueError(f"node {node.name}: no column {column}")
+    ref = f"{quote_identifier(alias)}.{quote_identifier(src_column)}"
+    cond = (
+        f"{quote_identifier(alias)}.{quote_identifier(key_column)} IS NULL"
+        if key_value is None
+        else f"{quote_identifier(alias)}.{quote_identifier(key_column)} = {_literal(key_value, numeric)}"
+    )
+    fixed = f"-{ref}" if abs(factor + 1) < 1e-9 else f"{ref} / {factor:g}"
+    case = f"CASE WHEN {cond} THEN {fixed} ELSE {ref} END"
+    text = target["transform"] or ref
+    tree = sqlglot.parse_one(text, read="snowflake")
+    hits = 0
+
+    def swap(n: exp.Expression) -> exp.Expression:
+        nonlocal hits
+        if isinstance(n, exp.Column) and n.name == src_column and (n.table in ("", alias)):
+            hits += 1
+            return sqlglot.parse_one(case, read="snowflake")
+        return n
+
+    new = tree.transform(swap).sql(dialect="snowflake")
+    if not hits:
+        raise ValueError(f"node {node.name}: column {column} does not read {alias}.{src_column}")
+    columns = [{**c, "transform": new} if c["name"] == column else dict(c) for c in before["columns"]]
+    node_key, node_col, low, high = test
+    own = f"{{{{ ref('{node.location_name}', '{node.name}') }}}}"
+    k, m = quote_identifier(node_key), quote_identifier(node_col)
+    subset = f"{k} IS NULL" if key_value is None else f"{k} = {_literal(key_value, numeric)}"
+    safe = re.sub(r"[^A-Z0-9_]", "_", f"{node_col}_{node_key}_{key_value or 'NULL'}".upper())
+    if factor < 0:
+        test_name = f"SIGN_OF_{safe}"
+        wrong = "<" if low > 0 else ">"
+        sql = f"SELECT * FROM {own} WHERE {subset} AND {m} {wrong} 0"
+    else:
+        test_name = f"SCALE_OF_{safe}"
+        sql = (
+            f"SELECT * FROM (SELECT AVG(CASE WHEN {subset} THEN {m} END) AS SUBSET_AVG,"
+            f" AVG(CASE WHEN NOT ({subset}) OR {k} IS NULL THEN {m} END) AS OTHERS_AVG FROM {own})"
+            f" WHERE SUBSET_AVG NOT BETWEEN {low:.6g} * OTHERS_AVG AND {high:.6g} * OTHERS_AVG"
+        )
+    tests = [t for t in before["nodeTests"] if t["name"] != test_name] + [{"name": test_name, "sql": sql}]
+    return {**before, "columns": columns, "nodeTests": tests}, test_name
+
+
 def _norm(sql: str) -> str:
     return re.sub(r"\s+", " ", sql or "").strip().upper()
 
 
 def is_deployed(deployed: Mapping[str, Any], change: NodeChange) -> bool:
     """Whether a node as read from an environment carries the proposed change, however its owner typed
-    it: no inner join to the right side left, the bucketed columns' new transforms, and the new test with
-    the proposed SQL (case and whitespace aside). Unrelated edits do not matter."""
-    if _inner_joins(deployed.get("join", ""), *change.right_ref):
+    it: no inner join to the right side left (a join change), the changed columns' new transforms, and the
+    new test with the proposed SQL (case and whitespace aside). Unrelated edits do not matter."""
+    if change.right_ref and _inner_joins(deployed.get("join", ""), *change.right_ref):
         return False
     tests = {t["name"]: _norm(t["sql"]) for t in deployed.get("nodeTests", [])}
     want = next(t for t in change.after["nodeTests"] if t["name"] == change.test_name)

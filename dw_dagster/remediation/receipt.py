@@ -89,9 +89,10 @@ def receipt_materialization(r: Receipt, status: str) -> dg.AssetMaterialization:
         asset_key=INCIDENTS_KEY,
         description=f"Receipt for {r.incident_id}: verification {'passed' if r.verified else 'failed'}",
         metadata={
+            # First: after a fix the receipt is what the on-call reads (docs/incidents.md).
+            "receipt": dg.MetadataValue.md(receipt_markdown(r)),
             "incident_id": r.incident_id,
             "status": status,
-            "receipt": dg.MetadataValue.md(receipt_markdown(r)),
             "receipt_json": dg.MetadataValue.json(r.model_dump(mode="json")),
             "verified": r.verified,
             "coalesce_run_id": str(r.coalesce_run_id),

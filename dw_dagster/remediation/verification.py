@@ -5,7 +5,9 @@
 - ``node_test_passed``: the node test the change added ran in the rerun and passed;
 - ``back_to_baseline``: a total the incident moved (the reorder list's row count) is back within its
   baseline's band around its value before the incident;
-- ``rows_restored``: the fixed node holds the night's rows plus exactly the rows its join used to drop.
+- ``rows_restored``: the fixed node holds the night's rows plus exactly the rows its join used to drop;
+- ``no_duplicates``: the de-duplicated table holds no exact duplicate rows any more;
+- ``input_fresh``: the rebuilt table holds its source's latest load (within the rule's allowed lag).
 
 A check that cannot run is reported as errored (``passed=None``) and fails the verification.
 """
@@ -20,6 +22,7 @@ from dw_dagster.checks.history import HistorySession
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.checks.recorded_totals import HISTORY_DAYS, compute_total, reconcile
 from dw_dagster.coalesce.models import CoalesceRunResults
+from dw_dagster.coalesce.sql import quote_identifier
 from dw_dagster.remediation.models import Expectation, VerificationResult
 
 
@@ -90,6 +93,30 @@ def _one(e, day, metrics, resolve_table, cursor, history, run_results) -> Verifi
         return VerificationResult(
             expectation=e, passed=passed, observed={"value": rows, "expected": e.target},
             detail=f"{e.subject} has {rows:,} rows; the night's rows plus those the join dropped are {e.target:,.0f}",
+        )  # fmt: skip
+    if e.kind == "no_duplicates":
+        assert e.table is not None and e.columns
+        cols = ", ".join(quote_identifier(c) for c in e.columns)
+        cursor.execute(
+            f"SELECT COALESCE(SUM(N - 1), 0) FROM (SELECT COUNT(*) AS N FROM {e.table} GROUP BY {cols} HAVING COUNT(*) > 1)"
+        )
+        copies = int(cursor.fetchone()[0] or 0)
+        return VerificationResult(
+            expectation=e, passed=copies == 0, observed={"value": copies},
+            detail=f"{e.subject} holds {copies:,} duplicate rows",
+        )  # fmt: skip
+    if e.kind == "input_fresh":
+        assert e.table is not None and e.source_table is not None and len(e.columns) == 2
+        cursor.execute(
+            f"SELECT (SELECT MAX({quote_identifier(e.columns[0])}) FROM {e.table}),"
+            f" (SELECT MAX({quote_identifier(e.columns[1])}) FROM {e.source_table})"
+        )
+        held, latest = cursor.fetchone()
+        lag = (latest - held).total_seconds() / 60 if held is not None and latest is not None else None
+        passed = lag is not None and lag <= (e.max_lag_minutes or 0)
+        return VerificationResult(
+            expectation=e, passed=passed, observed={"value": str(held), "source_latest": str(latest)},
+            detail=f"{e.subject} holds loads up to {held}; its source's latest is {latest}",
         )  # fmt: skip
     total = metrics.get(e.subject)
     now = compute_total(cursor, total, resolve_table).value

@@ -87,15 +87,15 @@ def _world_errors(path: Path) -> Iterator[None]:
 
 def format_report(report: ScenarioReport) -> str:
     lines = [f"scenario {report.name} on world {report.world} (after {report.history_nights} seeded nights)"]
-    for n in report.nights:
+    for n in [*report.before, *report.nights]:
         run = f"run {n.run_id} {n.run_status}" if n.run_id is not None else "no run (skipped)"
-        lines.append(
-            f"night {n.night} ({n.business_date:%a %Y-%m-%d}): {', '.join(n.events) or 'no events'}; {run}"
-        )
+        label = f"night {n.night}" if n.night >= 0 else f"earlier night {n.night} (not scored)"
+        lines.append(f"{label} ({n.business_date:%a %Y-%m-%d}): {', '.join(n.events) or 'no events'}; {run}")
         for i in n.incidents:
             gap = ", ".join(f"{k} {v:,.2f}".rstrip("0").rstrip(".") for k, v in i.gap.items())
+            what = "continued by tonight's findings" if i.continued else "opened"
             lines += [
-                f"  incident {i.incident_id}: {i.classification or 'not diagnosed'}; "
+                f"  incident {i.incident_id} {what}: {i.classification or 'not diagnosed'}; "
                 f"cause keys {', '.join(i.cause_keys) or '-'}; detected {i.time_to_detect_s:.1f} s after the run",
                 f"    {i.title}",
                 f"    cause: {i.cause or '-'}",
@@ -103,9 +103,13 @@ def format_report(report: ScenarioReport) -> str:
                 f"    blast radius: {', '.join(i.blast_radius) or '-'}"
                 + (f"; {i.newly_flagged} items newly flagged" if i.newly_flagged else ""),
             ]
-        joined = sorted({f"{a.check} on {a.asset}" for a in n.alarms})
-        if joined and not n.incidents:
-            lines.append(f"  findings on an open incident: {', '.join(joined)}")
+            if i.related_to:
+                lines.append(f"    linked to open incident(s) of another cause: {', '.join(i.related_to)}")
+        explained = sorted({f"{a.check} on {a.asset} ({a.explained_by})" for a in n.alarms if a.explained_by})
+        if explained:
+            lines.append(f"  explained, not an incident (WARN): {'; '.join(explained)}")
+        if n.resolved:
+            lines.append(f"  resolved tonight: {', '.join(n.resolved)}")
         if not n.alarms:
             lines.append("  nothing detected")
         for b in n.baseline_alarms:

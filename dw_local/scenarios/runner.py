@@ -27,8 +27,8 @@ from typing import Any
 from dw_dagster.checks.metrics import load_metrics_file
 from dw_dagster.checks.volume import monitored_specs
 from dw_dagster.context.lineage import LineageGraph
-from dw_dagster.incidents.jobs import latest_diagnosis
-from dw_dagster.incidents.models import Finding
+from dw_dagster.incidents.lifecycle_view import latest_diagnosis
+from dw_dagster.incidents.models import Finding, Incident
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.scenarios.baseline import elementary_alarms
@@ -52,6 +52,10 @@ class IncidentReport:
     time_to_detect_s: float
     assets: list[str]
     """The tables the incident's findings are on (root cause is scored right only on a related one)."""
+    continued: bool = False
+    """An incident opened on an earlier night that tonight's findings continue (a reply in its thread)."""
+    related_to: list[str] = field(default_factory=list)
+    """Open incidents of other causes on the same tables that this one was linked to."""
 
 
 @dataclass
@@ -60,6 +64,9 @@ class Alarm:
     check: str
     summary: str
     at: datetime
+    severity: str = "ERROR"
+    explained_by: str | None = None
+    """What in the record explains it (a verified fix's row-count step): recorded at WARN, not an incident."""
 
 
 @dataclass
@@ -78,8 +85,13 @@ class NightReport:
     run_ended_at: datetime
     monitored: list[str]
     incidents: list[IncidentReport] = field(default_factory=list)
+    """Incidents opened tonight, and the earlier ones tonight's findings continued (``continued``)."""
     alarms: list[Alarm] = field(default_factory=list)
     baseline_alarms: list[dict[str, Any]] = field(default_factory=list)
+    expected_joins: bool | None = None
+    max_severity: str | None = None
+    resolved: list[str] = field(default_factory=list)
+    """Incidents resolved by tonight's tick (every check of theirs passed again)."""
 
 
 @dataclass
@@ -89,6 +101,8 @@ class ScenarioReport:
     world: str
     history_nights: int
     nights: list[NightReport]
+    before: list[NightReport] = field(default_factory=list)
+    """The earlier nights (``before``), played first and not scored."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -139,34 +153,40 @@ def run_scenario(scenario: Scenario | Path, cache: Path = DEFAULT_CACHE) -> Scen
             specs = daemon.defs.resolve_all_asset_specs()
             graph = LineageGraph(specs)
             volume_assets = [s.key.to_user_string() for s in monitored_specs(metrics, specs)]
-            seen = {i.incident_id for i in store.list()}
-            nights, in_force = [], []
-            for k, spec in enumerate(scenario.file.nights):
-                events = scenario.events[k]
+            seen = {i.incident_id: i.status for i in store.list()}
+            played = [
+                (k - len(scenario.before), n, scenario.before[k]) for k, n in enumerate(scenario.file.before)
+            ]
+            played += [(k, n, scenario.events[k]) for k, n in enumerate(scenario.file.nights)]
+            nights, before, in_force = [], [], []
+            for k, spec, events in played:
                 if spec.repair:
+                    # The owners repair the world; the incidents are left to the lifecycle (they resolve once
+                    # their checks pass again).
                     for event in in_force:
                         world.repair(lw, event)
                     in_force = []
-                    for incident in store.list(status="open"):
-                        store.set_status(incident.incident_id, "resolved")
                 night = scenario.night_index(k)
                 result = world.play_night(lw, night, events)
                 ended = datetime.now(UTC)
                 outcome = daemon.tick(at=result.watched_at)
                 tonight = [e for e in events if not world.is_benign(e)]
+                expect = getattr(spec, "expect", None)
                 report = NightReport(
                     night=k,
                     business_date=world.business_date(night),
                     events=[_describe(e) for e in spec.events],
                     fault=bool(tonight),
-                    expects_incident=scenario.expects_incident(k),
-                    expected_classes=[c.value for c in spec.expect.classes],
-                    expected_keys=list(spec.expect.cause_keys),
+                    expects_incident=scenario.expects_incident(k) if k >= 0 else bool(tonight),
+                    expected_classes=[c.value for c in expect.classes] if expect else [],
+                    expected_keys=list(expect.cause_keys) if expect else [],
                     related=_related(scenario, [*in_force, *tonight], graph),
                     run_id=result.run_id,
                     run_status=result.status,
                     run_ended_at=ended,
                     monitored=sorted({c.asset for c in outcome.checks} | set(volume_assets)),
+                    expected_joins=expect.joins if expect else None,
+                    max_severity=expect.max_severity if expect else None,
                 )
                 _collect(report, store, seen, ended)
                 # Dagster's freshness daemon alarms on a table its schedule's window passed without a build.
@@ -181,44 +201,76 @@ def run_scenario(scenario: Scenario | Path, cache: Path = DEFAULT_CACHE) -> Scen
                             conn.cursor(), ops, metrics, volume_assets, report.business_date
                         )
                     ]
-                nights.append(report)
+                (nights if k >= 0 else before).append(report)
                 # Faults that stay until repaired; a benign event (a mapped new key) is not one.
                 in_force = [e for e in [*in_force, *tonight] if world.persists(e)]
-        return ScenarioReport(scenario.name, str(scenario.path), world.name, world.history_nights, nights)
+        return ScenarioReport(
+            scenario.name, str(scenario.path), world.name, world.history_nights, nights, before
+        )
     finally:
         os.environ.clear()
         os.environ.update(environ)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _collect(report: NightReport, store: IncidentStore, seen: set[str], ended: datetime) -> None:
-    """Tonight's findings (on any incident, new or already open) and the incidents tonight opened."""
-    for incident in store.list():
-        findings = [
-            (e.at, Finding.model_validate(e.detail))
-            for e in store.events(incident.incident_id, kind="finding")
-        ]
-        for at, f in findings:
-            if f.business_date == report.business_date:
-                report.alarms.append(Alarm(f.asset_key, f.check_name, f.summary, at))
-        if incident.incident_id in seen:
+def _collect(report: NightReport, store: IncidentStore, seen: dict[str, str], ended: datetime) -> None:
+    """Tonight's findings (on any incident, new or already open, explained ones at WARN), the incidents tonight
+    opened, the earlier ones it continued, and those it resolved."""
+    continued: dict[str, list[tuple[datetime, Finding]]] = {}
+    incidents = store.list()
+    for incident in incidents:
+        events = store.events(incident.incident_id)
+        findings = [(e.at, Finding.model_validate(e.detail)) for e in events if e.kind == "finding"]
+        for e in events:
+            if e.kind in ("finding", "explained") and e.detail.get("business_date") == str(
+                report.business_date
+            ):
+                f = Finding.model_validate(e.detail)
+                report.alarms.append(
+                    Alarm(
+                        f.asset_key, f.check_name, f.summary, e.at, f.severity, e.detail.get("explained_by")
+                    )
+                )
+        previous = seen.get(incident.incident_id)
+        seen[incident.incident_id] = incident.status
+        if incident.status == "resolved" and previous not in (None, "resolved"):
+            report.resolved.append(incident.incident_id)
+        if previous is not None:
             continue
-        seen.add(incident.incident_id)
-        diagnosed = latest_diagnosis(store, incident.incident_id)
-        diagnosis, radius = diagnosed if diagnosed else (None, None)
+        if incident.status == "merged" and incident.merged_into:
+            # Tonight's provisional incident named an older one's cause: it continues that one.
+            continued.setdefault(incident.merged_into, []).extend(findings)
+            continue
         first = min(at for at, _ in findings) if findings else incident.opened_at
-        report.incidents.append(
-            IncidentReport(
-                incident_id=incident.incident_id,
-                title=incident.title,
-                classification=diagnosis.classification.value if diagnosis else None,
-                cause=diagnosis.cause if diagnosis else None,
-                cause_keys=[f"{k.column}={k.value}" for k in diagnosis.keys] if diagnosis else [],
-                gap=_gap(diagnosis.evidence) if diagnosis else {},
-                blast_radius=[a.asset_key for a in radius.assets] if radius else [],
-                newly_flagged=len(radius.newly_flagged) if radius else 0,
-                owners=diagnosis.owners if diagnosis else [],
-                time_to_detect_s=round((first - ended).total_seconds(), 2),
-                assets=sorted({f.asset_key for _, f in findings}),
-            )
-        )
+        report.incidents.append(_incident_report(store, incident, findings, first, ended))
+    by_id = {i.incident_id: i for i in incidents}
+    for incident_id, findings in continued.items():
+        target = by_id.get(incident_id)
+        if target is None:
+            continue
+        first = min((at for at, _ in findings), default=target.updated_at)
+        own = [(e.at, Finding.model_validate(e.detail)) for e in store.events(incident_id, kind="finding")]
+        report.incidents.append(_incident_report(store, target, own, first, ended, continued=True))
+
+
+def _incident_report(
+    store: IncidentStore, incident: Incident, findings: list[tuple[datetime, Finding]], first: datetime,
+    ended: datetime, continued: bool = False,
+) -> IncidentReport:  # fmt: skip
+    diagnosed = latest_diagnosis(store, incident.incident_id)
+    diagnosis, radius = diagnosed if diagnosed else (None, None)
+    return IncidentReport(
+        incident_id=incident.incident_id,
+        title=incident.title,
+        classification=diagnosis.classification.value if diagnosis else None,
+        cause=diagnosis.cause if diagnosis else None,
+        cause_keys=[k.label for k in diagnosis.keys] if diagnosis else [],
+        gap=_gap(diagnosis.evidence) if diagnosis else {},
+        blast_radius=[a.asset_key for a in radius.assets] if radius else [],
+        newly_flagged=len(radius.newly_flagged) if radius else 0,
+        owners=diagnosis.owners if diagnosis else [],
+        time_to_detect_s=round((first - ended).total_seconds(), 2),
+        assets=sorted({f.asset_key for _, f in findings}),
+        continued=continued,
+        related_to=list(incident.detail.get("related", [])),
+    )

@@ -12,6 +12,11 @@
 - **Time to detect**: seconds from the Coalesce run's end to the first alarm on a related table (for the
   baseline: to when the alarming value was recorded, which is when Elementary could score it). The two are
   compared only on the faults both detected; each detector's figure over all its own detections is given too.
+- **Lifecycle** (dw-dagster only): nights with ``expect.joins`` whose findings continued an earlier open
+  incident (``true``: and opened none of their own on a related table) or opened a new incident on a
+  related table (``false``). Root cause on a ``joins: true`` night is scored on the continued incident.
+- **WARN findings** on a night with ``expect.max_severity: WARN`` are not false alarms: they are counted apart
+  (table-nights with only WARN findings); anything above WARN still is one.
 """
 
 from __future__ import annotations
@@ -36,13 +41,18 @@ class Figures:
     correct: int = 0
     failed_run_faults: int = 0
     failed_run_detected: int = 0
+    lifecycle_scored: int = 0
+    lifecycle_correct: int = 0
+    warnings: int = 0
+    """Table-nights with WARN findings only, on nights that allow WARN (``expect.max_severity``)."""
     ttd: list[float] = field(default_factory=list)
     ttd_both: list[float] = field(default_factory=list)
     """Time to detect on the faults both detectors detected: the only fair comparison."""
 
     def add(self, other: Figures) -> None:
         for name in ("faults", "detected", "table_nights", "false_alarms", "diagnosable", "correct",
-                     "failed_run_faults", "failed_run_detected"):  # fmt: skip
+                     "failed_run_faults", "failed_run_detected", "lifecycle_scored", "lifecycle_correct",
+                     "warnings"):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.ttd += other.ttd
         self.ttd_both += other.ttd_both
@@ -61,6 +71,10 @@ class Figures:
             "failed_run_faults": self.failed_run_faults,
             "failed_run_detected": self.failed_run_detected,
             "failed_run_recall": _ratio(self.failed_run_detected, self.failed_run_faults),
+            "lifecycle_correct": self.lifecycle_correct,
+            "lifecycle_scored": self.lifecycle_scored,
+            "lifecycle_accuracy": _ratio(self.lifecycle_correct, self.lifecycle_scored),
+            "warnings": self.warnings,
             "silent_faults": self.faults - self.failed_run_faults,
             "silent_detected": self.detected - self.failed_run_detected,
             "silent_recall": _ratio(
@@ -86,11 +100,18 @@ def _is_related(asset: str, night: NightReport) -> bool:
     return night.related == ["*"] or asset in night.related
 
 
+def _exceeds(alarm: Any, night: NightReport) -> bool:
+    """Whether an alarm counts against a night: any finding does, unless the night allows WARN."""
+    return night.max_severity != "WARN" or alarm.severity != "WARN"
+
+
 def score_night(night: NightReport) -> tuple[Figures, Figures, dict[str, Any]]:
     dw, base = Figures(table_nights=len(night.monitored)), Figures(table_nights=len(night.monitored))
-    dw_assets = {a.asset for a in night.alarms}
+    dw_assets = {a.asset for a in night.alarms if _exceeds(a, night)}
+    warned = {a.asset for a in night.alarms if not _exceeds(a, night)} - dw_assets
     base_assets = {a["asset"] for a in night.baseline_alarms}
     dw.false_alarms = sum(not _is_related(a, night) for a in dw_assets)
+    dw.warnings = sum(not _is_related(a, night) for a in warned)
     base.false_alarms = sum(not _is_related(a, night) for a in base_assets)
     detail: dict[str, Any] = {"night": night.night, "events": night.events}
     if night.expects_incident:
@@ -117,20 +138,44 @@ def score_night(night: NightReport) -> tuple[Figures, Figures, dict[str, Any]]:
             dw.ttd_both.append(dw_ttd)
             base.ttd_both.append(base_ttd)
         # Every expected incident names its classes (model.py); a right class on an incident whose findings
-        # are all on unrelated tables found something else, not the fault.
+        # are all on unrelated tables found something else, not the fault. A night that continues an earlier
+        # incident is scored on that one; any other on the incidents it opened.
+        candidates = [
+            i for i in night.incidents
+            if i.continued == bool(night.expected_joins) and any(_is_related(a, night) for a in i.assets)
+        ]  # fmt: skip
         dw.diagnosable = 1
         dw.correct = int(
             any(
-                i.classification in night.expected_classes
-                and set(night.expected_keys) <= set(i.cause_keys)
-                and any(_is_related(a, night) for a in i.assets)
-                for i in night.incidents
+                i.classification in night.expected_classes and set(night.expected_keys) <= set(i.cause_keys)
+                for i in candidates
             )
         )
         detail["root_cause"] = "correct" if dw.correct else "wrong"
+        if not dw.correct:
+            detail["root_cause_expected"] = {"class": night.expected_classes, "keys": night.expected_keys}
+            detail["root_cause_got"] = [
+                {"incident": i.incident_id, "class": i.classification, "keys": i.cause_keys,
+                 "continued": i.continued, "related": any(_is_related(a, night) for a in i.assets)}
+                for i in night.incidents
+            ]  # fmt: skip
         detail.update(dw_detected=bool(dw.detected), baseline_detected=bool(base.detected))
+    if night.expected_joins is not None:
+        dw.lifecycle_scored = 1
+        related = [i for i in night.incidents if any(_is_related(a, night) for a in i.assets)]
+        opened = [i for i in related if not i.continued]
+        continued = [i for i in related if i.continued]
+        ok = bool(continued) and not opened if night.expected_joins else bool(opened)
+        dw.lifecycle_correct = int(ok)
+        detail["lifecycle"] = (
+            "correct" if ok else
+            f"wrong: expected {'to continue an open incident' if night.expected_joins else 'a new incident'}, "
+            f"got {len(opened)} new and {len(continued)} continued"
+        )  # fmt: skip
     if dw.false_alarms or base.false_alarms:
         detail.update(dw_false_alarms=dw.false_alarms, baseline_false_alarms=base.false_alarms)
+    if dw.warnings:
+        detail["dw_warnings"] = dw.warnings
     return dw, base, detail
 
 
@@ -196,6 +241,9 @@ def format_score(score: dict[str, Any]) -> str:
         f"({base['false_alarms']} of {base['table_nights']}) |",
         f"| root-cause accuracy | {dw['root_cause_correct']}/{dw['root_cause_scored']} "
         f"({_pct(dw['root_cause_accuracy'])}) | n/a (no diagnosis) |",
+        f"| lifecycle: nights that continued or opened an incident as expected | {dw['lifecycle_correct']}/"
+        f"{dw['lifecycle_scored']} ({_pct(dw['lifecycle_accuracy'])}) | n/a (no incidents) |",
+        f"| WARN findings on nights that allow them (table-nights, not false alarms) | {dw['warnings']} | - |",
         f"| time to detect, the {dw['both_detected']} faults both detected (run end -> first alarm) "
         f"| {ttd(dw, '_both')} | {ttd(base, '_both')} |",
         f"| time to detect, every fault it detected | {ttd(dw)} ({dw['detected']}) | {ttd(base)} ({base['detected']}) |",
@@ -211,4 +259,35 @@ def format_score(score: dict[str, Any]) -> str:
             f"| {s['name']} | {s['world']} | {s['nights']} | {d['faults']} | {d['detected']} | {b['detected']} "
             f"| {d['false_alarms']} | {b['false_alarms']} | {cause} |"
         )
+    wrong = [(s["name"], d) for s in score["scenarios"] for d in s["details"] if "root_cause_expected" in d]
+    if wrong:
+        lines += ["", "Wrong root causes (what was expected, what the diagnosis said):", ""]
+        for name, d in wrong:
+            expected = d["root_cause_expected"]
+            got = "; ".join(_said(i) for i in d["root_cause_got"]) or "no incident opened"
+            lines.append(
+                f"- {name}, night {d['night']}: expected {' or '.join(expected['class'])}"
+                f"{_keys(expected['keys'])}; got {got}"
+            )
+    lifecycle = [
+        (s["name"], d)
+        for s in score["scenarios"]
+        for d in s["details"]
+        if d.get("lifecycle", "correct") != "correct"
+    ]
+    if lifecycle:
+        lines += ["", "Lifecycle misses:", ""]
+        lines += [f"- {name}, night {d['night']}: {d['lifecycle']}" for name, d in lifecycle]
     return "\n".join(lines)
+
+
+def _keys(keys: list[str]) -> str:
+    return f" on {', '.join(keys)}" if keys else ""
+
+
+def _said(i: dict[str, Any]) -> str:
+    where = "" if i["related"] else ", on unrelated tables"
+    how = " (continued)" if i["continued"] else ""
+    return (
+        f"{i['incident']}{how}: {i['class'] or 'not diagnosed'}{_keys(i['keys']) or ' with no keys'}{where}"
+    )

@@ -193,10 +193,11 @@ def make_sensor(
     def make(url: str | None = None, start_now: bool = True, **options: Any) -> Sensor:
         ops = OpsSchema(DATABASE, f"OPS_{request.node.name.upper()[5:40]}")
         migrate(warehouse, ops)
+        workspace = workspace_for(url or world.coalesce_url)
         sensor = build_coalesce_polling_sensor(
-            workspace=workspace_for(url or world.coalesce_url),
+            workspace=workspace,
             asset_specs=specs,
-            on_run_finished=build_run_hook(BUSINESS_DAY, warehouse, ops),
+            on_run_finished=build_run_hook(BUSINESS_DAY, warehouse, ops, workspace),
             asset_selection=dg.AssetSelection.all_asset_checks(),
             **options,
         )

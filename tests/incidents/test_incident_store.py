@@ -1,57 +1,45 @@
-"""Incidents in the warehouse: one per cause, no duplicates on re-ticks or restarts, durable."""
+"""Incidents in the warehouse: a night's findings share a provisional incident, nothing joins an older night's
+incident at finding time, every change of status is an event; durable across restarts, never duplicated."""
 
 from __future__ import annotations
 
 from datetime import date
 
 import pytest
+from ops_warehouse import ops_schema, warehouse
 
 from dw_dagster.incidents.models import Finding
-from dw_dagster.incidents.store import IncidentStore
-from dw_dagster.warehouse.migrations import migrate
-from dw_dagster.warehouse.ops import OpsSchema
-from dw_dagster.warehouse.resources import WarehouseResource
-from dw_local.world import LocalWorld
+from dw_dagster.incidents.store import IncidentStore, TransitionError
+
+__all__ = ["warehouse"]
 
 
-@pytest.fixture(scope="module")
-def warehouse(tmp_path_factory):
-    with LocalWorld(tmp_path_factory.mktemp("sf"), services=("snowflake",)) as lw:
-        sf = lw.snowflake
-        wh = WarehouseResource(
-            account=sf.account, user=sf.user, password=sf.password, database="DW_OPS_TEST", network_timeout=20,
-            additional_snowflake_connection_args={"host": sf.host, "port": sf.port, "protocol": sf.protocol},
-        )  # fmt: skip
-        for schema in ("OPS_A", "OPS_B", "OPS_C"):
-            migrate(wh, OpsSchema("DW_OPS_TEST", schema))
-        yield lw, wh
-
-
-def _finding(check: str, asset: str, day: date = date(2025, 6, 16), scope: str = "job:inventory_nightly"):
+def finding(
+    check: str, asset: str, day: date = date(2025, 6, 16), scope: str = "job:inventory_nightly", **evidence
+):
     return Finding(
         check_name=check, asset_key=asset, business_date=day, summary=f"{check} failed", cause_scope=scope,
-        evidence={"gap_units": 41800},
+        evidence=evidence or {"gap_units": 41800},
     )  # fmt: skip
 
 
-def test_findings_of_one_cause_share_one_incident(warehouse):
+def test_findings_of_one_night_and_job_share_one_incident(warehouse):
     lw, wh = warehouse
-    store = IncidentStore(wh, OpsSchema("DW_OPS_TEST", "OPS_A"))
-    first = store.record_finding(
-        _finding("recorded_total_network_onhand_units", "inventory/fct_inventory_position")
-    )
-    second = store.record_finding(_finding("volume", "inventory/mart_reorder_candidates"))
+    store = IncidentStore(wh, ops_schema(wh, "OPS_A"))
+    first = store.record_finding(finding("total_network_onhand_units", "inventory/fct_inventory_position"))
+    second = store.record_finding(finding("volume", "inventory/mart_reorder_candidates"))
     assert first.new_incident and first.new_finding
     assert not second.new_incident and second.new_finding
     assert first.incident.incident_id == second.incident.incident_id
+    assert first.incident.detail == {"cause_scope": "job:inventory_nightly", "lane": "new"}
     assert len(store.list(status="open")) == 1
     assert len(store.events(first.incident.incident_id, kind="finding")) == 2
 
 
 def test_re_ticks_and_restarts_do_not_duplicate(warehouse):
     lw, wh = warehouse
-    ops = OpsSchema("DW_OPS_TEST", "OPS_B")
-    f = _finding("recorded_total_network_onhand_units", "inventory/fct_inventory_position")
+    ops = ops_schema(wh, "OPS_B")
+    f = finding("total_network_onhand_units", "inventory/fct_inventory_position")
     IncidentStore(wh, ops).record_finding(f)
     lw.restart("snowflake")
     again = IncidentStore(wh, ops).record_finding(f)
@@ -61,15 +49,58 @@ def test_re_ticks_and_restarts_do_not_duplicate(warehouse):
     assert len(store.events(again.incident.incident_id)) == 1
 
 
-def test_a_repeat_next_night_stays_on_the_open_incident_and_other_causes_open_their_own(warehouse):
+def test_a_repeat_next_night_waits_in_its_own_provisional_incident(warehouse):
     lw, wh = warehouse
-    store = IncidentStore(wh, OpsSchema("DW_OPS_TEST", "OPS_C"))
-    night1 = store.record_finding(_finding("recorded_total_x", "a/b", day=date(2025, 6, 16)))
-    night2 = store.record_finding(_finding("recorded_total_x", "a/b", day=date(2025, 6, 17)))
-    other = store.record_finding(
-        _finding("volume", "c/d", day=date(2025, 6, 17), scope="job:finance_nightly")
+    store = IncidentStore(wh, ops_schema(wh, "OPS_C"))
+    night1 = store.record_finding(finding("total_x", "a/b", day=date(2025, 6, 16)))
+    night2 = store.record_finding(finding("total_x", "a/b", day=date(2025, 6, 17)))
+    new_check = store.record_finding(finding("volume", "a/c", day=date(2025, 6, 17)))
+    other_job = store.record_finding(
+        finding("volume", "c/d", day=date(2025, 6, 17), scope="job:finance_nightly")
     )
-    assert night2.incident.incident_id == night1.incident.incident_id and night2.new_finding
-    assert other.new_incident and other.incident.incident_id != night1.incident.incident_id
-    store.set_status(night1.incident.incident_id, "resolved")
-    assert [i.incident_id for i in store.list(status="open")] == [other.incident.incident_id]
+    # Not joined to the older night's incident: the diagnosis decides whether it continues it.
+    assert night2.new_incident and night2.incident.incident_id != night1.incident.incident_id
+    assert night2.incident.detail["lane"] == "repeat"
+    # A check that was not failing is news in its own lane, whatever else is open on the job.
+    assert new_check.new_incident and new_check.incident.detail["lane"] == "new"
+    assert len({o.incident.incident_id for o in (night1, night2, new_check, other_job)}) == 4
+    assert [e.detail["business_date"] for e in store.events(night1.incident.incident_id, "finding")] == [
+        "2025-06-16"
+    ]
+
+
+def test_every_change_of_status_is_an_event_and_only_the_lifecycle_s_changes_are_allowed(warehouse):
+    lw, wh = warehouse
+    store = IncidentStore(wh, ops_schema(wh, "OPS_D"))
+    older = store.record_finding(finding("total_x", "a/b", day=date(2025, 6, 16))).incident
+    store.record_finding(finding("volume", "a/b", day=date(2025, 6, 16)))
+    tonight = store.record_finding(finding("total_x", "a/b", day=date(2025, 6, 17))).incident
+    merged = store.transition(
+        tonight.incident_id, "merged", by="dw-dagster", reason="same cause", key="settle",
+        detail={"merged_into": older.incident_id},
+    )  # fmt: skip
+    assert merged.status == "merged" and merged.merged_into == older.incident_id
+    assert store.transition(tonight.incident_id, "merged", by="x", reason="again", key="settle") is None
+    with pytest.raises(TransitionError, match="is merged: it cannot become open"):
+        store.transition(tonight.incident_id, "open", by="x", reason="no")
+    # Tonight's later finding in the same lane follows the merged incident to the one it continues.
+    later = store.record_finding(finding("volume", "a/b", day=date(2025, 6, 17)))
+    assert later.incident.incident_id == older.incident_id and later.new_finding
+    store.set_status(older.incident_id, "resolved", by="Dana Ortiz", reason="fixed")
+    (status,) = store.events(older.incident_id, kind="status")
+    assert status.detail == {"from": "open", "to": "resolved", "by": "Dana Ortiz", "reason": "fixed"}
+    with pytest.raises(KeyError, match="INC-nope: not found"):
+        store.transition("INC-nope", "resolved", by="x", reason="y")
+
+
+def test_a_new_finding_on_a_resolved_incident_of_the_same_night_reopens_it(warehouse):
+    lw, wh = warehouse
+    store = IncidentStore(wh, ops_schema(wh, "OPS_E"))
+    incident = store.record_finding(finding("total_x", "a/b")).incident
+    store.set_status(incident.incident_id, "resolved", reason="verified fix")
+    # The rerun's checks for the same night: the same finding again is not news ...
+    assert not store.record_finding(finding("total_x", "a/b")).reopened
+    # ... a check that fails for the first time is: the fix did not hold.
+    again = store.record_finding(finding("volume", "a/c"))
+    assert again.reopened and again.incident.status == "open" and again.incident.detail["reopened"] == 1
+    assert [e.detail["to"] for e in store.events(incident.incident_id, kind="status")] == ["resolved", "open"]

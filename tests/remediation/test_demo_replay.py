@@ -84,3 +84,29 @@ def test_it_ends_verified_with_the_receipt(timeline):
     }
     assert receipt["coalesce_run_id"] and receipt["dagster_run_id"] and receipt["undo"]
     assert "7120" in receipt["cause"]
+
+
+def test_the_incident_event_carries_the_numbers_that_opened_it(timeline):
+    (opened,) = [e for e in by_system(timeline, "dw-dagster") if e["what"].endswith("opens")]
+    numbers = opened["numbers"]
+    assert (numbers["total"], numbers["source_total"]) == ("network_onhand_units", "ebs_onhand_units")
+    assert round(numbers["change_pct"], 1) == -1.8 and round(numbers["source_change_pct"], 1) == 0.2
+    assert numbers["gap_units"] == 41_800 and numbers["gap_units"] > numbers["tolerance_units"]
+
+
+def test_after_the_fix_nothing_opens_and_the_fix_explains_what_its_row_counts_did(timeline):
+    after = [e for e in timeline if "(open incidents:" in e["what"]]
+    assert len(after) == 2, "the rerun's checks, then the next nightly run's"
+    for e in after:
+        assert e["numbers"]["open_incidents"] == 0 and e["numbers"]["errored"] == 0, e
+        explained = {x.rsplit(" (", 1)[0] for x in e["explained"]}
+        red = {c.split(":")[0] for c in e["failed_checks"]}
+        # The rebuilt tables' row counts stepped up (the dropped rows are back): not an incident.
+        assert red <= explained, (red, explained)
+    assert "volume on inventory/fct_inventory_position" in {
+        x.rsplit(" (", 1)[0] for x in after[-1]["explained"]
+    }
+    (shown,) = [
+        e for e in by_system(timeline, "Dagster") if e["what"].startswith("dw/incidents after the fix")
+    ]
+    assert shown["numbers"]["first_entry"] == "receipt"

@@ -11,9 +11,11 @@ import pytest
 from dw_dagster.context.models import load_context_file
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.incident_notifier import IncidentNotifier
-from dw_dagster.remediation.approvals import ApprovalBook, ApprovalError, approve_run
+from dw_dagster.remediation.approvals import ApprovalBook, ApprovalError
 from dw_dagster.remediation.control import OrgControl
-from dw_dagster.remediation.jobs import expire_pending
+from dw_dagster.remediation.gate import approve_run
+from dw_dagster.remediation.identity import command_signer
+from dw_dagster.remediation.sensors import expire_pending
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon
 from dw_local.worlds.distributor.generator import DistributorWorld
@@ -87,7 +89,9 @@ def test_an_unanswered_approval_expires_cancels_and_escalates(stopped_night):
     (run_id,) = daemon.tick().submitted or [
         r.run_id for r in daemon.instance.get_runs(dg.RunsFilter(job_name="remediate_incident"))
     ]
+    daemon.tick()  # binds the plan to its run
     (plan,) = book.plans(incident.incident_id)
+    assert book.binding(plan).run_id == run_id
     assert expire_pending(daemon.instance, book, daemon.defs.resources["slack"], context) == [], (
         "nothing expires before its time"
     )
@@ -104,6 +108,10 @@ def test_an_unanswered_approval_expires_cancels_and_escalates(stopped_night):
     )
     escalations = [m for m in _messages(daemon.lw) if "Needs a person" in (m["text"] or "")]
     assert "#data-platform" in {m["channel"] for m in escalations}, "the domain's escalation team is told"
+    priya = command_signer(context, "Priya Raman")
+    with pytest.raises(ApprovalError, match="no remediation run is waiting for approval"):
+        approve_run(daemon.instance, book, incident.incident_id, priya.person, priya.prove, priya.via)
     with pytest.raises(ApprovalError, match="not waiting for approval"):
-        approve_run(daemon.instance, book, run_id, "Priya Raman")
+        approve_run(daemon.instance, book, run_id, priya.person, priya.prove, priya.via)
     assert daemon.tick().launched == [], "an expired request is never granted"
+    assert daemon.tick().submitted == [], "an expired plan is not proposed again"

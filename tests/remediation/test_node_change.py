@@ -153,3 +153,77 @@ def test_aliases_and_comments_are_read_as_sql_reads_them():
     after, _, _ = keep_unmatched(node(commented), RIGHT, resolve, RIGHT_COLUMNS)
     assert after["join"].startswith("-- INNER JOIN"), "a commented-out join is left as it is"
     assert "LEFT JOIN {{ ref('INVENTORY', 'DIM_WAREHOUSE') }} AS \"WH\"" in after["join"]
+
+
+def stage(transform: str = "") -> CoalesceNode:
+    return CoalesceNode.model_validate(
+        {
+            "id": "n2",
+            "name": "STG_ORDER_LINES",
+            "nodeType": "Stage",
+            "locationName": "STAGE",
+            "metadata": {
+                "columns": [
+                    {"columnID": "c1", "name": "STORE_ID", "dataType": "NUMBER(38,0)", "transform": ""},
+                    {"columnID": "c2", "name": "REVENUE", "dataType": "NUMBER(18,2)", "transform": transform},
+                ],
+                "sourceMapping": [
+                    {
+                        "name": "STG_ORDER_LINES",
+                        "join": {"joinCondition": "FROM {{ ref('RAW', 'ORDER_LINES') }} \"OL\""},
+                    }
+                ],
+                "appliedNodeTests": [],
+            },
+        }  # fmt: skip
+    )
+
+
+def test_a_unit_change_is_normalised_inside_the_columns_expression_for_its_key_only():
+    from dw_dagster.remediation.node_change import normalise
+
+    after, test = normalise(stage('"OL"."QUANTITY" * "OL"."UNIT_PRICE"'), "REVENUE", ("OL", "UNIT_PRICE"),
+                            ("STORE_ID", "4", True), 100, ("STORE_ID", "REVENUE", 0.1, 10.0))  # fmt: skip
+    revenue = next(c for c in after["columns"] if c["name"] == "REVENUE")["transform"]
+    assert (
+        revenue
+        == '"OL"."QUANTITY" * CASE WHEN "OL"."STORE_ID" = 4 THEN "OL"."UNIT_PRICE" / 100 ELSE "OL"."UNIT_PRICE" END'
+    )
+    (added,) = after["nodeTests"]
+    assert added["name"] == test == "SCALE_OF_REVENUE_STORE_ID_4"
+    assert "NOT BETWEEN 0.1 * OTHERS_AVG AND 10 * OTHERS_AVG" in added["sql"]
+    assert "{{ ref('STAGE', 'STG_ORDER_LINES') }}" in added["sql"]
+
+
+def test_a_sign_change_on_a_text_key_restores_the_sign_and_tests_for_it():
+    from dw_dagster.remediation.node_change import normalise
+
+    after, test = normalise(stage(), "REVENUE", ("OL", "REVENUE"), ("STORE_ID", "O'Hare", False), -1,
+                            ("STORE_ID", "REVENUE", 1.0, 1.0))  # fmt: skip
+    revenue = next(c for c in after["columns"] if c["name"] == "REVENUE")["transform"]
+    assert (
+        revenue == """CASE WHEN "OL"."STORE_ID" = 'O\\'Hare' THEN -"OL"."REVENUE" ELSE "OL"."REVENUE" END"""
+    )
+    assert test.startswith("SIGN_OF_REVENUE") and '"REVENUE" < 0' in after["nodeTests"][0]["sql"]
+
+
+def test_a_normalised_change_is_deployed_once_its_column_and_test_are():
+    from dw_dagster.remediation.node_change import normalise
+
+    before = definition(stage())
+    after, test = normalise(stage(), "REVENUE", ("OL", "REVENUE"), ("STORE_ID", "4", True), 12,
+                            ("STORE_ID", "REVENUE", 0.5, 2.0))  # fmt: skip
+    change = NodeChange(kind="normalise", environment_id="2", node_id="n2", node_name="STG_ORDER_LINES",
+                        asset_key="stage/stg_order_lines", before=before, after=after,
+                        diff=unified_diff(before, after, "STAGE/STG_ORDER_LINES"), test_name=test)  # fmt: skip
+    assert not is_deployed(before, change)
+    assert is_deployed(after, change)
+    assert not is_deployed({**after, "nodeTests": []}, change), "the test is part of the change"
+
+
+def test_a_column_that_does_not_read_the_changed_source_column_is_refused():
+    from dw_dagster.remediation.node_change import normalise
+
+    with pytest.raises(ValueError, match="does not read OL.UNIT_PRICE"):
+        normalise(stage('"OL"."QUANTITY" * 2'), "REVENUE", ("OL", "UNIT_PRICE"), ("STORE_ID", "4", True), 100,
+                  ("STORE_ID", "REVENUE", 0.1, 10.0))  # fmt: skip

@@ -41,9 +41,33 @@ def test_below_l2_nothing_is_proposed(level):
         plan_remediation(incident(), diagnosis(CauseClass.VALUE_LOSS), RADIUS, ctx, now=NOW)
 
 
-@pytest.mark.parametrize("klass", [CauseClass.DUPLICATION, CauseClass.STALE_INPUT, CauseClass.UNIT_CHANGE])
-def test_causes_fixed_upstream_get_no_plan(klass):
+@pytest.mark.parametrize("klass", [CauseClass.SCHEMA_CHANGE, CauseClass.FAILED_LOAD, CauseClass.VOLUME_LOSS])
+def test_causes_fixed_upstream_or_in_coalesce_get_no_plan(klass):
     context = load_context_file(DISTRIBUTOR_DIR / "context.yaml")
     ctx = PlanContext(diagnosis=None, context=context, specs={}, coalesce=None)  # type: ignore[arg-type]
     with pytest.raises(NoPlan, match="fixed upstream"):
         plan_remediation(incident(), diagnosis(klass), RADIUS, ctx, now=NOW)
+
+
+@pytest.mark.parametrize(
+    ("klass", "why"),
+    [
+        (CauseClass.UNIT_CHANGE, "names no subset, factor and source column"),
+        (CauseClass.SIGN_CHANGE, "names no subset, factor and source column"),
+        (CauseClass.VALUE_LOSS, "no join on the path drops the rows"),
+    ],
+)
+def test_a_plan_needs_the_evidence_it_acts_on(klass, why):
+    context = load_context_file(DISTRIBUTOR_DIR / "context.yaml")
+    ctx = PlanContext(diagnosis=None, context=context, specs={}, coalesce=None)  # type: ignore[arg-type]
+    with pytest.raises(NoPlan, match=why):
+        plan_remediation(incident(), diagnosis(klass), RADIUS, ctx, now=NOW)
+
+
+@pytest.mark.parametrize(
+    ("measured", "snapped"), [(99.6, 100), (11.9938, 12), (3.68, 3.7), (0.2716, 0.27), (-0.98, -1), (3.95, 4)]
+)
+def test_a_normalising_factor_keeps_the_precision_the_data_supports(measured, snapped):
+    from dw_dagster.remediation.plan_normalise import snap
+
+    assert snap(measured) == pytest.approx(snapped)

@@ -1,5 +1,6 @@
 """Rejecting a proposed fix: only an owner, only with a reason; the run is canceled and nothing changes.
-The domain here is at L2 (propose): the plan is made, the hold notice is proposed rather than sent."""
+The domain here is at L2 (propose): the plan is made, the hold notice is proposed rather than sent. The
+owner rejects with the Reject button in the local Slack (the stand-in signs the click as Slack does)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.approvals import ApprovalBook
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon, dagster_home
+from dw_local.interactivity import click, start_endpoint
 from dw_local.worlds.distributor.generator import DistributorWorld
 
 pytestmark = pytest.mark.world
@@ -38,6 +40,8 @@ def proposed(seeded_world, tmp_path_factory):
     store = IncidentStore(daemon.defs.resources["snowflake"], OpsSchema("DW_PROD", "DW_OPS"))
     (incident,) = store.list(status="open")
     (run_id,) = outcome.submitted
+    daemon.tick()  # the proposals sensor binds the plan to the run it submitted
+    start_endpoint(seeded_world, dagster_home(seeded_world.root), env=env)
     return (
         daemon,
         store,
@@ -68,23 +72,37 @@ def test_only_an_owner_rejects_and_only_with_a_reason(proposed):
     assert daemon.instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.QUEUED
 
 
-def test_a_rejection_cancels_the_run_and_changes_nothing(proposed):
+def _held_message(daemon, channel: str) -> dict:
+    messages = httpx.get(f"{daemon.lw.slack_url}/_sink/messages", params={"channel": channel}).json()[
+        "messages"
+    ]
+    buttons = lambda m: [e.get("action_id") for b in m["blocks"] or [] for e in b.get("elements") or []]  # noqa: E731
+    return next(m for m in messages if "dw_reject" in buttons(m))
+
+
+def test_a_non_owner_clicking_reject_in_slack_is_refused(proposed):
     daemon, store, incident, run_id, env = proposed
-    out = cli(
-        env, "reject", incident.incident_id, "--as", "Dana Ortiz", "--reason", "DC7 is not ours to map yet"
+    out = click(daemon.lw, _held_message(daemon, "#planning-ops")["ts"], "U0SOPPLN1", "Reject")
+    assert "Grace Kim is not an owner of plan" in out["replies"][0]["text"]
+    assert daemon.instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.QUEUED
+    assert any(
+        "Grace Kim is not an owner" in e.detail["reason"]
+        for e in store.events(incident.incident_id, kind="refused")
     )
-    assert out.exit_code == 0, out.output
+
+
+def test_a_rejection_in_slack_cancels_the_run_and_changes_nothing(proposed):
+    daemon, store, incident, run_id, env = proposed
+    out = click(daemon.lw, _held_message(daemon, "#planning-ops")["ts"], "U0PLANOP1", "Reject")
+    assert "Dana Ortiz rejected" in out["replies"][0]["text"], out
     assert daemon.instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.CANCELED
     book = ApprovalBook(store, load_context_file(env["DW_CONTEXT_FILE"]))
     (plan,) = book.plans(incident.incident_id)
     decision = book.decision(plan)
-    assert (decision.kind, decision.by, decision.reason) == (
-        "rejected",
-        "Dana Ortiz",
-        "DC7 is not ours to map yet",
-    )
+    assert (decision.kind, decision.by, decision.run_id) == ("rejected", "Dana Ortiz", run_id)
+    assert "Reject button in Slack" in decision.reason
     messages = httpx.get(f"{daemon.lw.slack_url}/_sink/messages").json()["messages"]
-    assert any("rejected" in (m["text"] or "") and "DC7 is not ours" in (m["text"] or "") for m in messages)
+    assert any("Dana Ortiz rejected" in (m["text"] or "") and m["thread_ts"] for m in messages)
     again = cli(env, "approve", incident.incident_id, "--as", "Priya Raman")
     assert again.exit_code != 0 and "no remediation run is waiting" in again.output
     assert daemon.tick().submitted == [], "a rejected plan is not submitted again"

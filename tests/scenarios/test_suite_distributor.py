@@ -33,28 +33,52 @@ def test_every_fault_is_detected_and_diagnosed(played):
     classes = {
         name: r.nights[1].incidents[0].classification
         for name, r in reports.items()
-        if r.nights[1].expects_incident
+        if len(r.nights) > 1 and r.nights[1].expects_incident
     }
     assert classes == {
         "distributor-reference-night": "value_loss",
         "distributor-region-row-deleted": "reference_data_change",
         "distributor-duplicate-load": "duplication",
         "distributor-replication-stalled": "stale_input",
+        "distributor-replication-stalled-two-nights": "stale_input",
         "distributor-unit-change": "unit_change",
         "distributor-partial-load": "volume_loss",
         "distributor-column-dropped": "schema_change",
     }
     total = score["total"][DW]
-    assert (total["faults"], total["detected"], total["root_cause_correct"]) == (7, 7, 7)
+    # Seven one-night faults, a new fault under an open incident, a stall over two nights.
+    assert (total["faults"], total["detected"], total["root_cause_correct"]) == (10, 10, 10)
+    assert (total["lifecycle_scored"], total["lifecycle_correct"]) == (2, 2)
     # The baseline scored the same table-nights and missed what no statistic on a total can see.
     assert score["total"][BASELINE]["table_nights"] == total["table_nights"]
     assert score["total"][BASELINE]["detected"] < total["detected"]
 
 
-def test_a_repaired_fault_leaves_the_next_night_quiet(played):
+def test_a_new_fault_under_an_open_incident_opens_its_own_linked_to_it(played):
     reports, _ = played
-    repaired = reports["distributor-region-row-deleted"].nights[2]
+    report = reports["distributor-duplicate-load-under-open-incident"]
+    (earlier,) = report.before[0].incidents
+    assert earlier.classification == "reference_data_change" and earlier.cause_keys == [
+        "ORGANIZATION_ID=7030"
+    ]
+    (new,) = [i for i in report.nights[0].incidents if not i.continued]
+    assert new.classification == "duplication" and new.related_to == [earlier.incident_id]
+
+
+def test_a_stall_on_its_second_night_continues_its_incident_and_resolves_when_caught_up(played):
+    reports, _ = played
+    first, second, caught_up = reports["distributor-replication-stalled-two-nights"].nights[1:]
+    (incident,) = first.incidents
+    assert [(i.incident_id, i.continued) for i in second.incidents] == [(incident.incident_id, True)]
+    assert incident.incident_id in caught_up.resolved
+
+
+def test_a_repaired_fault_leaves_the_next_night_quiet_and_its_incident_resolves(played):
+    reports, _ = played
+    night = reports["distributor-region-row-deleted"].nights
+    repaired = night[2]
     assert repaired.run_status == "completed" and repaired.alarms == [] and repaired.related == []
+    assert night[1].incidents[0].incident_id in repaired.resolved
 
 
 # A new warehouse mapped the same day is a new volume level for the tables that hold one row per warehouse

@@ -50,6 +50,35 @@ def test_faults_are_diagnosed(played, name, classification, key):
     assert key is None or key in incident.cause_keys
 
 
+def test_a_new_fault_under_an_open_incident_opens_its_own_linked_to_it(played):
+    reports, score = played
+    report = reports["ecommerce-duplicate-load-under-open-incident"]
+    (earlier,) = report.before[0].incidents
+    assert earlier.classification == "reference_data_change"
+    night = report.nights[0]
+    (new,) = [i for i in night.incidents if not i.continued]
+    assert new.classification == "duplication" and new.related_to == [earlier.incident_id]
+    # The deleted row's loss is still there: tonight's repeat continues its incident, not the new one.
+    assert [i.incident_id for i in night.incidents if i.continued] == [earlier.incident_id]
+
+
+def test_a_stall_on_its_second_night_continues_its_incident_and_resolves_when_caught_up(played):
+    reports, _ = played
+    first, second, caught_up = reports["ecommerce-replication-stalled-two-nights"].nights[1:]
+    (incident,) = first.incidents
+    assert [(i.incident_id, i.continued) for i in second.incidents] == [(incident.incident_id, True)]
+    assert incident.incident_id in caught_up.resolved
+    # The one-night stall resolves on the night replication caught up.
+    stall = reports["ecommerce-replication-stalled"].nights
+    assert stall[1].incidents[0].incident_id in stall[2].resolved
+
+
+def test_the_lifecycle_nights_score_as_expected(played):
+    _, score = played
+    dw = score["total"][DW]
+    assert dw["lifecycle_scored"] == 2 and dw["lifecycle_correct"] == 2
+
+
 def test_the_skipped_night_starts_no_run(played):
     reports, _ = played
     skipped = reports["ecommerce-scheduler-skip"].nights[1]

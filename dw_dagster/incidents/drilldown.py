@@ -1,0 +1,322 @@
+"""Unit, scale and sign changes, localised to the subset that carries them.
+
+A total moved; which rows did it? The measure's source columns (the total's measure traced through column
+lineage to its Source table) are compared, per row, between tonight's business date and the last good
+night's, within every low-cardinality column of the source (a version, a channel, a type, a key): the value
+whose rows' average moved by a factor while every other value held is the subset, and the factor is
+measured from the data (tonight's average over the last good night's; any factor, 3.7 as well as 100). A
+factor below zero is a sign change. Two statements: a profile (which columns partition by day, which are
+low-cardinality) and the drill-down itself.
+
+The day is told by a time column the pipeline itself selects days by (a WHERE of a node reading the
+source, or of a total over it). A source reloaded whole each night (a snapshot) is not selected by day and
+keeps no rows of the last good night; there the subsets are the groups of the recorded total's history, and a group whose value moved by a factor while the table's
+row count held is the subset.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+from dw_dagster.checks.history import Recorded
+from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.coalesce.sql import quote_identifier
+from dw_dagster.incidents.evidence import (
+    HISTORY_DAYS,
+    DiagnosisContext,
+    feeders,
+    measure_column,
+    measure_columns,
+)
+from dw_dagster.incidents.keys import plain, split_label
+from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident, KeyGap
+from dw_dagster.incidents.structure import (
+    day_columns,
+    is_numeric,
+    is_time,
+    source_column,
+    source_columns,
+    sources_upstream,
+    table,
+)
+
+MAX_LEVELS = 50
+"""A column with more distinct values than this is not a subset to drill into."""
+MOVED = math.log(1.5)
+"""A subset's average moved when it changed by more than x1.5 (or /1.5), or flipped sign."""
+HELD = math.log(1.15)
+"""The rest of the rows held when their average changed by less than 15%."""
+MIN_ROWS = 5
+
+
+@dataclass
+class Moved:
+    """A subset of rows whose values moved by a factor."""
+
+    column: str
+    value: str | None
+    measure: str
+    """The source column whose values moved."""
+    factor: float
+    rows: int
+    """Tonight's rows in the subset."""
+    asset: str
+    """The source table's asset key (or the total's, from the recorded groups)."""
+    before: float
+    after: float
+    """The subset's total of ``measure`` on the last good night and tonight."""
+    from_history: bool = False
+
+    @property
+    def sign(self) -> bool:
+        return self.factor < 0
+
+    @property
+    def shown(self) -> str:
+        return f"x{self.factor:.3g}"
+
+
+def _ratio(s1: float, n1: int, s0: float, n0: int) -> float | None:
+    if n0 < MIN_ROWS or n1 < MIN_ROWS or not s0:
+        return None
+    return (s1 / n1) / (s0 / n0)
+
+
+def _log(r: float) -> float:
+    return abs(math.log(abs(r))) if r else math.inf
+
+
+def _in(days: list[date]) -> str:
+    return ", ".join(["%s"] * len(days))
+
+
+def _texts(ctx: DiagnosisContext, src: str) -> list[str]:
+    """The SQL that reads the source: its children's join text and the totals over it, refs resolved."""
+    from dw_dagster.coalesce.sql import resolve_refs
+
+    out = []
+    for child in ctx.graph.assets.successors(src):
+        join = ctx.graph.info(child).join
+        if join:
+            try:
+                out.append("SELECT * " + resolve_refs(join, ctx.resolve_table))
+            except ValueError:
+                continue
+    for total in ctx.metrics.totals:
+        if total.asset == src:
+            out.append(resolve_refs(total.sql, ctx.resolve_table))
+    return out
+
+
+def _profile(ctx: DiagnosisContext, src: str, measures: list[str], day: date, before: list[date]):
+    """(time column, low-cardinality columns) of a source table, or None when the pipeline does not select
+    its rows by business day (a snapshot) or it has no rows of both days."""
+    tbl = table(ctx.graph, src)
+    info = ctx.graph.info(src)
+    times = day_columns(ctx.graph, src, _texts(ctx, src))
+    dims = [c for c in info.columns if c not in measures and not is_time(ctx.graph, src, c)]
+    if tbl is None or not times:
+        return None
+    parts, params = [], []
+    for t in times:
+        parts.append(f"SUM(CASE WHEN CAST({quote_identifier(t)} AS DATE) = %s THEN 1 ELSE 0 END)")
+        parts.append(
+            f"SUM(CASE WHEN CAST({quote_identifier(t)} AS DATE) IN ({_in(before)}) THEN 1 ELSE 0 END)"
+        )
+        params += [day, *before]
+    parts += [f"COUNT(DISTINCT {quote_identifier(c)})" for c in dims]
+    rows = ctx.rows(f"which columns of {src} partition by day and which are low-cardinality",
+                    f"SELECT COUNT(*), {', '.join(parts)} FROM {tbl}", tuple(params))  # fmt: skip
+    if not rows:
+        return None
+    row = rows[0]
+    total = int(row[0] or 0)
+    time_col = None
+    for i, t in enumerate(times):
+        tonight, last = int(row[1 + 2 * i] or 0), int(row[2 + 2 * i] or 0)
+        # A day's rows, not the whole table: the column partitions the rows by business day.
+        if tonight >= MIN_ROWS and last >= MIN_ROWS and tonight < 0.9 * total:
+            time_col = t
+            break
+    counts = row[1 + 2 * len(times) :]
+    low = [c for c, n in zip(dims, counts, strict=True) if 2 <= int(n or 0) <= MAX_LEVELS]
+    return (time_col, low) if time_col else None
+
+
+def drill_source(
+    ctx: DiagnosisContext, total: RecordedTotal, day: date, before: list[date], group_keys: list[str]
+) -> Moved | None:
+    """The subset of the total's source rows whose values moved by a factor between the good nights
+    ``before`` (the last few, for an average that one night's noise does not move) and ``day``."""
+    if not before:
+        return None
+    by_source: dict[str, list[str]] = {}
+    for column in measure_columns(total):
+        for key, col in source_columns(ctx.graph, (total.asset, column)):
+            if is_numeric(ctx.graph, key, col):
+                by_source.setdefault(key, []).append(col)
+    best: tuple[tuple, Moved] | None = None
+    for src, measures in by_source.items():
+        measures = list(dict.fromkeys(measures))
+        profiled = _profile(ctx, src, measures, day, before)
+        if profiled is None:
+            continue
+        time_col, dims = profiled
+        if not dims:
+            continue
+        found = _drill(ctx, src, time_col, dims, measures, day, before, group_keys)
+        if found is not None and (best is None or found[0] < best[0]):
+            best = found
+    return best[1] if best else None
+
+
+def _drill(ctx, src, time_col, dims, measures, day, before, group_keys):
+    tbl = table(ctx.graph, src)
+    t = f"CAST({quote_identifier(time_col)} AS DATE)"
+    sums = ", ".join(
+        f"SUM({quote_identifier(m)}), SUM(CASE WHEN {quote_identifier(m)} < 0 THEN 1 ELSE 0 END)"
+        for m in measures
+    )
+    parts, params = [], []
+    for i, d in enumerate(dims):
+        parts.append(
+            f"SELECT {i} AS DIM, CAST({quote_identifier(d)} AS VARCHAR) AS V,"
+            f" CASE WHEN {t} = %s THEN 1 ELSE 0 END AS TONIGHT, COUNT(*) AS N, {sums}"
+            f" FROM {tbl} WHERE {t} IN (%s, {_in(before)}) GROUP BY 1, 2, 3"
+        )
+        params += [day, day, *before]
+    rows = ctx.rows(
+        f"{src}'s values by {', '.join(dims)}, tonight against the last good night",
+        "\nUNION ALL\n".join(parts), tuple(params),
+    )  # fmt: skip
+    if not rows:
+        return None
+    # cells[dim][value][tonight] = (rows, [(sum, negatives) per measure])
+    cells: dict[int, dict[str | None, dict[int, tuple[int, list[tuple[float, int]]]]]] = {}
+    for r in rows:
+        per = [(float(r[4 + 2 * j] or 0), int(r[5 + 2 * j] or 0)) for j in range(len(measures))]
+        cells.setdefault(int(r[0]), {}).setdefault(plain(r[1]) if r[1] is not None else None, {})[int(r[2])] = (
+            int(r[3]), per,
+        )  # fmt: skip
+    best = None
+    for i, values in cells.items():
+        for j, measure in enumerate(measures):
+            for value, days in values.items():
+                if 0 not in days or 1 not in days:
+                    continue
+                (n0, p0), (n1, p1) = days[0], days[1]
+                s0, neg0 = p0[j]
+                s1, neg1 = p1[j]
+                r = _ratio(s1, n1, s0, n0)
+                if r is None:
+                    continue
+                flipped = neg1 > 0.5 * n1 and neg0 < 0.05 * n0
+                if _log(r) < MOVED and not flipped:
+                    continue
+                rest = [v for v in values.values() if v is not days and 0 in v and 1 in v]
+                rs1 = sum(v[1][1][j][0] for v in rest)
+                rn1 = sum(v[1][0] for v in rest)
+                rs0 = sum(v[0][1][j][0] for v in rest)
+                rn0 = sum(v[0][0] for v in rest)
+                others = _ratio(rs1, rn1, rs0, rn0) if rest else 1.0
+                if others is None or _log(others) > HELD:
+                    continue
+                moved = Moved(dims[i], value, measure, r, n1, src, s0 / max(1, len(before)), s1)
+                # Best: the rest held most closely; then a key the metrics group by; then the smaller subset.
+                rank = (round(_log(others), 2), dims[i].upper() not in group_keys, n1)
+                if best is None or rank < best[0]:
+                    best = (rank, moved)
+    return best
+
+
+def drill_groups(tonight: Recorded, before: Recorded, rows_held: bool | None, asset: str) -> Moved | None:
+    """The recorded group whose value moved by a factor while the others held (and the table's row count
+    held: otherwise rows went missing, which is not a unit change)."""
+    if rows_held is False:
+        return None
+    ratios = {g: tonight.groups[g] / v for g, v in before.groups.items() if v and g in tonight.groups}
+    best = None
+    for g, r in ratios.items():
+        if _log(r) < MOVED or (rows_held is None and _log(r) < math.log(3)):
+            continue
+        rest = [h for h in ratios if h != g]
+        b = sum(before.groups[h] for h in rest)
+        others = sum(tonight.groups[h] for h in rest) / b if b else 1.0
+        if _log(others) > HELD:
+            continue
+        if best is None or _log(r) > _log(best[1]):
+            best = (g, r)
+    if best is None:
+        return None
+    column, value = split_label(best[0])
+    return Moved(column, value, "", best[1], 0, asset, before.groups[best[0]], tonight.groups[best[0]], True)
+
+
+def rows_held(ctx: DiagnosisContext, asset: str, day, before) -> bool | None:
+    """Whether the table's row count tonight is within 2% of the last good night's; a table whose count is
+    not recorded (a source) is judged by the nearest monitored table built from it (None: none is)."""
+    near = (
+        sorted(ctx.graph.downstream(asset), key=lambda k: len(ctx.graph.upstream(k)))
+        if asset in ctx.graph
+        else []
+    )
+    for key in [asset, *near[:3]]:
+        history = ctx.history.volume_history(key, day + timedelta(days=1), HISTORY_DAYS)
+        now, then = history.get(day), history.get(before)
+        if now is not None and then is not None and then.value and now.value is not None:
+            return abs(now.value / then.value - 1) <= 0.02
+    return None
+
+
+def unit_or_sign_diagnosis(
+    incident: Incident, finding: Finding, total: RecordedTotal, moved: Moved, ctx: DiagnosisContext,
+    evidence: dict[str, float | int | str],
+) -> Diagnosis:  # fmt: skip
+    sign = moved.sign
+    key_source = moved.column
+    if moved.from_history:
+        # A recorded group moved: the measure and the subset's key as the source table holds them.
+        src = source_column(ctx.graph, (total.asset, measure_column(total) or ""))
+        key_src = source_column(ctx.graph, (total.asset, moved.column))
+        if src is not None:
+            moved.asset, moved.measure = src
+            key_source = key_src[1] if key_src is not None and key_src[0] == src[0] else ""
+    measure = moved.measure or measure_column(total) or "the measure"
+    key = KeyGap(
+        column=moved.column, value=moved.value, rows=moved.rows, units=moved.after - moved.before,
+        factor=round(moved.factor, 4),
+        change=f"{measure} {'flipped sign' if sign else 'scaled'} ({moved.shown}) for {moved.column}"
+        f"{' IS NULL' if moved.value is None else '=' + moved.value}",
+    )  # fmt: skip
+    evidence = {**evidence, "total": total.name, "factor": round(moved.factor, 4), "key": key.label, "measure": measure,
+                "measure_source": moved.asset, "key_source_column": key_source, "subset_rows": moved.rows, "subset_before": moved.before,
+                "subset_after": moved.after}  # fmt: skip
+    where = moved.asset
+    what = "flipped sign" if sign else f"moved by a factor of {moved.factor:.3g}"
+    basis = (
+        "per row, against the last good night" if not moved.from_history else "against the last good night"
+    )
+    cause = (
+        f"{measure} in {where} {what} for {key.label} ({basis}) while every other {moved.column} held: "
+        + ("the source now posts that key's values with the opposite sign." if sign else
+           "the source now posts that key's values in another unit or scale.")
+    )  # fmt: skip
+    source_feeders = sources_upstream(ctx.graph, where) if where in ctx.graph else []
+    return Diagnosis(
+        incident_id=incident.incident_id,
+        classification=CauseClass.SIGN_CHANGE if sign else CauseClass.UNIT_CHANGE,
+        cause=cause,
+        evidence=evidence,
+        keys=[key],
+        upstream_change=f"{measure} {'sign' if sign else 'unit'} changed for {key.label} ({moved.shown})",
+        path=ctx.graph.path(where, total.asset) if where in ctx.graph and where != total.asset else
+        sorted(ctx.graph.upstream(total.asset)) + [total.asset],
+        owners=ctx.graph.owners_on(feeders(ctx, source_feeders[0] if source_feeders else total.asset)),
+        test_query=(
+            f"SELECT {quote_identifier(moved.column)}, COUNT(*), AVG({quote_identifier(measure)}) FROM {table(ctx.graph, where)}"
+            f" GROUP BY {quote_identifier(moved.column)}"
+            if moved.measure and table(ctx.graph, where) else None
+        ),
+    )  # fmt: skip

@@ -1,0 +1,122 @@
+"""Duplication, named as such: which table holds the duplicate rows, which keys they are on, and which load
+brought them.
+
+Exact duplicates (every column equal, the load's own timestamp included) are what a load applied twice
+leaves; they are counted per key (the metrics file's group keys that the table has) with the range of their
+load column, in one statement per table. A unique test that failed the Coalesce job is evidence of the same
+class: the duplicated values of the tested column are read from the node's table, then traced to the source
+that holds the copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dw_dagster.coalesce.sql import quote_identifier
+from dw_dagster.incidents.evidence import DiagnosisContext
+from dw_dagster.incidents.keys import plain
+from dw_dagster.incidents.models import KeyGap
+from dw_dagster.incidents.structure import table, time_columns
+
+MAX_KEYS = 20
+
+
+@dataclass
+class Duplicates:
+    asset: str
+    extra_rows: int
+    """Rows beyond the first of each group of copies."""
+    keys: list[KeyGap] = field(default_factory=list)
+    load: str | None = None
+    """Which load brought them: the range of the copies' load column."""
+    query: str = ""
+    """Ready-to-run SQL listing the copies."""
+
+
+def load_column(ctx: DiagnosisContext, key: str) -> str | None:
+    """The column that says when a row was loaded: the freshness rule's for the table, else its last time
+    column (replication stamps come last by convention; any time column will do to tell loads apart)."""
+    rule = next((r for r in ctx.metrics.freshness.inputs if r.input == key), None)
+    if rule is not None:
+        return rule.input_column
+    times = time_columns(ctx.graph, key)
+    return times[-1] if times else None
+
+
+def duplicates_query(ctx: DiagnosisContext, key: str) -> str | None:
+    tbl, columns = table(ctx.graph, key), ctx.graph.info(key).columns
+    if tbl is None or not columns:
+        return None
+    cols = ", ".join(quote_identifier(c) for c in columns)
+    return f"SELECT {cols}, COUNT(*) AS COPIES FROM {tbl} GROUP BY {cols} HAVING COUNT(*) > 1"
+
+
+def _group_key(ctx: DiagnosisContext, key: str) -> str | None:
+    """The key to count copies by: a group key of the metrics file the table has."""
+    columns = {c.upper(): c for c in ctx.graph.info(key).columns}
+    for total in ctx.metrics.totals:
+        for g in total.group_keys:
+            if g.upper() in columns:
+                return columns[g.upper()]
+    return None
+
+
+def exact_duplicates(ctx: DiagnosisContext, key: str) -> Duplicates | None:
+    """The table's exact duplicate rows by key, with the load that brought them (one statement)."""
+    copies = duplicates_query(ctx, key)
+    if copies is None:
+        return None
+    by = _group_key(ctx, key)
+    load = load_column(ctx, key)
+    group = quote_identifier(by) if by else "NULL"
+    span = f"MIN({quote_identifier(load)}), MAX({quote_identifier(load)})" if load else "NULL, NULL"
+    rows = ctx.rows(
+        f"exact duplicate rows in {key}",
+        f"SELECT {group}, SUM(COPIES - 1), COUNT(*), {span} FROM ({copies}) GROUP BY 1 ORDER BY 2 DESC LIMIT {MAX_KEYS}",
+    )
+    if not rows:
+        return None
+    extra = sum(int(r[1] or 0) for r in rows)
+    if not extra:
+        return None
+    keys = (
+        [KeyGap(column=by, value=plain(r[0]), rows=int(r[1] or 0), units=0.0,
+                change=f"{int(r[1] or 0):,} rows there twice in {key}") for r in rows]
+        if by
+        else []
+    )  # fmt: skip
+    first, last = (
+        min((r[3] for r in rows if r[3] is not None), default=None),
+        max((r[4] for r in rows if r[4] is not None), default=None),
+    )
+    when = None
+    if load and first is not None:
+        when = f"the load of {first}" if first == last else f"the loads from {first} to {last}"
+        when += f" ({load})"
+    return Duplicates(asset=key, extra_rows=extra, keys=keys, load=when, query=copies)
+
+
+def duplicated_values(ctx: DiagnosisContext, key: str, column: str) -> list[KeyGap]:
+    """Values of a column tested unique that repeat in the node's table (one statement)."""
+    tbl = table(ctx.graph, key)
+    if tbl is None:
+        return []
+    c = quote_identifier(column)
+    rows = ctx.rows(
+        f"values of {key}.{column} that repeat",
+        f"SELECT {c}, COUNT(*) FROM {tbl} GROUP BY {c} HAVING COUNT(*) > 1 ORDER BY 2 DESC LIMIT {MAX_KEYS}",
+    )
+    return [
+        KeyGap(column=column, value=plain(r[0]), rows=int(r[1]) - 1, units=0.0,
+               change=f"{int(r[1])} rows in {key}")
+        for r in rows or []
+    ]  # fmt: skip
+
+
+def find_duplicates(ctx: DiagnosisContext, candidates: list[str]) -> Duplicates | None:
+    """The first table (sources first, as given) holding exact duplicate rows."""
+    for key in candidates:
+        found = exact_duplicates(ctx, key)
+        if found is not None:
+            return found
+    return None

@@ -1,0 +1,122 @@
+"""A failed Coalesce node: a schema change, a failed load, or a test that caught bad data.
+
+A build statement that failed names a column or object that no longer matches (schema change) or not
+(failed load). A *test* that failed the node is evidence about the data, and the class is what the data
+shows: a unique test that failed on copies of a load is duplication; a test that failed on values that
+flipped sign or moved by a factor is a sign or unit change (``drilldown.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from dw_dagster.incidents.drilldown import drill_source, unit_or_sign_diagnosis
+from dw_dagster.incidents.duplication import duplicated_values, find_duplicates
+from dw_dagster.incidents.evidence import HISTORY_DAYS, DiagnosisContext, good_nights, last_good_night
+from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident
+from dw_dagster.incidents.structure import source_column, sources_upstream
+
+_SCHEMA_WORDS = re.compile(r"invalid identifier|does not exist|not found|no such column|Binder Error", re.I)
+# Coalesce names column test results "<COLUMN>: Unique" and "<COLUMN>: Null".
+_UNIQUE_TEST = re.compile(r"^(?P<column>.+):\s*Unique$", re.I)
+_TEST_FAILED = re.compile(r"^Test failed", re.I)
+
+
+def _base(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> dict:
+    known = finding.asset_key in ctx.graph
+    upstream = sorted(ctx.graph.upstream(finding.asset_key)) if known else []
+    return {
+        "incident_id": incident.incident_id,
+        "path": [*upstream, finding.asset_key],
+        "owners": ctx.graph.owners_on([finding.asset_key]) if known else [],
+    }
+
+
+def diagnose_failed(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diagnosis:
+    failed_query = str(finding.evidence.get("failed_query") or "")
+    error = str(finding.evidence.get("error") or "")
+    evidence = {"coalesce_run_id": finding.coalesce_run_id or "", "failed_query": failed_query}
+    key = finding.asset_key
+    is_test = bool(_TEST_FAILED.match(error)) and key in ctx.graph
+    unique = _UNIQUE_TEST.match(failed_query)
+    if is_test and unique:
+        found = _duplication_behind_unique_test(incident, finding, ctx, unique["column"].strip(), evidence)
+        if found is not None:
+            return found
+    if is_test:
+        for total in (t for t in ctx.metrics.totals if t.asset == key or t.asset in ctx.graph.upstream(key)):
+            history = ctx.history.metric_history(total.name, finding.business_date, HISTORY_DAYS)
+            before = last_good_night(ctx, history, finding.business_date)
+            if before is None:
+                continue
+            moved = drill_source(
+                ctx,
+                total,
+                finding.business_date,
+                good_nights(ctx, history, finding.business_date),
+                _group_keys(ctx),
+            )
+            if moved is not None:
+                diagnosis = unit_or_sign_diagnosis(incident, finding, total, moved, ctx, {})
+                return diagnosis.model_copy(
+                    update={
+                        "cause": f"The Coalesce test {failed_query} failed {key}. " + diagnosis.cause,
+                        "evidence": {**diagnosis.evidence, **evidence},
+                    }
+                )
+    schema = bool(_SCHEMA_WORDS.search(json.dumps(finding.evidence, default=str)))
+    return Diagnosis(
+        classification=CauseClass.SCHEMA_CHANGE if schema else CauseClass.FAILED_LOAD,
+        cause=f"The Coalesce build of {key} failed: {finding.summary}"
+        + (
+            " The error names a column or object that no longer matches the node's definition."
+            if schema
+            else ""
+        ),
+        evidence=evidence,
+        **_base(incident, finding, ctx),
+    )
+
+
+def _group_keys(ctx: DiagnosisContext) -> list[str]:
+    return [g.upper() for t in ctx.metrics.totals for g in t.group_keys]
+
+
+def _duplication_behind_unique_test(
+    incident: Incident, finding: Finding, ctx: DiagnosisContext, column: str, evidence: dict
+) -> Diagnosis | None:
+    key = finding.asset_key
+    repeated = duplicated_values(ctx, key, column)
+    origin = source_column(ctx.graph, (key, column))
+    candidates = [origin[0]] if origin else []
+    candidates += [k for k in sources_upstream(ctx.graph, key) if k not in candidates]
+    copies = find_duplicates(ctx, candidates[:4])
+    if not repeated and copies is None:
+        return None
+    extra = sum(k.rows for k in repeated)
+    where = copies.asset if copies else key
+    keys = (copies.keys if copies and copies.keys else repeated)[:10]
+    load = f", brought by {copies.load}" if copies and copies.load else ""
+    cause = (
+        f"The Coalesce test {finding.evidence.get('failed_query')} failed {key}: {extra:,} extra rows share a "
+        f"value of {column}"
+        + (f"; {where} holds {copies.extra_rows:,} exact duplicate rows{load}" if copies else "")
+        + ". The test caught a duplication, not a broken build: de-duplicate or reload, then rerun."
+    )
+    base = _base(incident, finding, ctx)
+    if copies:
+        base["path"] = ctx.graph.path(copies.asset, key) if copies.asset != key else base["path"]
+        base["owners"] = ctx.graph.owners_on(
+            [copies.asset, *sorted(ctx.graph.assets.predecessors(copies.asset))]
+        )
+    return Diagnosis(
+        classification=CauseClass.DUPLICATION,
+        cause=cause,
+        evidence={**evidence, "duplicated_values": extra, "duplicate_rows": copies.extra_rows if copies else extra,
+                  "duplicates_in": where, **({"duplicate_load": copies.load} if copies and copies.load else {})},
+        keys=keys,
+        upstream_change=f"duplicate rows loaded into {where}{load}",
+        test_query=copies.query if copies else None,
+        **base,
+    )  # fmt: skip

@@ -1,0 +1,175 @@
+"""Where a dropped key came from: a key new in the source, or a reference row deleted or changed.
+
+Told apart by the rows themselves, not by whether the key happens to be a group key of a recorded total:
+
+- the **source's own rows**: the earliest date any time column of the source table holds for the key (the
+  column the key is read from, traced through column lineage to its Source table). A key whose rows date
+  from before tonight's business date was there on the last good night, when the join matched it;
+- the **recorded histories**, where the key is a group key: the target total had the key on an earlier
+  night (it matched then), or the source total first had it tonight;
+- the **reference table's rows**: whether the key is still on the join's right side (and in the Source table
+  behind it). Still there, it no longer matches (a changed row, or the join's condition now excludes it);
+  gone, it was deleted.
+
+Two statements at most, whatever the number of keys (their values bound).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from zoneinfo import ZoneInfo
+
+from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.coalesce.sql import quote_identifier
+from dw_dagster.incidents.evidence import HISTORY_DAYS, DiagnosisContext
+from dw_dagster.incidents.joins import ParsedJoin
+from dw_dagster.incidents.keys import plain, same_key, typed
+from dw_dagster.incidents.models import JoinEffect, KeyGap
+from dw_dagster.incidents.structure import source_column, table, time_columns
+
+
+@dataclass
+class KeyOrigin:
+    key: KeyGap
+    reference_changed: bool
+    """The key used to match (its reference row was deleted or changed); False: new in the source."""
+    story: str
+    """What changed upstream, in one clause."""
+
+
+def _local(v: object, zone: ZoneInfo) -> object:
+    if isinstance(v, datetime):
+        return (v if v.tzinfo else v.replace(tzinfo=UTC)).astimezone(zone)
+    return v
+
+
+def _as_date(v: object) -> date | None:
+    if isinstance(v, datetime):
+        return v.date()
+    if isinstance(v, date):
+        return v
+    if isinstance(v, str) and len(v) >= 10:
+        try:
+            return date.fromisoformat(v[:10])
+        except ValueError:
+            return None
+    return None
+
+
+def first_seen_in_rows(
+    ctx: DiagnosisContext, source: tuple[str, str], values: list[str]
+) -> dict[str, date | None]:
+    """The earliest business date any time column of the source table holds for each key value (one
+    statement). A freshness rule's load column is UTC by convention and is read in the business day's
+    time zone; other time columns are taken as they are (business time)."""
+    key, column = source
+    times = [c for c in time_columns(ctx.graph, key) if c != column]
+    utc = {r.input_column for r in ctx.metrics.freshness.inputs if r.input == key}
+    zone = ZoneInfo(ctx.metrics.business_day.timezone)
+    tbl = table(ctx.graph, key)
+    if not times or not values or tbl is None:
+        return {}
+    data_type = ctx.graph.info(key).type_of(column)
+    marks = ", ".join(["%s"] * len(values))
+    mins = ", ".join(f"MIN({quote_identifier(c)})" for c in times)
+    rows = ctx.rows(
+        f"when the dropped keys first appear in {key}",
+        f"SELECT {quote_identifier(column)}, {mins} FROM {tbl} WHERE {quote_identifier(column)} IN ({marks})"
+        f" GROUP BY {quote_identifier(column)}",
+        tuple(typed(v, data_type) for v in values),
+    )
+    out: dict[str, date | None] = {}
+    for row in rows or []:
+        dates = [
+            d
+            for c, v in zip(times, row[1:], strict=True)
+            if (d := _as_date(_local(v, zone) if c in utc else v)) is not None
+        ]
+        out[str(plain(row[0]))] = min(dates) if dates else None
+    return out
+
+
+def on_table(ctx: DiagnosisContext, key: str, column: str, values: list[str]) -> dict[str, int] | None:
+    """How many rows of ``key``'s table hold each value in ``column`` (one statement); None if unmeasured."""
+    tbl = table(ctx.graph, key)
+    if tbl is None or not values:
+        return None
+    data_type = ctx.graph.info(key).type_of(column)
+    marks = ", ".join(["%s"] * len(values))
+    rows = ctx.rows(
+        f"whether the dropped keys are in {key}",
+        f"SELECT {quote_identifier(column)}, COUNT(*) FROM {tbl} WHERE {quote_identifier(column)} IN ({marks})"
+        f" GROUP BY {quote_identifier(column)}",
+        tuple(typed(v, data_type) for v in values),
+    )
+    if rows is None:
+        return None
+    return {str(plain(r[0])): int(r[1]) for r in rows}
+
+
+def _in_history(history: dict, column: str, value: str | None) -> bool:
+    return any(same_key(g, column, value) for r in history.values() for g in r.groups)
+
+
+def key_origins(
+    ctx: DiagnosisContext,
+    effect: JoinEffect,
+    join: ParsedJoin | None,
+    keys: list[KeyGap],
+    day: date,
+    total: RecordedTotal,
+    source_total: RecordedTotal,
+) -> list[KeyOrigin]:
+    graph = ctx.graph
+    target_history = ctx.history.metric_history(total.name, day, HISTORY_DAYS)
+    source_history = ctx.history.metric_history(source_total.name, day, HISTORY_DAYS)
+    left_key = graph.key_for_table(effect.left)
+    right_key = graph.key_for_table(effect.right) if effect.right else None
+    single = join is not None and len(join.on) == 1
+    values = [k.value for k in keys if k.value is not None]
+
+    seen: dict[str, date | None] = {}
+    src = source_column(graph, (left_key, join.on[0][0])) if single and left_key else None
+    if src is not None:
+        seen = first_seen_in_rows(ctx, src, values)
+    reference: tuple[str, str] | None = None
+    present: dict[str, int] | None = None
+    if single and right_key is not None:
+        reference = source_column(graph, (right_key, join.on[0][1])) or (right_key, join.on[0][1])
+        present = on_table(ctx, reference[0], reference[1], values)
+    where = src[0] if src else effect.left
+
+    out = []
+    for k in keys:
+        if k.value is None:
+            out.append(KeyOrigin(k.model_copy(update={"change": k.change or f"{k.rows:,} rows arrive with {k.label}"}),
+                                 False, f"{k.rows:,} of {where}'s rows arrive with {k.label}, which matches nothing"))  # fmt: skip
+            continue
+        first = seen.get(k.value)
+        matched_before = _in_history(target_history, k.column, k.value)
+        in_source_before = (first is not None and first < day) or _in_history(
+            source_history, k.column, k.value
+        )
+        if matched_before or in_source_before:
+            since = (
+                f" (its rows in {where} date back to {first.isoformat()})" if first and first < day else ""
+            )
+            ref_table = table(graph, reference[0]) if reference else effect.right
+            if k.change:  # the join's own condition excludes a row that is there
+                story = f"used to match and no longer does: its row is {k.change}{since}"
+            elif present is not None and present.get(k.value):
+                story = f"used to match and no longer does: its row in {ref_table} changed{since}"
+            elif present is not None:
+                story = f"used to match and no longer does: its row was deleted from {ref_table}{since}"
+            else:
+                story = f"used to match and no longer does{since}"
+            out.append(KeyOrigin(k.model_copy(update={"change": story}), True, story))
+        else:
+            story = (
+                f"is new in {where} since {day.isoformat()} and has no match in {effect.right or effect.left}"
+            )
+            out.append(
+                KeyOrigin(k.model_copy(update={"change": story, "new_in_source_since": day}), False, story)
+            )
+    return out

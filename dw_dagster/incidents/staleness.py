@@ -1,0 +1,159 @@
+"""Stale input, per source table: which table stopped receiving rows, and how long before the build.
+
+Every Source table upstream of the asset is read once, reference tables included, in one statement: for
+each of its time columns, the latest value and on how many distinct days it was loaded. A table loaded on
+several days (replicated, appended) whose latest row is older than the allowed input age stopped; a table
+loaded once (a hand-kept map, a catalogue loaded at set-up) is not stale for being old, unless a freshness
+rule of the metrics file names it. Time columns are read as UTC, as replication stamps are; a column in
+local time shifts an age by the zone's offset, which is far inside a day.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+from dw_dagster.coalesce.sql import quote_identifier
+from dw_dagster.incidents.evidence import DiagnosisContext, replication_of
+from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident, KeyGap
+from dw_dagster.incidents.structure import sources_upstream, table, time_columns
+
+LIVE_DAYS = 3
+"""A table loaded on at least this many distinct days of the last ``LIVE_WINDOW_DAYS`` before the build is
+fed continuously (not a one-off load, not a map edited now and then)."""
+LIVE_WINDOW_DAYS = 14
+DEFAULT_MAX_AGE_HOURS = 26.0
+
+
+@dataclass
+class SourceAge:
+    asset: str
+    column: str
+    latest: datetime | None
+    load_days: int
+    age_hours: float | None
+    stale: bool
+
+    @property
+    def shown(self) -> str:
+        if self.latest is None:
+            return f"{self.asset} has no rows"
+        return f"{self.asset} (latest {self.column} {self.latest:%Y-%m-%d %H:%M}, {self.age_hours:.1f} h before the build)"
+
+
+def _utc(v: object) -> datetime | None:
+    if isinstance(v, datetime):
+        return v if v.tzinfo else v.replace(tzinfo=UTC)
+    if hasattr(v, "year") and hasattr(v, "month"):
+        return datetime(v.year, v.month, v.day, tzinfo=UTC)  # type: ignore[attr-defined]
+    return None
+
+
+def source_ages(ctx: DiagnosisContext, asset: str, built_at: datetime) -> list[SourceAge]:
+    """The age of every Source table upstream of ``asset`` at ``built_at`` (one statement)."""
+    parts, meta, params = [], [], []
+    since = built_at - timedelta(days=LIVE_WINDOW_DAYS)
+    rules = {r.input: r for r in ctx.metrics.freshness.inputs}
+    for key in sources_upstream(ctx.graph, asset):
+        tbl = table(ctx.graph, key)
+        columns = [rules[key].input_column] if key in rules else time_columns(ctx.graph, key)
+        for c in columns:
+            q = quote_identifier(c)
+            parts.append(
+                f"SELECT {len(meta)} AS I, MAX(CAST({q} AS TIMESTAMP)) AS LATEST,"
+                f" COUNT(DISTINCT CASE WHEN CAST({q} AS TIMESTAMP) >= %s THEN CAST({q} AS DATE) END) AS DAYS"
+                f" FROM {tbl}"
+            )
+            params.append(since.replace(tzinfo=None))
+            meta.append((key, c))
+    if not parts:
+        return []
+    rows = ctx.rows(
+        f"the latest row of each source table upstream of {asset}", "\nUNION ALL\n".join(parts), tuple(params)
+    )
+    best: dict[str, SourceAge] = {}
+    for i, latest, days in rows or []:
+        key, column = meta[int(i)]
+        when = _utc(latest)
+        age = (built_at - when).total_seconds() / 3600 if when else None
+        rule = rules.get(key)
+        limit = rule.max_input_age_hours if rule else DEFAULT_MAX_AGE_HOURS
+        live = rule is not None or int(days or 0) >= LIVE_DAYS
+        found = SourceAge(
+            key, column, when, int(days or 0), age, live and (when is None or (age or 0) > limit)
+        )
+        # A table's latest row is its latest across its time columns.
+        if key not in best or (when and (best[key].latest is None or when > best[key].latest)):
+            best[key] = found
+    return list(best.values())
+
+
+def stopped(ctx: DiagnosisContext, asset: str, built_at: datetime) -> list[SourceAge]:
+    return [a for a in source_ages(ctx, asset, built_at) if a.stale]
+
+
+def feeding_systems(ctx: DiagnosisContext, keys: list[str]) -> list[str]:
+    """The systems that feed the stopped tables (a replication task, a hand-kept sheet)."""
+    return list(dict.fromkeys(s for k in keys for s in replication_of(ctx, k)))
+
+
+def built_at(finding: Finding, ctx: DiagnosisContext) -> datetime:
+    """When the night's build ran: the finding's, else the morning after the business date at the cutoff."""
+    for name in ("built_at", "run_end_time", "run_start_time"):
+        value = finding.evidence.get(name)
+        if isinstance(value, str):
+            try:
+                moment = datetime.fromisoformat(value)
+                return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+            except ValueError:
+                pass
+    tz = ctx.metrics.business_day
+    day = finding.business_date + timedelta(days=1)
+    return datetime.combine(day, time(tz.cutoff_hour), ZoneInfo(tz.timezone)).astimezone(UTC)
+
+
+def stale_diagnosis(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diagnosis | None:
+    """Stale input, per source table: the tables that stopped, by how long, and who feeds them; None when
+    no source stopped and no freshness rule says the input is stale."""
+    rule = next((r for r in ctx.metrics.freshness.inputs if r.asset == finding.asset_key), None)
+    built = built_at(finding, ctx)
+    stale = stopped(ctx, finding.asset_key, built)
+    if not stale and (rule is None or finding.check_name != "input_freshness"):
+        return None
+    keys = [a.asset for a in stale] or [rule.input]  # type: ignore[union-attr]
+    systems = feeding_systems(ctx, keys)
+    path = ctx.graph.path(systems[0], finding.asset_key) if systems else [*keys, finding.asset_key]
+    age = finding.evidence.get("input_age_hours")
+    named = "; ".join(a.shown for a in stale)
+    cause = f"{finding.asset_key} was rebuilt on stale input: " + (
+        named if stale else f"the latest load of {keys[0]} is {age:.1f} h older than the build"
+        if isinstance(age, float) else finding.summary
+    ) + (f". {', '.join(systems)} has delivered nothing new (replication stalled?)." if systems else ".")  # fmt: skip
+    evidence = {k: v for k, v in finding.evidence.items() if isinstance(v, int | float | str)}
+    evidence["stale_tables"] = ", ".join(a.asset for a in stale) or keys[0]
+    if stale and stale[0].age_hours is not None:
+        evidence.setdefault("input_age_hours", round(max(a.age_hours or 0 for a in stale), 1))
+    first = stale[0] if stale else None
+    column = first.column if first else rule.input_column  # type: ignore[union-attr]
+    return Diagnosis(
+        incident_id=incident.incident_id,
+        classification=CauseClass.STALE_INPUT,
+        cause=cause,
+        evidence=evidence,
+        keys=[
+            KeyGap(
+                column=a.column,
+                value=str(a.latest),
+                units=0.0,
+                rows=0,
+                change=f"{a.asset}: no rows since {a.latest} ({a.age_hours:.1f} h before the build)",
+            )
+            for a in stale
+            if a.latest is not None
+        ],  # fmt: skip
+        upstream_change=f"no new rows from {', '.join(systems or keys)}",
+        path=path,
+        owners=ctx.graph.owners_on(systems or keys),
+        test_query=f"SELECT MAX({quote_identifier(column)}) AS LATEST_LOAD FROM {table(ctx.graph, keys[0])}",
+    )

@@ -1,0 +1,98 @@
+"""What the diagnosis reads of the pipeline's structure: source tables, their columns and types, where a
+column comes from, which columns tell when a row arrived. Nothing here knows a world's names.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dw_dagster.coalesce.sql import table_parts, table_reference
+from dw_dagster.context.lineage import Column, LineageGraph
+
+_TIME = re.compile(r"^(TIMESTAMP\w*|DATETIME|DATE)\b", re.IGNORECASE)
+_NUMERIC = re.compile(
+    r"^(NUMBER|DECIMAL|NUMERIC|INT|INTEGER|BIGINT|SMALLINT|TINYINT|BYTEINT|FLOAT|DOUBLE|REAL)\b",
+    re.IGNORECASE,
+)
+
+
+def is_source(graph: LineageGraph, key: str) -> bool:
+    """A Coalesce Source node: a table the pipeline reads and does not build."""
+    info = graph.info(key)
+    return info.node_type == "Source" or ("coalesce" not in info.kinds and bool(info.table_name))
+
+
+def table(graph: LineageGraph, key: str) -> str | None:
+    """The asset's fully quoted table, or None when it is not a table."""
+    parts = table_parts(graph.info(key).table_name)
+    return table_reference(*parts) if parts else None
+
+
+def sources_upstream(graph: LineageGraph, key: str) -> list[str]:
+    """Source tables the asset is built from (itself, if it is one), in a stable order."""
+    keys = [*sorted(graph.upstream(key)), key] if key in graph else []
+    return [k for k in keys if is_source(graph, k) and table(graph, k)]
+
+
+def source_column(graph: LineageGraph, column: Column) -> Column | None:
+    """The Source table column a column is read from, walking column lineage upstream (the first one, when
+    it is computed from several)."""
+    if column[0] in graph and is_source(graph, column[0]):
+        return column
+    for ancestor in sorted(_ancestors(graph, column)):
+        if ancestor[0] in graph and is_source(graph, ancestor[0]):
+            return ancestor
+    return None
+
+
+def source_columns(graph: LineageGraph, column: Column) -> list[Column]:
+    """Every Source table column a column is computed from."""
+    if column[0] in graph and is_source(graph, column[0]):
+        return [column]
+    return sorted(a for a in _ancestors(graph, column) if a[0] in graph and is_source(graph, a[0]))
+
+
+def _ancestors(graph: LineageGraph, column: Column) -> set[Column]:
+    import networkx as nx
+
+    return set(nx.ancestors(graph.columns, column)) if column in graph.columns else set()
+
+
+def time_columns(graph: LineageGraph, key: str) -> list[str]:
+    info = graph.info(key)
+    return [c for c in info.columns if _TIME.match(info.type_of(c))]
+
+
+def is_time(graph: LineageGraph, key: str, column: str) -> bool:
+    return bool(_TIME.match(graph.info(key).type_of(column)))
+
+
+def is_numeric(graph: LineageGraph, key: str, column: str) -> bool:
+    return bool(_NUMERIC.match(graph.info(key).type_of(column)))
+
+
+def derives_from(graph: LineageGraph, column: Column, asset: str) -> bool:
+    """Whether ``column`` is computed (in part) from a column of ``asset``."""
+    return any(a[0] == asset for a in _ancestors(graph, column))
+
+
+def day_columns(graph: LineageGraph, key: str, texts: list[str]) -> list[str]:
+    """The source's time columns the pipeline itself selects business days by: named in a WHERE condition
+    of ``texts`` (the join text of the nodes that read the source, the SQL of the totals over it, refs
+    resolved). A source reloaded whole each night is not selected by day, so it has none."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import SqlglotError
+
+    times = set(time_columns(graph, key))
+    found: list[str] = []
+    for text in texts:
+        try:
+            tree = sqlglot.parse_one(text, read="snowflake")
+        except SqlglotError:
+            continue
+        for where in tree.find_all(exp.Where):
+            for column in where.find_all(exp.Column):
+                if column.name in times and column.name not in found:
+                    found.append(column.name)
+    return found

@@ -1,0 +1,188 @@
+"""Value loss: a total fell away from its source total while the load is complete and fresh, because a join
+or a filter on the path drops rows it should keep.
+
+Every join and filter of the nodes between the source total's table and the total's is measured (one
+statement each): an inner join, a join whose condition also filters the right side, a left join to a lookup
+the measure is read from, a WHERE condition on the FROM table. The one whose dropped units explain the gap
+is the cause; its keys that hold the gap are named, and each is told apart (``origins.py``) as a key new in
+the source or a reference row deleted or changed.
+"""
+
+from __future__ import annotations
+
+from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.incidents.evidence import (
+    DiagnosisContext,
+    measure_column,
+    reference_systems,
+    traced,
+)
+from dw_dagster.incidents.joins import (
+    JoinParseError,
+    ParsedJoin,
+    measure_filter,
+    measure_join,
+    parse_node,
+    unmatched_rows_query,
+)
+from dw_dagster.incidents.keys import same_key
+from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident, JoinEffect, KeyGap
+from dw_dagster.incidents.origins import KeyOrigin, key_origins
+from dw_dagster.incidents.structure import derives_from, is_time
+
+MAX_NAMED_KEYS = 5
+
+
+def _measured_joins(
+    ctx: DiagnosisContext, path: list[str], total: RecordedTotal
+) -> list[tuple[JoinEffect, ParsedJoin | None]]:
+    measure, item = measure_column(total), total.item_key
+    out: list[tuple[JoinEffect, ParsedJoin | None]] = []
+    for key in path[1:]:
+        info = ctx.graph.info(key)
+        if not info.join:
+            continue
+        try:
+            node = parse_node(key, info.join, ctx.resolve_table)
+        except JoinParseError as e:
+            ctx.note(f"{e}; its joins and filters were not measured")
+            continue
+        for join in node.joins:
+            left_key = ctx.graph.key_for_table(join.left_table)
+            right_key = ctx.graph.key_for_table(join.right_table)
+            node_measure = traced(ctx, total.asset, measure, key)
+            # A left join loses value only where the measure is read from the right side (a lookup).
+            reads_right = (
+                node_measure is not None
+                and right_key is not None
+                and derives_from(ctx.graph, (key, node_measure), right_key)
+            )
+            if join.kind not in ("INNER", "CROSS") and not (join.kind == "LEFT" and reads_right):
+                continue
+            left_measure = traced(ctx, total.asset, measure, left_key)
+            left_item = traced(ctx, total.asset, item, left_key)
+            with ctx.purpose(f"rows {key}'s {join.kind} join to {join.right_table} drops"):
+                try:
+                    effect = measure_join(ctx.cursor, key, join, left_measure, left_item)
+                except Exception as e:  # noqa: BLE001 - recorded in the trail; the other joins still count
+                    ctx.note(f"{key}: its join to {join.right_table} could not be measured: {e}")
+                    continue
+            if effect.dropped_rows:
+                out.append((effect, join))
+        for flt in node.filters:
+            from_key = ctx.graph.key_for_table(flt.table)
+            if from_key is None or any(is_time(ctx.graph, from_key, c) for c in flt.columns):
+                continue  # a window on time leaves out every other day by design
+            with ctx.purpose(f"rows {key}'s condition {flt.condition} leaves out"):
+                try:
+                    effect = measure_filter(
+                        ctx.cursor, key, flt, traced(ctx, total.asset, measure, from_key),
+                        traced(ctx, total.asset, item, from_key),
+                    )  # fmt: skip
+                except Exception as e:  # noqa: BLE001 - recorded in the trail
+                    ctx.note(f"{key}: its condition {flt.condition} could not be measured: {e}")
+                    continue
+            if effect.dropped_rows:
+                out.append((effect, None))
+    return out
+
+
+def _explaining(effects: list[tuple[JoinEffect, ParsedJoin | None]], gap: float):
+    """The join or filter whose dropped units come closest to the gap (a filter that leaves out far more
+    than the gap every night is by design, not the cause)."""
+    fits = [(e, j) for e, j in effects if gap <= 0 or e.dropped_units <= 3 * abs(gap) or j is not None]
+    return min(fits, key=lambda ej: abs(ej[0].dropped_units - gap), default=None)
+
+
+def _gap_keys(effect: JoinEffect, rec: dict, gap: float) -> list[KeyGap]:
+    """The keys that hold tonight's gap: those whose group's gap changed, when the join's key is a group
+    key of the reconciliation; else the largest, until they cover the gap."""
+    groups = rec.get("groups") or []
+    changed = [
+        g for g in effect.unmatched
+        if any(same_key(x["group"], g.column, g.value) and abs(x.get("gap_change") or 0) > 0 for x in groups)
+    ]  # fmt: skip
+    if changed:
+        return changed[:MAX_NAMED_KEYS]
+    out: list[KeyGap] = []
+    covered = 0.0
+    for g in sorted(effect.unmatched, key=lambda k: -abs(k.units)):
+        out.append(g)
+        covered += g.units
+        if len(out) >= MAX_NAMED_KEYS or (gap > 0 and covered >= 0.9 * gap):
+            break
+    return out
+
+
+def diagnose_gap(
+    incident: Incident, finding: Finding, total: RecordedTotal, ctx: DiagnosisContext
+) -> Diagnosis | None:
+    """Value loss or a reference-data change on the path, or None when no join or filter explains the gap."""
+    assert total.reconcile_with is not None
+    source = ctx.metrics.get(total.reconcile_with.total)
+    rec = finding.evidence["reconciliation"]
+    day = finding.business_date
+    path = ctx.graph.path(source.asset, total.asset)
+    gap = float(rec["gap_change"])
+    found = _explaining(_measured_joins(ctx, path, total), gap)
+    evidence: dict[str, float | int | str] = {
+        "gap_units": gap,
+        "target_change_pct": rec.get("target_change_pct") or 0.0,
+        "source_change_pct": rec.get("source_change_pct") or 0.0,
+    }
+    if found is None:
+        return None
+    effect, join = found
+    keys = _gap_keys(effect, rec, gap)
+    if not keys:
+        return None
+    origins = key_origins(ctx, effect, join, keys, day, total, source)
+    keys = [o.key for o in origins]
+    top = max(origins, key=lambda o: abs(o.key.units))
+    evidence.update({"dropped_units": effect.dropped_units, "dropped_rows": effect.dropped_rows})
+    right_key = ctx.graph.key_for_table(effect.right) if effect.right else None
+    klass = CauseClass.REFERENCE_DATA_CHANGE if top.reference_changed else CauseClass.VALUE_LOSS
+    items = f" over {top.key.distinct_items:,} items" if top.key.distinct_items else ""
+    where = (
+        f"{effect.asset_key} {effect.join_type.lower()}-joins {effect.left} to {effect.right} on "
+        f"{', '.join(effect.on)}"
+        if join is not None
+        else f"{effect.asset_key} filters {effect.left} with {', '.join(effect.on)}"
+    )
+    also = f" ({len(keys) - 1} more key(s) listed)" if len(keys) > 1 else ""
+    cause = (
+        f"{where}; {top.key.label}: {top.story}, so its {top.key.units:,.0f} units{items} drop out of "
+        f"{total.name}{also}. The load is complete and fresh: the loss is in values."
+    )
+    owners = ctx.graph.owners_on(
+        [effect.asset_key, *([right_key] if right_key else []), *reference_systems(ctx, right_key)]
+    )
+    if evidence["gap_units"] and abs(effect.dropped_units - gap) > 0.1 * abs(gap):
+        ctx.note(
+            f"the join explains {effect.dropped_units:,.0f} of the {gap:,.0f} units of the gap; the rest is "
+            "not attributed"
+        )
+    left_key = ctx.graph.key_for_table(effect.left)
+    return Diagnosis(
+        incident_id=incident.incident_id,
+        classification=klass,
+        cause=cause,
+        evidence=evidence,
+        keys=keys,
+        joins=[effect],
+        upstream_change=top.story,
+        path=path,
+        test_query=(
+            unmatched_rows_query(
+                join,
+                traced(ctx, total.asset, measure_column(total), left_key),
+                traced(ctx, total.asset, total.item_key, left_key),
+            )
+            if join is not None
+            else None
+        ),  # fmt: skip
+        owners=owners,
+    )
+
+
+__all__ = ["KeyOrigin", "diagnose_gap"]

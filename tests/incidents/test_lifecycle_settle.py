@@ -1,0 +1,139 @@
+"""Grouping by cause once the diagnosis lands, and the explanations the record holds: on the real store over
+the local Snowflake server, with diagnoses as the diagnosis job writes them."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+from ops_warehouse import ops_schema, warehouse
+from test_incident_store import finding
+
+from dw_dagster.incidents.lifecycle import settle
+from dw_dagster.incidents.lifecycle_view import record_diagnosis
+from dw_dagster.incidents.models import BlastRadius, CauseClass, Diagnosis, KeyGap
+from dw_dagster.incidents.policy import IncidentPolicy
+from dw_dagster.incidents.store import IncidentStore
+
+__all__ = ["warehouse"]
+
+POLICY = IncidentPolicy()
+D16, D17, D18 = date(2025, 6, 16), date(2025, 6, 17), date(2025, 6, 18)
+
+
+def diagnosis(klass: CauseClass, root: str = "raw/onhand", keys: tuple[str, ...] = ()) -> Diagnosis:
+    return Diagnosis(
+        incident_id="-", classification=klass, cause="c", path=[root, "inv/fct"],
+        keys=[KeyGap(column=k.split("=")[0], value=k.split("=")[1], units=1.0, rows=1) for k in keys],
+    )  # fmt: skip
+
+
+def opened(
+    store: IncidentStore, day: date, klass: CauseClass, keys=(), check="total_x", asset="inv/fct", **kw
+):
+    """A night's finding, diagnosed and settled as the diagnosis job does."""
+    f = finding(check, asset, day=day, **kw)
+    incident = store.record_finding(f).incident
+    return settle(store, incident, diagnosis(klass, keys=keys), [f], POLICY)
+
+
+@pytest.fixture
+def store(warehouse, request):
+    _, wh = warehouse
+    return IncidentStore(wh, ops_schema(wh, f"OPS_{request.node.name[-20:].upper()}"))
+
+
+def test_a_continuing_fault_continues_the_open_incident(store):
+    first = opened(store, D16, CauseClass.STALE_INPUT, check="input_freshness")
+    assert first.kind == "stands" and first.related == []
+    second = opened(store, D17, CauseClass.STALE_INPUT, check="input_freshness")
+    assert second.kind == "continues" and second.incident.incident_id == first.incident.incident_id
+    provisional = store.list(status="merged")[0]
+    assert provisional.merged_into == first.incident.incident_id
+    nights = [e.detail["business_date"] for e in store.events(first.incident.incident_id, kind="finding")]
+    assert nights == ["2025-06-16", "2025-06-17"]
+    (continued,) = store.events(first.incident.incident_id, kind="continued")
+    assert (
+        continued.detail["incident_id"] == provisional.incident_id
+        and continued.detail["night"] == "2025-06-17"
+    )
+    assert [i.incident_id for i in store.list(status="open")] == [first.incident.incident_id]
+
+
+def test_a_new_fault_under_an_open_incident_stands_linked_to_it(store):
+    old = opened(store, D16, CauseClass.REFERENCE_DATA_CHANGE, keys=("ORG=7030",))
+    # Same table, same check, tonight a duplication: another class is another cause.
+    new = opened(store, D17, CauseClass.DUPLICATION)
+    assert new.kind == "stands" and [i.incident_id for i in new.related] == [old.incident.incident_id]
+    assert store.get(new.incident.incident_id).detail["related"] == [old.incident.incident_id]
+    (linked,) = store.events(old.incident.incident_id, kind="linked")
+    assert linked.detail["incident_id"] == new.incident.incident_id
+    # Other keys of the same class are another cause too; a subset of the keys is the same one.
+    assert opened(store, D18, CauseClass.VALUE_LOSS, keys=("ORG=7120",)).kind == "stands"
+    same = opened(store, D18, CauseClass.VALUE_LOSS, keys=("ORG=7030",), check="volume")
+    assert same.kind == "continues" and same.incident.incident_id == old.incident.incident_id
+    assert len(store.list(status="open")) == 3
+
+
+def test_a_cause_back_soon_after_its_resolution_reopens_later_it_is_new(store):
+    old = opened(store, D16, CauseClass.UNIT_CHANGE, keys=("ORG=7030",))
+    store.set_status(old.incident.incident_id, "resolved", reason="its checks passed")
+    back = opened(store, D18, CauseClass.UNIT_CHANGE, keys=("ORG=7030",))
+    assert back.kind == "reopens" and back.incident.incident_id == old.incident.incident_id
+    assert back.incident.status == "open" and back.incident.detail["reopened"] == 1
+    store.set_status(old.incident.incident_id, "resolved", reason="its checks passed")
+    late = opened(store, date(2025, 6, 25), CauseClass.UNIT_CHANGE, keys=("ORG=7030",))
+    assert late.kind == "stands"
+
+
+def test_a_stale_incident_never_absorbs_a_new_finding(store):
+    old = opened(store, D16, CauseClass.VOLUME_LOSS)
+    store.update_detail(old.incident.incident_id, stale_since="2025-06-19")
+    assert opened(store, D17, CauseClass.VOLUME_LOSS).kind == "stands"
+
+
+def receipt(store: IncidentStore, incident_id: str, verified: bool = True) -> None:
+    """A receipt as the remediation job writes it (the parts the lifecycle reads)."""
+    store.append_event(incident_id, "receipt", f"receipt|P-1|{verified}", {
+        "plan_id": "P-1", "verified": verified,
+        "proposals": [{"proposal_id": "p1", "kind": "reference_row", "reference_row": {"asset_key": "ref/map"}},
+                      {"proposal_id": "p2", "kind": "node_change", "node_change": {"asset_key": "inv/fct"}}],
+        "changes": [{"proposal_id": "p1", "added": True}],
+        "verification": [{"expectation": {"kind": "rows_restored"}, "passed": verified}],
+    })  # fmt: skip
+
+
+def test_the_row_count_step_of_a_verified_fix_is_explained_not_an_incident(store):
+    fixed = opened(store, D16, CauseClass.VALUE_LOSS, keys=("ORG=7120",)).incident
+    record_diagnosis(store, fixed.incident_id, 1, diagnosis(CauseClass.VALUE_LOSS), BlastRadius())
+    receipt(store, fixed.incident_id)
+    store.set_status(fixed.incident_id, "resolved", reason="verified")
+    up = {"row_count": 10_260, "baseline": {"expected": 9_000}}
+    downstream = {"raw/onhand", "inv/fct"}
+    for day in (D16, D17):  # the rebuilt night and the next nightly run
+        out = store.record_finding(finding("volume", "mart/days", day=day, **up), ancestors=downstream)
+        assert out.explained_by == f"the verified fix P-1 of {fixed.incident_id}", day
+    assert store.list(status="open") == []
+    assert len(store.events(fixed.incident_id, kind="explained")) == 2
+    # Not explained: a drop, a total, an unrelated table, a night later than the window.
+    down = {"row_count": 8_000, "baseline": {"expected": 9_000}}
+    assert not store.record_finding(
+        finding("volume", "mart/days", day=D17, **down), ancestors=downstream
+    ).explained_by
+    assert not store.record_finding(finding("total_x", "inv/fct", day=D17), ancestors=downstream).explained_by
+    assert not store.record_finding(
+        finding("volume", "other/t", day=D17, **up), ancestors={"raw/other"}
+    ).explained_by
+    assert not store.record_finding(finding("volume", "inv/fct", day=D18, **up)).explained_by
+
+
+def test_a_failed_fix_explains_only_the_reference_rows_it_added(store):
+    fixed = opened(store, D16, CauseClass.VALUE_LOSS, keys=("ORG=7120",)).incident
+    receipt(store, fixed.incident_id, verified=False)
+    up = {"row_count": 7, "baseline": {"expected": 6}}
+    assert store.record_finding(
+        finding("volume", "inv/dim", day=D16, **up), ancestors={"ref/map"}
+    ).explained_by
+    assert not store.record_finding(
+        finding("volume", "inv/fct", day=D16, **up), ancestors={"raw/onhand"}
+    ).explained_by

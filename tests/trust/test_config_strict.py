@@ -1,0 +1,260 @@
+"""Configuration that could open a hole by accident is refused when the code location loads.
+
+Each typo of issue #11 is played on two worlds (the distributor and the e-commerce retailer): the node graph
+comes from the Coalesce simulator serving the world's project over HTTP, read into a state file by
+``refresh_state_file`` as production does; then ``build_definitions`` loads the world's context and metrics
+files with one thing broken, and must fail naming the file, the field (or the line) and what was expected.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dw_dagster.coalesce.state import refresh_state_file
+from dw_dagster.config import QUOTE_LIMIT, DwConfigError
+from dw_dagster.context.models import load_context_file
+from dw_dagster.definitions import build_definitions
+from dw_dagster.settings import Settings
+from dw_local.world import DISTRIBUTOR_DIR, LOCAL_COALESCE_TOKEN, LocalWorld
+
+ECOMMERCE_DIR = Path(__file__).resolve().parents[2] / "dw_local" / "scenarios" / "worlds" / "ecommerce"
+WORLDS = {"distributor": DISTRIBUTOR_DIR, "ecommerce": ECOMMERCE_DIR}
+
+
+class World:
+    def __init__(self, folder: Path, state_dir: Path, base_url: str, work: Path):
+        self.folder = folder
+        self.state_dir = state_dir
+        self.base_url = base_url
+        self.work = work
+        self.context = yaml.safe_load((folder / "context.yaml").read_text())
+        self.metrics = yaml.safe_load((folder / "metrics.yaml").read_text())
+
+    def files(
+        self, context: dict | str | None = None, metrics: dict | str | None = None
+    ) -> tuple[Path, Path]:
+        out = []
+        for name, value, original in (("context", context, self.context), ("metrics", metrics, self.metrics)):
+            path = self.work / f"{name}.yaml"
+            text = (
+                value if isinstance(value, str) else yaml.safe_dump(value if value is not None else original)
+            )
+            path.write_text(text)
+            out.append(path)
+        return out[0], out[1]
+
+    def load(self, context: dict | str | None = None, metrics: dict | str | None = None):
+        context_path, metrics_path = self.files(context, metrics)
+        env = {
+            "DW_STATE_DIR": str(self.state_dir),
+            "DW_CONTEXT_FILE": str(context_path),
+            "DW_METRICS_FILE": str(metrics_path),
+            "SNOWFLAKE_DATABASE": "DW_PROD",
+            "COALESCE_BASE_URL": self.base_url,
+            "COALESCE_ENVIRONMENT_IDS": "2",
+        }
+        return build_definitions(Settings.from_env(env))
+
+    def refused(self, **files) -> str:
+        with pytest.raises(DwConfigError) as e:
+            self.load(**files)
+        return str(e.value)
+
+    def copy(self) -> tuple[dict, dict]:
+        context, metrics = json.loads(json.dumps(self.context)), json.loads(json.dumps(self.metrics))
+        if not context.get("reference_tables"):
+            # A world without one gets the table its hand-kept spreadsheet feeds, keyed on its first column.
+            sheet = next(s for s in context["systems"] if s["kind"] == "spreadsheet")
+            context["reference_tables"] = [
+                {"asset": sheet["feeds"][0], "key_column": self.first_column(sheet["feeds"][0])}
+            ]
+        return context, metrics
+
+    def first_column(self, asset: str) -> str:
+        state = json.loads((self.state_dir / "coalesce_workspace.json").read_text())
+        location, name = asset.upper().split("/")
+        node = next(
+            n
+            for e in state["environments"]
+            for n in e["nodes"]
+            if (n["locationName"], n["name"]) == (location, name)
+        )
+        return node["metadata"]["columns"][0]["name"]
+
+
+@pytest.fixture(scope="module", params=sorted(WORLDS))
+def world(request, tmp_path_factory) -> World:
+    folder = WORLDS[request.param]
+    root = tmp_path_factory.mktemp(request.param)
+    with LocalWorld(
+        root / "local", project_file=folder / "project.yaml", services=("snowflake", "coalesce")
+    ) as lw:
+        env = {
+            "COALESCE_BASE_URL": lw.coalesce_url,
+            "COALESCE_ENVIRONMENT_IDS": "2",
+            "DW_STATE_DIR": str(root / "state"),
+        }
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("COALESCE_API_TOKEN", LOCAL_COALESCE_TOKEN)
+            refresh_state_file(Settings.from_env(env))
+        world = World(folder, root / "state", lw.coalesce_url, root)
+    world.load()  # the world's own files load
+    return world
+
+
+def _first_team_block(text: str, team: str) -> str:
+    """The ``  <team>:`` block of the context file's teams, as written (comments and all)."""
+    lines = text.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.rstrip() == f"  {team}:")
+    end = next(
+        i
+        for i in range(start + 1, len(lines))
+        if lines[i].startswith("  ") and not lines[i].startswith("   ")
+    )
+    return "".join(lines[start:end])
+
+
+def test_a_duplicated_team_block_is_refused_naming_file_line_and_key(world: World):
+    """The issue's hole: a second ``planning-ops:`` block silently replaced the team and its approvers."""
+    text = (world.folder / "context.yaml").read_text()
+    team = next(r["owners"][0] for r in world.context["coalesce_owners"] if r["match"].startswith("ref_"))
+    block = _first_team_block(text, team)
+    stranger = f'  {team}:\n    name: Someone else\n    slack_channel: "#elsewhere"\n    members:\n      - {{name: Mallory, email: mallory@example.com}}\n'
+    broken = text.replace(block, block + stranger, 1)
+    line = broken[: broken.index(stranger)].count("\n") + 1
+    message = world.refused(context=broken)
+    assert f"context.yaml: line {line}: duplicate key {team!r}" in message
+    assert f"first given on line {broken[: broken.index(block)].count(chr(10)) + 1}" in message
+
+
+def test_duplicate_keys_anywhere_in_the_metrics_file_are_refused(world: World):
+    text = (world.folder / "metrics.yaml").read_text()
+    broken = text.replace("totals:\n", "ops_schema: DW_OTHER\ntotals:\n", 1)
+    message = world.refused(metrics=broken)
+    assert "metrics.yaml: line" in message and "duplicate key 'ops_schema'" in message
+
+
+def test_a_metrics_total_owned_by_an_unknown_team_is_refused(world: World):
+    context, metrics = world.copy()
+    metrics["totals"][0]["owner"] = metrics["totals"][0]["owner"] + "s"
+    message = world.refused(metrics=metrics)
+    assert f"metrics.yaml: totals[0] ({metrics['totals'][0]['name']}).owner: unknown team" in message
+
+
+def test_a_metrics_total_on_a_misspelt_asset_is_refused_not_a_phantom_check(world: World):
+    context, metrics = world.copy()
+    real = metrics["totals"][0]["asset"]
+    metrics["totals"][0]["asset"] = real.replace("/", "s/", 1)
+    message = world.refused(metrics=metrics)
+    assert (
+        f"totals[0] ({metrics['totals'][0]['name']}).asset: no asset {metrics['totals'][0]['asset']!r}"
+        in message
+    )
+    assert f"did you mean {real!r}" in message
+
+
+def test_a_ref_in_a_total_that_names_no_node_is_refused(world: World):
+    context, metrics = world.copy()
+    metrics["totals"][0]["sql"] = metrics["totals"][0]["sql"].replace("ref('", "ref('X", 1)
+    message = world.refused(metrics=metrics)
+    assert "totals[0]" in message and ".sql: ref('X" in message and "no such Coalesce node" in message
+
+
+def test_a_reference_table_on_a_misspelt_asset_is_refused(world: World):
+    context, metrics = world.copy()
+    world.load(context=context)  # as written, it loads
+    context["reference_tables"][0]["asset"] += "s"
+    message = world.refused(context=context)
+    assert "context.yaml: reference_tables[0]" in message and ".asset: no asset" in message
+
+
+def test_a_reference_table_key_column_not_in_the_table_is_refused(world: World):
+    context, metrics = world.copy()
+    context["reference_tables"][0]["key_column"] += "_ID"
+    message = world.refused(context=context)
+    assert (
+        "reference_tables[0]" in message
+        and ".key_column:" in message
+        and "not among the table's columns" in message
+    )
+
+
+def test_an_owner_rule_that_matches_no_asset_is_refused(world: World):
+    """A misspelt rule hands the table to the next rule's team: other people would approve its changes."""
+    context, metrics = world.copy()
+    rule = next(i for i, r in enumerate(context["coalesce_owners"]) if r["match"] != "*")
+    context["coalesce_owners"][rule]["match"] = "x" + context["coalesce_owners"][rule]["match"]
+    message = world.refused(context=context)
+    assert (
+        f"context.yaml: coalesce_owners[{rule}].match:" in message and "matches no Coalesce asset" in message
+    )
+
+
+def test_an_unknown_owner_team_in_the_context_file_is_refused(world: World):
+    context, metrics = world.copy()
+    context["coalesce_owners"][0]["owners"] = ["nobody-team"]
+    message = world.refused(context=context)
+    assert "coalesce_owners[0].owners: unknown team 'nobody-team'" in message and "context.yaml" in message
+
+
+def test_a_four_field_cron_is_refused_in_both_files(world: World):
+    context, metrics = world.copy()
+    system = next(i for i, s in enumerate(context["systems"]) if s.get("reads"))
+    context["systems"][system]["reads"][0]["cron"] = "0 9 * 1-5"
+    message = world.refused(context=context)
+    assert f"context.yaml: systems.{system}.reads.0.cron: Value error, expected a five-field cron" in message
+    context, metrics = world.copy()
+    job = next(iter(metrics["freshness"]["schedules"]))
+    metrics["freshness"]["schedules"][job]["cron"] = "0 2 * *"
+    message = world.refused(metrics=metrics)
+    assert f"metrics.yaml: freshness.schedules.{job}.cron: Value error, expected a five-field cron" in message
+
+
+def test_one_slack_user_id_for_two_people_is_refused(world: World):
+    context, metrics = world.copy()
+    teams = list(context["teams"].values())
+    teams[1]["members"][0]["slack_user_id"] = teams[0]["members"][0]["slack_user_id"]
+    message = world.refused(context=context)
+    assert "names two different people" in message and teams[0]["members"][0]["slack_user_id"] in message
+
+
+def test_a_freshness_schedule_for_a_job_that_does_not_exist_is_refused(world: World):
+    context, metrics = world.copy()
+    job = next(iter(metrics["freshness"]["schedules"]))
+    metrics["freshness"]["schedules"][job + "_typo"] = metrics["freshness"]["schedules"].pop(job)
+    message = world.refused(metrics=metrics)
+    assert f"freshness.schedules.{job}_typo: no Coalesce job" in message
+
+
+def test_every_problem_is_reported_at_once(world: World):
+    context, metrics = world.copy()
+    metrics["totals"][0]["asset"] += "x"
+    context["reference_tables"][0]["asset"] += "x"
+    message = world.refused(context=context, metrics=metrics)
+    assert "metrics.yaml: totals[0]" in message and "context.yaml: reference_tables[0]" in message
+
+
+def test_a_truncated_state_file_error_quotes_a_few_hundred_characters(world: World, tmp_path: Path):
+    state = (world.state_dir / "coalesce_workspace.json").read_text()
+    truncated = tmp_path / "state"
+    truncated.mkdir()
+    (truncated / "coalesce_workspace.json").write_text(state[: len(state) // 2])
+    broken = World(world.folder, truncated, world.base_url, world.work)
+    message = broken.refused()
+    assert str(truncated / "coalesce_workspace.json") in message and "Invalid JSON" in message
+    assert len(message) < QUOTE_LIMIT + 600, "the error quotes a part of the input, not all of it"
+    assert "more characters" in message
+
+
+def test_the_context_file_loader_names_the_line_of_a_duplicate_member_key(tmp_path: Path):
+    path = tmp_path / "context.yaml"
+    path.write_text(
+        "teams:\n  ops:\n    name: Ops\n    slack_channel: '#ops'\n    members:\n"
+        "      - {name: A, email: a@x.example, email: b@x.example}\n"
+    )
+    with pytest.raises(DwConfigError, match=r"context.yaml: line 6: duplicate key 'email'"):
+        load_context_file(path)
