@@ -39,6 +39,7 @@ from dw_dagster.coalesce.state import REFRESH_HINT
 from dw_dagster.coalesce_runs import build_run_hook
 from dw_dagster.config import DwConfigError
 from dw_dagster.context.models import ContextFile, load_context_file
+from dw_dagster.context.references import check_references
 from dw_dagster.context.specs import attach_context, build_context_asset_specs
 from dw_dagster.cost.job import build_cost_definitions
 from dw_dagster.incidents.assets import incidents_spec
@@ -140,6 +141,10 @@ class OperationsComponent(dg.Component, dg.Model, dg.Resolvable):
         pipeline = self.pipeline_specs(specs)
         ctx, metrics = self._context, self._metrics
         systems = build_context_asset_specs(ctx) if ctx is not None else []
+        resolve = ref_resolver(specs)
+        # What the two files say about the graph must resolve: a misspelt asset is a check that never runs.
+        check_references([*pipeline, *systems], context=ctx, context_path=self.context_file, metrics=metrics,
+                         metrics_path=self.metrics_file, resolve_table=resolve)  # fmt: skip
         warehouse = warehouse_from_env()
         defs = dg.Definitions(
             assets=[*systems, incidents_spec],
@@ -151,7 +156,6 @@ class OperationsComponent(dg.Component, dg.Model, dg.Resolvable):
         # Checks and incidents live in the warehouse: without a database, the assets only.
         if not warehouse.database:
             return defs
-        resolve = ref_resolver(specs)
         ops = OpsSchema(warehouse.database, metrics.ops_schema)
         checks = build_check_definitions(metrics, pipeline, resolve, ops.database)
         sensor = build_coalesce_polling_sensor(

@@ -109,8 +109,9 @@ def _format_loc(loc: tuple[int | str, ...]) -> str:
 
 
 def _short_repr(value: Any, limit: int = 80) -> str:
+    # A whole response or state file can be the input: quote its start and say how much was left off.
     text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit:,} more characters)"
 
 
 ModelT = TypeVar("ModelT", bound=BaseModel)

@@ -3,19 +3,18 @@ Coalesce nodes and the systems around them, one connected graph, on two worlds."
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
 import networkx as nx
 import pytest
+from coalesce_state import environ, state_key, write_state
 from dagster._core.storage.defs_state.base import set_defs_state_storage
 
 from dw_dagster.coalesce import CoalesceWorkspace
@@ -24,25 +23,11 @@ from dw_dagster.coalesce.translator import DagsterCoalesceTranslator
 from dw_dagster.components import asset_specs_of
 from dw_dagster.config import DwConfigError
 from dw_dagster.definitions import build_definitions
-from dw_dagster.project import coalesce_components, refresh_coalesce_state
+from dw_dagster.project import refresh_coalesce_state
 from dw_local.world import LOCAL_COALESCE_TOKEN, LocalWorld
 
 REPO = Path(__file__).resolve().parents[2]
 ECOMMERCE = REPO / "dw_local" / "scenarios" / "worlds" / "ecommerce"
-
-
-@contextmanager
-def environ(values: dict[str, str]) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 class Project:
@@ -65,18 +50,11 @@ class Project:
 
     def state_key(self) -> str:
         with environ(self.env):
-            (component,) = coalesce_components()
-        return component.defs_state_config.key
+            return state_key()
 
     def write_state(self, edit) -> None:
         """Replaces the stored Coalesce state with ``edit(state as JSON)``, as a new version."""
-        storage = self.instance.defs_state_storage
-        key = self.state_key()
-        path = Path(self.instance.root_directory) / "edited_state"
-        storage.download_state_to_path(key, storage.get_latest_version(key), path)
-        path.write_text(json.dumps(edit(json.loads(path.read_text()))))
-        version = f"edited-{datetime.now(UTC).timestamp()}"
-        storage.upload_state_from_path(key, version, path)
+        write_state(self.instance, self.state_key(), edit)
 
 
 def causes(error: BaseException) -> str:

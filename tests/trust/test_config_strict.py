@@ -1,9 +1,10 @@
 """Configuration that could open a hole by accident is refused when the code location loads.
 
 Each typo of issue #11 is played on two worlds (the distributor and the e-commerce retailer): the node graph
-comes from the Coalesce simulator serving the world's project over HTTP, read into a state file by
-``refresh_state_file`` as production does; then ``build_definitions`` loads the world's context and metrics
-files with one thing broken, and must fail naming the file, the field (or the line) and what was expected.
+comes from the Coalesce simulator serving the world's project over HTTP, refreshed into a Dagster instance's
+definitions state by ``refresh_coalesce_state`` as production does; then ``build_definitions`` loads the
+world's context and metrics files with one thing broken, and must fail naming the file, the field (or the
+line) and what was expected.
 """
 
 from __future__ import annotations
@@ -11,14 +12,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import dagster as dg
 import pytest
 import yaml
+from coalesce_state import environ, state_key, write_state_text
+from dagster._core.storage.defs_state.base import set_defs_state_storage
 
-from dw_dagster.coalesce.state import refresh_state_file
+from dw_dagster.coalesce.errors import CoalesceStateError
+from dw_dagster.components import asset_specs_of
 from dw_dagster.config import QUOTE_LIMIT, DwConfigError
 from dw_dagster.context.models import load_context_file
 from dw_dagster.definitions import build_definitions
-from dw_dagster.settings import Settings
+from dw_dagster.project import refresh_coalesce_state
 from dw_local.world import DISTRIBUTOR_DIR, LOCAL_COALESCE_TOKEN, LocalWorld
 
 ECOMMERCE_DIR = Path(__file__).resolve().parents[2] / "dw_local" / "scenarios" / "worlds" / "ecommerce"
@@ -26,13 +31,14 @@ WORLDS = {"distributor": DISTRIBUTOR_DIR, "ecommerce": ECOMMERCE_DIR}
 
 
 class World:
-    def __init__(self, folder: Path, state_dir: Path, base_url: str, work: Path):
+    def __init__(self, folder: Path, instance: dg.DagsterInstance, base_url: str, work: Path):
         self.folder = folder
-        self.state_dir = state_dir
+        self.instance = instance
         self.base_url = base_url
         self.work = work
         self.context = yaml.safe_load((folder / "context.yaml").read_text())
         self.metrics = yaml.safe_load((folder / "metrics.yaml").read_text())
+        self.specs = {s.key.to_user_string(): s for s in asset_specs_of(self.load())}  # its own files load
 
     def files(
         self, context: dict | str | None = None, metrics: dict | str | None = None
@@ -47,22 +53,34 @@ class World:
             out.append(path)
         return out[0], out[1]
 
-    def load(self, context: dict | str | None = None, metrics: dict | str | None = None):
-        context_path, metrics_path = self.files(context, metrics)
-        env = {
-            "DW_STATE_DIR": str(self.state_dir),
-            "DW_CONTEXT_FILE": str(context_path),
-            "DW_METRICS_FILE": str(metrics_path),
+    def env(self, context_path: Path | None = None, metrics_path: Path | None = None) -> dict[str, str]:
+        return {
+            "DW_CONTEXT_FILE": str(context_path or self.folder / "context.yaml"),
+            "DW_METRICS_FILE": str(metrics_path or self.folder / "metrics.yaml"),
             "SNOWFLAKE_DATABASE": "DW_PROD",
             "COALESCE_BASE_URL": self.base_url,
             "COALESCE_ENVIRONMENT_IDS": "2",
         }
-        return build_definitions(Settings.from_env(env))
 
-    def refused(self, **files) -> str:
-        with pytest.raises(DwConfigError) as e:
+    def load(self, context: dict | str | None = None, metrics: dict | str | None = None) -> dg.Definitions:
+        with environ(self.env(*self.files(context, metrics))):
+            with set_defs_state_storage(self.instance.defs_state_storage):
+                return build_definitions()
+
+    def refused(self, error: type[Exception] = DwConfigError, **files) -> str:
+        """The message of the ``error`` loading raised: Dagster names the component that failed, the error
+        it was raised from names the file and the field."""
+        with pytest.raises(Exception) as e:
             self.load(**files)
-        return str(e.value)
+        cause = e.value
+        while not isinstance(cause, error) and cause.__cause__ is not None:
+            cause = cause.__cause__
+        assert isinstance(cause, error), e.value
+        return str(cause)
+
+    def state_key(self) -> str:
+        with environ(self.env()):
+            return state_key()
 
     def copy(self) -> tuple[dict, dict]:
         context, metrics = json.loads(json.dumps(self.context)), json.loads(json.dumps(self.metrics))
@@ -75,34 +93,27 @@ class World:
         return context, metrics
 
     def first_column(self, asset: str) -> str:
-        state = json.loads((self.state_dir / "coalesce_workspace.json").read_text())
-        location, name = asset.upper().split("/")
-        node = next(
-            n
-            for e in state["environments"]
-            for n in e["nodes"]
-            if (n["locationName"], n["name"]) == (location, name)
-        )
-        return node["metadata"]["columns"][0]["name"]
+        """The first column of the node behind ``asset``, as the Coalesce state gives it."""
+        return self.specs[asset].metadata["dagster/column_schema"].columns[0].name
 
 
 @pytest.fixture(scope="module", params=sorted(WORLDS))
 def world(request, tmp_path_factory) -> World:
     folder = WORLDS[request.param]
     root = tmp_path_factory.mktemp(request.param)
+    (home := root / "dagster_home").mkdir()
+    instance = dg.DagsterInstance.from_config(str(home))
     with LocalWorld(
         root / "local", project_file=folder / "project.yaml", services=("snowflake", "coalesce")
     ) as lw:
         env = {
             "COALESCE_BASE_URL": lw.coalesce_url,
             "COALESCE_ENVIRONMENT_IDS": "2",
-            "DW_STATE_DIR": str(root / "state"),
+            "COALESCE_API_TOKEN": LOCAL_COALESCE_TOKEN,
         }
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("COALESCE_API_TOKEN", LOCAL_COALESCE_TOKEN)
-            refresh_state_file(Settings.from_env(env))
-        world = World(folder, root / "state", lw.coalesce_url, root)
-    world.load()  # the world's own files load
+        with environ(env):
+            refresh_coalesce_state(instance)
+        world = World(folder, instance, lw.coalesce_url, root)
     return world
 
 
@@ -238,14 +249,14 @@ def test_every_problem_is_reported_at_once(world: World):
     assert "metrics.yaml: totals[0]" in message and "context.yaml: reference_tables[0]" in message
 
 
-def test_a_truncated_state_file_error_quotes_a_few_hundred_characters(world: World, tmp_path: Path):
-    state = (world.state_dir / "coalesce_workspace.json").read_text()
-    truncated = tmp_path / "state"
-    truncated.mkdir()
-    (truncated / "coalesce_workspace.json").write_text(state[: len(state) // 2])
-    broken = World(world.folder, truncated, world.base_url, world.work)
-    message = broken.refused()
-    assert str(truncated / "coalesce_workspace.json") in message and "Invalid JSON" in message
+def test_a_truncated_state_error_quotes_a_few_hundred_characters(world: World):
+    key = world.state_key()
+    good = write_state_text(world.instance, key, lambda text: text[: len(text) // 2])
+    try:
+        message = world.refused(CoalesceStateError)
+    finally:
+        world.instance.defs_state_storage.set_latest_version(key, good)
+    assert f"Coalesce state {key}" in message and "Invalid JSON" in message
     assert len(message) < QUOTE_LIMIT + 600, "the error quotes a part of the input, not all of it"
     assert "more characters" in message
 
