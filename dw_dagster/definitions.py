@@ -19,6 +19,15 @@ def build_definitions() -> dg.Definitions:
     return operations_component().attach(dg.load_from_defs_folder(path_within_project=Path(__file__).parent))
 
 
+def load_definitions(instance: dg.DagsterInstance) -> dg.Definitions:
+    """The definitions as a code server of ``instance`` loads them: the Coalesce state read from that
+    instance's storage, whatever storage an instance entered earlier in this process left current."""
+    from dagster._core.storage.defs_state.base import set_defs_state_storage
+
+    with set_defs_state_storage(instance.defs_state_storage):
+        return build_definitions()
+
+
 @dg.definitions
 def defs() -> dg.Definitions:
     # Built when Dagster loads the code location, not at import: importing this module costs nothing.

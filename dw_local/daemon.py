@@ -40,12 +40,11 @@ from dagster._core.remote_origin import (
 from dagster._core.run_coordinator import SubmitRunContext
 from dagster._core.scheduler.instigation import InstigatorState, InstigatorStatus, SensorInstigatorData
 from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
-from dagster._core.storage.defs_state.base import set_defs_state_storage
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._utils.tags import TagConcurrencyLimitsCounter
 
-from dw_dagster.definitions import build_definitions
+from dw_dagster.definitions import load_definitions
 from dw_dagster.project import refresh_coalesce_state
 from dw_dagster.settings import Settings
 from dw_dagster.warehouse.commands import migrate_deployment
@@ -166,9 +165,8 @@ class LocalDaemon:
         refresh_coalesce_state(self.instance)
         # Loading reads the "current" defs-state storage, which an instance entered and disposed earlier in
         # this process may have left behind: load against this instance's, as a code server would.
-        with set_defs_state_storage(self.instance.defs_state_storage):
-            self.defs = build_definitions()
-            self.repo = self.defs.get_repository_def()
+        self.defs = load_definitions(self.instance)
+        self.repo = self.defs.get_repository_def()
 
     # -- sensor state, kept where the sensor daemon of `dagster dev` keeps it -----------------------
 

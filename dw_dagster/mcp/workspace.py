@@ -60,11 +60,14 @@ class Workspace:
     def lineage(self):
         """The asset and column graph of the code location's own definitions (Coalesce nodes and the context
         file's systems), from the Coalesce state the code location loads: no warehouse query."""
+        import dagster as dg
+
         from dw_dagster.context.lineage import LineageGraph
-        from dw_dagster.definitions import build_definitions
+        from dw_dagster.definitions import load_definitions
 
         try:
-            specs = build_definitions().resolve_all_asset_specs()
+            # The state lives in the instance (DAGSTER_HOME), as the code server reads it.
+            specs = load_definitions(dg.DagsterInstance.get()).resolve_all_asset_specs()
         except Exception as e:  # noqa: BLE001 - a config or state problem, told as such
             raise ToolError(
                 f"could not load the code location's assets ({type(e).__name__}): {redact(_message(e))}"

@@ -15,14 +15,13 @@ import dagster as dg
 import networkx as nx
 import pytest
 from coalesce_state import environ, state_key, write_state
-from dagster._core.storage.defs_state.base import set_defs_state_storage
 
 from dw_dagster.coalesce import CoalesceWorkspace
 from dw_dagster.coalesce.specs import load_coalesce_asset_specs
 from dw_dagster.coalesce.translator import DagsterCoalesceTranslator
 from dw_dagster.components import asset_specs_of
 from dw_dagster.config import DwConfigError
-from dw_dagster.definitions import build_definitions
+from dw_dagster.definitions import load_definitions
 from dw_dagster.project import refresh_coalesce_state
 from dw_local.world import LOCAL_COALESCE_TOKEN, LocalWorld
 
@@ -42,8 +41,8 @@ class Project:
             refresh_coalesce_state(self.instance)
 
     def load(self, **env: str) -> dg.Definitions:
-        with environ({**self.env, **env}), set_defs_state_storage(self.instance.defs_state_storage):
-            return build_definitions()
+        with environ({**self.env, **env}):
+            return load_definitions(self.instance)
 
     def specs(self, **env: str) -> dict[str, dg.AssetSpec]:
         return {s.key.to_user_string(): s for s in asset_specs_of(self.load(**env))}

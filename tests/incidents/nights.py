@@ -82,22 +82,18 @@ class Nights:
     def diagnose(self, finding: Finding) -> Diagnosis:
         """The diagnosis of an incident opened by ``finding`` alone, over this world's warehouse: what the
         diagnosis job computes for a finding the checks have not raised yet."""
-        from dw_dagster.coalesce.loader import table_resolver
-
         from dw_dagster.checks.history import HistorySession
-        from dw_dagster.coalesce.state import parse_state, read_state_text
+        from dw_dagster.coalesce.specs import ref_resolver
         from dw_dagster.context.lineage import LineageGraph
         from dw_dagster.incidents.diagnosis import DiagnosisContext, diagnose
 
-        settings = self.daemon.settings
-        path = settings.coalesce_state_file
-        data = parse_state(path, read_state_text(path), settings)
-        graph = LineageGraph(self.daemon.defs.resolve_all_asset_specs())
+        specs = self.daemon.defs.resolve_all_asset_specs()
+        graph = LineageGraph(specs)
         now = datetime.now(UTC)
         incident = Incident(incident_id="INC-TEST", cause_key="test", status="open", title=finding.summary,
                             business_date=finding.business_date, severity="ERROR", opened_at=now, updated_at=now)  # fmt: skip
         with self.lw.snowflake.connect(database=self.world.database) as conn:
-            ctx = DiagnosisContext(graph, load_metrics_file(settings.metrics_file), table_resolver(data),
+            ctx = DiagnosisContext(graph, load_metrics_file(self.daemon.settings.metrics_file), ref_resolver(specs),
                                    HistorySession(conn, self.ops), conn.cursor())  # fmt: skip
             return diagnose(incident, [finding], ctx)
 

@@ -6,13 +6,11 @@ the reference night then reaches a diagnosis that cannot measure that join."""
 
 from __future__ import annotations
 
-import json
-
 import httpx
 import pytest
-from dagster._core.storage.defs_state.base import set_defs_state_storage
+from coalesce_state import state_key, write_state
 
-from dw_dagster.definitions import build_definitions
+from dw_dagster.definitions import load_definitions
 from dw_dagster.incidents.jobs import latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
@@ -24,8 +22,6 @@ JINJA = "\n{% if var('with_reserve', true) %}  -- reserve stock counts\n{% endif
 
 
 def _with_unrenderable_join(daemon: LocalDaemon) -> None:
-    path = daemon.settings.coalesce_state_file
-    state = json.loads(path.read_text())
     edited = 0
 
     def walk(node):
@@ -42,13 +38,13 @@ def _with_unrenderable_join(daemon: LocalDaemon) -> None:
         elif isinstance(node, list):
             for v in node:
                 walk(v)
+        return node
 
-    walk(state)
+    # The stored Coalesce state, edited as a new version: what the next load of the code location reads.
+    write_state(daemon.instance, state_key(), walk)
     assert edited, "the state holds FCT_INVENTORY_POSITION's join"
-    path.write_text(json.dumps(state))
-    with set_defs_state_storage(daemon.instance.defs_state_storage):
-        daemon.defs = build_definitions(daemon.settings)
-        daemon.repo = daemon.defs.get_repository_def()
+    daemon.defs = load_definitions(daemon.instance)
+    daemon.repo = daemon.defs.get_repository_def()
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,12 @@ import dagster as dg
 import pytest
 import yaml
 from coalesce_state import environ, state_key, write_state_text
-from dagster._core.storage.defs_state.base import set_defs_state_storage
 
 from dw_dagster.coalesce.errors import CoalesceStateError
 from dw_dagster.components import asset_specs_of
 from dw_dagster.config import QUOTE_LIMIT, DwConfigError
 from dw_dagster.context.models import load_context_file
-from dw_dagster.definitions import build_definitions
+from dw_dagster.definitions import load_definitions
 from dw_dagster.project import refresh_coalesce_state
 from dw_local.world import DISTRIBUTOR_DIR, LOCAL_COALESCE_TOKEN, LocalWorld
 
@@ -64,8 +63,7 @@ class World:
 
     def load(self, context: dict | str | None = None, metrics: dict | str | None = None) -> dg.Definitions:
         with environ(self.env(*self.files(context, metrics))):
-            with set_defs_state_storage(self.instance.defs_state_storage):
-                return build_definitions()
+            return load_definitions(self.instance)
 
     def refused(self, error: type[Exception] = DwConfigError, **files) -> str:
         """The message of the ``error`` loading raised: Dagster names the component that failed, the error
