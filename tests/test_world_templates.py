@@ -37,9 +37,10 @@ def test_a_failed_build_names_the_world_and_its_error(tmp_path: Path):
     assert len(lines) == 1 and "tests/scenarios/billing (6 nights): FAILED after" in lines[0]
 
 
-def _config(args_source, markexpr="", collectonly=False, worker=False):
+def _config(args_source, markexpr="", collectonly=False, worker=False, keyword=""):
     config = SimpleNamespace(
-        args_source=args_source, option=SimpleNamespace(markexpr=markexpr, collectonly=collectonly)
+        args_source=args_source,
+        option=SimpleNamespace(markexpr=markexpr, collectonly=collectonly, keyword=keyword),
     )
     if worker:
         config.workerinput = {}
@@ -53,6 +54,7 @@ def _config(args_source, markexpr="", collectonly=False, worker=False):
         (_config(pytest.Config.ArgsSource.TESTPATHS, markexpr="world"), True),
         (_config(pytest.Config.ArgsSource.TESTPATHS, markexpr="not world"), False),
         (_config(pytest.Config.ArgsSource.ARGS), False),  # a file or folder named: lazy
+        (_config(pytest.Config.ArgsSource.TESTPATHS, keyword="diagnosis"), False),
         (_config(pytest.Config.ArgsSource.TESTPATHS, collectonly=True), False),
         (_config(pytest.Config.ArgsSource.TESTPATHS, worker=True), False),  # the controller built them
     ],
