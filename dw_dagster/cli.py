@@ -46,6 +46,8 @@ PRODUCT_COMMANDS = {
     "baseline": "dw_dagster.checks.commands:baseline",
     "approver-key": "dw_dagster.remediation.commands:approver_key",
     "serve-approvals": "dw_dagster.remediation.slack_endpoint:serve",
+    "mcp": "dw_dagster.mcp.commands:mcp",
+    "cost": "dw_dagster.cost.commands:cost",
 }
 
 

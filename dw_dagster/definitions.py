@@ -15,6 +15,7 @@ from dw_dagster.coalesce.sensor_builder import build_coalesce_run_sensor
 from dw_dagster.coalesce.translator import DagsterCoalesceTranslator
 from dw_dagster.context.models import ContextFile, load_context_file
 from dw_dagster.context.references import check_references
+from dw_dagster.cost.job import build_cost_definitions
 from dw_dagster.incidents.assets import incidents_spec
 from dw_dagster.incidents.jobs import build_incident_definitions
 from dw_dagster.notifications.resources import slack_from_env
@@ -46,7 +47,12 @@ def _state_backed(settings: Settings, metrics: MetricsFile, context: ContextFile
             ops_schema=ops,
         )
         incidents = build_incident_definitions(specs, metrics, table_resolver(data), ops, context)
-        return dg.Definitions.merge(monitored, incidents, dg.Definitions(sensors=[sensor]))
+        return dg.Definitions.merge(
+            monitored,
+            incidents,
+            dg.Definitions(sensors=[sensor]),
+            build_cost_definitions(specs, metrics, ops),
+        )
 
     return build
 

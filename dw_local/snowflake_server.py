@@ -80,6 +80,9 @@ def serve(port: int, data_dir: Path, host: str = "127.0.0.1") -> None:
     fakesnow.server.shared_fs = FakeSnow(db_path=str(data_dir))
     _fail_fast_on_unsupported_sql()
     _csv_columns_as_duckdb_names_them()
+    from dw_local.account_usage import install
+
+    install(fakesnow.server.app, fakesnow.server.shared_fs, data_dir)
     logging.getLogger("fakesnow.server").setLevel(logging.WARNING)
     # The server binds with no auth and keeps every session: loopback only.
     uvicorn.run(fakesnow.server.app, host=host, port=port, log_level="warning", access_log=False)

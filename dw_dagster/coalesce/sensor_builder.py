@@ -40,6 +40,7 @@ from dw_dagster.coalesce.models import (
     CoalesceRunType,
 )
 from dw_dagster.coalesce.resources import CoalesceWorkspace
+from dw_dagster.governance.hook import review_run
 from dw_dagster.incidents.models import Finding
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
@@ -751,8 +752,16 @@ class _Tick:
             outcomes = [self.incidents.record_finding(f) for f in report.findings(self.business_day)]
             asset_graph = self.context.repository_def.asset_graph
             # The Source nodes the run read are checked with what it built: the run just consumed them.
-            check_keys = check_keys_for_assets(
-                asset_graph, [*report.built_asset_keys, *source_inputs(asset_graph, report.built_asset_keys)]
+            touched = [*report.built_asset_keys, *source_inputs(asset_graph, report.built_asset_keys)]
+            check_keys = check_keys_for_assets(asset_graph, touched)
+            outcomes += review_run(
+                self.context,
+                self.client,
+                self.incidents,
+                environment_id=report.environment_id,
+                touched=touched,
+                business_date=report.business_date(self.business_day),
+                coalesce_run_id=str(report.run.id),
             )
         except Exception as e:  # noqa: BLE001 - the run stays pending for the next tick
             self.error(f"Reporting Coalesce run {run_id} failed; it stays pending", e)

@@ -30,6 +30,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from dw_dagster.config import FileModel, load_yaml_model, validate_cron, validate_timezone
+from dw_dagster.governance.config import GovernanceConfig
 
 _KEY_PATTERN = r"^[a-z0-9_\-]+(/[a-z0-9_\-]+)*$"
 
@@ -173,6 +174,9 @@ class ContextFile(FileModel):
     coalesce_owners: list[OwnerRule] = Field(default_factory=list)
     domains: dict[str, Domain] = Field(default_factory=dict)
     reference_tables: list[ReferenceTable] = Field(default_factory=list)
+    governance: GovernanceConfig | None = Field(
+        default=None, description="Who owns sensitive data and what looks sensitive (docs/governance.md)."
+    )
 
     @model_validator(mode="after")
     def _references(self) -> ContextFile:
@@ -184,6 +188,9 @@ class ContextFile(FileModel):
             for owner in rule.owners:
                 if owner not in self.teams:
                     raise ValueError(f"coalesce_owners[{i}].owners: unknown team {owner!r}")
+        for i, owner in enumerate(self.governance.owners if self.governance else ()):
+            if owner not in self.teams:
+                raise ValueError(f"governance.owners[{i}]: unknown team {owner!r}")
         for name, domain in self.domains.items():
             for field in ("hold_channel_team", "escalation_team"):
                 team = getattr(domain, field)

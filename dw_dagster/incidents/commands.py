@@ -31,17 +31,7 @@ def list_incidents(only_open: bool, as_json: bool) -> None:
         click.echo("no open incidents" if only_open else "no incidents")
         return
     for v in views:
-        s = v.summary()
-        nights = (
-            s["nights"][0]
-            if len(s["nights"]) == 1
-            else f"{s['nights'][0]}..{s['nights'][-1]}"
-            if s["nights"]
-            else "-"
-        )
-        click.echo(
-            f"{s['incident_id']}  {s['state']:<28} {nights:<22} {s['classification'] or '-':<22} {s['title'][:90]}"
-        )
+        click.echo(v.line())
 
 
 @incidents.command("show")

@@ -27,6 +27,9 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.cost import COST_CHECK
+from dw_dagster.governance.diagnosis import sensitive_column_diagnosis
+from dw_dagster.governance.watch import CHECK_NAME as SENSITIVE_COLUMN
 from dw_dagster.incidents.audit import AuditTrail
 from dw_dagster.incidents.drilldown import drill_groups, drill_source, rows_held, unit_or_sign_diagnosis
 from dw_dagster.incidents.duplication import find_duplicates
@@ -92,10 +95,14 @@ def diagnose(incident: Incident, findings: Sequence[Finding], ctx: DiagnosisCont
 
 
 def _classify(incident: Incident, primary: Finding, ctx: DiagnosisContext) -> Diagnosis:
+    if primary.check_name == SENSITIVE_COLUMN:
+        return sensitive_column_diagnosis(incident, primary)
     if primary.check_name == "coalesce_run":
         return diagnose_failed(incident, primary, ctx)
     if primary.check_name == "input_freshness":
         return stale_diagnosis(incident, primary, ctx) or _unknown(incident, primary, ctx)
+    if primary.check_name == COST_CHECK:  # a cost jump is not a data fault: its finding says what grew
+        return _unknown(incident, primary, ctx, evidence=primary.evidence)
     total = total_of(primary, ctx.metrics)
     if (
         total is not None

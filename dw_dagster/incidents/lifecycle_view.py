@@ -58,6 +58,13 @@ class IncidentView:
             lines += ["", self.receipt]
         return "\n".join(lines)
 
+    def line(self) -> str:
+        """One line of ``incidents list``: id, state, nights, class, title."""
+        s = self.summary()
+        nights = s["nights"]
+        shown = "-" if not nights else nights[0] if len(nights) == 1 else f"{nights[0]}..{nights[-1]}"
+        return f"{s['incident_id']}  {s['state']:<28} {shown:<22} {s['classification'] or '-':<22} {s['title'][:90]}"
+
     def summary(self) -> dict[str, Any]:
         """One line of ``incidents list --json``."""
         findings = self.of_kind("finding")

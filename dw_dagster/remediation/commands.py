@@ -149,27 +149,37 @@ def undo(incident_id: str, who: str | None) -> None:
 @click.argument("incident_id")
 def proposals(incident_id: str) -> None:
     """Show an incident's proposed fixes, their diffs and who has approved."""
+    ops = Operations()
+    text = proposals_text(ops.book(), incident_id)
+    if text is None:
+        raise click.ClickException(f"{incident_id}: no proposal")
+    click.echo(text)
+
+
+def proposals_text(book, incident_id: str) -> str | None:
+    """An incident's plans as ``proposals`` shows them (diffs, bound run, approvals, decision); ``None``
+    without a plan. The MCP server's ``incident_proposals`` tool reads the same."""
     from dw_dagster.remediation.receipt import plan_markdown
 
-    ops = Operations()
-    book = ops.book()
     plans = book.plans(incident_id)
     if not plans:
-        raise click.ClickException(f"{incident_id}: no proposal")
+        return None
+    lines = []
     for plan in plans:
-        click.echo(plan_markdown(plan, book.approvers(plan)))
+        lines.append(plan_markdown(plan, book.approvers(plan)))
         binding = book.binding(plan)
         if binding is not None:
-            click.echo(f"the run dw-dagster submitted for it: {binding.run_id} (submission {binding.seq})")
+            lines.append(f"the run dw-dagster submitted for it: {binding.run_id} (submission {binding.seq})")
         for a in book.approvals(plan):
-            click.echo(
+            lines.append(
                 f"approved by {a.approver} for {a.team} at {a.at:%Y-%m-%d %H:%M:%S} UTC (run {a.run_id}; via {a.via})"
             )
         decision = book.decision(plan)
         if decision:
-            click.echo(
+            lines.append(
                 f"{decision.kind} by {decision.by} at {decision.at:%Y-%m-%d %H:%M:%S} UTC: {decision.reason}"
             )
+    return "\n".join(lines)
 
 
 @click.group("approver-key")

@@ -10,6 +10,7 @@ or test fails the node and the run; nodes downstream of a failed node are not bu
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from contextlib import closing
@@ -100,6 +101,22 @@ def render_node(node: NodeSpec, env: EnvironmentSpec) -> list[Statement]:
     return statements
 
 
+def coalesce_query_tag(
+    job: str | None, run_id: str, run_type: str, node: NodeSpec, statement: Statement
+) -> str:
+    """The JSON query tag Coalesce sets on every statement of a Job run (docs/cost.md)."""
+    fields = {
+        "jobName": job,
+        "nodeID": node.id,
+        "nodeName": node.name,
+        "runID": run_id,
+        "runType": run_type.capitalize(),
+        "stageName": statement.name,
+        "storageLocation": node.locationName,
+    }
+    return json.dumps({"coalesce": {k: v for k, v in fields.items() if v is not None}})
+
+
 def _error(message: str, detail: str) -> dict[str, str]:
     lines = message.strip().splitlines() or [detail]
     return {"errorString": lines[0], "errorDetail": detail}
@@ -108,7 +125,15 @@ def _error(message: str, detail: str) -> dict[str, str]:
 class RunExecutor:
     """Builds runs one at a time (the queue's worker thread calls :meth:`execute`)."""
 
-    def __init__(self, store: RunStore, clock: SimClock, snowflake: SnowflakeAddress, faults: Faults):
+    def __init__(
+        self,
+        store: RunStore,
+        clock: SimClock,
+        snowflake: SnowflakeAddress,
+        faults: Faults,
+        job_names: dict[str, str] | None = None,
+    ):
+        self.job_names = job_names or {}
         self.store = store
         self.clock = clock
         self.snowflake = snowflake
@@ -231,7 +256,9 @@ class RunExecutor:
                 return "canceled", None
             results.append(self._running(statement, warehouse))
             save("running")
-            results[-1] = self._execute(cursor, statement, results[-1])
+            job = self.job_names.get(run.job_id or "")
+            tag = coalesce_query_tag(job, str(run.id), run.run_type, node, statement)
+            results[-1] = self._execute(cursor, statement, results[-1], tag)
             if not results[-1]["success"]:
                 failure = failure or results[-1]["error"]["errorString"]
         save("failed" if failure else "complete")
@@ -254,10 +281,12 @@ class RunExecutor:
             "error": None,
         }
 
-    def _execute(self, cursor: Any, statement: Statement, result: dict[str, Any]) -> dict[str, Any]:
+    def _execute(
+        self, cursor: Any, statement: Statement, result: dict[str, Any], query_tag: str
+    ) -> dict[str, Any]:
         result = {**result, "isRunning": False}
         try:
-            cursor.execute(statement.executed_sql)
+            cursor.execute(statement.executed_sql, _statement_params={"QUERY_TAG": query_tag})
             result["queryID"] = cursor.sfqid
             if statement.kind == "insert":
                 result["rowsInserted"] = cursor.rowcount or 0

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dw_dagster.coalesce.selectors import Selector, SelectorError, SelectorNode, parse_selector, select_nodes
+from dw_local.account_usage import set_clock as set_snowflake_clock
 from dw_local.coalesce_sim.clock import SimClock, format_time
 from dw_local.coalesce_sim.faults import Faults
 from dw_local.coalesce_sim.project import (
@@ -102,7 +103,9 @@ class CoalesceSimulator:
         offset = self.store.get_setting(CLOCK_OFFSET_SETTING)
         self.clock = SimClock(timedelta(seconds=float(offset)) if offset else timedelta(0))
         self.faults = Faults()
-        self.executor = RunExecutor(self.store, self.clock, snowflake, self.faults)
+        self.executor = RunExecutor(
+            self.store, self.clock, snowflake, self.faults, {j.id: j.name for j in project.file.jobs}
+        )
         self.queue = RunQueue(self._execute)
         self._lock = threading.Lock()
         environments = project.file.environments
@@ -141,6 +144,8 @@ class CoalesceSimulator:
     def set_clock(self, now: datetime) -> None:
         self.clock.set(now)
         self.store.set_setting(CLOCK_OFFSET_SETTING, str(self.clock.offset.total_seconds()))
+        # The local Snowflake's query history then reads in the same business time.
+        set_snowflake_clock(self.executor.snowflake.host, self.executor.snowflake.port, now)
 
     # -- nodes and edits ---------------------------------------------------------------------------
 

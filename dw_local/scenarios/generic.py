@@ -299,8 +299,12 @@ class GenericWorld:
         if frame.empty:
             return
         declared, actual = self.tables[name].columns, self.actual_columns(cur, name)
+        target = actual
         if set(actual) <= set(declared):
             source = actual
+        elif set(declared) < set(actual):
+            # A column added upstream (column_added): loaded when the rows carry it, NULL when they do not.
+            source = target = [a for a in actual if a in declared or a in frame.columns]
         elif len(actual) == len(declared):
             source = [a if a in declared else declared[i] for i, a in enumerate(actual)]
         else:
@@ -313,7 +317,7 @@ class GenericWorld:
             cur.execute(f"CREATE TEMPORARY STAGE IF NOT EXISTS {stage[1:]}")
             cur.execute(f"PUT file://{path} {stage} AUTO_COMPRESS=FALSE OVERWRITE=TRUE")
             cur.execute(
-                f"COPY INTO {self.tables[name].qualified} ({', '.join(map(quote_identifier, actual))}) "
+                f"COPY INTO {self.tables[name].qualified} ({', '.join(map(quote_identifier, target))}) "
                 f"FROM {stage}/{path.name} FILE_FORMAT=(TYPE=CSV FIELD_OPTIONALLY_ENCLOSED_BY='\"') "
                 "PURGE=TRUE FORCE=TRUE"
             )

@@ -46,3 +46,19 @@ def test_no_more_false_alarms_than_the_elementary_default(played):
     dw, base = score["total"][DW], score["total"][BASELINE]
     assert dw["faults"] == base["faults"] == 0
     assert dw["false_alarms"] <= base["false_alarms"]
+
+
+def test_a_sensitive_new_column_is_a_warn_finding_for_the_governance_owners_on_its_night(played):
+    reports, _ = played
+    added, unsensitive = reports["ecommerce-benign-sensitive-column-added"].nights
+    assert added.run_status == unsensitive.run_status == "completed"
+    (alarm,) = [a for a in added.alarms if a.check == "sensitive_column"]
+    assert (alarm.asset, alarm.severity) == ("raw_shop/order_lines", "WARN")
+    # Recognised by its sampled values (its name says nothing), with where it reaches.
+    assert "BUYER_CONTACT looks like email data" in alarm.summary and "sampled values" in alarm.summary
+    assert "-> stage/stg_order_lines.BUYER_CONTACT" in alarm.summary
+    assert [a for a in added.alarms if a.severity != "WARN"] == []
+    (incident,) = [i for i in added.incidents if "raw_shop/order_lines" in i.assets]
+    assert incident.owners == ["data-platform"]  # the context file's governance owners
+    # A new column that is not sensitive (and the known one) raise nothing.
+    assert unsensitive.alarms == []
