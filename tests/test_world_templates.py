@@ -64,3 +64,6 @@ def test_only_the_whole_suite_builds_first(config, builds, monkeypatch):
     assert builds_first(config) is builds
     monkeypatch.setenv("DW_PREBUILD_TEMPLATES", "0")
     assert builds_first(config) is False
+    monkeypatch.setenv("DW_PREBUILD_TEMPLATES", "1")
+    # Forced on for the controller of any run; a worker (it inherits the variable) or --co never builds.
+    assert builds_first(config) is not (hasattr(config, "workerinput") or config.option.collectonly)

@@ -45,12 +45,12 @@ def templates() -> dict[str, int]:
 def builds_first(config) -> bool:
     """The whole suite (no path arguments, no ``-k``) builds its world templates before any test; a file or
     a folder run alone seeds lazily, as its first test needs a template. ``DW_PREBUILD_TEMPLATES=0|1``
-    overrides."""
+    overrides (never in an xdist worker, which inherits the variable: the controller built them)."""
+    if hasattr(config, "workerinput") or config.option.collectonly:
+        return False
     forced = os.environ.get("DW_PREBUILD_TEMPLATES")
     if forced:
         return forced == "1"
-    if hasattr(config, "workerinput") or config.option.collectonly:
-        return False  # an xdist worker: the controller built them
     if config.args_source is not pytest.Config.ArgsSource.TESTPATHS or config.option.keyword:
         return False  # files, folders or `-k` name a part of the suite
     markexpr = config.option.markexpr
