@@ -273,7 +273,9 @@ def demo_replay(as_json: bool, root: Path, cache: Path) -> None:
     # Dagster's preview and deprecation notices say nothing about the night; keep the output to the story.
     warnings.simplefilter("ignore")
     if not as_json:
-        click.echo("preparing the seeded world (built once, about 7 minutes on 2 cores; cached under .dw/cache) ...")
+        click.echo(
+            "preparing the seeded world (built once, about 7 minutes on 2 cores; cached under .dw/cache) ..."
+        )
     events = replay(root.resolve(), seeded_template(cache.resolve()), echo=None if as_json else click.echo)
     if as_json:
         click.echo(json.dumps(events, indent=2, default=str))
