@@ -21,6 +21,8 @@ from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import warehouse_from_env
 
+pytestmark = pytest.mark.world  # the seeded distributor world
+
 
 @pytest.fixture(scope="module")
 def reference_night(seeded_world):

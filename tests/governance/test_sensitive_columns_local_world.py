@@ -19,6 +19,8 @@ from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.coalesce_sim.project import column_id, node_id
 from dw_local.worlds.distributor.generator import DistributorWorld
 
+pytestmark = pytest.mark.world  # the seeded distributor world
+
 WORLD = Path(__file__).resolve().parents[2] / "dw_local" / "worlds" / "distributor"
 ITEMS = ("RAW_EBS", "MTL_SYSTEM_ITEMS_B")
 STAGE = ("STAGE", "STG_ITEMS")
