@@ -141,4 +141,6 @@ def test_reconciliation_is_per_group():
     whole = TotalValue(value=1000.0, groups={})
     rec = reconcile(DAY, target, whole, hist_t, hist_s, rule)
     assert rec.passed and rec.groups == []
-    assert not reconcile(DAY, TotalValue(value=900.0, groups=target.groups), whole, hist_t, hist_s, rule).passed
+    assert not reconcile(
+        DAY, TotalValue(value=900.0, groups=target.groups), whole, hist_t, hist_s, rule
+    ).passed
