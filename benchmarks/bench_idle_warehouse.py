@@ -28,7 +28,6 @@ import time
 import types
 import warnings
 from collections import Counter
-from contextlib import contextmanager
 from pathlib import Path
 
 os.environ.setdefault("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
@@ -36,6 +35,8 @@ warnings.filterwarnings("ignore")
 logging.getLogger("sqlalchemy.pool").setLevel(logging.CRITICAL)
 
 import dagster as dg  # noqa: E402
+import phases  # noqa: E402
+from phases import phase  # noqa: E402
 from snowflake.connector.connection import SnowflakeConnection  # noqa: E402
 
 from dw_local.daemon import LocalDaemon  # noqa: E402
@@ -46,28 +47,17 @@ from dw_local.worlds.distributor.generator import DistributorWorld  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("DW_WORLD_CACHE", REPO / ".dw" / "cache"))
 
-_phase: str | None = None
 _sent: list[tuple[str, str]] = []
 _original = SnowflakeConnection.cmd_query
 
 
 def _recording(self, sql, *args, **kwargs):
-    if _phase is not None:
-        _sent.append((_phase, sql))
+    if phases.current is not None:
+        _sent.append((phases.current, sql))
     return _original(self, sql, *args, **kwargs)
 
 
 SnowflakeConnection.cmd_query = _recording  # type: ignore[method-assign]
-
-
-@contextmanager
-def phase(name: str):
-    global _phase
-    outer, _phase = _phase, name
-    try:
-        yield
-    finally:
-        _phase = outer
 
 
 class CountingDaemon(LocalDaemon):

@@ -33,7 +33,6 @@ import re
 import tempfile
 import warnings
 from collections import Counter
-from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -43,6 +42,8 @@ warnings.filterwarnings("ignore")
 # The sqlite pool of the in-process instance logs harmless "Exception during reset" noise at exit.
 logging.getLogger("sqlalchemy.pool").setLevel(logging.CRITICAL)
 
+import phases  # noqa: E402
+from phases import phase  # noqa: E402
 from snowflake.connector.cursor import SnowflakeCursor  # noqa: E402
 
 from dw_local.daemon import LocalDaemon  # noqa: E402
@@ -55,33 +56,22 @@ CACHE = Path(os.environ.get("DW_WORLD_CACHE", REPO / ".dw" / "cache"))
 
 # -- recording every statement ----------------------------------------------------------------------
 
-_phase: str | None = None
 _log: list[dict] = []
 _original_execute = SnowflakeCursor.execute
 
 
 def _recording_execute(self, command, *args, **kwargs):
-    if _phase is not None:
+    if phases.current is not None:
         params = getattr(self.connection, "_session_parameters", None) or {}
         try:
             tag = json.loads(params.get("QUERY_TAG") or "{}")
         except ValueError:
             tag = {"raw": params.get("QUERY_TAG")}
-        _log.append({"phase": _phase, "sql": command, "tag": tag, "connection": id(self.connection)})
+        _log.append({"phase": phases.current, "sql": command, "tag": tag, "connection": id(self.connection)})
     return _original_execute(self, command, *args, **kwargs)
 
 
 SnowflakeCursor.execute = _recording_execute  # type: ignore[method-assign]
-
-
-@contextmanager
-def phase(name: str):
-    global _phase
-    outer, _phase = _phase, name
-    try:
-        yield
-    finally:
-        _phase = outer
 
 
 class CountingDaemon(LocalDaemon):

@@ -54,7 +54,7 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, fr
     if not (root / "seeded.json").exists():
         click.echo(
             "seeding 60 nights of history: the Coalesce job runs each night and dw-dagster watches it "
-            "(about 3 minutes, once; cached under .dw/cache) ..."
+            "(about 7 minutes on 2 cores, once; cached under .dw/cache) ..."
         )
         shutil.rmtree(root, ignore_errors=True)
         clone_world(seeded_template(cache.resolve()), root)
@@ -274,7 +274,9 @@ def demo_replay(as_json: bool, root: Path, cache: Path) -> None:
     # Dagster's preview and deprecation notices say nothing about the night; keep the output to the story.
     warnings.simplefilter("ignore")
     if not as_json:
-        click.echo("preparing the seeded world (built once, about 3 minutes; cached under .dw/cache) ...")
+        click.echo(
+            "preparing the seeded world (built once, about 7 minutes on 2 cores; cached under .dw/cache) ..."
+        )
     events = replay(root.resolve(), seeded_template(cache.resolve()), echo=None if as_json else click.echo)
     if as_json:
         click.echo(json.dumps(events, indent=2, default=str))

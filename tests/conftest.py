@@ -11,6 +11,29 @@ from world_cache import WORLD_CACHE
 os.environ.setdefault("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Runs before xdist's own (trylast) sessionstart starts the workers, so outside any test's timeout.
+    config = session.config
+    from world_templates import build_all, builds_first
+
+    if not builds_first(config):
+        return
+
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+    def echo(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(line)
+        else:
+            print(line, flush=True)
+
+    workers = getattr(config.option, "numprocesses", None) or 1
+    try:
+        build_all(WORLD_CACHE.resolve(), int(workers), echo)
+    except RuntimeError as e:
+        pytest.exit(str(e), returncode=pytest.ExitCode.INTERNAL_ERROR)
+
+
 @pytest.fixture(scope="session")
 def seeded_template() -> Path:
     from dw_local.seeding import seeded_template

@@ -68,7 +68,10 @@ def reconcile(
     tolerance = rule.tolerance(source.value)
 
     groups = []
-    for g in sorted(set(source.groups) | set(target.groups)):
+    # Group by group only when both totals are grouped: a source summed as one value (a raw feed's whole
+    # day) has no group to set against the target's, and reading its absent groups as 0 fails every night.
+    grouped = set(source.groups) | set(target.groups) if source.groups and target.groups else set()
+    for g in sorted(grouped):
         s, t = source.groups.get(g, 0.0), target.groups.get(g, 0.0)
         if s is None or t is None:
             continue  # a NULL value is a finding of its own (groups.null_groups_problem), not a gap of 0

@@ -7,15 +7,24 @@ commands is called.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from dw_dagster.config import DwConfigError
-from dw_local.scenarios.runner import DEFAULT_CACHE, ScenarioReport, run_scenario
 from dw_local.world import WorldError
+
+if TYPE_CHECKING:
+    from dw_local.scenarios.runner import ScenarioReport
+
+# As dw_local.scenarios.runner's: every dw-dagster command loads this plugin, and importing the runner
+# (the checks, the warehouse resource, Snowflake's libraries) costs seconds, so it is imported in the
+# commands that play scenarios only.
+DEFAULT_CACHE = Path(os.environ.get("DW_WORLD_CACHE", ".dw/cache"))
 
 _CACHE = click.option(
     "--cache", type=click.Path(path_type=Path), default=DEFAULT_CACHE, show_default=True,
@@ -35,6 +44,8 @@ def scenario() -> None:
 def scenario_run(path: Path, as_json: bool, cache: Path) -> None:
     """Play the scenario at PATH on a fresh local world and print, per night, what was detected."""
     with _world_errors(path):
+        from dw_local.scenarios.runner import run_scenario
+
         report = run_scenario(path, cache)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, default=str))
@@ -50,6 +61,7 @@ def scenario_score(directory: Path, as_json: bool, cache: Path) -> None:
     """Play every scenario under DIRECTORY (*.yaml, recursively) and print recall, false alarms, root-cause
     accuracy and time to detect, beside an Elementary-default baseline on the same nights."""
     from dw_local.scenarios.model import load_scenario
+    from dw_local.scenarios.runner import run_scenario
     from dw_local.scenarios.score import format_score, score_reports
     from dw_local.scenarios.suite import scenario_files
 

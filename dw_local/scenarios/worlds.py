@@ -12,6 +12,7 @@ import re
 import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -217,26 +218,37 @@ class FileScenarioWorld(ScenarioWorld):
         (building it never waits on another world's build); ``clone_world`` takes the folder's ``.lock``,
         a different file from this one, so holding both cannot deadlock.
         """
+        with self._build_lock(cache):
+            return clone_world(self._ensure_template(cache), dest)
+
+    def template(self, cache: Path) -> Path:
+        """The template's folder under ``cache``, built first if it is not (the suite builds each world's
+        before its tests start; ``clone`` does the same on first use)."""
+        with self._build_lock(cache):
+            return self._ensure_template(cache)
+
+    @contextmanager
+    def _build_lock(self, cache: Path):
         folder = cache / "worlds" / self.name
         folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / ".build.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def _ensure_template(self, cache: Path) -> Path:
+        folder = cache / "worlds" / self.name
         prefix = f"{self.name}-{self.history_nights}-"
         template = folder / f"{prefix}{self._hash()}"
         # Only an older template of this world and history length is pruned, never anything else here.
         stale_name = re.compile(rf"^{re.escape(prefix)}[0-9a-f]{{16}}$")
-        with open(folder / ".build.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (template / "seeded.json").exists():
-                shutil.rmtree(template, ignore_errors=True)
-                with self.local_world(template) as lw:
-                    self._seed(lw)
-                for stale in folder.iterdir():
-                    if (
-                        stale != template
-                        and stale_name.match(stale.name)
-                        and (stale / "seeded.json").exists()
-                    ):
-                        shutil.rmtree(stale, ignore_errors=True)
-            return clone_world(template, dest)
+        if not (template / "seeded.json").exists():
+            shutil.rmtree(template, ignore_errors=True)
+            with self.local_world(template) as lw:
+                self._seed(lw)
+            for stale in folder.iterdir():
+                if stale != template and stale_name.match(stale.name) and (stale / "seeded.json").exists():
+                    shutil.rmtree(stale, ignore_errors=True)
+        return template
 
     def _seed(self, lw: LocalWorld) -> None:
         from dw_local.daemon import LocalDaemon

@@ -137,3 +137,10 @@ def test_reconciliation_is_per_group():
     # A NULL source group is not a gap of zero: it is left to its own finding.
     nulls = TotalValue(value=600.0, groups={"STORE_ID=1": 600.0, "STORE_ID=2": None})
     assert all(g.group != "STORE_ID=2" for g in reconcile(DAY, source, nulls, hist_t, hist_s, rule).groups)
+    # A source summed as one value is reconciled in total only: its groups are not zeros.
+    whole = TotalValue(value=1000.0, groups={})
+    rec = reconcile(DAY, target, whole, hist_t, hist_s, rule)
+    assert rec.passed and rec.groups == []
+    assert not reconcile(
+        DAY, TotalValue(value=900.0, groups=target.groups), whole, hist_t, hist_s, rule
+    ).passed

@@ -344,7 +344,7 @@ def test_a_long_run_is_reported_once_when_it_finishes(
     make_sensor: Any, coalesce: CoalesceClient, world: LocalWorld
 ) -> None:
     sensor = make_sensor()
-    control(world, "POST", "/_sim/warehouse", {"queryDelaySeconds": 0.08})
+    control(world, "POST", "/_sim/warehouse", {"queryDelaySeconds": 0.4})
     run_id = start(coalesce, 1)
     ticks_while_running, deadline = 0, time.monotonic() + 30
     while not (result := sensor.tick()).asset_events:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
-import time
+from datetime import timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 import yaml
@@ -103,24 +104,39 @@ def _measure(lw) -> dict:
         }
 
 
-@pytest.fixture(scope="module")
-def history(tmp_path_factory: pytest.TempPathFactory):
-    """A fresh world, installed and seeded with 60 nights; each night's totals recorded after its job."""
-    from dw_local.world import LocalWorld
+def _recorded_nights(lw, world: DistributorWorld) -> list[dict]:
+    """Each history night's totals and row counts as its checks recorded them in the ops schema (the tables
+    themselves keep only the latest night): the same sums and counts ``_measure`` takes."""
+    days = [world.business_date(n) for n in range(HISTORY)]
+    with lw.snowflake.connect() as conn:
+        cur = conn.cursor()
+        cur.execute("SELECT METRIC, BUSINESS_DATE, VALUE FROM DW_OPS.METRIC_HISTORY")
+        metric = {(m, d): v for m, d, v in cur.fetchall()}
+        cur.execute("SELECT ASSET_KEY, BUSINESS_DATE, ROW_COUNT FROM DW_OPS.VOLUME_HISTORY")
+        volume = {(a, d): v for a, d, v in cur.fetchall()}
+    return [
+        {
+            "raw": int(metric[("ebs_onhand_units", day)]),
+            "fct": int(metric[("network_onhand_units", day)]),
+            "reorder": metric[("reorder_candidates", day)],
+            "fct_rows": volume[("inventory/fct_inventory_position", day)],
+            "dos_rows": volume[("mart/mart_days_of_supply", day)],
+            "dim_rows": volume[("inventory/dim_warehouse", day)],
+        }
+        for day in days
+    ]
 
-    with LocalWorld(tmp_path_factory.mktemp("distributor") / "local") as lw:
-        world = DistributorWorld()
-        coalesce = lw.coalesce_client()
-        started = time.monotonic()
-        world.install(lw.snowflake)
-        installed = time.monotonic()
-        nights: list[dict] = []
-        results = world.seed_history(
-            lw.snowflake, coalesce, HISTORY, on_night=lambda _: nights.append(_measure(lw))
-        )
-        seeded = time.monotonic()
-        print(f"\ninstall {installed - started:.1f} s, {HISTORY} nights {seeded - installed:.1f} s")
-        yield {"lw": lw, "world": world, "coalesce": coalesce, "results": results, "nights": nights}
+
+@pytest.fixture(scope="module")
+def history(seeded_world):
+    """The suite's seeded template (60 nights played by the Coalesce job and watched by the checks, as
+    ``seeding.seed_history_only`` plays them): its completed runs, and each night's totals and row counts
+    as recorded after its job."""
+    world = DistributorWorld()
+    coalesce = seeded_world.coalesce_client()
+    runs = sorted(coalesce.iter_runs(environment_id="2", run_status="completed"), key=lambda r: r.id)
+    nights = _recorded_nights(seeded_world, world)
+    return {"lw": seeded_world, "world": world, "coalesce": coalesce, "runs": runs, "nights": nights}
 
 
 @pytest.fixture(scope="module")
@@ -175,15 +191,13 @@ def reference(history):
 
 @pytest.mark.world
 def test_sixty_nights_each_ran_the_job_to_completion(history):
-    results = history["results"]
-    assert [r.night for r in results] == list(range(HISTORY))
-    assert all(r.status == "completed" for r in results)
-    runs = list(history["coalesce"].iter_runs(environment_id="2", run_status="completed"))
-    assert len(runs) == HISTORY
-    assert {r.id for r in runs} == {r.run_id for r in results}
-    # Nightly at 02:00 America/Chicago, the day after each business day.
-    for r in results:
-        assert r.scheduled_at.hour == 2 and (r.scheduled_at.date() - r.business_date).days == 1
+    world, runs = history["world"], history["runs"]
+    assert len(runs) == HISTORY == len(history["nights"])
+    # Nightly at 02:00 America/Chicago, the day after each business day, one run a night in order.
+    tz = ZoneInfo(world.spec.timezone)
+    for night, run in enumerate(runs):
+        started = run.run_start_time.astimezone(tz)
+        assert started.hour == 2 and started.date() - world.business_date(night) == timedelta(days=1)
 
 
 @pytest.mark.world

@@ -44,7 +44,8 @@ def calls(seeded_world):
                 "list": ("list_incidents", {}),
                 "show": ("show_incident", {"incident_id": iid}),
                 "proposals": ("incident_proposals", {"incident_id": iid}),
-                "down": ("trace_lineage", {"asset": "ref_planning/region_map", "column": "REGION"}),
+                "down": ("trace_lineage", {"asset": "ref_planning/region_map"}),
+                "down_column": ("trace_lineage", {"asset": "ref_planning/region_map", "column": "REGION"}),
                 "up": ("trace_lineage", {"asset": "FCT_INVENTORY_POSITION", "direction": "upstream"}),
                 "history": ("check_history", {"check": "total_network_onhand_units", "nights": 5}),
                 "missing": ("show_incident", {"incident_id": "INC-20990101-000000"}),
@@ -111,8 +112,13 @@ def test_lineage_reaches_the_systems_around_the_pipeline(calls):
     assert "inventory/dim_warehouse" in reached and "thoughtspot/network_days_of_supply" in reached
     liveboard = next(a for a in down["assets"] if a["asset_key"] == "thoughtspot/network_days_of_supply")
     assert liveboard["reads"], "who reads the Liveboard, and when"
-    cols = {(c["asset_key"], c["column"]) for c in down["columns"]}
+    # A column's trace follows that column only: REGION ends in the fact (the marts aggregate it away),
+    # so the Liveboard, which reads a mart, is not on it.
+    column = out["down_column"].structured_content
+    cols = {(c["asset_key"], c["column"]) for c in column["columns"]}
     assert ("inventory/fct_inventory_position", "REGION") in cols
+    assert not any(c[0].startswith("mart/") for c in cols)
+    assert "thoughtspot/network_days_of_supply" not in {a["asset_key"] for a in column["assets"]}
     up = out["up"].structured_content
     assert up["asset_key"] == "inventory/fct_inventory_position"
     assert {"oracle_ebs/mtl_onhand_quantities_detail", "qlik_replicate/ebs_inventory_cdc"} <= {

@@ -145,12 +145,13 @@ def test_the_reference_night_through_the_real_daemon_down_to_the_receipt(prod):
     )
     assert {m["channel"] for m in posted if not m["thread_ts"]} >= {"#inventory-analytics", "#planning-ops"}
 
+    book = ApprovalBook(store, load_context_file(Settings.from_env().context_file))
+    # The owners approve from the proposal, posted once the sensor has bound the run the daemon created.
+    prod.wait("the held run bound to its plan", lambda: book.binding(book.plans(incident.incident_id)[-1]))
     for who, extra in ((NODE_OWNER, []), (MAP_OWNER, ["--set", "WAREHOUSE_NAME=Dallas"])):
         result = CliRunner().invoke(main, ["approve", incident.incident_id, "--as", who, *extra])
         assert result.exit_code == 0, result.output
-    (plan,) = ApprovalBook(store, load_context_file(Settings.from_env().context_file)).plans(
-        incident.incident_id
-    )
+    (plan,) = book.plans(incident.incident_id)
     (node,) = [p.node_change for p in plan.proposals if p.kind is ProposalKind.NODE_CHANGE and p.node_change]
     apply_and_deploy(lw.coalesce_url, LOCAL_COALESCE_TOKEN, node)
 

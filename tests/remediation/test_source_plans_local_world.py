@@ -55,6 +55,10 @@ class Plans:
         return CliRunner().invoke(main, list(args), env=env)
 
     def approve(self, incident, *people: str) -> None:
+        # The tick that proposed the plan submitted its run; the next one binds the run the daemon created
+        # and posts the proposal the owners approve from.
+        if self.book.binding(self.book.plans(incident.incident_id)[-1]) is None:
+            assert self.daemon.tick().launched == [], "a held run launches only once approved"
         for person in people:
             out = self.cli("approve", incident.incident_id, "--as", person)
             assert out.exit_code == 0, out.output

@@ -61,7 +61,7 @@ def test_a_bad_scenario_exits_with_the_file_and_field(tmp_path):
 
 
 def test_a_night_a_world_cannot_play_exits_with_the_file_and_field(tmp_path):
-    # No subscription of the night has plan NOPE: known only when the night's rows are drawn, at play time.
+    # No subscription ever has plan NOPE: the world's own values say so when the file loads, before any night.
     bad = tmp_path / "bad.yaml"
     bad.write_text(
         f"name: bad\nworld: {HERE / 'billing' / 'world.yaml'}\nnights: [{{events: [{{kind: partial_load, "
@@ -70,6 +70,7 @@ def test_a_night_a_world_cannot_play_exits_with_the_file_and_field(tmp_path):
     out = _cli("scenario", "run", str(bad), cwd=tmp_path)
     assert out.returncode == 2, out.stderr[-3000:]
     assert (
-        f"{bad}: partial_load: where: no row of SUBSCRIPTIONS's new rows on the night matches" in out.stderr
+        f"{bad}: nights.0.events.0 (partial_load): where: SUBSCRIPTIONS.PLAN_CODE never holds 'NOPE' "
+        "(its values: ENTERPRISE, STARTER, TEAM)" in out.stderr
     )
     assert "Traceback" not in out.stderr

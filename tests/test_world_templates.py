@@ -1,0 +1,69 @@
+"""The whole suite builds its world templates before its tests (tests/world_templates.py, conftest's
+pytest_sessionstart); a file run alone seeds lazily."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from world_templates import REPO, build_all, builds_first, templates, world_files
+
+from dw_local.scenarios.world_file import load_world_file
+from dw_local.seeding import HISTORY_NIGHTS
+
+
+def test_every_world_file_and_the_distributor_is_built_longest_first():
+    found = templates()
+    files = {
+        *(REPO / "dw_local" / "scenarios" / "worlds").glob("*/world.yaml"),
+        *(REPO / "tests").rglob("world.yaml"),
+    }
+    assert set(world_files().values()) == files and len(files) >= 4
+    assert set(found) == {"distributor", *world_files()}
+    assert found["distributor"] == HISTORY_NIGHTS
+    assert all(found[name] == load_world_file(path).history_nights for name, path in world_files().items())
+    assert list(found.values()) == sorted(found.values(), reverse=True)
+
+
+def test_a_failed_build_names_the_world_and_its_error(tmp_path: Path):
+    cache = tmp_path / "not-a-folder"
+    cache.write_text("")
+    lines: list[str] = []
+    with pytest.raises(RuntimeError) as err:
+        build_all(cache, 1, lines.append, only=["tests/scenarios/billing"])
+    assert "building the world template tests/scenarios/billing failed" in str(err.value)
+    assert "Error" in str(err.value)  # the build's own traceback, last lines
+    assert len(lines) == 1 and "tests/scenarios/billing (6 nights): FAILED after" in lines[0]
+
+
+def _config(args_source, markexpr="", collectonly=False, worker=False, keyword=""):
+    config = SimpleNamespace(
+        args_source=args_source,
+        option=SimpleNamespace(markexpr=markexpr, collectonly=collectonly, keyword=keyword),
+    )
+    if worker:
+        config.workerinput = {}
+    return config
+
+
+@pytest.mark.parametrize(
+    "config, builds",
+    [
+        (_config(pytest.Config.ArgsSource.TESTPATHS), True),
+        (_config(pytest.Config.ArgsSource.TESTPATHS, markexpr="world"), True),
+        (_config(pytest.Config.ArgsSource.TESTPATHS, markexpr="not world"), False),
+        (_config(pytest.Config.ArgsSource.ARGS), False),  # a file or folder named: lazy
+        (_config(pytest.Config.ArgsSource.TESTPATHS, keyword="diagnosis"), False),
+        (_config(pytest.Config.ArgsSource.TESTPATHS, collectonly=True), False),
+        (_config(pytest.Config.ArgsSource.TESTPATHS, worker=True), False),  # the controller built them
+    ],
+)
+def test_only_the_whole_suite_builds_first(config, builds, monkeypatch):
+    monkeypatch.delenv("DW_PREBUILD_TEMPLATES", raising=False)
+    assert builds_first(config) is builds
+    monkeypatch.setenv("DW_PREBUILD_TEMPLATES", "0")
+    assert builds_first(config) is False
+    monkeypatch.setenv("DW_PREBUILD_TEMPLATES", "1")
+    # Forced on for the controller of any run; a worker (it inherits the variable) or --co never builds.
+    assert builds_first(config) is not (hasattr(config, "workerinput") or config.option.collectonly)
