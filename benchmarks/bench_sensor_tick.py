@@ -175,7 +175,7 @@ def main() -> None:
             sensor = build_coalesce_polling_sensor(
                 workspace=workspace,
                 asset_specs=specs,
-                on_run_finished=build_run_hook(BusinessDay(), warehouse, OpsSchema(DATABASE)),
+                on_run_finished=build_run_hook(BusinessDay(), warehouse, OpsSchema(DATABASE), workspace),
                 asset_selection=dg.AssetSelection.all_asset_checks(),
             )
             metrics = MetricsFile(volume=VolumeMonitoring(assets=["*"]))

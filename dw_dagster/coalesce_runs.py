@@ -7,6 +7,8 @@ this hook, the product's layer on it, turns the same run into
   canceled and no node of an asset explains it, sharing one cause (the job and the business date);
 - one checks-only run request for the checks of the assets the run built and of the Source nodes it read,
   keyed by the Coalesce run so that a replayed tick, a restart or a second local daemon requests it once;
+  what a later run of the same tick built again is left to that run's checks (a check reads the warehouse
+  as it is, and would record the later build under this run's business date);
 - the review of the run's environment for sensitive new columns (:mod:`dw_dagster.governance`).
 """
 
@@ -168,7 +170,6 @@ def build_run_hook(
         outcomes = [store.record_finding(f) for f in run_findings(report, business_day)]
         asset_graph = context.repository_def.asset_graph
         built = report.built_asset_keys
-        # The Source nodes the run read are checked with what it built: the run just consumed them.
         touched = [*built, *source_inputs(asset_graph, built)]
         outcomes += review_run(
             context,
@@ -185,7 +186,16 @@ def build_run_hook(
                 context.log.warning(f"{report.describe()}: opened incident {outcome.incident.incident_id}")
             elif outcome.new_finding:
                 context.log.info(f"{report.describe()}: added to incident {outcome.incident.incident_id}")
-        check_keys = check_keys_for_assets(asset_graph, touched)
+        # The Source nodes the run read are checked with what it built: the run just consumed them. What a
+        # later run of this tick built or read again is that run's to check.
+        current = report.current_asset_keys
+        inputs = source_inputs(asset_graph, current) - source_inputs(asset_graph, report.superseded)
+        if report.superseded:
+            context.log.info(
+                f"{report.describe()}: the checks of {len(report.superseded)} assets a later run built again "
+                "are that run's"
+            )
+        check_keys = check_keys_for_assets(asset_graph, [*current, *inputs])
         if not check_keys:
             return []
         return [

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -64,6 +64,9 @@ class CoalesceRunReport:
     unmapped_nodes: tuple[str, ...] = ()
     """Nodes in the results that no asset spec describes (a stale state); they get no events."""
     unmapped_failures: tuple[str, ...] = ()
+    superseded: frozenset[dg.AssetKey] = frozenset()
+    """Assets this run built that a later build, reported by the same tick, replaced (a tick catching up on
+    several runs: after a restart, or two runs between ticks). The warehouse holds that later build."""
 
     @property
     def asset_events(self) -> list[AssetEvent]:
@@ -73,6 +76,11 @@ class CoalesceRunReport:
     @property
     def built_asset_keys(self) -> set[dg.AssetKey]:
         return {m.asset_key for m in self.materializations}
+
+    @property
+    def current_asset_keys(self) -> set[dg.AssetKey]:
+        """What this run built that the warehouse still holds as this run built it."""
+        return self.built_asset_keys - self.superseded
 
     @property
     def failed(self) -> bool:
@@ -292,6 +300,24 @@ def fetch_coalesce_run_report(
             if e.status != 404:
                 raise
     return build_coalesce_run_report(run, results, assets, run_link=run_link, job_name=job_name)
+
+
+def mark_superseded(reports: Sequence[CoalesceRunReport]) -> list[CoalesceRunReport]:
+    """``reports`` with each one's ``superseded``: the assets it built that another of them built after it
+    (by the node's end time, as :func:`sort_asset_events` orders them)."""
+    latest: dict[dg.AssetKey, float] = {}
+    for report in reports:
+        for m in report.materializations:
+            latest[m.asset_key] = max(latest.get(m.asset_key, float("-inf")), _event_time(m))
+    return [
+        replace(
+            report,
+            superseded=frozenset(
+                m.asset_key for m in report.materializations if _event_time(m) < latest[m.asset_key]
+            ),
+        )
+        for report in reports
+    ]
 
 
 def _event_time(event: AssetEvent) -> float:

@@ -5,6 +5,9 @@ reports one ``AssetMaterialization`` per node the run built and one ``AssetObser
 failed or that a cancel cut short (:mod:`dw_dagster.coalesce.run_report`), and hands the run's report to
 ``on_run_finished``: the hook through which an application above the integration receives each finished
 run (to record failures, to request the checks of what was built) and returns the run requests it wants.
+A tick reads every finished run first and then hands them over, oldest first, each report saying which of
+its builds a later run of the same tick replaced (``CoalesceRunReport.superseded``): what a check would
+read in the warehouse now is that later build.
 
 The cursor (:class:`~dw_dagster.coalesce.cursor.CoalesceRunSensorCursor`) is exact: per environment, a
 high-water run id and the runs seen but not reported yet. A run whose report or hook fails stays pending and
@@ -31,6 +34,7 @@ from dw_dagster.coalesce.run_report import (
     AssetEvent,
     CoalesceRunReport,
     fetch_coalesce_run_report,
+    mark_superseded,
     sort_asset_events,
 )
 
@@ -100,6 +104,8 @@ class _Tick:
     budget_seconds: float
     cursor: CoalesceRunSensorCursor
     states: dict[str, _EnvState] = field(default_factory=dict)
+    finished: list[tuple[_EnvState, CoalesceRunReport, list[AssetEvent]]] = field(default_factory=list)
+    """Runs read this tick, not handed over yet: their environment's state, report and unreported events."""
     events: list[AssetEvent] = field(default_factory=list)
     run_requests: list[dg.RunRequest] = field(default_factory=list)
     reported: list[str] = field(default_factory=list)
@@ -119,8 +125,8 @@ class _Tick:
         if self.stopped is None:
             if self.consecutive_errors >= MAX_CONSECUTIVE_ERRORS:
                 self.stopped = f"{self.consecutive_errors} calls failed in a row"
-            # Every tick reports at least one run, so that even a tiny budget makes progress.
-            elif self.reported and time.monotonic() >= self.deadline:
+            # Every tick reads at least one run, so that even a tiny budget makes progress.
+            elif self.finished and time.monotonic() >= self.deadline:
                 self.stopped = f"the tick's time budget ({self.budget_seconds:g} s) is spent"
         return self.stopped is not None
 
@@ -138,6 +144,7 @@ class _Tick:
                 self.poll(env_id)
             except Exception as e:  # noqa: BLE001 - the listing failed: this environment waits for the next tick
                 self.error(f"Listing the Coalesce runs of environment {env_id} failed", e)
+        self.hand_over()
 
     def poll(self, env_id: str) -> None:
         state = self.states.get(env_id)
@@ -159,7 +166,7 @@ class _Tick:
                 self.error(f"Reading Coalesce run {run_id} failed", e)
                 continue
             self.consecutive_errors = 0
-            if run.run_status.is_terminal and self.report(run):
+            if run.run_status.is_terminal and self.read(state, run):
                 state.pending.discard(run_id)
         if self.should_stop():
             return
@@ -175,7 +182,7 @@ class _Tick:
             self.consecutive_errors = 0
             if summary.id <= state.high_water:
                 continue
-            if not (summary.run_status.is_terminal and self.report(summary.id)):
+            if not (summary.run_status.is_terminal and self.read(state, summary.id)):
                 state.pending.add(summary.id)
             state.high_water = summary.id
             if self.should_stop():
@@ -199,31 +206,61 @@ class _Tick:
         )
         return _EnvState(high_water, pending)
 
-    def report(self, run: int | CoalesceRun) -> bool:
-        """Reads one finished run, hands it to the hook and keeps its events and run requests; False (and
-        nothing kept) when any of that fails."""
+    def read(self, state: _EnvState, run: int | CoalesceRun) -> bool:
+        """Reads one finished run for :meth:`hand_over`; False (and nothing kept) when that fails."""
         run_id = run if isinstance(run, int) else run.id
         try:
             report = fetch_coalesce_run_report(self.client, run, self.assets)
             events = unreported_asset_events(self.context.instance, report.asset_events)
-            requested = list(self.on_run_finished(self.context, report) or []) if self.on_run_finished else []
         except Exception as e:  # noqa: BLE001 - the run stays pending for the next tick
-            self.error(f"Reporting Coalesce run {run_id} failed; it stays pending", e)
+            self.error(f"Reading Coalesce run {run_id} failed; it stays pending", e)
             return False
         self.consecutive_errors = 0
-        self.events.extend(events)
-        self.run_requests.extend(requested)
+        self.finished.append((state, report, events))
+        return True
+
+    def hand_over(self) -> None:
+        """Hands each run read to the hook, oldest first, and keeps its events and run requests. A run whose
+        hook fails, or that the tick stops before, goes back to pending with nothing kept."""
+        reports = mark_superseded([report for _, report, _ in self.finished])
+        self.consecutive_errors = 0
+        for i, ((state, _, events), report) in enumerate(zip(self.finished, reports, strict=True)):
+            # The first run is always handed over, so that even a tiny budget makes progress.
+            if i and (self.consecutive_errors >= MAX_CONSECUTIVE_ERRORS or time.monotonic() >= self.deadline):
+                self.stopped = self.stopped or (
+                    f"{self.consecutive_errors} calls failed in a row"
+                    if self.consecutive_errors >= MAX_CONSECUTIVE_ERRORS
+                    else f"the tick's time budget ({self.budget_seconds:g} s) is spent"
+                )
+                state.pending.add(report.run.id)
+                continue
+            try:
+                requested = (
+                    list(self.on_run_finished(self.context, report) or []) if self.on_run_finished else []
+                )
+            except Exception as e:  # noqa: BLE001 - the run stays pending for the next tick
+                self.error(f"Reporting Coalesce run {report.run.id} failed; it stays pending", e)
+                state.pending.add(report.run.id)
+                continue
+            self.consecutive_errors = 0
+            self.events.extend(events)
+            self.run_requests.extend(requested)
+            self.log_reported(report, events)
+            self.reported.append(f"{report.environment_id}:{report.run.id}")
+        self.finished = []
+
+    def log_reported(self, report: CoalesceRunReport, events: list[AssetEvent]) -> None:
         line = (
             f"{report.describe()} {report.run.run_status.value}: {len(report.materializations)} built, "
             f"{len(report.failures)} failed or canceled"
         )
         if len(events) < len(report.asset_events):
             line += f"; {len(report.asset_events) - len(events)} events already reported"
+        if report.superseded:
+            line += f"; {len(report.superseded)} of its builds replaced by a later run this tick"
         if report.unmapped_nodes:
             line += f"; nodes without an asset: {list(report.unmapped_nodes)}"
         (self.log.warning if report.failed else self.log.info)(line)
-        self.reported.append(f"{report.environment_id}:{report.run.id}")
-        return True
 
     def result(self) -> dg.SensorResult:
         environments = dict(self.cursor.environments)

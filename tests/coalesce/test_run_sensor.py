@@ -385,6 +385,25 @@ def test_runs_finishing_out_of_order_are_each_reported_once(
 
 
 @pytest.mark.world
+def test_runs_caught_up_in_one_tick_leave_each_build_to_the_checks_of_its_last_run(
+    make_sensor: Any, coalesce: CoalesceClient
+) -> None:
+    # Two runs of the same nodes before one tick, as a restart catches up: a check reads the warehouse as
+    # it is, which holds the second run's build, so only the second run's checks judge it.
+    sensor = make_sensor()
+    first, second = finish(coalesce, 1), finish(coalesce, 1)
+    result = sensor.tick()
+    assert runs_of(result) == {first, second}  # both builds are in the assets' history
+    assert [(r.run_key, r.asset_check_keys) for r in result.run_requests] == [
+        (f"{ENV}:{second}", [CHECK_KEY])
+    ]
+    assert sensor.latest(DIM_CUSTOMER).metadata["coalesce/run_id"].value == second
+    assert sensor.reported() == Counter(
+        {(k.to_user_string(), r): 1 for k in CUSTOMERS for r in (first, second)}
+    )
+
+
+@pytest.mark.world
 def test_pages_are_followed_and_a_partial_last_page_is_resumed_past(
     make_sensor: Any, coalesce: CoalesceClient
 ) -> None:
@@ -467,10 +486,11 @@ def test_a_tick_killed_midway_stores_nothing_and_the_next_tick_redoes_it(
 ) -> None:
     sensor = make_sensor()
     before = sensor.cursor
-    failed = finish(coalesce, 2)  # reported first: its incident is written before the kill
+    failed = finish(coalesce, 2)  # handed over first: its incident is written before the kill
     completed = finish(coalesce, 1)
-    # Reading the second run meets a 429 asking for 5 s; the tick is killed while it waits.
-    fault = {"status": 429, "count": 1, "retryAfter": 5, "pathPrefix": f"/api/v1/runs/{completed}"}
+    # Both runs read, the first one's hook reviews the environment's columns and meets a 429 asking for
+    # 5 s; the tick is killed while it waits.
+    fault = {"status": 429, "count": 1, "retryAfter": 5, "pathPrefix": f"/api/v1/environments/{ENV}/nodes"}
     control(world, "POST", "/_sim/faults", fault)
 
     killed_at: list[float] = []
@@ -500,7 +520,8 @@ def test_a_tick_killed_midway_stores_nothing_and_the_next_tick_redoes_it(
 
     result = sensor.tick()
     assert runs_of(result) == {failed, completed}
-    assert [r.run_key for r in result.run_requests] == [f"{ENV}:{failed}", f"{ENV}:{completed}"]
+    # The failed run's two builds (customers) were built again by the completed run: its checks judge them.
+    assert [r.run_key for r in result.run_requests] == [f"{ENV}:{completed}"]
     assert sensor.position == EnvironmentCursor(high_water=completed)
     assert set(sensor.reported().values()) == {1}
     assert set(sensor.reported(dg.AssetObservation).values()) == {1}
