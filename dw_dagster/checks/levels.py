@@ -1,12 +1,9 @@
 """Accepted levels the record explains: a verified remediation re-bases what it changed.
 
-A verified fix that adds reference rows changes numbers on purpose (the rows of the key it mapped come
-back). The fix's receipt is an event of its incident (``INCIDENT_EVENTS``, kind ``receipt``); from the night
-after the incident's, every series of the incident's assets and of everything downstream of them is judged
-at its new level. Each such level is recorded once in ``BASELINE_LEVELS`` (kind ``remediation``) and shown
-on the check. A fix that only puts the night back (copies removed, the source caught up, a unit normalised)
-is verified back at the old level and sets none: a new level's first night passes unjudged, which would
-hide the next night's new fault.
+A verified fix changes numbers on purpose (the rows of the key it mapped come back). The fix's receipt is
+an event of its incident (``INCIDENT_EVENTS``, kind ``receipt``); from the night after the incident's, every
+series of the incident's assets and of everything downstream of them is judged at its new level. Each such
+level is recorded once in ``BASELINE_LEVELS`` (kind ``remediation``) and shown on the check.
 """
 
 from __future__ import annotations
@@ -42,7 +39,7 @@ def remediation_levels(
         if updated < since or incident.business_date is None or incident.business_date >= day:
             continue
         receipts = [e for e in store.events(incident.incident_id, kind="receipt") if e.detail.get("verified")]
-        if not any(c.get("kind") == "reference_row" for r in receipts for c in r.detail.get("changes") or []):
+        if not receipts:
             continue
         assets = {e.detail.get("asset_key") for e in store.events(incident.incident_id, kind="finding")}
         affected = set()
