@@ -9,7 +9,7 @@ the total (``judge.py``: calendar, small counts, accepted levels). Then:
   the total before and after;
 - **a group gone**: one group went to nothing and nothing gained: a finding of its own (a group that only
   fell, with nothing gaining elsewhere, is noted on the check: alone it is too often the group's noise);
-- a loss that went to groups new tonight (a new key, a new storefront) is the business moving, not a
+- a loss that went to groups new tonight (a new key, a new account) is the business moving, not a
   fault: noted, not raised (whether the new key reached the target is the reconciliation's job). A group
   is judged from its first night, and counts as new until its own baseline has enough nights (a key that
   opened on an incident's night is still new on the nights after);
