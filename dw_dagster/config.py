@@ -45,7 +45,7 @@ def describe_validation_error(source: str | Path, err: pydantic.ValidationError)
 
 class _StrictLoader(yaml.SafeLoader):
     """YAML's safe loader, except that a key given twice in one mapping is an error: PyYAML keeps the last
-    value silently, so a second ``planning-ops:`` block would replace the first team without a word."""
+    value silently, so a second ``sales-ops:`` block would replace the first team without a word."""
 
     source: str = "<yaml>"
 
@@ -88,7 +88,7 @@ def validate_timezone(value: str) -> str:
     try:
         ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError) as e:
-        raise ValueError(f"expected an IANA time zone such as 'America/Chicago', got {value!r}") from e
+        raise ValueError(f"expected an IANA time zone such as 'Europe/Paris', got {value!r}") from e
     return value
 
 

@@ -167,13 +167,17 @@ def replay(root: Path, template: Path, echo: Callable[[str], None] | None = None
 
 
 def _after_fix(store: IncidentStore, tl: Timeline, incident_id: str, outcome, what: str) -> None:
-    """A night watched after the fix: its checks, and the row-count steps the fix explains (not incidents)."""
+    """A night watched after the fix: its checks, and the row-count steps the fix or the checks explain (not
+    incidents)."""
     explained = store.events(incident_id, kind="explained")
     red = outcome.failed()
     tl.add("dw-dagster", f"{what} (open incidents: {len(store.list(status='open'))})",
            {"checks": len(outcome.checks), "failed": len(red), "errored": len(outcome.errored()),
             "explained_by_the_fix": len(explained), "open_incidents": len(store.list(status="open"))},
            failed_checks=[f"{c.check} on {c.asset}: {c.description}" for c in red],
+           # Steps the checks explained themselves (a new key's rows): passed, judged on the new level.
+           levels=sorted(f"{c.check} on {c.asset}: {getattr(lvl, 'value', lvl)}" for c in outcome.checks
+                         if c.passed and (lvl := c.metadata.get("baseline_level"))),
            explained=sorted({f"{e.detail.get('check_name')} on {e.detail.get('asset_key')} ({e.detail.get('business_date')})"
                              for e in explained}))  # fmt: skip
 

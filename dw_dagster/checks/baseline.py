@@ -1,6 +1,6 @@
 """Robust baselines for nightly numbers (detection.md, "what we must do instead", point 2).
 
-Log space, same weekday over the last weeks (or day-over-day changes for slowly moving stocks), the scored
+Log space, same weekday over the last weeks (or day-over-day changes for slowly moving levels), the scored
 point and earlier flagged days excluded, centre = median, scale = 1.4826 x MAD floored at a fraction of the
 level; an anomaly needs |robust z| >= the threshold AND a minimum relative change AND the direction that
 hurts. Too little history is its own visible state, never a pass.

@@ -12,7 +12,7 @@ calendar:
   holidays:
     - {country: US, subdivision: NY}
   dates:
-    - {date: 2025-06-02, name: Warehouse stocktake}
+    - {date: 2025-06-02, name: Annual audit}
   month_end: {last_business_days: 2}
   quarter_end: {last_business_days: 3}
   day_of_month:
@@ -112,7 +112,7 @@ class BusinessCalendar(FileModel):
     business_days: list[Weekday] = Field(
         default_factory=lambda: ["mon", "tue", "wed", "thu", "fri"],
         min_length=1,
-        description="Weekdays that are business days (a shop open every day lists all seven).",
+        description="Weekdays that are business days (a business open every day lists all seven).",
     )
     holidays: list[HolidaySource] = Field(default_factory=list)
     dates: list[ExplicitDate] = Field(default_factory=list, description="The team's own dates.")
@@ -174,7 +174,7 @@ class BusinessCalendar(FileModel):
         found = self.holiday(day)
         if found:
             name, effect = found
-            # A team's own date is like its own past occurrences (a stocktake with past stocktakes); a
+            # A team's own date is like its own past occurrences (an audit day with past audit days); a
             # public holiday is like every past public holiday.
             keys = (f"date:{name}",) if isinstance(effect, ExplicitDate) else ("holiday",)
             return _calendar_day("holiday", name, keys, effect)

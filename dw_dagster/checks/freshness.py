@@ -1,7 +1,7 @@
 """Freshness: a ``FreshnessPolicy`` from each Coalesce job's schedule, and an input-freshness check.
 
 A fresh build of stale input is the green job that built an old number: the input-freshness check compares
-the input's latest load (e.g. ``_QLIK_LOADED_AT`` of the replicated RAW table) with what the built table
+the input's latest load (e.g. ``_LOADED_AT`` of the replicated RAW table) with what the built table
 holds and with when it was built. Both maxima come from one query; Snowflake answers MAX of a column from
 micro-partition metadata, without a scan.
 """
@@ -64,7 +64,7 @@ def _table_of(specs_by_path: Mapping[str, dg.AssetSpec], path: str) -> tuple[str
 
 
 def _utc(v: datetime | None) -> datetime | None:
-    # TIMESTAMP_NTZ load stamps are UTC by convention (Qlik writes UTC).
+    # TIMESTAMP_NTZ load stamps are UTC by convention (the replication writes UTC).
     return None if v is None else (v if v.tzinfo else v.replace(tzinfo=UTC))
 
 

@@ -9,8 +9,10 @@ the total (``judge.py``: calendar, small counts, accepted levels). Then:
   the total before and after;
 - **a group gone**: one group went to nothing and nothing gained: a finding of its own (a group that only
   fell, with nothing gaining elsewhere, is noted on the check: alone it is too often the group's noise);
-- a loss that went to groups new tonight (a new key, a new storefront) is the business moving, not a
-  fault: noted, not raised (whether the new key reached the target is the reconciliation's job);
+- a loss that went to groups new tonight (a new key, a new account) is the business moving, not a
+  fault: noted, not raised (whether the new key reached the target is the reconciliation's job). A group
+  is judged from its first night, and counts as new until its own baseline has enough nights (a key that
+  opened on an incident's night is still new on the nights after);
 - **a group whose value is NULL** (an upstream lookup that found no match) is never counted as zero: a
   finding in its own right, naming its keys and, when the total's SQL returns ``ROWS``, how many rows.
 """
@@ -89,7 +91,11 @@ def judge_groups(
     names = sorted({g for g, v in groups.items() if v is not None} | set(last.groups if last else ()))
     if len(names) > MAX_GROUPS_JUDGED:
         return GroupVerdict(moves=[], note=f"{len(names)} groups: not judged one by one")
-    seen_before = {g for r in own.values() for g in r.groups}
+    first_seen: dict[str, date] = {}
+    for d in sorted(own):
+        for g, v in own[d].groups.items():
+            if v:
+                first_seen.setdefault(g, d)
     expected_total = total_verdict.result.expected or value
     floor = abs(expected_total) * MIN_SHARE_OF_TOTAL
     moves = []
@@ -97,15 +103,28 @@ def judge_groups(
         tonight = groups.get(g, 0.0)
         if tonight is None:
             continue
-        if g not in seen_before:
+        # A group is judged from its first night: before it, it did not exist (not a run of zeros).
+        since = first_seen.get(g)
+        verdict = (
+            judge(
+                {d: v for d, v in group_series(own, g).items() if d >= since},
+                day,
+                tonight,
+                total.baseline,
+                calendar=calendar,
+                excluded_days=excluded_days,
+                rebases=rebases.get(total_series(total.name, g), ()),
+            )  # fmt: skip
+            if since is not None
+            else None
+        )
+        if verdict is None or verdict.insufficient:
+            # New, or too new for its own baseline (its first nights, some of them an incident's): a key
+            # still arriving, like one new tonight.
             if tonight > 0:
                 moves.append(GroupMove(group=g, value=tonight, expected=0.0, change=tonight, share_before=None,
                                        share_after=_share(tonight, value), status="new"))  # fmt: skip
             continue
-        verdict = judge(
-            group_series(own, g), day, tonight, total.baseline, calendar=calendar,
-            excluded_days=excluded_days, rebases=rebases.get(total_series(total.name, g), ()),
-        )  # fmt: skip
         r = verdict.result
         if verdict.severity != "ERROR" or r.expected is None:
             continue
@@ -127,9 +146,13 @@ def judge_groups(
     lost = [m for m in moves if m.status in ("lost", "went")]
     gained = [m for m in moves if m.status == "gained"]
     new = [m for m in moves if m.status == "new"]
-    if total_verdict.result.status is BaselineStatus.ANOMALY or not lost:
-        # The total moved (an ERROR, or a WARN the calendar explains): its judgement speaks; the groups
-        # only name where.
+    change = total_verdict.result.relative_change
+    moved = total_verdict.result.status is BaselineStatus.ANOMALY or (
+        change is not None and abs(change) >= total.baseline.min_relative_change
+    )
+    if moved or not lost:
+        # The total moved (an ERROR, a WARN the calendar explains, or a move in the direction that does not
+        # hurt): its judgement speaks; the groups only name where.
         return GroupVerdict(moves=moves)
     said = lambda ms: ", ".join(m.describe() for m in ms[:5])  # noqa: E731
     held = f"{total.name} held ({100 * (total_verdict.result.relative_change or 0):+.1f}%)"

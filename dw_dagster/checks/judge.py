@@ -3,7 +3,9 @@ their say (``baseline.score`` is the statistics; this is the judgement a person 
 
 - **Accepted levels** first: a series re-based from a night (an owner accepted it, a verified fix or a
   newly mapped key explains it) is judged as if the nights before had been at the new level; on the first
-  night at the new level there is nothing to compare it with and it passes, saying so.
+  night at the new level there is nothing to compare it with and it passes, saying so. A verified fix's
+  level passes its first night only at the level the fix rebuilt; away from it, the night is judged as if
+  there were no level (a new fault the night after a fix is news).
 - **Small counts**: a series whose usual level is below ``small_below`` is judged on absolute change
   (``baseline.score``).
 - **The calendar**: an ordinary night is compared with ordinary nights only (past month-ends do not widen
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from datetime import date
+from datetime import date, timedelta
 from statistics import median
 from typing import Literal
 
@@ -105,6 +107,21 @@ def judge(
     }
     level = active[-1] if active else None
     absolute = is_small(usable, day, value, config)
+    unsettled = []
+    if level is not None and level.kind == "remediation" and not any(level.from_date <= d for d in usable):
+        # A fix's level passes its first night only at the level the fix rebuilt (the incident's night, as
+        # its rerun re-recorded it): a night that moved away from that is judged as if there were no level,
+        # so a new fault the night after a fix is not taken for the fix.
+        rebuilt = history.get(level.from_date - timedelta(days=1))
+        tolerance = config.min_relative_change * abs(rebuilt) if rebuilt else 0.0
+        if rebuilt is None or abs(value - rebuilt) > tolerance:
+            unsettled = [
+                f"{level.describe()}; tonight is not at the level the fix rebuilt"
+                + (f" ({rebuilt:,.0f})" if rebuilt is not None else "")
+                + ": judged on the usual baseline"
+            ]
+            active = [r for r in active if r is not level]
+            level = active[-1] if active else None
     if level is not None and not any(level.from_date <= d for d in usable):
         plain = score(usable, day, value, config, hurts, absolute=absolute)
         return Judgement(
@@ -115,7 +132,7 @@ def judge(
             notes=[f"{level.describe()}; tonight is its first night"],
         )
     usable = rebased(usable, active, config, absolute)
-    notes = [level.describe()] if level else []
+    notes = [*unsettled, *([level.describe()] if level else [])]
 
     cal = calendar if calendar is not None and config.calendar and not calendar.empty else None
     kinds = {d: cal.day(d) for d in usable} if cal else {}

@@ -4,7 +4,7 @@ new level.
 A monitored table with a unique column (``dagster/column_schema``: a unique or primary key, or a unique
 test) and fewer rows than the small-count size has its keys recorded every night, in ``METRIC_HISTORY`` as
 the series ``rows:<asset>`` grouped by key (one cheap query of a small table). Then a change in it is named
-("1 row appeared: STORE_ID=7"), and when a table downstream of it grows, the rows that carry the new keys
+("1 row appeared: ACCOUNT_ID=42"), and when a table downstream of it grows, the rows that carry the new keys
 (the table has a column of the same name, as a join on the key does) are counted: if the growth is those
 rows, a new key was mapped the same day, and the growth is the table's new level, not an anomaly.
 """
@@ -44,7 +44,7 @@ def unique_column(spec: dg.AssetSpec) -> str | None:
 
 
 def key_label(column: str, value: Any) -> str:
-    """How a key reads in a message and in the recorded groups (``STORE_ID=7``, not ``7.0``)."""
+    """How a key reads in a message and in the recorded groups (``ACCOUNT_ID=42``, not ``42.0``)."""
     return f"{column}={plain_value(value)}"
 
 

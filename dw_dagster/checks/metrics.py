@@ -1,18 +1,18 @@
 """The metrics file: the business totals a team records nightly, validated with pydantic.
 
 ```yaml
-business_day: {timezone: America/Chicago, cutoff_hour: 6}
+business_day: {timezone: Europe/Paris, cutoff_hour: 6}
 totals:
-  - name: network_onhand_units
-    owner: inventory-analytics
-    asset: inventory/fct_inventory_position
+  - name: open_order_amount
+    owner: sales-ops
+    asset: sales/fct_orders
     sql: |
-      SELECT "ORGANIZATION_ID", SUM("ONHAND_QTY") AS "VALUE"
-      FROM {{ ref('INVENTORY', 'FCT_INVENTORY_POSITION') }} GROUP BY 1
-    group_keys: [ORGANIZATION_ID]
+      SELECT "ACCOUNT_ID", SUM("OPEN_AMOUNT") AS "VALUE"
+      FROM {{ ref('SALES', 'FCT_ORDERS') }} GROUP BY 1
+    group_keys: [ACCOUNT_ID]
     hurts: down
     baseline: {method: day_over_day}
-    reconcile_with: {total: ebs_onhand_units, tolerance_pct: 0.1}
+    reconcile_with: {total: source_open_order_amount, tolerance_pct: 0.1}
 ```
 The SQL returns the group-key columns and one numeric column ``VALUE`` (one row without group keys); it
 runs in Snowflake, once per total per night. ``{{ ref('LOC', 'NODE') }}`` resolves to the node's table.
@@ -52,7 +52,7 @@ class BusinessDay(FileModel):
         try:
             ZoneInfo(v)
         except (ZoneInfoNotFoundError, ValueError) as e:
-            raise ValueError(f"expected an IANA time zone such as 'America/Chicago', got {v!r}") from e
+            raise ValueError(f"expected an IANA time zone such as 'Europe/Paris', got {v!r}") from e
         return v
 
     def of(self, moment: datetime) -> date:
@@ -83,13 +83,13 @@ class RecordedTotal(FileModel):
     item_key: str | None = Field(
         default=None,
         pattern=r"^[A-Za-z_][A-Za-z0-9_$]*$",
-        description="The column naming the items counted in a gap (e.g. INVENTORY_ITEM_ID: '1,260 SKUs').",
+        description="The column naming the items counted in a gap (e.g. LINE_ITEM_ID: '1,260 line items').",
     )
     item_noun: str = Field(
         default="items",
         min_length=1,
         description="What a person calls this total's items, plural: those item_key names, or its groups when"
-        " each group is one item (e.g. 'products', 'accounts'). Messages count items in these words.",
+        " each group is one item (e.g. 'line items', 'accounts'). Messages count items in these words.",
     )
     grain: str = Field(default="daily", pattern="^daily$")
     hurts: Direction = Direction.BOTH

@@ -57,7 +57,7 @@ def group_label(keys: Sequence[str], row: Mapping[str, Any]) -> str:
 
 
 def plain_value(v: Any) -> str:
-    """How a key value reads in a group label (``ORGANIZATION_ID=7120``, not ``7120.0``); diagnosis matches
+    """How a key value reads in a group label (``ACCOUNT_ID=42``, not ``42.0``); diagnosis matches
     its keys against the recorded labels, so both use this."""
     return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 

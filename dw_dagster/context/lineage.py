@@ -40,7 +40,7 @@ def _md(spec: dg.AssetSpec, key: str):
 
 
 class LineageGraph:
-    """Asset and column lineage over asset specs; keys are asset key paths like ``inventory/fct_x``."""
+    """Asset and column lineage over asset specs; keys are asset key paths like ``sales/fct_orders``."""
 
     def __init__(self, specs: Iterable[dg.AssetSpec]):
         self.assets = nx.DiGraph()

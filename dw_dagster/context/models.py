@@ -2,19 +2,19 @@
 
 ```yaml
 teams:
-  planning-ops:
-    name: Planning operations
-    slack_channel: "#planning-ops"
-    members: [{name: Dana Ortiz, email: dana.ortiz@example.com, slack_user_id: U0PLAN01}]
+  sales-ops:
+    name: Sales operations
+    slack_channel: "#sales-ops"
+    members: [{name: Sam Lee, email: sam.lee@example.com, slack_user_id: U0SALES01}]
 systems:
-  - key: qlik_replicate/ebs_inventory_cdc
-    name: Qlik Replicate task EBS inventory CDC
-    kind: qlik
+  - key: replication/crm_cdc
+    name: The replication's CRM change data capture
+    kind: replication
     owners: [data-platform]
-    upstream: [oracle_ebs/mtl_onhand_quantities_detail]
-    feeds: [raw_ebs/mtl_onhand_quantities_detail]
+    upstream: [crm/accounts]
+    feeds: [raw_crm/accounts]
 coalesce_owners:
-  - {match: "ref_planning/*", owners: [planning-ops]}
+  - {match: "ref_sales/*", owners: [sales-ops]}
 ```
 """
 
@@ -89,9 +89,9 @@ class ConsumerRead(FileModel):
 
 
 class ContextSystem(FileModel):
-    key: str = Field(pattern=_KEY_PATTERN, description="Asset key path, e.g. 'thoughtspot/network_dos'.")
+    key: str = Field(pattern=_KEY_PATTERN, description="Asset key path, e.g. 'dashboard/sales_overview'.")
     name: str
-    kind: str = Field(description="Shown as a Dagster kind, e.g. oracle, qlik, thoughtspot.")
+    kind: str = Field(description="Shown as a Dagster kind, e.g. postgres, replication, dashboard.")
     description: str = ""
     owners: list[str] = Field(min_length=1, description="Team ids from `teams`.")
     upstream: list[str] = Field(default_factory=list, description="Asset keys this system reads.")
@@ -139,13 +139,13 @@ class Domain(FileModel):
         default_factory=list, description="Classes of reversible action allowed at once (L3 and up)."
     )
     hold_channel_team: str | None = Field(
-        default=None, description="The team whose channel gets hold notices (the consumers, e.g. buyers)."
+        default=None, description="The team whose channel gets hold notices (the consumers, e.g. finance)."
     )
     hold_action: str = Field(
         default="Hold decisions",
         min_length=1,
         description="What the hold notice asks the consumers to do on the flagged items while an incident is"
-        " open, in the imperative (e.g. 'Hold new orders').",
+        " open, in the imperative (e.g. 'Hold outgoing payments').",
     )
     approval_timeout_hours: float = Field(
         default=12.0, gt=0, description="An unanswered approval request expires (and escalates) after this."
@@ -156,12 +156,12 @@ class Domain(FileModel):
 
 
 class ReferenceTable(FileModel):
-    """A hand-maintained table that joins key values to attributes (e.g. planning ops' region map).
+    """A hand-maintained table that joins key values to attributes (e.g. sales ops' account segment map).
 
     When a key is missing from it, dw-dagster drafts the row for its owner to approve: ``draft_sql``
     returns columns for the key (bound as ``%(key)s``), ``copy_from_donor`` columns come from the row of
-    the key the missing one took its units from (a new org usually sits in the region of the org it was
-    split from), and whatever stays empty the owner gives when approving (``--set COLUMN=VALUE``).
+    the key the missing one took its units from (a new account usually sits in the segment of the account it
+    was split from), and whatever stays empty the owner gives when approving (``--set COLUMN=VALUE``).
     """
 
     asset: str = Field(pattern=_KEY_PATTERN, description="The Coalesce Source node's asset key path.")

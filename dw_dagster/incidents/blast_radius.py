@@ -20,7 +20,8 @@ MAX_FLAGGED = 5000
 
 
 def next_read(reads: tuple[dict, ...], after: datetime) -> str | None:
-    """The soonest scheduled read after ``after``, e.g. '09:00 S&OP meeting, Tue 2025-06-17 09:00 America/Chicago'."""
+    """The soonest scheduled read after ``after``, e.g. '09:00 sales review, Tue 2025-06-17 09:00
+    Europe/Paris'."""
     best: tuple[datetime, str] | None = None
     for read in reads:
         tz = ZoneInfo(read.get("timezone", "UTC"))
@@ -110,7 +111,7 @@ def _rows_for_items(
     ctx: DiagnosisContext, key: str, items_sql: str, item_column: tuple[str, str]
 ) -> int | None:
     """Rows of ``key`` about the items in the gap: its column derived from the item column through column
-    lineage, else its column of the same name (a mart may take the item id from the item master)."""
+    lineage, else its column of the same name (a mart may take the item id from the items' own table)."""
     graph = ctx.graph
     derived = (
         [c[1] for c in nx.descendants(graph.columns, item_column) if c[0] == key]

@@ -83,7 +83,7 @@ def total_of(finding: Finding, metrics: MetricsFile) -> RecordedTotal | None:
 
 
 def measure_column(total: RecordedTotal) -> str | None:
-    """The column a total sums (``SUM("ONHAND_QTY") AS "VALUE"``), or None for a count or an expression
+    """The column a total sums (``SUM("AMOUNT") AS "VALUE"``), or None for a count or an expression
     sqlglot cannot read."""
     try:
         tree = sqlglot.parse_one(total.sql.replace("{{", "").replace("}}", ""), read="snowflake")

@@ -1,7 +1,7 @@
 """A legitimate change is not an incident: the row-count step that a fix in the record explains.
 
-A verified fix changes the tables it rebuilt: rows the join dropped are back (``FCT_INVENTORY_POSITION``
-gains the new warehouse's 1,260 rows), a reference table gains the row that was added. The volume checks
+A verified fix changes the tables it rebuilt: rows the join dropped are back (``FCT_ORDERS``
+gains the new account's 1,260 rows), a reference table gains the row that was added. The volume checks
 see a step against their baseline on the rebuilt night and on the next nightly run, until the baseline
 takes the new level. The lifecycle accepts the explanation the incident's record already holds, its
 receipt (``INCIDENT_EVENTS``, kind ``receipt``: the proposals, the reference rows added, the verification),

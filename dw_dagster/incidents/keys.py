@@ -1,4 +1,4 @@
-"""How a key is named everywhere: ``ORGANIZATION_ID=7120``, and a NULL key as ``STORE_ID IS NULL``.
+"""How a key is named everywhere: ``ACCOUNT_ID=42``, and a NULL key as ``ACCOUNT_ID IS NULL``.
 
 A recorded total's group labels come from the checks (``COLUMN=value``, where a NULL value reads ``None``
 or ``NULL`` depending on who wrote it); :func:`split_label` reads either, so a NULL key found in a join and
@@ -13,7 +13,7 @@ _NULL_WORDS = ("None", "NULL", "null", "nan", "NaN")
 
 
 def plain(value: Any) -> str | None:
-    """A key value as a label shows it (``7120``, not ``7120.0``); None for a NULL."""
+    """A key value as a label shows it (``42``, not ``42.0``); None for a NULL."""
     if value is None or (isinstance(value, float) and value != value):
         return None
     if isinstance(value, float) and value.is_integer():
@@ -26,8 +26,8 @@ def key_label(column: str, value: str | None) -> str:
 
 
 def split_label(label: str) -> tuple[str, str | None]:
-    """``("STORE_ID", "7")`` from ``STORE_ID=7``; ``("STORE_ID", None)`` from ``STORE_ID IS NULL`` or a
-    recorded ``STORE_ID=None``."""
+    """``("ACCOUNT_ID", "42")`` from ``ACCOUNT_ID=42``; ``("ACCOUNT_ID", None)`` from ``ACCOUNT_ID IS NULL``
+    or a recorded ``ACCOUNT_ID=None``."""
     if label.upper().endswith(" IS NULL"):
         return label[: -len(" IS NULL")].strip(), None
     column, _, value = label.partition("=")

@@ -98,7 +98,7 @@ class CauseClass(str, Enum):
 
 
 class KeyGap(BaseModel):
-    """A key value that holds (part of) the gap, e.g. ORGANIZATION_ID = 7120, or a NULL key."""
+    """A key value that holds (part of) the gap, e.g. ACCOUNT_ID = 42, or a NULL key."""
 
     column: str
     value: str | None
@@ -106,7 +106,7 @@ class KeyGap(BaseModel):
     units: float
     rows: int
     distinct_items: int | None = None
-    """e.g. SKUs over which the units are spread."""
+    """e.g. line items over which the units are spread."""
     new_in_source_since: date | None = None
     """The first business date the key appeared in the source, when it is new since the last good night."""
     change: str | None = None
@@ -117,7 +117,7 @@ class KeyGap(BaseModel):
 
     @property
     def label(self) -> str:
-        """``ORGANIZATION_ID=7120``, or ``STORE_ID IS NULL``: how a key is named everywhere."""
+        """``ACCOUNT_ID=42``, or ``ACCOUNT_ID IS NULL``: how a key is named everywhere."""
         return key_label(self.column, self.value)
 
 
@@ -158,7 +158,7 @@ class Diagnosis(BaseModel):
     path: list[str] = Field(default_factory=list)
     """Asset keys from the upstream cause to the failing asset."""
     test_query: str | None = None
-    """Ready-to-run SQL that returns the rows at fault (e.g. on-hand units that match no warehouse)."""
+    """Ready-to-run SQL that returns the rows at fault (e.g. order amounts matching no account)."""
     owners: list[str] = Field(default_factory=list)
     """Teams that own the assets on the path where the cause sits (node owner, reference-table owner)."""
     queries: list[QueryRecord] = Field(default_factory=list)
@@ -175,11 +175,11 @@ class AffectedAsset(BaseModel):
     change: dict[str, Any] = Field(default_factory=dict)
     """What changed in numbers, e.g. {"rows_before": 31, "rows_after": 195}."""
     next_read: str | None = None
-    """When a person reads it next, e.g. "09:00 S&OP meeting, Tue 2025-06-17 09:00 America/Chicago"."""
+    """When a person reads it next, e.g. "09:00 sales review, Tue 2025-06-17 09:00 Europe/Paris"."""
 
 
 class BlastRadius(BaseModel):
     assets: list[AffectedAsset] = Field(default_factory=list)
     newly_flagged: list[str] = Field(default_factory=list)
-    """Items newly on a consumer's list tonight (e.g. the 164 SKUs newly on the reorder list)."""
+    """Items newly on a consumer's list tonight (e.g. the 164 accounts newly on the overdue list)."""
     summary: dict[str, float | int | str] = Field(default_factory=dict)

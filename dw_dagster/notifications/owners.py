@@ -9,8 +9,8 @@ from dw_dagster.notifications.text import escape
 
 
 def owner_team(owner: str, context: ContextFile | None) -> str | None:
-    """The context file's team id for an owner as assets carry it: ``team:planning-ops`` (Dagster's
-    owner form), ``planning-ops``, or a member's email."""
+    """The context file's team id for an owner as assets carry it: ``team:sales-ops`` (Dagster's
+    owner form), ``sales-ops``, or a member's email."""
     if context is None:
         return None
     name = owner.removeprefix("team:")
@@ -24,7 +24,7 @@ def owner_team(owner: str, context: ContextFile | None) -> str | None:
 
 
 def team_label(owner: str, context: ContextFile | None, mention: bool = False) -> str:
-    """``Inventory analytics (#inventory-analytics)``, with member mentions when ``mention``."""
+    """``Sales operations (#sales-ops)``, with member mentions when ``mention``."""
     team_id = owner_team(owner, context)
     team = context.teams[team_id] if context and team_id else None
     if team is None:

@@ -70,7 +70,7 @@ def flagged_count(change: Mapping[str, Any]) -> int | None:
 
 
 def flagged_assets(blast: BlastRadius) -> list[AffectedAsset]:
-    """The affected assets that hold the newly flagged items (e.g. the reorder candidates, 31 -> 195)."""
+    """The affected assets that hold the newly flagged items (e.g. the overdue accounts, 31 -> 195)."""
     return [a for a in blast.assets if flagged_count(a.change)]
 
 

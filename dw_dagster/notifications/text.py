@@ -5,7 +5,7 @@ reader's time zone, and data escaped for mrkdwn.
   write (``-1.8%``, ``2.4``, ``0.25``), never ``-1.7960491884065721``.
 - Names come from the data and are humanised by their shape alone, never from a word list: a snake_case
   name (a total, a metric key) reads as words (``rows_affected`` -> ``rows affected``); an identifier
-  written in capitals (a column, a node, a test) is left as the warehouse spells it (``ORGANIZATION_ID``).
+  written in capitals (a column, a node, a test) is left as the warehouse spells it (``ACCOUNT_ID``).
 - Times are Slack date tokens (``<!date^1750145400^{date_short_pretty} {time}|2025-06-17 07:30 UTC>``):
   Slack shows them in each reader's own time zone, the fallback in UTC.
 - No Python repr reaches a reader: mappings read ``COL = value``, lists comma-separated, ``None`` "none".
@@ -105,8 +105,8 @@ def fmt_datum(value: Any) -> str:
 
 def humanise(name: str) -> str:
     """A name from the data, readable: ``gap_change_pct`` -> ``Gap change``,
-    ``rowsAffected`` -> ``Rows affected``; an identifier in capitals (``NO_UNMATCHED_DIM_WAREHOUSE``) and
-    an asset key path (``mart/mart_days_of_supply``) are left as the data spells them."""
+    ``rowsAffected`` -> ``Rows affected``; an identifier in capitals (``NO_UNMATCHED_DIM_ACCOUNT``) and
+    an asset key path (``mart/mart_open_orders``) are left as the data spells them."""
     if _IDENTIFIER.match(name) or "/" in name:
         return name
     words = [w for w in re.split(r"[_\-\s]+", _CAMEL.sub("_", name)) if w]
@@ -119,8 +119,8 @@ def humanise(name: str) -> str:
 def fmt_change(change: Mapping[str, Any], skip: Sequence[str] = ()) -> str:
     """What changed, in words. Pairs read as before → after, nested totals by name:
 
-    ``{"reorder_candidates": {"before": 31, "after": 195, "newly_flagged": 164}, "rows_affected": 164}``
-    -> ``reorder candidates 31 → 195 (newly flagged 164) · rows affected 164``;
+    ``{"overdue_accounts": {"before": 31, "after": 195, "newly_flagged": 164}, "rows_affected": 164}``
+    -> ``overdue accounts 31 → 195 (newly flagged 164) · rows affected 164``;
     ``{"rows_before": 31, "rows_after": 195}`` -> ``rows 31 → 195``.
     """
     parts: list[str] = []

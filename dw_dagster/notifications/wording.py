@@ -1,11 +1,11 @@
 """The pipeline's own words for its messages, read from the context and metrics files.
 
 - What the items are called (``item_noun`` of a total in the metrics file): the items in a key's gap are
-  the failing total's (``1,260 products`` where the metrics file calls them so); the newly flagged items are those of the total
-  that flagged them.
+  the failing total's (``1,260 line items`` where the metrics file calls them so); the newly flagged
+  items are those of the total that flagged them.
 - What the consumers are asked to do while an incident is open (``hold_action`` of the domain in the
-  context file, e.g. "Hold new orders").
-- The names of the totals the evidence compares (``target_change_pct`` reads ``daily_revenue change``
+  context file, e.g. "Hold outgoing payments").
+- The names of the totals the evidence compares (``target_change_pct`` reads ``open_order_amount change``
   where the metrics file names the reconciled total so).
 
 Without a metrics file or a domain the words are neutral: "items", "Hold decisions".

@@ -2,7 +2,7 @@
 
 Three proposals, each owned by the team that owns what it touches:
 
-- the reference row (``7120 -> DC7, South``) for the table's owner, drafted from the context file's
+- the reference row (``42 -> Enterprise, Direct``) for the table's owner, drafted from the context file's
   ``reference_tables`` rule: ``draft_sql`` for what a source knows, ``copy_from_donor`` for what the key
   the units came from has (found in the source total's per-key history), the rest given on approval;
 - the node change for the node's owner, as a unified diff of its Coalesce definition;
@@ -162,7 +162,7 @@ def _draft_row(
 
 def _donor(gap: KeyGap, incident: Incident, ctx: PlanContext) -> str | None:
     """The key whose source total fell the most on the night the new key appeared: where its units came
-    from (an org's transfers out to the new org)."""
+    from (an existing account whose business moved to the new one)."""
     day = incident.business_date
     if day is None:
         return None

@@ -3,7 +3,7 @@
 - ``reconciles``: the recorded total is back in line with its source total (the same reconciliation the
   nightly check runs, on the tables as rebuilt);
 - ``node_test_passed``: the node test the change added ran in the rerun and passed;
-- ``back_to_baseline``: a total the incident moved (the reorder list's row count) is back within its
+- ``back_to_baseline``: a total the incident moved (a flagged list's row count) is back within its
   baseline's band around its value before the incident;
 - ``rows_restored``: the fixed node holds the night's rows plus exactly the rows its join used to drop;
 - ``no_duplicates``: the de-duplicated table holds no exact duplicate rows any more;

@@ -76,6 +76,38 @@ def test_a_loss_to_a_group_new_tonight_is_noted_not_raised():
     assert verdict.problem is None and "moved to groups new tonight: CHANNEL=social" in verdict.note
 
 
+def test_a_key_in_its_first_nights_is_still_new_and_once_learned_a_shift_to_it_is_raised():
+    """A key that opened on an incident's night (excluded from the baselines) and takes share the next
+    night is a key still arriving; weeks later, a move to it is judged like any group's."""
+    own = _history()
+    for k in (1, 2):
+        d = DAY - timedelta(days=k)
+        g = {
+            **own[d].groups,
+            "CHANNEL=retail": own[d].groups["CHANNEL=retail"] - 15_000,
+            "CHANNEL=social": 15_000,
+        }
+        own[d] = Recorded(business_date=d, value=sum(g.values()), groups=g, flagged=k == 2)
+    groups = {g: 100_000 * s for g, s in SHARES.items()}
+    groups["CHANNEL=retail"] -= 15_000
+    groups["CHANNEL=social"] = 15_000
+    value = sum(groups.values())
+    total = judge({d: r.value for d, r in own.items()}, DAY, value, TOTAL.baseline, TOTAL.hurts)
+    verdict = judge_groups(TOTAL, DAY, value, groups, own, total, calendar=BusinessCalendar(),
+                           excluded_days={DAY - timedelta(days=2)}, rebases={})  # fmt: skip
+    assert verdict.problem is None and "CHANNEL=social" in verdict.note
+    # Social established for seven weeks; tonight retail loses to it again: a shift between groups.
+    learned = _history()
+    for d, r in learned.items():
+        learned[d] = Recorded(
+            business_date=d, value=r.value + 15_000, groups={**r.groups, "CHANNEL=social": 15_000}
+        )
+    shifted = {**{g: 100_000 * s for g, s in SHARES.items()}, "CHANNEL=social": 30_000}
+    shifted["CHANNEL=retail"] -= 15_000
+    _, verdict = _judge(shifted, learned)
+    assert verdict.problem is not None and "gained CHANNEL=social" in verdict.problem
+
+
 def test_a_group_that_went_with_nothing_gained_is_a_finding():
     groups = {g: 100_000 * s for g, s in SHARES.items() if g != "CHANNEL=retail"}
     total, verdict = _judge(groups)

@@ -137,3 +137,17 @@ def test_an_accepted_night_counts_even_if_it_was_flagged_a_remediation_starts_af
     assert judge(
         hist, day, 120_100.0, BaselineConfig(), excluded_days={flagged}, rebases=[fixed]
     ).accepted_tonight
+
+
+def test_the_night_after_a_fix_passes_only_at_the_level_the_fix_rebuilt():
+    """A fix's level is no blind pass: a night that moved far from what the fix rebuilt is a new fault."""
+    day = date(2025, 6, 18)
+    hist = {day - timedelta(days=k): 100_000.0 * (1 + 0.001 * (k % 3)) for k in range(1, 60)}
+    rebuilt = day - timedelta(days=1)
+    hist[rebuilt] = 102_000.0  # the incident's night as the fix's rerun re-recorded it
+    fixed = Rebase(series="s", from_date=day, kind="remediation", reason="verified fix of INC-1")
+    at_level = judge(hist, day, 102_300.0, BaselineConfig(), excluded_days={rebuilt}, rebases=[fixed])
+    assert at_level.severity is None and at_level.accepted_tonight
+    scaled = judge(hist, day, 210_000.0, BaselineConfig(), excluded_days={rebuilt}, rebases=[fixed])
+    assert scaled.severity == "ERROR" and not scaled.accepted_tonight
+    assert "not at the level the fix rebuilt (102,000)" in scaled.describe()

@@ -38,6 +38,9 @@ class Plans:
     def play(self, fault: Fault, expect: CauseClass):
         """Plays a night with ``fault``; the incident diagnosed as ``expect`` (a consequence elsewhere, a
         mart's row count, may open its own), its diagnosis and its plan."""
+        # The daemon watches the last fix's rerun before the next night, as it would within a minute: its
+        # checks read the tables that rerun built, not the next night's.
+        self.daemon.tick()
         for incident in self.store.list(status="open"):
             self.store.set_status(incident.incident_id, "resolved")
         self.world.play_night(self.lw.snowflake, self.lw.coalesce_client(), self.night, [fault])
