@@ -38,12 +38,6 @@ def test_a_stale_rates_table_fails_its_input_freshness():
     assert ("stage/stg_fx", "input_freshness") in _alarms(night), night.alarms
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the product finds an environment's jobs by probing ids from 1 and stops at the first 404, so this "
-    "world's job 7 is never found: its assets carry no coalesce/jobs and so no freshness policy "
-    "(listing the jobs through the API is [Integration] #15.3)",
-)
 def test_a_skipped_night_is_seen_by_the_freshness_policies():
     report = _play("scheduler_skip")
     night = report.nights[1]
