@@ -232,6 +232,8 @@ class LocalDaemon:
             outcome = self._tick()
         with business_clock(at + FRESHNESS_LOOK):
             outcome.freshness = self.evaluate_freshness()
+            # The incident sensor's next ticks read the freshness states: a skipped night, then its diagnosis.
+            outcome.diagnoses += self._tick_incident_sensor() + self._tick_incident_sensor()
         return outcome
 
     def _tick(self) -> TickOutcome:

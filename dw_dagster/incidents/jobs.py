@@ -23,6 +23,8 @@ from dw_dagster.incidents.lifecycle_job import LIFECYCLE_JOB, build_lifecycle_jo
 from dw_dagster.incidents.lifecycle_view import findings_of, latest_diagnosis, record_diagnosis, view_of
 from dw_dagster.incidents.models import Finding
 from dw_dagster.incidents.nights import lifecycle_due
+from dw_dagster.incidents.skipped_run import job_tables
+from dw_dagster.incidents.skipped_run_job import build_skipped_run_job, skipped_run_requests
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.outbox_sensor import build_slack_outbox_sensor
 from dw_dagster.notifications.resources import SlackNotifier
@@ -158,16 +160,20 @@ def build_incident_definitions(
         diagnose_op()
 
     lifecycle_job = build_lifecycle_job(ops, policy, context_file)
+    scheduled = job_tables(specs, metrics)
+    skipped_run_job = build_skipped_run_job(metrics, scheduled, ops)
 
     @dg.sensor(
         name="incident_sensor",
-        jobs=[diagnose_incident, lifecycle_job],
+        jobs=[diagnose_incident, lifecycle_job, skipped_run_job],
         minimum_interval_seconds=15,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Launches a diagnosis for each new incident (and again when findings join one), and the "
-        "lifecycle step for an open incident whose checks all passed again (resolve) or that went stale.",
+        "lifecycle step for an open incident whose checks all passed again (resolve) or that went stale, and "
+        "records a scheduled Coalesce run that never started (read from Dagster's freshness states).",
     )
     def incident_sensor(context: dg.SensorEvaluationContext, snowflake: WarehouseResource):
+        yield from skipped_run_requests(context, metrics, scheduled)
         store = IncidentStore(snowflake, ops, policy=policy)
         for incident in store.list(status="open"):
             events = store.events(incident.incident_id)
@@ -192,7 +198,9 @@ def build_incident_definitions(
     outbox = build_slack_outbox_sensor(
         ops, dispatch_gate=lambda warehouse: OrgControl(warehouse, ops).dispatch_allowed
     )
-    defs = dg.Definitions(jobs=[diagnose_incident, lifecycle_job], sensors=[incident_sensor, outbox])
+    defs = dg.Definitions(
+        jobs=[diagnose_incident, lifecycle_job, skipped_run_job], sensors=[incident_sensor, outbox]
+    )
     if context_file is None:
         return defs
     return dg.Definitions.merge(

@@ -1,0 +1,120 @@
+"""A skipped night is judged from Dagster's storage against the job's own schedule: the freshness states the
+freshness daemon stored, and the nights the run sensor reported (its checks runs' tags)."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+
+import dagster as dg
+import pytest
+from dagster._core.definitions.freshness import FreshnessState, FreshnessStateChange
+from dagster._core.test_utils import create_run_for_test
+
+from dw_dagster import tags
+from dw_dagster.checks.metrics import MetricsFile
+from dw_dagster.incidents.skipped_run import SKIPPED_RUN_CHECK, job_tables, skipped_runs
+from dw_dagster.incidents.skipped_run_job import SKIPPED_RUN_JOB, skipped_run_requests
+
+METRICS = MetricsFile.model_validate(
+    {
+        "business_day": {"timezone": "Europe/London", "cutoff_hour": 6},
+        "calendar": {"dates": [{"date": "2026-12-24", "name": "Office closed"}]},
+        "freshness": {
+            "schedules": {
+                "nightly": {"cron": "0 4 * * *", "timezone": "Europe/London", "grace_minutes": 60},
+                "weekdays": {"cron": "0 4 * * 1-5", "timezone": "Europe/London", "grace_minutes": 60},
+            }
+        },
+    }
+)
+TABLES = {"nightly": ["sales/fct_a", "sales/fct_b"], "weekdays": ["finance/fct_c"]}
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as instance:
+        yield instance
+
+
+def _fail(instance: dg.DagsterInstance, asset: str, at: datetime) -> None:
+    # What Dagster's freshness daemon stores when a policy's deadline passes without a build.
+    instance._report_runless_asset_event(  # noqa: SLF001
+        asset_event=FreshnessStateChange(
+            key=dg.AssetKey(asset.split("/")),
+            new_state=FreshnessState.FAIL,
+            previous_state=FreshnessState.PASS,
+            state_change_timestamp=at.timestamp(),
+        )
+    )
+
+
+def _reported(instance: dg.DagsterInstance, job: str, night: str, coalesce_run: str) -> None:
+    # The checks run the Coalesce run sensor requests for each Coalesce run it reports.
+    create_run_for_test(
+        instance,
+        job_name="__ASSET_JOB",
+        tags={tags.COALESCE_JOB: job, tags.BUSINESS_DATE: night, tags.COALESCE_RUN_ID: coalesce_run},
+    )
+
+
+def test_a_scheduled_night_without_a_run_is_a_skip_naming_the_job_and_since_when(instance):
+    _reported(instance, "nightly", "2026-11-26", "41")  # Fri 04:00 London counts for Thursday
+    for asset in TABLES["nightly"]:
+        _fail(instance, asset, datetime(2026, 11, 28, 5, 0, 30, tzinfo=UTC))
+    [skipped] = skipped_runs(instance, METRICS, TABLES)
+    assert skipped.job == "nightly"
+    assert skipped.scheduled_at.isoformat() == "2026-11-28T04:00:00+00:00"
+    assert skipped.business_date == date(2026, 11, 27)
+    assert (skipped.last_night, skipped.last_coalesce_run_id) == (date(2026, 11, 26), "41")
+    assert skipped.failing == ("sales/fct_a", "sales/fct_b")
+    finding = skipped.finding("sales/fct_a", datetime(2026, 11, 27, 4, 20, tzinfo=UTC))
+    assert (finding.check_name, finding.cause_scope, finding.severity) == (
+        SKIPPED_RUN_CHECK,
+        "job:nightly",
+        "ERROR",
+    )
+    assert "Coalesce job nightly did not run: scheduled Sat 2026-11-28 04:00" in finding.summary
+    assert "last run was Coalesce run 41 for 2026-11-26" in finding.summary
+    assert "not built since 2026-11-27 04:20 UTC" in finding.summary
+    assert finding.evidence["hours_since_build"] == 24.7
+
+    with dg.build_sensor_context(instance=instance) as context:
+        [request] = list(skipped_run_requests(context, METRICS, TABLES))
+    assert request.job_name == SKIPPED_RUN_JOB
+    assert request.run_key == "skipped:nightly:2026-11-28T04:00:00+00:00"
+    assert request.tags[tags.BUSINESS_DATE] == "2026-11-27"
+
+
+def test_a_run_reported_for_the_night_is_no_skip(instance):
+    _reported(instance, "nightly", "2026-11-27", "42")
+    _fail(instance, "sales/fct_a", datetime(2026, 11, 28, 5, 0, 30, tzinfo=UTC))
+    assert skipped_runs(instance, METRICS, TABLES) == []
+
+
+def test_a_day_the_schedule_does_not_run_is_no_skip(instance):
+    # A weekday job whose tables a window policy failed on Sunday: its last start (Friday) was reported.
+    _reported(instance, "weekdays", "2026-11-26", "43")
+    _fail(instance, "finance/fct_c", datetime(2026, 11, 29, 5, 0, 30, tzinfo=UTC))
+    assert skipped_runs(instance, METRICS, TABLES) == []
+    # The Monday start that did not come is one.
+    _fail(instance, "finance/fct_c", datetime(2026, 11, 30, 5, 1, tzinfo=UTC))
+    [skipped] = skipped_runs(instance, METRICS, TABLES)
+    assert (skipped.job, skipped.business_date) == ("weekdays", date(2026, 11, 29))
+
+
+def test_a_holiday_of_the_calendar_is_logged_not_raised(instance):
+    _reported(instance, "nightly", "2026-12-23", "44")
+    _fail(instance, "sales/fct_a", datetime(2026, 12, 25, 5, 0, 30, tzinfo=UTC))
+    [skipped] = skipped_runs(instance, METRICS, TABLES)
+    assert skipped.holiday == "Office closed"
+    with dg.build_sensor_context(instance=instance) as context:
+        assert list(skipped_run_requests(context, METRICS, TABLES)) == []
+
+
+def test_only_scheduled_jobs_tables_are_watched():
+    specs = [
+        dg.AssetSpec("a", metadata={"coalesce/jobs": dg.MetadataValue.json([{"name": "nightly"}])}),
+        dg.AssetSpec("b", metadata={"coalesce/jobs": dg.MetadataValue.json([{"name": "adhoc"}])}),
+        dg.AssetSpec("c"),
+    ]
+    assert job_tables(specs, METRICS) == {"nightly": ["a"]}
