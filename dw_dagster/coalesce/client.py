@@ -53,6 +53,10 @@ RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 # 504 (or a lost answer) may come after the run was started, and a second start would build twice.
 NOT_PROCESSED_STATUSES = frozenset({429, 503})
 
+# A 429's Retry-After is honoured up to this many seconds: Coalesce has asked for 25 s, and three such waits
+# took one sensor tick past the daemon's 60 s limit.
+MAX_RETRY_WAIT = 10.0
+DEFAULT_REQUEST_BUDGET = 30.0
 DEFAULT_POLL_INTERVAL = 5.0
 DEFAULT_POLL_TIMEOUT = 3600.0
 # The list-nodes and list-jobs page size: the API accepts 1-500.
@@ -75,6 +79,10 @@ class CoalesceClient:
             timeouts, 429 (after its ``Retry-After`` seconds), 500, 502, 503 and 504.
         request_retry_delay (float): Seconds before the first retry.
         request_backoff_factor (float): Multiplier of the delay at each further retry.
+        request_budget (float): Seconds one call may take, its retries and their waits included. Each wait
+            is ``min(Retry-After or the backoff, max_retry_wait, the time left)``; a call whose budget has no
+            room for the next wait gives up, and its error says so.
+        max_retry_wait (float): The longest single wait before a retry, whatever ``Retry-After`` asks.
         transport (Optional[httpx.BaseTransport]): Replaces the network, e.g. ``httpx.MockTransport``
             replaying recorded responses in tests. By default httpx's own, which honours proxy variables.
     """
@@ -88,6 +96,8 @@ class CoalesceClient:
         request_retry_delay: float = 0.25,
         request_backoff_factor: float = 2.0,
         transport: httpx.BaseTransport | None = None,
+        request_budget: float = DEFAULT_REQUEST_BUDGET,
+        max_retry_wait: float = MAX_RETRY_WAIT,
     ):
         token = api_token.strip()
         if not token:
@@ -97,6 +107,9 @@ class CoalesceClient:
         self.request_max_retries = request_max_retries
         self.request_retry_delay = request_retry_delay
         self.request_backoff_factor = request_backoff_factor
+        self.request_timeout = request_timeout
+        self.request_budget = request_budget
+        self.max_retry_wait = max_retry_wait
         # httpx masks the Authorization header in its reprs. Connection failures are retried by _request
         # rather than by a retrying transport, because httpx ignores HTTP(S)_PROXY and NO_PROXY when it
         # is given a transport.
@@ -147,9 +160,13 @@ class CoalesceClient:
         endpoint = f"{method} {path}"
         retryable = NOT_PROCESSED_STATUSES if starts_work else RETRYABLE_STATUSES
         attempt = 0
+        deadline = time.monotonic() + self.request_budget
+        capped: float | None = None  # the longest Retry-After cut to max_retry_wait, said in the error
         while True:
+            # No single request outlives the call's budget either.
+            timeout = max(0.1, min(self.request_timeout, deadline - time.monotonic()))
             try:
-                response = self._http.request(method, path, params=params, json=body)
+                response = self._http.request(method, path, params=params, json=body, timeout=timeout)
             except httpx.TransportError as e:
                 # A failed connect never reached Coalesce: safe to repeat, even a run start.
                 never_sent = isinstance(e, httpx.ConnectError | httpx.ConnectTimeout)
@@ -162,17 +179,25 @@ class CoalesceClient:
                     ) from e
                 if attempt >= self.request_max_retries:
                     raise CoalesceConnectionError(endpoint, reason, retries=attempt) from e
-                delay = self._backoff(attempt)
+                asked = self._backoff(attempt)
+                delay = self._wait(asked, deadline)
+                if delay is None:
+                    raise CoalesceConnectionError(endpoint, reason, attempt, self._no_time(asked)) from e
             else:
                 self._log.debug(f"Coalesce {endpoint} -> {response.status_code}")
                 if response.is_success:
                     return response
-                error = self._api_error(response, endpoint, retries=attempt)
-                if response.status_code not in retryable or attempt >= self.request_max_retries:
-                    raise error
                 retry_after = _retry_after_seconds(response)
-                delay = retry_after if retry_after is not None else self._backoff(attempt)
-                reason = str(error)
+                if response.status_code not in retryable or attempt >= self.request_max_retries:
+                    why = self._capped(capped) if capped is not None else None
+                    raise self._api_error(response, endpoint, attempt, why)
+                asked = retry_after if retry_after is not None else self._backoff(attempt)
+                delay = self._wait(asked, deadline)
+                if delay is None:
+                    raise self._api_error(response, endpoint, attempt, self._no_time(asked, retry_after))
+                if retry_after is not None and retry_after > delay:
+                    capped = max(capped or 0.0, retry_after)
+                reason = str(self._api_error(response, endpoint, retries=0))
             attempt += 1
             self._log.info(
                 f"Retrying Coalesce {endpoint} in {delay:.2f}s "
@@ -183,7 +208,29 @@ class CoalesceClient:
     def _backoff(self, attempt: int) -> float:
         return self.request_retry_delay * self.request_backoff_factor**attempt
 
-    def _api_error(self, response: httpx.Response, endpoint: str, retries: int) -> CoalesceAPIError:
+    def _wait(self, asked: float, deadline: float) -> float | None:
+        """The wait before the next retry, ``min(asked, max_retry_wait)``; None when that wait would spend
+        what is left of the call's budget (no time for the retry itself)."""
+        wait = min(asked, self.max_retry_wait)
+        return None if wait >= deadline - time.monotonic() else wait
+
+    def _capped(self, retry_after: float) -> str:
+        return f"Coalesce asked to wait up to {retry_after:g}s (Retry-After), each wait was capped at {self.max_retry_wait:g}s"
+
+    def _no_time(self, asked: float, retry_after: float | None = None) -> str:
+        wanted = (
+            f"Retry-After asked {retry_after:g}s"
+            if retry_after is not None
+            else f"the next wait is {asked:g}s"
+        )
+        return (
+            f"no time left in the call's {self.request_budget:g}s budget for another wait ({wanted}, "
+            f"each wait capped at {self.max_retry_wait:g}s)"
+        )
+
+    def _api_error(
+        self, response: httpx.Response, endpoint: str, retries: int, gave_up: str | None = None
+    ) -> CoalesceAPIError:
         try:
             info = CoalesceErrorBody.model_validate(response.json()).error
             error_string, error_detail = info.error_string, info.error_detail
@@ -196,6 +243,7 @@ class CoalesceClient:
             error_detail=self._scrub(error_detail) if error_detail else error_detail,
             endpoint=endpoint,
             retries=retries,
+            gave_up=gave_up,
         )
 
     def _scrub(self, text: str) -> str:

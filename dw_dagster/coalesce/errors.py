@@ -14,6 +14,14 @@ class CoalesceError(Exception):
     """Base class of the errors raised by the Coalesce client."""
 
 
+def _gave_up(retries: int, why: str | None) -> str:
+    """``; gave up after 2 retries: <why>`` (empty when the call was not retried and nothing cut it short)."""
+    if not retries and not why:
+        return ""
+    tried = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
+    return f"; gave up{tried}" + (f": {why}" if why else "")
+
+
 class CoalesceAPIError(CoalesceError):
     """Coalesce answered with an error status; ``error_string`` and ``error_detail`` come from its body
     ``{"error": {"errorString": ..., "errorDetail": ...}}``.
@@ -26,31 +34,29 @@ class CoalesceAPIError(CoalesceError):
         error_detail: str | None,
         endpoint: str,
         retries: int = 0,
+        gave_up: str | None = None,
     ):
         self.status = status
         self.error_string = error_string
         self.error_detail = error_detail
         self.endpoint = endpoint
         self.retries = retries
+        self.gave_up = gave_up
         message = f"Coalesce {endpoint} returned {status}: {error_string}"
         if error_detail:
             message += f" ({error_detail})"
-        if retries:
-            message += f"; gave up after {retries} retries"
-        super().__init__(message)
+        super().__init__(message + _gave_up(retries, gave_up))
 
 
 class CoalesceConnectionError(CoalesceError):
     """Coalesce could not be reached, or did not answer in time."""
 
-    def __init__(self, endpoint: str, reason: str, retries: int = 0):
+    def __init__(self, endpoint: str, reason: str, retries: int = 0, gave_up: str | None = None):
         self.endpoint = endpoint
         self.reason = reason
         self.retries = retries
-        message = f"Coalesce {endpoint} failed: {reason}"
-        if retries:
-            message += f"; gave up after {retries} retries"
-        super().__init__(message)
+        self.gave_up = gave_up
+        super().__init__(f"Coalesce {endpoint} failed: {reason}" + _gave_up(retries, gave_up))
 
 
 class CoalesceResponseError(CoalesceError):

@@ -1,0 +1,81 @@
+"""Every wait of the Coalesce client has a ceiling: each wait before a retry is
+``min(Retry-After, max_retry_wait, the time left in the call's budget)``, through the real client and httpx's
+mock transport (Coalesce's 429 body and ``Retry-After`` header as its API sends them)."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from dw_dagster.coalesce import CoalesceAPIError, CoalesceClient
+
+BASE_URL = "https://app.coalescesoftware.io"
+RATE_LIMITED = {"error": {"errorString": "Too Many Requests", "errorDetail": "rate limit exceeded"}}
+ENVIRONMENTS = {"data": [{"id": "2", "name": "Production"}], "next": None}
+
+
+def _client(answers: list[httpx.Response], **kwargs) -> tuple[CoalesceClient, list[float]]:
+    sent: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(time.monotonic())
+        return answers.pop(0)
+
+    return CoalesceClient("t0ken", BASE_URL, transport=httpx.MockTransport(handler), **kwargs), sent
+
+
+def _throttled(seconds: int = 25) -> httpx.Response:
+    return httpx.Response(429, headers={"Retry-After": str(seconds)}, json=RATE_LIMITED)
+
+
+def test_three_429s_asking_25s_finish_within_the_budget_and_say_so():
+    client, sent = _client(
+        [_throttled(), _throttled(), _throttled(), _throttled()],
+        request_max_retries=3,
+        request_budget=2.0,
+        max_retry_wait=0.2,
+    )
+    started = time.monotonic()
+    with pytest.raises(CoalesceAPIError) as info:
+        client.list_environments()
+    elapsed = time.monotonic() - started
+    assert len(sent) == 4
+    assert elapsed < 2.0, f"a call with a 2 s budget took {elapsed:.1f} s"
+    waits = [b - a for a, b in zip(sent, sent[1:], strict=False)]
+    assert all(0.15 < w < 1.0 for w in waits), waits
+    assert str(info.value) == (
+        "Coalesce GET /api/v1/environments returned 429: Too Many Requests (rate limit exceeded); gave up after "
+        "3 retries: Coalesce asked to wait up to 25s (Retry-After), each wait was capped at 0.2s"
+    )
+
+
+def test_a_wait_the_budget_has_no_room_for_gives_up_at_once_and_says_why():
+    client, sent = _client([_throttled(), _throttled()], request_max_retries=3, request_budget=0.5)
+    started = time.monotonic()
+    with pytest.raises(CoalesceAPIError) as info:
+        client.list_environments()
+    assert time.monotonic() - started < 0.5
+    assert len(sent) == 1
+    assert info.value.status == 429 and info.value.retries == 0
+    assert str(info.value).endswith(
+        "gave up: no time left in the call's 0.5s budget for another wait "
+        "(Retry-After asked 25s, each wait capped at 10s)"
+    )
+
+
+def test_a_short_retry_after_is_honoured_and_the_call_succeeds():
+    client, sent = _client(
+        [_throttled(1), httpx.Response(200, json=ENVIRONMENTS)], request_max_retries=3, max_retry_wait=0.3
+    )
+    [environment] = client.list_environments()
+    assert environment.id == "2"
+    assert len(sent) == 2 and 0.25 < sent[1] - sent[0] < 1.0
+
+
+def test_the_defaults_hold_a_call_under_a_sensor_tick():
+    client = CoalesceClient("t0ken", BASE_URL)
+    # Three capped waits and the requests' own timeouts fit the 30 s budget, far inside the daemon's 60 s.
+    assert (client.max_retry_wait, client.request_budget) == (10.0, 30.0)
+    assert client.request_max_retries * client.max_retry_wait <= client.request_budget
