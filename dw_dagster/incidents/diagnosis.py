@@ -46,7 +46,7 @@ from dw_dagster.incidents.failed_load import diagnose_failed
 from dw_dagster.incidents.group_shift import shift_diagnosis, trace_shift
 from dw_dagster.incidents.keys import split_label
 from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident, KeyGap
-from dw_dagster.incidents.skipped_run import SKIPPED_RUN_CHECK, skipped_run_diagnosis
+from dw_dagster.incidents.run_findings import RUN_FINDINGS
 from dw_dagster.incidents.staleness import stale_diagnosis
 from dw_dagster.incidents.structure import source_columns, sources_upstream, table
 from dw_dagster.incidents.value_loss import diagnose_gap
@@ -98,8 +98,8 @@ def diagnose(incident: Incident, findings: Sequence[Finding], ctx: DiagnosisCont
 def _classify(incident: Incident, primary: Finding, ctx: DiagnosisContext) -> Diagnosis:
     if primary.check_name == SENSITIVE_COLUMN:
         return sensitive_column_diagnosis(incident, primary)
-    if primary.check_name == SKIPPED_RUN_CHECK:
-        return skipped_run_diagnosis(incident, primary, ctx)
+    if primary.check_name in RUN_FINDINGS:
+        return RUN_FINDINGS[primary.check_name](incident, primary, ctx)
     if primary.check_name == "coalesce_run":
         return diagnose_failed(incident, primary, ctx)
     if primary.check_name == "input_freshness":

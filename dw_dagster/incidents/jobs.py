@@ -17,6 +17,7 @@ from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.context.models import ContextFile
 from dw_dagster.incidents.blast_radius import blast_radius
+from dw_dagster.incidents.checks_not_run import build_checks_not_run_definitions
 from dw_dagster.incidents.diagnosis import DiagnosisContext, by_priority, diagnose
 from dw_dagster.incidents.lifecycle import continuation_text, related_text, settle
 from dw_dagster.incidents.lifecycle_job import LIFECYCLE_JOB, build_lifecycle_job
@@ -160,7 +161,7 @@ def build_incident_definitions(
         diagnose_op()
 
     lifecycle_job = build_lifecycle_job(ops, policy, context_file)
-    scheduled = job_tables(specs, metrics)
+    scheduled = job_tables(specs, metrics.freshness.schedules)
     skipped_run_job = build_skipped_run_job(metrics, scheduled, ops)
 
     @dg.sensor(
@@ -198,8 +199,11 @@ def build_incident_definitions(
     outbox = build_slack_outbox_sensor(
         ops, dispatch_gate=lambda warehouse: OrgControl(warehouse, ops).dispatch_allowed
     )
-    defs = dg.Definitions(
-        jobs=[diagnose_incident, lifecycle_job, skipped_run_job], sensors=[incident_sensor, outbox]
+    defs = dg.Definitions.merge(
+        dg.Definitions(
+            jobs=[diagnose_incident, lifecycle_job, skipped_run_job], sensors=[incident_sensor, outbox]
+        ),
+        build_checks_not_run_definitions(metrics, job_tables(specs), ops),
     )
     if context_file is None:
         return defs

@@ -17,7 +17,7 @@ names the job, when it was due and the last night it ran.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -94,13 +94,14 @@ class SkippedRun:
         )
 
 
-def job_tables(specs: Sequence[dg.AssetSpec], metrics: MetricsFile) -> dict[str, list[str]]:
-    """Each scheduled Coalesce job (the metrics file's ``freshness.schedules``) -> the tables it builds."""
+def job_tables(specs: Sequence[dg.AssetSpec], only: Collection[str] | None = None) -> dict[str, list[str]]:
+    """Each Coalesce job (of ``only``, e.g. the scheduled ones of ``freshness.schedules``) -> the tables it
+    builds."""
     out: dict[str, list[str]] = {}
     for spec in specs:
         jobs = spec.metadata.get("coalesce/jobs")
         for name in [j["name"] for j in jobs.data] if jobs is not None else []:  # type: ignore[union-attr]
-            if name in metrics.freshness.schedules:
+            if only is None or name in only:
                 out.setdefault(name, []).append(spec.key.to_user_string())
     return out
 

@@ -5,8 +5,6 @@ alone, once per skipped night (its run key is the job and the start it missed). 
 again from Dagster's storage before it writes: a run reported in between records nothing.
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 

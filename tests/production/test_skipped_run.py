@@ -111,10 +111,11 @@ def test_a_holiday_of_the_calendar_is_logged_not_raised(instance):
         assert list(skipped_run_requests(context, METRICS, TABLES)) == []
 
 
-def test_only_scheduled_jobs_tables_are_watched():
+def test_the_scheduled_jobs_tables_are_watched():
     specs = [
         dg.AssetSpec("a", metadata={"coalesce/jobs": dg.MetadataValue.json([{"name": "nightly"}])}),
         dg.AssetSpec("b", metadata={"coalesce/jobs": dg.MetadataValue.json([{"name": "adhoc"}])}),
         dg.AssetSpec("c"),
     ]
-    assert job_tables(specs, METRICS) == {"nightly": ["a"]}
+    assert job_tables(specs, METRICS.freshness.schedules) == {"nightly": ["a"]}
+    assert job_tables(specs) == {"nightly": ["a"], "adhoc": ["b"]}
