@@ -21,6 +21,7 @@ from dw_dagster.incidents.assets import incident_materialization
 from dw_dagster.incidents.evidence import DiagnosisContext
 from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.runs import failure_reason
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
@@ -57,25 +58,6 @@ def report_request(run: dg.DagsterRun, what: str) -> dg.RunRequest:
     )
 
 
-def _reason(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
-    """What stopped the run, from its event log: the first failed step's error, else the run's own
-    failure or cancellation message."""
-    failed = instance.get_records_for_run(
-        run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE, limit=1
-    ).records
-    event = failed[0].event_log_entry.dagster_event if failed else None
-    error = getattr(event.event_specific_data, "error", None) if event else None
-    if event is not None and error is not None:
-        while error.cause is not None:  # Dagster wraps the step's own exception: name that one
-            error = error.cause
-        return f"step {event.step_key}: {error.message.strip()}"
-    for event_type in (dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.RUN_CANCELED):
-        records = instance.get_records_for_run(run.run_id, of_type=event_type, limit=1).records
-        if records and records[0].event_log_entry.dagster_event:
-            return records[0].event_log_entry.dagster_event.message or event_type.value
-    return f"the run ended {run.status.value}"
-
-
 def not_run_finding(
     instance: dg.DagsterInstance, run: dg.DagsterRun, tables: Mapping[str, Sequence[str]]
 ) -> Finding:
@@ -91,7 +73,7 @@ def not_run_finding(
         asset_key=f"coalesce_job/{job}" if job else f"coalesce_run/{coalesce_run}",
         business_date=night,
         summary=f"The checks of {subject} run {coalesce_run} ({night}) could not run: checks run {run.run_id} "
-        f"{what}{after}: {_reason(instance, run)}. Nothing of that night was judged.",
+        f"{what}{after}: {failure_reason(instance, run)}. Nothing of that night was judged.",
         evidence={
             "checks_run_id": run.run_id,
             "root_run_id": run.tags.get(ROOT_RUN_ID_TAG, run.run_id),

@@ -2,8 +2,9 @@
 
 - ``remediation_proposals`` submits one held run per plan (``dw/approval=pending``: dagster.yaml's tag
   concurrency limit of 0 keeps it QUEUED, using no compute), binds the plan to that very run on its next
-  tick, tells the owners how to approve it, submits the plan again when its run was canceled, and cancels
-  (and reports) any other run someone launched with the plan's tags.
+  tick, tells the owners how to approve it, submits the plan again when its run was canceled, writes the
+  receipt of a run that failed part-way (``crash_receipt.py``), escalates it and submits the plan again for
+  a new approval, and cancels (and reports) any other run someone launched with the plan's tags.
 - ``approval_expiry`` cancels a run whose plan expired unanswered and escalates on Slack; it never grants.
 """
 
@@ -28,6 +29,7 @@ from dw_dagster.remediation.approvals import (
     cancel_run,
 )
 from dw_dagster.remediation.control import OrgControl, escalate, gated_notifier, owner_channels
+from dw_dagster.remediation.crash_receipt import crash_receipt, mark_retryable
 from dw_dagster.remediation.gate import explain_held_run, held_tags, how_to_approve
 from dw_dagster.remediation.models import SYSTEM_ACTOR, RemediationPlan
 from dw_dagster.remediation.submission import submitted_run
@@ -60,6 +62,19 @@ class _Proposer:
         events = self.book.store.events(incident_id)
         return any(e.kind in _CHANGE_KINDS and run_id in e.event_key for e in events)
 
+    def retry_failed(self, incident: Incident, plan: RemediationPlan, run: dg.DagsterRun, seq: int) -> None:
+        """The bound run failed after it changed something: its receipt (written here when the run died
+        before writing one), a person told, and the plan submitted again for a new approval."""
+        receipt = crash_receipt(self.book, self.instance, plan, run)
+        if receipt is not None:
+            self.notifier.post_receipt(incident, receipt)
+            undo = f" To undo instead: {' '.join(receipt.undo)}" if receipt.undo else ""
+            escalate(self.notifier, incident, self.context_file, plan,
+                     f"{receipt.failure}. The plan is submitted again: approve the new run to finish it.{undo}",
+                     run_id=run.run_id)  # fmt: skip
+        if mark_retryable(self.book, plan, run, "its run failed after changing something"):
+            self.submit(plan, seq + 1)
+
     def bind(self, incident: Incident, plan: RemediationPlan, run: dg.DagsterRun, seq: int) -> None:
         """Binds the plan to the run the daemon created for its submission; the run explains itself in the
         UI, and the owners get the proposal with Approve / Reject buttons that name this very run."""
@@ -70,7 +85,7 @@ class _Proposer:
         )
         if seq > 1:
             self.notifier.post_update(
-                incident, f"The run that waited for approval of {plan.plan_id} was canceled or refused; dw-dagster "
+                incident, f"The earlier run of {plan.plan_id} was canceled, refused or failed; dw-dagster "
                 f"submitted it again as {run.run_id}. Approvals are given for one run: please approve this one.",
                 kind="resubmitted", version=run.run_id, run_id=run.run_id,
             )  # fmt: skip
@@ -113,6 +128,8 @@ class _Proposer:
             if canceled or (refused and not self._changed_anything(incident.incident_id, binding.run_id)):
                 # Canceled by someone, or refused before it changed anything: the system proposes it again.
                 self.submit(plan, binding.seq + 1)
+            elif refused and bound is not None:
+                self.retry_failed(incident, plan, bound, binding.seq)
         for key in dict.fromkeys(self.book.runs.forged):
             self.book.store.append_event(incident.incident_id, "refused", f"refused|record|{key}",
                                          {"what": "record", "event_key": key, "reason": "not sealed by this deployment: forged or altered; ignored"})  # fmt: skip

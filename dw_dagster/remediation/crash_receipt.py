@@ -1,0 +1,68 @@
+"""A remediation run that stopped part-way: its receipt, the escalation, and its plan open to retry.
+
+The remediation job records each change as it makes it (``change``, ``rerun`` events keyed by its run) and
+writes the receipt at its end, or when a step fails in a way it foresaw. A run that dies in between (its
+worker killed, an error no step caught) leaves changes and no receipt. The proposals sensor finds the plan's
+bound run FAILED after it changed something (Dagster's storage first, then the incident's events) and:
+
+1. writes the failure receipt from that run's own events: what was applied, the rerun it started, what
+   stopped it (the failed step's error, from the run's event log), and how to undo each change;
+2. posts it and escalates in the incident's threads;
+3. records the plan ``retryable`` and submits it again: a new run held by the same gate, which the owners
+   approve again (a change already made is found as approved and not made twice) or leave to expire. A new
+   diagnosis may propose another plan instead, and ``dw-dagster undo`` works as before.
+"""
+
+from datetime import UTC, datetime
+
+import dagster as dg
+
+from dw_dagster.incidents.lifecycle_view import latest_diagnosis
+from dw_dagster.remediation.approvals import ApprovalBook
+from dw_dagster.remediation.changes import undo_steps
+from dw_dagster.remediation.models import Change, Receipt, RemediationPlan
+from dw_dagster.runs import failure_reason
+
+RETRYABLE = "retryable"
+
+
+def crash_receipt(
+    book: ApprovalBook, instance: dg.DagsterInstance, plan: RemediationPlan, run: dg.DagsterRun
+) -> Receipt | None:
+    """Writes the failure receipt of a run that stopped without one; None when the run wrote its own."""
+    store = book.store
+    key = f"receipt|{plan.plan_id}|{run.run_id}"
+    events = store.events(plan.incident_id)
+    if any(e.kind == "receipt" and e.event_key == key for e in events):
+        return None
+    mine = [e for e in events if run.run_id in e.event_key]
+    changes = [Change.model_validate(e.detail) for e in mine if e.kind == "change"]
+    rerun = next((e.detail for e in mine if e.kind == "rerun"), None)
+    applied = "; ".join(c.what for c in changes) or "no reference or source change"
+    started = f"; it had started Coalesce run {rerun['coalesce_run_id']}" if rerun else ""
+    found = latest_diagnosis(store, plan.incident_id)
+    incident = store.get(plan.incident_id)
+    receipt = Receipt(
+        incident_id=plan.incident_id, plan_id=plan.plan_id,
+        cause=found[0].cause if found else (incident.title if incident else plan.plan_id),
+        evidence=dict(found[0].evidence) if found else {},
+        proposals=plan.proposals, approvals=book.approvals(plan, run.run_id), changes=changes,
+        dagster_run_id=run.run_id, coalesce_run_id=int(rerun["coalesce_run_id"]) if rerun else None,
+        coalesce_run_as=rerun.get("run_as") if rerun else None, verification=[], verified=False,
+        failure=f"run {run.run_id} stopped part-way ({failure_reason(instance, run)}) after: {applied}{started}",
+        undo=undo_steps(plan, changes), written_at=datetime.now(UTC),
+    )  # fmt: skip
+    if not store.append_event(plan.incident_id, "receipt", key, receipt.model_dump(mode="json")):
+        return None  # another tick wrote it
+    return receipt
+
+
+def mark_retryable(book: ApprovalBook, plan: RemediationPlan, run: dg.DagsterRun, why: str) -> bool:
+    """Records that the plan may run again after ``run`` failed; False when it already was (one retry
+    submission per failed run)."""
+    return book.store.append_event(
+        plan.incident_id,
+        RETRYABLE,
+        f"{RETRYABLE}|{plan.plan_id}|{run.run_id}",
+        {"run_id": run.run_id, "why": why},
+    )
