@@ -29,6 +29,7 @@ CHECKS_NOT_RUN = "checks_not_run"
 REPORT_JOB = "report_checks_not_run"
 FAILED_RUN = "dw/failed_run_id"
 """The checks run (the last of its retries) that could not judge the night, on the report run."""
+OUTCOME = "dw/checks_run_outcome"
 
 
 def is_checks_run(run: dg.DagsterRun) -> bool:
@@ -45,16 +46,11 @@ def retried(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
 
 
 def report_request(run: dg.DagsterRun, what: str) -> dg.RunRequest:
+    # Only the failed run's id: the checks runs' own tags would make this run count as a reported night.
     return dg.RunRequest(
         run_key=f"{CHECKS_NOT_RUN}:{run.run_id}",
         job_name=REPORT_JOB,
-        tags={
-            FAILED_RUN: run.run_id,
-            tags.COALESCE_RUN_ID: run.tags[tags.COALESCE_RUN_ID],
-            tags.BUSINESS_DATE: run.tags.get(tags.BUSINESS_DATE, ""),
-            **({tags.COALESCE_JOB: run.tags[tags.COALESCE_JOB]} if tags.COALESCE_JOB in run.tags else {}),
-            "dw/checks_run_outcome": what,
-        },
+        tags={FAILED_RUN: run.run_id, OUTCOME: what},
     )
 
 

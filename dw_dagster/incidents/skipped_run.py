@@ -107,10 +107,12 @@ def job_tables(specs: Sequence[dg.AssetSpec], only: Collection[str] | None = Non
 
 
 def _last_reported(instance: dg.DagsterInstance, job: str) -> tuple[date | None, str | None]:
-    """The latest business date (and its Coalesce run) the run sensor reported for the job."""
+    """The latest business date (and its Coalesce run) the run sensor reported for the job: its checks runs."""
     best: tuple[date | None, str | None] = (None, None)
     for record in instance.get_run_records(dg.RunsFilter(tags={tags.COALESCE_JOB: job}), limit=REPORTED_RUNS):
         run_tags = record.dagster_run.tags
+        if tags.COALESCE_RUN_ID not in run_tags:
+            continue
         try:
             night = date.fromisoformat(run_tags.get(tags.BUSINESS_DATE, ""))
         except ValueError:

@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from dw_dagster import tags
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.context.specs import key_from_path
 from dw_dagster.incidents.assets import incident_materialization
@@ -20,6 +19,9 @@ from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
 SKIPPED_RUN_JOB = "report_skipped_run"
+# Not the checks runs' dw/coalesce_job and dw/business_date: this run reports no Coalesce run.
+SKIPPED_JOB = "dw/skipped_job"
+SKIPPED_NIGHT = "dw/skipped_night"
 
 
 def skipped_run_requests(
@@ -35,7 +37,7 @@ def skipped_run_requests(
         yield dg.RunRequest(
             run_key=skipped.run_key,
             job_name=SKIPPED_RUN_JOB,
-            tags={tags.COALESCE_JOB: skipped.job, tags.BUSINESS_DATE: skipped.business_date.isoformat()},
+            tags={SKIPPED_JOB: skipped.job, SKIPPED_NIGHT: skipped.business_date.isoformat()},
         )
 
 
@@ -52,11 +54,11 @@ def build_skipped_run_job(
         description="Record a scheduled Coalesce run that never started: a finding on each of its stale tables.",
     )
     def record_skipped_run(context: dg.OpExecutionContext, snowflake: WarehouseResource) -> None:
-        job = context.run.tags.get(tags.COALESCE_JOB)
+        job = context.run.tags.get(SKIPPED_JOB)
         if not job or job not in tables:
-            raise dg.Failure(f"run tag {tags.COALESCE_JOB}: expected one of {sorted(tables)}, got {job!r}")
+            raise dg.Failure(f"run tag {SKIPPED_JOB}: expected one of {sorted(tables)}, got {job!r}")
         found = skipped_runs(context.instance, metrics, {job: tables[job]})
-        if not found or found[0].business_date.isoformat() != context.run.tags.get(tags.BUSINESS_DATE):
+        if not found or found[0].business_date.isoformat() != context.run.tags.get(SKIPPED_NIGHT):
             context.log.info(f"{job}: a run was reported for the night in the meantime; nothing to record")
             return
         skipped = found[0]

@@ -16,6 +16,7 @@ from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.incidents.checks_not_run import (
     CHECKS_NOT_RUN,
     FAILED_RUN,
+    OUTCOME,
     REPORT_JOB,
     build_checks_not_run_definitions,
 )
@@ -111,7 +112,7 @@ def test_a_canceled_checks_run_is_reported(instance, defs):
     run = instance.get_run_by_id(run.run_id)
     event = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_CANCELED).records[0]
     [request] = _tick(d, "checks_run_canceled", instance, run, event.event_log_entry.dagster_event)
-    assert request.tags["dw/checks_run_outcome"] == "canceled"
+    assert request.tags[OUTCOME] == "canceled"
 
 
 def test_runs_that_are_not_checks_runs_are_left_alone(instance, defs):

@@ -9,11 +9,19 @@ import dagster as dg
 import pytest
 from dagster._core.definitions.freshness import FreshnessState, FreshnessStateChange
 from dagster._core.test_utils import create_run_for_test
+from incidents.ops_warehouse import ops_schema, warehouse  # noqa: F401 - the fixture
 
 from dw_dagster import tags
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.incidents.skipped_run import SKIPPED_RUN_CHECK, job_tables, skipped_runs
-from dw_dagster.incidents.skipped_run_job import SKIPPED_RUN_JOB, skipped_run_requests
+from dw_dagster.incidents.skipped_run_job import (
+    SKIPPED_JOB,
+    SKIPPED_NIGHT,
+    SKIPPED_RUN_JOB,
+    build_skipped_run_job,
+    skipped_run_requests,
+)
+from dw_dagster.incidents.store import IncidentStore
 
 METRICS = MetricsFile.model_validate(
     {
@@ -82,7 +90,7 @@ def test_a_scheduled_night_without_a_run_is_a_skip_naming_the_job_and_since_when
         [request] = list(skipped_run_requests(context, METRICS, TABLES))
     assert request.job_name == SKIPPED_RUN_JOB
     assert request.run_key == "skipped:nightly:2026-11-28T04:00:00+00:00"
-    assert request.tags[tags.BUSINESS_DATE] == "2026-11-27"
+    assert request.tags == {SKIPPED_JOB: "nightly", SKIPPED_NIGHT: "2026-11-27"}
 
 
 def test_a_run_reported_for_the_night_is_no_skip(instance):
@@ -119,3 +127,40 @@ def test_the_scheduled_jobs_tables_are_watched():
     ]
     assert job_tables(specs, METRICS.freshness.schedules) == {"nightly": ["a"]}
     assert job_tables(specs) == {"nightly": ["a"], "adhoc": ["b"]}
+
+
+def test_the_report_run_records_one_incident_for_the_job_in_the_warehouse(instance, warehouse):  # noqa: F811
+    _, wh = warehouse
+    ops = ops_schema(wh, "DW_OPS_SKIPPED")
+    job = build_skipped_run_job(METRICS, TABLES, ops)
+    _reported(instance, "nightly", "2026-11-26", "41")
+    for asset in TABLES["nightly"]:
+        _fail(instance, asset, datetime(2026, 11, 28, 5, 0, 30, tzinfo=UTC))
+    with dg.build_sensor_context(instance=instance) as context:
+        [request] = list(skipped_run_requests(context, METRICS, TABLES))
+    for _ in range(2):  # a second run of the same request (a retry) records nothing twice
+        assert job.execute_in_process(
+            instance=instance, tags=request.tags, resources={"snowflake": wh}
+        ).success
+    store = IncidentStore(wh, ops)
+    [incident] = store.list(status="open")
+    findings = store.events(incident.incident_id, kind="finding")
+    assert sorted(f.detail["asset_key"] for f in findings) == TABLES["nightly"]
+    assert {f.detail["check_name"] for f in findings} == {SKIPPED_RUN_CHECK}
+    assert incident.business_date == date(2026, 11, 27)
+    assert incident.detail["cause_scope"] == "job:nightly"
+    # The report run itself is no reported night: the skip still stands after it.
+    assert [s.job for s in skipped_runs(instance, METRICS, TABLES)] == ["nightly"]
+
+
+def test_a_run_reported_before_the_report_runs_records_nothing(instance, warehouse):  # noqa: F811
+    _, wh = warehouse
+    ops = ops_schema(wh, "DW_OPS_SKIPPED_LATE")
+    _reported(instance, "nightly", "2026-11-26", "41")
+    _fail(instance, "sales/fct_a", datetime(2026, 11, 28, 5, 0, 30, tzinfo=UTC))
+    with dg.build_sensor_context(instance=instance) as context:
+        [request] = list(skipped_run_requests(context, METRICS, TABLES))
+    _reported(instance, "nightly", "2026-11-27", "42")  # the late run arrives
+    job = build_skipped_run_job(METRICS, TABLES, ops)
+    assert job.execute_in_process(instance=instance, tags=request.tags, resources={"snowflake": wh}).success
+    assert IncidentStore(wh, ops).list() == []
