@@ -90,6 +90,8 @@ def idle_hour(daemon: CountingDaemon, hour_seconds: int) -> Counter:
     counts: Counter = Counter()
     requested = 0
     for sensor in daemon.defs.sensors or []:
+        if isinstance(sensor, dg.RunStatusSensorDefinition):
+            continue  # evaluated by the daemon on the event log's run-status events: no warehouse when idle
         interval = sensor.minimum_interval_seconds or 30
         ticks = math.ceil(hour_seconds / interval)
         started = time.monotonic()
