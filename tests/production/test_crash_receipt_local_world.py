@@ -55,7 +55,8 @@ class Night:
         return self.daemon.instance.get_run_by_id(run_id)
 
     def fault(self, **body) -> None:
-        httpx.post(f"{self.lw.coalesce_url}/_sim/faults", json=body).raise_for_status()
+        auth = {"Authorization": f"Bearer {LOCAL_COALESCE_TOKEN}"}
+        httpx.post(f"{self.lw.coalesce_url}/_sim/faults", json=body, headers=auth).raise_for_status()
 
     def region_rows(self, org: int) -> list[tuple]:
         with self.lw.snowflake.connect() as conn:
