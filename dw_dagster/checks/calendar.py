@@ -102,6 +102,11 @@ class HolidayPeriod(CalendarEffect):
     after_business_days: int = Field(
         default=2, ge=0, le=10, description="Business days after a period while volumes ramp back."
     )
+    # A period's days dip (offices close, volumes ramp back); a shop whose holiday weeks peak says `up`.
+    direction: Literal["up", "down", "both"] = Field(
+        default="down",
+        description="The way a holiday period moves the numbers, when it explains a deviation.",
+    )
 
 
 class PeriodEnd(CalendarEffect):

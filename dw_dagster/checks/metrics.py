@@ -194,7 +194,8 @@ class MetricsFile(FileModel):
 
         if country not in holidays.list_supported_countries():
             return data
-        return {**data, "calendar": {**calendar, "holidays": [{"country": country}]}}
+        # Holidays nobody declared explain a dip only: a doubled total on one is still news.
+        return {**data, "calendar": {**calendar, "holidays": [{"country": country, "direction": "down"}]}}
 
     @model_validator(mode="after")
     def _references(self) -> MetricsFile:
