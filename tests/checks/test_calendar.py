@@ -145,7 +145,9 @@ def test_an_office_closed_for_days_is_a_holiday_each_day_and_a_period():
 def test_a_calendar_with_no_holidays_takes_those_of_the_business_days_country(tmp_path):
     path = tmp_path / "metrics.yaml"
     path.write_text(yaml.safe_dump({"business_day": {"timezone": "Europe/London"}}))
-    assert load_metrics_file(path).calendar.day(date(2025, 12, 26)).name == "Boxing Day"
+    boxing_day = load_metrics_file(path).calendar.day(date(2025, 12, 26))
+    # Holidays nobody declared explain a dip, never a jump.
+    assert boxing_day.name == "Boxing Day" and boxing_day.explains(-0.5) and not boxing_day.explains(0.5)
     path.write_text(yaml.safe_dump({"business_day": {"timezone": "America/Chicago"}, "calendar": {}}))
     assert load_metrics_file(path).calendar.day(date(2025, 11, 27)).name == "Thanksgiving Day"
     # Said to have none, or a zone of no country: none.

@@ -202,6 +202,12 @@ def test_a_fault_inside_a_holiday_period_still_raises_error():
     series = _intake(day, fault=(day, 0.5))
     j = judge(series, day, series[day], config, Direction.DOWN, calendar=DE)
     assert j.severity == "ERROR" and j.calendar_day.kind == "holiday_period" and len(j.like_days) >= 3
+    # A load played three times on the first day between (half again an ordinary Saturday), before any
+    # day between is on record: a period explains a dip, not a jump.
+    day = date(2025, 12, 27)
+    series = _intake(day, fault=(day, 3.0))
+    j = judge(series, day, series[day], config, Direction.BOTH, calendar=DE)
+    assert j.severity == "ERROR" and not j.like_days
     # An emptied day on Boxing Day (a holiday) and on the ramp back: ERRORs too.
     for day in (date(2025, 12, 26), date(2026, 1, 5)):
         series = _intake(day, fault=(day, 0.0))
