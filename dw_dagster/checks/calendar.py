@@ -211,8 +211,9 @@ class BusinessCalendar(FileModel):
         return sum(self.is_business_day(day + timedelta(days=k)) for k in range(1, (last - day).days + 1))
 
     def day(self, day: date) -> CalendarDay | None:
-        """What kind of calendar day ``day`` is, the most specific first (a holiday, a quarter-end, a
-        month-end, a day of the month), or None for an ordinary day."""
+        """What kind of calendar day ``day`` is, the most specific first (a holiday, a day between holidays,
+        a quarter-end, a month-end, a first business day after holidays, a day of the month), or None for an
+        ordinary day."""
         if day not in self._memo:
             self._memo[day] = self._day(day)
         return self._memo[day]
@@ -225,8 +226,10 @@ class BusinessCalendar(FileModel):
             # public holiday is like every past public holiday.
             keys = (f"date:{name}",) if isinstance(effect, ExplicitDate) else ("holiday",)
             return _calendar_day("holiday", name, keys, effect)
+        # The days between holidays come before a month-end in them (a Christmas week is unlike other
+        # month-ends); the ramp back after comes after a month-end (the weaker effect of the two).
         period = self._in_holiday_period(day)
-        if period is not None:
+        if period is not None and period.like_keys == ("holiday_period",):
             return period
         for kind, window, quarter in (
             ("quarter_end", self.quarter_end, True),
@@ -240,6 +243,8 @@ class BusinessCalendar(FileModel):
                     return _calendar_day(
                         kind, f"{label} (last {window.last_business_days} business days)", keys, window
                     )
+        if period is not None:
+            return period
         last = stdlib_calendar.monthrange(day.year, day.month)[1]
         for effect in self.day_of_month:
             if day.day in effect.days or (day.day == last and any(d > last for d in effect.days)):

@@ -124,6 +124,16 @@ def test_holidays_close_together_make_a_period_with_the_days_between_and_the_ram
     assert [easter[date(2025, 4, d)] for d in range(17, 25)] == [
         "-", "holiday", "holiday_period", "holiday_period", "holiday", "after_holidays", "after_holidays", "-"
     ]  # fmt: skip
+    # A month-end in a period: the days between come first, the ramp back after comes second.
+    stocktake = [{"date": "2026-01-27", "until": "2026-01-28", "name": "Stocktake"}]
+    with_month_end = _cal(holidays=[{"country": "GB"}], month_end={"last_business_days": 2}, dates=stocktake)
+    assert with_month_end.day(date(2025, 12, 30)).kind == "holiday_period"
+    assert (
+        with_month_end.day(date(2026, 1, 29)).kind
+        == with_month_end.day(date(2026, 1, 30)).kind
+        == "month_end"
+    )
+    assert _cal(dates=stocktake).day(date(2026, 1, 29)).like_keys == ("after_holidays",)
     # A holiday on its own makes no period (Memorial Day), and bridge_days 0 turns periods off.
     us = _cal(holidays=[{"country": "US"}])
     assert us.day(date(2025, 5, 27)) is None
