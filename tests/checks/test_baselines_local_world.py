@@ -126,7 +126,7 @@ def test_ecommerce_a_holiday_period_is_at_most_warn_and_a_fault_in_it_an_error(t
         str(ECOMMERCE / "world.yaml"),
         [
             {"events": [partial(0.4)], "expect": {"incident": False, "max_severity": "WARN"}},
-            {"events": [partial(0.8)], "expect": {"incident": True}},
+            {"events": [partial(0.8)], "expect": {"class": ["volume_loss"]}},
         ],
         metrics=closure,
     )
