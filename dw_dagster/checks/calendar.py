@@ -5,9 +5,8 @@ country and subdivision, through the ``holidays`` package) and its own dates, th
 month or a quarter, and days of the month with their own effect (a payday, a billing run). Holidays close
 together make a **holiday period**: the days between them (a Christmas to New Year fortnight, an Easter
 weekend) and the first business days after it, while volumes ramp back, are calendar days of their own. A
-calendar day
-is then compared with the days like it (``CalendarDay.like_keys``) rather than with ordinary nights, and a deviation
-the calendar explains is at most a warning (``dw_dagster/checks/judge.py``).
+calendar day is then compared with the days like it (``CalendarDay.like_keys``) rather than with ordinary
+nights, and a deviation the calendar explains is at most a warning (``dw_dagster/checks/judge.py``).
 
 ```yaml
 calendar:
