@@ -2,9 +2,11 @@
 
 A team writes down the days its numbers follow a calendar rather than the weekday: public holidays (by
 country and subdivision, through the ``holidays`` package) and its own dates, the last business days of a
-month or a quarter, and days of the month with their own effect (a payday, a billing run). A calendar day
-is then compared with the days like it (``CalendarDay.like_keys``) rather than with ordinary nights, and a deviation
-the calendar explains is at most a warning (``dw_dagster/checks/judge.py``).
+month or a quarter, and days of the month with their own effect (a payday, a billing run). Holidays close
+together make a **holiday period**: the days between them (a Christmas to New Year fortnight, an Easter
+weekend) and the first business days after it, while volumes ramp back, are calendar days of their own. A
+calendar day is then compared with the days like it (``CalendarDay.like_keys``) rather than with ordinary
+nights, and a deviation the calendar explains is at most a warning (``dw_dagster/checks/judge.py``).
 
 ```yaml
 calendar:
@@ -13,6 +15,8 @@ calendar:
     - {country: US, subdivision: NY}
   dates:
     - {date: 2025-06-02, name: Annual audit}
+    - {date: 2025-12-24, until: 2026-01-02, name: Office closed}
+  holiday_period: {bridge_days: 7, after_business_days: 2}
   month_end: {last_business_days: 2}
   quarter_end: {last_business_days: 3}
   day_of_month:
@@ -31,6 +35,7 @@ from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_valid
 
 from dw_dagster.config import FileModel
 
+MAX_CLOSURE_DAYS = 60
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 
@@ -67,7 +72,40 @@ class HolidaySource(CalendarEffect):
 
 class ExplicitDate(CalendarEffect):
     date: date
+    until: date | None = Field(default=None, description="The last day of a closure of several days.")
     name: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _order(self) -> ExplicitDate:
+        if self.until is not None and self.until < self.date:
+            raise ValueError(f"until: expected a day on or after date ({self.date}), got {self.until}")
+        if self.until is not None and (self.until - self.date).days > MAX_CLOSURE_DAYS:
+            raise ValueError(f"until: a closure of at most {MAX_CLOSURE_DAYS} days, got {self.until}")
+        return self
+
+    def covers(self, day: date) -> bool:
+        return self.date <= day <= (self.until or self.date)
+
+
+class HolidayPeriod(CalendarEffect):
+    """Holidays (public ones and the team's own dates) at most ``bridge_days`` apart are one period: the days
+    between them and the first ``after_business_days`` business days after the last are calendar days."""
+
+    bridge_days: int = Field(
+        default=7,
+        ge=0,
+        le=14,
+        description="Holidays at most this many days apart make one period (Christmas to New Year's Day is "
+        "7); 0 turns holiday periods off.",
+    )
+    after_business_days: int = Field(
+        default=2, ge=0, le=10, description="Business days after a period while volumes ramp back."
+    )
+    # A period's days dip (offices close, volumes ramp back); a shop whose holiday weeks peak says `up`.
+    direction: Literal["up", "down", "both"] = Field(
+        default="down",
+        description="The way a holiday period moves the numbers, when it explains a deviation.",
+    )
 
 
 class PeriodEnd(CalendarEffect):
@@ -92,7 +130,7 @@ class DayOfMonth(CalendarEffect):
 class CalendarDay(BaseModel):
     """What makes a day not ordinary."""
 
-    kind: Literal["holiday", "quarter_end", "month_end", "day_of_month"]
+    kind: Literal["holiday", "holiday_period", "quarter_end", "month_end", "day_of_month"]
     name: str
     like_keys: tuple[str, ...]
     """Compared with past days that share the first of these keys that has any (a quarter-end with past
@@ -115,12 +153,16 @@ class BusinessCalendar(FileModel):
         description="Weekdays that are business days (a business open every day lists all seven).",
     )
     holidays: list[HolidaySource] = Field(default_factory=list)
-    dates: list[ExplicitDate] = Field(default_factory=list, description="The team's own dates.")
+    dates: list[ExplicitDate] = Field(
+        default_factory=list, description="The team's own dates (an audit, an office closed for days)."
+    )
+    holiday_period: HolidayPeriod = Field(default_factory=HolidayPeriod)
     month_end: PeriodEnd | None = None
     quarter_end: PeriodEnd | None = None
     day_of_month: list[DayOfMonth] = Field(default_factory=list)
     # Every check asks about the same few hundred dates, once per series and group.
     _memo: dict[date, CalendarDay | None] = PrivateAttr(default_factory=dict)
+    _periods: dict[int, list[tuple[date, date]]] = PrivateAttr(default_factory=dict)
 
     @field_validator("business_days")
     @classmethod
@@ -132,7 +174,11 @@ class BusinessCalendar(FileModel):
 
     @model_validator(mode="after")
     def _unique_dates(self) -> BusinessCalendar:
-        seen = [d.date for d in self.dates]
+        seen = [
+            d.date + timedelta(days=k)
+            for d in self.dates
+            for k in range(((d.until or d.date) - d.date).days + 1)
+        ]
         dupes = sorted({d for d in seen if seen.count(d) > 1})
         if dupes:
             raise ValueError(f"dates: {', '.join(map(str, dupes))} listed twice")
@@ -144,7 +190,7 @@ class BusinessCalendar(FileModel):
 
     def holiday(self, day: date) -> tuple[str, CalendarEffect] | None:
         for d in self.dates:
-            if d.date == day:
+            if d.covers(day):
                 return d.name, d
         for source in self.holidays:
             name = _holidays(source.country, source.subdivision, day.year).get(day)
@@ -164,8 +210,9 @@ class BusinessCalendar(FileModel):
         return sum(self.is_business_day(day + timedelta(days=k)) for k in range(1, (last - day).days + 1))
 
     def day(self, day: date) -> CalendarDay | None:
-        """What kind of calendar day ``day`` is, the most specific first (a holiday, a quarter-end, a
-        month-end, a day of the month), or None for an ordinary day."""
+        """What kind of calendar day ``day`` is, the most specific first (a holiday, a day between holidays,
+        a quarter-end, a month-end, a first business day after holidays, a day of the month), or None for an
+        ordinary day."""
         if day not in self._memo:
             self._memo[day] = self._day(day)
         return self._memo[day]
@@ -178,6 +225,11 @@ class BusinessCalendar(FileModel):
             # public holiday is like every past public holiday.
             keys = (f"date:{name}",) if isinstance(effect, ExplicitDate) else ("holiday",)
             return _calendar_day("holiday", name, keys, effect)
+        # The days between holidays come before a month-end in them (a Christmas week is unlike other
+        # month-ends); the ramp back after comes after a month-end (the weaker effect of the two).
+        period = self._in_holiday_period(day)
+        if period is not None and period.like_keys == ("holiday_period",):
+            return period
         for kind, window, quarter in (
             ("quarter_end", self.quarter_end, True),
             ("month_end", self.month_end, False),
@@ -190,10 +242,56 @@ class BusinessCalendar(FileModel):
                     return _calendar_day(
                         kind, f"{label} (last {window.last_business_days} business days)", keys, window
                     )
+        if period is not None:
+            return period
         last = stdlib_calendar.monthrange(day.year, day.month)[1]
         for effect in self.day_of_month:
             if day.day in effect.days or (day.day == last and any(d > last for d in effect.days)):
                 return _calendar_day("day_of_month", effect.name, (f"day_of_month:{effect.name}",), effect)
+        return None
+
+    def holiday_periods(self, year: int) -> list[tuple[date, date]]:
+        """The holiday periods (first and last holiday) that touch ``year``: chains of holidays at most
+        ``bridge_days`` apart spanning two days or more."""
+        if year not in self._periods:
+            self._periods[year] = self._chain(year)
+        return self._periods[year]
+
+    def _chain(self, year: int) -> list[tuple[date, date]]:
+        bridge = self.holiday_period.bridge_days
+        if not bridge:
+            return []
+        # The years around it: a period may run from one year into the next.
+        start, end = date(year - 1, 12, 1), date(year + 1, 1, 31)
+        days = [start + timedelta(days=k) for k in range((end - start).days + 1)]
+        holidays = [d for d in days if self.holiday(d) is not None]
+        periods: list[tuple[date, date]] = []
+        for d in holidays:
+            if periods and (d - periods[-1][1]).days <= bridge:
+                periods[-1] = (periods[-1][0], d)
+            else:
+                periods.append((d, d))
+        return [(a, b) for a, b in periods if b > a and (a.year <= year <= b.year)]
+
+    def _in_holiday_period(self, day: date) -> CalendarDay | None:
+        effect = self.holiday_period
+        for first, last in self.holiday_periods(day.year) + self.holiday_periods(day.year - 1):
+            span = (
+                f"{self.holiday(first)[0]} {first.isoformat()} to {self.holiday(last)[0]} {last.isoformat()}"
+            )
+            if first < day < last:
+                return _calendar_day(
+                    "holiday_period", f"between holidays ({span})", ("holiday_period",), effect
+                )
+            if 0 < (day - last).days <= 31 and effect.after_business_days and self.is_business_day(day):
+                after = sum(
+                    self.is_business_day(last + timedelta(days=k)) for k in range(1, (day - last).days)
+                )
+                if after < effect.after_business_days:
+                    return _calendar_day(
+                        "holiday_period", f"the first business days after holidays ({span})",
+                        ("after_holidays",), effect,
+                    )  # fmt: skip
         return None
 
 
@@ -212,3 +310,30 @@ def _holidays(country: str, subdivision: str | None, year: int):
     import holidays
 
     return holidays.country_holidays(country, subdiv=subdivision, years=year)
+
+
+def timezone_country(timezone: str) -> str | None:
+    """The country of an IANA time zone (``Europe/London`` -> ``GB``) from the tz database's ``zone.tab``,
+    or None (``UTC``, a zone the table does not list, no table on this machine)."""
+    return _zone_countries().get(timezone)
+
+
+@lru_cache(maxsize=1)
+def _zone_countries() -> dict[str, str]:
+    import zoneinfo
+    from importlib.resources import files
+    from pathlib import Path
+
+    candidates = [Path(p) / "zone.tab" for p in zoneinfo.TZPATH]
+    try:
+        candidates.append(files("tzdata").joinpath("zoneinfo", "zone.tab"))  # type: ignore[arg-type]
+    except ModuleNotFoundError:
+        pass
+    for tab in candidates:
+        try:
+            text = tab.read_text(encoding="utf-8")
+        except OSError:
+            continue
+        rows = (line.split("\t") for line in text.splitlines() if line and not line.startswith("#"))
+        return {r[2]: r[0] for r in rows if len(r) >= 3}
+    return {}

@@ -36,7 +36,7 @@ from dw_dagster.checks.baseline import (
     transform,
     untransform,
 )
-from dw_dagster.checks.calendar import BusinessCalendar, CalendarDay
+from dw_dagster.checks.calendar import WEEKDAYS, BusinessCalendar, CalendarDay
 from dw_dagster.checks.history import Rebase
 
 
@@ -180,10 +180,21 @@ def judge(
             update={"plain": plain, "calendar_day": today, "like_days": measured, "calendar_effect_pct": pct}
         )
     out = _verdict(plain, notes=notes, level=level)
+    closed = (
+        _closed_day_floor(usable, day, cal, config) if today.kind in ("holiday", "holiday_period") else None
+    )
     if out.severity == "ERROR" and today.explains(plain.relative_change or 0.0):
         notes.append(
             f"{today.name}: no past night like it on record, and a move of "
             f"{100 * (plain.relative_change or 0):+.1f}% is within what such a day explains"
+        )
+        out = out.model_copy(update={"severity": "WARN"})
+    elif out.severity == "ERROR" and closed is not None and closed <= value < (plain.expected or 0):
+        # A business closed for a holiday looks like one of its own closed days (a Sunday of an office):
+        # no quieter than the quietest of them, which the pipeline's own history shows.
+        notes.append(
+            f"{today.name}: no past night like it on record, and {value:,.0f} is no lower than the "
+            f"series' own closed days ({closed:,.0f} at the least)"
         )
         out = out.model_copy(update={"severity": "WARN"})
     elif out.severity == "ERROR":
@@ -191,6 +202,19 @@ def judge(
             f"{today.name}: no past night like it on record, and the move is beyond what it explains"
         )
     return out.model_copy(update={"plain": plain, "calendar_day": today, "notes": notes})
+
+
+def _closed_day_floor(
+    usable: Mapping[date, float], day: date, cal: BusinessCalendar, config: BaselineConfig
+) -> float | None:
+    """The lowest value of the last four weeks' closed days (weekdays that are not business days, holidays
+    aside), less the smallest move that counts, when there are at least two of them."""
+    closed = [
+        v
+        for d, v in usable.items()
+        if (day - d).days <= 28 and WEEKDAYS[d.weekday()] not in cal.business_days and cal.holiday(d) is None
+    ]
+    return min(closed) * (1 - config.min_relative_change) if len(closed) >= 2 else None
 
 
 def _effect_pct(effect: float, plain: BaselineResult, absolute: bool) -> float:

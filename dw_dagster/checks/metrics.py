@@ -29,7 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, field_validator, model_validator
 
 from dw_dagster.checks.baseline import BaselineConfig, Direction
-from dw_dagster.checks.calendar import BusinessCalendar
+from dw_dagster.checks.calendar import BusinessCalendar, timezone_country
 from dw_dagster.config import FileModel, load_yaml_model, validate_cron
 from dw_dagster.incidents.policy import IncidentPolicy
 
@@ -174,6 +174,28 @@ class MetricsFile(FileModel):
     volume: VolumeMonitoring = Field(default_factory=VolumeMonitoring)
     freshness: FreshnessMonitoring = Field(default_factory=FreshnessMonitoring)
     incidents: IncidentPolicy = Field(default_factory=IncidentPolicy)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_holidays(cls, data: object) -> object:
+        """A calendar that names no holidays takes the public holidays of the business day's country (its
+        time zone's, in the tz database): a team that set none still gets Christmas as a holiday, not as a
+        fault. ``holidays: []`` says there are none."""
+        if not isinstance(data, dict):
+            return data
+        calendar = data.get("calendar") or {}
+        day = data.get("business_day") or {}
+        if not isinstance(calendar, dict) or "holidays" in calendar or not isinstance(day, dict):
+            return data
+        country = timezone_country(str(day.get("timezone", "UTC")))
+        if country is None:
+            return data
+        import holidays
+
+        if country not in holidays.list_supported_countries():
+            return data
+        # Holidays nobody declared explain a dip only: a doubled total on one is still news.
+        return {**data, "calendar": {**calendar, "holidays": [{"country": country, "direction": "down"}]}}
 
     @model_validator(mode="after")
     def _references(self) -> MetricsFile:

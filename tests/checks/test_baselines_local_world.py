@@ -1,6 +1,7 @@
 """The baselines' rules on the local world's real servers, on the e-commerce and the distributor worlds:
-calendar nights at most WARN, a new key mapped raises nothing, an accepted level raises nothing the next
-night, a remap between groups names both groups, a NULL-valued source group is caught."""
+calendar nights at most WARN (a holiday period too, and a fault in it an ERROR), a new key mapped raises
+nothing, an accepted level raises nothing the next night, a remap between groups names both groups, a
+NULL-valued source group is caught."""
 
 from __future__ import annotations
 
@@ -108,6 +109,37 @@ def test_ecommerce_month_end_and_a_holiday_raise_at_most_warn(tmp_path):
             "2025-04-29" in fact.metadata["baseline_judgement"]
             or "2025-04-30" in fact.metadata["baseline_judgement"]
         )
+
+
+def test_ecommerce_a_holiday_period_is_at_most_warn_and_a_fault_in_it_an_error(tmp_path):
+    # The shop closes its storefront on Thursday 29 May, three days after Memorial Day (Monday 26): the
+    # days between are a holiday period. Tuesday 27 loses 40% of its orders to it (the first day between on
+    # record: a WARN); on Wednesday 28 a fault loses 80%, twice what the period did the night before.
+    def closure(m):
+        m["calendar"]["dates"] = [{"date": "2025-05-29", "name": "Storefront closed", "direction": "down"}]
+
+    def partial(fraction: float) -> dict:
+        return {"kind": "partial_load", "table": "ORDER_LINES", "fraction": fraction}
+
+    played = play(
+        tmp_path,
+        str(ECOMMERCE / "world.yaml"),
+        [
+            {"events": [partial(0.4)], "expect": {"incident": False, "max_severity": "WARN"}},
+            {"events": [partial(0.8)], "expect": {"class": ["volume_loss"]}},
+        ],
+        metrics=closure,
+    )
+    assert played.errors(0) == []
+    revenue = played.check(0, "total_daily_revenue", "sales/fct_sales")
+    assert revenue.severity == "WARN" and revenue.passed is False
+    assert revenue.metadata["baseline_calendar_day"] == (
+        "between holidays (Memorial Day 2025-05-26 to Storefront closed 2025-05-29)"
+    )
+    fault = played.check(1, "total_daily_revenue", "sales/fct_sales")
+    assert fault.severity == "ERROR" and fault.passed is False
+    assert "compared with 1 past like night(s) (2025-05-27" in fault.metadata["baseline_judgement"]
+    assert played.incidents and all(i.business_date.isoformat() == "2025-05-28" for i in played.incidents)
 
 
 def test_ecommerce_a_remap_between_groups_with_a_flat_total_names_both_groups():

@@ -151,3 +151,64 @@ def test_the_night_after_a_fix_passes_only_at_the_level_the_fix_rebuilt():
     scaled = judge(hist, day, 210_000.0, BaselineConfig(), excluded_days={rebuilt}, rebases=[fixed])
     assert scaled.severity == "ERROR" and not scaled.accepted_tonight
     assert "not at the level the fix rebuilt (102,000)" in scaled.describe()
+
+
+# An office's order intake in Germany (another shape than the shop's above): weekdays only, a trickle at
+# weekends and on public holidays (closed), half between Christmas and New Year, 80% while it ramps back.
+DE = BusinessCalendar.model_validate({"holidays": [{"country": "DE"}]})
+
+
+def _intake(end: date, fault: tuple[date, float] | None = None) -> dict:
+    rng, out, d = random.Random(11), {}, date(2025, 10, 6)  # after German Unity Day
+    while d <= end:
+        kind = DE.day(d)
+        v = 1200.0 if d.weekday() < 5 else 150.0
+        if kind is not None and kind.kind == "holiday":
+            v = 150.0
+        elif kind is not None and kind.like_keys == ("holiday_period",):
+            v *= 0.5
+        elif kind is not None and kind.like_keys == ("after_holidays",):
+            v *= 0.8
+        out[d] = v * (1 + rng.gauss(0, 0.03)) * (fault[1] if fault and fault[0] == d else 1.0)
+        d += timedelta(days=1)
+    return out
+
+
+def test_a_holiday_period_night_by_night_raises_nothing_above_warn():
+    config = BaselineConfig(weeks=6, min_relative_change=0.15)
+    series = _intake(date(2026, 1, 16))
+    severities = {}
+    for day in sorted(d for d in series if d >= date(2025, 12, 20)):
+        j = judge(series, day, series[day], config, Direction.BOTH, calendar=DE)
+        severities[day] = j.severity
+    assert "ERROR" not in severities.values(), {d: s for d, s in severities.items() if s}
+    # Christmas Day, closed like a Sunday, is the first holiday on record: a WARN, its note says why.
+    christmas = judge(series, date(2025, 12, 25), series[date(2025, 12, 25)], config, calendar=DE)
+    assert (
+        christmas.severity == "WARN" and "no lower than the series' own closed days" in christmas.describe()
+    )
+    # Boxing Day is compared with Christmas Day; the days between with each other once one is on record.
+    assert severities[date(2025, 12, 26)] is None and severities[date(2025, 12, 30)] is None
+    # Without the calendar the same fortnight is a string of ERRORs.
+    plain = [judge(series, d, series[d], config).severity for d in sorted(severities)]
+    assert plain.count("ERROR") >= 5
+
+
+def test_a_fault_inside_a_holiday_period_still_raises_error():
+    config = BaselineConfig(weeks=6, min_relative_change=0.15)
+    # Half the orders lost on 30 December, a working day between the holidays, with the days between
+    # before it on record: a quarter of an ordinary Tuesday, not the half the period shows.
+    day = date(2025, 12, 30)
+    series = _intake(day, fault=(day, 0.5))
+    j = judge(series, day, series[day], config, Direction.DOWN, calendar=DE)
+    assert j.severity == "ERROR" and j.calendar_day.kind == "holiday_period" and len(j.like_days) >= 3
+    # A load played three times on the first day between (half again an ordinary Saturday), before any
+    # day between is on record: a period explains a dip, not a jump.
+    day = date(2025, 12, 27)
+    series = _intake(day, fault=(day, 3.0))
+    j = judge(series, day, series[day], config, Direction.BOTH, calendar=DE)
+    assert j.severity == "ERROR" and not j.like_days
+    # An emptied day on Boxing Day (a holiday) and on the ramp back: ERRORs too.
+    for day in (date(2025, 12, 26), date(2026, 1, 5)):
+        series = _intake(day, fault=(day, 0.0))
+        assert judge(series, day, series[day], config, Direction.DOWN, calendar=DE).severity == "ERROR"
