@@ -7,21 +7,29 @@ test world (readings -> meter register -> zone, the region read one lookup up, t
 from __future__ import annotations
 
 import pytest
-from nights import HERE, METERS, Nights
+from nights import HERE, METERS, Diagnosed, Nights
 
-from dw_dagster.incidents.models import CauseClass
+from dw_dagster.incidents.models import CauseClass, Finding
 
 pytestmark = [pytest.mark.world, pytest.mark.timeout(900)]
 
 ADSPEND = HERE.parent.parent / "dw_local" / "scenarios" / "worlds" / "adspend" / "world.yaml"
 
 
-def _play(world, tmp_path_factory, faults: dict[str, dict]):
+def _play(world, tmp_path_factory, faults: dict[str, dict], totals: dict[str, tuple[str, str]] | None = None):
+    """Each fault on its own night; where ``totals`` names the fault, the finding a group judgement would
+    raise on that total (name, asset) is diagnosed as the diagnosis job would."""
     n = Nights(world, tmp_path_factory.mktemp(world.parent.name))
     out = {}
     try:
         for name, event in faults.items():
             found = n.play(event)
+            if name in (totals or {}):
+                total, asset = totals[name]  # type: ignore[index]
+                day = n.world.business_date(n.night - 1)
+                finding = Finding(check_name=f"total_{total}", asset_key=asset, business_date=day,
+                                  summary=f"{total} moved between groups", cause_scope="job")  # fmt: skip
+                found = [Diagnosed(found[0].incident if found else None, n.diagnose(finding), None, None)]  # type: ignore[arg-type]
             out[name] = found
             n.resolve()
             if event["kind"].startswith("reference_row"):
@@ -47,8 +55,8 @@ def meters(tmp_path_factory):
     return _play(METERS, tmp_path_factory, {
         "deleted": {"kind": "reference_row_deleted", "table": "ZONES", "where": {"ZONE_CODE": "W"}},
         "remapped": {"kind": "reference_row_remapped", "table": "ZONES", "where": {"ZONE_CODE": "W"},
-                     "set": {"REGION": "North"}},
-    })  # fmt: skip
+                     "set": {"REGION": "Central"}},
+    }, totals={"remapped": ("billed_kwh", "usage/fct_usage")})  # fmt: skip
 
 
 def _one(found, classification):
@@ -86,7 +94,7 @@ def test_a_row_remapped_up_the_chain_on_another_shape_is_named_by_its_own_key(me
     assert d.labels == ["ZONE_CODE=W"], (
         "a key the fact does not carry, read from its lookup: " + d.diagnosis.cause
     )
-    assert "ZONES" in d.diagnosis.keys[0].change and "REGION=North" in d.diagnosis.keys[0].change
+    assert "ZONES" in d.diagnosis.keys[0].change and "REGION=Central" in d.diagnosis.keys[0].change
     assert not [x for x in meters["remapped"] if x.diagnosis.classification is CauseClass.UNIT_CHANGE]
 
 
