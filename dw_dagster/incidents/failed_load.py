@@ -3,7 +3,8 @@
 A build statement that failed names a column or object that no longer matches (schema change) or not
 (failed load). A *test* that failed the node is evidence about the data, and the class is what the data
 shows: a unique test that failed on copies of a load is duplication; a test that failed on values that
-flipped sign or moved by a factor is a sign or unit change (``drilldown.py``).
+flipped sign or moved by a factor is a sign or unit change (``drilldown.py``), read through every total
+whose measure passes through the node, those below it included.
 """
 
 from __future__ import annotations

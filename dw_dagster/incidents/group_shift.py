@@ -2,10 +2,11 @@
 reference rows that changed.
 
 The group column is followed through column lineage to the join that brings it (the join whose right side
-the column is read from): that join's key is what a reference row maps to a group. Tonight's mapping is read
-from the joining node's table, by key and group (one statement); a key now in a group that gained, whose
-units match what the losing group lost (within 15%), is the key whose reference row was pointed elsewhere.
-Where a recorded total is grouped by that key, its last good night says the same from the other side.
+the column is read from), and on through the lookups behind it (``chain.py``): each of their keys is what a
+reference row may map to a group. Tonight's mapping is read from the joining node's table by every key and
+the group (one statement); furthest up first, a key now wholly in a group that gained, whose units match
+what the losing group lost (within 15%), is the key whose reference row was pointed elsewhere. Where a
+recorded total is grouped by that key, its last good night says the same from the other side.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Every join and filter of the nodes between the source total's table and the tota
 statement each): an inner join, a join whose condition also filters the right side, a left join to a lookup
 the measure is read from, a WHERE condition on the FROM table. The one whose dropped units explain the gap
 is the cause; its keys that hold the gap are named, and each is told apart (``origins.py``) as a key new in
-the source or a reference row deleted or changed.
+the source or a reference row deleted or changed. A key still in its lookup's Source table was dropped by
+the lookup's own joins: the chain of lookups is walked (``chain.py``) to the row that really changed.
 """
 
 from __future__ import annotations
