@@ -22,6 +22,7 @@ import networkx as nx
 
 from dw_dagster.incidents.evidence import DiagnosisContext
 from dw_dagster.incidents.joins import JoinParseError, ParsedJoin, measure_join, parse_node
+from dw_dagster.incidents.keys import typed
 from dw_dagster.incidents.models import JoinEffect, KeyGap
 from dw_dagster.incidents.origins import on_table
 from dw_dagster.incidents.structure import source_column, table
@@ -53,9 +54,23 @@ def _joins(ctx: DiagnosisContext, node: str) -> list[ParsedJoin]:
         return []
 
 
-def dropped_upstream(ctx: DiagnosisContext, lookup: str) -> UpstreamDrop | None:
-    """The join of ``lookup`` (or of a lookup further up) that drops rows, when keys the fact's join lost are
-    still in the lookup's Source table; None when no join up the chain drops any."""
+def _only(
+    ctx: DiagnosisContext, node: str, column: str, join: ParsedJoin, values: list
+) -> tuple[str, list] | None:
+    """The join's left rows that carry ``values`` of ``node``'s ``column`` (typed as the left table holds
+    them); None when the left table does not carry the column (then every left row is measured)."""
+    left = ctx.graph.key_for_table(join.left_table)
+    traced = ctx.graph.trace_column((node, column), left) if left else None
+    if traced is None or not values:
+        return None
+    kind = ctx.graph.info(left).type_of(traced[1])  # type: ignore[arg-type]
+    return traced[1], [typed(v, kind) for v in values]
+
+
+def dropped_upstream(ctx: DiagnosisContext, lookup: str, column: str, values: list) -> UpstreamDrop | None:
+    """The join of ``lookup`` (or of a lookup further up) that drops the rows of ``values`` of its ``column``
+    (keys the fact's join lost though they are still in the lookup's Source table); None when no join up
+    the chain drops them."""
     node = lookup
     for _ in range(MAX_DEPTH):
         found = None
@@ -64,7 +79,8 @@ def dropped_upstream(ctx: DiagnosisContext, lookup: str) -> UpstreamDrop | None:
                 continue  # a left join keeps its left rows
             with ctx.purpose(f"rows {node}'s {join.kind} join to {join.right_table} drops"):
                 try:
-                    effect = measure_join(ctx.cursor, node, join, None, None)
+                    only = _only(ctx, node, column, join, values)
+                    effect = measure_join(ctx.cursor, node, join, None, None, only)
                 except Exception as e:  # noqa: BLE001 - recorded in the trail; the diagnosis goes on
                     ctx.note(f"{node}: its join to {join.right_table} could not be measured: {e}")
                     continue
@@ -83,7 +99,8 @@ def dropped_upstream(ctx: DiagnosisContext, lookup: str) -> UpstreamDrop | None:
         ref_table = table(ctx.graph, reference[0]) or join.right_table
         still = [k for k in effect.unmatched if k.value is not None and present and present.get(k.value)]
         if still and not any(k.change for k in still) and right != reference[0] and _joins(ctx, right):
-            node = right  # the row is there but the next lookup drops it itself: one more step up
+            # The row is there but the next lookup drops it itself: one more step up.
+            node, column, values = right, join.on[0][1], [k.value for k in still]
             continue
         keys = []
         for k in effect.unmatched:

@@ -143,9 +143,10 @@ def diagnose_gap(
     top = max(origins, key=lambda o: abs(o.key.units))
     evidence.update({"dropped_units": effect.dropped_units, "dropped_rows": effect.dropped_rows})
     right_key = ctx.graph.key_for_table(effect.right) if effect.right else None
+    kept = [o.key.value for o in origins if o.in_reference and o.reference_changed]
     upper = (
-        dropped_upstream(ctx, right_key)
-        if right_key is not None and any(o.in_reference and o.reference_changed for o in origins)
+        dropped_upstream(ctx, right_key, join.on[0][1], kept)
+        if right_key is not None and join is not None and len(join.on) == 1 and kept
         else None
     )
     if upper is not None:
