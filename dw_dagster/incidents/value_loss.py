@@ -206,6 +206,7 @@ def _upstream_diagnosis(
     top = named[0]
     lower = ", ".join(k.label for k in lost)
     story = f"{top.label}: {top.change}"
+    lost = [k.model_copy(update={"change": f"{upper.node} no longer carries it ({story})"}) for k in lost]
     cause = (
         f"{upper.node} {upper.join.kind.lower()}-joins {upper.effect.left} to {upper.effect.right} on "
         f"{', '.join(upper.effect.on)}; {story}, so {upper.node} no longer carries {lower}, "
