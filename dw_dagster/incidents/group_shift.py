@@ -149,8 +149,10 @@ def _matching(
     gained_groups: set, tonight: Recorded, before: Recorded, node_group: str, total: RecordedTotal,
     reference: str,
 ) -> list[KeyGap]:  # fmt: skip
-    """Keys (of one lookup) now wholly in a group that gained, whose units tonight match what a losing
-    group lost; or whose share on the last good night (a total grouped by the key) matches its share."""
+    """The key (of one lookup) now wholly in a group that gained whose units tonight come closest to what a
+    losing group lost (within 15%), one per losing group; or whose share on the last good night (a total
+    grouped by the key) matches its share. The closest, not every one within 15%: the gaining group's own
+    keys may be of a similar size, while the key that moved carries what the group lost to the unit."""
     per_key = _per_key(ctx, key_column, before)
     by_key: dict = {}
     for (k, _), v in units.items():
@@ -172,6 +174,7 @@ def _matching(
                     KeyGap(column=key_column, value=k, units=v, rows=0,
                            change=f"its row in {where} now maps it to {node_group}={grp}; it was in {total.group_keys[0]}={was}")
                 )  # fmt: skip
+                break
     return keys
 
 

@@ -103,7 +103,7 @@ def test_a_sign_flip_that_fails_a_test_below_every_total_is_read_from_the_data(a
     assert d.labels == ["PLACEMENT_TYPE=audio"], d.diagnosis.cause
     assert "NO_NEGATIVE_SPEND" in d.diagnosis.cause, "the failed test is evidence, not the class"
     assert (
-        d.diagnosis.keys[0].factor == pytest.approx(-1, rel=0.05)
+        d.diagnosis.keys[0].factor == pytest.approx(-1, rel=0.15)
         and d.diagnosis.evidence["measure"] == "SPEND"
     )
 
