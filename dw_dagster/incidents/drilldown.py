@@ -244,7 +244,7 @@ def drill_groups(tonight: Recorded, before: Recorded, rows_held: bool | None, as
         rest = [h for h in ratios if h != g]
         b = sum(before.groups[h] for h in rest)
         others = sum(tonight.groups[h] for h in rest) / b if b else 1.0
-        if _log(others) > HELD:
+        if _log(others) > HELD or _offset(tonight, before, ratios, g):
             continue
         if best is None or _log(r) > _log(best[1]):
             best = (g, r)
@@ -252,6 +252,21 @@ def drill_groups(tonight: Recorded, before: Recorded, rows_held: bool | None, as
         return None
     column, value = split_label(best[0])
     return Moved(column, value, "", best[1], 0, asset, before.groups[best[0]], tonight.groups[best[0]], True)
+
+
+def _offset(tonight: Recorded, before: Recorded, ratios: dict[str, float], moved: str) -> bool:
+    """Whether another group took the opposite of what ``moved`` gained or lost (at least half of it, at the
+    level of the groups that held): units moving between groups, not a unit change."""
+    for other in ratios:
+        if other == moved:
+            continue
+        steady = [ratios[h] for h in ratios if h not in (moved, other)]
+        level = sorted(steady)[len(steady) // 2] if steady else 1.0
+        change = tonight.groups[moved] - level * before.groups[moved]
+        opposite = tonight.groups[other] - level * before.groups[other]
+        if change and opposite * change < 0 and abs(opposite) >= 0.5 * abs(change):
+            return True
+    return False
 
 
 def rows_held(ctx: DiagnosisContext, asset: str, day, before) -> bool | None:

@@ -3,7 +3,8 @@
 A build statement that failed names a column or object that no longer matches (schema change) or not
 (failed load). A *test* that failed the node is evidence about the data, and the class is what the data
 shows: a unique test that failed on copies of a load is duplication; a test that failed on values that
-flipped sign or moved by a factor is a sign or unit change (``drilldown.py``).
+flipped sign or moved by a factor is a sign or unit change (``drilldown.py``), read through every total
+whose measure passes through the node, those below it included.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def diagnose_failed(incident: Incident, finding: Finding, ctx: DiagnosisContext)
         if found is not None:
             return found
     if is_test:
-        for total in (t for t in ctx.metrics.totals if t.asset == key or t.asset in ctx.graph.upstream(key)):
+        for total in _totals_near(ctx, key):
             history = ctx.history.metric_history(total.name, finding.business_date, HISTORY_DAYS)
             before = last_good_night(ctx, history, finding.business_date)
             if before is None:
@@ -77,6 +78,15 @@ def diagnose_failed(incident: Incident, finding: Finding, ctx: DiagnosisContext)
         evidence=evidence,
         **_base(incident, finding, ctx),
     )
+
+
+def _totals_near(ctx: DiagnosisContext, key: str) -> list:
+    """The totals whose measure passes through the failed node: those at or above it first, then those
+    below it (a test on a fact fails before the marts its values feed are built, but the drill-down reads
+    the source's own rows, so a total below the node still names the subset)."""
+    up, down = ctx.graph.upstream(key), ctx.graph.downstream(key)
+    above = [t for t in ctx.metrics.totals if t.asset == key or t.asset in up]
+    return above + [t for t in ctx.metrics.totals if t.asset in down and t not in above]
 
 
 def _group_keys(ctx: DiagnosisContext) -> list[str]:

@@ -2,10 +2,11 @@
 reference rows that changed.
 
 The group column is followed through column lineage to the join that brings it (the join whose right side
-the column is read from): that join's key is what a reference row maps to a group. Tonight's mapping is read
-from the joining node's table, by key and group (one statement); a key now in a group that gained, whose
-units match what the losing group lost (within 15%), is the key whose reference row was pointed elsewhere.
-Where a recorded total is grouped by that key, its last good night says the same from the other side.
+the column is read from), and on through the lookups behind it (``chain.py``): each of their keys is what a
+reference row may map to a group. Tonight's mapping is read from the joining node's table by every key and
+the group (one statement); furthest up first, a key now wholly in a group that gained, whose units match
+what the losing group lost (within 15%), is the key whose reference row was pointed elsewhere. Where a
+recorded total is grouped by that key, its last good night says the same from the other side.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from datetime import timedelta
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.coalesce.sql import quote_identifier
+from dw_dagster.incidents.chain import chain_keys
 from dw_dagster.incidents.evidence import DiagnosisContext, measure_column, reference_systems, traced
 from dw_dagster.incidents.joins import JoinParseError, ParsedJoin, parse_node
 from dw_dagster.incidents.keys import plain, split_label
 from dw_dagster.incidents.models import CauseClass, Diagnosis, Incident, KeyGap
-from dw_dagster.incidents.structure import derives_from, source_column, table
+from dw_dagster.incidents.structure import derives_from, table
 
 MOVED = 0.05
 """A group's share of the total moved by more than 5 points."""
@@ -100,45 +102,80 @@ def trace_shift(
     if found is None:
         return None
     node, join, node_group = found
-    left_key, right_key = join.on[0]
-    left = ctx.graph.key_for_table(join.left_table)
-    key_column = next(
-        (c for c in ctx.graph.info(node).columns if (left, left_key) in ctx.graph.column_sources((node, c))),
-        left_key,
-    )
-    measure = traced(ctx, total.asset, measure_column(total), node)
     tbl = table(ctx.graph, node)
-    if tbl is None or key_column not in ctx.graph.info(node).columns:
+    levels = chain_keys(ctx, node, join)
+    if tbl is None or not levels:
         return None
-    per_key = _per_key(ctx, key_column, before)
-    value = f"SUM({quote_identifier(measure)})" if measure else "COUNT(*)"
+    measure = traced(ctx, total.asset, measure_column(total), node)
+    value = f"SUM(F.{quote_identifier(measure)})" if measure else "COUNT(*)"
+    columns = ", ".join(f"{'D' if lv.on_lookup else 'F'}.{quote_identifier(lv.column)}" for lv in levels)
+    lookup = table(ctx.graph, ctx.graph.key_for_table(join.right_table) or "")
+    on_lookup = (
+        f" LEFT JOIN {lookup} D ON D.{quote_identifier(join.on[0][1])} = F.{quote_identifier(levels[0].column)}"
+        if lookup and any(lv.on_lookup for lv in levels)
+        else ""
+    )
     rows = ctx.rows(
-        f"{node}'s {key_column} by {node_group} tonight",
-        f"SELECT {quote_identifier(key_column)}, {quote_identifier(node_group)}, {value} FROM {tbl}"
-        f" GROUP BY 1, 2",
+        f"{node}'s {', '.join(lv.column for lv in levels)} by {node_group} tonight",
+        f"SELECT {columns}, F.{quote_identifier(node_group)}, {value} FROM {tbl} F{on_lookup}"
+        f" GROUP BY {', '.join(str(i + 1) for i in range(len(levels) + 1))}",
     )
     gained_groups = {split_label(g)[1] for g in gained}
+    # Furthest up the lookups first: a row there moves every key below it at once, so a key of a nearer
+    # lookup carries only part of what the group lost.
+    for i in reversed(range(len(levels))):
+        key_column, reference = levels[i].column, levels[i].reference
+        units: dict[tuple, float] = {}
+        for row in rows or []:
+            k, grp = plain(row[i]), plain(row[len(levels)])
+            units[(k, grp)] = units.get((k, grp), 0.0) + float(row[-1] or 0)
+        keys = _matching(
+            ctx, key_column, units, lost, gained_groups, tonight, before, node_group, total, reference
+        )
+        if keys:
+            break
+    else:
+        reference, keys = levels[0].reference, []
+    right = ctx.graph.key_for_table(join.right_table)
+    owners = ctx.graph.owners_on(
+        [node, *([right] if right else []), *([reference] if reference != right else []),
+         *reference_systems(ctx, reference)]
+    )  # fmt: skip
+    return Shift(group_column, lost, gained, node, join, keys[:5], reference, owners)
+
+
+def _matching(
+    ctx: DiagnosisContext, key_column: str, units: dict[tuple, float], lost: dict[str, float],
+    gained_groups: set, tonight: Recorded, before: Recorded, node_group: str, total: RecordedTotal,
+    reference: str,
+) -> list[KeyGap]:  # fmt: skip
+    """The key (of one lookup) now wholly in a group that gained whose units tonight come closest to what a
+    losing group lost (within 15%), one per losing group; or whose share on the last good night (a total
+    grouped by the key) matches its share. The closest, not every one within 15%: the gaining group's own
+    keys may be of a similar size, while the key that moved carries what the group lost to the unit."""
+    per_key = _per_key(ctx, key_column, before)
+    by_key: dict = {}
+    for (k, _), v in units.items():
+        by_key[k] = by_key.get(k, 0.0) + v
+    where = table(ctx.graph, reference) or reference
     keys = []
     for g, amount in sorted(lost.items(), key=lambda kv: -kv[1]):
-        for k, grp, v in rows or []:
-            v = float(v or 0)
-            # Tonight's units of the key match what the group lost; or its share on the last good night
-            # (a total grouped by the key) matches the share the group lost.
-            share = amount / tonight.value if tonight.value else 0.0
-            earlier = per_key.groups.get(f"{key_column}={plain(k)}") if per_key and per_key.value else None
+        share = amount / tonight.value if tonight.value else 0.0
+        _, was = split_label(g)
+        for (k, grp), v in sorted(units.items(), key=lambda kv: abs(kv[1] - amount)):
+            if grp not in gained_groups or not v or abs(v - by_key[k]) > 0.01 * abs(by_key[k]):
+                continue
+            earlier = per_key.groups.get(f"{key_column}={k}") if per_key and per_key.value else None
             matches = abs(v - amount) <= MATCH * amount or (
                 earlier is not None and abs(earlier / per_key.value - share) <= MATCH * share  # type: ignore[union-attr, operator]
             )
-            if plain(grp) in gained_groups and matches:
-                _, was = split_label(g)
+            if matches:
                 keys.append(
-                    KeyGap(column=key_column, value=plain(k), units=v, rows=0,
-                           change=f"its reference row now maps it to {node_group}={plain(grp)}; it was in {group_column}={was}")
+                    KeyGap(column=key_column, value=k, units=v, rows=0,
+                           change=f"its row in {where} now maps it to {node_group}={grp}; it was in {total.group_keys[0]}={was}")
                 )  # fmt: skip
-    right = ctx.graph.key_for_table(join.right_table)
-    ref = source_column(ctx.graph, (right, right_key)) if right else None
-    owners = ctx.graph.owners_on([node, *([right] if right else []), *reference_systems(ctx, right)])
-    return Shift(group_column, lost, gained, node, join, keys[:5], ref[0] if ref else right, owners)
+                break
+    return keys
 
 
 def shift_diagnosis(

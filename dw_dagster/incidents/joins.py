@@ -198,7 +198,9 @@ def unmatched_rows_query(join: ParsedJoin, measure_column: str | None, item_colu
     )
 
 
-def _measure_query(join: ParsedJoin, measure_column: str | None, item_column: str | None) -> str:
+def _measure_query(
+    join: ParsedJoin, measure_column: str | None, item_column: str | None, only: tuple[str, int] | None = None
+) -> str:
     """The unmatched rows by key, whether each key is on the right at all (the join's other conditions
     aside), and the fan-out of the right side's keys: one statement."""
     keys = ", ".join(f"L.{quote_identifier(lc)}" for lc, _ in join.on)
@@ -220,11 +222,14 @@ def _measure_query(join: ParsedJoin, measure_column: str | None, item_column: st
         f"(SELECT COALESCE(SUM(N - 1), 0) FROM (SELECT COUNT(*) AS N FROM {join.right_table}"
         f" GROUP BY {right_keys} HAVING COUNT(*) > 1))"
     )
+    restrict = (
+        f" AND L.{quote_identifier(only[0])} IN ({', '.join(['%s'] * only[1])})" if only and only[1] else ""
+    )
     return (
         f"SELECT {keys}, COUNT(*) AS UNMATCHED_ROWS, {units} AS UNMATCHED_UNITS, {items} AS UNMATCHED_ITEMS,"
         f" {present} AS ON_RIGHT, {fanout} AS FANOUT\n"
         f"FROM {join.left_table} L\nLEFT JOIN {join.right_table} R ON {_match(join)}{anywhere}\n"
-        f"WHERE R.{quote_identifier(join.on[0][1])} IS NULL\n"
+        f"WHERE R.{quote_identifier(join.on[0][1])} IS NULL{restrict}\n"
         f"GROUP BY {keys}\nORDER BY UNMATCHED_UNITS DESC\nLIMIT {MAX_KEYS}"
     )
 
@@ -235,11 +240,18 @@ def measure_join(
     join: ParsedJoin,
     measure_column: str | None,
     item_column: str | None,
+    only: tuple[str, list] | None = None,
 ) -> JoinEffect:
     """Rows (and units of ``measure_column``) on the left of a join that match nothing on the right, by left
     key (a NULL key reads ``COLUMN IS NULL``), and right keys that match several rows (fan-out). One
-    statement; a key the join's other conditions exclude though it is on the right says so."""
-    cur.execute(_measure_query(join, measure_column, item_column))
+    statement; a key the join's other conditions exclude though it is on the right says so. ``only``: the
+    left rows whose column holds one of these values (bound), and no others."""
+    if only and only[1]:
+        cur.execute(
+            _measure_query(join, measure_column, item_column, (only[0], len(only[1]))), tuple(only[1])
+        )
+    else:
+        cur.execute(_measure_query(join, measure_column, item_column))
     rows = cur.fetchall()
     width = len(join.on)
     column = ", ".join(lc for lc, _ in join.on)

@@ -36,6 +36,8 @@ class KeyOrigin:
     """The key used to match (its reference row was deleted or changed); False: new in the source."""
     story: str
     """What changed upstream, in one clause."""
+    in_reference: bool = False
+    """The key is still in the reference's Source table: the lookup node itself no longer carries it."""
 
 
 def _local(v: object, zone: ZoneInfo) -> object:
@@ -156,6 +158,7 @@ def key_origins(
                 f" (its rows in {where} date back to {first.isoformat()})" if first and first < day else ""
             )
             ref_table = table(graph, reference[0]) if reference else effect.right
+            kept = not k.change and present is not None and bool(present.get(k.value))
             if k.change:  # the join's own condition excludes a row that is there
                 story = f"used to match and no longer does: its row is {k.change}{since}"
             elif present is not None and present.get(k.value):
@@ -164,7 +167,7 @@ def key_origins(
                 story = f"used to match and no longer does: its row was deleted from {ref_table}{since}"
             else:
                 story = f"used to match and no longer does{since}"
-            out.append(KeyOrigin(k.model_copy(update={"change": story}), True, story))
+            out.append(KeyOrigin(k.model_copy(update={"change": story}), True, story, kept))
         else:
             story = (
                 f"is new in {where} since {day.isoformat()} and has no match in {effect.right or effect.left}"

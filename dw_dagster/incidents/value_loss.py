@@ -5,12 +5,14 @@ Every join and filter of the nodes between the source total's table and the tota
 statement each): an inner join, a join whose condition also filters the right side, a left join to a lookup
 the measure is read from, a WHERE condition on the FROM table. The one whose dropped units explain the gap
 is the cause; its keys that hold the gap are named, and each is told apart (``origins.py``) as a key new in
-the source or a reference row deleted or changed.
+the source or a reference row deleted or changed. A key still in its lookup's Source table was dropped by
+the lookup's own joins: the chain of lookups is walked (``chain.py``) to the row that really changed.
 """
 
 from __future__ import annotations
 
 from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.incidents.chain import UpstreamDrop, dropped_upstream
 from dw_dagster.incidents.evidence import (
     DiagnosisContext,
     measure_column,
@@ -141,6 +143,14 @@ def diagnose_gap(
     top = max(origins, key=lambda o: abs(o.key.units))
     evidence.update({"dropped_units": effect.dropped_units, "dropped_rows": effect.dropped_rows})
     right_key = ctx.graph.key_for_table(effect.right) if effect.right else None
+    kept = [o.key.value for o in origins if o.in_reference and o.reference_changed]
+    upper = (
+        dropped_upstream(ctx, right_key, join.on[0][1], kept)
+        if right_key is not None and join is not None and len(join.on) == 1 and kept
+        else None
+    )
+    if upper is not None:
+        return _upstream_diagnosis(incident, total, effect, join, keys, upper, evidence, path, ctx)
     klass = CauseClass.REFERENCE_DATA_CHANGE if top.reference_changed else CauseClass.VALUE_LOSS
     items = f" over {top.key.distinct_items:,} items" if top.key.distinct_items else ""
     where = (
@@ -181,6 +191,56 @@ def diagnose_gap(
             if join is not None
             else None
         ),  # fmt: skip
+        owners=owners,
+    )
+
+
+def _upstream_diagnosis(
+    incident: Incident, total: RecordedTotal, effect: JoinEffect, join: ParsedJoin | None, lost: list[KeyGap],
+    upper: UpstreamDrop, evidence: dict, path: list[str], ctx: DiagnosisContext,
+) -> Diagnosis:  # fmt: skip
+    """A reference row deleted or changed further up the lookups: the fact's join drops keys its lookup no
+    longer carries, because the lookup's own join drops them."""
+    units = sum(k.units for k in lost)
+    named = [k.model_copy(update={"units": units if len(upper.keys) == 1 else k.units}) for k in upper.keys]
+    top = named[0]
+    lower = ", ".join(k.label for k in lost)
+    story = f"{top.label}: {top.change}"
+    lost = [k.model_copy(update={"change": f"{upper.node} no longer carries it ({story})"}) for k in lost]
+    cause = (
+        f"{upper.node} {upper.join.kind.lower()}-joins {upper.effect.left} to {upper.effect.right} on "
+        f"{', '.join(upper.effect.on)}; {story}, so {upper.node} no longer carries {lower}, "
+        f"{effect.asset_key}'s {effect.join_type.lower()} join to {effect.right} drops them, and their "
+        f"{units:,.0f} units drop out of {total.name}. The load is complete and fresh: the loss is in values."
+    )
+    right_key = ctx.graph.key_for_table(effect.right) if effect.right else None
+    owners = ctx.graph.owners_on(
+        [
+            effect.asset_key,
+            upper.node,
+            *([right_key] if right_key else []),
+            *reference_systems(ctx, upper.reference),
+        ]
+    )
+    left_key = ctx.graph.key_for_table(effect.left)
+    return Diagnosis(
+        incident_id=incident.incident_id,
+        classification=CauseClass.REFERENCE_DATA_CHANGE,
+        cause=cause,
+        evidence={**evidence, "reference_table": upper.reference, "lookup_node": upper.node},
+        keys=[*named[:MAX_NAMED_KEYS], *lost],
+        joins=[effect, upper.effect],
+        upstream_change=story,
+        path=path,
+        test_query=(
+            unmatched_rows_query(
+                join,
+                traced(ctx, total.asset, measure_column(total), left_key),
+                traced(ctx, total.asset, total.item_key, left_key),
+            )
+            if join is not None
+            else None
+        ),
         owners=owners,
     )
 

@@ -96,6 +96,11 @@ def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 4) if b else None
 
 
+def _right_class(got: str | None, expected: list[str]) -> bool:
+    """A sign change is the vocabulary's unit change by a factor of -1 (docs/scenarios.md)."""
+    return got in expected or (got == "sign_change" and "unit_change" in expected)
+
+
 def _is_related(asset: str, night: NightReport) -> bool:
     return night.related == ["*"] or asset in night.related
 
@@ -147,7 +152,8 @@ def score_night(night: NightReport) -> tuple[Figures, Figures, dict[str, Any]]:
         dw.diagnosable = 1
         dw.correct = int(
             any(
-                i.classification in night.expected_classes and set(night.expected_keys) <= set(i.cause_keys)
+                _right_class(i.classification, night.expected_classes)
+                and set(night.expected_keys) <= set(i.cause_keys)
                 for i in candidates
             )
         )
