@@ -49,7 +49,7 @@ from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident
 from dw_dagster.incidents.run_findings import RUN_FINDINGS
 from dw_dagster.incidents.staleness import stale_diagnosis
 from dw_dagster.incidents.structure import source_columns, sources_upstream, table
-from dw_dagster.incidents.value_loss import diagnose_gap
+from dw_dagster.incidents.value_loss import diagnose_fall, diagnose_gap
 
 __all__ = ["DiagnosisContext", "by_priority", "diagnose"]
 
@@ -197,21 +197,33 @@ def _total_anomaly(
         )  # fmt: skip
     group_keys = [g.upper() for t in ctx.metrics.totals for g in t.group_keys]
     moved = drill_source(ctx, total, day, good_nights(ctx, history, day), group_keys)
+    held = None
     if moved is None:
-        rows = rows_held(ctx, total.asset, day, before.business_date)
-        moved = drill_groups(tonight, before, rows, total.asset)
+        held = rows_held(ctx, total.asset, day, before.business_date)
+        moved = drill_groups(tonight, before, held, total.asset)
     if moved is not None:
         return unit_or_sign_diagnosis(incident, finding, total, moved, ctx, evidence)
     shift = trace_shift(ctx, total, tonight, before)
     if shift is not None:
         return shift_diagnosis(incident, total, shift, ctx, evidence)
-    if tonight.value == before.value and tonight.groups == before.groups:
-        # The same number to the unit as the last good night: nothing new reached it.
+    if held is None:
+        held = rows_held(ctx, total.asset, day, before.business_date)
+    fell = (tonight.value or 0) < (before.value or 0)
+    if held or (tonight.value == before.value and tonight.groups == before.groups):
+        # The rows are all there (or the number repeats the last good night's to the unit): a source that
+        # stopped, a lookup included, before anything else.
         stale = stale_diagnosis(incident, finding, ctx)
         if stale is not None:
             return stale
+    if held and fell and not evidence.get("gap_units"):
+        # No source total to reconcile with, yet the rows held: a join on the path drops value.
+        found = diagnose_fall(
+            incident, finding, total, ctx, (before.value or 0) - (tonight.value or 0), evidence
+        )
+        if found is not None:
+            return found
     missing = [g for g in before.groups if g not in tonight.groups]
-    if missing or (tonight.value or 0) < (before.value or 0):
+    if missing or fell:
         return Diagnosis(
             incident_id=incident.incident_id,
             classification=CauseClass.VOLUME_LOSS,

@@ -222,13 +222,24 @@ def _measure_query(
         f"(SELECT COALESCE(SUM(N - 1), 0) FROM (SELECT COUNT(*) AS N FROM {join.right_table}"
         f" GROUP BY {right_keys} HAVING COUNT(*) > 1))"
     )
+    # A key of several columns: whether each of its values is on the right at all, to name the ones that fail.
+    alone = [(i, r, lc) for i, (lc, r) in enumerate(join.on)] if len(join.on) > 1 else []
+    each = "".join(
+        f", MAX(CASE WHEN C{i}.{quote_identifier(r)} IS NOT NULL THEN 1 ELSE 0 END) AS IN_{i}"
+        for i, r, _ in alone
+    )
+    each_join = "".join(
+        f"\nLEFT JOIN (SELECT DISTINCT {quote_identifier(r)} FROM {join.right_table}) C{i}"
+        f" ON C{i}.{quote_identifier(r)} = L.{quote_identifier(lc)}"
+        for i, r, lc in alone
+    )
     restrict = (
         f" AND L.{quote_identifier(only[0])} IN ({', '.join(['%s'] * only[1])})" if only and only[1] else ""
     )
     return (
         f"SELECT {keys}, COUNT(*) AS UNMATCHED_ROWS, {units} AS UNMATCHED_UNITS, {items} AS UNMATCHED_ITEMS,"
-        f" {present} AS ON_RIGHT, {fanout} AS FANOUT\n"
-        f"FROM {join.left_table} L\nLEFT JOIN {join.right_table} R ON {_match(join)}{anywhere}\n"
+        f" {present} AS ON_RIGHT, {fanout} AS FANOUT{each}\n"
+        f"FROM {join.left_table} L\nLEFT JOIN {join.right_table} R ON {_match(join)}{anywhere}{each_join}\n"
         f"WHERE R.{quote_identifier(join.on[0][1])} IS NULL{restrict}\n"
         f"GROUP BY {keys}\nORDER BY UNMATCHED_UNITS DESC\nLIMIT {MAX_KEYS}"
     )
@@ -243,7 +254,8 @@ def measure_join(
     only: tuple[str, list] | None = None,
 ) -> JoinEffect:
     """Rows (and units of ``measure_column``) on the left of a join that match nothing on the right, by left
-    key (a NULL key reads ``COLUMN IS NULL``), and right keys that match several rows (fan-out). One
+    key (a NULL key reads ``COLUMN IS NULL``; a key of several columns names the columns that fail to
+    match), and right keys that match several rows (fan-out). One
     statement; a key the join's other conditions exclude though it is on the right says so. ``only``: the
     left rows whose column holds one of these values (bound), and no others."""
     if only and only[1]:
@@ -254,16 +266,20 @@ def measure_join(
         cur.execute(_measure_query(join, measure_column, item_column))
     rows = cur.fetchall()
     width = len(join.on)
-    column = ", ".join(lc for lc, _ in join.on)
     unmatched = []
     for row in rows:
         values = [plain(v) for v in row[:width]]
-        value = None if all(v is None for v in values) else ", ".join(str(v) for v in values)
         on_right = bool(row[width + 3])
+        parts = [(lc, v) for (lc, _), v in zip(join.on, values, strict=True)] if width > 1 else []
+        failing = [c for i, (c, v) in enumerate(parts) if v is None or not row[width + 5 + i]]
+        failing = failing or [c for c, _ in parts]
+        column, value = (failing[0], dict(parts)[failing[0]]) if parts else (join.on[0][0], values[0])
         unmatched.append(
             KeyGap(
                 column=column,
                 value=value,
+                parts=parts,
+                unmatched_columns=failing,
                 rows=int(row[width]),
                 units=float(row[width + 1] or 0),
                 distinct_items=int(row[width + 2]) if item_column and row[width + 2] is not None else None,

@@ -7,6 +7,7 @@ the same NULL group in a recorded history are the same key.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 _NULL_WORDS = ("None", "NULL", "null", "nan", "NaN")
@@ -32,6 +33,15 @@ def split_label(label: str) -> tuple[str, str | None]:
         return label[: -len(" IS NULL")].strip(), None
     column, _, value = label.partition("=")
     return column.strip(), None if value in _NULL_WORDS else value
+
+
+_NEXT_LABEL = re.compile(r", (?=[A-Za-z_][A-Za-z0-9_$]*(?:=| IS NULL))")
+
+
+def split_labels(label: str) -> list[str]:
+    """The per-column labels of a key of several columns (``SITE_CODE=7, LINE IS NULL`` ->
+    ``["SITE_CODE=7", "LINE IS NULL"]``); a one-column label as it is."""
+    return _NEXT_LABEL.split(label)
 
 
 def same_key(label: str, column: str, value: str | None) -> bool:

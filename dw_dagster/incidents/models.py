@@ -114,11 +114,26 @@ class KeyGap(BaseModel):
     the source, its reference row deleted or changed, loaded twice, its values scaled...)."""
     factor: float | None = None
     """Unit or sign change: tonight's values over the last good night's, measured from the data."""
+    parts: list[tuple[str, str | None]] = Field(default_factory=list)
+    """A join key of several columns: the whole tuple, (column, value) each. :attr:`column` and
+    :attr:`value` are then the first of :attr:`unmatched_columns`."""
+    unmatched_columns: list[str] = Field(default_factory=list)
+    """Of :attr:`parts`, the columns that fail to match (NULL, or a value nowhere on the reference side;
+    all of them when each value is there but not the combination): the ones the label names."""
 
     @property
     def label(self) -> str:
-        """``ACCOUNT_ID=42``, or ``ACCOUNT_ID IS NULL``: how a key is named everywhere."""
+        """``ACCOUNT_ID=42``, or ``ACCOUNT_ID IS NULL``: how a key is named everywhere. A key of several
+        columns names each column that fails to match, one label each: ``SITE_CODE IS NULL``,
+        ``SITE_CODE=7, LINE=B``."""
+        if self.parts:
+            return ", ".join(key_label(c, v) for c, v in self.parts if c in self.unmatched_columns)
         return key_label(self.column, self.value)
+
+    @property
+    def values(self) -> tuple[str | None, ...]:
+        """The key's value(s) as the join matches them, in the join's column order."""
+        return tuple(v for _, v in self.parts) if self.parts else (self.value,)
 
 
 class JoinEffect(BaseModel):

@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo
 
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.coalesce.sql import quote_identifier
+from dw_dagster.context.lineage import Column, LineageGraph
 from dw_dagster.incidents.evidence import HISTORY_DAYS, DiagnosisContext
 from dw_dagster.incidents.joins import ParsedJoin
 from dw_dagster.incidents.keys import plain, same_key, typed
@@ -59,55 +60,84 @@ def _as_date(v: object) -> date | None:
     return None
 
 
+Keys = tuple[str | None, ...]
+
+
+def _matching(ctx: DiagnosisContext, key: str, columns: list[str], values: list[Keys]) -> tuple[str, tuple]:
+    """``WHERE`` text and binds for the rows holding any of ``values`` (tuples, in ``columns``' order)."""
+    info = ctx.graph.info(key)
+    if len(columns) == 1:
+        text = f"{quote_identifier(columns[0])} IN ({', '.join(['%s'] * len(values))})"
+    else:
+        one = " AND ".join(f"{quote_identifier(c)} = %s" for c in columns)
+        text = " OR ".join([f"({one})"] * len(values))
+    binds = tuple(typed(v, info.type_of(c)) for t in values for c, v in zip(columns, t, strict=True))
+    return text, binds
+
+
 def first_seen_in_rows(
-    ctx: DiagnosisContext, source: tuple[str, str], values: list[str]
-) -> dict[str, date | None]:
-    """The earliest business date any time column of the source table holds for each key value (one
-    statement). A freshness rule's load column is UTC by convention and is read in the business day's
-    time zone; other time columns are taken as they are (business time)."""
-    key, column = source
-    times = [c for c in time_columns(ctx.graph, key) if c != column]
+    ctx: DiagnosisContext, key: str, columns: list[str], values: list[Keys]
+) -> dict[Keys, date | None]:
+    """The earliest business date any time column of the source table holds for each key (a tuple of
+    ``columns``' values; one statement). A freshness rule's load column is UTC by convention and is read in
+    the business day's time zone; other time columns are taken as they are (business time)."""
+    times = [c for c in time_columns(ctx.graph, key) if c not in columns]
     utc = {r.input_column for r in ctx.metrics.freshness.inputs if r.input == key}
     zone = ZoneInfo(ctx.metrics.business_day.timezone)
     tbl = table(ctx.graph, key)
     if not times or not values or tbl is None:
         return {}
-    data_type = ctx.graph.info(key).type_of(column)
-    marks = ", ".join(["%s"] * len(values))
+    cols = ", ".join(quote_identifier(c) for c in columns)
     mins = ", ".join(f"MIN({quote_identifier(c)})" for c in times)
+    where, binds = _matching(ctx, key, columns, values)
     rows = ctx.rows(
         f"when the dropped keys first appear in {key}",
-        f"SELECT {quote_identifier(column)}, {mins} FROM {tbl} WHERE {quote_identifier(column)} IN ({marks})"
-        f" GROUP BY {quote_identifier(column)}",
-        tuple(typed(v, data_type) for v in values),
+        f"SELECT {cols}, {mins} FROM {tbl} WHERE {where} GROUP BY {cols}",
+        binds,
     )
-    out: dict[str, date | None] = {}
+    width = len(columns)
+    out: dict[Keys, date | None] = {}
     for row in rows or []:
         dates = [
             d
-            for c, v in zip(times, row[1:], strict=True)
+            for c, v in zip(times, row[width:], strict=True)
             if (d := _as_date(_local(v, zone) if c in utc else v)) is not None
         ]
-        out[str(plain(row[0]))] = min(dates) if dates else None
+        out[tuple(plain(v) for v in row[:width])] = min(dates) if dates else None
     return out
+
+
+def rows_on_table(
+    ctx: DiagnosisContext, key: str, columns: list[str], values: list[Keys]
+) -> dict[Keys, int] | None:
+    """How many rows of ``key``'s table hold each key (a tuple of ``columns``' values; one statement); None
+    if unmeasured."""
+    tbl = table(ctx.graph, key)
+    if tbl is None or not values:
+        return None
+    cols = ", ".join(quote_identifier(c) for c in columns)
+    where, binds = _matching(ctx, key, columns, values)
+    rows = ctx.rows(
+        f"whether the dropped keys are in {key}",
+        f"SELECT {cols}, COUNT(*) FROM {tbl} WHERE {where} GROUP BY {cols}",
+        binds,
+    )
+    if rows is None:
+        return None
+    return {tuple(plain(v) for v in r[: len(columns)]): int(r[len(columns)]) for r in rows}
 
 
 def on_table(ctx: DiagnosisContext, key: str, column: str, values: list[str]) -> dict[str, int] | None:
     """How many rows of ``key``'s table hold each value in ``column`` (one statement); None if unmeasured."""
-    tbl = table(ctx.graph, key)
-    if tbl is None or not values:
+    found = rows_on_table(ctx, key, [column], [(v,) for v in values])
+    return None if found is None else {str(k[0]): n for k, n in found.items()}
+
+
+def _one_table(graph: LineageGraph, columns: list[Column | None]) -> tuple[str, list[str]] | None:
+    """The Source table all of a key's columns are read from, and its columns; None if they are not one's."""
+    if not columns or any(c is None or c[0] != columns[0][0] for c in columns):
         return None
-    data_type = ctx.graph.info(key).type_of(column)
-    marks = ", ".join(["%s"] * len(values))
-    rows = ctx.rows(
-        f"whether the dropped keys are in {key}",
-        f"SELECT {quote_identifier(column)}, COUNT(*) FROM {tbl} WHERE {quote_identifier(column)} IN ({marks})"
-        f" GROUP BY {quote_identifier(column)}",
-        tuple(typed(v, data_type) for v in values),
-    )
-    if rows is None:
-        return None
-    return {str(plain(r[0])): int(r[1]) for r in rows}
+    return columns[0][0], [c[1] for c in columns]
 
 
 def _in_history(history: dict, column: str, value: str | None) -> bool:
@@ -128,18 +158,21 @@ def key_origins(
     source_history = ctx.history.metric_history(source_total.name, day, HISTORY_DAYS)
     left_key = graph.key_for_table(effect.left)
     right_key = graph.key_for_table(effect.right) if effect.right else None
-    single = join is not None and len(join.on) == 1
-    values = [k.value for k in keys if k.value is not None]
+    on = join.on if join is not None else []
+    values = [k.values for k in keys if all(v is not None for v in k.values)]
 
-    seen: dict[str, date | None] = {}
-    src = source_column(graph, (left_key, join.on[0][0])) if single and left_key else None
+    seen: dict[Keys, date | None] = {}
+    src = _one_table(graph, [source_column(graph, (left_key, lc)) for lc, _ in on]) if left_key else None
     if src is not None:
-        seen = first_seen_in_rows(ctx, src, values)
-    reference: tuple[str, str] | None = None
-    present: dict[str, int] | None = None
-    if single and right_key is not None:
-        reference = source_column(graph, (right_key, join.on[0][1])) or (right_key, join.on[0][1])
-        present = on_table(ctx, reference[0], reference[1], values)
+        seen = first_seen_in_rows(ctx, src[0], src[1], values)
+    reference: tuple[str, list[str]] | None = None
+    present: dict[Keys, int] | None = None
+    if on and right_key is not None:
+        reference = _one_table(graph, [source_column(graph, (right_key, r)) for _, r in on]) or (
+            right_key,
+            [r for _, r in on],
+        )
+        present = rows_on_table(ctx, reference[0], reference[1], values)
     where = src[0] if src else effect.left
 
     out = []
@@ -148,20 +181,23 @@ def key_origins(
             out.append(KeyOrigin(k.model_copy(update={"change": k.change or f"{k.rows:,} rows arrive with {k.label}"}),
                                  False, f"{k.rows:,} of {where}'s rows arrive with {k.label}, which matches nothing"))  # fmt: skip
             continue
-        first = seen.get(k.value)
+        first = seen.get(k.values)
         matched_before = _in_history(target_history, k.column, k.value)
         in_source_before = (first is not None and first < day) or _in_history(
             source_history, k.column, k.value
         )
-        if matched_before or in_source_before:
+        # The join's own condition excludes a row that is on the reference side: a changed row, whatever
+        # the histories say.
+        excluded = join is not None and bool(k.change)
+        if excluded or matched_before or in_source_before:
             since = (
                 f" (its rows in {where} date back to {first.isoformat()})" if first and first < day else ""
             )
             ref_table = table(graph, reference[0]) if reference else effect.right
-            kept = not k.change and present is not None and bool(present.get(k.value))
-            if k.change:  # the join's own condition excludes a row that is there
+            kept = not k.change and present is not None and bool(present.get(k.values))
+            if excluded:
                 story = f"used to match and no longer does: its row is {k.change}{since}"
-            elif present is not None and present.get(k.value):
+            elif present is not None and present.get(k.values):
                 story = f"used to match and no longer does: its row in {ref_table} changed{since}"
             elif present is not None:
                 story = f"used to match and no longer does: its row was deleted from {ref_table}{since}"

@@ -11,6 +11,10 @@ the lookup's own joins: the chain of lookups is walked (``chain.py``) to the row
 
 from __future__ import annotations
 
+from datetime import date
+
+import networkx as nx
+
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.incidents.chain import UpstreamDrop, dropped_upstream
 from dw_dagster.incidents.evidence import (
@@ -123,15 +127,34 @@ def diagnose_gap(
     assert total.reconcile_with is not None
     source = ctx.metrics.get(total.reconcile_with.total)
     rec = finding.evidence["reconciliation"]
-    day = finding.business_date
     path = ctx.graph.path(source.asset, total.asset)
     gap = float(rec["gap_change"])
-    found = _explaining(_measured_joins(ctx, path, total), gap)
     evidence: dict[str, float | int | str] = {
         "gap_units": gap,
         "target_change_pct": rec.get("target_change_pct") or 0.0,
         "source_change_pct": rec.get("source_change_pct") or 0.0,
     }
+    return _through_joins(incident, finding.business_date, total, source, ctx, path, gap, rec, evidence)
+
+
+def diagnose_fall(
+    incident: Incident, finding: Finding, total: RecordedTotal, ctx: DiagnosisContext, fall: float,
+    evidence: dict[str, float | int | str],
+) -> Diagnosis | None:  # fmt: skip
+    """A total with no source total that fell while its rows held: the joins and filters of every node it
+    is built from are measured the same way (the fall stands for the gap, in the total's units); None when
+    none drops rows."""
+    upstream = ctx.graph.assets.subgraph(ctx.graph.upstream(total.asset) | {total.asset})
+    path = list(nx.topological_sort(upstream))
+    evidence = {**evidence, "fall_units": fall}
+    return _through_joins(incident, finding.business_date, total, total, ctx, path, fall, {}, evidence)
+
+
+def _through_joins(
+    incident: Incident, day: date, total: RecordedTotal, source: RecordedTotal, ctx: DiagnosisContext,
+    path: list[str], gap: float, rec: dict, evidence: dict[str, float | int | str],
+) -> Diagnosis | None:  # fmt: skip
+    found = _explaining(_measured_joins(ctx, path, total), gap)
     if found is None:
         return None
     effect, join = found
@@ -167,7 +190,7 @@ def diagnose_gap(
     owners = ctx.graph.owners_on(
         [effect.asset_key, *([right_key] if right_key else []), *reference_systems(ctx, right_key)]
     )
-    if evidence["gap_units"] and abs(effect.dropped_units - gap) > 0.1 * abs(gap):
+    if evidence.get("gap_units") and abs(effect.dropped_units - gap) > 0.1 * abs(gap):
         ctx.note(
             f"the join explains {effect.dropped_units:,.0f} of the {gap:,.0f} units of the gap; the rest is "
             "not attributed"
@@ -245,4 +268,4 @@ def _upstream_diagnosis(
     )
 
 
-__all__ = ["KeyOrigin", "diagnose_gap"]
+__all__ = ["KeyOrigin", "diagnose_fall", "diagnose_gap"]

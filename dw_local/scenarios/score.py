@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
+from dw_dagster.incidents.keys import split_labels
 from dw_local.scenarios.runner import NightReport, ScenarioReport
 
 DW = "dw-dagster"
@@ -144,7 +145,8 @@ def score_night(night: NightReport) -> tuple[Figures, Figures, dict[str, Any]]:
             base.ttd_both.append(base_ttd)
         # Every expected incident names its classes (model.py); a right class on an incident whose findings
         # are all on unrelated tables found something else, not the fault. A night that continues an earlier
-        # incident is scored on that one; any other on the incidents it opened.
+        # incident is scored on that one; any other on the incidents it opened. A key of several columns is
+        # named one label per column that fails to match, so an expected key is any one of them.
         candidates = [
             i for i in night.incidents
             if i.continued == bool(night.expected_joins) and any(_is_related(a, night) for a in i.assets)
@@ -153,7 +155,7 @@ def score_night(night: NightReport) -> tuple[Figures, Figures, dict[str, Any]]:
         dw.correct = int(
             any(
                 _right_class(i.classification, night.expected_classes)
-                and set(night.expected_keys) <= set(i.cause_keys)
+                and set(night.expected_keys) <= {c for k in i.cause_keys for c in split_labels(k)}
                 for i in candidates
             )
         )
