@@ -53,7 +53,8 @@ class SkippedRun:
     """The latest business date a Coalesce run of the job was reported for (None: never)."""
     last_coalesce_run_id: str | None
     holiday: str | None = None
-    """The metrics file's calendar names the night a holiday: logged, not raised."""
+    """The metrics file's calendar names the night a holiday: a WARN (the schedule may have been paused on
+    purpose), never silent, since the cron still promised a run."""
 
     @property
     def run_key(self) -> str:
@@ -84,11 +85,13 @@ class SkippedRun:
         }
         if built_at is not None:
             evidence["hours_since_build"] = round((self.deadline - built_at).total_seconds() / 3600, 1)
+        holiday = f" ({self.business_date} is {self.holiday})" if self.holiday else ""
         return Finding(
             check_name=SKIPPED_RUN_CHECK,
             asset_key=asset,
             business_date=self.business_date,
-            summary=f"{self.describe()}; {asset} not built since {since}",
+            summary=f"{self.describe()}{holiday}; {asset} not built since {since}",
+            severity="WARN" if self.holiday else "ERROR",
             evidence=evidence,
             cause_scope=f"job:{self.job}",
         )

@@ -27,13 +27,8 @@ SKIPPED_NIGHT = "dw/skipped_night"
 def skipped_run_requests(
     context: dg.SensorEvaluationContext, metrics: MetricsFile, tables: Mapping[str, Sequence[str]]
 ) -> Iterator[dg.RunRequest]:
-    """One run request per skipped night (a night the calendar names a holiday is logged instead)."""
+    """One run request per skipped night (on a night the calendar names a holiday, its finding is a WARN)."""
     for skipped in skipped_runs(context.instance, metrics, tables):
-        if skipped.holiday:
-            context.log.info(
-                f"{skipped.describe()}: {skipped.business_date} is {skipped.holiday}, not raised"
-            )
-            continue
         yield dg.RunRequest(
             run_key=skipped.run_key,
             job_name=SKIPPED_RUN_JOB,

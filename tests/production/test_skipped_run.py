@@ -110,13 +110,16 @@ def test_a_day_the_schedule_does_not_run_is_no_skip(instance):
     assert (skipped.job, skipped.business_date) == ("weekdays", date(2026, 11, 29))
 
 
-def test_a_holiday_of_the_calendar_is_logged_not_raised(instance):
+def test_a_skip_on_a_holiday_of_the_calendar_is_a_warn(instance):
     _reported(instance, "nightly", "2026-12-23", "44")
     _fail(instance, "sales/fct_a", datetime(2026, 12, 25, 5, 0, 30, tzinfo=UTC))
     [skipped] = skipped_runs(instance, METRICS, TABLES)
     assert skipped.holiday == "Office closed"
+    finding = skipped.finding("sales/fct_a", None)
+    assert finding.severity == "WARN" and "2026-12-24 is Office closed" in finding.summary
     with dg.build_sensor_context(instance=instance) as context:
-        assert list(skipped_run_requests(context, METRICS, TABLES)) == []
+        [request] = list(skipped_run_requests(context, METRICS, TABLES))
+    assert request.tags[SKIPPED_NIGHT] == "2026-12-24"
 
 
 def test_the_scheduled_jobs_tables_are_watched():
