@@ -416,6 +416,23 @@ def test_scoring_counts_related_detections_false_alarms_and_root_causes():
     assert (dw.faults, dw.false_alarms, dw.table_nights) == (0, 1, 3)
 
 
+def test_a_sign_change_names_an_expected_unit_change_and_a_key_of_several_columns_any_of_its_labels():
+    flip = _night(expected_classes=["unit_change"], expected_keys=["KIND=audio"])
+    assert score_night(_night(**{**flip.__dict__, "incidents": [_incident("sign_change", ["KIND=audio"])]}))[
+        0
+    ].correct
+    # Not the other way round, and never another class.
+    assert not score_night(_night(expected_classes=["sign_change"], expected_keys=["KIND=audio"],
+                                  incidents=[_incident("unit_change", ["KIND=audio"])]))[0].correct  # fmt: skip
+    assert not score_night(
+        _night(**{**flip.__dict__, "incidents": [_incident("value_loss", ["KIND=audio"])]})
+    )[0].correct
+    # A two-column key named one label per column: the expected column's label is among them.
+    pair = _night(expected_keys=["TAG=CN-203"], incidents=[_incident("value_loss", ["SITE=DRS, TAG=CN-203"])])
+    assert score_night(pair)[0].correct
+    assert not score_night(_night(expected_keys=["TAG=CN-204"], incidents=pair.incidents))[0].correct
+
+
 def test_score_totals_add_up_over_scenarios():
     from dw_local.scenarios.runner import ScenarioReport
 
