@@ -417,20 +417,17 @@ def test_scoring_counts_related_detections_false_alarms_and_root_causes():
 
 
 def test_a_sign_change_names_an_expected_unit_change_and_a_key_of_several_columns_any_of_its_labels():
-    flip = _night(expected_classes=["unit_change"], expected_keys=["KIND=audio"])
-    assert score_night(_night(**{**flip.__dict__, "incidents": [_incident("sign_change", ["KIND=audio"])]}))[
-        0
-    ].correct
+    def correct(expected: str, got: str, key: str = "KIND=audio", named: str = "KIND=audio") -> int:
+        night = _night(expected_classes=[expected], expected_keys=[key], incidents=[_incident(got, [named])])
+        return score_night(night)[0].correct
+
+    assert correct("unit_change", "sign_change")
     # Not the other way round, and never another class.
-    assert not score_night(_night(expected_classes=["sign_change"], expected_keys=["KIND=audio"],
-                                  incidents=[_incident("unit_change", ["KIND=audio"])]))[0].correct  # fmt: skip
-    assert not score_night(
-        _night(**{**flip.__dict__, "incidents": [_incident("value_loss", ["KIND=audio"])]})
-    )[0].correct
+    assert not correct("sign_change", "unit_change")
+    assert not correct("unit_change", "value_loss")
     # A two-column key named one label per column: the expected column's label is among them.
-    pair = _night(expected_keys=["TAG=CN-203"], incidents=[_incident("value_loss", ["SITE=DRS, TAG=CN-203"])])
-    assert score_night(pair)[0].correct
-    assert not score_night(_night(expected_keys=["TAG=CN-204"], incidents=pair.incidents))[0].correct
+    assert correct("value_loss", "value_loss", "TAG=CN-203", "SITE=DRS, TAG=CN-203")
+    assert not correct("value_loss", "value_loss", "TAG=CN-204", "SITE=DRS, TAG=CN-203")
 
 
 def test_score_totals_add_up_over_scenarios():
