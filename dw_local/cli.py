@@ -102,6 +102,10 @@ def _password_variables(lw: LocalWorld) -> set[str]:
     return password_variables(Path(lw.env()["DW_CONTEXT_FILE"]))
 
 
+# The local ACCOUNT_USAGE views have no lag, so the nightly cost job need not wait its production 8 h.
+_UI_ONLY_ENV = {"DW_COST_LATENCY_HOURS": "0"}
+
+
 def _write_env_file(lw: LocalWorld) -> Path:
     """The world's environment (its local servers' fixed credentials included) and its Dagster instance, in
     a file only this user can read, so a second shell can run dw-dagster against it without the secrets
@@ -109,7 +113,7 @@ def _write_env_file(lw: LocalWorld) -> Path:
     from dw_local.daemon import dagster_home
 
     path = lw.root / "world.env"
-    env = {**lw.env(), "DAGSTER_HOME": str(dagster_home(lw.root))}
+    env = {**lw.env(), **_UI_ONLY_ENV, "DAGSTER_HOME": str(dagster_home(lw.root))}
     path.touch(mode=0o600)
     path.write_text("".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()))
     return path
@@ -121,7 +125,7 @@ def _run_dagster_dev(lw: LocalWorld, ui_port: int) -> None:
     # The same instance the seeding wrote: the UI shows every night's runs, checks and incidents, and its
     # sensor daemon resumes from the cursor the seeding and tonight's tick left there.
     home = dagster_home(lw.root)
-    env = {**os.environ, **lw.env(), "DAGSTER_HOME": str(home)}
+    env = {**os.environ, **lw.env(), **_UI_ONLY_ENV, "DAGSTER_HOME": str(home)}
     click.echo(f"Dagster UI: http://localhost:{ui_port}  (Ctrl-C stops the UI and the local world)")
     # `dg dev` (what supersedes `dagster dev`) on workspace.yaml, which names the code location `dw_dagster`
     # as the UI shows it; started in DAGSTER_HOME, the instance's own dagster.yaml is the one in sight.

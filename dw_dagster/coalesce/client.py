@@ -401,7 +401,7 @@ class CoalesceClient:
         Args:
             environment_id (str): The environment to refresh.
             job_id (Optional[Union[str, int]]): The job to run.
-            include_selector (Optional[str]): Nodes to run, e.g. ``{FCT_INVENTORY_POSITION}+``.
+            include_selector (Optional[str]): Nodes to run, e.g. ``{FCT_DAILY_TOTALS}+``.
             exclude_selector (Optional[str]): Nodes to leave out.
             user_credentials (CoalesceUserCredentials): The Snowflake credentials the run uses.
             parameters (Optional[Mapping[str, str]]): Run-time parameters.

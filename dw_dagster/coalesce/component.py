@@ -11,7 +11,7 @@
         api_token_env_var: COALESCE_API_TOKEN
       create_sensor: true
       materialize_jobs:
-        - job: inventory_nightly
+        - job: nightly_build
           run_as: {snowflake_username: TRANSFORM, snowflake_password_env_var: COALESCE_SNOWFLAKE_PASSWORD}
 
 Loading reads the state kept by ``dg utils refresh-defs-state`` (the node graph, never the API). Every node

@@ -28,7 +28,7 @@ class CoalesceCredentials(Config):
 
     Reruns run under the permissions of the owner who approved them, so each owner has their own.
     Give the secrets as environment variables, e.g.
-    ``snowflake_password=dg.EnvVar("COALESCE_SNOWFLAKE_PASSWORD_PLANNING")``.
+    ``snowflake_password=dg.EnvVar("COALESCE_SNOWFLAKE_PASSWORD_ANALYTICS")``.
     """
 
     snowflake_username: str = Field(description="The Snowflake user.")
@@ -73,19 +73,19 @@ class CoalesceWorkspace(ConfigurableResource):
                 api_token=dg.EnvVar("COALESCE_API_TOKEN"),
                 environment_ids=["2"],
                 owner_credentials={
-                    "planning-ops": CoalesceCredentials(
-                        snowflake_username="PLANNING_OPS",
-                        snowflake_password=dg.EnvVar("COALESCE_SNOWFLAKE_PASSWORD_PLANNING"),
+                    "analytics-eng": CoalesceCredentials(
+                        snowflake_username="ANALYTICS_ENG",
+                        snowflake_password=dg.EnvVar("COALESCE_SNOWFLAKE_PASSWORD_ANALYTICS"),
                         snowflake_warehouse="TRANSFORM_WH",
-                        snowflake_role="PLANNING_OPS",
+                        snowflake_role="ANALYTICS_ENG",
                     )
                 },
             )
             client = coalesce.get_client()
             run_id = client.start_run(
                 "2",
-                include_selector="{FCT_INVENTORY_POSITION}+",
-                user_credentials=coalesce.user_credentials_for("planning-ops"),
+                include_selector="{FCT_DAILY_TOTALS}+",
+                user_credentials=coalesce.user_credentials_for("analytics-eng"),
             )
     """
 

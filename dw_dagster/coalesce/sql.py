@@ -1,6 +1,6 @@
 """Coalesce's ``{{ ref('LOCATION', 'NODE') }}`` templates, as written in join conditions and node tests.
 
-A join condition reads like ``FROM {{ ref('STAGE', 'STG_ONHAND') }} "STG_ONHAND"``: each ref names a node
+A join condition reads like ``FROM {{ ref('STAGE', 'STG_EVENTS') }} "STG_EVENTS"``: each ref names a node
 by its storage location and name, and resolves to the node's table in the environment being built.
 ``ref_link`` and ``ref_no_link`` are the same reference with a different effect on Coalesce's graph.
 Other templates are left as they are.

@@ -56,7 +56,9 @@ def attribute(costs: Iterable[QueryCost]) -> Attribution:
     expensive: dict[int, list[QueryCost]] = defaultdict(list)
     for cost, origin in tagged:
         if origin.kind == "coalesce":
-            node = _add(nodes, origin.spender, origin, cost)
+            # A run's statements outside any node (its schemas) count for its Job and run, not as a node.
+            in_node = bool(origin.node or origin.node_id)
+            node = _add(nodes if in_node else other, origin.spender, origin, cost, node=in_node)
             expensive[id(node)].append(cost)
             if origin.job:
                 _add(jobs, f"job {origin.job}", origin, cost, node=False)

@@ -39,6 +39,10 @@ class QueryOrigin(BaseModel, frozen=True):
     def spender(self) -> str:
         """The line a person reads in the report."""
         if self.kind == "coalesce":
+            if not (self.node or self.node_id):
+                return (
+                    f"job {self.job}, outside its nodes" if self.job else f"coalesce run {self.run_id or '?'}"
+                )
             where = f"{self.location}.{self.node}" if self.location else (self.node or self.node_id or "?")
             return f"node {where}"
         if self.kind == "dw-dagster":

@@ -118,6 +118,12 @@ def coalesce_query_tag(
     return json.dumps({"coalesce": {k: v for k, v in fields.items() if v is not None}})
 
 
+def coalesce_run_tag(job: str | None, run: RunRecord) -> str:
+    """The tag of a run's statements that belong to no node: the node tag's run fields only."""
+    fields = {"jobName": job, "runID": str(run.id), "runType": run.run_type.capitalize()}
+    return json.dumps({"coalesce": {k: v for k, v in fields.items() if v is not None}})
+
+
 def _error(message: str, detail: str) -> dict[str, str]:
     lines = message.strip().splitlines() or [detail]
     return {"errorString": lines[0], "errorDetail": detail}
@@ -187,7 +193,8 @@ class RunExecutor:
             database=databases[0],
             login_timeout=10,
             network_timeout=NETWORK_TIMEOUT_SECONDS,
-            session_parameters={"QUERY_TAG": f"coalesce run {run.id}"},
+            # The run's own statements (creating its schemas) carry the run's tag with no node.
+            session_parameters={"QUERY_TAG": coalesce_run_tag(self.job_names.get(run.job_id or ""), run)},
         )
         cursor = conn.cursor()
         # After a restart the local Snowflake attaches only the database named at connect.

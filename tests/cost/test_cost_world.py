@@ -58,6 +58,8 @@ def _credits_by_node(lw, start, end):
         for tag, credits in cur.fetchall():
             if tag and tag.startswith('{"coalesce"'):
                 c = json.loads(tag)["coalesce"]
+                if "nodeName" not in c:
+                    continue  # the run's own statements (its schemas), outside any node
                 out[f"{c['storageLocation']}.{c['nodeName']}"] += credits
     return out
 

@@ -46,6 +46,20 @@ def test_recorded_night_is_attributed_to_nodes_jobs_runs_and_checks():
     assert [s.spender for s in a.top(3)] == ["node SALES.FCT_ORDERS", "untagged", "diagnosis"]
 
 
+def test_a_runs_statements_outside_its_nodes_count_for_its_job_not_as_a_node():
+    costs = costs_from_rows(RECORDED["columns"], _rows(), WHERE)
+    setup = costs[0].model_copy(
+        update={
+            "query_id": "01b4-0099",
+            "query_tag": '{"coalesce": {"jobName": "nightly", "runID": "18764"}}',
+        }
+    )
+    a = attribute([*costs, setup])
+    assert "job nightly, outside its nodes" in [s.spender for s in a.other]
+    assert all(n.node or n.node_id for n in a.nodes)
+    assert a.jobs[0].credits == pytest.approx(attribute(costs).jobs[0].credits + setup.credits)
+
+
 def test_a_row_with_unusable_credits_names_the_view_the_query_and_the_column():
     rows = _rows()
     rows[2] = rows[2][:6] + ("n/a",) + rows[2][7:]
@@ -101,5 +115,11 @@ def test_tags_of_other_tools_are_other_spenders_never_errors():
     assert parse_query_tag('{"coalesce": "not an object"}').kind == "other"
     assert parse_query_tag("{broken json").spender == "untagged ({broken json)"
     assert parse_query_tag(None).spender == "untagged"
+    # A run's statements outside any node (its schemas) carry the run's fields only.
+    assert (
+        parse_query_tag('{"coalesce": {"jobName": "nightly", "runID": "7"}}').spender
+        == "job nightly, outside its nodes"
+    )
+    assert parse_query_tag('{"coalesce": {"runID": "7"}}').spender == "coalesce run 7"
     origin = parse_query_tag('{"app": "dw-dagster", "purpose": "ops.migrate", "job": "ops_migrate"}')
     assert origin.spender == "dw-dagster ops_migrate"

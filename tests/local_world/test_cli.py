@@ -49,6 +49,7 @@ def test_world_up_runs_tonight_and_leaves_the_servers_up(seeded_template, tmp_pa
             k: shlex.split(v)[0]
             for k, v in (line.split("=", 1) for line in env_file.read_text().splitlines())
         }
+        assert env["DW_COST_LATENCY_HOURS"] == "0", "the local usage views have no lag to wait out"
         stop = _cli("stop", "--as", "Omar Haddad", "--reason", "test", cwd=tmp_path, env=env)
         assert stop.returncode == 0 and "STOPPED by Omar Haddad" in stop.stdout, stop.stderr
         resume = _cli("resume", "--as", "Omar Haddad", cwd=tmp_path, env=env)
