@@ -205,15 +205,7 @@ def _through_joins(
         joins=[effect],
         upstream_change=top.story,
         path=path,
-        test_query=(
-            unmatched_rows_query(
-                join,
-                traced(ctx, total.asset, measure_column(total), left_key),
-                traced(ctx, total.asset, total.item_key, left_key),
-            )
-            if join is not None
-            else None
-        ),  # fmt: skip
+        test_query=_unmatched_rows(ctx, total, join, left_key),
         owners=owners,
     )
 
@@ -255,17 +247,22 @@ def _upstream_diagnosis(
         joins=[effect, upper.effect],
         upstream_change=story,
         path=path,
-        test_query=(
-            unmatched_rows_query(
-                join,
-                traced(ctx, total.asset, measure_column(total), left_key),
-                traced(ctx, total.asset, total.item_key, left_key),
-            )
-            if join is not None
-            else None
-        ),
+        test_query=_unmatched_rows(ctx, total, join, left_key),
         owners=owners,
     )
 
 
 __all__ = ["KeyOrigin", "diagnose_fall", "diagnose_gap"]
+
+
+def _unmatched_rows(
+    ctx: DiagnosisContext, total: RecordedTotal, join: ParsedJoin | None, left_key: str | None
+) -> str | None:
+    """The query a person runs to see the rows the join drops, in the join's left table's own columns."""
+    if join is None:
+        return None
+    return unmatched_rows_query(
+        join,
+        traced(ctx, total.asset, measure_column(total), left_key),
+        traced(ctx, total.asset, total.item_key, left_key),
+    )
