@@ -1,7 +1,7 @@
 """The chain of lookups behind a join: where a reference row that changed really sits.
 
-A fact joins a lookup (a dimension), which joins further lookups of its own (campaign -> advertiser ->
-agency). A key the fact's join drops may still be in the lookup's Source table: the lookup dropped it itself,
+A fact joins a lookup (a dimension), which joins further lookups of its own (an item -> its group ->
+its parent group). A key the fact's join drops may still be in the lookup's Source table: the lookup dropped it itself,
 through one of its own joins, because a row further up was deleted or no longer matches. A group that moved
 between values may be brought by a join further up too: the row that was pointed elsewhere is the one of the
 table that carries the mapping, named by its own key, not by the fact's key. Both are read from the
