@@ -21,11 +21,19 @@ def build_definitions() -> dg.Definitions:
 
 def load_definitions(instance: dg.DagsterInstance) -> dg.Definitions:
     """The definitions as a code server of ``instance`` loads them: the Coalesce state read from that
-    instance's storage, whatever storage an instance entered earlier in this process left current."""
+    instance's storage, whatever an earlier load in this process left current (the storage an instance
+    entered, or the load context a run's reconstruction set, pinned to another instance's versions)."""
+    from dagster._core.definitions.definitions_load_context import (
+        DefinitionsLoadContext,
+        DefinitionsLoadType,
+    )
     from dagster._core.storage.defs_state.base import set_defs_state_storage
 
     with set_defs_state_storage(instance.defs_state_storage):
-        return build_definitions()
+        # Built inside the storage's scope: an initial load reads that storage's latest versions.
+        fresh = DefinitionsLoadContext(load_type=DefinitionsLoadType.INITIALIZATION)
+        with DefinitionsLoadContext.scoped(fresh):
+            return build_definitions()
 
 
 @dg.definitions

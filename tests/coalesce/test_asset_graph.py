@@ -15,6 +15,8 @@ import dagster as dg
 import networkx as nx
 import pytest
 from coalesce_state import environ, state_key, write_state
+from dagster._core.definitions.definitions_load_context import DefinitionsLoadContext, DefinitionsLoadType
+from dagster._core.definitions.repository_definition import RepositoryLoadData
 
 from dw_dagster.coalesce import CoalesceWorkspace
 from dw_dagster.coalesce.specs import load_coalesce_asset_specs
@@ -201,6 +203,21 @@ def test_dagster_definitions_validate_passes(project, world):
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Validation successful" in out.stdout + out.stderr
+
+
+def test_a_load_context_an_earlier_run_left_in_the_process_pins_nothing(world, project, tmp_path_factory):
+    # Executing a run in process (as the local daemon does) reconstructs the code location and leaves
+    # Dagster's load context set, pinned to that instance's state versions: a second instance's load must
+    # read its own latest state, not look up the first one's version in the second one's storage.
+    pinned = project.instance.defs_state_storage.get_latest_defs_state_info()
+    left = DefinitionsLoadContext(
+        load_type=DefinitionsLoadType.RECONSTRUCTION,
+        repository_load_data=RepositoryLoadData(defs_state_info=pinned),
+    )
+    with DefinitionsLoadContext.scoped(left):
+        other = Project(world, tmp_path_factory.mktemp("other_home"))
+        assert "inventory/fct_inventory_position" in other.specs()
+    assert DefinitionsLoadContext.get() is not left
 
 
 def test_no_state_yet_says_what_to_run(project):
