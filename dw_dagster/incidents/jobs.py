@@ -16,6 +16,7 @@ from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.context.models import ContextFile
+from dw_dagster.idle_gate import open_gate, utc_now
 from dw_dagster.incidents.blast_radius import blast_radius
 from dw_dagster.incidents.checks_not_run import build_checks_not_run_definitions
 from dw_dagster.incidents.diagnosis import DiagnosisContext, by_priority, diagnose
@@ -174,7 +175,15 @@ def build_incident_definitions(
         "records a scheduled Coalesce run that never started (read from Dagster's freshness states).",
     )
     def incident_sensor(context: dg.SensorEvaluationContext, snowflake: WarehouseResource):
-        yield from skipped_run_requests(context, metrics, scheduled)
+        skipped = list(skipped_run_requests(context, metrics, scheduled))
+        yield from skipped
+        # A new incident, a finding joining one, a diagnosis or a new night judged: each is a run (or an
+        # incident command) that Dagster's storage records; with none since the last look, nothing is due.
+        gate = open_gate(context, utc_now())
+        if gate.work is None:
+            if not skipped:  # a SkipReason may not follow a run request
+                yield gate.skip("incidents")
+            return
         store = IncidentStore(snowflake, ops, policy=policy)
         for incident in store.list(status="open"):
             events = store.events(incident.incident_id)
@@ -195,6 +204,7 @@ def build_incident_definitions(
                     job_name=LIFECYCLE_JOB,
                     tags={INCIDENT_ID: incident.incident_id, LIFECYCLE_ACTION: due.action},
                 )
+        gate.done(context)
 
     outbox = build_slack_outbox_sensor(
         ops, dispatch_gate=lambda warehouse: OrgControl(warehouse, ops).dispatch_allowed

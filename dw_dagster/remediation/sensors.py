@@ -18,6 +18,7 @@ import dagster as dg
 
 from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.context.models import ContextFile
+from dw_dagster.idle_gate import Clock, open_gate, utc_now
 from dw_dagster.incidents.models import Incident
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.incident_notifier import IncidentNotifier
@@ -51,12 +52,18 @@ class _Proposer:
         self.notifier = notifier
         self.context_file = context_file
         self.requests: list[dg.RunRequest] = []
+        self.due: datetime | None = None
+        """When a submission the daemon has not created a run for yet is to be looked at again."""
 
     def submit(self, plan: RemediationPlan, seq: int) -> None:
         sub, nonce = self.book.runs.submit(plan.plan_id, seq, REMEDIATION_JOB, self.resources)
+        self._look_again(sub.at + SUBMIT_GRACE)
         how = how_to_approve(plan, None, owner_channels(self.notifier, plan.incident_id))
         tags = {**held_tags(plan, plan.required_teams, how), SUBMISSION: nonce}
         self.requests.append(dg.RunRequest(run_key=f"{plan.plan_id}:{sub.seq}", tags=tags))
+
+    def _look_again(self, at: datetime) -> None:
+        self.due = at if self.due is None else min(self.due, at)
 
     def _changed_anything(self, incident_id: str, run_id: str) -> bool:
         events = self.book.store.events(incident_id)
@@ -120,6 +127,8 @@ class _Proposer:
             elif run is not None or datetime.now(UTC) - subs[-1].at > SUBMIT_GRACE:
                 # Canceled before it was bound, or never created: the system submits the plan again.
                 self.submit(plan, subs[-1].seq + 1)
+            else:
+                self._look_again(subs[-1].at + SUBMIT_GRACE)
         else:
             bound = self.instance.get_run_by_id(binding.run_id)
             legit.add(binding.run_id)
@@ -183,9 +192,18 @@ def expire_pending(
     return out
 
 
+def next_expiry(instance: dg.DagsterInstance, book: ApprovalBook) -> datetime | None:
+    """The earliest expiry among the plans whose runs still wait for approval (their plans' own times)."""
+    runs = instance.get_runs(dg.RunsFilter(job_name=REMEDIATION_JOB, statuses=[dg.DagsterRunStatus.QUEUED]))
+    plans = [book.plan(r.tags.get(PLAN_ID, "")) for r in runs if r.tags.get(APPROVAL) == APPROVAL_PENDING]
+    return min((p.expires_at for p in plans if p is not None), default=None)
+
+
 def build_remediation_sensors(
-    job: dg.JobDefinition, ops: OpsSchema, context_file: ContextFile
+    job: dg.JobDefinition, ops: OpsSchema, context_file: ContextFile, clock: Clock = utc_now
 ) -> list[dg.SensorDefinition]:
+    """``clock``: the time the sensors act at (an approval expires when it says so)."""
+
     @dg.sensor(
         name="remediation_proposals",
         job=job,
@@ -198,16 +216,23 @@ def build_remediation_sensors(
         context: dg.SensorEvaluationContext, snowflake: WarehouseResource, coalesce: CoalesceWorkspace,
         slack: SlackNotifier,
     ):  # fmt: skip
+        # A plan is recorded by a diagnosis run, its held run created, canceled or failed: each ends in a
+        # run status change; a submission the daemon has not turned into a run yet is looked at on time.
+        gate = open_gate(context, clock())
+        if gate.work is None:
+            return gate.skip("remediation proposals")
         store = IncidentStore(snowflake, ops)
         state = OrgControl(snowflake, ops).state()
         if state.stopped:
+            # The cursor is kept: the work is still due once the stop is lifted.
             return dg.SkipReason(f"{state.describe()}: no run is submitted")
         resources = {"coalesce": coalesce, "snowflake": snowflake, "slack": slack}
         proposer = _Proposer(context.instance, ApprovalBook(store, context_file), resources,
                              gated_notifier(slack, store, context_file), context_file)  # fmt: skip
         for incident in store.list(status="open"):
             proposer.propose(incident)
-        return proposer.requests
+        gate.done(context, due=proposer.due)
+        return proposer.requests or dg.SkipReason(f"remediation proposals ({gate.work}): nothing to submit")
 
     @dg.sensor(
         name="approval_expiry",
@@ -218,8 +243,14 @@ def build_remediation_sensors(
     def approval_expiry(
         context: dg.SensorEvaluationContext, snowflake: WarehouseResource, slack: SlackNotifier
     ) -> dg.SkipReason:
+        # A held run appears (or goes) with a run status change; otherwise the next expiry is the only due.
+        now = clock()
+        gate = open_gate(context, now)
+        if gate.work is None:
+            return gate.skip("approval expiry")
         book = ApprovalBook(IncidentStore(snowflake, ops), context_file)
-        expired = expire_pending(context.instance, book, slack, context_file)
+        expired = expire_pending(context.instance, book, slack, context_file, now=now)
+        gate.done(context, due=next_expiry(context.instance, book))
         return dg.SkipReason(
             f"expired {len(expired)} unanswered approval request(s)" if expired else "nothing expired"
         )

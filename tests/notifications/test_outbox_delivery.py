@@ -17,6 +17,7 @@ import dagster as dg
 import httpx
 import pytest
 from reference_night import reference_blast, reference_diagnosis, reference_incident
+from warehouse_statements import statements
 
 from dw_dagster.context.models import ContextFile, load_context_file
 from dw_dagster.incidents.models import Incident
@@ -273,7 +274,10 @@ def test_the_outbox_sensor_delivers_pending_messages(world, context):
     assert not _posted(world, inc.incident_id)
     sensor = build_slack_outbox_sensor(OpsSchema(DATABASE, "NTF_SENSOR"))
     resources = {"slack": _slack(world), "snowflake": _warehouse(world)}
-    with dg.build_sensor_context(resources=resources) as ctx:
+    with (
+        dg.instance_for_test() as instance,
+        dg.build_sensor_context(instance=instance, resources=resources) as ctx,
+    ):
         skip = sensor(ctx)
     assert "sent 3" in skip.skip_message
     assert len(_posted(world, inc.incident_id)) == 3
@@ -371,3 +375,73 @@ def test_the_token_never_appears_in_logs_errors_or_records(world, context, caplo
     assert secret not in caplog.text and secret not in stored
     redact = Redactor(secret)
     assert secret not in redact(f"error talking to Slack with Bearer {secret} and xoxp-99-other")
+
+
+# -- the outbox sensor when nothing happens ------------------------------------------------------------
+
+
+def _tick(sensor, instance, resources, cursor):
+    with dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor) as ctx:
+        skip = sensor(ctx)
+        return skip.skip_message, ctx.cursor
+
+
+def _enqueue_in_a_run(instance, notifier, inc, context):
+    """As the diagnosis does: a run leaves the incident's messages in the outbox."""
+
+    @dg.op
+    def alert():
+        notifier.notify(
+            inc, reference_diagnosis(inc.incident_id), reference_blast(), _recipients(context, inc)
+        )
+
+    @dg.job
+    def diagnose():
+        alert()
+
+    assert diagnose.execute_in_process(instance=instance).success
+
+
+def test_an_idle_outbox_tick_sends_nothing_to_snowflake(world, context):
+    _notifier(world, "NTF_IDLE")  # the schema, migrated
+    sensor = build_slack_outbox_sensor(OpsSchema(DATABASE, "NTF_IDLE"))
+    resources = {"slack": _slack(world), "snowflake": _warehouse(world)}
+    with dg.instance_for_test() as instance:
+        with statements() as first:
+            message, cursor = _tick(sensor, instance, resources, None)
+        assert first and "first look" in message, "a sensor without a cursor looks once"
+        with statements() as idle:
+            for _ in range(5):
+                message, cursor = _tick(sensor, instance, resources, cursor)
+        assert idle == [], "an idle tick reads Dagster's storage only"
+        assert "the warehouse was not read" in message
+
+
+def test_a_message_left_pending_by_a_slack_outage_is_delivered_later(world, context):
+    inc = reference_incident("INC-20250616-idle02")
+    notifier = _notifier(world, "NTF_LATER", backoff_seconds=(0, 0))
+    now = {"at": datetime.now(UTC) + timedelta(seconds=5)}
+    sensor = build_slack_outbox_sensor(OpsSchema(DATABASE, "NTF_LATER"), clock=lambda: now["at"])
+    resources = {"slack": _slack(world), "snowflake": _warehouse(world)}
+    with dg.instance_for_test() as instance:
+        _, cursor = _tick(sensor, instance, resources, None)
+        _fault(world, 1000)  # Slack is down from the run to the sensor's first tick after it
+        try:
+            _enqueue_in_a_run(instance, notifier, inc, context)
+            assert notifier.pending(inc.incident_id), "the outage left the alert pending"
+            message, cursor = _tick(sensor, instance, resources, cursor)
+            assert "storage changed" in message and "sent 0" in message
+        finally:
+            _fault(world, 0)
+        assert not _posted(world, inc.incident_id)
+        ticks = []
+        while len(_posted(world, inc.incident_id)) < 3 and len(ticks) < 5:
+            now["at"] += timedelta(seconds=31)  # past the outbox's first backoff (30 s)
+            with statements() as sent:
+                message, cursor = _tick(sensor, instance, resources, cursor)
+            ticks.append(message)
+            assert sent and "due at" in message, "a message still pending keeps the sensor due"
+        assert len(_posted(world, inc.incident_id)) == 3, ticks
+        with statements() as idle:
+            message, _ = _tick(sensor, instance, resources, cursor)
+        assert idle == [] and "not read" in message, "delivered: the sensor is idle again"
