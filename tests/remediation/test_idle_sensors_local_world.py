@@ -1,0 +1,135 @@
+"""The sensors whose work lives in the ops schema send nothing to Snowflake while nothing happens, and still
+do their work when it comes: the reference night's checks run opens an incident, the incident sensor's next
+tick requests its diagnosis, the proposals sensor submits the held run, and the approval expires at its
+time, all with the cursors carried from tick to tick as Dagster's sensor daemon carries them (the local
+daemon keeps none for these sensors), statements counted at the connector."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import dagster as dg
+import pytest
+from dagster._core.run_coordinator import SubmitRunContext
+from warehouse_statements import statements
+
+from dw_dagster.context.models import load_context_file
+from dw_dagster.incidents.jobs import DIAGNOSE_JOB, latest_diagnosis
+from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.remediation.approvals import REMEDIATION_JOB, ApprovalBook
+from dw_dagster.remediation.sensors import build_remediation_sensors
+from dw_dagster.warehouse.ops import OpsSchema
+from dw_local.daemon import QUIET, REMEDIATION_RUN_CONFIG, LocalDaemon, _job_origin
+from dw_local.worlds.distributor.generator import DistributorWorld
+
+pytestmark = [pytest.mark.world, pytest.mark.timeout(900)]
+OPS = OpsSchema("DW_PROD", "DW_OPS")
+GATED = ("incident_sensor", "remediation_proposals", "approval_expiry", "slack_outbox")
+
+
+class Ticks:
+    """Evaluates the deployed sensors as the sensor daemon does: each keeps its cursor between ticks."""
+
+    def __init__(self, daemon: LocalDaemon):
+        self.daemon = daemon
+        self.cursors: dict[str, str | None] = {}
+        self.now = datetime.now(UTC)
+        context = load_context_file(daemon.settings.context_file)
+        job = daemon.repo.get_job(REMEDIATION_JOB)
+        # The deployed sensors, but acting at ``self.now`` (an approval expires when its plan says).
+        self.sensors = {s.name: s for s in daemon.defs.sensors or [] if s.name in GATED}
+        self.sensors.update(
+            {s.name: s for s in build_remediation_sensors(job, OPS, context, clock=lambda: self.now)}
+        )
+
+    def tick(self, name: str) -> tuple[list[dg.RunRequest], str | None]:
+        with self.daemon._sensor_context(cursor=self.cursors.get(name)) as context:
+            result = self.sensors[name](context)
+            items = list(result) if not isinstance(result, dg.SkipReason) and result is not None else [result]
+            self.cursors[name] = context.cursor
+        requests = [r for r in items if isinstance(r, dg.RunRequest)]
+        skips = [r.skip_message for r in items if isinstance(r, dg.SkipReason)]
+        return requests, (skips[0] if skips else None)
+
+    def idle(self) -> dict[str, int]:
+        """One tick of each gated sensor; the statements each sent."""
+        out = {}
+        for name in GATED:
+            with statements() as sent:
+                requests, _ = self.tick(name)
+            assert requests == [], f"{name}: an idle tick requests nothing"
+            out[name] = len(sent)
+        return out
+
+    def settle(self) -> None:
+        """Ticks each sensor until it acts on nothing new (the runs it requested are created by the test)."""
+        for _ in range(3):
+            for name in GATED:
+                self.tick(name)
+
+
+@pytest.fixture(scope="module")
+def night(seeded_world):
+    daemon = LocalDaemon(seeded_world)
+    DistributorWorld().play_night(seeded_world.snowflake, seeded_world.coalesce_client(), 60)
+    daemon.tick()  # an ordinary night first, as the local daemon plays it
+    ticks = Ticks(daemon)
+    ticks.settle()
+    return daemon, ticks
+
+
+def test_idle_ticks_send_nothing_to_snowflake(night):
+    daemon, ticks = night
+    assert ticks.idle() == dict.fromkeys(GATED, 0)
+    _, reason = ticks.tick("incident_sensor")
+    assert "the warehouse was not read" in reason
+
+
+def test_an_incident_a_checks_run_opens_is_diagnosed_and_its_fix_expires_on_time(night):
+    daemon, ticks = night
+    store = IncidentStore(daemon.defs.resources["snowflake"], OPS)
+    DistributorWorld().play_reference_night(daemon.lw.snowflake, daemon.lw.coalesce_client())
+    outcome = daemon._tick_run_sensor()  # the run sensor and its checks run, which opens the incident
+    assert outcome.checks and not all(c.passed for c in outcome.checks)
+    (incident,) = store.list(status="open")
+    assert latest_diagnosis(store, incident.incident_id) is None
+
+    requests, _ = ticks.tick("incident_sensor")
+    assert [(r.job_name, r.tags["dw/incident_id"]) for r in requests] == [
+        (DIAGNOSE_JOB, incident.incident_id)
+    ]
+    result = daemon.repo.get_job(DIAGNOSE_JOB).execute_in_process(
+        instance=daemon.instance, tags=requests[0].tags, run_config=QUIET
+    )
+    assert result.success and latest_diagnosis(store, incident.incident_id) is not None
+    assert ticks.tick("incident_sensor")[0] == [], "diagnosed once: its next tick requests nothing"
+
+    # The diagnosis recorded a plan: the proposals sensor's next tick submits its held run.
+    requests, _ = ticks.tick("remediation_proposals")
+    (request,) = requests
+    job = daemon.repo.get_job(REMEDIATION_JOB)
+    run = daemon.instance.create_run_for_job(
+        job, run_config=REMEDIATION_RUN_CONFIG, tags=daemon._run_tags("remediation_proposals", request),
+        remote_job_origin=_job_origin(job.name),
+    )  # fmt: skip
+    daemon.instance.run_coordinator.submit_run(SubmitRunContext(run, workspace=None))
+    ticks.tick("remediation_proposals")  # binds the plan to that run
+    book = ApprovalBook(store, load_context_file(daemon.settings.context_file))
+    (plan,) = book.plans(incident.incident_id)
+    assert book.binding(plan).run_id == run.run_id
+    ticks.settle()
+
+    # The night is over: the held run waits, and nothing more is read until the approval is due.
+    assert ticks.idle() == dict.fromkeys(GATED, 0), "an open incident and a held run cost nothing idle"
+    ticks.now = plan.expires_at - timedelta(minutes=1)
+    with statements() as early:
+        _, reason = ticks.tick("approval_expiry")
+    assert early == [] and "next due" in reason
+    assert daemon.instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.QUEUED
+    ticks.now = plan.expires_at + timedelta(seconds=1)
+    with statements() as due:
+        _, reason = ticks.tick("approval_expiry")
+    assert due, "at its expiry the sensor reads the plan"
+    assert reason == "expired 1 unanswered approval request(s)"
+    assert daemon.instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELED
+    assert book.decision(plan).kind == "expired"
