@@ -101,7 +101,7 @@ def _evaluate(daemon: CountingDaemon, sensor: dg.SensorDefinition, cursors: dict
         )
     if isinstance(result, dg.SensorResult):
         return len(result.run_requests or [])
-    return len(result) if isinstance(result, list) else 0
+    return sum(isinstance(r, dg.RunRequest) for r in result) if isinstance(result, list) else 0
 
 
 def idle_hour(daemon: CountingDaemon, hour_seconds: int) -> Counter:
