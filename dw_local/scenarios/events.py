@@ -21,8 +21,7 @@ from pydantic import Field, TypeAdapter, field_validator
 from dw_dagster.coalesce.sql import quote_identifier
 from dw_dagster.config import FileModel
 from dw_local.coalesce_sim.project import column_id, node_id
-from dw_local.world import WorldError
-from dw_local.worlds.distributor.generator import DistributorWorld
+from dw_local.world import WorldError, sim_control
 from dw_local.worlds.distributor.simulation import rng_for
 
 if TYPE_CHECKING:
@@ -313,6 +312,8 @@ class UnitChange(Event):
         scale = world.tables[self.table].scale(self.column)
         frame[self.column] = frame[self.column].astype(float)
         frame.loc[rows, self.column] = scaled if scale is None else scaled.round(scale)
+        if scale == 0:  # a whole-number column loads whole numbers (``12``, not ``12.0``)
+            frame[self.column] = frame[self.column].astype("Int64")
         return {**frames, self.table: frame}
 
 
@@ -350,11 +351,17 @@ class ColumnRenamed(Event):
     persists: ClassVar[bool] = True
 
     def before_load(self, world, cur, night):
-        if self.column in world.actual_columns(cur, self.table):
-            cur.execute(
-                f"ALTER TABLE {world.tables[self.table].qualified} RENAME COLUMN "
-                f"{quote_identifier(self.column)} TO {quote_identifier(self.new_name)}"
+        columns = world.actual_columns(cur, self.table)
+        if self.new_name in columns:
+            return  # renamed on an earlier night
+        if self.column not in columns:
+            raise WorldError(
+                f"column_renamed: {self.table} has no column {self.column} now (columns: {columns})"
             )
+        cur.execute(
+            f"ALTER TABLE {world.tables[self.table].qualified} RENAME COLUMN "
+            f"{quote_identifier(self.column)} TO {quote_identifier(self.new_name)}"
+        )
 
     def repair(self, world, cur, coalesce):
         if self.new_name in world.actual_columns(cur, self.table):
@@ -411,13 +418,11 @@ class NodeFailure(Event):
     def _workspace(self, world, coalesce) -> tuple[str, dict]:
         node_id = next(n.id for n in world.project.file.nodes if n.name == self.node and not n.is_source)
         path = f"workspace/nodes/{node_id}?environmentID={world.spec.environment_id}"
-        return path, DistributorWorld._sim_control(coalesce, "GET", path)
+        return path, sim_control(coalesce, "GET", path)
 
     def _deploy(self, world, coalesce, path: str, detail: dict) -> None:
-        DistributorWorld._sim_control(coalesce, "PUT", path, detail)
-        DistributorWorld._sim_control(
-            coalesce, "POST", "deploy", {"environmentID": world.spec.environment_id}
-        )
+        sim_control(coalesce, "PUT", path, detail)
+        sim_control(coalesce, "POST", "deploy", {"environmentID": world.spec.environment_id})
 
     def before_run(self, world, coalesce):
         path, detail = self._workspace(world, coalesce)
@@ -587,7 +592,7 @@ class ColumnAdded(Event):
 
     def _detail(self, world, coalesce, node) -> tuple[str, dict]:
         path = f"workspace/nodes/{node_id(node.locationName, node.name)}?environmentID={world.spec.environment_id}"
-        return path, DistributorWorld._sim_control(coalesce, "GET", path)
+        return path, sim_control(coalesce, "GET", path)
 
     def before_run(self, world, coalesce):
         chain = [self._node(world, self.table, True), *(self._node(world, n, False) for n in self.nodes)]
@@ -618,12 +623,10 @@ class ColumnAdded(Event):
                     }
                 ]
             detail["metadata"]["columns"] = [*columns, column]
-            DistributorWorld._sim_control(coalesce, "PUT", path, detail)
+            sim_control(coalesce, "PUT", path, detail)
             changed = True
         if changed:
-            DistributorWorld._sim_control(
-                coalesce, "POST", "deploy", {"environmentID": world.spec.environment_id}
-            )
+            sim_control(coalesce, "POST", "deploy", {"environmentID": world.spec.environment_id})
 
     def repair(self, world, cur, coalesce):
         chain = [self._node(world, self.table, True), *(self._node(world, n, False) for n in self.nodes)]
@@ -632,10 +635,8 @@ class ColumnAdded(Event):
             kept = [c for c in detail["metadata"]["columns"] if c["name"] != self.column]
             if len(kept) != len(detail["metadata"]["columns"]):
                 detail["metadata"]["columns"] = kept
-                DistributorWorld._sim_control(coalesce, "PUT", path, detail)
-        DistributorWorld._sim_control(
-            coalesce, "POST", "deploy", {"environmentID": world.spec.environment_id}
-        )
+                sim_control(coalesce, "PUT", path, detail)
+        sim_control(coalesce, "POST", "deploy", {"environmentID": world.spec.environment_id})
         if self.column in world.actual_columns(cur, self.table):
             table = world.tables[self.table]
             cur.execute(f"ALTER TABLE {table.qualified} DROP COLUMN {quote_identifier(self.column)}")
