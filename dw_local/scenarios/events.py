@@ -1,5 +1,6 @@
-"""What can happen on a night of a world written as data (``generic.py``): the fault vocabulary and the
-benign events, with parameters that name the world's own tables and columns.
+"""What can happen on a night of a world: the fault vocabulary and the benign events, with parameters that
+name the world's own tables and columns. A world written as data (``generic.py``) plays them as written; the
+distributor (``dw_local/worlds/distributor/faults.py``) names them from its own parameters.
 
 Each event is a real change to what the pipeline reads or runs, never an edit of what it built. Hooks run in
 this order on a night: ``before_load`` (reference rows, schemas), ``transform`` (the night's new rows before
@@ -36,6 +37,10 @@ NODE_FAILURE_MARKER = "dw_local scenario: node_failure"
 
 
 class Event(FileModel):
+    """One event. Its hooks take the world that plays it, reading only what every world offers: ``tables``
+    (``SourceRef`` by Source node name), ``actual_columns``, ``project``, ``spec.seed`` and
+    ``spec.environment_id``; a world file's also ``once_frame``, ``load`` and ``spec.sources``."""
+
     kind: str
     benign: ClassVar[bool] = False
     loads_source: ClassVar[bool] = True
