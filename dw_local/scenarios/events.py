@@ -132,19 +132,24 @@ def _matching(frame: pd.DataFrame, where: dict[str, Any] | None) -> np.ndarray:
     return mask
 
 
+def pick_rows(mask: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """Exactly round(fraction x candidates) of the candidate rows (``mask``; at least one), chosen by ``rng``."""
+    candidates = np.flatnonzero(mask)
+    k = min(len(candidates), max(1, round(fraction * len(candidates))))
+    out = np.zeros(len(mask), dtype=bool)
+    out[rng.choice(candidates, size=k, replace=False)] = True
+    return out
+
+
 def _pick(event: Any, frame: pd.DataFrame, rng: np.random.Generator) -> np.ndarray:
-    """Exactly round(fraction x candidates) of the night's rows matching the event's ``where`` (at least one),
-    chosen by ``rng``."""
-    candidates = np.flatnonzero(_matching(frame, event.where))
-    if not len(candidates):
+    """``pick_rows`` of the night's rows matching the event's ``where``."""
+    mask = _matching(frame, event.where)
+    if not mask.any():
         # A night's rows are drawn when it is played, so this cannot be checked when the file is loaded.
         raise WorldError(
             f"{event.kind}: where: no row of {event.table}'s new rows on the night matches {event.where}"
         )
-    k = min(len(candidates), max(1, round(event.fraction * len(candidates))))
-    out = np.zeros(len(frame), dtype=bool)
-    out[rng.choice(candidates, size=k, replace=False)] = True
-    return out
+    return pick_rows(mask, event.fraction, rng)
 
 
 def _where_sql(where: dict[str, Any]) -> tuple[str, tuple]:

@@ -263,13 +263,7 @@ class GenericWorld:
         cur.execute(f"CREATE OR REPLACE TABLE {self.tables[name].qualified} ({self.tables[name].ddl})")
 
     def actual_columns(self, cur, name: str) -> list[str]:
-        table = self.tables[name]
-        cur.execute(
-            f"SELECT COLUMN_NAME FROM {quote_identifier(table.database)}.INFORMATION_SCHEMA.COLUMNS "
-            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
-            (table.schema, table.name),
-        )
-        return [r[0] for r in cur.fetchall()]
+        return self.tables[name].actual_columns(cur)
 
     def load(self, cur, name: str, frame: pd.DataFrame) -> None:
         """Loads rows into the table as it now is: a dropped column left out, a renamed one by position."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dw_dagster.coalesce.sql import table_reference
+from dw_dagster.coalesce.sql import quote_identifier, table_reference
 
 _FLOAT = re.compile(r"^(FLOAT\d?|DOUBLE|REAL)\b")
 _NUMERIC = re.compile(r"^(NUMBER|DECIMAL|NUMERIC|INT|INTEGER|BIGINT|SMALLINT|TINYINT|BYTEINT|FLOAT\d?|DOUBLE|REAL)\b",
@@ -26,6 +26,15 @@ class SourceRef:
     @property
     def qualified(self) -> str:
         return table_reference(self.database, self.schema, self.name)
+
+    def actual_columns(self, cur) -> list[str]:
+        """The table's columns as Snowflake now has them, in order (a schema event may have changed them)."""
+        cur.execute(
+            f"SELECT COLUMN_NAME FROM {quote_identifier(self.database)}.INFORMATION_SCHEMA.COLUMNS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (self.schema, self.name),
+        )
+        return [r[0] for r in cur.fetchall()]
 
     def is_numeric(self, column: str) -> bool:
         return bool(_NUMERIC.match(self.types[column]))

@@ -275,15 +275,6 @@ def _org_rows(table: str, org_id: int | None) -> dict[str, Any] | None:
     return None if org_id is None else {_ORG_COLUMN[table]: org_id}
 
 
-def _pick(mask: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
-    """Exactly round(fraction x candidates) of the candidate rows (at least one), chosen by ``rng``."""
-    candidates = np.flatnonzero(mask)
-    k = min(len(candidates), max(1, round(fraction * len(candidates))))
-    out = np.zeros(len(mask), dtype=bool)
-    out[rng.choice(candidates, size=k, replace=False)] = True
-    return out
-
-
 def _scaled(values: pd.Series, factor: float) -> np.ndarray:
     return np.rint(values.to_numpy(dtype=float) * factor).astype(np.int64)
 
@@ -739,7 +730,7 @@ class NodeFailure(GenericKind):
         frame = tables[ONHAND].copy()
         # Positions held in one subinventory only, so their on-hand sums negative.
         single = ~frame.duplicated(["ORGANIZATION_ID", "INVENTORY_ITEM_ID"], keep=False).to_numpy()
-        rows = _pick(single, self.NEGATIVE_POSITIONS / single.sum(), ctx.rng())
+        rows = events.pick_rows(single, self.NEGATIVE_POSITIONS / single.sum(), ctx.rng())
         frame.loc[rows, "TRANSACTION_QUANTITY"] = -frame.loc[rows, "TRANSACTION_QUANTITY"]
         return {**tables, ONHAND: frame}
 

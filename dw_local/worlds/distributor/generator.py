@@ -231,14 +231,7 @@ class DistributorWorld:
                 self._load(cur, name, frame)
 
     def actual_columns(self, cur, name: str) -> list[str]:
-        """The table's columns as Snowflake now has them, in order (a schema fault may have changed them)."""
-        table = self.tables[name]
-        cur.execute(
-            f'SELECT "COLUMN_NAME" FROM "{table.database}"."INFORMATION_SCHEMA"."COLUMNS" '
-            'WHERE "TABLE_SCHEMA" = %s AND "TABLE_NAME" = %s ORDER BY "ORDINAL_POSITION"',
-            (table.schema, table.name),
-        )
-        return [r[0] for r in cur.fetchall()]
+        return self.tables[name].actual_columns(cur)
 
     def _load_columns(self, cur, name: str) -> list[str]:
         """For each column the table now has, in order, the generated column that fills it: the project's
