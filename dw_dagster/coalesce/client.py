@@ -102,6 +102,9 @@ class CoalesceClient:
         token = api_token.strip()
         if not token:
             raise ValueError("The Coalesce API token is empty.")
+        for name, seconds in (("request_budget", request_budget), ("max_retry_wait", max_retry_wait)):
+            if not seconds > 0:
+                raise ValueError(f"Coalesce client {name}: {seconds!r}; expected a number of seconds above 0")
         self._token = token
         self.base_url = base_url.rstrip("/")
         self.request_max_retries = request_max_retries

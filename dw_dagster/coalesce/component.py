@@ -40,6 +40,7 @@ from dagster.components.utils.translation import (
 )
 from dagster_shared.serdes.objects.models.defs_state_info import DefsStateManagementType
 
+from dw_dagster.coalesce.client import DEFAULT_REQUEST_BUDGET, MAX_RETRY_WAIT
 from dw_dagster.coalesce.errors import CoalesceConfigError
 from dw_dagster.coalesce.job_assets import CoalesceJobAssets, CoalesceRunAs, build_job_assets
 from dw_dagster.coalesce.models import COALESCE_DEFAULT_BASE_URL
@@ -78,6 +79,16 @@ class CoalesceWorkspaceArgs(dg.Model, dg.Resolvable):
     request_timeout: float = pydantic.Field(default=30.0, gt=0)
     request_max_retries: int = pydantic.Field(default=3, ge=0)
     request_retry_delay: float = pydantic.Field(default=0.25, ge=0)
+    request_budget: float = pydantic.Field(
+        default=DEFAULT_REQUEST_BUDGET,
+        gt=0,
+        description="Seconds one call may take, retries and waits included.",
+    )
+    max_retry_wait: float = pydantic.Field(
+        default=MAX_RETRY_WAIT,
+        gt=0,
+        description="The longest single wait before a retry, whatever Retry-After asks.",
+    )
 
     def ids(self) -> list[str]:
         raw = (
@@ -94,6 +105,8 @@ class CoalesceWorkspaceArgs(dg.Model, dg.Resolvable):
             request_timeout=self.request_timeout,
             request_max_retries=self.request_max_retries,
             request_retry_delay=self.request_retry_delay,
+            request_budget=self.request_budget,
+            max_retry_wait=self.max_retry_wait,
         )
 
 

@@ -8,7 +8,7 @@ from dagster import Config, ConfigurableResource, EnvVar, get_dagster_logger
 from dagster._utils.cached_method import cached_method
 from pydantic import Field
 
-from dw_dagster.coalesce.client import CoalesceClient
+from dw_dagster.coalesce.client import DEFAULT_REQUEST_BUDGET, MAX_RETRY_WAIT, CoalesceClient
 from dw_dagster.coalesce.errors import CoalesceConfigError
 from dw_dagster.coalesce.models import COALESCE_DEFAULT_BASE_URL, CoalesceUserCredentials
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
@@ -119,6 +119,17 @@ class CoalesceWorkspace(ConfigurableResource):
         default=2.0,
         description="Multiplier applied to the delay at each further retry.",
     )
+    request_budget: float = Field(
+        default=DEFAULT_REQUEST_BUDGET,
+        description=(
+            "Seconds one call to Coalesce may take, its retries and their waits included; the default keeps "
+            "a sensor tick well inside the daemon's 60 s."
+        ),
+    )
+    max_retry_wait: float = Field(
+        default=MAX_RETRY_WAIT,
+        description="The longest single wait before a retry, whatever a 429's Retry-After asks.",
+    )
     owner_credentials: dict[str, CoalesceCredentials] = Field(
         default={},
         description="The Snowflake credentials to start runs with, by owner.",
@@ -154,6 +165,8 @@ class CoalesceWorkspace(ConfigurableResource):
             request_max_retries=resolved.request_max_retries,
             request_retry_delay=resolved.request_retry_delay,
             request_backoff_factor=resolved.request_backoff_factor,
+            request_budget=resolved.request_budget,
+            max_retry_wait=resolved.max_retry_wait,
         )
 
     @cached_method

@@ -79,3 +79,36 @@ def test_the_defaults_hold_a_call_under_a_sensor_tick():
     # Three capped waits and the requests' own timeouts fit the 30 s budget, far inside the daemon's 60 s.
     assert (client.max_retry_wait, client.request_budget) == (10.0, 30.0)
     assert client.request_max_retries * client.max_retry_wait <= client.request_budget
+
+
+def test_the_workspace_and_the_component_set_the_ceilings_of_their_client(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("COALESCE_API_TOKEN", "t0ken")  # the component's token comes from the environment
+    from dw_dagster.coalesce import CoalesceComponent, CoalesceWorkspace
+
+    workspace = CoalesceWorkspace(
+        api_token="t0ken", environment_ids=["2"], request_budget=5, max_retry_wait=1.5
+    )
+    client = workspace.new_client()
+    assert (client.request_budget, client.max_retry_wait) == (5.0, 1.5)
+    declared = "workspace: {environment_ids: '2', request_budget: 12, max_retry_wait: 2}\n"
+    client = CoalesceComponent.resolve_from_yaml(declared).workspace.new_client()
+    assert (client.request_budget, client.max_retry_wait) == (12.0, 2.0)
+    defaults = CoalesceComponent.resolve_from_yaml("workspace: {environment_ids: '2'}\n").workspace
+    assert (defaults.request_budget, defaults.max_retry_wait) == (30.0, 10.0)
+
+
+def test_a_ceiling_that_is_not_positive_is_refused_naming_the_field():
+    from dw_dagster.coalesce import CoalesceComponent
+
+    with pytest.raises(Exception) as raised:
+        CoalesceComponent.resolve_from_yaml("workspace: {environment_ids: '2', max_retry_wait: 0}\n")
+    text = f"{raised.value} {raised.value.__cause__}"
+    assert "max_retry_wait" in text and "greater than 0" in text
+
+
+def test_the_client_refuses_a_ceiling_that_is_not_positive():
+    from dw_dagster.coalesce import CoalesceWorkspace
+
+    workspace = CoalesceWorkspace(api_token="t0ken", environment_ids=["2"], request_budget=0)
+    with pytest.raises(ValueError, match=r"request_budget: 0.*expected a number of seconds above 0"):
+        workspace.new_client()
