@@ -32,7 +32,7 @@ from dw_dagster.remediation.models import ProposalKind, Receipt
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon, dagster_home
 from dw_local.engineer import apply_and_deploy
-from dw_local.world import LOCAL_COALESCE_TOKEN, LocalWorld, WorldError, WorldPorts
+from dw_local.world import LOCAL_COALESCE_TOKEN, LocalWorld, WorldError, WorldPorts, sim_control
 from dw_local.worlds.distributor.generator import DistributorWorld
 
 NODE_OWNER = "Priya Raman"
@@ -86,14 +86,10 @@ def replay(root: Path, template: Path, echo: Callable[[str], None] | None = None
         coalesce = lw.coalesce_client()
 
         def sim_now() -> datetime:
-            return datetime.fromisoformat(
-                world._sim_control(coalesce, "GET", "clock")["now"].replace("Z", "+00:00")
-            )
+            return datetime.fromisoformat(sim_control(coalesce, "GET", "clock")["now"].replace("Z", "+00:00"))
 
         def set_clock(day, at: time) -> None:
-            world._sim_control(
-                coalesce, "POST", "clock", {"now": world._utc(datetime.combine(day, at)).isoformat()}
-            )
+            sim_control(coalesce, "POST", "clock", {"now": world._utc(datetime.combine(day, at)).isoformat()})
 
         tl = Timeline(sim_now, tz, echo=echo)
         daemon = LocalDaemon(lw)

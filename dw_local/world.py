@@ -33,6 +33,20 @@ LOCAL_SIGNING_KEY = "local-world-signing-key-not-a-secret-0123456789"
 LOCAL_SLACK_SIGNING_SECRET = "local-slack-signing-secret"
 
 
+def sim_control(coalesce: Any, method: str, name: str, body: dict | None = None) -> dict:
+    """Calls the Coalesce simulator's own endpoints (``/_sim/<name>``: clock, workspace, deploy), outside the
+    Coalesce API the client speaks."""
+    response = httpx.request(
+        method,
+        f"{coalesce.base_url}/_sim/{name}",
+        json=body,
+        headers={"Authorization": f"Bearer {LOCAL_COALESCE_TOKEN}"},
+        timeout=30,
+    )
+    response.raise_for_status()
+    return response.json()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -323,7 +323,8 @@ def measure_filter(
     cur: Any, asset_key: str, flt: ParsedFilter, measure_column: str | None, item_column: str | None
 ) -> JoinEffect:
     """Rows (and units) of the FROM table the node's WHERE condition leaves out, by the condition's columns:
-    one statement."""
+    one statement. A condition on several columns names each of them (``REGION=EU, STATUS=VOID``), as a join
+    key of several columns does."""
     cols = ", ".join(f"L.{quote_identifier(c)}" for c in flt.columns)
     units = f"SUM(L.{quote_identifier(measure_column)})" if measure_column else "COUNT(*)"
     items = f"COUNT(DISTINCT L.{quote_identifier(item_column)})" if item_column else "NULL"
@@ -335,10 +336,13 @@ def measure_filter(
     gaps = []
     for row in cur.fetchall():
         values = [plain(v) for v in row[:width]]
+        several = width > 1
         gaps.append(
             KeyGap(
-                column=", ".join(flt.columns),
-                value=None if all(v is None for v in values) else ", ".join(str(v) for v in values),
+                column=flt.columns[0],
+                value=values[0],
+                parts=list(zip(flt.columns, values, strict=True)) if several else [],
+                unmatched_columns=list(flt.columns) if several else [],
                 rows=int(row[width]),
                 units=float(row[width + 1] or 0),
                 distinct_items=int(row[width + 2]) if item_column and row[width + 2] is not None else None,

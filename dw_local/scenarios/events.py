@@ -1,5 +1,6 @@
-"""What can happen on a night of a world written as data (``generic.py``): the fault vocabulary and the
-benign events, with parameters that name the world's own tables and columns.
+"""What can happen on a night of a world: the fault vocabulary and the benign events, with parameters that
+name the world's own tables and columns. A world written as data (``generic.py``) plays them as written; the
+distributor (``dw_local/worlds/distributor/faults.py``) names them from its own parameters.
 
 Each event is a real change to what the pipeline reads or runs, never an edit of what it built. Hooks run in
 this order on a night: ``before_load`` (reference rows, schemas), ``transform`` (the night's new rows before
@@ -21,8 +22,7 @@ from pydantic import Field, TypeAdapter, field_validator
 from dw_dagster.coalesce.sql import quote_identifier
 from dw_dagster.config import FileModel
 from dw_local.coalesce_sim.project import column_id, node_id
-from dw_local.world import WorldError
-from dw_local.worlds.distributor.generator import DistributorWorld
+from dw_local.world import WorldError, sim_control
 from dw_local.worlds.distributor.simulation import rng_for
 
 if TYPE_CHECKING:
@@ -37,6 +37,10 @@ NODE_FAILURE_MARKER = "dw_local scenario: node_failure"
 
 
 class Event(FileModel):
+    """One event. Its hooks take the world that plays it, reading only what every world offers: ``tables``
+    (``SourceRef`` by Source node name), ``actual_columns``, ``project``, ``spec.seed`` and
+    ``spec.environment_id``; a world file's also ``once_frame``, ``load`` and ``spec.sources``."""
+
     kind: str
     benign: ClassVar[bool] = False
     loads_source: ClassVar[bool] = True
@@ -128,19 +132,24 @@ def _matching(frame: pd.DataFrame, where: dict[str, Any] | None) -> np.ndarray:
     return mask
 
 
+def pick_rows(mask: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """Exactly round(fraction x candidates) of the candidate rows (``mask``; at least one), chosen by ``rng``."""
+    candidates = np.flatnonzero(mask)
+    k = min(len(candidates), max(1, round(fraction * len(candidates))))
+    out = np.zeros(len(mask), dtype=bool)
+    out[rng.choice(candidates, size=k, replace=False)] = True
+    return out
+
+
 def _pick(event: Any, frame: pd.DataFrame, rng: np.random.Generator) -> np.ndarray:
-    """Exactly round(fraction x candidates) of the night's rows matching the event's ``where`` (at least one),
-    chosen by ``rng``."""
-    candidates = np.flatnonzero(_matching(frame, event.where))
-    if not len(candidates):
+    """``pick_rows`` of the night's rows matching the event's ``where``."""
+    mask = _matching(frame, event.where)
+    if not mask.any():
         # A night's rows are drawn when it is played, so this cannot be checked when the file is loaded.
         raise WorldError(
             f"{event.kind}: where: no row of {event.table}'s new rows on the night matches {event.where}"
         )
-    k = min(len(candidates), max(1, round(event.fraction * len(candidates))))
-    out = np.zeros(len(frame), dtype=bool)
-    out[rng.choice(candidates, size=k, replace=False)] = True
-    return out
+    return pick_rows(mask, event.fraction, rng)
 
 
 def _where_sql(where: dict[str, Any]) -> tuple[str, tuple]:
@@ -313,6 +322,8 @@ class UnitChange(Event):
         scale = world.tables[self.table].scale(self.column)
         frame[self.column] = frame[self.column].astype(float)
         frame.loc[rows, self.column] = scaled if scale is None else scaled.round(scale)
+        if scale == 0:  # a whole-number column loads whole numbers (``12``, not ``12.0``)
+            frame[self.column] = frame[self.column].astype("Int64")
         return {**frames, self.table: frame}
 
 
@@ -350,11 +361,17 @@ class ColumnRenamed(Event):
     persists: ClassVar[bool] = True
 
     def before_load(self, world, cur, night):
-        if self.column in world.actual_columns(cur, self.table):
-            cur.execute(
-                f"ALTER TABLE {world.tables[self.table].qualified} RENAME COLUMN "
-                f"{quote_identifier(self.column)} TO {quote_identifier(self.new_name)}"
+        columns = world.actual_columns(cur, self.table)
+        if self.new_name in columns:
+            return  # renamed on an earlier night
+        if self.column not in columns:
+            raise WorldError(
+                f"column_renamed: {self.table} has no column {self.column} now (columns: {columns})"
             )
+        cur.execute(
+            f"ALTER TABLE {world.tables[self.table].qualified} RENAME COLUMN "
+            f"{quote_identifier(self.column)} TO {quote_identifier(self.new_name)}"
+        )
 
     def repair(self, world, cur, coalesce):
         if self.new_name in world.actual_columns(cur, self.table):
@@ -411,13 +428,11 @@ class NodeFailure(Event):
     def _workspace(self, world, coalesce) -> tuple[str, dict]:
         node_id = next(n.id for n in world.project.file.nodes if n.name == self.node and not n.is_source)
         path = f"workspace/nodes/{node_id}?environmentID={world.spec.environment_id}"
-        return path, DistributorWorld._sim_control(coalesce, "GET", path)
+        return path, sim_control(coalesce, "GET", path)
 
     def _deploy(self, world, coalesce, path: str, detail: dict) -> None:
-        DistributorWorld._sim_control(coalesce, "PUT", path, detail)
-        DistributorWorld._sim_control(
-            coalesce, "POST", "deploy", {"environmentID": world.spec.environment_id}
-        )
+        sim_control(coalesce, "PUT", path, detail)
+        sim_control(coalesce, "POST", "deploy", {"environmentID": world.spec.environment_id})
 
     def before_run(self, world, coalesce):
         path, detail = self._workspace(world, coalesce)
@@ -587,7 +602,7 @@ class ColumnAdded(Event):
 
     def _detail(self, world, coalesce, node) -> tuple[str, dict]:
         path = f"workspace/nodes/{node_id(node.locationName, node.name)}?environmentID={world.spec.environment_id}"
-        return path, DistributorWorld._sim_control(coalesce, "GET", path)
+        return path, sim_control(coalesce, "GET", path)
 
     def before_run(self, world, coalesce):
         chain = [self._node(world, self.table, True), *(self._node(world, n, False) for n in self.nodes)]
@@ -618,12 +633,10 @@ class ColumnAdded(Event):
                     }
                 ]
             detail["metadata"]["columns"] = [*columns, column]
-            DistributorWorld._sim_control(coalesce, "PUT", path, detail)
+            sim_control(coalesce, "PUT", path, detail)
             changed = True
         if changed:
-            DistributorWorld._sim_control(
-                coalesce, "POST", "deploy", {"environmentID": world.spec.environment_id}
-            )
+            sim_control(coalesce, "POST", "deploy", {"environmentID": world.spec.environment_id})
 
     def repair(self, world, cur, coalesce):
         chain = [self._node(world, self.table, True), *(self._node(world, n, False) for n in self.nodes)]
@@ -632,10 +645,8 @@ class ColumnAdded(Event):
             kept = [c for c in detail["metadata"]["columns"] if c["name"] != self.column]
             if len(kept) != len(detail["metadata"]["columns"]):
                 detail["metadata"]["columns"] = kept
-                DistributorWorld._sim_control(coalesce, "PUT", path, detail)
-        DistributorWorld._sim_control(
-            coalesce, "POST", "deploy", {"environmentID": world.spec.environment_id}
-        )
+                sim_control(coalesce, "PUT", path, detail)
+        sim_control(coalesce, "POST", "deploy", {"environmentID": world.spec.environment_id})
         if self.column in world.actual_columns(cur, self.table):
             table = world.tables[self.table]
             cur.execute(f"ALTER TABLE {table.qualified} DROP COLUMN {quote_identifier(self.column)}")

@@ -17,7 +17,6 @@ import re
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,13 +26,20 @@ import pandas as pd
 
 from dw_dagster.coalesce.client import CoalesceClient
 from dw_dagster.coalesce.models import CoalesceUserCredentials
-from dw_dagster.coalesce.sql import quote_identifier, table_reference
+from dw_dagster.coalesce.sql import quote_identifier
 from dw_dagster.config import DwConfigError
 from dw_local.coalesce_sim.project import Project, load_project
 from dw_local.scenarios.world_file import ColumnGenerator, SourceTable, WorldFile
-from dw_local.world import LOCAL_SNOWFLAKE_PASSWORD, LOCAL_SNOWFLAKE_USER, SnowflakeTarget, WorldError
-from dw_local.worlds.distributor.generator import DistributorWorld, NightResult
+from dw_local.world import (
+    LOCAL_SNOWFLAKE_PASSWORD,
+    LOCAL_SNOWFLAKE_USER,
+    SnowflakeTarget,
+    WorldError,
+    sim_control,
+)
+from dw_local.worlds.distributor.generator import NightResult
 from dw_local.worlds.distributor.simulation import rng_for, to_utc
+from dw_local.worlds.tables import SourceRef
 
 Frames = dict[str, pd.DataFrame]
 _CSV_TIME = "%Y-%m-%d %H:%M:%S"
@@ -41,35 +47,6 @@ _CSV_TIME = "%Y-%m-%d %H:%M:%S"
 _ID_BLOCK = 1_000_000
 # A Source column's dataType is interpolated into the RAW table's DDL: only a type name and its precision.
 _DATA_TYPE = re.compile(r"^[A-Z_]+(\(\s*\d+(\s*,\s*\d+)?\s*\))?$", re.IGNORECASE)
-_NUMERIC = re.compile(r"^(NUMBER|DECIMAL|NUMERIC|INT|INTEGER|BIGINT|SMALLINT|TINYINT|BYTEINT|FLOAT\d?|DOUBLE|REAL)\b",
-                      re.IGNORECASE)  # fmt: skip
-_FLOAT = re.compile(r"^(FLOAT\d?|DOUBLE|REAL)\b")
-_SCALE = re.compile(r"\(\s*\d+\s*,\s*(\d+)\s*\)")
-
-
-@dataclass(frozen=True)
-class SourceRef:
-    name: str
-    database: str
-    schema: str
-    columns: list[str]
-    types: dict[str, str]
-    ddl: str
-
-    @property
-    def qualified(self) -> str:
-        return table_reference(self.database, self.schema, self.name)
-
-    def is_numeric(self, column: str) -> bool:
-        return bool(_NUMERIC.match(self.types[column]))
-
-    def scale(self, column: str) -> int | None:
-        """Decimal places the column keeps (None: a float keeps them all)."""
-        data_type = self.types[column].upper()
-        if _FLOAT.match(data_type):
-            return None
-        m = _SCALE.search(data_type)
-        return int(m[1]) if m else 0
 
 
 def _calendar_factor(count, day: date, holiday: bool) -> float:
@@ -286,13 +263,7 @@ class GenericWorld:
         cur.execute(f"CREATE OR REPLACE TABLE {self.tables[name].qualified} ({self.tables[name].ddl})")
 
     def actual_columns(self, cur, name: str) -> list[str]:
-        table = self.tables[name]
-        cur.execute(
-            f"SELECT COLUMN_NAME FROM {quote_identifier(table.database)}.INFORMATION_SCHEMA.COLUMNS "
-            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
-            (table.schema, table.name),
-        )
-        return [r[0] for r in cur.fetchall()]
+        return self.tables[name].actual_columns(cur)
 
     def load(self, cur, name: str, frame: pd.DataFrame) -> None:
         """Loads rows into the table as it now is: a dropped column left out, a renamed one by position."""
@@ -380,7 +351,7 @@ class GenericWorld:
     def run_job(self, coalesce: CoalesceClient, night: int, timeout: float = 600) -> NightResult:
         """Starts the job with the simulator clock at the night's schedule, as the Scheduler would."""
         at = self.scheduled_at(night)
-        DistributorWorld._sim_control(coalesce, "POST", "clock", {"now": at.isoformat()})
+        sim_control(coalesce, "POST", "clock", {"now": at.isoformat()})
         run_id = coalesce.start_run(
             self.spec.environment_id,
             job_id=self.spec.job_id,

@@ -35,7 +35,7 @@ def reference_night(seeded_world):
     outcome = daemon.tick(at=night.watched_at)  # the checks, the incident and its diagnosis
     assert outcome.failed(), "the reference night opens an incident"
     # The nightly job, as the sensor's first request runs it: the night, and the nights before it.
-    job = daemon.defs.get_job_def(COST_JOB)
+    job = daemon.defs.resolve_job_def(COST_JOB)
     config = {"attribute_costs": {"config": {"night": night.business_date.isoformat(), "backfill_nights": 7}}}
     run = job.execute_in_process(run_config={"ops": config}, instance=daemon.instance)
     return lw, daemon, night, run

@@ -63,7 +63,7 @@ def test_the_sensor_starts_the_job_only_for_nights_dagster_saw_a_node_built():
     defs = dg.Definitions.merge(
         built, dg.Definitions(resources={"snowflake": warehouse_from_env({}, resolved=False)})
     )
-    sensor = defs.get_sensor_def("cost_attribution_sensor")
+    sensor = defs.resolve_sensor_def("cost_attribution_sensor")
     with dg.DagsterInstance.ephemeral() as instance:
         with freeze_time(datetime(2025, 6, 17, 7, 30, tzinfo=UTC)):  # night of 2025-06-16, 02:30 Chicago
             instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=node.key))

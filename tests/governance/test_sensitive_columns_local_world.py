@@ -17,6 +17,7 @@ from dw_dagster.governance.columns import last_seen
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.coalesce_sim.project import column_id, node_id
+from dw_local.world import sim_control
 from dw_local.worlds.distributor.generator import DistributorWorld
 
 pytestmark = pytest.mark.world  # the seeded distributor world
@@ -30,13 +31,13 @@ def _add_column(
     coalesce, location: str, name: str, column: str, parent: tuple[str, str] | None = None
 ) -> None:
     path = f"workspace/nodes/{node_id(location, name)}?environmentID=2"
-    detail = DistributorWorld._sim_control(coalesce, "GET", path)
+    detail = sim_control(coalesce, "GET", path)
     new = {"name": column, "dataType": "VARCHAR(64)", "description": "", "nullable": True, "transform": ""}
     if parent:
         ref = {"nodeID": node_id(*parent), "columnID": column_id(*parent, column)}
         new["sources"] = [{"transform": "", "columnReferences": [ref]}]
     detail["metadata"]["columns"].append(new)
-    DistributorWorld._sim_control(coalesce, "PUT", path, detail)
+    sim_control(coalesce, "PUT", path, detail)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +64,7 @@ def night(seeded_world, tmp_path_factory):
     for column in ("ATTRIBUTE7", "ATTRIBUTE8"):
         _add_column(coalesce, *ITEMS, column)
     _add_column(coalesce, *STAGE, "ATTRIBUTE7", parent=ITEMS)
-    DistributorWorld._sim_control(coalesce, "POST", "deploy", {"environmentID": "2"})
+    sim_control(coalesce, "POST", "deploy", {"environmentID": "2"})
 
     # The daemon refreshes the Coalesce state as it starts: the new columns are already in its definitions,
     # so only the columns recorded by the last review (during the seeded history) tell that they are new.

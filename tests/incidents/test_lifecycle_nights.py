@@ -38,7 +38,7 @@ def volume(config: Verdict) -> dg.AssetCheckResult:
 
 CHECKS_JOB = (
     dg.Definitions(assets=[dg.AssetSpec(KEY)], asset_checks=[volume])
-    .get_implicit_global_asset_job_def()
+    .resolve_implicit_global_asset_job_def()
     .get_subset(asset_selection=set(), asset_check_selection={CHECK})
 )
 

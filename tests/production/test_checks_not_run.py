@@ -68,7 +68,7 @@ def _failed_checks_run(instance, attempts: int) -> tuple[dg.DagsterRun, dg.Dagst
 
 
 def _tick(defs, name: str, instance, run, event) -> list[dg.RunRequest]:
-    sensor = defs.get_sensor_def(name)
+    sensor = defs.resolve_sensor_def(name)
     context = dg.build_run_status_sensor_context(
         sensor_name=name, dagster_event=event, dagster_instance=instance, dagster_run=run
     )
@@ -88,7 +88,7 @@ def test_the_last_failed_retry_is_a_finding_for_the_owners(instance, defs):
     [request] = _tick(d, "checks_run_failed", instance, run, event)
     assert request.run_key == f"{CHECKS_NOT_RUN}:{run.run_id}"
     assert request.tags[FAILED_RUN] == run.run_id
-    result = d.get_job_def(REPORT_JOB).execute_in_process(instance=instance, tags=request.tags)
+    result = d.resolve_job_def(REPORT_JOB).execute_in_process(instance=instance, tags=request.tags)
     assert result.success
     store = IncidentStore(wh, ops_schema(wh, "DW_OPS_NOT_RUN"))
     [incident] = [i for i in store.list(status="open") if i.detail.get("cause_scope") == "job:nightly"]
@@ -101,7 +101,7 @@ def test_the_last_failed_retry_is_a_finding_for_the_owners(instance, defs):
     assert "SNOWFLAKE_LOGIN_TIMEOUT=10" in summary and "Nothing of that night was judged" in summary
     assert finding.detail["evidence"]["tables"] == TABLES["nightly"]
     # The report run is keyed by the failed run: a re-tick or a restart records nothing twice.
-    again = d.get_job_def(REPORT_JOB).execute_in_process(instance=instance, tags=request.tags)
+    again = d.resolve_job_def(REPORT_JOB).execute_in_process(instance=instance, tags=request.tags)
     assert again.success and len(store.events(incident.incident_id, kind="finding")) == 1
 
 

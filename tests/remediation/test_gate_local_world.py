@@ -129,7 +129,7 @@ def test_the_map_owner_must_name_what_cannot_be_drafted(gate: Gate):
 
 def test_an_approval_tag_typed_at_launch_is_refused_by_the_first_op(gate: Gate):
     before = gate.region_map()
-    job = gate.daemon.defs.get_job_def("remediate_incident")
+    job = gate.daemon.defs.resolve_job_def("remediate_incident")
     tags = {INCIDENT_ID: gate.incident.incident_id, PLAN_ID: gate.plan.plan_id, APPROVAL: APPROVAL_APPROVED}
     result = job.execute_in_process(instance=gate.daemon.instance, tags=tags, raise_on_error=False)
     assert not result.success
@@ -210,7 +210,7 @@ def test_the_rerun_counts_for_the_incident_night_and_opens_no_new_incident(gate:
 
 
 def test_a_re_execution_is_not_an_approval(gate: Gate):
-    job = gate.daemon.defs.get_job_def("remediate_incident")
+    job = gate.daemon.defs.resolve_job_def("remediate_incident")
     result = job.execute_in_process(
         instance=gate.daemon.instance, tags=dict(gate.run().tags), raise_on_error=False
     )

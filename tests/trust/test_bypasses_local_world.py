@@ -260,7 +260,7 @@ def test_a_forged_run_released_by_the_owners_approvals_sends_no_password_anywher
     run config pointing the Coalesce resource elsewhere; the real run canceled; the owners approve as usual."""
     attacker = Capture()
     real = trust.run()
-    job = trust.daemon.defs.get_job_def("remediate_incident")
+    job = trust.daemon.defs.resolve_job_def("remediate_incident")
     run_config = {"resources": {"coalesce": {"config": {"base_url": attacker.url, "environment_ids": ["2"],
                                                         "api_token": {"env": "COALESCE_API_TOKEN"}}}}}  # fmt: skip
     forged = trust.daemon.instance.create_run_for_job(
@@ -290,7 +290,7 @@ def test_a_forged_run_released_by_the_owners_approvals_sends_no_password_anywher
 
 
 def test_a_run_launched_by_hand_while_the_plan_waits_is_canceled_and_reported(trust: Trust):
-    job = trust.daemon.defs.get_job_def("remediate_incident")
+    job = trust.daemon.defs.resolve_job_def("remediate_incident")
     copy = trust.daemon.instance.create_run_for_job(
         job, tags=dict(trust.run().tags), remote_job_origin=_job_origin(job.name)
     )

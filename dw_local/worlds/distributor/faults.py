@@ -21,6 +21,13 @@ change) stay until ``DistributorWorld.repair(sf, coalesce, fault)``. ``repair`` 
 fault's damage right for the latest night (as a Qlik reload of the table would), so a rerun of the job
 then builds clean tables; it never runs the job itself.
 
+Every kind but three is played by the event framework all worlds share (``dw_local.scenarios.events``):
+``GenericKind`` turns the distributor's parameters (an ``org_id``, a column's default) into that event on
+the distributor's tables and columns, so the same fault does the same thing on every world. What only this
+world needs stays here: checks against its orgs, repairs as a Qlik reload or planning ops' next-morning map
+fix, order lines scaled to zero units not kept, and three kinds of its own (``node_failure`` mode
+``test``, ``new_org_mapped``, ``steady_growth``, whose growth is of units, not rows).
+
 Each kind's docstring below says what it changes and what a data engineer would see.
 """
 
@@ -35,6 +42,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from dw_local.scenarios import events
 from dw_local.world import WorldError
 from dw_local.worlds.distributor.simulation import ITEMS, ONHAND, ORDER_LINES, REGION_MAP, rng_for, to_utc
 
@@ -70,8 +78,9 @@ PARAMETERS = (
 _WORLD_KEYS = {ORDER_LINES: {"LINE_ID", "ACTUAL_SHIPMENT_DATE"}}
 _SCHEMA_TABLES = (ONHAND, ORDER_LINES, ITEMS)
 _IDENTIFIER = re.compile(r"^[A-Z_][A-Z0-9_$]*$")
-# A column a node_failure adds to a node carries this description, so repair finds exactly it.
-NODE_FAILURE_MARKER = "dw_local fault: node_failure"
+# The column holding each night-loaded table's org: where an ``org_id`` restricts a fault to one org's rows.
+_ORG_COLUMN = {ONHAND: "ORGANIZATION_ID", ORDER_LINES: "SHIP_FROM_ORG_ID"}
+MAP_OWNER = "planning-ops"  # who edits the region map
 _MAP_EDITED_AT = time(15, 30)  # local: when planning ops edits the map on the business day
 _MAP_ADDED_AT = time(10, 30)  # local: when planning ops adds a new org's row, before EBS opens it
 
@@ -168,7 +177,7 @@ class FaultContext:
         return self.world._utc(datetime.combine(self.world.business_date(self.night), local))
 
     def table(self, name: str) -> str:
-        return self.world._tables[name].qualified
+        return self.world.tables[name].qualified
 
 
 class FaultKindBase:
@@ -185,7 +194,8 @@ class FaultKindBase:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        KINDS[cls.kind] = cls
+        if "kind" in cls.__dict__:
+            KINDS[cls.kind] = cls
 
     @classmethod
     def defaults(cls, given: dict[str, Any]) -> dict[str, Any]:
@@ -213,6 +223,10 @@ class FaultKindBase:
     def before_run(self, ctx: FaultContext) -> None:
         pass
 
+    def held_tables(self, ctx: FaultContext) -> set[str]:
+        """Source tables Qlik does not apply tonight."""
+        return set()
+
     def repair(self, ctx: FaultContext) -> None:
         """Undo: by default the sources are put back to the latest night's clean data."""
         ctx.world._restore_sources(ctx.cur, ctx.night)
@@ -221,36 +235,48 @@ class FaultKindBase:
 KINDS: dict[str, type[FaultKindBase]] = {}
 
 
+class GenericKind(FaultKindBase):
+    """A kind the event framework every world plays (``dw_local.scenarios.events``) plays here too: the
+    distributor only names the event's tables, columns and rows from its parameters (``event``), and keeps
+    what only its world needs (checks against its orgs, repairs as a Qlik reload or a map fix)."""
+
+    EVENT: ClassVar[type[events.Event]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.loads_source, cls.runs_job = cls.EVENT.loads_source, cls.EVENT.runs_job
+
+    @classmethod
+    def changes_load(cls, fault: Fault) -> bool:
+        return cls.EVENT.transform is not events.Event.transform
+
+    def event(self, ctx: FaultContext) -> events.Event:
+        """The generic event this fault is on the distributor's tables."""
+        return self.EVENT(kind=self.kind)
+
+    def before_load(self, ctx: FaultContext) -> None:
+        self.event(ctx).before_load(ctx.world, ctx.cur, ctx.night)
+
+    def transform(self, tables: Tables, ctx: FaultContext) -> Tables:
+        return self.event(ctx).transform(ctx.world, tables, ctx.night)
+
+    def before_run(self, ctx: FaultContext) -> None:
+        self.event(ctx).before_run(ctx.world, ctx.coalesce)
+
+    def held_tables(self, ctx: FaultContext) -> set[str]:
+        return self.event(ctx).held_tables()
+
+
 # ---------------------------------------------------------------------------------------------- helpers
 
 
-def _rows_of(
-    frame: pd.DataFrame, column: str, org_id: int | None, ctx: FaultContext, table: str
-) -> np.ndarray:
-    if org_id is None:
-        return np.ones(len(frame), dtype=bool)
-    mask = (frame[column] == org_id).to_numpy()
-    if not mask.any():
-        raise WorldError(f"{ctx.fault.kind}: org {org_id} has no rows in {table} on night {ctx.night}")
-    return mask
-
-
-def _pick(mask: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
-    """Exactly round(fraction x candidates) of the candidate rows (at least one), chosen by ``rng``."""
-    candidates = np.flatnonzero(mask)
-    k = min(len(candidates), max(1, round(fraction * len(candidates))))
-    out = np.zeros(len(mask), dtype=bool)
-    out[rng.choice(candidates, size=k, replace=False)] = True
-    return out
+def _org_rows(table: str, org_id: int | None) -> dict[str, Any] | None:
+    """The event's ``where``: the org's rows of a night-loaded table (None: every org's)."""
+    return None if org_id is None else {_ORG_COLUMN[table]: org_id}
 
 
 def _scaled(values: pd.Series, factor: float) -> np.ndarray:
     return np.rint(values.to_numpy(dtype=float) * factor).astype(np.int64)
-
-
-def _sorted_onhand(frame: pd.DataFrame) -> pd.DataFrame:
-    keys = ["ORGANIZATION_ID", "INVENTORY_ITEM_ID", "SUBINVENTORY_CODE"]
-    return frame.sort_values(keys, kind="stable", ignore_index=True)
 
 
 def _world_org(ctx: FaultContext, org_id: int) -> Any:
@@ -271,14 +297,10 @@ def _map_row(ctx: FaultContext, org_id: int) -> tuple | None:
     return ctx.cur.fetchone()
 
 
-def _table_columns(ctx: FaultContext, table: str) -> list[str]:
-    return ctx.world._actual_columns(ctx.cur, table)
-
-
 def _schema_target(ctx: FaultContext) -> tuple[str, str]:
     table, column = ctx.fault.table, ctx.fault.column
     assert table is not None and column is not None
-    if column not in ctx.world._tables[table].columns:
+    if column not in ctx.world.tables[table].columns:
         raise WorldError(f"{ctx.fault.kind}: {table} has no column {column} in project.yaml")
     return table, column
 
@@ -286,7 +308,7 @@ def _schema_target(ctx: FaultContext) -> tuple[str, str]:
 # ---------------------------------------------------------------------------------------------- kinds
 
 
-class DuplicateLoad(FaultKindBase):
+class DuplicateLoad(GenericKind):
     """Qlik applies the night's on-hand rows twice (a task restarted without its checkpoint).
 
     Parameters: ``org_id`` (default: every org).
@@ -304,14 +326,13 @@ class DuplicateLoad(FaultKindBase):
 
     kind = "duplicate_load"
     params = frozenset({"org_id"})
+    EVENT = events.DuplicateLoad
 
-    def transform(self, tables: Tables, ctx: FaultContext) -> Tables:
-        onhand = tables[ONHAND]
-        rows = _rows_of(onhand, "ORGANIZATION_ID", ctx.fault.org_id, ctx, ONHAND)
-        return {**tables, ONHAND: _sorted_onhand(pd.concat([onhand, onhand[rows]], ignore_index=True))}
+    def event(self, ctx: FaultContext) -> events.Event:
+        return self.EVENT(kind=self.kind, table=ONHAND, where=_org_rows(ONHAND, ctx.fault.org_id))
 
 
-class ReplicationStalled(FaultKindBase):
+class ReplicationStalled(GenericKind):
     """Qlik Replicate stalls: nothing new reaches Snowflake for the night.
 
     Parameters: none.
@@ -329,7 +350,7 @@ class ReplicationStalled(FaultKindBase):
     """
 
     kind = "replication_stalled"
-    loads_source = False
+    EVENT = events.ReplicationStalled
 
     def repair(self, ctx: FaultContext) -> None:
         world = ctx.world
@@ -337,7 +358,7 @@ class ReplicationStalled(FaultKindBase):
             world._apply_business_day(ctx.cur, ctx.night, world._read_opening(ctx.cur))
 
 
-class UnitChange(FaultKindBase):
+class UnitChange(GenericKind):
     """A source quantity column changes unit: EBS posts eaches where it posted cases (x12) for an org.
 
     Parameters: ``column`` (``TRANSACTION_QUANTITY`` of on-hand, the default, or ``SHIPPED_QUANTITY`` of
@@ -359,10 +380,8 @@ class UnitChange(FaultKindBase):
 
     kind = "unit_change"
     params = frozenset({"org_id", "factor", "column"})
-    COLUMNS: ClassVar[dict[str, tuple[str, str]]] = {
-        "TRANSACTION_QUANTITY": (ONHAND, "ORGANIZATION_ID"),
-        "SHIPPED_QUANTITY": (ORDER_LINES, "SHIP_FROM_ORG_ID"),
-    }
+    EVENT = events.UnitChange
+    TABLE: ClassVar[dict[str, str]] = {"TRANSACTION_QUANTITY": ONHAND, "SHIPPED_QUANTITY": ORDER_LINES}
 
     @classmethod
     def defaults(cls, given: dict[str, Any]) -> dict[str, Any]:
@@ -370,26 +389,28 @@ class UnitChange(FaultKindBase):
 
     @classmethod
     def check(cls, fault: Fault) -> None:
-        if fault.column not in cls.COLUMNS:
-            raise ValueError(f"column: {fault.column!r}; unit_change scales one of {sorted(cls.COLUMNS)}")
+        if fault.column not in cls.TABLE:
+            raise ValueError(f"column: {fault.column!r}; unit_change scales one of {sorted(cls.TABLE)}")
         if fault.factor in (0, 1) or not np.isfinite(fault.factor or 0):
             raise ValueError(
                 f"factor: expected a factor other than 0 and 1 (negative flips the sign), got {fault.factor}"
             )
 
+    def event(self, ctx: FaultContext) -> events.Event:
+        fault = ctx.fault
+        assert fault.column is not None
+        table = self.TABLE[fault.column]
+        where = _org_rows(table, fault.org_id)
+        return self.EVENT(kind=self.kind, table=table, column=fault.column, factor=fault.factor, where=where)
+
     def transform(self, tables: Tables, ctx: FaultContext) -> Tables:
-        column = ctx.fault.column
-        assert column is not None and ctx.fault.factor is not None
-        table, org_column = self.COLUMNS[column]
-        frame = tables[table].copy()
-        rows = _rows_of(frame, org_column, ctx.fault.org_id, ctx, table)
-        frame.loc[rows, column] = _scaled(frame.loc[rows, column], ctx.fault.factor)
-        if table == ORDER_LINES:
-            frame = frame[frame[column] != 0]
-        return {**tables, table: frame}
+        tables = super().transform(tables, ctx)
+        # EBS keeps no order line that ships nothing: a line scaled down to zero units is not there.
+        lines = tables[ORDER_LINES]
+        return {**tables, ORDER_LINES: lines[lines["SHIPPED_QUANTITY"] != 0]}
 
 
-class PartialLoad(FaultKindBase):
+class PartialLoad(GenericKind):
     """Qlik applies only part of the night's rows (a batch cut short, a filter left on a task).
 
     Parameters: ``fraction`` of the rows missing (default 0.3), ``org_id`` (default: every org),
@@ -408,7 +429,7 @@ class PartialLoad(FaultKindBase):
 
     kind = "partial_load"
     params = frozenset({"fraction", "org_id", "table"})
-    ORG_COLUMN: ClassVar[dict[str, str]] = {ONHAND: "ORGANIZATION_ID", ORDER_LINES: "SHIP_FROM_ORG_ID"}
+    EVENT = events.PartialLoad
 
     @classmethod
     def defaults(cls, given: dict[str, Any]) -> dict[str, Any]:
@@ -416,19 +437,17 @@ class PartialLoad(FaultKindBase):
 
     @classmethod
     def check(cls, fault: Fault) -> None:
-        if fault.table not in cls.ORG_COLUMN:
-            raise ValueError(f"table: {fault.table!r}; partial_load drops rows of {sorted(cls.ORG_COLUMN)}")
+        if fault.table not in _ORG_COLUMN:
+            raise ValueError(f"table: {fault.table!r}; partial_load drops rows of {sorted(_ORG_COLUMN)}")
 
-    def transform(self, tables: Tables, ctx: FaultContext) -> Tables:
-        table, fraction = ctx.fault.table, ctx.fault.fraction
-        assert table is not None and fraction is not None
-        frame = tables[table]
-        rows = _rows_of(frame, self.ORG_COLUMN[table], ctx.fault.org_id, ctx, table)
-        missing = _pick(rows, fraction, ctx.rng(table))
-        return {**tables, table: frame[~missing].reset_index(drop=True)}
+    def event(self, ctx: FaultContext) -> events.Event:
+        table = ctx.fault.table
+        assert table is not None
+        where = _org_rows(table, ctx.fault.org_id)
+        return self.EVENT(kind=self.kind, table=table, fraction=ctx.fault.fraction, where=where)
 
 
-class ReferenceRowDeleted(FaultKindBase):
+class ReferenceRowDeleted(GenericKind):
     """Someone deletes an org's row from planning ops' region map.
 
     Parameters: ``org_id`` (required; an org of the world file).
@@ -446,10 +465,14 @@ class ReferenceRowDeleted(FaultKindBase):
     kind = "reference_row_deleted"
     params = frozenset({"org_id"})
     required = frozenset({"org_id"})
+    EVENT = events.ReferenceRowDeleted
 
     @classmethod
     def persists(cls, fault: Fault) -> bool:
         return True
+
+    def event(self, ctx: FaultContext) -> events.Event:
+        return self.EVENT(kind=self.kind, table=REGION_MAP, where={"ORGANIZATION_ID": ctx.fault.org_id})
 
     def before_load(self, ctx: FaultContext) -> None:
         org_id = ctx.fault.org_id
@@ -457,9 +480,10 @@ class ReferenceRowDeleted(FaultKindBase):
         _world_org(ctx, org_id)
         if _map_row(ctx, org_id) is None:
             raise WorldError(f"reference_row_deleted: REGION_MAP has no row for org {org_id}")
-        ctx.cur.execute(f'DELETE FROM {ctx.table(REGION_MAP)} WHERE "ORGANIZATION_ID" = %s', (org_id,))
+        super().before_load(ctx)
 
     def repair(self, ctx: FaultContext) -> None:
+        # Planning ops adds the row back the morning after (its UPDATED_AT says when), not as installed.
         org_id = ctx.fault.org_id
         assert org_id is not None
         org = _world_org(ctx, org_id)
@@ -468,7 +492,7 @@ class ReferenceRowDeleted(FaultKindBase):
             ctx.world._insert_map_row(ctx.cur, org_id, org.code, org.name, org.region, fixed_at)
 
 
-class ReferenceRowRemapped(FaultKindBase):
+class ReferenceRowRemapped(GenericKind):
     """Someone points an org's region-map row at the wrong warehouse or region.
 
     Parameters: ``org_id`` (required; an org of the world file), ``to_org_id`` (the row takes that org's
@@ -488,6 +512,7 @@ class ReferenceRowRemapped(FaultKindBase):
     kind = "reference_row_remapped"
     params = frozenset({"org_id", "to_org_id", "region"})
     required = frozenset({"org_id"})
+    EVENT = events.ReferenceRowRemapped
 
     @classmethod
     def check(cls, fault: Fault) -> None:
@@ -500,20 +525,24 @@ class ReferenceRowRemapped(FaultKindBase):
     def persists(cls, fault: Fault) -> bool:
         return True
 
-    def before_load(self, ctx: FaultContext) -> None:
+    def event(self, ctx: FaultContext) -> events.Event:
         fault = ctx.fault
         assert fault.org_id is not None
         _world_org(ctx, fault.org_id)
-        row = _map_row(ctx, fault.org_id)
-        if row is None:
-            raise WorldError(f"reference_row_remapped: REGION_MAP has no row for org {fault.org_id}")
-        code, name, region = row
+        edited: dict[str, Any] = {}
         if fault.to_org_id is not None:
             target = _world_org(ctx, fault.to_org_id)
-            code, name, region = target.code, target.name, target.region
-        region = fault.region or region
-        edited_at = ctx.utc_on_business_day(_MAP_EDITED_AT)
-        ctx.world._update_map_row(ctx.cur, fault.org_id, code, name, region, edited_at)
+            edited = {"WAREHOUSE_CODE": target.code, "WAREHOUSE_NAME": target.name, "REGION": target.region}
+        if fault.region is not None:
+            edited["REGION"] = fault.region
+        stamp = {"UPDATED_BY": MAP_OWNER, "UPDATED_AT": ctx.utc_on_business_day(_MAP_EDITED_AT)}
+        where = {"ORGANIZATION_ID": fault.org_id}
+        return self.EVENT(kind=self.kind, table=REGION_MAP, where=where, set={**edited, **stamp})
+
+    def before_load(self, ctx: FaultContext) -> None:
+        if _map_row(ctx, ctx.fault.org_id) is None:
+            raise WorldError(f"reference_row_remapped: REGION_MAP has no row for org {ctx.fault.org_id}")
+        super().before_load(ctx)
 
     def repair(self, ctx: FaultContext) -> None:
         org_id = ctx.fault.org_id
@@ -524,7 +553,7 @@ class ReferenceRowRemapped(FaultKindBase):
             ctx.world._update_map_row(ctx.cur, org_id, org.code, org.name, org.region, fixed_at)
 
 
-class NullJoinKey(FaultKindBase):
+class NullJoinKey(GenericKind):
     """A surge of NULL ``ORGANIZATION_ID`` in the replicated on-hand rows (the org lost in replication).
 
     Parameters: ``fraction`` of the rows nulled (default 0.1), ``org_id`` (only that org's rows; default
@@ -543,26 +572,20 @@ class NullJoinKey(FaultKindBase):
 
     kind = "null_join_key"
     params = frozenset({"fraction", "org_id"})
+    EVENT = events.NullJoinKey
 
     @classmethod
     def defaults(cls, given: dict[str, Any]) -> dict[str, Any]:
         return {"fraction": 0.1}
 
-    def before_load(self, ctx: FaultContext) -> None:
-        ctx.cur.execute(f'ALTER TABLE {ctx.table(ONHAND)} ALTER COLUMN "ORGANIZATION_ID" DROP NOT NULL')
-
-    def transform(self, tables: Tables, ctx: FaultContext) -> Tables:
-        assert ctx.fault.fraction is not None
-        frame = tables[ONHAND].copy()
-        rows = _rows_of(frame, "ORGANIZATION_ID", ctx.fault.org_id, ctx, ONHAND)
-        nulled = _pick(rows, ctx.fault.fraction, ctx.rng())
-        org = frame["ORGANIZATION_ID"].astype("Int64")
-        org[nulled] = pd.NA
-        frame["ORGANIZATION_ID"] = org
-        return {**tables, ONHAND: frame}
+    def event(self, ctx: FaultContext) -> events.Event:
+        where = _org_rows(ONHAND, ctx.fault.org_id)
+        return self.EVENT(
+            kind=self.kind, table=ONHAND, column="ORGANIZATION_ID", fraction=ctx.fault.fraction, where=where
+        )
 
 
-class ColumnRenamed(FaultKindBase):
+class ColumnRenamed(GenericKind):
     """A source column is renamed: Qlik replicates an EBS DDL change to the RAW table.
 
     Parameters: ``table`` (``MTL_ONHAND_QUANTITIES_DETAIL``, the default, ``OE_ORDER_LINES_ALL`` or
@@ -581,6 +604,7 @@ class ColumnRenamed(FaultKindBase):
 
     kind = "column_renamed"
     params = frozenset({"table", "column", "new_name"})
+    EVENT = events.ColumnRenamed
 
     @classmethod
     def defaults(cls, given: dict[str, Any]) -> dict[str, Any]:
@@ -597,23 +621,15 @@ class ColumnRenamed(FaultKindBase):
     def persists(cls, fault: Fault) -> bool:
         return True
 
-    def before_load(self, ctx: FaultContext) -> None:
+    def event(self, ctx: FaultContext) -> events.Event:
         table, column = _schema_target(ctx)
-        columns = _table_columns(ctx, table)
-        if ctx.fault.new_name in columns:
-            return  # renamed on an earlier night
-        if column not in columns:
-            raise WorldError(f"column_renamed: {table} has no column {column} now (columns: {columns})")
-        ctx.cur.execute(f'ALTER TABLE {ctx.table(table)} RENAME COLUMN "{column}" TO "{ctx.fault.new_name}"')
+        return self.EVENT(kind=self.kind, table=table, column=column, new_name=ctx.fault.new_name)
 
     def repair(self, ctx: FaultContext) -> None:
-        table, column = _schema_target(ctx)
-        if ctx.fault.new_name in _table_columns(ctx, table):
-            renamed = ctx.fault.new_name
-            ctx.cur.execute(f'ALTER TABLE {ctx.table(table)} RENAME COLUMN "{renamed}" TO "{column}"')
+        self.event(ctx).repair(ctx.world, ctx.cur, ctx.coalesce)
 
 
-class ColumnDropped(FaultKindBase):
+class ColumnDropped(GenericKind):
     """A source column is dropped: Qlik replicates an EBS DDL change to the RAW table.
 
     Parameters: ``table`` (``MTL_ONHAND_QUANTITIES_DETAIL``, the default, ``OE_ORDER_LINES_ALL`` or
@@ -630,6 +646,7 @@ class ColumnDropped(FaultKindBase):
 
     kind = "column_dropped"
     params = frozenset({"table", "column"})
+    EVENT = events.ColumnDropped
 
     @classmethod
     def defaults(cls, given: dict[str, Any]) -> dict[str, Any]:
@@ -643,12 +660,12 @@ class ColumnDropped(FaultKindBase):
     def persists(cls, fault: Fault) -> bool:
         return True
 
-    def before_load(self, ctx: FaultContext) -> None:
+    def event(self, ctx: FaultContext) -> events.Event:
         table, column = _schema_target(ctx)
-        if column in _table_columns(ctx, table):
-            ctx.cur.execute(f'ALTER TABLE {ctx.table(table)} DROP COLUMN "{column}"')
+        return self.EVENT(kind=self.kind, table=table, column=column)
 
     def repair(self, ctx: FaultContext) -> None:
+        # Qlik reloads the table after a schema change: the column comes back with its values.
         table, _ = _schema_target(ctx)
         ctx.world._rebuild_table(ctx.cur, table, ctx.night)
 
@@ -660,7 +677,7 @@ def _check_schema_fault(fault: Fault) -> None:
         raise ValueError(f"column: {fault.column} of {fault.table} is how the world knows what it played")
 
 
-class NodeFailure(FaultKindBase):
+class NodeFailure(GenericKind):
     """A Coalesce node fails.
 
     Parameters: ``node`` (default ``FCT_INVENTORY_POSITION``), ``mode``:
@@ -680,6 +697,7 @@ class NodeFailure(FaultKindBase):
 
     kind = "node_failure"
     params = frozenset({"node", "mode"})
+    EVENT = events.NodeFailure
     NEGATIVE_POSITIONS: ClassVar[int] = 5
 
     @classmethod
@@ -699,69 +717,35 @@ class NodeFailure(FaultKindBase):
     def changes_load(cls, fault: Fault) -> bool:
         return fault.mode == "test"
 
+    def event(self, ctx: FaultContext) -> events.Event:
+        node = ctx.fault.node
+        if not any(n.name == node and not n.is_source for n in ctx.world.project.file.nodes):
+            raise WorldError(f"node_failure: project.yaml has no built node {node}")
+        return self.EVENT(kind=self.kind, node=node)
+
     def transform(self, tables: Tables, ctx: FaultContext) -> Tables:
+        # Mode test is the distributor's own: a data condition that fails its fact's node test.
         if ctx.fault.mode != "test":
             return tables
         frame = tables[ONHAND].copy()
         # Positions held in one subinventory only, so their on-hand sums negative.
         single = ~frame.duplicated(["ORGANIZATION_ID", "INVENTORY_ITEM_ID"], keep=False).to_numpy()
-        rows = _pick(single, self.NEGATIVE_POSITIONS / single.sum(), ctx.rng())
+        rows = events.pick_rows(single, self.NEGATIVE_POSITIONS / single.sum(), ctx.rng())
         frame.loc[rows, "TRANSACTION_QUANTITY"] = -frame.loc[rows, "TRANSACTION_QUANTITY"]
         return {**tables, ONHAND: frame}
 
     def before_run(self, ctx: FaultContext) -> None:
-        if ctx.fault.mode != "sql":
-            return
-        world, node_id, detail = ctx.world, *self._workspace_node(ctx)
-        columns = detail["metadata"]["columns"]
-        if any(c.get("description") == NODE_FAILURE_MARKER for c in columns):
-            return  # deployed on an earlier night
-        spec = world._project.graph.nodes[node_id]
-        plain = next((c for c in spec.columns if c.transform is None and len(c.sources) == 1), None)
-        if plain is None:
-            raise WorldError(f"node_failure: {spec.name} has no column read straight from its source")
-        _, source_node, source_column = plain.sources[0].split(".")
-        broken = dict(next(c for c in columns if c["name"] == plain.name))
-        broken.pop("columnID", None)
-        broken.update(
-            name=f"{plain.name}_V2",
-            transform=f'"{source_node}"."{source_column}_V2"',
-            description=NODE_FAILURE_MARKER,
-            appliedColumnTests={},
-            isBusinessKey=False,
-        )
-        detail["metadata"]["columns"] = [*columns, broken]
-        self._deploy(ctx, node_id, detail)
+        if ctx.fault.mode == "sql":
+            super().before_run(ctx)
 
     def repair(self, ctx: FaultContext) -> None:
         if ctx.fault.mode == "test":
             super().repair(ctx)
-            return
-        node_id, detail = self._workspace_node(ctx)
-        columns = detail["metadata"]["columns"]
-        kept = [c for c in columns if c.get("description") != NODE_FAILURE_MARKER]
-        if len(kept) != len(columns):
-            detail["metadata"]["columns"] = kept
-            self._deploy(ctx, node_id, detail)
-
-    @staticmethod
-    def _workspace_node(ctx: FaultContext) -> tuple[str, dict]:
-        world, env = ctx.world, ctx.world.spec.environment_id
-        matches = [n.id for n in world._project.file.nodes if n.name == ctx.fault.node and not n.is_source]
-        if not matches:
-            raise WorldError(f"node_failure: project.yaml has no built node {ctx.fault.node}")
-        node_id = matches[0]
-        path = f"workspace/nodes/{node_id}?environmentID={env}"
-        return node_id, world._sim_control(ctx.coalesce, "GET", path)
-
-    @staticmethod
-    def _deploy(ctx: FaultContext, node_id: str, detail: dict) -> None:
-        world, env = ctx.world, ctx.world.spec.environment_id
-        world._sim_control(ctx.coalesce, "PUT", f"workspace/nodes/{node_id}?environmentID={env}", detail)
-        world._sim_control(ctx.coalesce, "POST", "deploy", {"environmentID": env})
+        else:
+            self.event(ctx).repair(ctx.world, ctx.cur, ctx.coalesce)
 
 
-class SchedulerSkip(FaultKindBase):
+class SchedulerSkip(GenericKind):
     """The Coalesce Scheduler does not start the nightly job (paused schedule, scheduler outage).
 
     Parameters: none.
@@ -777,13 +761,13 @@ class SchedulerSkip(FaultKindBase):
     """
 
     kind = "scheduler_skip"
-    runs_job = False
+    EVENT = events.SchedulerSkip
 
     def repair(self, ctx: FaultContext) -> None:
         pass
 
 
-class SourceNotRefreshed(FaultKindBase):
+class SourceNotRefreshed(GenericKind):
     """One replicated table is not refreshed tonight while the rest of the replication moves on (its Qlik
     table task suspended), as opposed to ``replication_stalled``.
 
@@ -803,14 +787,17 @@ class SourceNotRefreshed(FaultKindBase):
     kind = "source_not_refreshed"
     params = frozenset({"table"})
     required = frozenset({"table"})
-    TABLES: ClassVar[tuple[str, ...]] = (ONHAND, ORDER_LINES)
+    EVENT = events.SourceNotRefreshed
 
     @classmethod
     def check(cls, fault: Fault) -> None:
-        if fault.table not in cls.TABLES:
+        if fault.table not in _ORG_COLUMN:
             raise ValueError(
-                f"table: {fault.table!r}; source_not_refreshed holds back one of {list(cls.TABLES)}"
+                f"table: {fault.table!r}; source_not_refreshed holds back one of {list(_ORG_COLUMN)}"
             )
+
+    def event(self, ctx: FaultContext) -> events.Event:
+        return self.EVENT(kind=self.kind, table=ctx.fault.table)
 
 
 class NewOrgMapped(FaultKindBase):

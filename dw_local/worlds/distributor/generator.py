@@ -24,7 +24,6 @@ from pathlib import Path
 from time import monotonic, sleep
 from zoneinfo import ZoneInfo
 
-import httpx
 import numpy as np
 import pandas as pd
 
@@ -32,13 +31,13 @@ from dw_dagster.coalesce.client import CoalesceClient
 from dw_dagster.coalesce.models import CoalesceUserCredentials
 from dw_local.coalesce_sim.project import load_project
 from dw_local.world import (
-    LOCAL_COALESCE_TOKEN,
     LOCAL_SNOWFLAKE_PASSWORD,
     LOCAL_SNOWFLAKE_USER,
     SnowflakeTarget,
     WorldError,
+    sim_control,
 )
-from dw_local.worlds.distributor.faults import Fault, FaultContext, coerce_fault, kind_of
+from dw_local.worlds.distributor.faults import MAP_OWNER, Fault, FaultContext, coerce_fault, kind_of
 from dw_local.worlds.distributor.model import WorldSpec, load_spec
 from dw_local.worlds.distributor.simulation import (
     ITEMS,
@@ -56,6 +55,7 @@ from dw_local.worlds.distributor.simulation import (
     rng_for,
     to_utc,
 )
+from dw_local.worlds.tables import SourceRef
 
 HERE = Path(__file__).resolve().parent
 WORLD_FILE = HERE / "world.yaml"
@@ -65,7 +65,6 @@ __all__ = ["ITEMS", "ONHAND", "ORDER_LINES", "ORGS", "REGION_MAP", "DistributorW
 
 _CSV_TIME = "%Y-%m-%d %H:%M:%S"
 _WAREHOUSE = "LOCAL_WH"
-_MAP_OWNER = "planning-ops"
 
 
 @dataclass(frozen=True)
@@ -83,16 +82,6 @@ class NightResult:
         return self.scheduled_at + timedelta(minutes=1)
 
 
-@dataclass(frozen=True)
-class _Table:
-    qualified: str  # "DB"."SCHEMA"."NAME"
-    columns: list[str]
-    ddl: str  # the column definitions
-    database: str
-    schema: str
-    name: str
-
-
 class DistributorWorld:
     """The reference night's world: data from ``world.yaml``, Coalesce project ``project.yaml``."""
 
@@ -100,8 +89,8 @@ class DistributorWorld:
         self.spec = spec or load_spec(WORLD_FILE)
         self.project_file = PROJECT_FILE
         self._tz = ZoneInfo(self.spec.timezone)
-        self._project = load_project(self.project_file)
-        self._tables, self._schemas, self.database = self._read_project()
+        self.project = load_project(self.project_file)
+        self.tables, self._schemas, self.database = self._read_project()
         self.catalog = build_catalog(self.spec)
         self.simulation = Simulation(self.spec, self.catalog)
 
@@ -109,10 +98,10 @@ class DistributorWorld:
     def from_file(cls, path: Path | str) -> DistributorWorld:
         return cls(load_spec(Path(path)))
 
-    def _read_project(self) -> tuple[dict[str, _Table], list[str], str]:
+    def _read_project(self) -> tuple[dict[str, SourceRef], list[str], str]:
         # The simulator's own reader; the Source nodes' columns are the RAW tables' DDL, so the project
         # and the data cannot drift apart.
-        project = self._project
+        project = self.project
         env = project.environment(self.spec.environment_id)
         if env is None or project.job(self.spec.job_id) is None:
             raise WorldError(
@@ -124,8 +113,8 @@ class DistributorWorld:
                 database, schema, name = env.table(node.locationName, node.name)
                 ddl = [f'"{c.name}" {c.dataType}' + ("" if c.nullable else " NOT NULL") for c in node.columns]
                 columns = [c.name for c in node.columns]
-                qualified = f'"{database}"."{schema}"."{name}"'
-                tables[name] = _Table(qualified, columns, ", ".join(ddl), database, schema, name)
+                types = {c.name: c.dataType for c in node.columns}
+                tables[name] = SourceRef(name, database, schema, columns, types, ", ".join(ddl))
         databases = {m.database for m in env.storageMappings.values()}
         if len(databases) != 1:
             raise WorldError(f"{self.project_file}: environment {env.id} spans {sorted(databases)}")
@@ -176,7 +165,7 @@ class DistributorWorld:
             "WAREHOUSE_CODE": [o.code for o in spec.orgs],
             "WAREHOUSE_NAME": [o.name for o in spec.orgs],
             "REGION": [o.region for o in spec.orgs],
-            "UPDATED_BY": _MAP_OWNER,
+            "UPDATED_BY": MAP_OWNER,
             "UPDATED_AT": self._utc(datetime.combine(self.business_date(-200), time(10, 15))),
         })  # fmt: skip
         history = [self._order_lines(t, None) for t in range(-spec.demand.history_days, 0)]
@@ -236,25 +225,18 @@ class DistributorWorld:
         with self._cursor(sf) as cur:
             for schema in self._schemas:
                 cur.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-            for table in self._tables.values():
+            for table in self.tables.values():
                 cur.execute(f"CREATE OR REPLACE TABLE {table.qualified} ({table.ddl})")
             for name, frame in self.install_tables().items():
                 self._load(cur, name, frame)
 
-    def _actual_columns(self, cur, name: str) -> list[str]:
-        """The table's columns as Snowflake now has them, in order (a schema fault may have changed them)."""
-        table = self._tables[name]
-        cur.execute(
-            f'SELECT "COLUMN_NAME" FROM "{table.database}"."INFORMATION_SCHEMA"."COLUMNS" '
-            'WHERE "TABLE_SCHEMA" = %s AND "TABLE_NAME" = %s ORDER BY "ORDINAL_POSITION"',
-            (table.schema, table.name),
-        )
-        return [r[0] for r in cur.fetchall()]
+    def actual_columns(self, cur, name: str) -> list[str]:
+        return self.tables[name].actual_columns(cur)
 
     def _load_columns(self, cur, name: str) -> list[str]:
         """For each column the table now has, in order, the generated column that fills it: the project's
         own names, a dropped column left out, a renamed column filled by position."""
-        declared, actual = self._tables[name].columns, self._actual_columns(cur, name)
+        declared, actual = self.tables[name].columns, self.actual_columns(cur, name)
         if set(actual) <= set(declared):
             return actual
         if len(actual) == len(declared):
@@ -263,7 +245,7 @@ class DistributorWorld:
 
     def _load(self, cur, name: str, frame: pd.DataFrame) -> None:
         # PUT + COPY: the fast path into fakesnow (executemany and big VALUES lists are slow).
-        table = self._tables[name]
+        table = self.tables[name]
         if set(frame.columns) != set(table.columns):
             generated = sorted(frame.columns)
             raise WorldError(f"{name}: generated columns {generated}, project.yaml's {table.columns}")
@@ -284,7 +266,7 @@ class DistributorWorld:
         known = ", ".join(str(o.id) for o in self.spec.orgs)
         cur.execute(
             'SELECT "ORGANIZATION_ID", "LAST_UPDATE_DATE", "_QLIK_LOADED_AT" '
-            f"FROM {self._tables[ORGS].qualified} "
+            f"FROM {self.tables[ORGS].qualified} "
             f'WHERE "ORGANIZATION_ID" NOT IN ({known}) ORDER BY "LAST_UPDATE_DATE"'
         )
         rows = cur.fetchall()
@@ -307,7 +289,7 @@ class DistributorWorld:
             return self._last_played(cur)
 
     def _last_played(self, cur) -> int:
-        cur.execute(f'SELECT MAX("ACTUAL_SHIPMENT_DATE") FROM {self._tables[ORDER_LINES].qualified}')
+        cur.execute(f'SELECT MAX("ACTUAL_SHIPMENT_DATE") FROM {self.tables[ORDER_LINES].qualified}')
         latest = cur.fetchone()[0]
         if latest is None:
             raise WorldError(f"{ORDER_LINES} is empty: install the world first")
@@ -328,7 +310,7 @@ class DistributorWorld:
         if transform is not None:
             tables = transform(tables)
         if ONHAND not in held:
-            cur.execute(f"TRUNCATE TABLE {self._tables[ONHAND].qualified}")
+            cur.execute(f"TRUNCATE TABLE {self.tables[ONHAND].qualified}")
             self._load(cur, ONHAND, tables[ONHAND])
         if ORDER_LINES in held:
             return  # the next night applied catches up from the last ship date held
@@ -336,7 +318,7 @@ class DistributorWorld:
         start = min(self._last_played(cur) + 1, night)
         missed = [self._order_lines(t, opening) for t in range(start, night)]
         cur.execute(
-            f'DELETE FROM {self._tables[ORDER_LINES].qualified} WHERE "LINE_ID" >= %s AND "LINE_ID" < %s',
+            f'DELETE FROM {self.tables[ORDER_LINES].qualified} WHERE "LINE_ID" >= %s AND "LINE_ID" < %s',
             (line_id_range(start)[0], line_id_range(night)[1]),
         )
         self._load(cur, ORDER_LINES, pd.concat([*missed, tables[ORDER_LINES]], ignore_index=True))
@@ -363,9 +345,9 @@ class DistributorWorld:
             raise WorldError(
                 f"night {night_index}: {changing[0]} changes a load that replication_stalled holds back"
             )
-        held = frozenset(f.table for f, _ in played if f.kind == "source_not_refreshed" and f.table)
         with self._cursor(sf) as cur:
             contexts = [(FaultContext(self, f, night_index, cur, coalesce), k) for f, k in played]
+            held = frozenset(t for ctx, kind in contexts for t in kind.held_tables(ctx))
             for ctx, kind in contexts:
                 kind.before_load(ctx)
             if loads:
@@ -427,7 +409,7 @@ class DistributorWorld:
 
     def _rebuild_table(self, cur, name: str, night: int) -> None:
         """Recreates a source table in project.yaml's shape and reloads it, as Qlik's table reload does."""
-        table = self._tables[name]
+        table = self.tables[name]
         cur.execute(f"CREATE OR REPLACE TABLE {table.qualified} ({table.ddl})")
         if name == ONHAND:
             self._load(cur, ONHAND, self.night_tables(night, self._read_opening(cur))[ONHAND])
@@ -441,7 +423,7 @@ class DistributorWorld:
     def _resync_order_lines(self, cur, through: int) -> None:
         """Reloads every business day's order lines (history included, through ``through``) whose line
         count or units differ from what EBS holds."""
-        lines = self._tables[ORDER_LINES].qualified
+        lines = self.tables[ORDER_LINES].qualified
         cur.execute(
             f'SELECT {line_night_sql()}, COUNT(*), SUM("SHIPPED_QUANTITY"), SUM("ORDERED_QUANTITY") '
             f"FROM {lines} GROUP BY 1"
@@ -460,7 +442,7 @@ class DistributorWorld:
 
     def _insert_org(self, cur, org_id: int, code: str, opened_at: datetime, replicated_at: datetime) -> None:
         cur.execute(
-            f"INSERT INTO {self._tables[ORGS].qualified} "
+            f"INSERT INTO {self.tables[ORGS].qualified} "
             '("ORGANIZATION_ID", "ORGANIZATION_CODE", "LAST_UPDATE_DATE", "_QLIK_LOADED_AT") '
             "VALUES (%s, %s, %s, %s)",
             (org_id, code, opened_at, replicated_at),
@@ -468,16 +450,16 @@ class DistributorWorld:
 
     def _insert_map_row(self, cur, org_id: int, code: str, name: str, region: str, at: datetime) -> None:
         cur.execute(
-            f'INSERT INTO {self._tables[REGION_MAP].qualified} ("ORGANIZATION_ID", "WAREHOUSE_CODE", '
+            f'INSERT INTO {self.tables[REGION_MAP].qualified} ("ORGANIZATION_ID", "WAREHOUSE_CODE", '
             '"WAREHOUSE_NAME", "REGION", "UPDATED_BY", "UPDATED_AT") VALUES (%s, %s, %s, %s, %s, %s)',
-            (org_id, code, name, region, _MAP_OWNER, at),
+            (org_id, code, name, region, MAP_OWNER, at),
         )
 
     def _update_map_row(self, cur, org_id: int, code: str, name: str, region: str, at: datetime) -> None:
         cur.execute(
-            f'UPDATE {self._tables[REGION_MAP].qualified} SET "WAREHOUSE_CODE" = %s, "WAREHOUSE_NAME" = %s, '
+            f'UPDATE {self.tables[REGION_MAP].qualified} SET "WAREHOUSE_CODE" = %s, "WAREHOUSE_NAME" = %s, '
             '"REGION" = %s, "UPDATED_BY" = %s, "UPDATED_AT" = %s WHERE "ORGANIZATION_ID" = %s',
-            (code, name, region, _MAP_OWNER, at, org_id),
+            (code, name, region, MAP_OWNER, at, org_id),
         )
 
     def _map_fix_time(self, night: int) -> datetime:
@@ -528,7 +510,7 @@ class DistributorWorld:
             at = self._map_fix_time(self.last_played_night(sf))
         elif at.tzinfo is not None:
             at = at.astimezone(UTC).replace(tzinfo=None)
-        table = self._tables[REGION_MAP].qualified
+        table = self.tables[REGION_MAP].qualified
         with self._cursor(sf) as cur:
             cur.execute(f'SELECT COUNT(*) FROM {table} WHERE "ORGANIZATION_ID" = %s', (new_org.id,))
             if cur.fetchone()[0]:
@@ -547,8 +529,8 @@ class DistributorWorld:
         at = at or self.scheduled_at(night_index)
         env = self.spec.environment_id
         before = coalesce.list_runs(env, order_by="id", order_by_direction="desc", limit=1).data
-        scheduler_on = self._sim_control(coalesce, "GET", "health")["scheduler"]
-        self._sim_control(coalesce, "POST", "clock", {"now": at.isoformat()})
+        scheduler_on = sim_control(coalesce, "GET", "health")["scheduler"]
+        sim_control(coalesce, "POST", "clock", {"now": at.isoformat()})
         if scheduled and scheduler_on:
             run_id = self._scheduled_run(coalesce, before[0].id if before else 0)
         else:
@@ -564,19 +546,6 @@ class DistributorWorld:
             )
         run = coalesce.wait_for_run(run_id, poll_interval=0.05, timeout=timeout)
         return NightResult(night_index, self.business_date(night_index), at, run_id, run.run_status.value)
-
-    @staticmethod
-    def _sim_control(coalesce: CoalesceClient, method: str, name: str, body: dict | None = None) -> dict:
-        # The simulator's own endpoints, outside the Coalesce API the client speaks.
-        response = httpx.request(
-            method,
-            f"{coalesce.base_url}/_sim/{name}",
-            json=body,
-            headers={"Authorization": f"Bearer {LOCAL_COALESCE_TOKEN}"},
-            timeout=30,
-        )
-        response.raise_for_status()
-        return response.json()
 
     def _scheduled_run(self, coalesce: CoalesceClient, after: int, within: float = 10.0) -> int:
         """The run the Scheduler starts once the clock reaches the schedule (it checks every 0.2 s)."""
