@@ -7,7 +7,7 @@ approval rather than overwrite it. Undo deletes exactly the rows the job added. 
 from the recorded table and key (identifiers quoted, values bound), never from stored SQL text.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,7 +20,17 @@ class ChangeConflict(Exception):
     """The table no longer is as it was when the change was approved."""
 
 
-def apply_row(cur: Any, proposal_id: str, row: ReferenceRow, approval: Approval) -> Change:
+def apply_row(
+    cur: Any,
+    proposal_id: str,
+    row: ReferenceRow,
+    approval: Approval,
+    before_insert: Callable[[Change], None] | None = None,
+) -> Change:
+    """Adds the approved row, or finds it there as approved (a retried step: nothing changed); a row that is
+    there with other values is a conflict, never overwritten. ``before_insert`` receives the change just before
+    the row is added (the run records its intent there: a worker killed between the insert and its record
+    leaves that intent, from which its receipt finds the row)."""
     now = datetime.now(UTC)
     values = {**row.values, **approval.values}
     audit = set(row.audit_columns.values())
@@ -51,11 +61,23 @@ def apply_row(cur: Any, proposal_id: str, row: ReferenceRow, approval: Approval)
             f"{row.table}: {row.key_column} {row.key_value} exists with {existing}, not the approved {shown}; "
             "nothing was overwritten: the owner must look again and approve a new plan"
         )
-    sql = f"INSERT INTO {row.table} ({', '.join(map(quote_identifier, columns))}) VALUES ({', '.join(['%s'] * len(columns))})"
-    cur.execute(sql, tuple(values[c] for c in columns))
-    return Change(
+    change = Change(
         what=f"Added {row.key_column} {row.key_value} to {row.table}: {shown}", added=True, **common
     )
+    if before_insert is not None:
+        before_insert(change)
+    sql = f"INSERT INTO {row.table} ({', '.join(map(quote_identifier, columns))}) VALUES ({', '.join(['%s'] * len(columns))})"
+    cur.execute(sql, tuple(values[c] for c in columns))
+    return change
+
+
+def row_present(cur: Any, change: Change) -> bool:
+    """Whether the key of a reference-row change is in its table now."""
+    table = table_reference(*change.table_parts)
+    cur.execute(
+        f"SELECT COUNT(*) FROM {table} WHERE {quote_identifier(change.key_column)} = %s", (change.key_value,)
+    )
+    return cur.fetchone()[0] > 0
 
 
 def undo_statement(change: Change) -> tuple[str, tuple[Any, ...]]:

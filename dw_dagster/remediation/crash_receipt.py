@@ -11,19 +11,67 @@ bound run FAILED after it changed something (Dagster's storage first, then the i
 3. records the plan ``retryable`` and submits it again: a new run held by the same gate, which the owners
    approve again (a change already made is found as approved and not made twice) or leave to expire. A new
    diagnosis may propose another plan instead, and ``dw-dagster undo`` works as before.
+
+A reference row is added after an ``applying`` event that carries the change about to be made (written once
+the row was found absent): a worker killed between the insert and its ``change`` event leaves that intent.
+The receipt looks the key up in its table; found, the change is recorded for the run (so ``undo`` deletes
+it) and listed, and absent, the receipt says the row was not added.
 """
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import dagster as dg
 
 from dw_dagster.incidents.lifecycle_view import latest_diagnosis
+from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.approvals import ApprovalBook
-from dw_dagster.remediation.changes import undo_steps
+from dw_dagster.remediation.changes import row_present, undo_steps
 from dw_dagster.remediation.models import Change, Receipt, RemediationPlan
 from dw_dagster.runs import failure_reason
 
 RETRYABLE = "retryable"
+APPLYING = "applying"
+
+
+def intent_recorder(
+    store: IncidentStore, plan: RemediationPlan, proposal_id: str, run_id: str
+) -> Callable[[Change], None]:
+    """What the run records just before it adds a row: the change it is about to make."""
+
+    def record(change: Change) -> None:
+        store.append_event(plan.incident_id, APPLYING, f"{APPLYING}|{plan.plan_id}|{proposal_id}|{run_id}",
+                           change.model_dump(mode="json"))  # fmt: skip
+
+    return record
+
+
+def record_change(store: IncidentStore, plan: RemediationPlan, change: Change, run_id: str) -> None:
+    """The change made, recorded for the run (``undo`` and the receipts read it); recording it twice is a no-op."""
+    store.append_event(plan.incident_id, "change", f"change|{plan.plan_id}|{change.proposal_id}|{run_id}",
+                       change.model_dump(mode="json"))  # fmt: skip
+
+
+def _unrecorded(store: IncidentStore, plan: RemediationPlan, run_id: str, intents: list[Change]) -> tuple[
+    list[Change], list[str]
+]:  # fmt: skip
+    """Of the rows the run was about to add when it stopped, those in their tables now (recorded here as its
+    changes) and a line for each that is not."""
+    found: list[Change] = []
+    absent: list[str] = []
+    if not intents:
+        return found, absent
+    with store.warehouse.tagged_connection("remediation.crash_receipt", dagster_run_id=run_id) as conn:
+        cur = conn.cursor()
+        for intent in intents:
+            if row_present(cur, intent):
+                change = intent.model_copy(update={"what": f"{intent.what} (recorded by this receipt: the run "
+                                                           "stopped before it recorded the row it had added)"})  # fmt: skip
+                record_change(store, plan, change, run_id)
+                found.append(change)
+            else:
+                absent.append(f"{intent.key_column} {intent.key_value} was not added (not in the table)")
+    return found, absent
 
 
 def crash_receipt(
@@ -37,8 +85,14 @@ def crash_receipt(
         return None
     mine = [e for e in events if run.run_id in e.event_key]
     changes = [Change.model_validate(e.detail) for e in mine if e.kind == "change"]
+    recorded = {c.proposal_id for c in changes}
+    intents = [Change.model_validate(e.detail) for e in mine if e.kind == APPLYING]
+    found, absent = _unrecorded(
+        store, plan, run.run_id, [c for c in intents if c.proposal_id not in recorded]
+    )
+    changes += found
     rerun = next((e.detail for e in mine if e.kind == "rerun"), None)
-    applied = "; ".join(c.what for c in changes) or "no reference or source change"
+    applied = "; ".join([c.what for c in changes] + absent) or "no reference or source change"
     started = f"; it had started Coalesce run {rerun['coalesce_run_id']}" if rerun else ""
     found = latest_diagnosis(store, plan.incident_id)
     incident = store.get(plan.incident_id)

@@ -28,6 +28,7 @@ from dw_dagster.notifications.wording import wording_for
 from dw_dagster.remediation.approvals import REMEDIATION_JOB, ApprovalBook, ApprovalError
 from dw_dagster.remediation.changes import ChangeConflict, apply_row, undo_steps
 from dw_dagster.remediation.control import OrgControl, escalate, gated_notifier
+from dw_dagster.remediation.crash_receipt import intent_recorder, record_change
 from dw_dagster.remediation.models import (
     Approval,
     Change,
@@ -189,19 +190,15 @@ def build_remediation_definitions(
             if p.reference_row is None:
                 continue
             approval = approved.approver_for(p.owners)
+            intent = intent_recorder(store, approved.plan, p.proposal_id, context.run_id)
             try:
                 with snowflake.tagged_connection(
                     "job.remediate", job=REMEDIATION_JOB, dagster_run_id=context.run_id
                 ) as conn:
-                    change = apply_row(conn.cursor(), p.proposal_id, p.reference_row, approval)
+                    change = apply_row(conn.cursor(), p.proposal_id, p.reference_row, approval, intent)
             except ChangeConflict as e:
                 fail(context, store, slack, approved, changes, str(e))
-            store.append_event(
-                approved.plan.incident_id,
-                "change",
-                f"change|{approved.plan.plan_id}|{p.proposal_id}|{context.run_id}",
-                change.model_dump(mode="json"),
-            )
+            record_change(store, approved.plan, change, context.run_id)
             context.log.info(change.what)
             changes.append(change)
         try:

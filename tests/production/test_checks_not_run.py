@@ -9,7 +9,7 @@ import pytest
 from dagster._core.definitions.job_base import InMemoryJob
 from dagster._core.execution.api import execute_run
 from dagster._core.storage.tags import MAX_RETRIES_TAG, PARENT_RUN_ID_TAG, RETRY_NUMBER_TAG, ROOT_RUN_ID_TAG
-from incidents.ops_warehouse import ops_schema, warehouse  # noqa: F401 - the fixture
+from ops_warehouse import ops_schema, warehouse  # noqa: F401 - the fixture
 
 from dw_dagster import tags
 from dw_dagster.checks.metrics import MetricsFile

@@ -9,7 +9,7 @@ import dagster as dg
 import pytest
 from dagster._core.definitions.freshness import FreshnessState, FreshnessStateChange
 from dagster._core.test_utils import create_run_for_test
-from incidents.ops_warehouse import ops_schema, warehouse  # noqa: F401 - the fixture
+from ops_warehouse import ops_schema, warehouse  # noqa: F401 - the fixture
 
 from dw_dagster import tags
 from dw_dagster.checks.metrics import MetricsFile
