@@ -18,7 +18,6 @@ The receipt looks the key up in its table; found, the change is recorded for the
 it) and listed, and absent, the receipt says the row was not added.
 """
 
-from collections.abc import Callable
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -26,30 +25,12 @@ import dagster as dg
 from dw_dagster.incidents.lifecycle_view import latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.approvals import ApprovalBook
+from dw_dagster.remediation.change_log import APPLYING, record_change
 from dw_dagster.remediation.changes import row_present, undo_steps
 from dw_dagster.remediation.models import Change, Receipt, RemediationPlan
 from dw_dagster.runs import failure_reason
 
 RETRYABLE = "retryable"
-APPLYING = "applying"
-
-
-def intent_recorder(
-    store: IncidentStore, plan: RemediationPlan, proposal_id: str, run_id: str
-) -> Callable[[Change], None]:
-    """What the run records just before it adds a row: the change it is about to make."""
-
-    def record(change: Change) -> None:
-        store.append_event(plan.incident_id, APPLYING, f"{APPLYING}|{plan.plan_id}|{proposal_id}|{run_id}",
-                           change.model_dump(mode="json"))  # fmt: skip
-
-    return record
-
-
-def record_change(store: IncidentStore, plan: RemediationPlan, change: Change, run_id: str) -> None:
-    """The change made, recorded for the run (``undo`` and the receipts read it); recording it twice is a no-op."""
-    store.append_event(plan.incident_id, "change", f"change|{plan.plan_id}|{change.proposal_id}|{run_id}",
-                       change.model_dump(mode="json"))  # fmt: skip
 
 
 def _unrecorded(store: IncidentStore, plan: RemediationPlan, run_id: str, intents: list[Change]) -> tuple[

@@ -26,9 +26,9 @@ from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.resources import SlackNotifier
 from dw_dagster.notifications.wording import wording_for
 from dw_dagster.remediation.approvals import REMEDIATION_JOB, ApprovalBook, ApprovalError
+from dw_dagster.remediation.change_log import intent_recorder, record_change
 from dw_dagster.remediation.changes import ChangeConflict, apply_row, undo_steps
 from dw_dagster.remediation.control import OrgControl, escalate, gated_notifier
-from dw_dagster.remediation.crash_receipt import intent_recorder, record_change
 from dw_dagster.remediation.models import (
     Approval,
     Change,

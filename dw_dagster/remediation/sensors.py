@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -159,12 +159,8 @@ def expire_pending(
     """Cancels every queued remediation run whose plan has expired; returns their run ids."""
     now = now or datetime.now(UTC)
     out = []
-    runs = instance.get_runs(dg.RunsFilter(job_name=REMEDIATION_JOB, statuses=[dg.DagsterRunStatus.QUEUED]))
-    for run in runs:
-        if run.tags.get(APPROVAL) != APPROVAL_PENDING:
-            continue
-        plan = book.plan(run.tags.get(PLAN_ID, ""))
-        if plan is None or plan.expires_at > now:
+    for run, plan in _held_plans(instance, book):
+        if plan.expires_at > now:
             continue
         # Re-read just before deciding: an approval that released the run a moment ago wins.
         current = instance.get_run_by_id(run.run_id)
@@ -194,9 +190,20 @@ def expire_pending(
 
 def next_expiry(instance: dg.DagsterInstance, book: ApprovalBook) -> datetime | None:
     """The earliest expiry among the plans whose runs still wait for approval (their plans' own times)."""
+    return min((plan.expires_at for _, plan in _held_plans(instance, book)), default=None)
+
+
+def _held_plans(
+    instance: dg.DagsterInstance, book: ApprovalBook
+) -> Iterator[tuple[dg.DagsterRun, RemediationPlan]]:
+    """Each queued remediation run still held for approval, with its recorded plan."""
     runs = instance.get_runs(dg.RunsFilter(job_name=REMEDIATION_JOB, statuses=[dg.DagsterRunStatus.QUEUED]))
-    plans = [book.plan(r.tags.get(PLAN_ID, "")) for r in runs if r.tags.get(APPROVAL) == APPROVAL_PENDING]
-    return min((p.expires_at for p in plans if p is not None), default=None)
+    for run in runs:
+        if run.tags.get(APPROVAL) != APPROVAL_PENDING:
+            continue
+        plan = book.plan(run.tags.get(PLAN_ID, ""))
+        if plan is not None:
+            yield run, plan
 
 
 def build_remediation_sensors(

@@ -18,6 +18,7 @@ from typing import Any
 
 from dw_dagster.coalesce.sql import quote_identifier, table_reference
 from dw_dagster.incidents.keys import typed
+from dw_dagster.remediation.change_log import record_change
 from dw_dagster.remediation.models import Approval, AwaitSource, Change, Dedupe
 
 
@@ -150,10 +151,7 @@ def apply_source_changes(warehouse: Any, store: Any, approved: Any, run_id: str,
             raise SourceStepFailed(
                 f"removing the copies from {p.dedupe.table} failed: {type(e).__name__}: {e}"
             ) from e
-        store.append_event(
-            approved.plan.incident_id, "change", f"change|{approved.plan.plan_id}|{p.proposal_id}|{run_id}",
-            change.model_dump(mode="json"),
-        )  # fmt: skip
+        record_change(store, approved.plan, change, run_id)
         out.append(change)
     return out
 

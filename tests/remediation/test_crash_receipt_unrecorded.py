@@ -19,8 +19,9 @@ from dw_dagster.context.models import load_context_file
 from dw_dagster.incidents.models import Finding
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.approvals import REMEDIATION_JOB, ApprovalBook
+from dw_dagster.remediation.change_log import intent_recorder
 from dw_dagster.remediation.changes import apply_row, pending_undo, undo
-from dw_dagster.remediation.crash_receipt import crash_receipt, intent_recorder
+from dw_dagster.remediation.crash_receipt import crash_receipt
 from dw_dagster.remediation.models import Approval
 
 __all__ = ["warehouse"]
