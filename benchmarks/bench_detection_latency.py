@@ -29,6 +29,7 @@ import logging
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -147,6 +148,16 @@ def timeline(
         print(f"  {t - end:7.1f}  {label}")
 
 
+def last_step_end(instance: dg.DagsterInstance, run_id: str) -> float:
+    """When the run's last step ended: its results (and any incident) are recorded by then."""
+    return max(
+        r.timestamp
+        for r in instance.all_logs(run_id)
+        if r.dagster_event is not None
+        and r.dagster_event.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE")
+    )
+
+
 def stop_group(proc: subprocess.Popen | None) -> None:
     """SIGTERM the daemon's process group (daemon, code server, run workers), SIGKILL what is left."""
     if proc is None:
@@ -176,6 +187,7 @@ def stop_group(proc: subprocess.Popen | None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for each stage")
+    parser.add_argument("--nights", type=int, default=5, help="nights to play, the last the reference night")
     args = parser.parse_args()
 
     template = seeded_template(CACHE)
@@ -213,19 +225,24 @@ def main() -> None:
             world = DistributorWorld()
             client = lw.coalesce_client()
             played = json.loads((root / "seeded.json").read_text())["nights_played"]
+            latencies: list[tuple[str, float]] = []
 
-            # An ordinary night first: the sensor and a checks run, end to end.
-            night = world.play_night(lw.snowflake, client, played)
-            end = coalesce_end_wall(lw, night.run_id)
-            run = wait_for(
-                f"the checks run of Coalesce run {night.run_id}",
-                lambda: (r := checks_run(instance, night.run_id)) is not None and r.is_finished and r,
-                args.timeout,
-            )
-            record = instance.get_run_record_by_id(run.run_id)
-            print(f"\nordinary night {night.night}: Coalesce run {night.run_id} {night.status}; its checks run "
-                  f"{run.status.value} {record.end_time - end:.1f} s after the Coalesce run ended")  # fmt: skip
-            timeline(instance, end, night.run_id, [])
+            # Ordinary nights: the checks run records its results (where an incident would be written).
+            for i in range(args.nights - 1):
+                night = world.play_night(lw.snowflake, client, played + i)
+                end = coalesce_end_wall(lw, night.run_id)
+                run = wait_for(
+                    f"the checks run of Coalesce run {night.run_id}",
+                    lambda night=night: (
+                        (r := checks_run(instance, night.run_id)) is not None and r.is_finished and r
+                    ),
+                    args.timeout,
+                )
+                recorded = last_step_end(instance, run.run_id)
+                latencies.append((f"night {night.night} (checks recorded)", recorded - end))
+                print(f"\nordinary night {night.night}: Coalesce run {night.run_id} {night.status}; its checks run "
+                      f"{run.status.value}, results recorded {recorded - end:.1f} s after the Coalesce run ended")  # fmt: skip
+                timeline(instance, end, night.run_id, [])
 
             # The reference night.
             store = IncidentStore(warehouse_from_env(), OpsSchema(LOCAL_DATABASE, "DW_OPS"))
@@ -241,10 +258,11 @@ def main() -> None:
             seen = time.time()
             incident = incidents[0]
             opened = incident.opened_at.timestamp()
+            latencies.append((f"reference night {ref.night} (incident OPENED_AT)", opened - end))
             print(f"\nreference night {ref.night}: Coalesce run {ref.run_id} {ref.status} (this process saw it end "
                   f"{seen_after_end:.1f} s after its end time)")  # fmt: skip
             print(f"incident {incident.incident_id} recorded {opened - end:.1f} s after the Coalesce run ended "
-                  f"(OPENED_AT; goal < 45 s); seen by polling at {seen - end:.1f} s")  # fmt: skip
+                  f"(OPENED_AT); seen by polling at {seen - end:.1f} s")  # fmt: skip
             print(f"  {incident.title[:160]}")
             # Let the checks run finish, so its whole timeline is on record.
             try:
@@ -258,19 +276,17 @@ def main() -> None:
                 [(opened, "INCIDENT OPENED (OPENED_AT)"), (seen, "incident seen by this process")],
             )
 
-            run = checks_run(instance, ref.run_id)
             ticks = sorted(sensor_ticks(instance, SENSOR), key=lambda t: t.timestamp)
-            tick = next((t for t in ticks if run is not None and run.run_id in t.run_ids), None)
             gaps = sorted(b.timestamp - a.timestamp for a, b in itertools.pairwise(ticks))
-            if tick is not None and run is not None and gaps:
-                waited = tick.timestamp - end
-                rest = opened - tick.timestamp
-                median_gap, max_gap = gaps[len(gaps) // 2], gaps[-1]
-                print(f"\nsummary: latency {opened - end:.1f} s = {waited:.1f} s waiting for the next sensor tick + "
-                      f"{rest:.1f} s from tick start to incident. The run sensor ticked every {median_gap:.1f} s "
-                      f"(median; max {max_gap:.1f} s over {len(gaps)} intervals; minimum_interval_seconds 30), so with "
-                      f"this machine's costs: best case about {rest:.0f} s, mean about {median_gap / 2 + rest:.0f} s, "
-                      f"worst case about {max_gap + rest:.0f} s (goal < 45 s)")  # fmt: skip
+            if gaps:
+                print(f"\nthe run sensor ticked every {gaps[len(gaps) // 2]:.1f} s (median; max {gaps[-1]:.1f} s over "
+                      f"{len(gaps)} intervals)")  # fmt: skip
+            print("\nlatency, Coalesce run end -> results recorded, per night:")
+            for label, seconds in latencies:
+                print(f"  {seconds:6.1f} s  {label}")
+            figures = sorted(seconds for _, seconds in latencies)
+            print(f"detection latency over {len(figures)} nights: median {statistics.median(figures):.1f} s, "
+                  f"worst {figures[-1]:.1f} s (goal: median <= 15 s, worst <= 30 s)")  # fmt: skip
         finally:
             stop_group(daemon)
             if instance is not None:

@@ -38,7 +38,10 @@ from dw_dagster.coalesce.run_report import (
     sort_asset_events,
 )
 
-DEFAULT_SENSOR_INTERVAL_SECONDS = 30
+# An idle tick is one ``GET /api/v1/runs`` per environment (never the warehouse), so a short interval is
+# cheap; it is most of the time from a Coalesce run's end to its checks. The daemon's sensor loop turns
+# every 5 s, so a shorter interval would not tick sooner.
+DEFAULT_SENSOR_INTERVAL_SECONDS = 5
 # The daemon gives a tick DEFAULT_SENSOR_GRPC_TIMEOUT seconds (60 unless set); keep a margin for returning.
 DEFAULT_TICK_TIME_BUDGET_SECONDS = float(max(10, DEFAULT_SENSOR_GRPC_TIMEOUT - 20))
 DEFAULT_PAGE_SIZE = 100
@@ -310,7 +313,8 @@ def build_coalesce_polling_sensor(
         on_run_finished (Optional[CoalesceRunHook]): Receives each finished run's report and returns the
             run requests it wants (for example a checks-only run of the assets built).
         name (str): The sensor's name.
-        minimum_interval_seconds (int): Seconds between ticks.
+        minimum_interval_seconds (int): Seconds between ticks (at least 1; Dagster's sensor daemon
+            evaluates sensors every 5 s at most).
         default_status (DefaultSensorStatus): Whether the sensor runs once deployed.
         tick_time_budget_seconds (float): A tick stops starting new work after this many seconds (and
             after at least one run reported); the next tick resumes from its cursor.
@@ -327,6 +331,8 @@ def build_coalesce_polling_sensor(
     """
     if not 1 <= page_size <= 1000:
         raise ValueError(f"page_size must be between 1 and 1000, got {page_size}")
+    if minimum_interval_seconds < 1:
+        raise ValueError(f"minimum_interval_seconds must be at least 1, got {minimum_interval_seconds}")
     if tick_time_budget_seconds < 0:
         raise ValueError(f"tick_time_budget_seconds must not be negative, got {tick_time_budget_seconds}")
     assets = CoalesceAssetIndex.from_specs(asset_specs)
