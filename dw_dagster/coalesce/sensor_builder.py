@@ -63,25 +63,33 @@ def unreported_asset_events(
     instance: dg.DagsterInstance, events: Iterable[AssetEvent], lookback: int = DEDUP_LOOKBACK_RECORDS
 ) -> list[AssetEvent]:
     """The events whose asset has no event of the same kind from the same Coalesce run among its latest
-    ``lookback`` records."""
-    out = []
-    for event in events:
-        ours = CoalesceRunMetadataSet.extract(event.metadata)
-        fetch = (
-            instance.fetch_materializations
-            if isinstance(event, dg.AssetMaterialization)
-            else instance.fetch_observations
-        )
-        records = fetch(event.asset_key, limit=lookback).records
-        if ours.run_id is not None and any(
-            r.asset_event is not None
-            and (theirs := CoalesceRunMetadataSet.extract(r.asset_event.metadata)).run_id == ours.run_id
-            and theirs.environment_id == ours.environment_id
-            for r in records
-        ):
-            continue
-        out.append(event)
-    return out
+    ``lookback`` records.
+
+    One storage query when the run's first event is not stored: the daemon stores a tick's events in the
+    order ``sort_asset_events`` gives them, one at a time, so a crash leaves a prefix of each run's events
+    stored; without the first, none is. Otherwise each event is looked up."""
+    events = list(events)
+    ordered = sort_asset_events(events)
+    if not ordered or not _reported(instance, ordered[0], lookback):
+        return events
+    return [event for event in events if not _reported(instance, event, lookback)]
+
+
+def _reported(instance: dg.DagsterInstance, event: AssetEvent, lookback: int) -> bool:
+    ours = CoalesceRunMetadataSet.extract(event.metadata)
+    if ours.run_id is None:
+        return False
+    fetch = (
+        instance.fetch_materializations
+        if isinstance(event, dg.AssetMaterialization)
+        else instance.fetch_observations
+    )
+    return any(
+        r.asset_event is not None
+        and (theirs := CoalesceRunMetadataSet.extract(r.asset_event.metadata)).run_id == ours.run_id
+        and theirs.environment_id == ours.environment_id
+        for r in fetch(event.asset_key, limit=lookback).records
+    )
 
 
 @dataclass
