@@ -65,14 +65,23 @@ def unreported_asset_events(
     """The events whose asset has no event of the same kind from the same Coalesce run among its latest
     ``lookback`` records.
 
-    One storage query when the run's first event is not stored: the daemon stores a tick's events in the
-    order ``sort_asset_events`` gives them, one at a time, so a crash leaves a prefix of each run's events
-    stored; without the first, none is. Otherwise each event is looked up."""
+    The daemon stores a tick's events in the order ``sort_asset_events`` gives them, one at a time, so a
+    crash leaves a prefix of each run's events stored: a binary search for its end looks up about
+    log2(n) events, one when none is stored."""
     events = list(events)
     ordered = sort_asset_events(events)
-    if not ordered or not _reported(instance, ordered[0], lookback):
-        return events
-    return [event for event in events if not _reported(instance, event, lookback)]
+    # bisect over "stored": True for a prefix of ``ordered``, then False.
+    lo, hi = 0, len(ordered)
+    if hi and not _reported(instance, ordered[0], lookback):
+        hi = 0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _reported(instance, ordered[mid], lookback):
+            lo = mid + 1
+        else:
+            hi = mid
+    stored = {id(event) for event in ordered[:lo]}
+    return [event for event in events if id(event) not in stored]
 
 
 def _reported(instance: dg.DagsterInstance, event: AssetEvent, lookback: int) -> bool:
