@@ -1,23 +1,24 @@
-"""Time from a Coalesce run ending to the incident being recorded, through the real Dagster daemon (goal:
-under 45 s with the run sensor's default 30 s interval).
+"""Time from a Coalesce run ending to its checks' results (and the incident) being recorded, through the real
+Dagster daemon, over several nights (goal: median at most 15 s, worst at most 30 s).
 
 On a private clone of the seeded distributor world (``seeded_template`` + ``clone_world``; the template is
 built once per content hash under ``.dw/cache``, about 3 minutes the first time) it starts the local
 world (Snowflake, Coalesce simulator, Slack stand-in on free loopback ports), writes the Coalesce state file
 (``refresh_coalesce_state``, into the instance), and starts ``dagster-daemon run -w workspace.yaml`` as a subprocess (it spawns the
 code server and the run workers) with ``DAGSTER_HOME`` in the temp dir (the repo's ``dagster.yaml`` copied
-there) and the world's environment (``lw.env()``). The run sensor keeps its defaults (RUNNING, 30 s): the
+there) and the world's environment (``lw.env()``). The run sensor keeps its defaults (RUNNING, 5 s): the
 benchmark waits for its first tick, which sets the cursor at the present.
 
-Then it plays an ordinary night (``DistributorWorld().play_night(..., 60)``) and waits for its checks run
-to finish, then the reference night (``play_reference_night``). It takes the Coalesce run's end from the
+Then it plays ``--nights`` - 1 ordinary nights (``DistributorWorld().play_night``), each timed to its checks
+run's last step, then the reference night (``play_reference_night``), timed to its incident; it prints the
+median and the worst. It takes the Coalesce run's end from the
 simulator (``client.get_run(run_id).run_end_time``, mapped from the simulator clock to wall time) and polls
 ``IncidentStore(...).list()`` until the incident appears. It prints the latency and the timeline Dagster
 records: the sensor tick that reported the run, the checks run's queue, launch and start, each step, the
 incident's ``OPENED_AT``. Every process it started (the world's servers; the daemon's process group: code
 server and run workers) is stopped on the way out, even on error. Nothing is asserted. Run:
 
-    .venv/bin/python benchmarks/bench_detection_latency.py [--timeout 300]
+    .venv/bin/python benchmarks/bench_detection_latency.py [--nights 5] [--timeout 300]
 """
 
 from __future__ import annotations
