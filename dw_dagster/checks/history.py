@@ -9,7 +9,7 @@ been at the new level.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
@@ -82,33 +82,59 @@ class HistorySession:
         dagster_run_id: str | None,
         coalesce_run_id: str | None,
     ) -> None:
+        self.record_metrics(day, {metric: (value, groups)}, dagster_run_id, coalesce_run_id)
+
+    def record_metrics(
+        self,
+        day: date,
+        values: Mapping[str, tuple[float | None, Mapping[str, float | None]]],
+        dagster_run_id: str | None,
+        coalesce_run_id: str | None,
+    ) -> None:
+        """Tonight's value and groups of each metric (``metric -> (value, groups)``) in one statement."""
+        if not values:
+            return
         now = datetime.now(UTC)
+        rows = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(values))
+        params = [
+            v
+            for metric, (value, groups) in values.items()
+            for v in (metric, day, value, json.dumps(dict(groups)), now, dagster_run_id, coalesce_run_id)
+        ]
         self.cur.execute(
-            f"MERGE INTO {self.ops.table('METRIC_HISTORY')} t USING (SELECT %s AS METRIC, %s AS BUSINESS_DATE) s"
-            " ON t.METRIC = s.METRIC AND t.BUSINESS_DATE = s.BUSINESS_DATE"
-            " WHEN MATCHED THEN UPDATE SET VALUE = %s, GROUPS = %s, RECORDED_AT = %s, DAGSTER_RUN_ID = %s,"
-            " COALESCE_RUN_ID = %s"
+            f"MERGE INTO {self.ops.table('METRIC_HISTORY')} t USING (SELECT column1 AS METRIC,"
+            " column2::DATE AS BUSINESS_DATE, column3::FLOAT AS VALUE, column4 AS GROUPS,"
+            " column5::TIMESTAMP_TZ AS RECORDED_AT, column6 AS DAGSTER_RUN_ID, column7 AS COALESCE_RUN_ID"
+            f" FROM VALUES {rows}) s ON t.METRIC = s.METRIC AND t.BUSINESS_DATE = s.BUSINESS_DATE"
+            " WHEN MATCHED THEN UPDATE SET VALUE = s.VALUE, GROUPS = s.GROUPS, RECORDED_AT = s.RECORDED_AT,"
+            " DAGSTER_RUN_ID = s.DAGSTER_RUN_ID, COALESCE_RUN_ID = s.COALESCE_RUN_ID"
             " WHEN NOT MATCHED THEN INSERT (METRIC, BUSINESS_DATE, VALUE, GROUPS, RECORDED_AT, DAGSTER_RUN_ID,"
-            " COALESCE_RUN_ID, FLAGGED) VALUES (%s, %s, %s, %s, %s, %s, %s, FALSE)",
-            (
-                metric, day,
-                value, json.dumps(dict(groups)), now, dagster_run_id, coalesce_run_id,
-                metric, day, value, json.dumps(dict(groups)), now, dagster_run_id, coalesce_run_id,
-            ),
-        )  # fmt: skip
+            " COALESCE_RUN_ID, FLAGGED) VALUES (s.METRIC, s.BUSINESS_DATE, s.VALUE, s.GROUPS, s.RECORDED_AT,"
+            " s.DAGSTER_RUN_ID, s.COALESCE_RUN_ID, FALSE)",
+            tuple(params),
+        )
 
     def metric_history(self, metric: str, before: date, days: int) -> dict[date, Recorded]:
+        return self.metric_histories([metric], before, days)[metric]
+
+    def metric_histories(
+        self, metrics: Sequence[str], before: date, days: int
+    ) -> dict[str, dict[date, Recorded]]:
+        """The history of every metric in ``metrics``, read in one statement."""
+        out: dict[str, dict[date, Recorded]] = {m: {} for m in metrics}
+        if not metrics:
+            return out
         self.cur.execute(
-            f"SELECT BUSINESS_DATE, VALUE, GROUPS, FLAGGED FROM {self.ops.table('METRIC_HISTORY')}"
-            " WHERE METRIC = %s AND BUSINESS_DATE < %s AND BUSINESS_DATE >= %s",
-            (metric, before, before - timedelta(days=days)),
+            f"SELECT METRIC, BUSINESS_DATE, VALUE, GROUPS, FLAGGED FROM {self.ops.table('METRIC_HISTORY')}"
+            f" WHERE METRIC IN ({', '.join(['%s'] * len(out))}) AND BUSINESS_DATE < %s AND BUSINESS_DATE >= %s",
+            (*out, before, before - timedelta(days=days)),
         )
-        return {
-            _as_date(r[0]): Recorded(
-                business_date=_as_date(r[0]), value=r[1], groups=json.loads(r[2] or "{}"), flagged=bool(r[3])
+        for r in self.cur.fetchall():
+            day = _as_date(r[1])
+            out[r[0]][day] = Recorded(
+                business_date=day, value=r[2], groups=json.loads(r[3] or "{}"), flagged=bool(r[4])
             )
-            for r in self.cur.fetchall()
-        }
+        return out
 
     def flag_metric(self, metric: str, day: date, flagged: bool = True) -> None:
         self.cur.execute(
@@ -125,27 +151,42 @@ class HistorySession:
         )
         return {_as_date(r[0]) for r in self.cur.fetchall() if r[0] is not None}
 
-    def record_volume(self, asset_key: str, day: date, row_count: float | None, source: str) -> None:
+    def record_volumes(self, day: date, counts: Mapping[str, tuple[float | None, str]]) -> None:
+        """Tonight's row count of each asset (``asset key -> (count, source)``) in one statement."""
+        if not counts:
+            return
         now = datetime.now(UTC)
+        rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(counts))
+        params = [v for key, (n, source) in counts.items() for v in (key, day, n, source, now)]
         self.cur.execute(
-            f"MERGE INTO {self.ops.table('VOLUME_HISTORY')} t USING (SELECT %s AS ASSET_KEY, %s AS BUSINESS_DATE) s"
+            f"MERGE INTO {self.ops.table('VOLUME_HISTORY')} t USING (SELECT column1 AS ASSET_KEY,"
+            " column2::DATE AS BUSINESS_DATE, column3::FLOAT AS ROW_COUNT, column4 AS SOURCE,"
+            f" column5::TIMESTAMP_TZ AS RECORDED_AT FROM VALUES {rows}) s"
             " ON t.ASSET_KEY = s.ASSET_KEY AND t.BUSINESS_DATE = s.BUSINESS_DATE"
-            " WHEN MATCHED THEN UPDATE SET ROW_COUNT = %s, SOURCE = %s, RECORDED_AT = %s"
+            " WHEN MATCHED THEN UPDATE SET ROW_COUNT = s.ROW_COUNT, SOURCE = s.SOURCE, RECORDED_AT = s.RECORDED_AT"
             " WHEN NOT MATCHED THEN INSERT (ASSET_KEY, BUSINESS_DATE, ROW_COUNT, SOURCE, RECORDED_AT, FLAGGED)"
-            " VALUES (%s, %s, %s, %s, %s, FALSE)",
-            (asset_key, day, row_count, source, now, asset_key, day, row_count, source, now),
+            " VALUES (s.ASSET_KEY, s.BUSINESS_DATE, s.ROW_COUNT, s.SOURCE, s.RECORDED_AT, FALSE)",
+            tuple(params),
         )
 
     def volume_history(self, asset_key: str, before: date, days: int) -> dict[date, Recorded]:
+        return self.volume_histories([asset_key], before, days)[asset_key]
+
+    def volume_histories(
+        self, asset_keys: Sequence[str], before: date, days: int
+    ) -> dict[str, dict[date, Recorded]]:
+        """The row-count history of every asset in ``asset_keys``, read in one statement."""
+        out: dict[str, dict[date, Recorded]] = {k: {} for k in asset_keys}
+        if not asset_keys:
+            return out
         self.cur.execute(
-            f"SELECT BUSINESS_DATE, ROW_COUNT, FLAGGED FROM {self.ops.table('VOLUME_HISTORY')}"
-            " WHERE ASSET_KEY = %s AND BUSINESS_DATE < %s AND BUSINESS_DATE >= %s",
-            (asset_key, before, before - timedelta(days=days)),
+            f"SELECT ASSET_KEY, BUSINESS_DATE, ROW_COUNT, FLAGGED FROM {self.ops.table('VOLUME_HISTORY')}"
+            f" WHERE ASSET_KEY IN ({', '.join(['%s'] * len(out))}) AND BUSINESS_DATE < %s AND BUSINESS_DATE >= %s",
+            (*out, before, before - timedelta(days=days)),
         )
-        return {
-            _as_date(r[0]): Recorded(business_date=_as_date(r[0]), value=r[1], flagged=bool(r[2]))
-            for r in self.cur.fetchall()
-        }
+        for r in self.cur.fetchall():
+            out[r[0]][_as_date(r[1])] = Recorded(business_date=_as_date(r[1]), value=r[2], flagged=bool(r[3]))
+        return out
 
     def flag_volume(self, asset_key: str, day: date, flagged: bool = True) -> None:
         self.cur.execute(

@@ -64,29 +64,39 @@ class KeyChange:
         return "; ".join(parts)
 
 
+def read_keys(cur: Any, table: tuple[str, str, str], column: str) -> dict[str, Any]:
+    """Tonight's keys of a small table: label -> raw value."""
+    cur.execute(f"SELECT DISTINCT {quote_identifier(column)} FROM {table_reference(*table)}")
+    return {key_label(column, r[0]): r[0] for r in cur.fetchall()}
+
+
 def record_keys(
-    cur: Any,
     history: HistorySession,
-    asset_key: str,
-    table: tuple[str, str, str],
-    column: str,
+    keys: Mapping[str, tuple[str, dict[str, Any]]],
     day: date,
     run_ids: tuple[str | None, str | None],
-) -> KeyChange:
-    """Reads and records tonight's keys of a small table; returns what changed since the last night."""
-    cur.execute(f"SELECT DISTINCT {quote_identifier(column)} FROM {table_reference(*table)}")
-    raw = {key_label(column, r[0]): r[0] for r in cur.fetchall()}
-    series = rows_series(asset_key)
-    past = history.metric_history(series, day, KEYS_LOOKBACK_DAYS)
-    history.record_metric(series, day, float(len(raw)), dict.fromkeys(raw, 1.0), *run_ids)
-    if not past:
-        return KeyChange(column=column)
-    before = past[max(past)].groups
-    return KeyChange(
-        column=column,
-        appeared={k: v for k, v in raw.items() if k not in before},
-        went=sorted(k for k in before if k not in raw),
+) -> dict[str, KeyChange]:
+    """Records tonight's keys of each small table (``asset key -> (column, keys)``), every table's history
+    read in one statement and written in one; returns what changed in each since its last night."""
+    series = {asset: rows_series(asset) for asset in keys}
+    pasts = history.metric_histories(list(series.values()), day, KEYS_LOOKBACK_DAYS)
+    history.record_metrics(
+        day, {series[a]: (float(len(raw)), dict.fromkeys(raw, 1.0)) for a, (_, raw) in keys.items()}, *run_ids
     )
+    changes = {}
+    for asset, (column, raw) in keys.items():
+        past = pasts[series[asset]]
+        before = past[max(past)].groups if past else None
+        changes[asset] = (
+            KeyChange(column=column)
+            if before is None
+            else KeyChange(
+                column=column,
+                appeared={k: v for k, v in raw.items() if k not in before},
+                went=sorted(k for k in before if k not in raw),
+            )
+        )
+    return changes
 
 
 def rows_with_keys(cur: Any, table: tuple[str, str, str], column: str, values: Sequence[Any]) -> int:

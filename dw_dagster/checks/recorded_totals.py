@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.groups import GroupMove, judge_groups, null_groups_problem
-from dw_dagster.checks.history import HistorySession, HistoryStore, Rebase, total_series
+from dw_dagster.checks.history import HistorySession, HistoryStore, Rebase, Recorded, total_series
 from dw_dagster.checks.judge import deviation, judge, judgement_metadata
 from dw_dagster.checks.levels import LazyLineage, remediation_levels
 from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
@@ -165,10 +165,13 @@ def build_recorded_total_checks(
 
         store = HistoryStore(warehouse, ops, check="recorded_totals", dagster_run_id=run.dagster_run_id)
         with store.session("check.recorded_totals.history") as history:
+            history.record_metrics(
+                run.business_date,
+                {name: (v.value, v.groups) for name, v in values.items()},
+                run.dagster_run_id,
+                run.coalesce_run_id,
+            )
             for name, v in values.items():
-                history.record_metric(
-                    name, run.business_date, v.value, v.groups, run.dagster_run_id, run.coalesce_run_id
-                )
                 context.op_execution_context.log_event(
                     dg.AssetObservation(
                         asset_key=key_from_path(needed[name].asset),
@@ -186,6 +189,7 @@ def build_recorded_total_checks(
                 cause_scopes=cause_scopes, calendar=metrics.calendar,
                 levels=history.rebases(run.business_date - timedelta(days=HISTORY_DAYS)),
                 incident_days=history.incident_days(run.business_date - timedelta(days=HISTORY_DAYS)),
+                past=history.metric_histories(list(values), run.business_date, HISTORY_DAYS),
             )  # fmt: skip
             for total in selected:
                 if total.name in values and not (
@@ -220,12 +224,14 @@ class Night:
     calendar: BusinessCalendar
     levels: Mapping[str, list[Rebase]]
     incident_days: set[date]
+    past: Mapping[str, dict[date, Recorded]]
+    """Each computed total's history before tonight, read once for the night."""
 
 
 def _evaluate(night: Night, total: RecordedTotal, values: Mapping[str, TotalValue]) -> dg.AssetCheckResult:
     day = night.run.business_date
     value = values[total.name]
-    own = night.history.metric_history(total.name, day, HISTORY_DAYS)
+    own = night.past[total.name]
     excluded = {d for d, r in own.items() if r.flagged} | night.incident_days
     verdict = judge(
         {d: r.value for d, r in own.items()}, day, value.value, total.baseline, total.hurts,
@@ -268,7 +274,7 @@ def _evaluate(night: Night, total: RecordedTotal, values: Mapping[str, TotalValu
             value,
             values[source_name],
             own,
-            night.history.metric_history(source_name, day, HISTORY_DAYS),
+            night.past[source_name],
             total.reconcile_with,
         )
         evidence["reconciliation"] = {"source": source_name, **rec.model_dump(mode="json")}

@@ -20,6 +20,7 @@ from dw_dagster.checks.judge import deviation, judge, judgement_metadata
 from dw_dagster.checks.keys import (
     KeyChange,
     new_key_candidates,
+    read_keys,
     record_keys,
     rows_with_keys,
     table_columns,
@@ -67,6 +68,23 @@ def _from_run_results(instance: dg.DagsterInstance, key: dg.AssetKey, run: Check
     return float(rows.value)
 
 
+def _count_rows(
+    cur, tables: Mapping[dg.AssetKey, tuple[str, str, str]]
+) -> dict[dg.AssetKey, tuple[float | None, str]]:
+    """``COUNT(*)`` of every table in one statement. When it fails (a table is missing), each table is
+    counted alone, so the failure is that table's only: its count is None with the error as its source."""
+    keys = list(tables)
+    parts = [f"SELECT %s AS ASSET_KEY, COUNT(*) AS N FROM {table_reference(*tables[k])}" for k in keys]
+    try:
+        cur.execute("\nUNION ALL\n".join(parts), tuple(k.to_user_string() for k in keys))
+    except Exception as e:  # noqa: BLE001 - reported as errored by the caller, never as passed
+        if len(keys) == 1:
+            return {keys[0]: (None, f"count ({type(e).__name__}: {e})")}
+        return {k: v for key in keys for k, v in _count_rows(cur, {key: tables[key]}).items()}
+    found = {r[0]: float(r[1]) for r in cur.fetchall()}
+    return {k: (found.get(k.to_user_string()), "count") for k in keys}
+
+
 def _bounds_problem(count: float, bounds: Bounds | None) -> str | None:
     if bounds is None:
         return None
@@ -92,29 +110,28 @@ def build_volume_checks(
     def _record_small_keys(context, warehouse, history, run, measured) -> dict[str, KeyChange]:
         """Tonight's keys of every small keyed table (a cheap read of a small table); names, not a verdict,
         so a failed read is logged and the count is still judged."""
-        changes = {}
-        for key, (count, _) in measured.items():
-            column = keyed[key]
-            if column is None or count >= config.baseline.small_below:
-                continue
-            path = key.to_user_string()
-            try:
-                with warehouse.tagged_connection(
-                    "check.volume.keys", **run.tag_fields(VOLUME_CHECK, path)
-                ) as conn:
-                    changes[path] = record_keys(
-                        conn.cursor(), history, path, _table(monitored[key]), column, run.business_date,  # type: ignore[arg-type]
-                        (run.dagster_run_id, run.coalesce_run_id),
-                    )  # fmt: skip
-            except Exception as e:  # noqa: BLE001 - the keys only name the change; the count is judged anyway
-                context.log.warning(f"{path}: could not read its keys ({type(e).__name__}: {e})")
-        return changes
+        small = [
+            k
+            for k, (count, _) in measured.items()
+            if keyed[k] is not None and count < config.baseline.small_below
+        ]
+        if not small:
+            return {}
+        keys = {}
+        tag = run.tag_fields(VOLUME_CHECK, ",".join(k.to_user_string() for k in small))
+        with warehouse.tagged_connection("check.volume.keys", **tag) as conn:
+            for key in small:
+                path = key.to_user_string()
+                try:
+                    keys[path] = (keyed[key], read_keys(conn.cursor(), _table(monitored[key]), keyed[key]))  # type: ignore[arg-type]
+                except Exception as e:  # noqa: BLE001 - the keys only name the change; the count is judged anyway
+                    context.log.warning(f"{path}: could not read its keys ({type(e).__name__}: {e})")
+        return record_keys(history, keys, run.business_date, (run.dagster_run_id, run.coalesce_run_id))
 
     def _judge_volume(
-        context, warehouse, ops, run, history, spec, count, source, changes, levels, incident_days
+        context, warehouse, ops, run, history, spec, count, source, changes, levels, incident_days, past
     ):
         path = spec.key.to_user_string()
-        past = history.volume_history(path, run.business_date, HISTORY_DAYS)
         values = {d: r.value for d, r in past.items() if r.value is not None}
         excluded = {d for d, r in past.items() if r.flagged} | incident_days
         verdict = judge(
@@ -254,16 +271,9 @@ def build_volume_checks(
                         "information_schema",
                     )
         else:
-            for key in keys:
-                db, schema, name = _table(monitored[key])  # type: ignore[misc]
-                tag = run.tag_fields(VOLUME_CHECK, key.to_user_string())
-                try:
-                    with warehouse.tagged_connection("check.volume.count", **tag) as conn:
-                        cur = conn.cursor()
-                        cur.execute(f"SELECT COUNT(*) FROM {table_reference(db, schema, name)}")
-                        counts[key] = (float(cur.fetchone()[0]), "count")
-                except Exception as e:  # noqa: BLE001 - reported as errored below, never as passed
-                    counts[key] = (None, f"count ({type(e).__name__}: {e})")
+            tag = run.tag_fields(VOLUME_CHECK, ",".join(k.to_user_string() for k in keys))
+            with warehouse.tagged_connection("check.volume.count", **tag) as conn:
+                counts.update(_count_rows(conn.cursor(), {k: _table(monitored[k]) for k in keys}))  # type: ignore[misc]
 
         store = HistoryStore(warehouse, ops, check=VOLUME_CHECK, dagster_run_id=run.dagster_run_id)
         results, errors = [], []
@@ -278,8 +288,8 @@ def build_volume_checks(
                         f"from {source}"
                     )
                     continue
-                history.record_volume(key.to_user_string(), run.business_date, count, source)
                 measured[key] = (count, source)
+            history.record_volumes(run.business_date, {k.to_user_string(): m for k, m in measured.items()})
             changes = _record_small_keys(context, warehouse, history, run, measured)
             remediation_levels(
                 IncidentStore(warehouse, ops, run_id=run.dagster_run_id), history, run.business_date,
@@ -287,11 +297,15 @@ def build_volume_checks(
             )  # fmt: skip
             levels = history.rebases(run.business_date - timedelta(days=HISTORY_DAYS))
             incident_days = history.incident_days(run.business_date - timedelta(days=HISTORY_DAYS))
+            pasts = history.volume_histories(
+                [k.to_user_string() for k in measured], run.business_date, HISTORY_DAYS
+            )
             for key, (count, source) in measured.items():
                 results.append(
                     _judge_volume(
                         context, warehouse, ops, run, history, monitored[key], count, source, changes,
                         levels.get(volume_series(key.to_user_string()), []), incident_days,
+                        pasts[key.to_user_string()],
                     )
                 )  # fmt: skip
         yield from results
