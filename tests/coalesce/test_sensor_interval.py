@@ -1,4 +1,4 @@
-"""The run sensor ticks every 5 s by default because an idle tick costs one Coalesce API call per environment
+"""The run sensor ticks every 4 s by default (every turn of the daemon's 5 s sensor loop) because an idle tick costs one Coalesce API call per environment
 and nothing else (a stand-in Coalesce on a loopback socket counts the requests); the deployed instance
 launches a queued run within a second and keeps the approval gate's tag limit."""
 
@@ -51,7 +51,7 @@ def test_the_run_sensor_ticks_every_5_s_and_an_idle_tick_is_one_call_per_environ
     url, requested = coalesce
     workspace = CoalesceWorkspace(base_url=url, api_token="t0ken", environment_ids=["2", "3"])
     sensor = build_coalesce_polling_sensor(workspace=workspace, asset_specs=[])
-    assert sensor.minimum_interval_seconds == 5
+    assert sensor.minimum_interval_seconds == 4
 
     with dg.DagsterInstance.ephemeral() as instance:
         cursor = None
