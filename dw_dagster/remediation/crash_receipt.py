@@ -12,10 +12,10 @@ bound run FAILED after it changed something (Dagster's storage first, then the i
    approve again (a change already made is found as approved and not made twice) or leave to expire. A new
    diagnosis may propose another plan instead, and ``dw-dagster undo`` works as before.
 
-A reference row is added after an ``applying`` event that carries the change about to be made (written once
-the row was found absent): a worker killed between the insert and its ``change`` event leaves that intent.
-The receipt looks the key up in its table; found, the change is recorded for the run (so ``undo`` deletes
-it) and listed, and absent, the receipt says the row was not added.
+A reference row is added, and a load's copies removed, after an ``applying`` event that carries the change
+about to be made: a worker killed between the change and its ``change`` event leaves that intent. The
+receipt looks in the warehouse (the key in its table; no copies left in the removal's scope); made, the
+change is recorded for the run (so ``undo`` reverts it) and listed, and not made, the receipt says so.
 """
 
 from datetime import UTC, datetime
@@ -28,6 +28,7 @@ from dw_dagster.remediation.approvals import ApprovalBook
 from dw_dagster.remediation.change_log import APPLYING, record_change
 from dw_dagster.remediation.changes import row_present, undo_steps
 from dw_dagster.remediation.models import Change, Receipt, RemediationPlan
+from dw_dagster.remediation.source_steps import copies_left
 from dw_dagster.runs import failure_reason
 
 RETRYABLE = "retryable"
@@ -36,22 +37,31 @@ RETRYABLE = "retryable"
 def _unrecorded(store: IncidentStore, plan: RemediationPlan, run_id: str, intents: list[Change]) -> tuple[
     list[Change], list[str]
 ]:  # fmt: skip
-    """Of the rows the run was about to add when it stopped, those in their tables now (recorded here as its
-    changes) and a line for each that is not."""
+    """Of the changes the run was about to make when it stopped (a row to add, copies to remove), those in
+    the warehouse now (recorded here as its changes) and a line for each that is not."""
     found: list[Change] = []
     absent: list[str] = []
     if not intents:
         return found, absent
+    dedupes = {p.proposal_id: p.dedupe for p in plan.proposals if p.dedupe is not None}
     with store.warehouse.tagged_connection("remediation.crash_receipt", dagster_run_id=run_id) as conn:
         cur = conn.cursor()
         for intent in intents:
-            if row_present(cur, intent):
+            dedupe = dedupes.get(intent.proposal_id) if intent.kind == "dedupe" else None
+            if dedupe is not None:
+                made = copies_left(cur, dedupe) == 0
+                missed = (f"the copies were not removed from {dedupe.table} (still in it; "
+                          f"kept in {dedupe.backup} too)")  # fmt: skip
+            else:
+                made = row_present(cur, intent)
+                missed = f"{intent.key_column} {intent.key_value} was not added (not in the table)"
+            if made:
                 change = intent.model_copy(update={"what": f"{intent.what} (recorded by this receipt: the run "
-                                                           "stopped before it recorded the row it had added)"})  # fmt: skip
+                                                           "stopped before it recorded its change)"})  # fmt: skip
                 record_change(store, plan, change, run_id)
                 found.append(change)
             else:
-                absent.append(f"{intent.key_column} {intent.key_value} was not added (not in the table)")
+                absent.append(missed)
     return found, absent
 
 

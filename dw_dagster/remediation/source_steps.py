@@ -4,7 +4,8 @@ that changes something.
 
 Removing copies keeps them: the copies of the approved keys are first written to a table in the ops schema,
 then every row of those groups is deleted and one of each is put back, in one transaction. Undo puts the
-kept copies back (``changes.undo``). A retried step finds its own kept copies and changes nothing twice.
+kept copies back (``changes.undo``). A retried step finds its own kept copies and changes nothing twice, or,
+when the copies are still in the table (the earlier attempt stopped before its commit), finishes the removal.
 Every statement is built from the approved plan's table, columns and keys (identifiers quoted, values
 bound), never from stored SQL text.
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 from dw_dagster.coalesce.sql import quote_identifier, table_reference
 from dw_dagster.incidents.keys import typed
-from dw_dagster.remediation.change_log import record_change
+from dw_dagster.remediation.change_log import intent_recorder, record_change
 from dw_dagster.remediation.models import Approval, AwaitSource, Change, Dedupe
 
 
@@ -43,34 +44,66 @@ def _exists(cur: Any, parts: tuple[str, str, str]) -> bool:
     return int(cur.fetchone()[0]) > 0
 
 
-def remove_duplicates(
-    cur: Any, proposal_id: str, d: Dedupe, approval: Approval, types: dict[str, str] | None = None
-) -> Change:
-    """Removes the copies, keeping one row of each group; returns the change (with how to undo it)."""
+def _copies(d: Dedupe, types: dict[str, str]) -> tuple[str, tuple]:
+    """Rows beyond the first of each group of identical rows in the scope: exactly the copies."""
     cols = ", ".join(quote_identifier(c) for c in d.columns)
-    where, params = _scope(d, types or {})
+    where, params = _scope(d, types)
+    return (
+        f"SELECT {cols} FROM {d.table}{where}"
+        f" QUALIFY ROW_NUMBER() OVER (PARTITION BY {cols} ORDER BY {quote_identifier(d.columns[0])}) > 1",
+        params,
+    )
+
+
+def copies_left(cur: Any, d: Dedupe, types: dict[str, str] | None = None) -> int:
+    """The copies still in the table (0 once a removal has committed)."""
+    select, params = _copies(d, types or {})
+    cur.execute(f"SELECT COUNT(*) FROM ({select})", params or None)
+    return int(cur.fetchone()[0])
+
+
+def remove_duplicates(
+    cur: Any,
+    proposal_id: str,
+    d: Dedupe,
+    approval: Approval,
+    types: dict[str, str] | None = None,
+    before_delete: Callable[[Change], None] | None = None,
+) -> Change:
+    """Removes the copies, keeping one row of each group; returns the change (with how to undo it).
+    ``before_delete`` receives the change just before the transaction (the run records its intent there: a
+    worker killed between the commit and its record leaves that intent, from which its receipt finds the
+    removal)."""
+    cols = ", ".join(quote_identifier(c) for c in d.columns)
     now = datetime.now(UTC)
     common = dict(kind="dedupe", proposal_id=proposal_id, table_parts=d.table_parts, key_column=d.key_column or "",
                   key_value=list(d.key_values), backup_parts=d.backup_parts, columns=list(d.columns), at=now)  # fmt: skip
     if _exists(cur, d.backup_parts):
         cur.execute(f"SELECT COUNT(*) FROM {d.backup}")
         kept = int(cur.fetchone()[0])
-        return Change(what=f"the copies were already removed from {d.table} ({kept:,} kept in {d.backup})",
-                      added=False, rows=kept, **common)  # fmt: skip
-    cur.execute(
-        f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(d.backup_parts[0])}.{quote_identifier(d.backup_parts[1])}"
-    )
-    # Rows beyond the first of each group of identical rows: exactly the copies.
-    cur.execute(
-        f"CREATE TABLE {d.backup} AS SELECT {cols} FROM {d.table}{where}"
-        f" QUALIFY ROW_NUMBER() OVER (PARTITION BY {cols} ORDER BY {quote_identifier(d.columns[0])}) > 1",
-        params or None,
-    )
+        if not copies_left(cur, d, types):
+            return Change(what=f"the copies were already removed from {d.table} ({kept:,} kept in {d.backup})",
+                          added=False, rows=kept, **common)  # fmt: skip
+        # An earlier attempt kept the copies and stopped before its transaction committed: finish it.
+    else:
+        cur.execute(
+            f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(d.backup_parts[0])}.{quote_identifier(d.backup_parts[1])}"
+        )
+        select, params = _copies(d, types or {})
+        cur.execute(f"CREATE TABLE {d.backup} AS {select}", params or None)
     cur.execute(f"SELECT COUNT(*) FROM {d.backup}")
     copies = int(cur.fetchone()[0])
     if not copies:
         return Change(what=f"{d.table} holds no copies any more; nothing was removed", added=False, rows=0,
                       **common)  # fmt: skip
+    scope = f" of {d.key_column} {', '.join(d.key_values)}" if d.key_values else ""
+    change = Change(
+        what=f"Removed {copies:,} duplicate rows{scope} from {d.table} on approval of {approval.approver}; "
+        f"the copies are kept in {d.backup}",
+        added=True, rows=copies, **common,
+    )  # fmt: skip
+    if before_delete is not None:
+        before_delete(change)
     match = " AND ".join(
         f"(T.{quote_identifier(c)} = K.{quote_identifier(c)} OR (T.{quote_identifier(c)} IS NULL AND K.{quote_identifier(c)} IS NULL))"
         for c in d.columns
@@ -83,12 +116,7 @@ def remove_duplicates(
     except Exception:
         cur.execute("ROLLBACK")
         raise
-    scope = f" of {d.key_column} {', '.join(d.key_values)}" if d.key_values else ""
-    return Change(
-        what=f"Removed {copies:,} duplicate rows{scope} from {d.table} on approval of {approval.approver}; "
-        f"the copies are kept in {d.backup}",
-        added=True, rows=copies, **common,
-    )  # fmt: skip
+    return change
 
 
 def undo_dedupe(change: Change) -> tuple[str, tuple]:
@@ -142,9 +170,12 @@ def apply_source_changes(warehouse: Any, store: Any, approved: Any, run_id: str,
         if p.dedupe is None:
             continue
         approval = approved.approver_for(p.owners)
+        intent = intent_recorder(store, approved.plan, p.proposal_id, run_id)
         try:
             with warehouse.tagged_connection("job.remediate", job=job, dagster_run_id=run_id) as conn:
-                change = remove_duplicates(conn.cursor(), p.proposal_id, p.dedupe, approval)
+                change = remove_duplicates(
+                    conn.cursor(), p.proposal_id, p.dedupe, approval, before_delete=intent
+                )
         except SourceStepFailed:
             raise
         except Exception as e:  # noqa: BLE001 - a warehouse error stops the run with a failure receipt
