@@ -69,11 +69,15 @@ def _night(setup, instance: dg.DagsterInstance, day: date):
     return plan, run, proposal, approval
 
 
-def _rows(wh) -> list[tuple]:
+def _select(wh, sql: str) -> list[tuple]:
     with wh.tagged_connection("test") as conn:
         cur = conn.cursor()
-        cur.execute(f'SELECT "ORGANIZATION_ID", "WAREHOUSE_NAME" FROM {TABLE}')
+        cur.execute(sql)
         return cur.fetchall()
+
+
+def _rows(wh) -> list[tuple]:
+    return _select(wh, f'SELECT "ORGANIZATION_ID", "WAREHOUSE_NAME" FROM {TABLE}')
 
 
 def test_a_row_added_but_not_recorded_is_found_listed_and_can_be_undone(setup):
@@ -145,10 +149,7 @@ def _dedupe_night(setup, day: date):
 
 
 def _lines(wh) -> list[tuple]:
-    with wh.tagged_connection("test") as conn:
-        cur = conn.cursor()
-        cur.execute(f"SELECT LINE_ID, STORE_ID FROM {LINES} ORDER BY LINE_ID")
-        return cur.fetchall()
+    return _select(wh, f"SELECT LINE_ID, STORE_ID FROM {LINES} ORDER BY LINE_ID")
 
 
 def test_copies_removed_but_not_recorded_are_found_listed_and_can_be_put_back(setup):
