@@ -1,6 +1,6 @@
 """The run sensor's requests survive a daemon killed at any point of its tick: Dagster's own sensor daemon
-(one iteration per process, over workspace.yaml) is killed with SIGKILL at each of its crash points, by its
-debug crash flags, then run again. Each Coalesce run ends with exactly one checks run, its events stored
+(one iteration per process, over a gRPC code server that outlives it, as in a deployment) is killed with
+SIGKILL at each of its crash points, by its debug crash flags, then run again. Each Coalesce run ends with exactly one checks run, its events stored
 once, and the cursor past it: the tick stores its run requests with the new cursor before it submits them,
 and an interrupted tick is resumed (or re-evaluated from the old cursor) on the daemon's next iteration."""
 
@@ -10,10 +10,12 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
 import pytest
+from deployment import Deployment
 
 from dw_dagster.coalesce.cursor import CoalesceRunSensorCursor
 from dw_dagster.coalesce.metadata import CoalesceRunMetadataSet
@@ -30,15 +32,16 @@ ITERATION = Path(__file__).with_name("sensor_iteration.py")
 
 
 class Daemon:
-    """Dagster's sensor daemon over the world, one iteration per process."""
+    """Dagster's sensor daemon over the world, one iteration per process, against a code server of its own."""
 
-    def __init__(self, lw):
+    def __init__(self, lw, root: Path):
         self.lw = lw
         self.home = dagster_home(lw.root)
-        self.env = {**os.environ, **lw.env(), "DAGSTER_HOME": str(self.home)}
         os.environ.update(lw.env())
         migrate_deployment()
-        self.instance = dg.DagsterInstance.from_config(str(self.home))
+        self.deployment = Deployment(root, lw, home=self.home)
+        self.env = self.deployment.env
+        self.instance = self.deployment.instance
         refresh_coalesce_state(self.instance)
         self.clock = time.time()
         self.nights = 60  # the seeded world's history played nights 0-59
@@ -46,7 +49,7 @@ class Daemon:
     def iterate(self, crash_at: str | None = None) -> int:
         # Each iteration a sensor interval later on the daemon's clock, so the sensor is due.
         self.clock += 120
-        args = [sys.executable, str(ITERATION), str(self.home), str(REPO / "workspace.yaml"),
+        args = [sys.executable, str(ITERATION), str(self.home), str(self.deployment.workspace),
                 "--sensor", RUN_SENSOR, "--at", str(self.clock)]  # fmt: skip
         if crash_at:
             args += ["--crash-at", crash_at]
@@ -72,8 +75,14 @@ class Daemon:
 
 
 @pytest.fixture(scope="module")
-def daemon(seeded_world) -> Daemon:
-    return Daemon(seeded_world)
+def daemon(seeded_world, tmp_path_factory) -> Iterator[Daemon]:
+    d = Daemon(seeded_world, tmp_path_factory.mktemp("crash_points"))
+    try:
+        d.deployment.start("code-server")
+        d.deployment.wait("the code server", d.deployment.code_server_up, timeout=300, every=1)
+        yield d
+    finally:
+        d.deployment.stop()
 
 
 @pytest.mark.parametrize("crash_at", ["RUN_IDS_RESERVED", "RUN_CREATED", "RUN_LAUNCHED"])
