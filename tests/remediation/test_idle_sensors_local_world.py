@@ -2,28 +2,34 @@
 do their work when it comes: the reference night's checks run opens an incident, the incident sensor's next
 tick requests its diagnosis, the proposals sensor submits the held run, and the approval expires at its
 time, all with the cursors carried from tick to tick as Dagster's sensor daemon carries them (the local
-daemon keeps none for these sensors), statements counted at the connector."""
+daemon keeps none for these sensors), statements counted at the connector. On the distributor world and on
+the e-commerce world (a duplicate load there, diagnosed after idle ticks that read nothing)."""
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
 from dagster._core.run_coordinator import SubmitRunContext
 from warehouse_statements import statements
+from world_cache import WORLD_CACHE
 
+from dw_dagster.checks import load_metrics_file
 from dw_dagster.context.models import load_context_file
 from dw_dagster.incidents.jobs import DIAGNOSE_JOB, latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.approvals import REMEDIATION_JOB, ApprovalBook
 from dw_dagster.remediation.sensors import build_remediation_sensors
 from dw_dagster.warehouse.ops import OpsSchema
-from dw_local.daemon import QUIET, REMEDIATION_RUN_CONFIG, LocalDaemon, _job_origin
+from dw_local.daemon import QUIET, REMEDIATION_RUN_CONFIG, LocalDaemon, _job_origin, business_clock
+from dw_local.scenarios.suite import SUITE_DIR
+from dw_local.scenarios.worlds import FileScenarioWorld
 from dw_local.worlds.distributor.generator import DistributorWorld
 
 pytestmark = [pytest.mark.world, pytest.mark.timeout(900)]
-OPS = OpsSchema("DW_PROD", "DW_OPS")
+ECOMMERCE = SUITE_DIR.parent / "worlds" / "ecommerce" / "world.yaml"
 GATED = ("incident_sensor", "remediation_proposals", "approval_expiry", "slack_outbox")
 
 
@@ -34,12 +40,14 @@ class Ticks:
         self.daemon = daemon
         self.cursors: dict[str, str | None] = {}
         self.now = datetime.now(UTC)
-        context = load_context_file(daemon.settings.context_file)
+        settings = daemon.settings
+        self.ops = OpsSchema(settings.database, load_metrics_file(settings.metrics_file).ops_schema)
+        context = load_context_file(settings.context_file)
         job = daemon.repo.get_job(REMEDIATION_JOB)
         # The deployed sensors, but acting at ``self.now`` (an approval expires when its plan says).
         self.sensors = {s.name: s for s in daemon.defs.sensors or [] if s.name in GATED}
         self.sensors.update(
-            {s.name: s for s in build_remediation_sensors(job, OPS, context, clock=lambda: self.now)}
+            {s.name: s for s in build_remediation_sensors(job, self.ops, context, clock=lambda: self.now)}
         )
 
     def tick(self, name: str) -> tuple[list[dg.RunRequest], str | None]:
@@ -87,7 +95,7 @@ def test_idle_ticks_send_nothing_to_snowflake(night):
 
 def test_an_incident_a_checks_run_opens_is_diagnosed_and_its_fix_expires_on_time(night):
     daemon, ticks = night
-    store = IncidentStore(daemon.defs.resources["snowflake"], OPS)
+    store = IncidentStore(daemon.defs.resources["snowflake"], ticks.ops)
     DistributorWorld().play_reference_night(daemon.lw.snowflake, daemon.lw.coalesce_client())
     outcome = daemon._tick_run_sensor()  # the run sensor and its checks run, which opens the incident
     assert outcome.checks and not all(c.passed for c in outcome.checks)
@@ -133,3 +141,45 @@ def test_an_incident_a_checks_run_opens_is_diagnosed_and_its_fix_expires_on_time
     assert reason == "expired 1 unanswered approval request(s)"
     assert daemon.instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELED
     assert book.decision(plan).kind == "expired"
+
+
+@pytest.fixture(scope="module")
+def ecommerce(tmp_path_factory):
+    world = FileScenarioWorld(ECOMMERCE)
+    root = world.clone(WORLD_CACHE.resolve(), tmp_path_factory.mktemp("ecommerce") / "world")
+    environ = dict(os.environ)
+    try:
+        with world.local_world(root) as lw:
+            daemon = LocalDaemon(lw, env=world.env())
+            night = world.play_night(lw, world.history_nights, [])
+            daemon.tick(at=night.watched_at)  # an ordinary night first
+            ticks = Ticks(daemon)
+            ticks.settle()
+            yield world, lw, daemon, ticks
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+
+
+def test_on_another_world_idle_ticks_read_nothing_and_a_fault_is_still_diagnosed(ecommerce):
+    world, lw, daemon, ticks = ecommerce
+    assert ticks.idle() == dict.fromkeys(GATED, 0)
+    store = IncidentStore(daemon.defs.resources["snowflake"], ticks.ops)
+    event = world.parse_event({"kind": "duplicate_load", "table": "ORDER_LINES"}, world.history_nights)
+    night = world.play_night(lw, world.history_nights + 1, [event])
+    with business_clock(night.watched_at):
+        outcome = daemon._tick_run_sensor()  # the run sensor and its checks run, which opens the incident
+    assert outcome.checks and not all(c.passed for c in outcome.checks)
+    (incident,) = store.list(status="open")
+
+    requests, _ = ticks.tick("incident_sensor")
+    assert [(r.job_name, r.tags["dw/incident_id"]) for r in requests] == [
+        (DIAGNOSE_JOB, incident.incident_id)
+    ]
+    result = daemon.repo.get_job(DIAGNOSE_JOB).execute_in_process(
+        instance=daemon.instance, tags=requests[0].tags, run_config=QUIET
+    )
+    assert result.success
+    assert latest_diagnosis(store, incident.incident_id)[0].classification == "duplication"
+    ticks.settle()
+    assert ticks.idle() == dict.fromkeys(GATED, 0), "an open, diagnosed incident costs nothing idle"
