@@ -121,19 +121,35 @@ class HistorySession:
         self, metrics: Sequence[str], before: date, days: int
     ) -> dict[str, dict[date, Recorded]]:
         """The history of every metric in ``metrics``, read in one statement."""
-        out: dict[str, dict[date, Recorded]] = {m: {} for m in metrics}
-        if not metrics:
+        rows = self._histories("METRIC_HISTORY", "METRIC", "VALUE, GROUPS, FLAGGED", metrics, before, days)
+        return {
+            metric: {
+                _as_date(day): Recorded(
+                    business_date=_as_date(day),
+                    value=value,
+                    groups=json.loads(groups or "{}"),
+                    flagged=bool(flagged),
+                )
+                for day, value, groups, flagged in found
+            }
+            for metric, found in rows.items()
+        }
+
+    def _histories(
+        self, table: str, key: str, columns: str, keys: Sequence[str], before: date, days: int
+    ) -> dict[str, list[tuple]]:
+        """``(BUSINESS_DATE, *columns)`` of each of ``keys`` in the ops ``table`` over the ``days`` before
+        ``before``, in one statement."""
+        out: dict[str, list[tuple]] = {k: [] for k in keys}
+        if not out:
             return out
         self.cur.execute(
-            f"SELECT METRIC, BUSINESS_DATE, VALUE, GROUPS, FLAGGED FROM {self.ops.table('METRIC_HISTORY')}"
-            f" WHERE METRIC IN ({', '.join(['%s'] * len(out))}) AND BUSINESS_DATE < %s AND BUSINESS_DATE >= %s",
+            f"SELECT {key}, BUSINESS_DATE, {columns} FROM {self.ops.table(table)}"
+            f" WHERE {key} IN ({', '.join(['%s'] * len(out))}) AND BUSINESS_DATE < %s AND BUSINESS_DATE >= %s",
             (*out, before, before - timedelta(days=days)),
         )
         for r in self.cur.fetchall():
-            day = _as_date(r[1])
-            out[r[0]][day] = Recorded(
-                business_date=day, value=r[2], groups=json.loads(r[3] or "{}"), flagged=bool(r[4])
-            )
+            out[r[0]].append(tuple(r[1:]))
         return out
 
     def flag_metric(self, metric: str, day: date, flagged: bool = True) -> None:
@@ -176,17 +192,14 @@ class HistorySession:
         self, asset_keys: Sequence[str], before: date, days: int
     ) -> dict[str, dict[date, Recorded]]:
         """The row-count history of every asset in ``asset_keys``, read in one statement."""
-        out: dict[str, dict[date, Recorded]] = {k: {} for k in asset_keys}
-        if not asset_keys:
-            return out
-        self.cur.execute(
-            f"SELECT ASSET_KEY, BUSINESS_DATE, ROW_COUNT, FLAGGED FROM {self.ops.table('VOLUME_HISTORY')}"
-            f" WHERE ASSET_KEY IN ({', '.join(['%s'] * len(out))}) AND BUSINESS_DATE < %s AND BUSINESS_DATE >= %s",
-            (*out, before, before - timedelta(days=days)),
-        )
-        for r in self.cur.fetchall():
-            out[r[0]][_as_date(r[1])] = Recorded(business_date=_as_date(r[1]), value=r[2], flagged=bool(r[3]))
-        return out
+        rows = self._histories("VOLUME_HISTORY", "ASSET_KEY", "ROW_COUNT, FLAGGED", asset_keys, before, days)
+        return {
+            key: {
+                _as_date(day): Recorded(business_date=_as_date(day), value=count, flagged=bool(flagged))
+                for day, count, flagged in found
+            }
+            for key, found in rows.items()
+        }
 
     def flag_volume(self, asset_key: str, day: date, flagged: bool = True) -> None:
         self.cur.execute(

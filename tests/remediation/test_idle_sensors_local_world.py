@@ -7,14 +7,13 @@ the e-commerce world (a duplicate load there, diagnosed after idle ticks that re
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
 from dagster._core.run_coordinator import SubmitRunContext
 from warehouse_statements import statements
-from world_cache import WORLD_CACHE
+from world_cache import running_copy
 
 from dw_dagster.checks import load_metrics_file
 from dw_dagster.context.models import load_context_file
@@ -146,19 +145,13 @@ def test_an_incident_a_checks_run_opens_is_diagnosed_and_its_fix_expires_on_time
 @pytest.fixture(scope="module")
 def ecommerce(tmp_path_factory):
     world = FileScenarioWorld(ECOMMERCE)
-    root = world.clone(WORLD_CACHE.resolve(), tmp_path_factory.mktemp("ecommerce") / "world")
-    environ = dict(os.environ)
-    try:
-        with world.local_world(root) as lw:
-            daemon = LocalDaemon(lw, env=world.env())
-            night = world.play_night(lw, world.history_nights, [])
-            daemon.tick(at=night.watched_at)  # an ordinary night first
-            ticks = Ticks(daemon)
-            ticks.settle()
-            yield world, lw, daemon, ticks
-    finally:
-        os.environ.clear()
-        os.environ.update(environ)
+    with running_copy(world, tmp_path_factory.mktemp("ecommerce")) as lw:
+        daemon = LocalDaemon(lw, env=world.env())
+        night = world.play_night(lw, world.history_nights, [])
+        daemon.tick(at=night.watched_at)  # an ordinary night first
+        ticks = Ticks(daemon)
+        ticks.settle()
+        yield world, lw, daemon, ticks
 
 
 def test_on_another_world_idle_ticks_read_nothing_and_a_fault_is_still_diagnosed(ecommerce):

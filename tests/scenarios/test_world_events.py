@@ -4,13 +4,12 @@ and a skipped night seen by Dagster's freshness policies evaluated as its daemon
 
 from __future__ import annotations
 
-import os
 from datetime import datetime
 
 import dagster as dg
 import numpy as np
 import pytest
-from world_cache import WORLD_CACHE
+from world_cache import running_copy
 
 from dw_local.daemon import LocalDaemon
 from dw_local.scenarios.suite import SUITE_DIR
@@ -25,15 +24,8 @@ LINES = "RAW_SHOP.ORDER_LINES"
 @pytest.fixture(scope="module")
 def ecommerce(tmp_path_factory):
     world = FileScenarioWorld(ECOMMERCE)
-    root = world.clone(WORLD_CACHE.resolve(), tmp_path_factory.mktemp("ecommerce") / "world")
-    environ = dict(os.environ)
-    try:
-        with world.local_world(root) as lw:
-            state = {"world": world, "lw": lw, "night": world.history_nights, "daemon": None}
-            yield state
-    finally:
-        os.environ.clear()
-        os.environ.update(environ)
+    with running_copy(world, tmp_path_factory.mktemp("ecommerce")) as lw:
+        yield {"world": world, "lw": lw, "night": world.history_nights, "daemon": None}
 
 
 def _play(state, *events):
