@@ -78,14 +78,8 @@ def remove_duplicates(
     now = datetime.now(UTC)
     common = dict(kind="dedupe", proposal_id=proposal_id, table_parts=d.table_parts, key_column=d.key_column or "",
                   key_value=list(d.key_values), backup_parts=d.backup_parts, columns=list(d.columns), at=now)  # fmt: skip
-    if _exists(cur, d.backup_parts):
-        cur.execute(f"SELECT COUNT(*) FROM {d.backup}")
-        kept = int(cur.fetchone()[0])
-        if not copies_left(cur, d, types):
-            return Change(what=f"the copies were already removed from {d.table} ({kept:,} kept in {d.backup})",
-                          added=False, rows=kept, **common)  # fmt: skip
-        # An earlier attempt kept the copies and stopped before its transaction committed: finish it.
-    else:
+    kept_before = _exists(cur, d.backup_parts)
+    if not kept_before:
         cur.execute(
             f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(d.backup_parts[0])}.{quote_identifier(d.backup_parts[1])}"
         )
@@ -93,6 +87,10 @@ def remove_duplicates(
         cur.execute(f"CREATE TABLE {d.backup} AS {select}", params or None)
     cur.execute(f"SELECT COUNT(*) FROM {d.backup}")
     copies = int(cur.fetchone()[0])
+    # Kept by an earlier attempt: done if its transaction committed, else finished here.
+    if kept_before and not copies_left(cur, d, types):
+        return Change(what=f"the copies were already removed from {d.table} ({copies:,} kept in {d.backup})",
+                      added=False, rows=copies, **common)  # fmt: skip
     if not copies:
         return Change(what=f"{d.table} holds no copies any more; nothing was removed", added=False, rows=0,
                       **common)  # fmt: skip
