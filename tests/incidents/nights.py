@@ -8,14 +8,14 @@ like a scenario file's, or an event object a test defines for a fault the vocabu
 
 from __future__ import annotations
 
-import os
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from world_cache import WORLD_CACHE
+from world_cache import running_copy
 
 from dw_dagster.checks.metrics import load_metrics_file
 from dw_dagster.incidents.jobs import latest_diagnosis
@@ -46,11 +46,9 @@ class Diagnosed:
 
 class Nights:
     def __init__(self, world: str | Path, tmp: Path):
-        self.environ = dict(os.environ)
         self.world: ScenarioWorld = open_world(str(world), Path.cwd())
-        root = self.world.clone(WORLD_CACHE.resolve(), tmp / "world")
-        self._lw = self.world.local_world(root)
-        self.lw = self._lw.__enter__()
+        self._running = ExitStack()
+        self.lw = self._running.enter_context(running_copy(self.world, tmp))
         env = dict(self.world.env())
         context = Path(env.get("DW_CONTEXT_FILE") or self.lw.env()["DW_CONTEXT_FILE"])
         env.update({name: LOCAL_SNOWFLAKE_PASSWORD for name in password_variables(context)})
@@ -114,11 +112,7 @@ class Nights:
                 return []
 
     def close(self) -> None:
-        try:
-            self._lw.__exit__(None, None, None)
-        finally:
-            os.environ.clear()
-            os.environ.update(self.environ)
+        self._running.close()
 
 
 class SignFlip(Event):

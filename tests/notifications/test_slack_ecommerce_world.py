@@ -5,7 +5,6 @@ and before the resolution."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tempfile
@@ -16,7 +15,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 from slack_checks import check_limits, check_reads_like_slack, texts
-from world_cache import WORLD_CACHE
+from world_cache import running_copy
 
 from dw_dagster.checks.metrics import load_metrics_file
 from dw_dagster.context.models import load_context_file
@@ -50,10 +49,8 @@ def shop():
     scenario = load_scenario(SCENARIO)
     world = scenario.world
     tmp = Path(tempfile.mkdtemp(prefix="dw-ecommerce-slack-"))
-    environ = dict(os.environ)
     try:
-        root = world.clone(WORLD_CACHE.resolve(), tmp / "world")
-        with world.local_world(root) as lw:
+        with running_copy(world, tmp) as lw:
             daemon = LocalDaemon(lw, env=world.env())
             for k in range(len(scenario.file.nights)):
                 world.play_night(lw, scenario.night_index(k), scenario.events[k])
@@ -69,8 +66,6 @@ def shop():
                 database=world.database,
             )  # fmt: skip
     finally:
-        os.environ.clear()
-        os.environ.update(environ)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
