@@ -227,9 +227,17 @@ class LocalWorld:
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "SNOWFLAKE_DISABLE_PLATFORM_DETECTION": "true"}
         try:
-            # In order: the simulator connects to Snowflake as it starts.
+            # The simulator connects to Snowflake as it starts: it starts once Snowflake answers, the others
+            # start together (each server's start is mostly its imports).
+            commands = self._commands()
+            first = [n for n in self.services if n != "coalesce"]
+            for name in first:
+                self._start_one(name, commands[name], env)
+            if "snowflake" in first:
+                self._wait("snowflake", self._probe("snowflake"), timeout)
+            if "coalesce" in self.services:
+                self._start_one("coalesce", commands["coalesce"], env)
             for name in self.services:
-                self._start_one(name, self._commands()[name], env)
                 self._wait(name, self._probe(name), timeout)
         except BaseException:
             self.stop()

@@ -34,6 +34,37 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         pytest.exit(str(e), returncode=pytest.ExitCode.INTERNAL_ERROR)
 
 
+# The longest files, longest first, as measured on 2 cores (benchmarks/README.md, "The whole suite"). A file
+# missing here only loses its place in the queue.
+LONGEST = [
+    "scenarios/test_suite_distributor.py", "scenarios/test_suite_ecommerce_faults.py",
+    "production/test_production_night.py", "checks/test_baselines_local_world.py",
+    "scenarios/test_suite_ecommerce_benign.py", "local_world/test_world_faults.py",
+    "local_world/test_coalesce_restart.py", "production/test_sensor_crash_points.py", "local_world/test_cli.py",
+    "incidents/test_lifecycle_local_world.py",
+    "scenarios/test_scenario_cli.py", "test_components.py", "remediation/test_demo_replay.py",
+]  # fmt: skip
+
+
+def _place(item: pytest.Item) -> tuple[int, int]:
+    path = item.path.relative_to(Path(__file__).parent).as_posix()
+    if path in LONGEST:
+        return 0, LONGEST.index(path)
+    return (1 if item.get_closest_marker("world") else 2), 0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist's loadfile would hand out the files with the most tests first (its "loadscope reorder"), which
+    # started the long scenario files, with few tests each, last: one of them ran alone at the end.
+    config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Collection order is the order in which loadfile hands out the files as workers free up: the long
+    # files start first and the many short ones fill the end.
+    items.sort(key=_place)
+
+
 @pytest.fixture(scope="session")
 def seeded_template() -> Path:
     from dw_local.seeding import seeded_template

@@ -56,6 +56,10 @@ class IncidentReport:
     """An incident opened on an earlier night that tonight's findings continue (a reply in its thread)."""
     related_to: list[str] = field(default_factory=list)
     """Open incidents of other causes on the same tables that this one was linked to."""
+    path: list[str] = field(default_factory=list)
+    """The diagnosis's lineage path from the table that alarmed to the cause."""
+    test_query: str | None = None
+    """The query that proves the cause, as the owners are shown it."""
 
 
 @dataclass
@@ -269,6 +273,8 @@ def _incident_report(
         blast_radius=[a.asset_key for a in radius.assets] if radius else [],
         newly_flagged=len(radius.newly_flagged) if radius else 0,
         owners=diagnosis.owners if diagnosis else [],
+        path=list(diagnosis.path) if diagnosis else [],
+        test_query=diagnosis.test_query if diagnosis else None,
         time_to_detect_s=round((first - ended).total_seconds(), 2),
         assets=sorted({f.asset_key for _, f in findings}),
         continued=continued,

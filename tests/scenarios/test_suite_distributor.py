@@ -54,6 +54,24 @@ def test_every_fault_is_detected_and_diagnosed(played):
     assert score["total"][BASELINE]["detected"] < total["detected"]
 
 
+def test_each_cause_is_traced_to_its_table_with_the_query_that_proves_it(played):
+    reports, _ = played
+
+    def diagnosed(name):
+        (incident,) = reports[name].nights[1].incidents
+        assert "team:data-platform" in incident.owners, name
+        return incident
+
+    duplicate = diagnosed("distributor-duplicate-load")
+    assert duplicate.gap["duplicate_rows"] > 1000
+    assert duplicate.path[-1] == "raw_ebs/mtl_onhand_quantities_detail" and "COPIES" in duplicate.test_query
+    stalled = diagnosed("distributor-replication-stalled")
+    assert "qlik_replicate/ebs_inventory_cdc" in stalled.path and "MAX(" in stalled.test_query
+    # The factor is measured from the data, not read from the fault.
+    unit = diagnosed("distributor-unit-change")
+    assert unit.gap["factor"] == pytest.approx(12, rel=0.01) and unit.cause_keys[0] == "ORGANIZATION_ID=7030"
+
+
 def test_a_new_fault_under_an_open_incident_opens_its_own_linked_to_it(played):
     reports, _ = played
     report = reports["distributor-duplicate-load-under-open-incident"]
