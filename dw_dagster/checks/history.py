@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
 
@@ -44,6 +45,37 @@ class Rebase(BaseModel):
     def describe(self) -> str:
         who = f" by {self.accepted_by}" if self.accepted_by else ""
         return f"new level from {self.from_date.isoformat()} ({self.kind}{who}): {self.reason}"
+
+
+@dataclass
+class FixedIncident:
+    """An incident of an earlier night with a receipt: what a verified fix of it changed."""
+
+    incident_id: str
+    business_date: date
+    updated_at: datetime
+    verified: bool = False
+    assets: set[str] = field(default_factory=set)
+
+
+@dataclass
+class NightContext:
+    """What a checks step judges against besides the histories, read in one statement: the accepted levels,
+    the business dates with an incident, and the incidents of earlier nights with a fix's receipt."""
+
+    levels: dict[str, list[Rebase]]
+    incident_days: set[date]
+    fixed: list[FixedIncident]
+
+    def with_levels(self, new: Sequence[Rebase], since: date) -> dict[str, list[Rebase]]:
+        """The levels as ``rebases(since)`` reads them after ``new`` were recorded."""
+        out = {s: list(rs) for s, rs in self.levels.items()}
+        for r in new:
+            if r.from_date >= since:
+                out.setdefault(r.series, []).append(r)
+        for rs in out.values():
+            rs.sort(key=lambda r: r.from_date)
+        return out
 
 
 def volume_series(asset_key: str) -> str:
@@ -239,6 +271,50 @@ class HistorySession:
              rebase.accepted_by, datetime.now(UTC)),
         )  # fmt: skip
         return self.cur.rowcount > 0
+
+    def night_context(self, since: date, day: date) -> NightContext:
+        """The accepted levels from ``since`` on, the incident days from ``since`` on, and the incidents
+        before ``day`` with a receipt (their receipts and findings), in one statement."""
+        levels, incidents, events = (
+            self.ops.table("BASELINE_LEVELS"),
+            self.ops.table("INCIDENTS"),
+            self.ops.table("INCIDENT_EVENTS"),
+        )
+        self.cur.execute(
+            "SELECT 'level' AS ROW_KIND, SERIES AS NAME, FROM_DATE AS DAY, KIND, REASON, ACCEPTED_BY,"
+            f" RECORDED_AT AS AT FROM {levels} WHERE FROM_DATE >= %s"
+            " UNION ALL SELECT DISTINCT 'incident_day', CAST(NULL AS VARCHAR), BUSINESS_DATE,"
+            " CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), CAST(NULL AS TIMESTAMP_TZ)"
+            f" FROM {incidents} WHERE BUSINESS_DATE >= %s"
+            " UNION ALL SELECT 'fix_event', i.INCIDENT_ID, i.BUSINESS_DATE, e.KIND, e.DETAIL,"
+            f" CAST(NULL AS VARCHAR), i.UPDATED_AT FROM {incidents} i JOIN {events} e"
+            " ON e.INCIDENT_ID = i.INCIDENT_ID AND e.KIND IN ('receipt', 'finding')"
+            " WHERE i.BUSINESS_DATE < %s AND EXISTS (SELECT 1 FROM"
+            f" {events} r WHERE r.INCIDENT_ID = i.INCIDENT_ID AND r.KIND = 'receipt')",
+            (since, since, day),
+        )
+        ctx = NightContext(levels={}, incident_days=set(), fixed=[])
+        fixed: dict[str, FixedIncident] = {}
+        for kind, name, day_, sub, text, by, at in self.cur.fetchall():
+            if kind == "level":
+                ctx.levels.setdefault(name, []).append(
+                    Rebase(series=name, from_date=_as_date(day_), kind=sub, reason=text, accepted_by=by,
+                           recorded_at=at)
+                )  # fmt: skip
+            elif kind == "incident_day":
+                if day_ is not None:
+                    ctx.incident_days.add(_as_date(day_))
+            else:
+                incident = fixed.setdefault(name, FixedIncident(name, _as_date(day_), at))
+                detail = json.loads(text or "{}")
+                if sub == "receipt":
+                    incident.verified = incident.verified or bool(detail.get("verified"))
+                elif detail.get("asset_key") is not None:
+                    incident.assets.add(detail["asset_key"])
+        for rs in ctx.levels.values():
+            rs.sort(key=lambda r: r.from_date)
+        ctx.fixed = sorted(fixed.values(), key=lambda i: i.incident_id)
+        return ctx
 
     def rebases(self, since: date) -> dict[str, list[Rebase]]:
         """Every accepted level from ``since`` on, by series, oldest first."""

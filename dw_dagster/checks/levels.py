@@ -13,8 +13,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import dagster as dg
 
-from dw_dagster.checks.history import HistorySession, Rebase
-from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.checks.history import FixedIncident, HistorySession, Rebase
 
 # Receipts are looked for on incidents changed this recently: a fix is seen by the checks run of its rerun
 # or, at the latest, by the next nights'.
@@ -22,39 +21,36 @@ RECENT_DAYS = 3
 
 
 def remediation_levels(
-    store: IncidentStore,
     history: HistorySession,
+    fixed: Iterable[FixedIncident],
     day: date,
     series_of: Callable[[str], Iterable[str]],
     downstream: Callable[[str], set[str]],
-) -> int:
-    """Records a ``remediation`` level for every series of the assets a verified fix changed; returns how
-    many were new. ``series_of(asset)`` names the series this check keeps for an asset."""
+) -> list[Rebase]:
+    """Records a ``remediation`` level for every series of the assets a verified fix changed; returns the
+    new ones. ``fixed``: the incidents with a receipt (``HistorySession.night_context``); ``series_of(asset)``
+    names the series this check keeps for an asset."""
     since = datetime.now(UTC) - timedelta(days=RECENT_DAYS)
-    new = 0
-    for incident in store.list():
+    new = []
+    for incident in fixed:
         updated = (
             incident.updated_at if incident.updated_at.tzinfo else incident.updated_at.replace(tzinfo=UTC)
         )
-        if updated < since or incident.business_date is None or incident.business_date >= day:
+        if updated < since or incident.business_date >= day or not incident.verified:
             continue
-        receipts = [e for e in store.events(incident.incident_id, kind="receipt") if e.detail.get("verified")]
-        if not receipts:
-            continue
-        assets = {e.detail.get("asset_key") for e in store.events(incident.incident_id, kind="finding")}
         affected = set()
-        for asset in assets - {None}:
-            affected |= {asset, *downstream(asset)}  # type: ignore[arg-type]
+        for asset in incident.assets:
+            affected |= {asset, *downstream(asset)}
         for asset in sorted(affected):
             for series in series_of(asset):
-                new += history.record_rebase(
-                    Rebase(
-                        series=series,
-                        from_date=incident.business_date + timedelta(days=1),
-                        kind="remediation",
-                        reason=f"verified fix of {incident.incident_id}",
-                    )
+                rebase = Rebase(
+                    series=series,
+                    from_date=incident.business_date + timedelta(days=1),
+                    kind="remediation",
+                    reason=f"verified fix of {incident.incident_id}",
                 )
+                if history.record_rebase(rebase):
+                    new.append(rebase)
     return new
 
 

@@ -26,7 +26,6 @@ from dw_dagster.checks.reporting import report_failure
 from dw_dagster.checks.run_context import CheckRun, check_run
 from dw_dagster.coalesce.sql import resolve_refs
 from dw_dagster.context.specs import key_from_path
-from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
@@ -179,16 +178,18 @@ def build_recorded_total_checks(
                         tags={"dw/business_date": run.business_date.isoformat()},
                     )
                 )
+            since = run.business_date - timedelta(days=HISTORY_DAYS)
+            read = history.night_context(since, run.business_date)
+            fixed = []
             if lineage is not None:
-                remediation_levels(
-                    IncidentStore(warehouse, ops, run_id=run.dagster_run_id), history, run.business_date,
+                fixed = remediation_levels(
+                    history, read.fixed, run.business_date,
                     lambda a: [total_series(t.name) for t in metrics.totals if t.asset == a], lineage.downstream,
                 )  # fmt: skip
             night = Night(
                 context=context, history=history, run=run, warehouse=warehouse, ops=ops,
                 cause_scopes=cause_scopes, calendar=metrics.calendar,
-                levels=history.rebases(run.business_date - timedelta(days=HISTORY_DAYS)),
-                incident_days=history.incident_days(run.business_date - timedelta(days=HISTORY_DAYS)),
+                levels=read.with_levels(fixed, since), incident_days=read.incident_days,
                 past=history.metric_histories(list(values), run.business_date, HISTORY_DAYS),
             )  # fmt: skip
             for total in selected:

@@ -31,7 +31,6 @@ from dw_dagster.checks.metrics import Bounds, MetricsFile
 from dw_dagster.checks.reporting import report_failure
 from dw_dagster.checks.run_context import CheckRun, check_run
 from dw_dagster.coalesce.sql import quote_identifier, table_parts, table_reference
-from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
@@ -291,12 +290,13 @@ def build_volume_checks(
                 measured[key] = (count, source)
             history.record_volumes(run.business_date, {k.to_user_string(): m for k, m in measured.items()})
             changes = _record_small_keys(context, warehouse, history, run, measured)
-            remediation_levels(
-                IncidentStore(warehouse, ops, run_id=run.dagster_run_id), history, run.business_date,
+            since = run.business_date - timedelta(days=HISTORY_DAYS)
+            night = history.night_context(since, run.business_date)
+            fixed = remediation_levels(
+                history, night.fixed, run.business_date,
                 lambda a: [volume_series(a)] if a in monitored_paths else [], lineage.downstream,
             )  # fmt: skip
-            levels = history.rebases(run.business_date - timedelta(days=HISTORY_DAYS))
-            incident_days = history.incident_days(run.business_date - timedelta(days=HISTORY_DAYS))
+            levels, incident_days = night.with_levels(fixed, since), night.incident_days
             pasts = history.volume_histories(
                 [k.to_user_string() for k in measured], run.business_date, HISTORY_DAYS
             )
