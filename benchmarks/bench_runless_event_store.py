@@ -1,12 +1,13 @@
 """What storing a tick's runless asset events costs, by each path Dagster offers (issue 14, deliverable 2).
 
-Stores N materializations of N distinct assets three ways and prints the time of each and whether every
+Stores N materializations of N distinct assets four ways and prints the time of each and whether every
 asset's record (Dagster's asset table: the catalog's latest materialization) is right afterwards:
 
 - ``report_runless_asset_event`` one at a time, as the sensor daemon stores a tick's ``asset_events``;
 - ``store_event_batch`` of the ``EventLogEntry`` that call builds (one INSERT on dagster-postgres);
 - ``store_event_batch`` followed by ``store_asset_event`` per event (the asset table row by row);
-- ``store_event_batch`` and then every asset row in one index transaction (``_store_asset_event``, private).
+- ``store_runless_asset_events`` (dw_dagster/coalesce/runless_store.py): the rows and every asset row in one
+  transaction (on sqlite one per shard), through Dagster's private ``_store_asset_event``.
 
 Usage::
 
@@ -21,28 +22,15 @@ import time
 import dagster as dg
 from bench_sensor_tick import storage_config
 from dagster._core.event_api import EventLogCursor
-from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
 from dagster._core.events.log import EventLogEntry
-from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID
+from dagster._core.instance.utils import RUNLESS_RUN_ID
 from dagster._core.test_utils import instance_for_test
+
+from dw_dagster.coalesce.runless_store import runless_entry, store_runless_asset_events
 
 
 def entry(key: str) -> EventLogEntry:
-    event = DagsterEvent(
-        event_type_value=DagsterEventType.ASSET_MATERIALIZATION.value,
-        event_specific_data=StepMaterializationData(dg.AssetMaterialization(asset_key=key)),
-        job_name=RUNLESS_JOB_NAME,
-    )
-    return EventLogEntry(
-        error_info=None,
-        level="INFO",
-        user_message="",
-        run_id=RUNLESS_RUN_ID,
-        timestamp=time.time(),
-        step_key=None,
-        job_name=RUNLESS_JOB_NAME,
-        dagster_event=event,
-    )
+    return runless_entry(dg.AssetMaterialization(asset_key=key))
 
 
 def asset_records_complete(instance: dg.DagsterInstance, keys: list[str]) -> str:
@@ -87,15 +75,11 @@ def main() -> None:
         )
 
         keys = [f"txn_{i}" for i in range(n)]
-        before = EventLogCursor.from_storage_id(storage.get_maximum_record_id() or 0).to_string()
         t0 = time.perf_counter()
-        storage.store_event_batch([entry(k) for k in keys])
-        records = storage.get_records_for_run(RUNLESS_RUN_ID, cursor=before, limit=n).records
-        with storage.index_transaction() as conn:
-            for record in records:
-                storage._store_asset_event(conn, record.event_log_entry, record.storage_id)  # noqa: SLF001
+        assert store_runless_asset_events(instance, [dg.AssetMaterialization(asset_key=k) for k in keys])
         print(
-            f"batch + one transaction:  {time.perf_counter() - t0:6.2f} s; {asset_records_complete(instance, keys)}"
+            f"runless_store (one transaction): {time.perf_counter() - t0:6.2f} s; "
+            f"{asset_records_complete(instance, keys)}"
         )
 
 
