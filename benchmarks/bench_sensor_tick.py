@@ -220,16 +220,26 @@ def daemon_tick(root: Path, storage: dict, lw: LocalWorld, cursor: str) -> None:
             InstigatorState(remote.get_remote_origin(), InstigatorType.SENSOR, InstigatorStatus.RUNNING, data)
         )
         load_s = time.perf_counter() - t0
+        started = time.time()
         whole_s, _ = timed(
             lambda: list(execute_sensor_iteration(ws, logging.getLogger("SensorDaemon"), None, None))
         )
         (tick,) = instance.get_ticks(remote.get_remote_origin_id(), remote.selector_id)
     records = instance.get_asset_records()
     stored = sum(r.asset_entry.last_materialization_record is not None for r in records)
-    runs = instance.get_runs()
+    runs = instance.get_run_records()
     print(f"\nthrough Dagster's sensor daemon ({len(runs)} run submitted, {stored} assets with their materialization, "
           f"tick {tick.status.value}; code server started and loaded in {load_s:.1f} s, not counted):")  # fmt: skip
     print(f"whole tick, evaluation + events stored + checks run submitted: {whole_s:.1f} s (goal < 10 s)")
+    # When each part ended, from what the storage recorded: the events' timestamps (taken as each is built,
+    # just before it is stored), the run's creation and its last event (enqueued), the tick's end.
+    events = instance.all_logs(RUNLESS_RUN_ID)
+    marks = [("first event built", events[0].timestamp if events else None),
+             ("last event built", events[-1].timestamp if events else None),
+             ("run record created", runs[0].create_timestamp.timestamp() if runs else None),
+             ("run enqueued", instance.all_logs(runs[0].dagster_run.run_id)[-1].timestamp if runs else None),
+             ("tick ended", tick.end_timestamp)]  # fmt: skip
+    print("  " + ", ".join(f"{label} +{at - started:.1f} s" for label, at in marks if at is not None))
     instance.dispose()
 
 
