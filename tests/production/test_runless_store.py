@@ -1,0 +1,125 @@
+"""``store_runless_asset_events`` stores what Dagster's ``report_runless_asset_event`` stores, on Dagster's
+sqlite storage and on dagster-postgres: the same event rows, asset keys, asset records (the catalog's latest
+materialization and observation), latest materializations and indexed tags. It reaches into Dagster's
+private storage methods (dw_dagster/coalesce/runless_store.py), so this is the test that fails when they
+change. Here rather than in tests/coalesce for the Postgres server this folder's tests share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import dagster as dg
+import pytest
+import sqlalchemy as sa
+from dagster._core.instance.utils import RUNLESS_RUN_ID
+from dagster._core.test_utils import freeze_time, instance_for_test
+from postgres_server import postgres_server
+
+from dw_dagster.coalesce.metadata import CoalesceRunMetadataSet
+from dw_dagster.coalesce.runless_store import batch_storage_kind, store_runless_asset_events
+from dw_dagster.coalesce.sensor_builder import unreported_asset_events
+
+DATA_VERSION = "dagster/data_version"  # the one tag Dagster indexes for unpartitioned assets
+
+
+def tick_events(run_id: int, n: int = 40) -> list[dg.AssetMaterialization | dg.AssetObservation]:
+    """A tick's events: materializations, a data version tag on some, and observations (failed nodes) of
+    assets that are materialized in the same tick too."""
+    meta = CoalesceRunMetadataSet(run_id=run_id, environment_id="2")
+    events: list[dg.AssetMaterialization | dg.AssetObservation] = [
+        dg.AssetMaterialization(
+            asset_key=["stage", f"node_{i}"],
+            metadata={**meta, "dagster/row_count": i},
+            tags={DATA_VERSION: f"v{run_id}.{i}"} if i % 3 == 0 else None,
+        )
+        for i in range(n)
+    ]
+    events += [
+        dg.AssetObservation(asset_key=["stage", f"node_{i}"], metadata={**meta, "coalesce/status": "failed"})
+        for i in range(0, n, 7)
+    ]
+    return events
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[str]:
+    with postgres_server() as url:
+        yield url
+
+
+@contextmanager
+def two_instances(
+    kind: str, postgres_url: str | None
+) -> Iterator[tuple[dg.DagsterInstance, dg.DagsterInstance]]:
+    if kind == "sqlite":
+        with instance_for_test() as a, instance_for_test() as b:
+            yield a, b
+        return
+    assert postgres_url is not None
+    urls = []
+    engine = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        for name in ("reported", "batched"):
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+            urls.append(engine.url.set(database=name).render_as_string(hide_password=False))
+    engine.dispose()
+    configs = [{"storage": {"postgres": {"postgres_url": url}}} for url in urls]
+    with instance_for_test(overrides=configs[0]) as a, instance_for_test(overrides=configs[1]) as b:
+        yield a, b
+
+
+def stored(instance: dg.DagsterInstance) -> dict:
+    """Everything a reader of the asset catalog and the event log gets back, storage ids included."""
+    keys = sorted(instance.get_asset_keys(), key=lambda k: k.to_string())
+    storage = instance.event_log_storage
+    return {
+        "asset keys": keys,
+        "asset records": [
+            (
+                r.asset_entry.asset_key,
+                r.asset_entry.last_materialization_record,
+                r.asset_entry.last_observation_record,
+                r.asset_entry.last_run_id,
+                r.asset_entry.last_event_storage_id,
+            )
+            for r in instance.get_asset_records(keys)
+        ],  # fmt: skip
+        "latest materializations": [instance.get_latest_materialization_event(k) for k in keys],
+        "materializations": [instance.fetch_materializations(k, limit=100).records for k in keys],
+        "observations": [instance.fetch_observations(k, limit=100).records for k in keys],
+        "runless run's log": storage.get_records_for_run(RUNLESS_RUN_ID, limit=10_000).records,
+        "tags": [storage.get_event_tags_for_asset(k) for k in keys],
+        "tagged": [storage.get_event_tags_for_asset(k, filter_tags={DATA_VERSION: "v2.3"}) for k in keys],
+    }
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_the_batch_stores_what_report_runless_asset_event_stores(kind: str, request) -> None:
+    url = request.getfixturevalue("postgres") if kind == "postgres" else None
+    with two_instances(kind, url) as (reported, batched):
+        assert batch_storage_kind(reported) == batch_storage_kind(batched) == kind
+        # Two ticks: the second's assets already have records (Dagster's update path, not the insert).
+        for run_id, second in ((1, 1_700_000_000.0), (2, 1_700_000_100.0)):
+            events = tick_events(run_id)
+            with freeze_time(second):
+                for event in events:
+                    reported.report_runless_asset_event(event)
+                assert store_runless_asset_events(batched, events)
+        expected, actual = stored(reported), stored(batched)
+        assert len(expected["runless run's log"]) == 2 * len(tick_events(0))
+        assert any(expected["tagged"]) and all(r is not None for r in expected["latest materializations"])
+        for what in expected:
+            assert actual[what] == expected[what], what
+
+        # A tick replayed after the batch was stored (the cursor not saved) finds nothing to report again.
+        assert unreported_asset_events(batched, tick_events(2)) == []
+        assert unreported_asset_events(batched, tick_events(3)) == tick_events(3)
+
+
+def test_another_storage_is_left_to_the_daemon() -> None:
+    with dg.DagsterInstance.ephemeral() as instance:  # the in-memory event log: not verified, not used
+        assert batch_storage_kind(instance) is None
+        assert not store_runless_asset_events(instance, tick_events(1))
+        assert not instance.get_asset_keys()
