@@ -335,13 +335,16 @@ class LocalDaemon:
 
     def _tick_run_sensor(self) -> TickOutcome:
         sensor = self.repo.get_sensor_def(SENSOR_NAME)
+        before = self.instance.event_log_storage.get_maximum_record_id() or 0
         with self._sensor_context(cursor=self.cursor) as context:
             result = sensor(context)
         outcome = TickOutcome()
         if isinstance(result, dg.SensorResult):
             for event in result.asset_events or []:
                 self.instance.report_runless_asset_event(event)
-                outcome.events += 1
+            # The sensor stores its events itself where the storage allows (runless_store), else returns
+            # them: what the log gained during the evaluation counts either way (nothing else writes then).
+            outcome.events = (self.instance.event_log_storage.get_maximum_record_id() or 0) - before
             if result.cursor is not None:
                 self._store_cursor(SENSOR_NAME, result.cursor)
             if result.skip_reason is not None:
