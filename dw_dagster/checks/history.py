@@ -297,10 +297,7 @@ class HistorySession:
         fixed: dict[str, FixedIncident] = {}
         for kind, name, day_, sub, text, by, at in self.cur.fetchall():
             if kind == "level":
-                ctx.levels.setdefault(name, []).append(
-                    Rebase(series=name, from_date=_as_date(day_), kind=sub, reason=text, accepted_by=by,
-                           recorded_at=at)
-                )  # fmt: skip
+                ctx.levels.setdefault(name, []).append(_rebase(name, day_, sub, text, by, at))
             elif kind == "incident_day":
                 if day_ is not None:
                     ctx.incident_days.add(_as_date(day_))
@@ -325,11 +322,16 @@ class HistorySession:
         )
         out: dict[str, list[Rebase]] = {}
         for r in self.cur.fetchall():
-            out.setdefault(r[0], []).append(
-                Rebase(series=r[0], from_date=_as_date(r[1]), kind=r[2], reason=r[3], accepted_by=r[4],
-                       recorded_at=r[5])
-            )  # fmt: skip
+            out.setdefault(r[0], []).append(_rebase(*r))
         return out
+
+
+def _rebase(
+    series: str, from_date: Any, kind: str, reason: str, accepted_by: str | None, recorded_at: Any
+) -> Rebase:
+    """A ``BASELINE_LEVELS`` row, in its column order."""
+    return Rebase(series=series, from_date=_as_date(from_date), kind=kind, reason=reason, accepted_by=accepted_by,
+                  recorded_at=recorded_at)  # fmt: skip
 
 
 def _as_date(v: Any) -> date:
