@@ -27,9 +27,10 @@ def load_definitions(instance: dg.DagsterInstance) -> dg.Definitions:
         DefinitionsLoadContext,
         DefinitionsLoadType,
     )
-    from dagster._core.storage.defs_state.base import set_defs_state_storage
 
-    with set_defs_state_storage(instance.defs_state_storage):
+    from dw_dagster.project import pinned_defs_state_storage
+
+    with pinned_defs_state_storage(instance.defs_state_storage):
         # Built inside the storage's scope: an initial load reads that storage's latest versions.
         fresh = DefinitionsLoadContext(load_type=DefinitionsLoadType.INITIALIZATION)
         with DefinitionsLoadContext.scoped(fresh):
