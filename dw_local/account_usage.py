@@ -91,7 +91,8 @@ class AccountUsage:
             cur.execute(f"CREATE TABLE IF NOT EXISTS {DATABASE}.{SCHEMA}.{table} ({definitions})")
         self._duck = fs.duck_conn.cursor()
         self._pending: dict[str, list[tuple]] = {table: [] for table in _COLUMNS}
-        self._sizes: dict[tuple[str, str, str], int] | None = None
+        # Row counts of the tables statements read, counted once after each write.
+        self._sizes: dict[tuple[str, str, str], int] = {}
         # A row per statement inserted one by one costs a commit each (~20 ms): rows are written in
         # batches, every second, before any statement that reads the views, and when the server stops.
         self._stop = threading.Event()
@@ -178,7 +179,7 @@ class AccountUsage:
             self._pending["QUERY_HISTORY"].append(history)
             self._pending["QUERY_ATTRIBUTION_HISTORY"].append(attribution)
             if _query_type(sql) != "SELECT":
-                self._sizes = None  # a write may have changed the tables' sizes
+                self._sizes = {}  # a write may have changed the tables' sizes
 
     def rows_read(self, sql: str, database: str | None, schema: str | None) -> int:
         """The rows of the tables ``sql`` reads (not the table it writes), as the tables are now."""
@@ -186,15 +187,23 @@ class AccountUsage:
         if not tables:
             return 0
         with self._lock:
-            if self._sizes is None:
-                self._sizes = {
-                    (d.upper(), s.upper(), t.upper()): int(n or 0)
-                    for d, s, t, n in self._duck.execute(
-                        "SELECT database_name, schema_name, table_name, estimated_size FROM duckdb_tables()"
-                    ).fetchall()
-                }
-            sizes = self._sizes
-        return sum(sizes.get(t, 0) for t in tables)
+            for table in tables - self._sizes.keys():
+                self._sizes[table] = self._count(table)
+            return sum(self._sizes[t] for t in tables)
+
+    def _count(self, table: tuple[str, str, str]) -> int:
+        # Counted, not DuckDB's estimated_size: that keeps a replaced table's deleted rows until a checkpoint,
+        # so a night's scan would depend on when the server last checkpointed.
+        # fetchall: a result left unfinished on this shared cursor blocks its next statement.
+        found = self._duck.execute(
+            "SELECT database_name, schema_name, table_name FROM duckdb_tables() WHERE upper(database_name) = ?"
+            " AND upper(schema_name) = ? AND upper(table_name) = ?",
+            list(table),
+        ).fetchall()
+        if not found:
+            return 0
+        quoted = ".".join('"' + part.replace('"', '""') + '"' for part in found[0])
+        return int(self._duck.execute(f"SELECT COUNT(*) FROM {quoted}").fetchall()[0][0])
 
 
 def _rows_written(data: dict[str, Any]) -> int:
