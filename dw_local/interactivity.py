@@ -15,7 +15,8 @@ from pathlib import Path
 
 import httpx
 
-from dw_local.world import LOCAL_SLACK_SIGNING_SECRET, LocalWorld, WorldError, _die_with_parent, free_port
+from dw_local.forkserver import die_with_parent
+from dw_local.world import LOCAL_SLACK_SIGNING_SECRET, LocalWorld, WorldError, free_port
 
 
 def start_endpoint(
@@ -31,7 +32,7 @@ def start_endpoint(
     log = open(lw.root / "logs" / "approvals.log", "ab")  # noqa: SIM115 - owned by the child
     proc = subprocess.Popen(
         [*command, "serve-approvals", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=env,
-        start_new_session=True, preexec_fn=None if lw.outlive_parent else _die_with_parent,
+        start_new_session=True, preexec_fn=None if lw.outlive_parent else die_with_parent,
     )  # fmt: skip
     lw.add_process("approvals", proc)
     url = f"http://127.0.0.1:{port}"

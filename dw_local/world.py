@@ -20,6 +20,8 @@ from typing import Any
 
 import httpx
 
+from dw_local.forkserver import die_with_parent, spawn
+
 DISTRIBUTOR_DIR = Path(__file__).parent / "worlds" / "distributor"
 # The local servers accept any credentials; these values are not secrets.
 LOCAL_COALESCE_TOKEN = "local-coalesce-token"
@@ -51,14 +53,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _die_with_parent() -> None:
-    # Linux: the child gets SIGTERM when the process that started it exits, however it exits.
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def password_variables(context_file: Path) -> set[str]:
@@ -139,7 +133,8 @@ class LocalWorld:
         self.ports = ports or WorldPorts()
         self.project_file = Path(project_file or DISTRIBUTOR_DIR / "project.yaml").resolve()
         self.scheduler = scheduler
-        self._procs: dict[str, subprocess.Popen] = {}
+        self._procs: dict[str, Any] = {}
+        """Each server's process: a ``subprocess.Popen``, or a ``ForkedProcess`` of the fork server."""
 
     # -- addresses -------------------------------------------------------------------------------
 
@@ -268,15 +263,20 @@ class LocalWorld:
         }[name]
 
     def _start_one(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
-        log = open(self.root / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
-        self._procs[name] = subprocess.Popen(
-            cmd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            preexec_fn=None if self.outlive_parent else _die_with_parent,
-        )
+        path = self.root / "logs" / f"{name}.log"
+        if not self.outlive_parent and env.get("DW_LOCAL_FORK_SERVER", "1") != "0":
+            # Forked from a process that imported the servers once: a world starts without their imports.
+            self._procs[name] = spawn(cmd, env, path)
+            return
+        with open(path, "ab") as log:
+            self._procs[name] = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=None if self.outlive_parent else die_with_parent,
+            )
 
     def _wait(self, name: str, probe, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -1,0 +1,224 @@
+"""Starts the local world's servers by forking a process that has already imported them.
+
+A server's start is mostly its imports (fakesnow, DuckDB, sqlglot, the Snowflake connector): about 3 s of
+CPU for a world's three servers, paid again for every world. A process that starts worlds one after another
+(the test suite, ``scenario score``) asks a fork server instead: a child process that imports the servers'
+modules once and forks one child per server, which runs its module as ``python -m`` would, with the
+requester's environment, arguments, working directory and log file.
+
+Forking is safe only while the fork server has one thread: it imports nothing that starts threads or opens
+a database (``fakesnow.server`` makes an in-memory DuckDB at import, so each child imports it itself), and
+it starts with OpenBLAS and pyarrow's jemalloc told not to start their own. Run as
+``python -m dw_local.forkserver --socket PATH``; :func:`spawn` starts it on first use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+# What the servers import, minus what would start a thread or open a database (see the module's doc), and
+# minus the modules run as ``__main__`` themselves (runpy would run a second copy beside the imported one).
+PRELOAD = [
+    "fakesnow.cursor", "fakesnow.instance", "fakesnow.arrow", "fakesnow.fakes", "fakesnow.copy_into",
+    "uvicorn", "uvicorn.main", "starlette.applications", "starlette.routing", "httpx", "dw_local.account_usage",
+    "dw_local.coalesce_sim.app", "dw_local.coalesce_sim.project", "dw_local.coalesce_sim.runner",
+    "dw_local.coalesce_sim.simulator",
+]  # fmt: skip
+SINGLE_THREADED = {"OPENBLAS_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "background_thread:false"}
+START_TIMEOUT = 60.0
+REQUEST_TIMEOUT = 10.0
+
+
+def die_with_parent() -> None:
+    # Linux: the process gets SIGTERM when the one that started it exits, however it exits.
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+# -- the fork server -----------------------------------------------------------------------------
+
+
+def _run_child(request: dict[str, Any]) -> int:
+    """In the forked child: become the server ``request`` asks for; returns its exit code."""
+    os.setsid()
+    die_with_parent()  # the fork server dies with the process that started it, its children with it
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(null)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = [request["module"], *request["argv"]]
+    try:
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        return 0
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 - whatever ends the server, its log says why
+        traceback.print_exc()
+        return 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def serve(path: Path) -> None:
+    for name in PRELOAD:
+        __import__(name)
+    exits: dict[int, int] = {}
+
+    def reap() -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            exits[pid] = os.waitstatus_to_exitcode(status)
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(16)
+    listener.settimeout(1.0)
+    while True:
+        reap()
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            continue
+        with conn:
+            request = json.loads(conn.makefile("r").readline())
+            if request["op"] == "spawn":
+                pid = os.fork()
+                if pid == 0:
+                    listener.close()
+                    conn.close()
+                    os._exit(_run_child(request))
+                reply: dict[str, Any] = {"pid": pid}
+            else:
+                reap()
+                reply = {"returncode": exits.get(request["pid"])}
+            conn.sendall((json.dumps(reply) + "\n").encode())
+
+
+# -- the client ----------------------------------------------------------------------------------
+
+
+class ForkServer:
+    """A running fork server, a child of this process."""
+
+    def __init__(self) -> None:
+        folder = Path(tempfile.mkdtemp(prefix="dw-forkserver-"))
+        self.path = folder / "socket"
+        env = {**os.environ, **SINGLE_THREADED}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dw_local.forkserver", "--socket", str(self.path)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(folder / "forkserver.log", "ab"),  # noqa: SIM115 - owned by the child
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+        deadline = time.monotonic() + START_TIMEOUT
+        while not self.path.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the local world's fork server did not start; see {folder / 'forkserver.log'}"
+                )
+            time.sleep(0.02)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def request(self, body: dict[str, Any]) -> dict[str, Any]:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(REQUEST_TIMEOUT)
+            conn.connect(str(self.path))
+            conn.sendall((json.dumps(body) + "\n").encode())
+            return json.loads(conn.makefile("r").readline())
+
+
+class ForkedProcess:
+    """A server the fork server started, with the part of ``subprocess.Popen`` the local world uses."""
+
+    def __init__(self, server: ForkServer, args: list[str], pid: int):
+        self.server, self.args, self.pid = server, args, pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            if not self.server.alive():
+                self.returncode = -signal.SIGTERM  # it died with the fork server
+            else:
+                self.returncode = self.server.request({"op": "status", "pid": self.pid})["returncode"]
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            time.sleep(0.02)
+        return self.returncode  # type: ignore[return-value]
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+_server: ForkServer | None = None
+_lock = threading.Lock()
+
+
+def spawn(cmd: list[str], env: dict[str, str], log: Path) -> ForkedProcess:
+    """Starts ``cmd`` (``[python, "-m", module, *args]``) as a fork of the fork server, started on first use
+    (and again if it died)."""
+    global _server
+    python, flag, module, *argv = cmd
+    if flag != "-m":
+        raise ValueError(f"the fork server runs modules (python -m ...), not {cmd!r}")
+    with _lock:
+        if _server is None or not _server.alive():
+            _server = ForkServer()
+        server = _server
+    request = {"op": "spawn", "module": module, "argv": argv, "env": env, "log": str(log), "cwd": os.getcwd()}
+    return ForkedProcess(server, cmd, server.request(request)["pid"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--socket", type=Path, required=True)
+    serve(parser.parse_args().socket)
+
+
+if __name__ == "__main__":
+    main()

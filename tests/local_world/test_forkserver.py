@@ -1,0 +1,79 @@
+"""The fork server: a world's servers forked from one process that imported them once, which stays
+single-threaded (forking is safe only so), reports each server's exit, and is started again if it died."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dw_local import forkserver
+from dw_local.world import LocalWorld, WorldError
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _running(pid: int) -> bool:
+    # Gone, or a zombie its new parent has yet to reap.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _threads(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def test_worlds_are_forked_from_one_single_threaded_server(tmp_path: Path) -> None:
+    servers = set()
+    for name in ("a", "b"):
+        with LocalWorld(tmp_path / name, services=("snowflake", "slack")) as lw:
+            with lw.snowflake.connect() as conn:
+                assert conn.cursor().execute("SELECT 1").fetchone() == (1,)
+            assert httpx.get(f"{lw.slack_url}/_sink/health", timeout=5).status_code == 200
+            servers |= {_parent(p.pid) for p in lw._procs.values()}
+    (server,) = servers
+    assert server == forkserver._server.proc.pid
+    assert _threads(server) == 1, "a fork server with threads cannot fork safely"
+
+
+def test_a_server_that_fails_says_so_with_its_exit_code_and_log(tmp_path: Path) -> None:
+    world = LocalWorld(tmp_path / "w", services=("slack",))
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "slack").write_text("a file where the stand-in keeps its folder")
+    with pytest.raises(WorldError, match=r"slack server exited with code 1; see .*slack\.log"):
+        world.start(timeout=30)
+    assert "Traceback" in (tmp_path / "w" / "logs" / "slack.log").read_text()
+
+
+def test_a_killed_server_is_reaped_and_restarted(tmp_path: Path) -> None:
+    with LocalWorld(tmp_path / "w", services=("slack",)) as lw:
+        first = lw._procs["slack"]
+        lw.restart("slack")
+        assert first.returncode == -signal.SIGKILL
+        assert httpx.get(f"{lw.slack_url}/_sink/health", timeout=5).status_code == 200
+        assert lw._procs["slack"].pid != first.pid
+
+
+def test_a_dead_fork_server_is_started_again(tmp_path: Path) -> None:
+    with LocalWorld(tmp_path / "a", services=("slack",)) as lw:
+        old = forkserver._server
+        orphan = lw._procs["slack"]
+        old.proc.kill()
+        old.proc.wait()
+        # Its servers die with it, and say so.
+        assert orphan.wait(timeout=10) == -signal.SIGTERM
+        deadline = time.monotonic() + 10
+        while _running(orphan.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(orphan.pid)
+    with LocalWorld(tmp_path / "b", services=("slack",)) as lw:
+        assert forkserver._server is not old
+        assert httpx.get(f"{lw.slack_url}/_sink/health", timeout=5).status_code == 200
