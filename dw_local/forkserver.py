@@ -97,8 +97,11 @@ def serve(path: Path) -> None:
             exits[pid] = os.waitstatus_to_exitcode(status)
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
+    # Bound under another name and renamed once listening: the client waits for the path, then connects.
+    binding = path.with_suffix(".binding")
+    listener.bind(str(binding))
     listener.listen(16)
+    binding.rename(path)
     listener.settimeout(1.0)
     while True:
         reap()
