@@ -6,11 +6,10 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from dw_dagster.checks.freshness import apply_freshness_policies, build_input_freshness_checks
-from dw_dagster.checks.levels import LazyLineage
+from dw_dagster.checks.freshness import apply_freshness_policies
 from dw_dagster.checks.metrics import MetricsFile, load_metrics_file
-from dw_dagster.checks.recorded_totals import TableResolver, build_recorded_total_checks
-from dw_dagster.checks.volume import build_volume_checks
+from dw_dagster.checks.nightly import build_nightly_checks
+from dw_dagster.checks.recorded_totals import TableResolver
 
 __all__ = ["MetricsFile", "build_check_definitions", "cause_scopes", "load_metrics_file"]
 
@@ -29,11 +28,6 @@ def cause_scopes(specs: Sequence[dg.AssetSpec]) -> dict[str, str]:
 def build_check_definitions(
     metrics: MetricsFile, specs: Sequence[dg.AssetSpec], resolve_table: TableResolver, database: str
 ) -> dg.Definitions:
-    """The assets with their freshness policies, and every configured check on them."""
-    scopes = cause_scopes(specs)
-    checks = [
-        *build_recorded_total_checks(metrics, resolve_table, scopes, database, LazyLineage(specs)),
-        *build_volume_checks(metrics, specs, scopes, database),
-        *build_input_freshness_checks(metrics, specs, scopes, database),
-    ]
+    """The assets with their freshness policies, and every configured check on them (one step)."""
+    checks = build_nightly_checks(metrics, specs, resolve_table, cause_scopes(specs), database)
     return dg.Definitions(assets=apply_freshness_policies(metrics, specs), asset_checks=checks)

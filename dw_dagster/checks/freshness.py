@@ -2,23 +2,22 @@
 
 A fresh build of stale input is the green job that built an old number: the input-freshness check compares
 the input's latest load (e.g. ``_LOADED_AT`` of the replicated RAW table) with what the built table
-holds and with when it was built. Both maxima come from one query; Snowflake answers MAX of a column from
-micro-partition metadata, without a scan.
+holds and with when it was built. Both maxima are one part of the checks run's measurement statement
+(``measure.py``); Snowflake answers MAX of a column from micro-partition metadata, without a scan.
 """
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
+from sqlglot import exp
 
+from dw_dagster.checks.measure import Part, quoted_table
 from dw_dagster.checks.metrics import InputFreshness, JobSchedule, MetricsFile
-from dw_dagster.checks.reporting import report_failure
-from dw_dagster.checks.run_context import check_run
-from dw_dagster.coalesce.sql import quote_identifier, table_parts, table_reference
+from dw_dagster.checks.tonight import Night
+from dw_dagster.coalesce.sql import table_parts
 from dw_dagster.context.specs import key_from_path
-from dw_dagster.warehouse.ops import OpsSchema
-from dw_dagster.warehouse.resources import WarehouseResource
 
 INPUT_FRESHNESS_CHECK = "input_freshness"
 _DAILY = re.compile(r"^(\d{1,2})\s+(\d{1,2})\s+(\*\s+\*\s+\S+)$")
@@ -77,86 +76,100 @@ def _built_at(instance: dg.DagsterInstance, key: dg.AssetKey) -> datetime | None
     return datetime.fromtimestamp(event.timestamp, tz=UTC) if event else None
 
 
-def build_input_freshness_checks(
-    metrics: MetricsFile, specs: Sequence[dg.AssetSpec], cause_scopes: Mapping[str, str], database: str
-) -> list[dg.AssetChecksDefinition]:
+def input_freshness_specs(metrics: MetricsFile, specs: Sequence[dg.AssetSpec]) -> list[dg.AssetCheckSpec]:
     rules = metrics.freshness.inputs
-    if not rules:
-        return []
-    specs_by_path = {s.key.to_user_string(): s for s in specs}
-    missing = sorted({p for r in rules for p in (r.asset, r.input) if p not in specs_by_path})
+    paths = {s.key.to_user_string() for s in specs}
+    missing = sorted({p for r in rules for p in (r.asset, r.input) if p not in paths})
     if missing:
         raise dg.DagsterInvariantViolationError(f"freshness.inputs: no such assets {missing}")
-    ops = OpsSchema(database, metrics.ops_schema)
-    by_asset: dict[dg.AssetKey, InputFreshness] = {key_from_path(r.asset): r for r in rules}
+    return [
+        dg.AssetCheckSpec(
+            name=INPUT_FRESHNESS_CHECK,
+            asset=key_from_path(r.asset),
+            additional_deps=[key_from_path(r.input)],
+            description=f"Holds {r.input}'s latest load, and that load was at most "
+            f"{r.max_input_age_hours:g} h old when the table was built",
+        )
+        for r in rules
+    ]
 
-    @dg.multi_asset_check(
-        specs=[
-            dg.AssetCheckSpec(
-                name=INPUT_FRESHNESS_CHECK,
-                asset=key_from_path(r.asset),
-                additional_deps=[key_from_path(r.input)],
-                description=f"Holds {r.input}'s latest load, and that load was at most "
-                f"{r.max_input_age_hours:g} h old when the table was built",
+
+def _latest(table: tuple[str, str, str], column: str) -> exp.Expression:
+    query = exp.select(exp.Max(this=exp.column(exp.to_identifier(column, quoted=True))))
+    return query.from_(quoted_table(*table)).subquery()
+
+
+class InputFreshnessChecks:
+    """The input-freshness checks of one checks run: both maxima of each rule, and their judgement."""
+
+    def __init__(self, metrics: MetricsFile, specs: Sequence[dg.AssetSpec], selected: Sequence[dg.AssetKey]):
+        by_asset = {key_from_path(r.asset): r for r in metrics.freshness.inputs}
+        self.rules = [by_asset[k] for k in sorted(set(selected), key=lambda k: k.to_user_string())]
+        self.specs_by_path = {s.key.to_user_string(): s for s in specs}
+        self.errors: dict[str, str] = {}
+
+    def parts(self) -> list[Part]:
+        parts = []
+        for r in self.rules:
+            try:
+                table, source = (_table_of(self.specs_by_path, p) for p in (r.asset, r.input))
+            except dg.DagsterInvariantViolationError as e:
+                self.errors[r.asset] = str(e)
+                continue
+            query = exp.select(_latest(table, r.column), _latest(source, r.input_column))
+            parts.append(Part(("freshness", r.asset), query))
+        return parts
+
+    def evaluate(
+        self, night: Night, measured: Mapping[Hashable, list[tuple] | Exception]
+    ) -> tuple[list[dg.AssetCheckResult], list[str]]:
+        """Each rule measured judged, and why the others could not be."""
+        results, errors = [], []
+        for rule in self.rules:
+            found = measured.get(("freshness", rule.asset))
+            if isinstance(found, Exception):
+                self.errors[rule.asset] = f"input freshness not measured ({type(found).__name__}: {found})"
+            if rule.asset in self.errors:
+                errors.append(f"{INPUT_FRESHNESS_CHECK} of {rule.asset}: {self.errors[rule.asset]}")
+                continue
+            results.append(_judge(night, rule, *found[0]))  # type: ignore[index]
+        return results, errors
+
+
+def _judge(
+    night: Night, rule: InputFreshness, held: datetime | None, latest: datetime | None
+) -> dg.AssetCheckResult:
+    key = key_from_path(rule.asset)
+    held, latest = _utc(held), _utc(latest)
+    built = _built_at(night.context.instance, key) or datetime.now(UTC)
+    problems = []
+    if latest is None:
+        problems.append(f"{rule.input} has no loads at all")
+    else:
+        age = built - latest
+        if age > timedelta(hours=rule.max_input_age_hours):
+            problems.append(
+                f"built on stale input: {rule.input}'s latest load was {age.total_seconds() / 3600:.1f} h "
+                f"old when {rule.asset} was built (allowed {rule.max_input_age_hours:g} h)"
             )
-            for r in rules
-        ],
-        can_subset=True,
-        name="input_freshness_checks",
+        if held is None or latest - held > timedelta(minutes=rule.max_lag_minutes):
+            problems.append(
+                f"{rule.asset} holds loads up to {held}, but {rule.input} has loads up to {latest}"
+            )
+    metadata = {
+        "input_latest_load": str(latest),
+        "table_latest_load": str(held),
+        "built_at": built.isoformat(),
+    }
+    if latest is not None:
+        metadata["input_age_hours"] = dg.MetadataValue.float(float((built - latest).total_seconds() / 3600))
+    if problems:
+        night.report(INPUT_FRESHNESS_CHECK, rule.asset, "; ".join(problems), metadata)
+    return dg.AssetCheckResult(
+        check_name=INPUT_FRESHNESS_CHECK,
+        asset_key=key,
+        passed=not problems,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description="; ".join(problems) or None,
+        metadata=metadata,
     )
-    def input_freshness_checks(context, snowflake: WarehouseResource):
-        warehouse = snowflake
-        run = check_run(context, metrics.business_day)
-        for check_key in context.selected_asset_check_keys:
-            rule = by_asset[check_key.asset_key]
-            table = table_reference(*_table_of(specs_by_path, rule.asset))
-            source = table_reference(*_table_of(specs_by_path, rule.input))
-            with warehouse.tagged_connection(
-                "check.input_freshness", **run.tag_fields(INPUT_FRESHNESS_CHECK, rule.asset)
-            ) as conn:
-                cur = conn.cursor()
-                cur.execute(
-                    f"SELECT (SELECT MAX({quote_identifier(rule.column)}) FROM {table}),"
-                    f" (SELECT MAX({quote_identifier(rule.input_column)}) FROM {source})"
-                )
-                held, latest = (_utc(v) for v in cur.fetchone())
-            built = _built_at(context.instance, check_key.asset_key) or datetime.now(UTC)
-            problems = []
-            if latest is None:
-                problems.append(f"{rule.input} has no loads at all")
-            else:
-                age = built - latest
-                if age > timedelta(hours=rule.max_input_age_hours):
-                    problems.append(
-                        f"built on stale input: {rule.input}'s latest load was {age.total_seconds() / 3600:.1f} h "
-                        f"old when {rule.asset} was built (allowed {rule.max_input_age_hours:g} h)"
-                    )
-                if held is None or latest - held > timedelta(minutes=rule.max_lag_minutes):
-                    problems.append(
-                        f"{rule.asset} holds loads up to {held}, but {rule.input} has loads up to {latest}"
-                    )
-            metadata = {
-                "input_latest_load": str(latest),
-                "table_latest_load": str(held),
-                "built_at": built.isoformat(),
-            }
-            if latest is not None:
-                metadata["input_age_hours"] = dg.MetadataValue.float(
-                    float((built - latest).total_seconds() / 3600)
-                )
-            if problems:
-                summary = "; ".join(problems)
-                report_failure(
-                    context, warehouse=warehouse, ops=ops, run=run, check=INPUT_FRESHNESS_CHECK, asset=rule.asset,
-                    summary=summary, evidence=metadata, cause_scope=cause_scopes.get(rule.asset, f"asset:{rule.asset}"),
-                )  # fmt: skip
-            yield dg.AssetCheckResult(
-                check_name=INPUT_FRESHNESS_CHECK,
-                asset_key=check_key.asset_key,
-                passed=not problems,
-                severity=dg.AssetCheckSeverity.ERROR,
-                description="; ".join(problems) or None,
-                metadata=metadata,
-            )
-
-    return [input_freshness_checks]

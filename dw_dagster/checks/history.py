@@ -1,5 +1,9 @@
 """Durable nightly histories in the warehouse ops schema: recorded totals, row counts, accepted levels.
 
+Every series a check keeps is one history table, ``METRIC_HISTORY``, one row per series and business date:
+a recorded total under its name, a table's row count as ``volume:<asset>``, a small table's keys as
+``rows:<asset>`` (``keys.py``), a node's credits as ``cost:<asset>``. So a checks run reads everything it
+judges against in one statement (``night_context``) and writes its night in one (``record_night``).
 Re-recording a business date replaces its value (a rerun after a fix records the corrected total), and a
 day flagged as an incident is kept but left out of every later baseline. An accepted level
 (``BASELINE_LEVELS``) re-bases a series from its date: the nights before it are judged as if they had
@@ -58,14 +62,27 @@ class FixedIncident:
     assets: set[str] = field(default_factory=set)
 
 
+class Reading(BaseModel):
+    """Tonight's value of a series, as ``record_night`` writes it."""
+
+    value: float | None
+    groups: dict[str, float | None] | None = None
+    source: str | None = None
+    """Where a row count came from (``count``, ``coalesce_run_results``, ``information_schema``)."""
+    flagged: bool = False
+    """Tonight is an incident's night: kept, and left out of every later baseline."""
+
+
 @dataclass
 class NightContext:
-    """What a checks step judges against besides the histories, read in one statement: the accepted levels,
-    the business dates with an incident, and the incidents of earlier nights with a fix's receipt."""
+    """What a checks run judges against, read in one statement: the accepted levels, the business dates
+    with an incident, the incidents of earlier nights with a fix's receipt, and each series' history."""
 
     levels: dict[str, list[Rebase]]
     incident_days: set[date]
     fixed: list[FixedIncident]
+    past: dict[str, dict[date, Recorded]] = field(default_factory=dict)
+    """Each series read (``night_context(histories=...)``) -> its recorded nights before tonight."""
 
     def with_levels(self, new: Sequence[Rebase], since: date) -> dict[str, list[Rebase]]:
         """The levels as ``rebases(since)`` reads them after ``new`` were recorded."""
@@ -87,7 +104,7 @@ def total_series(total: str, group: str | None = None) -> str:
 
 
 class HistoryStore:
-    """Reads and writes ``METRIC_HISTORY`` and ``VOLUME_HISTORY`` on one connection per use."""
+    """Reads and writes the histories on one connection per use."""
 
     def __init__(self, warehouse: WarehouseResource, ops: OpsSchema, **tag_fields: Any):
         self.warehouse = warehouse
@@ -114,35 +131,43 @@ class HistorySession:
         dagster_run_id: str | None,
         coalesce_run_id: str | None,
     ) -> None:
-        self.record_metrics(day, {metric: (value, groups)}, dagster_run_id, coalesce_run_id)
+        self.record_night(
+            day, {metric: Reading(value=value, groups=dict(groups))}, dagster_run_id, coalesce_run_id
+        )
 
-    def record_metrics(
+    def record_night(
         self,
         day: date,
-        values: Mapping[str, tuple[float | None, Mapping[str, float | None]]],
+        readings: Mapping[str, Reading],
         dagster_run_id: str | None,
         coalesce_run_id: str | None,
     ) -> None:
-        """Tonight's value and groups of each metric (``metric -> (value, groups)``) in one statement."""
-        if not values:
+        """Tonight's reading of each series in one statement. A series recorded again for the same night is
+        replaced, and a night once flagged stays flagged."""
+        if not readings:
             return
         now = datetime.now(UTC)
-        rows = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(values))
+        rows = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(readings))
         params = [
             v
-            for metric, (value, groups) in values.items()
-            for v in (metric, day, value, json.dumps(dict(groups)), now, dagster_run_id, coalesce_run_id)
-        ]
+            for series, r in readings.items()
+            for v in (
+                series, day, r.value, None if r.groups is None else json.dumps(r.groups), r.source, now,
+                dagster_run_id, coalesce_run_id, r.flagged,
+            )
+        ]  # fmt: skip
         self.cur.execute(
             f"MERGE INTO {self.ops.table('METRIC_HISTORY')} t USING (SELECT column1 AS METRIC,"
-            " column2::DATE AS BUSINESS_DATE, column3::FLOAT AS VALUE, column4 AS GROUPS,"
-            " column5::TIMESTAMP_TZ AS RECORDED_AT, column6 AS DAGSTER_RUN_ID, column7 AS COALESCE_RUN_ID"
-            f" FROM VALUES {rows}) s ON t.METRIC = s.METRIC AND t.BUSINESS_DATE = s.BUSINESS_DATE"
-            " WHEN MATCHED THEN UPDATE SET VALUE = s.VALUE, GROUPS = s.GROUPS, RECORDED_AT = s.RECORDED_AT,"
-            " DAGSTER_RUN_ID = s.DAGSTER_RUN_ID, COALESCE_RUN_ID = s.COALESCE_RUN_ID"
-            " WHEN NOT MATCHED THEN INSERT (METRIC, BUSINESS_DATE, VALUE, GROUPS, RECORDED_AT, DAGSTER_RUN_ID,"
-            " COALESCE_RUN_ID, FLAGGED) VALUES (s.METRIC, s.BUSINESS_DATE, s.VALUE, s.GROUPS, s.RECORDED_AT,"
-            " s.DAGSTER_RUN_ID, s.COALESCE_RUN_ID, FALSE)",
+            " column2::DATE AS BUSINESS_DATE, column3::FLOAT AS VALUE, column4 AS GROUPS, column5 AS SOURCE,"
+            " column6::TIMESTAMP_TZ AS RECORDED_AT, column7 AS DAGSTER_RUN_ID, column8 AS COALESCE_RUN_ID,"
+            f" column9::BOOLEAN AS FLAGGED FROM VALUES {rows}) s"
+            " ON t.METRIC = s.METRIC AND t.BUSINESS_DATE = s.BUSINESS_DATE"
+            " WHEN MATCHED THEN UPDATE SET VALUE = s.VALUE, GROUPS = s.GROUPS, SOURCE = s.SOURCE,"
+            " RECORDED_AT = s.RECORDED_AT, DAGSTER_RUN_ID = s.DAGSTER_RUN_ID, COALESCE_RUN_ID = s.COALESCE_RUN_ID,"
+            " FLAGGED = t.FLAGGED OR s.FLAGGED"
+            " WHEN NOT MATCHED THEN INSERT (METRIC, BUSINESS_DATE, VALUE, GROUPS, SOURCE, RECORDED_AT,"
+            " DAGSTER_RUN_ID, COALESCE_RUN_ID, FLAGGED) VALUES (s.METRIC, s.BUSINESS_DATE, s.VALUE, s.GROUPS,"
+            " s.SOURCE, s.RECORDED_AT, s.DAGSTER_RUN_ID, s.COALESCE_RUN_ID, s.FLAGGED)",
             tuple(params),
         )
 
@@ -152,36 +177,17 @@ class HistorySession:
     def metric_histories(
         self, metrics: Sequence[str], before: date, days: int
     ) -> dict[str, dict[date, Recorded]]:
-        """The history of every metric in ``metrics``, read in one statement."""
-        rows = self._histories("METRIC_HISTORY", "METRIC", "VALUE, GROUPS, FLAGGED", metrics, before, days)
-        return {
-            metric: {
-                _as_date(day): Recorded(
-                    business_date=_as_date(day),
-                    value=value,
-                    groups=json.loads(groups or "{}"),
-                    flagged=bool(flagged),
-                )
-                for day, value, groups, flagged in found
-            }
-            for metric, found in rows.items()
-        }
-
-    def _histories(
-        self, table: str, key: str, columns: str, keys: Sequence[str], before: date, days: int
-    ) -> dict[str, list[tuple]]:
-        """``(BUSINESS_DATE, *columns)`` of each of ``keys`` in the ops ``table`` over the ``days`` before
-        ``before``, in one statement."""
-        out: dict[str, list[tuple]] = {k: [] for k in keys}
+        """The history of every series in ``metrics``, read in one statement."""
+        out: dict[str, dict[date, Recorded]] = {m: {} for m in metrics}
         if not out:
             return out
         self.cur.execute(
-            f"SELECT {key}, BUSINESS_DATE, {columns} FROM {self.ops.table(table)}"
-            f" WHERE {key} IN ({', '.join(['%s'] * len(out))}) AND BUSINESS_DATE < %s AND BUSINESS_DATE >= %s",
+            f"SELECT METRIC, BUSINESS_DATE, VALUE, GROUPS, FLAGGED FROM {self.ops.table('METRIC_HISTORY')}"
+            f" WHERE METRIC IN ({', '.join(['%s'] * len(out))}) AND BUSINESS_DATE < %s AND BUSINESS_DATE >= %s",
             (*out, before, before - timedelta(days=days)),
         )
-        for r in self.cur.fetchall():
-            out[r[0]].append(tuple(r[1:]))
+        for metric, day, value, groups, flagged in self.cur.fetchall():
+            out[metric][_as_date(day)] = _recorded(day, value, groups, flagged)
         return out
 
     def flag_metric(self, metric: str, day: date, flagged: bool = True) -> None:
@@ -199,48 +205,14 @@ class HistorySession:
         )
         return {_as_date(r[0]) for r in self.cur.fetchall() if r[0] is not None}
 
-    def record_volumes(self, day: date, counts: Mapping[str, tuple[float | None, str]]) -> None:
-        """Tonight's row count of each asset (``asset key -> (count, source)``) in one statement."""
-        if not counts:
-            return
-        now = datetime.now(UTC)
-        rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(counts))
-        params = [v for key, (n, source) in counts.items() for v in (key, day, n, source, now)]
-        self.cur.execute(
-            f"MERGE INTO {self.ops.table('VOLUME_HISTORY')} t USING (SELECT column1 AS ASSET_KEY,"
-            " column2::DATE AS BUSINESS_DATE, column3::FLOAT AS ROW_COUNT, column4 AS SOURCE,"
-            f" column5::TIMESTAMP_TZ AS RECORDED_AT FROM VALUES {rows}) s"
-            " ON t.ASSET_KEY = s.ASSET_KEY AND t.BUSINESS_DATE = s.BUSINESS_DATE"
-            " WHEN MATCHED THEN UPDATE SET ROW_COUNT = s.ROW_COUNT, SOURCE = s.SOURCE, RECORDED_AT = s.RECORDED_AT"
-            " WHEN NOT MATCHED THEN INSERT (ASSET_KEY, BUSINESS_DATE, ROW_COUNT, SOURCE, RECORDED_AT, FLAGGED)"
-            " VALUES (s.ASSET_KEY, s.BUSINESS_DATE, s.ROW_COUNT, s.SOURCE, s.RECORDED_AT, FALSE)",
-            tuple(params),
-        )
-
     def volume_history(self, asset_key: str, before: date, days: int) -> dict[date, Recorded]:
-        return self.volume_histories([asset_key], before, days)[asset_key]
-
-    def volume_histories(
-        self, asset_keys: Sequence[str], before: date, days: int
-    ) -> dict[str, dict[date, Recorded]]:
-        """The row-count history of every asset in ``asset_keys``, read in one statement."""
-        rows = self._histories("VOLUME_HISTORY", "ASSET_KEY", "ROW_COUNT, FLAGGED", asset_keys, before, days)
-        return {
-            key: {
-                _as_date(day): Recorded(business_date=_as_date(day), value=count, flagged=bool(flagged))
-                for day, count, flagged in found
-            }
-            for key, found in rows.items()
-        }
+        return self.metric_history(volume_series(asset_key), before, days)
 
     def flag_volume(self, asset_key: str, day: date, flagged: bool = True) -> None:
-        self.cur.execute(
-            f"UPDATE {self.ops.table('VOLUME_HISTORY')} SET FLAGGED = %s WHERE ASSET_KEY = %s AND BUSINESS_DATE = %s",
-            (flagged, asset_key, day),
-        )
+        self.flag_metric(volume_series(asset_key), day, flagged)
 
     def latest_metric(self, metric: str) -> Recorded | None:
-        """The last night a total was recorded, whenever that was."""
+        """The last night a series was recorded, whenever that was."""
         self.cur.execute(
             f"SELECT MAX(BUSINESS_DATE) FROM {self.ops.table('METRIC_HISTORY')} WHERE METRIC = %s", (metric,)
         )
@@ -252,12 +224,8 @@ class HistorySession:
         )
 
     def latest_volume(self, asset_key: str) -> date | None:
-        self.cur.execute(
-            f"SELECT MAX(BUSINESS_DATE) FROM {self.ops.table('VOLUME_HISTORY')} WHERE ASSET_KEY = %s",
-            (asset_key,),
-        )
-        last = self.cur.fetchone()[0]
-        return None if last is None else _as_date(last)
+        last = self.latest_metric(volume_series(asset_key))
+        return None if last is None else last.business_date
 
     def record_rebase(self, rebase: Rebase) -> bool:
         """Records an accepted level once per series and date (a re-tick changes nothing); returns whether
@@ -272,35 +240,58 @@ class HistorySession:
         )  # fmt: skip
         return self.cur.rowcount > 0
 
-    def night_context(self, since: date, day: date) -> NightContext:
-        """The accepted levels from ``since`` on, the incident days from ``since`` on, and the incidents
-        before ``day`` with a receipt (their receipts and findings), in one statement."""
-        levels, incidents, events = (
+    def night_context(
+        self, since: date, day: date, histories: Mapping[str, date] | None = None
+    ) -> NightContext:
+        """In one statement: the accepted levels and the incident days from ``since`` on, the incidents before
+        ``day`` with a receipt (their receipts and findings), and the history of each series in
+        ``histories`` (series -> the first night to read) up to the night before ``day``."""
+        levels, incidents, events, history = (
             self.ops.table("BASELINE_LEVELS"),
             self.ops.table("INCIDENTS"),
             self.ops.table("INCIDENT_EVENTS"),
+            self.ops.table("METRIC_HISTORY"),
         )
-        self.cur.execute(
-            "SELECT 'level' AS ROW_KIND, SERIES AS NAME, FROM_DATE AS DAY, KIND, REASON, ACCEPTED_BY,"
-            f" RECORDED_AT AS AT FROM {levels} WHERE FROM_DATE >= %s"
-            " UNION ALL SELECT DISTINCT 'incident_day', CAST(NULL AS VARCHAR), BUSINESS_DATE,"
-            " CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), CAST(NULL AS TIMESTAMP_TZ)"
-            f" FROM {incidents} WHERE BUSINESS_DATE >= %s"
+        null = "CAST(NULL AS VARCHAR)"
+        sql = (
+            "SELECT 'level' AS ROW_KIND, SERIES AS NAME, FROM_DATE AS DAY, KIND, REASON AS TEXT, ACCEPTED_BY,"
+            " RECORDED_AT AS AT, CAST(NULL AS DOUBLE) AS VALUE, CAST(NULL AS BOOLEAN) AS FLAGGED"
+            f" FROM {levels} WHERE FROM_DATE >= %s"
+            f" UNION ALL SELECT DISTINCT 'incident_day', {null}, BUSINESS_DATE, {null}, {null}, {null},"
+            f" CAST(NULL AS TIMESTAMP_TZ), NULL, NULL FROM {incidents} WHERE BUSINESS_DATE >= %s"
             " UNION ALL SELECT 'fix_event', i.INCIDENT_ID, i.BUSINESS_DATE, e.KIND, e.DETAIL,"
-            f" CAST(NULL AS VARCHAR), i.UPDATED_AT FROM {incidents} i JOIN {events} e"
+            f" {null}, i.UPDATED_AT, NULL, NULL FROM {incidents} i JOIN {events} e"
             " ON e.INCIDENT_ID = i.INCIDENT_ID AND e.KIND IN ('receipt', 'finding')"
             " WHERE i.BUSINESS_DATE < %s AND EXISTS (SELECT 1 FROM"
-            f" {events} r WHERE r.INCIDENT_ID = i.INCIDENT_ID AND r.KIND = 'receipt')",
-            (since, since, day),
+            f" {events} r WHERE r.INCIDENT_ID = i.INCIDENT_ID AND r.KIND = 'receipt')"
         )
-        ctx = NightContext(levels={}, incident_days=set(), fixed=[])
+        params: list[Any] = [since, since, day]
+        by_first: dict[date, list[str]] = {}
+        for series, first in (histories or {}).items():
+            by_first.setdefault(first, []).append(series)
+        if by_first:
+            which = " OR ".join(
+                f"(METRIC IN ({', '.join(['%s'] * len(names))}) AND BUSINESS_DATE >= %s)"
+                for names in by_first.values()
+            )
+            # SOURCE is not used here: an ops schema older than this dw-dagster fails on it at once (the
+            # step then says to migrate), before anything is judged.
+            sql += (
+                f" UNION ALL SELECT 'history', METRIC, BUSINESS_DATE, SOURCE, GROUPS, {null},"
+                f" CAST(NULL AS TIMESTAMP_TZ), VALUE, FLAGGED FROM {history} WHERE BUSINESS_DATE < %s AND ({which})"
+            )
+            params += [day, *(v for first, names in by_first.items() for v in (*names, first))]
+        self.cur.execute(sql, tuple(params))
+        ctx = NightContext(levels={}, incident_days=set(), fixed=[], past={s: {} for s in histories or {}})
         fixed: dict[str, FixedIncident] = {}
-        for kind, name, day_, sub, text, by, at in self.cur.fetchall():
+        for kind, name, day_, sub, text, by, at, value, flagged in self.cur.fetchall():
             if kind == "level":
                 ctx.levels.setdefault(name, []).append(_rebase(name, day_, sub, text, by, at))
             elif kind == "incident_day":
                 if day_ is not None:
                     ctx.incident_days.add(_as_date(day_))
+            elif kind == "history":
+                ctx.past[name][_as_date(day_)] = _recorded(day_, value, text, flagged)
             else:
                 incident = fixed.setdefault(name, FixedIncident(name, _as_date(day_), at))
                 detail = json.loads(text or "{}")
@@ -332,6 +323,13 @@ def _rebase(
     """A ``BASELINE_LEVELS`` row, in its column order."""
     return Rebase(series=series, from_date=_as_date(from_date), kind=kind, reason=reason, accepted_by=accepted_by,
                   recorded_at=recorded_at)  # fmt: skip
+
+
+def _recorded(day: Any, value: float | None, groups: str | None, flagged: Any) -> Recorded:
+    """A ``METRIC_HISTORY`` row."""
+    return Recorded(
+        business_date=_as_date(day), value=value, groups=json.loads(groups or "{}"), flagged=bool(flagged)
+    )
 
 
 def _as_date(v: Any) -> date:

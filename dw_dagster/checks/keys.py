@@ -3,7 +3,8 @@ new level.
 
 A monitored table with a unique column (``dagster/column_schema``: a unique or primary key, or a unique
 test) and fewer rows than the small-count size has its keys recorded every night, in ``METRIC_HISTORY`` as
-the series ``rows:<asset>`` grouped by key (one cheap query of a small table). Then a change in it is named
+the series ``rows:<asset>`` grouped by key (a ``SELECT DISTINCT`` of a small table, a part of the night's
+statement: ``measure.py``). Then a change in it is named
 ("1 row appeared: ACCOUNT_ID=42"), and when a table downstream of it grows, the rows that carry the new keys
 (the table has a column of the same name, as a join on the key does) are counted: if the growth is those
 rows, a new key was mapped the same day, and the growth is the table's new level, not an anomaly.
@@ -11,14 +12,16 @@ rows, a new key was mapped the same day, and the growth is the table's new level
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
 import dagster as dg
+from sqlglot import exp
 
-from dw_dagster.checks.history import HistorySession
+from dw_dagster.checks.history import Reading, Recorded
+from dw_dagster.checks.measure import Part, quoted_table
 from dw_dagster.checks.recorded_totals import plain_value
 from dw_dagster.coalesce.sql import quote_identifier, table_reference
 
@@ -64,39 +67,33 @@ class KeyChange:
         return "; ".join(parts)
 
 
-def read_keys(cur: Any, table: tuple[str, str, str], column: str) -> dict[str, Any]:
-    """Tonight's keys of a small table: label -> raw value."""
-    cur.execute(f"SELECT DISTINCT {quote_identifier(column)} FROM {table_reference(*table)}")
-    return {key_label(column, r[0]): r[0] for r in cur.fetchall()}
-
-
-def record_keys(
-    history: HistorySession,
-    keys: Mapping[str, tuple[str, dict[str, Any]]],
-    day: date,
-    run_ids: tuple[str | None, str | None],
-) -> dict[str, KeyChange]:
-    """Records tonight's keys of each small table (``asset key -> (column, keys)``), every table's history
-    read in one statement and written in one; returns what changed in each since its last night."""
-    series = {asset: rows_series(asset) for asset in keys}
-    pasts = history.metric_histories(list(series.values()), day, KEYS_LOOKBACK_DAYS)
-    history.record_metrics(
-        day, {series[a]: (float(len(raw)), dict.fromkeys(raw, 1.0)) for a, (_, raw) in keys.items()}, *run_ids
+def keys_part(
+    key: Hashable, table: tuple[str, str, str], column: str, only_if: exp.Condition | None = None
+) -> Part:
+    """Tonight's keys of a small table, as a part of the night's statement; with ``only_if`` (the table is
+    still small tonight), none when it does not hold, so a table that grew is not read whole."""
+    query = (
+        exp.select(exp.column(exp.to_identifier(column, quoted=True))).distinct().from_(quoted_table(*table))
     )
-    changes = {}
-    for asset, (column, raw) in keys.items():
-        past = pasts[series[asset]]
-        before = past[max(past)].groups if past else None
-        changes[asset] = (
-            KeyChange(column=column)
-            if before is None
-            else KeyChange(
-                column=column,
-                appeared={k: v for k, v in raw.items() if k not in before},
-                went=sorted(k for k in before if k not in raw),
-            )
-        )
-    return changes
+    return Part(("keys", key), query if only_if is None else query.where(only_if))
+
+
+def keys_reading(column: str, rows: Sequence[tuple]) -> tuple[dict[str, Any], Reading]:
+    """The keys a part read (label -> raw value, as the table holds it), and tonight's ``rows:`` reading."""
+    raw = {key_label(column, r[0]): r[0] for r in rows}
+    return raw, Reading(value=float(len(raw)), groups=dict.fromkeys(raw, 1.0))
+
+
+def key_change(column: str, raw: Mapping[str, Any], past: Mapping[date, Recorded]) -> KeyChange:
+    """What changed in a small table since its last recorded night (``past``: its ``rows:`` series)."""
+    if not past:
+        return KeyChange(column=column)
+    before = past[max(past)].groups
+    return KeyChange(
+        column=column,
+        appeared={k: v for k, v in raw.items() if k not in before},
+        went=sorted(k for k in before if k not in raw),
+    )
 
 
 def rows_with_keys(cur: Any, table: tuple[str, str, str], column: str, values: Sequence[Any]) -> int:

@@ -7,27 +7,24 @@ counts, accepted levels) and of each of its groups (``groups.py``: shifts betwee
 groups with a NULL value). A baseline with too little history says so.
 """
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import date, timedelta
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
+import sqlglot
 from pydantic import BaseModel, Field
+from sqlglot import exp
 
-from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.groups import GroupMove, judge_groups, null_groups_problem
-from dw_dagster.checks.history import HistorySession, HistoryStore, Rebase, Recorded, total_series
+from dw_dagster.checks.history import Reading, total_series
 from dw_dagster.checks.judge import deviation, judge, judgement_metadata
-from dw_dagster.checks.levels import LazyLineage, remediation_levels
+from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
 from dw_dagster.checks.reconcile import Reconciled, reconcile
-from dw_dagster.checks.reporting import report_failure
-from dw_dagster.checks.run_context import CheckRun, check_run
+from dw_dagster.checks.tonight import Night
 from dw_dagster.coalesce.sql import resolve_refs
 from dw_dagster.context.specs import key_from_path
-from dw_dagster.warehouse.ops import OpsSchema
-from dw_dagster.warehouse.resources import WarehouseResource
 
 HISTORY_DAYS = 120
 
@@ -61,11 +58,11 @@ def plain_value(v: Any) -> str:
     return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
 
-def compute_total(cur: Any, total: RecordedTotal, resolve_table: TableResolver) -> TotalValue:
-    """Runs the total's one aggregate query in the warehouse."""
-    sql = resolve_refs(total.sql, resolve_table)
-    cur.execute(sql)
-    columns = [d[0].upper() for d in cur.description]
+def total_value(
+    total: RecordedTotal, sql: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+) -> TotalValue:
+    """The total from the rows its SQL returned (``columns``: their names)."""
+    columns = [c.upper() for c in columns]
     if "VALUE" not in columns:
         raise ValueError(f"totals.{total.name}.sql: expected a column named VALUE, got columns {columns}")
     missing = [k for k in total.group_keys if k.upper() not in columns]
@@ -73,26 +70,72 @@ def compute_total(cur: Any, total: RecordedTotal, resolve_table: TableResolver) 
         raise ValueError(
             f"totals.{total.name}.sql: group_keys {missing} are not columns of the result {columns}"
         )
-    rows = [dict(zip(columns, r, strict=True)) for r in cur.fetchall()]
-    if not total.group_keys and len(rows) != 1:
-        raise ValueError(f"totals.{total.name}.sql: expected one row without group_keys, got {len(rows)}")
+    found = [dict(zip(columns, r, strict=True)) for r in rows]
+    if not total.group_keys and len(found) != 1:
+        raise ValueError(f"totals.{total.name}.sql: expected one row without group_keys, got {len(found)}")
     keys = [k.upper() for k in total.group_keys]
-    groups = {group_label(keys, r): (None if r["VALUE"] is None else float(r["VALUE"])) for r in rows if keys}
-    counted = {group_label(keys, r): int(r["ROWS"]) for r in rows if keys and r.get("ROWS") is not None}
+    groups = {
+        group_label(keys, r): (None if r["VALUE"] is None else float(r["VALUE"])) for r in found if keys
+    }
+    counted = {group_label(keys, r): int(r["ROWS"]) for r in found if keys and r.get("ROWS") is not None}
     return TotalValue(
-        value=float(sum(float(r["VALUE"]) for r in rows if r["VALUE"] is not None)),
+        value=float(sum(float(r["VALUE"]) for r in found if r["VALUE"] is not None)),
         groups=groups,
         rows=counted,
         value_columns=value_columns(sql),
-        null_value=not keys and rows[0]["VALUE"] is None,
+        null_value=not keys and found[0]["VALUE"] is None,
     )
+
+
+def compute_total(cur: Any, total: RecordedTotal, resolve_table: TableResolver) -> TotalValue:
+    """Runs the total's one aggregate query alone."""
+    sql = resolve_refs(total.sql, resolve_table)
+    cur.execute(sql)
+    return total_value(total, sql, [d[0] for d in cur.description], cur.fetchall())
+
+
+@dataclass(frozen=True)
+class TotalQuery:
+    """A total's SQL with its refs resolved, and how the night's statement selects its columns."""
+
+    total: RecordedTotal
+    sql: str
+    part: Part | None
+    """None when sqlglot cannot name the SQL's columns: the total is then measured alone."""
+    columns: list[str] = field(default_factory=list)
+
+
+def total_query(total: RecordedTotal, resolve_table: TableResolver) -> TotalQuery:
+    sql = resolve_refs(total.sql, resolve_table)
+    try:
+        tree = sqlglot.parse_one(sql, read="snowflake")
+    except sqlglot.errors.ParseError:
+        return TotalQuery(total, sql, None)
+    if not isinstance(tree, exp.Query):
+        return TotalQuery(total, sql, None)
+    # Each output column by the name the warehouse gives it, as written (its quoting kept).
+    named: dict[str, exp.Identifier] = {}
+    for projection in tree.selects:
+        if projection.is_star:
+            return TotalQuery(total, sql, None)
+        ident = projection.args.get("alias") if isinstance(projection, exp.Alias) else projection.this
+        if not isinstance(projection, exp.Alias | exp.Column) or not isinstance(ident, exp.Identifier):
+            continue  # an unnamed expression: neither VALUE nor a group key
+        if ident.name.upper() in named:
+            return TotalQuery(total, sql, None)
+        named[ident.name.upper()] = ident
+    wanted = [k.upper() for k in total.group_keys] + ["VALUE"] + (["ROWS"] if "ROWS" in named else [])
+    if any(w not in named for w in wanted):
+        return TotalQuery(total, sql, None)  # alone, its error names what is missing
+    alias = exp.to_identifier("q", quoted=True)
+    query = exp.select(*(exp.column(named[w].copy(), table=alias) for w in wanted)).from_(
+        tree.subquery(alias)
+    )
+    return TotalQuery(total, sql, Part(("total", total.name), query), wanted)
 
 
 def value_columns(sql: str) -> list[str]:
     """The columns VALUE is computed from, read with sqlglot (none when the SQL does not parse)."""
-    import sqlglot
-    from sqlglot import exp
-
     try:
         tree = sqlglot.parse_one(sql, read="snowflake")
     except sqlglot.errors.ParseError:
@@ -107,23 +150,9 @@ def _fmt(v: float | None, unit: str = "") -> str:
     return "n/a" if v is None else f"{v:,.0f}{unit}"
 
 
-def build_recorded_total_checks(
-    metrics: MetricsFile,
-    resolve_table: TableResolver,
-    cause_scopes: Mapping[str, str],
-    database: str,
-    lineage: LazyLineage | None = None,
-) -> list[dg.AssetChecksDefinition]:
-    """One check per recorded total, on the asset it is computed from, in one subsettable step so that
-    each total is queried once a night even when another total reconciles against it.
-
-    ``cause_scopes`` maps an asset key path to what groups its findings into one incident (the Coalesce
-    job that builds it); ``lineage``, what is downstream of an asset (a verified fix re-bases it all).
-    """
-    if not metrics.totals:
-        return []
-    ops = OpsSchema(database, metrics.ops_schema)
-    specs = [
+def total_specs(metrics: MetricsFile) -> list[dg.AssetCheckSpec]:
+    """One check per recorded total, on the asset it is computed from."""
+    return [
         dg.AssetCheckSpec(
             name=check_name(t),
             asset=key_from_path(t.asset),
@@ -134,103 +163,80 @@ def build_recorded_total_checks(
         )
         for t in metrics.totals
     ]
-    by_check = {check_name(t): t for t in metrics.totals}
 
-    @dg.multi_asset_check(specs=specs, can_subset=True, name="recorded_totals")
-    def recorded_totals(context, snowflake: WarehouseResource):
-        warehouse = snowflake
-        run = check_run(context, metrics.business_day)
+
+class Totals:
+    """The recorded totals of one checks run: each queried once even when another total reconciles
+    against it, in the night's statement unless sqlglot cannot name its columns."""
+
+    def __init__(self, metrics: MetricsFile, resolve_table: TableResolver, checks: Sequence[str]):
+        by_check = {check_name(t): t for t in metrics.totals}
         # Reconciled totals first: on a bad night the gap to the source is the finding that opens (and
         # titles) the incident, whatever order Dagster hands the selection in.
-        selected = sorted(
-            (by_check[k.name] for k in context.selected_asset_check_keys),
-            key=lambda t: (t.reconcile_with is None, t.name),
+        self.selected = sorted(
+            (by_check[c] for c in checks), key=lambda t: (t.reconcile_with is None, t.name)
         )
-        needed = {t.name: t for t in selected}
-        for t in selected:
+        self.needed = {t.name: t for t in self.selected}
+        for t in self.selected:
             if t.reconcile_with:
-                needed.setdefault(t.reconcile_with.total, metrics.get(t.reconcile_with.total))
-
-        values: dict[str, TotalValue] = {}
-        errors: dict[str, str] = {}
-        for name, total in needed.items():
+                self.needed.setdefault(t.reconcile_with.total, metrics.get(t.reconcile_with.total))
+        self.resolve_table = resolve_table
+        self.queries: dict[str, TotalQuery] = {}
+        self.values: dict[str, TotalValue] = {}
+        self.errors: dict[str, str] = {}
+        for name, total in self.needed.items():
             try:
-                tag = run.tag_fields(check_name(total), total.asset)
-                with warehouse.tagged_connection("check.recorded_total", **tag) as conn:
-                    values[name] = compute_total(conn.cursor(), total, resolve_table)
-            except Exception as e:  # noqa: BLE001 - reported below as an errored check, never as passed
-                errors[name] = f"{type(e).__name__}: {e}"
-                context.log.error(f"recorded total {name} could not be computed: {errors[name]}")
+                self.queries[name] = total_query(total, resolve_table)
+            except Exception as e:  # noqa: BLE001 - reported as an errored check, never as passed
+                self.errors[name] = f"{type(e).__name__}: {e}"
 
-        store = HistoryStore(warehouse, ops, check="recorded_totals", dagster_run_id=run.dagster_run_id)
-        with store.session("check.recorded_totals.history") as history:
-            history.record_metrics(
-                run.business_date,
-                {name: (v.value, v.groups) for name, v in values.items()},
-                run.dagster_run_id,
-                run.coalesce_run_id,
-            )
-            for name, v in values.items():
-                context.op_execution_context.log_event(
-                    dg.AssetObservation(
-                        asset_key=key_from_path(needed[name].asset),
-                        metadata={f"dw/total/{name}": dg.MetadataValue.float(float(v.value))},
-                        tags={"dw/business_date": run.business_date.isoformat()},
-                    )
+    def parts(self) -> list[Part]:
+        return [q.part for q in self.queries.values() if q.part is not None]
+
+    def take(self, measured: Mapping[Hashable, list[tuple] | Exception], cur: Any) -> None:
+        """Tonight's value of each total from the night's statement (``cur`` runs alone those not in it)."""
+        for name, q in self.queries.items():
+            try:
+                if q.part is None:
+                    self.values[name] = compute_total(cur, q.total, self.resolve_table)
+                    continue
+                rows = measured[q.part.key]
+                if isinstance(rows, Exception):
+                    raise rows
+                self.values[name] = total_value(q.total, q.sql, q.columns, rows)
+            except Exception as e:  # noqa: BLE001 - reported as an errored check, never as passed
+                self.errors[name] = f"{type(e).__name__}: {e}"
+
+    def evaluate(self, night: Night) -> list[dg.AssetCheckResult]:
+        for name, v in self.values.items():
+            night.record(name, Reading(value=v.value, groups=v.groups))
+            night.context.op_execution_context.log_event(
+                dg.AssetObservation(
+                    asset_key=key_from_path(self.needed[name].asset),
+                    metadata={f"dw/total/{name}": dg.MetadataValue.float(float(v.value))},
+                    tags={"dw/business_date": night.day.isoformat()},
                 )
-            since = run.business_date - timedelta(days=HISTORY_DAYS)
-            read = history.night_context(since, run.business_date)
-            fixed = []
-            if lineage is not None:
-                fixed = remediation_levels(
-                    history, read.fixed, run.business_date,
-                    lambda a: [total_series(t.name) for t in metrics.totals if t.asset == a], lineage.downstream,
-                )  # fmt: skip
-            night = Night(
-                context=context, history=history, run=run, warehouse=warehouse, ops=ops,
-                cause_scopes=cause_scopes, calendar=metrics.calendar,
-                levels=read.with_levels(fixed, since), incident_days=read.incident_days,
-                past=history.metric_histories(list(values), run.business_date, HISTORY_DAYS),
-            )  # fmt: skip
-            for total in selected:
-                if total.name in values and not (
-                    total.reconcile_with and total.reconcile_with.total in errors
-                ):
-                    yield _evaluate(night, total, values)
-        unfinished = sorted(
-            t.name
-            for t in selected
-            if t.name in errors or (t.reconcile_with and t.reconcile_with.total in errors)
-        )
-        if unfinished:
-            # Results not yielded are marked as failed executions: errored, never passed.
-            raise dg.Failure(
-                f"recorded totals could not be evaluated: {unfinished}",
-                metadata={"errors": dg.MetadataValue.json(errors)},
             )
+        return [
+            evaluate_total(night, t, self.values)
+            for t in self.selected
+            if t.name in self.values and not (t.reconcile_with and t.reconcile_with.total in self.errors)
+        ]
 
-    return [recorded_totals]
-
-
-@dataclass(frozen=True)
-class Night:
-    """What every total's evaluation shares tonight."""
-
-    context: dg.AssetCheckExecutionContext
-    history: HistorySession
-    run: CheckRun
-    warehouse: WarehouseResource
-    ops: OpsSchema
-    cause_scopes: Mapping[str, str]
-    calendar: BusinessCalendar
-    levels: Mapping[str, list[Rebase]]
-    incident_days: set[date]
-    past: Mapping[str, dict[date, Recorded]]
-    """Each computed total's history before tonight, read once for the night."""
+    def unfinished(self) -> dict[str, str]:
+        """The selected checks that could not be evaluated -> why."""
+        out = {}
+        for t in self.selected:
+            cause = t.name if t.name in self.errors else t.reconcile_with.total if t.reconcile_with else None
+            if cause in self.errors:
+                out[check_name(t)] = f"recorded total {cause} could not be computed: {self.errors[cause]}"
+        return out
 
 
-def _evaluate(night: Night, total: RecordedTotal, values: Mapping[str, TotalValue]) -> dg.AssetCheckResult:
-    day = night.run.business_date
+def evaluate_total(
+    night: Night, total: RecordedTotal, values: Mapping[str, TotalValue]
+) -> dg.AssetCheckResult:
+    day = night.day
     value = values[total.name]
     own = night.past[total.name]
     excluded = {d for d, r in own.items() if r.flagged} | night.incident_days
@@ -319,13 +325,9 @@ def _evaluate(night: Night, total: RecordedTotal, values: Mapping[str, TotalValu
     )
     result = dict(check_name=check_name(total), asset_key=key_from_path(total.asset), metadata=metadata)
     if severity == "ERROR":
-        night.history.flag_metric(total.name, day)
+        night.flag(total.name)
         summary = "; ".join(problems)
-        report_failure(
-            night.context, warehouse=night.warehouse, ops=night.ops, run=night.run, check=check_name(total),
-            asset=total.asset, summary=summary, evidence=evidence,
-            cause_scope=night.cause_scopes.get(total.asset, f"asset:{total.asset}"),
-        )  # fmt: skip
+        night.report(check_name(total), total.asset, summary, evidence)
         return dg.AssetCheckResult(
             passed=False, severity=dg.AssetCheckSeverity.ERROR, description=summary, **result
         )

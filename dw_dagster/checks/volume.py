@@ -4,38 +4,41 @@ that appeared or went, and the new keys that explain a bigger table's new level 
 
 Row counts come from the cheapest source. In ``metadata`` mode (production): the row count the Coalesce
 run reported for the node (carried on the materialization the run sensor recorded), else
-``INFORMATION_SCHEMA.TABLES`` with one query per schema; never a scan. In ``count`` mode: ``COUNT(*)`` per
-table, for warehouses whose metadata is unreliable (the local server's ROW_COUNT is an estimate).
+``INFORMATION_SCHEMA.TABLES`` (one part of the night's statement per schema); never a scan. In ``count``
+mode: ``COUNT(*)`` per table, for warehouses whose metadata is unreliable (the local server's ROW_COUNT is
+an estimate). Either way the counts are parts of the checks run's one measurement statement
+(``measure.py``), with the small keyed tables' keys.
 """
 
 import fnmatch
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from collections.abc import Hashable, Mapping, Sequence
+from datetime import date
 
 import dagster as dg
+from sqlglot import exp
 
-from dw_dagster.checks.history import HistoryStore, Rebase, volume_series
+from dw_dagster.checks.history import Reading, Rebase, Recorded, volume_series
 from dw_dagster.checks.judge import deviation, judge, judgement_metadata
 from dw_dagster.checks.keys import (
+    KEYS_LOOKBACK_DAYS,
     KeyChange,
+    key_change,
+    keys_part,
+    keys_reading,
     new_key_candidates,
-    read_keys,
-    record_keys,
+    rows_series,
     rows_with_keys,
     table_columns,
     unique_column,
 )
-from dw_dagster.checks.levels import LazyLineage, remediation_levels
+from dw_dagster.checks.levels import LazyLineage
+from dw_dagster.checks.measure import Binds, Part, quoted_table
 from dw_dagster.checks.metrics import Bounds, MetricsFile
-from dw_dagster.checks.reporting import report_failure
-from dw_dagster.checks.run_context import CheckRun, check_run
-from dw_dagster.coalesce.sql import quote_identifier, table_parts, table_reference
-from dw_dagster.warehouse.ops import OpsSchema
-from dw_dagster.warehouse.resources import WarehouseResource
+from dw_dagster.checks.run_context import CheckRun
+from dw_dagster.checks.tonight import Night
+from dw_dagster.coalesce.sql import table_parts
 
 VOLUME_CHECK = "volume"
-HISTORY_DAYS = 120
 # Metadata the run sensor puts on each materialization: which Coalesce run built it, and its row count.
 COALESCE_RUN_ID_METADATA = "coalesce/run_id"
 
@@ -67,23 +70,6 @@ def _from_run_results(instance: dg.DagsterInstance, key: dg.AssetKey, run: Check
     return float(rows.value)
 
 
-def _count_rows(
-    cur, tables: Mapping[dg.AssetKey, tuple[str, str, str]]
-) -> dict[dg.AssetKey, tuple[float | None, str]]:
-    """``COUNT(*)`` of every table in one statement. When it fails (a table is missing), each table is
-    counted alone, so the failure is that table's only: its count is None with the error as its source."""
-    keys = list(tables)
-    parts = [f"SELECT %s AS ASSET_KEY, COUNT(*) AS N FROM {table_reference(*tables[k])}" for k in keys]
-    try:
-        cur.execute("\nUNION ALL\n".join(parts), tuple(k.to_user_string() for k in keys))
-    except Exception as e:  # noqa: BLE001 - reported as errored by the caller, never as passed
-        if len(keys) == 1:
-            return {keys[0]: (None, f"count ({type(e).__name__}: {e})")}
-        return {k: v for key in keys for k, v in _count_rows(cur, {key: tables[key]}).items()}
-    found = {r[0]: float(r[1]) for r in cur.fetchall()}
-    return {k: (found.get(k.to_user_string()), "count") for k in keys}
-
-
 def _bounds_problem(count: float, bounds: Bounds | None) -> str | None:
     if bounds is None:
         return None
@@ -94,57 +80,187 @@ def _bounds_problem(count: float, bounds: Bounds | None) -> str | None:
     return None
 
 
-def build_volume_checks(
-    metrics: MetricsFile, specs: Sequence[dg.AssetSpec], cause_scopes: Mapping[str, str], database: str
-) -> list[dg.AssetChecksDefinition]:
-    monitored = {s.key: s for s in monitored_specs(metrics, specs)}
-    if not monitored:
-        return []
-    ops = OpsSchema(database, metrics.ops_schema)
-    config = metrics.volume
-    monitored_paths = {k.to_user_string() for k in monitored}
-    keyed = {k: unique_column(s) for k, s in monitored.items()}
-    lineage = LazyLineage(specs)
+def volume_specs(metrics: MetricsFile, monitored: Sequence[dg.AssetKey]) -> list[dg.AssetCheckSpec]:
+    return [
+        dg.AssetCheckSpec(
+            name=VOLUME_CHECK,
+            asset=key,
+            description=f"Row count against a same-weekday robust baseline ({metrics.volume.row_counts} mode)",
+        )
+        for key in monitored
+    ]
 
-    def _record_small_keys(context, warehouse, history, run, measured) -> dict[str, KeyChange]:
-        """Tonight's keys of every small keyed table (a cheap read of a small table); names, not a verdict,
-        so a failed read is logged and the count is still judged."""
-        small = [
-            k
-            for k, (count, _) in measured.items()
-            if keyed[k] is not None and count < config.baseline.small_below
-        ]
-        if not small:
-            return {}
-        keys = {}
-        tag = run.tag_fields(VOLUME_CHECK, ",".join(k.to_user_string() for k in small))
-        with warehouse.tagged_connection("check.volume.keys", **tag) as conn:
-            for key in small:
-                path = key.to_user_string()
-                try:
-                    keys[path] = (keyed[key], read_keys(conn.cursor(), _table(monitored[key]), keyed[key]))  # type: ignore[arg-type]
-                except Exception as e:  # noqa: BLE001 - the keys only name the change; the count is judged anyway
-                    context.log.warning(f"{path}: could not read its keys ({type(e).__name__}: {e})")
-        return record_keys(history, keys, run.business_date, (run.dagster_run_id, run.coalesce_run_id))
 
-    def _judge_volume(
-        context, warehouse, ops, run, history, spec, count, source, changes, levels, incident_days, past
+def _rows_in_metadata(database: str, schema: str, names: Sequence[str], binds: Binds) -> exp.Select:
+    """``INFORMATION_SCHEMA.TABLES``' row count of tables of one schema: no scan."""
+    return (
+        exp.select(exp.column("TABLE_NAME"), exp.column("ROW_COUNT"))
+        .from_(
+            exp.table_("TABLES", db="INFORMATION_SCHEMA", catalog=exp.to_identifier(database, quoted=True))
+        )
+        .where(
+            exp.column("TABLE_SCHEMA").eq(binds(schema)),
+            exp.column("TABLE_NAME").isin(*(binds(n) for n in names)),
+        )
+    )
+
+
+class Volumes:
+    """The volume checks of one checks run: the row counts and small tables' keys to measure, and their
+    judgement."""
+
+    def __init__(
+        self,
+        metrics: MetricsFile,
+        monitored: Mapping[dg.AssetKey, dg.AssetSpec],
+        selected: Sequence[dg.AssetKey],
+        lineage: LazyLineage,
     ):
-        path = spec.key.to_user_string()
+        self.metrics = metrics
+        self.config = metrics.volume
+        self.monitored = monitored
+        self.keys = [k for k in monitored if k in set(selected)]
+        self.lineage = lineage
+        self.keyed = {k: unique_column(monitored[k]) for k in self.keys}
+        self.counts: dict[dg.AssetKey, tuple[float | None, str]] = {}
+        """Each table's row count tonight (None: none could be read) and where it came from."""
+        self.keys_read: dict[dg.AssetKey, list[tuple] | Exception] = {}
+
+    def series(self, days: int) -> dict[str, int]:
+        """The series these checks judge against -> how many nights back."""
+        out = {volume_series(k.to_user_string()): days for k in self.keys}
+        out.update({rows_series(k.to_user_string()): KEYS_LOOKBACK_DAYS for k in self.keys if self.keyed[k]})
+        return out
+
+    def _table(self, key: dg.AssetKey) -> tuple[str, str, str]:
+        return _table(self.monitored[key])  # type: ignore[return-value]
+
+    def _counted(self, key: dg.AssetKey, binds: Binds) -> exp.Select:
+        """The query of a table's row count in this mode."""
+        if self.config.row_counts == "metadata":
+            db, schema, name = self._table(key)
+            return _rows_in_metadata(db, schema, [name], binds).select("ROW_COUNT", append=False)
+        return exp.select(exp.Count(this=exp.Star())).from_(quoted_table(*self._table(key)))
+
+    def _small(self, count: float | None) -> bool:
+        return count is not None and count < self.config.baseline.small_below
+
+    def parts(
+        self,
+        instance: dg.DagsterInstance,
+        run: CheckRun,
+        past: Mapping[str, Mapping[date, Recorded]],
+        binds: Binds,
+    ) -> list[Part]:
+        """The row counts tonight does not know yet, and the keys of the small keyed tables: those the
+        Coalesce run's count says are small, and those that were small last night, read only if they still
+        are (by the count of the same source), so a table that grew is never read whole."""
+        parts: list[Part] = []
+        if self.config.row_counts == "metadata":
+            for key in self.keys:
+                rows = _from_run_results(instance, key, run)
+                if rows is not None:
+                    self.counts[key] = (rows, "coalesce_run_results")
+            by_schema: dict[tuple[str, str], list[str]] = {}
+            for key in self.keys:
+                if key not in self.counts:
+                    db, schema, name = self._table(key)
+                    by_schema.setdefault((db, schema), []).append(name)
+            parts += [
+                Part(
+                    ("metadata", db, schema), _rows_in_metadata(db, schema, names, binds), shape="table_rows"
+                )
+                for (db, schema), names in by_schema.items()
+            ]
+        else:
+            parts += [Part(("count", k), self._counted(k, binds), shape="count") for k in self.keys]
+        for key, column in self.keyed.items():
+            if column is None:
+                continue
+            if key in self.counts:
+                if self._small(self.counts[key][0]):
+                    parts.append(keys_part(key, self._table(key), column))
+                continue
+            recorded = past.get(volume_series(key.to_user_string()), {})
+            if recorded and self._small(recorded[max(recorded)].value):
+                still_small = self._counted(key, binds).subquery() < binds(self.config.baseline.small_below)
+                parts.append(keys_part(key, self._table(key), column, only_if=still_small))
+        return parts
+
+    def take(self, measured: Mapping[Hashable, list[tuple] | Exception]) -> list[Part]:
+        """Tonight's counts and keys from the night's statement; returns the keys still to read: of the
+        tables small tonight that were not last night."""
+        for (kind, *where), rows in measured.items():
+            failed = f" ({type(rows).__name__}: {rows})" if isinstance(rows, Exception) else ""
+            if kind == "metadata":
+                found = {} if failed else {r[0]: r[1] for r in rows}  # type: ignore[union-attr]
+                for key in self.keys:
+                    db, schema, name = self._table(key)
+                    if key not in self.counts and (db, schema) == tuple(where):
+                        n = found.get(name)
+                        self.counts[key] = (None if n is None else float(n), "information_schema" + failed)
+            elif kind == "count":
+                self.counts[where[0]] = (None, "count" + failed) if failed else (float(rows[0][0]), "count")  # type: ignore[index]
+        self.take_keys(measured)
+        return [
+            keys_part(k, self._table(k), column)
+            for k, column in self.keyed.items()
+            if column and k not in self.keys_read and self._small(self.counts[k][0])
+        ]
+
+    def take_keys(self, measured: Mapping[Hashable, list[tuple] | Exception]) -> None:
+        for (kind, *where), rows in measured.items():
+            # Keys read while the table was small tonight; a table that grew is not judged by its keys.
+            if kind == "keys" and self._small(self.counts[where[0]][0]):
+                self.keys_read[where[0]] = rows
+
+    def evaluate(self, night: Night) -> tuple[list[dg.AssetCheckResult], list[str]]:
+        """Each measured table judged (its count and keys recorded), and why the others could not be."""
+        errors, measured = [], {}
+        for key in self.keys:
+            count, source = self.counts[key]
+            if count is None:
+                # The table is missing, or the metadata has no row count for it.
+                table = self.monitored[key].metadata["dagster/table_name"]
+                errors.append(f"volume of {key.to_user_string()}: no row count for {table} from {source}")
+                continue
+            measured[key] = (count, source)
+            night.record(volume_series(key.to_user_string()), Reading(value=count, source=source))
+        changes: dict[str, KeyChange] = {}
+        for key, rows in self.keys_read.items():
+            path = key.to_user_string()
+            if isinstance(rows, Exception):
+                # The keys only name the change; the count is judged anyway.
+                night.context.log.warning(f"{path}: could not read its keys ({type(rows).__name__}: {rows})")
+                continue
+            column = self.keyed[key]
+            raw, reading = keys_reading(column, rows)  # type: ignore[arg-type]
+            night.record(rows_series(path), reading)
+            changes[path] = key_change(column, raw, night.past[rows_series(path)])  # type: ignore[arg-type]
+        results = [
+            self._judge(night, self.monitored[k], count, source, changes)
+            for k, (count, source) in measured.items()
+        ]
+        return results, errors
+
+    def _judge(
+        self, night: Night, spec: dg.AssetSpec, count: float, source: str, changes: Mapping[str, KeyChange]
+    ) -> dg.AssetCheckResult:
+        config, path = self.config, spec.key.to_user_string()
+        past = night.past[volume_series(path)]
+        levels = night.levels.get(volume_series(path), [])
         values = {d: r.value for d, r in past.items() if r.value is not None}
-        excluded = {d for d, r in past.items() if r.flagged} | incident_days
+        excluded = {d for d, r in past.items() if r.flagged} | night.incident_days
         verdict = judge(
-            values, run.business_date, count, config.baseline, calendar=metrics.calendar,
+            values, night.day, count, config.baseline, calendar=self.metrics.calendar,
             excluded_days=excluded, rebases=levels,
         )  # fmt: skip
         if verdict.severity == "ERROR" and verdict.result.direction == "up":
-            explained = _explained_by_new_keys(
-                context, warehouse, run, spec, count, values, excluded, levels, changes
-            )
+            explained = self._explained_by_new_keys(night, spec, count, values, excluded, levels, changes)
             if explained is not None:
-                history.record_rebase(explained)
+                night.history.record_rebase(explained)
                 verdict = judge(
-                    values, run.business_date, count, config.baseline, calendar=metrics.calendar,
+                    values, night.day, count, config.baseline, calendar=self.metrics.calendar,
                     excluded_days=excluded, rebases=[*levels, explained],
                 )  # fmt: skip
         metadata = {
@@ -166,13 +282,10 @@ def build_volume_checks(
             )
         key = spec.key
         if severity == "ERROR":
-            history.flag_volume(path, run.business_date)
+            night.flag(volume_series(path))
             summary = f"volume of {path}: " + "; ".join(problems)
-            report_failure(
-                context, warehouse=warehouse, ops=ops, run=run, check=VOLUME_CHECK, asset=path, summary=summary,
-                evidence={"row_count": count, "rows_changed": named, "baseline": verdict.result.model_dump(mode="json")},
-                cause_scope=cause_scopes.get(path, f"asset:{path}"),
-            )  # fmt: skip
+            night.report(VOLUME_CHECK, path, summary, {"row_count": count, "rows_changed": named,
+                                                        "baseline": verdict.result.model_dump(mode="json")})  # fmt: skip
             return dg.AssetCheckResult(check_name=VOLUME_CHECK, asset_key=key, passed=False,
                                        severity=dg.AssetCheckSeverity.ERROR, description=summary, metadata=metadata)  # fmt: skip
         if severity == "WARN":
@@ -191,13 +304,13 @@ def build_volume_checks(
                                    description=verdict.describe() or None)  # fmt: skip
 
     def _explained_by_new_keys(
-        context, warehouse, run, spec, count, values, excluded, levels, changes
+        self, night: Night, spec: dg.AssetSpec, count: float, values, excluded, levels, changes
     ) -> Rebase | None:
         """The growth is the rows of keys that appeared tonight in a small table upstream (a new key, mapped
         the same day): then it is the table's new level."""
         path = spec.key.to_user_string()
         columns = {c.name for c in table_columns(spec)}
-        candidates = new_key_candidates(sorted(lineage.upstream(path)), changes, sorted(columns))
+        candidates = new_key_candidates(sorted(self.lineage.upstream(path)), changes, sorted(columns))
         if not candidates:
             return None
         by_column: dict[str, dict[str, object]] = {}
@@ -205,8 +318,8 @@ def build_volume_checks(
             by_column.setdefault(change.column, {}).update(change.appeared)
         rows, parts = 0, []
         try:
-            with warehouse.tagged_connection(
-                "check.volume.new_keys", **run.tag_fields(VOLUME_CHECK, path)
+            with night.warehouse.tagged_connection(
+                "check.volume.new_keys", **night.run.tag_fields(VOLUME_CHECK, path)
             ) as conn:
                 for column, appeared in by_column.items():
                     n = rows_with_keys(conn.cursor(), _table(spec), column, list(appeared.values()))  # type: ignore[arg-type]
@@ -214,103 +327,14 @@ def build_volume_checks(
                     where = ", ".join(a for a, c in candidates if c.column == column)
                     parts.append(f"{', '.join(appeared)} new in {where} tonight: {n:,} rows")
         except Exception as e:  # noqa: BLE001 - no explanation then: the anomaly stands as measured
-            context.log.warning(
+            night.context.log.warning(
                 f"{path}: could not count the rows of tonight's new keys ({type(e).__name__}: {e})"
             )
             return None
-        rest = judge(values, run.business_date, count - rows, config.baseline, calendar=metrics.calendar,
+        rest = judge(values, night.day, count - rows, self.config.baseline, calendar=self.metrics.calendar,
                      excluded_days=excluded, rebases=levels)  # fmt: skip
         if rows == 0 or rest.severity == "ERROR":
             return None
         return Rebase(
-            series=volume_series(path), from_date=run.business_date, kind="explained", reason="; ".join(parts)
+            series=volume_series(path), from_date=night.day, kind="explained", reason="; ".join(parts)
         )
-
-    @dg.multi_asset_check(
-        specs=[
-            dg.AssetCheckSpec(
-                name=VOLUME_CHECK,
-                asset=key,
-                description=f"Row count against a same-weekday robust baseline ({config.row_counts} mode)",
-            )
-            for key in monitored
-        ],
-        can_subset=True,
-        name="volume_checks",
-    )
-    def volume_checks(context, snowflake: WarehouseResource):
-        warehouse = snowflake
-        run = check_run(context, metrics.business_day)
-        keys = [k.asset_key for k in context.selected_asset_check_keys]
-        counts: dict[dg.AssetKey, tuple[float | None, str]] = {}
-        if config.row_counts == "metadata":
-            for key in keys:
-                rows = _from_run_results(context.instance, key, run)
-                if rows is not None:
-                    counts[key] = (rows, "coalesce_run_results")
-            by_schema: dict[tuple[str, str], list[dg.AssetKey]] = defaultdict(list)
-            for key in keys:
-                if key not in counts:
-                    db, schema, _ = _table(monitored[key])  # type: ignore[misc]
-                    by_schema[(db, schema)].append(key)
-            for (db, schema), schema_keys in by_schema.items():
-                tag = run.tag_fields(VOLUME_CHECK, ",".join(k.to_user_string() for k in schema_keys))
-                with warehouse.tagged_connection("check.volume.metadata", **tag) as conn:
-                    cur = conn.cursor()
-                    cur.execute(
-                        f"SELECT TABLE_NAME, ROW_COUNT FROM {quote_identifier(db)}.INFORMATION_SCHEMA.TABLES"
-                        " WHERE TABLE_SCHEMA = %s",
-                        (schema,),
-                    )
-                    found = {r[0]: r[1] for r in cur.fetchall()}
-                for key in schema_keys:
-                    name = _table(monitored[key])[2]  # type: ignore[index]
-                    counts[key] = (
-                        float(found[name]) if found.get(name) is not None else None,
-                        "information_schema",
-                    )
-        else:
-            tag = run.tag_fields(VOLUME_CHECK, ",".join(k.to_user_string() for k in keys))
-            with warehouse.tagged_connection("check.volume.count", **tag) as conn:
-                counts.update(_count_rows(conn.cursor(), {k: _table(monitored[k]) for k in keys}))  # type: ignore[misc]
-
-        store = HistoryStore(warehouse, ops, check=VOLUME_CHECK, dagster_run_id=run.dagster_run_id)
-        results, errors = [], []
-        with store.session("check.volume.history") as history:
-            measured: dict[dg.AssetKey, tuple[float, str]] = {}
-            for key in keys:
-                count, source = counts[key]
-                if count is None:
-                    # The table is missing, or the metadata has no row count for it.
-                    errors.append(
-                        f"{key.to_user_string()}: no row count for {monitored[key].metadata['dagster/table_name']} "
-                        f"from {source}"
-                    )
-                    continue
-                measured[key] = (count, source)
-            history.record_volumes(run.business_date, {k.to_user_string(): m for k, m in measured.items()})
-            changes = _record_small_keys(context, warehouse, history, run, measured)
-            since = run.business_date - timedelta(days=HISTORY_DAYS)
-            night = history.night_context(since, run.business_date)
-            fixed = remediation_levels(
-                history, night.fixed, run.business_date,
-                lambda a: [volume_series(a)] if a in monitored_paths else [], lineage.downstream,
-            )  # fmt: skip
-            levels, incident_days = night.with_levels(fixed, since), night.incident_days
-            pasts = history.volume_histories(
-                [k.to_user_string() for k in measured], run.business_date, HISTORY_DAYS
-            )
-            for key, (count, source) in measured.items():
-                results.append(
-                    _judge_volume(
-                        context, warehouse, ops, run, history, monitored[key], count, source, changes,
-                        levels.get(volume_series(key.to_user_string()), []), incident_days,
-                        pasts[key.to_user_string()],
-                    )
-                )  # fmt: skip
-        yield from results
-        if errors:
-            # Results not yielded are marked as failed executions: errored, never passed.
-            raise dg.Failure("volume could not be measured: " + "; ".join(errors))
-
-    return [volume_checks]

@@ -1,5 +1,6 @@
-"""A check's history: what dw-dagster recorded night by night (the ops schema's ``METRIC_HISTORY`` and
-``VOLUME_HISTORY``), which nights were left out of the baseline, and the levels accepted since."""
+"""A check's history: what dw-dagster recorded night by night (the ops schema's ``METRIC_HISTORY``: a total
+under its name, a table's row count as ``volume:<asset>``), which nights were left out of the baseline, and
+the levels accepted since."""
 
 from __future__ import annotations
 

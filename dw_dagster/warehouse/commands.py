@@ -62,5 +62,7 @@ def ops_status() -> None:
     click.echo(f"ops schema {where}: {recorded}; this dw-dagster needs version {SCHEMA_VERSION}")
     if current.missing:
         click.echo(f"  missing: {', '.join(current.missing)}")
+    if current.retired:
+        click.echo(f"  rows to move from: {', '.join(current.retired)}")
     if not current.current:
         raise click.ClickException("run `dw-dagster ops migrate`")

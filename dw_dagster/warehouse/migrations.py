@@ -6,14 +6,17 @@ to in ``SCHEMA_VERSION`` (one row per migration that changed something, with the
 Run again on an up-to-date schema it sends two reads and changes nothing; two deploys running it at once
 both succeed (every statement is ``IF NOT EXISTS``).
 
-Changes are additive: a new column must be nullable or carry a ``DEFAULT`` (existing rows get it). A change
-that is not additive (a rename, a backfill) bumps ``SCHEMA_VERSION`` and adds its statements to the
-migration that crosses that version.
+Changes are additive: a new column must be nullable or carry a ``DEFAULT`` (existing rows get it). A table
+folded into another (``RETIRED``) has its rows moved, then is dropped, by the migration that finds it.
+
+Version 2: ``VOLUME_HISTORY``'s row counts became the series ``volume:<asset>`` of ``METRIC_HISTORY`` (with
+its new column ``SOURCE``), so that a checks run writes its night in one statement.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -26,7 +29,7 @@ from dw_dagster.warehouse.ops import TABLES, OpsSchema, OpsSchemaError, table_co
 if TYPE_CHECKING:
     from dw_dagster.warehouse.resources import WarehouseResource
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 VERSION_TABLE = "SCHEMA_VERSION"
 VERSION_COLUMNS = """
     VERSION INTEGER NOT NULL,
@@ -34,6 +37,21 @@ VERSION_COLUMNS = """
     MIGRATED_BY VARCHAR NOT NULL,
     CHANGES VARCHAR
 """
+
+
+def _volume_rows(ops: OpsSchema) -> str:
+    # The series name is dw_dagster.checks.history.volume_series; a row the checks wrote already is kept.
+    return (
+        f"MERGE INTO {ops.table('METRIC_HISTORY')} t USING (SELECT 'volume:' || ASSET_KEY AS METRIC, BUSINESS_DATE,"
+        f" ROW_COUNT, SOURCE, RECORDED_AT, FLAGGED FROM {ops.table('VOLUME_HISTORY')}) s"
+        " ON t.METRIC = s.METRIC AND t.BUSINESS_DATE = s.BUSINESS_DATE"
+        " WHEN NOT MATCHED THEN INSERT (METRIC, BUSINESS_DATE, VALUE, SOURCE, RECORDED_AT, FLAGGED)"
+        " VALUES (s.METRIC, s.BUSINESS_DATE, s.ROW_COUNT, s.SOURCE, s.RECORDED_AT, s.FLAGGED)"
+    )
+
+
+# A table an older schema has and this one folded into another -> the statement that moves its rows.
+RETIRED: dict[str, Callable[[OpsSchema], str]] = {"VOLUME_HISTORY": _volume_rows}
 
 
 @dataclass
@@ -44,10 +62,17 @@ class SchemaState:
     """The version recorded by the last migration; None when the schema was never migrated."""
     missing: list[str]
     """``TABLE`` or ``TABLE.COLUMN`` this dw-dagster needs and the schema lacks."""
+    retired: list[str] = field(default_factory=list)
+    """Tables of an older schema whose rows are still to be moved (``RETIRED``)."""
 
     @property
     def current(self) -> bool:
-        return not self.missing and self.version is not None and self.version >= SCHEMA_VERSION
+        return (
+            not self.missing
+            and not self.retired
+            and self.version is not None
+            and self.version >= SCHEMA_VERSION
+        )
 
 
 @dataclass
@@ -83,7 +108,11 @@ def schema_state(cur: Any, ops: OpsSchema) -> SchemaState:
     if VERSION_TABLE in live:
         cur.execute(f"SELECT MAX(VERSION) FROM {ops.table(VERSION_TABLE)}")
         recorded = cur.fetchone()[0]
-    return SchemaState(version=recorded, missing=ops.missing(live) if live else list(TABLES))
+    return SchemaState(
+        version=recorded,
+        missing=ops.missing(live) if live else list(TABLES),
+        retired=[name for name in RETIRED if name in live],
+    )
 
 
 def migrate(warehouse: WarehouseResource, ops: OpsSchema) -> MigrationReport:
@@ -105,6 +134,8 @@ def migrate(warehouse: WarehouseResource, ops: OpsSchema) -> MigrationReport:
                 continue
             definition = dict(table_columns(TABLES[name]))[column]
             statements.append(f"ALTER TABLE {ops.table(name)} ADD COLUMN IF NOT EXISTS {definition}")
+        for name in before.retired:
+            statements += [RETIRED[name](ops), f"DROP TABLE IF EXISTS {ops.table(name)}"]
         for sql in statements:
             cur.execute(sql)
         report.changes = statements

@@ -29,7 +29,9 @@ MIGRATE_COMMAND = "dw-dagster ops migrate"
 # The shape of the ops schema. A change here is applied by `dw-dagster ops migrate`: new tables are
 # created and new columns added (with their defaults); bump migrations.SCHEMA_VERSION with it.
 TABLES: dict[str, str] = {
-    # One row per recorded total per business date; re-recording the same date replaces the value.
+    # One row per series per business date (dw_dagster/checks/history.py): a recorded total under its name,
+    # a table's row count as volume:<asset>, a small table's keys as rows:<asset>, a node's credits as
+    # cost:<asset>; re-recording the same date replaces the value.
     "METRIC_HISTORY": """
         METRIC VARCHAR NOT NULL,
         BUSINESS_DATE DATE NOT NULL,
@@ -38,16 +40,8 @@ TABLES: dict[str, str] = {
         RECORDED_AT TIMESTAMP_TZ NOT NULL,
         DAGSTER_RUN_ID VARCHAR,
         COALESCE_RUN_ID VARCHAR,
-        FLAGGED BOOLEAN NOT NULL DEFAULT FALSE
-    """,
-    # Row counts per monitored table per business date, for the volume baseline.
-    "VOLUME_HISTORY": """
-        ASSET_KEY VARCHAR NOT NULL,
-        BUSINESS_DATE DATE NOT NULL,
-        ROW_COUNT DOUBLE,
-        SOURCE VARCHAR,
-        RECORDED_AT TIMESTAMP_TZ NOT NULL,
-        FLAGGED BOOLEAN NOT NULL DEFAULT FALSE
+        FLAGGED BOOLEAN NOT NULL DEFAULT FALSE,
+        SOURCE VARCHAR
     """,
     # Accepted baseline levels (dw_dagster/checks/history.py): from FROM_DATE on, a series is judged at its
     # new level; one row per series and date, written by a check (explained) or an owner (accepted).

@@ -2,8 +2,9 @@
 
 Elementary's defaults (detection.md): plain z-score ``(value - mean) / stddev_samp`` over a 14-day training
 window, sensitivity 3, both directions, no seasonality, and the scored value inside its own window. It is
-applied to what the checks recorded tonight: each recorded total (``METRIC_HISTORY``; Elementary's opt-in
-``column_anomalies`` sum) and each monitored table's row count (``VOLUME_HISTORY``; ``volume_anomalies``).
+applied to what the checks recorded tonight in ``METRIC_HISTORY``: each recorded total (Elementary's opt-in
+``column_anomalies`` sum) and each monitored table's row count (the series ``volume:<asset>``;
+``volume_anomalies``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from datetime import date, datetime, timedelta
 from statistics import mean, stdev
 from typing import Any
 
+from dw_dagster.checks.history import volume_series
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.warehouse.ops import OpsSchema
 
@@ -61,29 +63,22 @@ def elementary_alarms(
     cur: Any, ops: OpsSchema, metrics: MetricsFile, volume_assets: Iterable[str], day: date
 ) -> list[BaselineAlarm]:
     """The series that score |z| > 3 on ``day`` (series with no value recorded that day are not scored)."""
-    totals = _series(
+    volumes = {volume_series(a): a for a in volume_assets}
+    series = _series(
         cur,
         f"SELECT METRIC, BUSINESS_DATE, VALUE, RECORDED_AT FROM {ops.table('METRIC_HISTORY')}"
         " WHERE METRIC IN ({marks}) AND BUSINESS_DATE BETWEEN %s AND %s",
         day,
-        [t.name for t in metrics.totals],
-    )
-    volumes = _series(
-        cur,
-        f"SELECT ASSET_KEY, BUSINESS_DATE, ROW_COUNT, RECORDED_AT FROM {ops.table('VOLUME_HISTORY')}"
-        " WHERE ASSET_KEY IN ({marks}) AND BUSINESS_DATE BETWEEN %s AND %s",
-        day,
-        volume_assets,
+        [*(t.name for t in metrics.totals), *volumes],
     )
     assets = {t.name: t.asset for t in metrics.totals}
     alarms = []
-    for kind, series in (("total", totals), ("volume", volumes)):
-        for key, points in series.items():
-            if day not in points:
-                continue
-            value, recorded_at = points[day]
-            scored = z_score([v for d, (v, _) in points.items() if d != day], value)
-            if scored is not None and abs(scored[2]) > SENSITIVITY:
-                asset = assets[key] if kind == "total" else key
-                alarms.append(BaselineAlarm(f"{kind}:{key}", asset, value, *scored, recorded_at=recorded_at))
+    for key, points in series.items():
+        if day not in points:
+            continue
+        value, recorded_at = points[day]
+        scored = z_score([v for d, (v, _) in points.items() if d != day], value)
+        if scored is not None and abs(scored[2]) > SENSITIVITY:
+            name, asset = (key, volumes[key]) if key in volumes else (f"total:{key}", assets[key])
+            alarms.append(BaselineAlarm(name, asset, value, *scored, recorded_at=recorded_at))
     return alarms

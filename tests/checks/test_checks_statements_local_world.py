@@ -1,6 +1,7 @@
-"""The checks run's warehouse statements on the distributor and e-commerce worlds, counted at the
-connector: the history of every table is read once and written once per run, the row counts are one
-statement, and a table that cannot be counted errors its own check only, named."""
+"""The checks run's warehouse statements on the distributor and e-commerce worlds, counted at the connector:
+an ordinary night is three statements whatever the number of checks and tables (one read of the history and
+context, one measurement, one write), every check is evaluated on what its table holds, and a table that
+cannot be counted errors its own check only, named."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import yaml
 from warehouse_statements import statements
 from world_cache import WORLD_CACHE
 
-from dw_local.daemon import LocalDaemon
+from dw_dagster.checks import load_metrics_file
+from dw_dagster.coalesce.sql import resolve_refs, table_reference
+from dw_local.daemon import LocalDaemon, TickOutcome
 from dw_local.scenarios.model import load_scenario
 from dw_local.scenarios.suite import SUITE_DIR
 from dw_local.worlds.distributor.generator import DistributorWorld
@@ -23,46 +26,78 @@ pytestmark = [pytest.mark.world, pytest.mark.timeout(900)]
 ECOMMERCE = SUITE_DIR.parent / "worlds" / "ecommerce"
 
 
+class ChecksRunDaemon(LocalDaemon):
+    """The local daemon, keeping the statements its last checks run sent (as bench_idle_warehouse counts)."""
+
+    checks_run: list[str]
+
+    def _execute_checks(self, request):
+        with statements() as self.checks_run:
+            return super()._execute_checks(request)
+
+
 @pytest.fixture(scope="module")
 def daemon(seeded_world):
-    return LocalDaemon(seeded_world)
+    return ChecksRunDaemon(seeded_world)
 
 
-def _touching(sent: list[str], pattern: str) -> list[str]:
-    return [s for s in sent if re.search(pattern, s, re.DOTALL)]
+def assert_three_statements(sent: list[str], outcome: TickOutcome) -> None:
+    """One read (levels, incident days, fixes and every series' history), one measurement (every part of
+    the night), one write (every series of the night)."""
+    assert len(sent) == 3, sent
+    read, measured, written = sent
+    assert "BASELINE_LEVELS" in read and "'history'" in read and "METRIC_HISTORY" in read
+    assert measured.startswith('SELECT 0 AS "PART"') and "DW_OPS" not in measured
+    assert re.match(r'MERGE INTO "\w+"\."DW_OPS"\."METRIC_HISTORY" ', written)
+    for check in outcome.checks:
+        series = check.check.removeprefix("total_") if check.check.startswith("total_") else None
+        if check.check == "volume":
+            series = f"volume:{check.asset}"
+        if series:
+            assert f"'{series}'" in read and f"'{series}'" in written, series
 
 
-def assert_batched(sent: list[str]) -> None:
-    """Whatever the number of tables and totals: one row-count statement, and one history read and one
-    history write for the tables, for the totals and for the small tables' keys (series ``rows:``)."""
-    assert len(_touching(sent, r"COUNT\(\*\) AS N")) == 1
-    assert len(_touching(sent, r"FROM \S*VOLUME_HISTORY")) == 1
-    assert len(_touching(sent, r"MERGE INTO \S*VOLUME_HISTORY")) == 1
-    for keys in (False, True):
-        metric = [s for s in sent if "METRIC_HISTORY" in s and ("'rows:" in s) is keys]
-        reads = _touching(metric, r"^SELECT .*FROM \S*METRIC_HISTORY")
-        writes = _touching(metric, r"^MERGE INTO \S*METRIC_HISTORY")
-        # The keys' pair only where a small keyed table is monitored.
-        assert len(reads) == len(writes) == 1 or (keys and len(reads) == len(writes) <= 1), metric
+def assert_measured_as_the_tables_hold(
+    lw, database: str, metrics_file: str, outcome: TickOutcome, specs
+) -> None:
+    """Each volume check's row count and each total's value are what the table holds, read apart."""
+    tables = {s.key.to_user_string(): s.metadata.get("dagster/table_name") for s in specs}
+    totals = {f"total_{t.name}": t for t in load_metrics_file(metrics_file).totals}
+    with lw.snowflake.connect(database=database) as conn:
+        cur = conn.cursor()
+        for check in outcome.checks:
+            if check.check == "volume":
+                cur.execute(f"SELECT COUNT(*) FROM {table_reference(*tables[check.asset].split('.'))}")
+                assert check.metadata["row_count"] == cur.fetchone()[0], check.asset
+            elif check.check in totals:
+                sql = resolve_refs(
+                    totals[check.check].sql, lambda loc, name: table_reference(database, loc, name)
+                )
+                cur.execute(f'SELECT SUM("VALUE") FROM ({sql})')
+                assert check.metadata["value"] == pytest.approx(float(cur.fetchone()[0] or 0)), check.check
 
 
-def test_an_ordinary_distributor_night_reads_and_writes_each_history_once(daemon):
+def test_an_ordinary_distributor_night_is_three_statements(daemon):
     DistributorWorld().play_night(daemon.lw.snowflake, daemon.lw.coalesce_client(), 60)
-    with statements() as sent:
-        outcome = daemon.tick()
-    volume = {c.asset for c in outcome.checks if c.check == "volume"}
-    totals = [c for c in outcome.checks if c.check.startswith("total_")]
-    assert len(volume) == 4 and len(totals) == 3 and outcome.errored() == []
-    assert_batched(sent)
-    names = ("network_onhand_units", "ebs_onhand_units", "reorder_candidates")
-    reads = _touching(sent, r"FROM \S*METRIC_HISTORY.*'network_onhand_units'")
-    writes = _touching(sent, r"MERGE INTO \S*METRIC_HISTORY.*'network_onhand_units'")
-    assert len(reads) == 1 and len(writes) == 1
-    assert all(f"'{n}'" in reads[0] and f"'{n}'" in writes[0] for n in names)
-    assert len(sent) <= 25  # 38 before the checks run's statements were batched
+    outcome = daemon.tick()
+    checks_run = daemon.checks_run
+    assert {(c.check, c.asset) for c in outcome.checks} == {
+        ("input_freshness", "inventory/fct_inventory_position"),
+        ("total_network_onhand_units", "inventory/fct_inventory_position"),
+        ("total_ebs_onhand_units", "raw_ebs/mtl_onhand_quantities_detail"),
+        ("total_reorder_candidates", "mart/mart_reorder_candidates"),
+        *(("volume", a) for a in ("inventory/dim_warehouse", "inventory/fct_inventory_position",
+                                  "mart/mart_days_of_supply", "mart/mart_reorder_candidates")),
+    }  # fmt: skip
+    assert all(c.passed is True for c in outcome.checks), [c for c in outcome.checks if not c.passed]
+    assert_three_statements(checks_run, outcome)
+    # The small keyed tables' keys are parts of the measurement; 5 tables, 0.6 statements each (was 3.00).
+    assert checks_run[1].count("SELECT DISTINCT") == 2
+    specs = daemon.defs.resolve_all_asset_specs()
+    assert_measured_as_the_tables_hold(daemon.lw, "DW_PROD", daemon.settings.metrics_file, outcome, specs)
 
 
-def test_an_ordinary_ecommerce_night_reads_and_writes_each_history_once(tmp_path):
+def test_an_ordinary_ecommerce_night_is_three_statements(tmp_path):
     path = tmp_path / "scenario.yaml"
     path.write_text(
         yaml.safe_dump({"name": "statements", "world": str(ECOMMERCE / "world.yaml"), "nights": [{}]})
@@ -72,15 +107,20 @@ def test_an_ordinary_ecommerce_night_reads_and_writes_each_history_once(tmp_path
     environ = dict(os.environ)
     try:
         with w.local_world(w.clone(WORLD_CACHE.resolve(), tmp_path / "world")) as lw:
-            daemon = LocalDaemon(lw, env=w.env())
+            daemon = ChecksRunDaemon(lw, env=w.env())
             w.play_night(lw, scenario.night_index(0), scenario.events[0])
-            with statements() as sent:
-                outcome = daemon.tick()
+            outcome = daemon.tick()
+            checks_run = daemon.checks_run
+            specs = daemon.defs.resolve_all_asset_specs()
+            assert_measured_as_the_tables_hold(lw, w.database, daemon.settings.metrics_file, outcome, specs)
     finally:
         os.environ.clear()
         os.environ.update(environ)
-    assert sum(c.check == "volume" for c in outcome.checks) >= 2 and outcome.errored() == []
-    assert_batched(sent)
+    tables = {c.asset for c in outcome.checks}
+    assert sum(c.check == "volume" for c in outcome.checks) >= 2 and len(tables) >= 3
+    assert {c.check for c in outcome.checks} >= {"input_freshness", "volume", "total_daily_revenue"}
+    assert all(c.passed is True for c in outcome.checks), [c for c in outcome.checks if not c.passed]
+    assert_three_statements(checks_run, outcome)
 
 
 def test_a_missing_table_errors_its_own_volume_check_only_named(daemon):
@@ -96,8 +136,8 @@ def test_a_missing_table_errors_its_own_volume_check_only_named(daemon):
             )
     volume = {c.asset: c for c in outcome.checks if c.check == "volume"}
     assert volume["mart/mart_days_of_supply"].passed is None, "errored, never passed"
-    others = [c for a, c in volume.items() if a != "mart/mart_days_of_supply"]
-    assert len(others) == 3 and all(c.passed is not None for c in others), "the other tables are judged"
+    others = [c for c in outcome.checks if (c.check, c.asset) != ("volume", "mart/mart_days_of_supply")]
+    assert len(others) == 7 and all(c.passed is not None for c in others), "every other check is judged"
     run = daemon.instance.get_runs(limit=1)[0]
     failures = daemon.instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
     messages = " ".join(str(e.dagster_event.step_failure_data.error) for e in failures)

@@ -1,6 +1,8 @@
-"""A checks step's context in one statement: the accepted levels, the incident days and the fixed incidents
-read by ``HistorySession.night_context`` are what ``rebases``, ``incident_days`` and the incident store read
-one by one, and a verified fix's levels are recorded from it (local Snowflake, no world)."""
+"""A checks run's reads and writes of the ops schema, one statement each: the accepted levels, the incident
+days, the fixed incidents and every series' history read by ``HistorySession.night_context`` are what
+``rebases``, ``incident_days``, the incident store and ``metric_history`` read one by one, and a verified
+fix's levels are recorded from it; ``record_night`` writes every series of a night at once (local Snowflake,
+no world)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from datetime import UTC, date, datetime, timedelta
 from ops_warehouse import ops_schema, warehouse  # noqa: F401 - the fixture
 from warehouse_statements import statements
 
-from dw_dagster.checks.history import HistoryStore, Rebase, volume_series
+from dw_dagster.checks.history import HistoryStore, Reading, Rebase, volume_series
 from dw_dagster.checks.levels import remediation_levels
 
 DAY = date(2026, 3, 10)
@@ -85,3 +87,70 @@ def test_night_context_reads_levels_incident_days_and_fixes_in_one_statement(war
             history, ctx.fixed, DAY, lambda a: [volume_series(a)], downstream.__getitem__
         )
         assert again == [], "recorded once"
+
+
+def test_night_context_reads_each_series_history_in_the_same_statement(warehouse):  # noqa: F811
+    _, wh = warehouse
+    ops = ops_schema(wh, "NIGHT_HISTORIES")
+    with HistoryStore(wh, ops).session("test") as history:
+        for back in range(1, 31):
+            history.record_night(
+                DAY - timedelta(days=back),
+                {
+                    "sales": Reading(value=100.0 + back, groups={"STORE_ID=1": 60.0, "STORE_ID=2": None}),
+                    volume_series("sales/fct"): Reading(
+                        value=1000.0 + back, source="count", flagged=back == 3
+                    ),
+                    "rows:sales/dim": Reading(value=2.0, groups={"ID=1": 1.0, "ID=2": 1.0}),
+                },
+                "r1",
+                None,
+            )
+        wanted = {"sales": 20, volume_series("sales/fct"): 20, "rows:sales/dim": 5, "never": 20}
+        with statements() as sent:
+            ctx = history.night_context(
+                DAY - timedelta(days=90), DAY, {s: DAY - timedelta(days=n) for s, n in wanted.items()}
+            )
+        assert len(sent) == 1
+        for series, days in wanted.items():
+            assert ctx.past[series] == history.metric_history(series, DAY, days)
+        assert (
+            len(ctx.past["sales"]) == 20 and len(ctx.past["rows:sales/dim"]) == 5 and ctx.past["never"] == {}
+        )
+        assert ctx.past["sales"][DAY - timedelta(days=1)].groups == {"STORE_ID=1": 60.0, "STORE_ID=2": None}
+        assert [d for d, r in ctx.past[volume_series("sales/fct")].items() if r.flagged] == [
+            DAY - timedelta(days=3)
+        ]
+
+
+def test_record_night_writes_every_series_in_one_statement_and_a_flag_stays(warehouse):  # noqa: F811
+    _, wh = warehouse
+    ops = ops_schema(wh, "NIGHT_WRITE")
+    with HistoryStore(wh, ops).session("test") as history:
+        with statements() as sent:
+            history.record_night(
+                DAY,
+                {
+                    "sales": Reading(value=1.0, groups={}),
+                    volume_series("a"): Reading(value=5.0, source="count", flagged=True),
+                },
+                "r1",
+                "c1",
+            )
+        assert len(sent) == 1
+        # A rerun of the night (after a fix) replaces its values; the night stays out of the baselines.
+        history.record_night(
+            DAY,
+            {"sales": Reading(value=2.0, groups={}), volume_series("a"): Reading(value=6.0, source="count")},
+            "r2",
+            "c2",
+        )
+        history.cur.execute(
+            f"SELECT METRIC, VALUE, SOURCE, FLAGGED, DAGSTER_RUN_ID FROM {ops.table('METRIC_HISTORY')} ORDER BY 1"
+        )
+        assert history.cur.fetchall() == [
+            ("sales", 2.0, None, False, "r2"),
+            ("volume:a", 6.0, "count", True, "r2"),
+        ]
+        assert history.volume_history("a", DAY + timedelta(days=1), 1)[DAY].value == 6.0
+        assert history.latest_volume("a") == DAY

@@ -3,8 +3,11 @@ checks on the real local servers."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
+from warehouse_statements import statements
 
 from dw_dagster.checks.metrics import load_metrics_file
 from dw_dagster.config import DwConfigError
@@ -26,20 +29,20 @@ def _store(daemon: LocalDaemon) -> IncidentStore:
     return IncidentStore(daemon.defs.resources["snowflake"], OpsSchema("DW_PROD", "DW_OPS"))
 
 
-def _history(daemon: LocalDaemon, table: str) -> list[tuple]:
+def _history(daemon: LocalDaemon) -> list[tuple]:
     with daemon.lw.snowflake.connect() as conn:
         cur = conn.cursor()
-        cur.execute(f'SELECT * FROM "DW_PROD"."DW_OPS"."{table}" ORDER BY 2')
+        cur.execute('SELECT * FROM "DW_PROD"."DW_OPS"."METRIC_HISTORY" ORDER BY 2')
         return cur.fetchall()
 
 
 def test_sixty_clean_nights_open_no_incident(daemon):
     assert _store(daemon).list() == []
-    totals = [r for r in _history(daemon, "METRIC_HISTORY") if r[0] == "network_onhand_units"]
+    totals = [r for r in _history(daemon) if r[0] == "network_onhand_units"]
     assert len(totals) == 60
-    assert not any(r[7] for r in _history(daemon, "METRIC_HISTORY")), "no night was flagged"
-    volumes = [r for r in _history(daemon, "VOLUME_HISTORY") if r[0] == "inventory/fct_inventory_position"]
-    assert len(volumes) == 60
+    assert not any(r[7] for r in _history(daemon)), "no night was flagged"
+    volumes = [r for r in _history(daemon) if r[0] == "volume:inventory/fct_inventory_position"]
+    assert len(volumes) == 60 and all(r[8] == "count" for r in volumes), "row counts, with their source"
     # The history covers weekends and month-ends.
     days = [r[1] for r in totals]
     assert any(d.weekday() >= 5 for d in days) and any((d.day >= 28) for d in days)
@@ -95,10 +98,18 @@ def test_metadata_mode_counts_rows_without_scans(daemon, tmp_path):
     meta = LocalDaemon(daemon.lw, env={"DW_METRICS_FILE": str(path)})
     meta.instance = daemon.instance
     DistributorWorld().play_night(daemon.lw.snowflake, daemon.lw.coalesce_client(), 62)
-    outcome = meta.tick()
+    with statements() as sent:
+        outcome = meta.tick()
     vols = {c.asset: c for c in outcome.checks if c.check == "volume"}
     # Tables: the row count the Coalesce run reported; no warehouse query at all.
-    assert vols["inventory/fct_inventory_position"].metadata["row_count_source"] == "coalesce_run_results"
+    assert {v.metadata["row_count_source"] for v in vols.values()} == {"coalesce_run_results"}
+    # The measurement counts no rows (its COUNT(*) parts are count mode's), and still reads the keys of the
+    # keyed tables the run's own count says are small.
+    measured = [s for s in sent if s.startswith('SELECT 0 AS "PART"')]
+    assert len(measured) == 1 and not re.search(r'COUNT\(\*\) AS "C\d+"', measured[0])
+    keyed = ("inventory/dim_warehouse", "mart/mart_reorder_candidates")
+    small = [a for a in keyed if vols[a].metadata["row_count"] < 100]
+    assert small and measured[0].count("SELECT DISTINCT") == len(small)
     with daemon.lw.snowflake.connect() as conn:
         cur = conn.cursor()
         cur.execute('SELECT COUNT(*) FROM "DW_PROD"."INVENTORY"."FCT_INVENTORY_POSITION"')

@@ -81,7 +81,7 @@ def test_cost_report_names_the_costliest_nodes_of_the_reference_night(reference_
     # The staging node that reads the whole demand history scans the most rows, night after night.
     assert ranked[0] == "STAGE.STG_DEMAND"
     # dw-dagster's own statements are attributed too: the night's checks and the incident's diagnosis.
-    assert "check total_network_onhand_units" in result.output
+    assert "check nightly_checks" in result.output
     assert "diagnosis" in result.output
     assert "job inventory_nightly" in result.output
 

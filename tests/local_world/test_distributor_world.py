@@ -112,8 +112,7 @@ def _recorded_nights(lw, world: DistributorWorld) -> list[dict]:
         cur = conn.cursor()
         cur.execute("SELECT METRIC, BUSINESS_DATE, VALUE FROM DW_OPS.METRIC_HISTORY")
         metric = {(m, d): v for m, d, v in cur.fetchall()}
-        cur.execute("SELECT ASSET_KEY, BUSINESS_DATE, ROW_COUNT FROM DW_OPS.VOLUME_HISTORY")
-        volume = {(a, d): v for a, d, v in cur.fetchall()}
+    volume = {(m.removeprefix("volume:"), d): v for (m, d), v in metric.items() if m.startswith("volume:")}
     return [
         {
             "raw": int(metric[("ebs_onhand_units", day)]),

@@ -22,7 +22,7 @@ def _work(snowflake: WarehouseResource, step: str) -> None:
         with snowflake.tagged_connection("check.read", check=step, asset=f"a/{i}") as conn:
             conn.cursor().execute("SELECT 1")
         with OPS.connect(snowflake, "check.history", check=step, asset=f"a/{i}") as conn:
-            conn.cursor().execute(f"SELECT COUNT(*) FROM {OPS.table('VOLUME_HISTORY')}")
+            conn.cursor().execute(f"SELECT COUNT(*) FROM {OPS.table('METRIC_HISTORY')}")
 
 
 @dg.op
@@ -49,7 +49,7 @@ def test_a_run_shares_one_connection_per_schema_and_each_statement_keeps_its_tag
     # 12 statements from 2 steps, on 2 sessions (the table reads, and the ops schema), not 12 logins.
     assert len(sent) == 12
     assert len({s.session for s in sent}) == 2
-    history = [s for s in sent if "VOLUME_HISTORY" in s.sql]
+    history = [s for s in sent if "METRIC_HISTORY" in s.sql]
     assert {s.session for s in history} != {s.session for s in sent if s.sql == "SELECT 1"}
     # Each statement names its own purpose, check and asset, though it shares the session.
     assert [(s.tag["purpose"], s.tag["check"], s.tag["asset"]) for s in sent[:4]] == [

@@ -1,0 +1,61 @@
+"""What every check's evaluation shares in a checks run, and what the run leaves to record.
+
+A checks run reads what it judges against once (``HistorySession.night_context``), measures once
+(``measure.py``), judges each check, and writes tonight's readings once (``HistorySession.record_night``):
+a check says what to record and which series tonight flags, and the run writes them all together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+
+import dagster as dg
+
+from dw_dagster.checks.calendar import BusinessCalendar
+from dw_dagster.checks.history import HistorySession, Reading, Rebase, Recorded
+from dw_dagster.checks.reporting import report_failure
+from dw_dagster.checks.run_context import CheckRun
+from dw_dagster.incidents.models import RecordOutcome
+from dw_dagster.warehouse.ops import OpsSchema
+from dw_dagster.warehouse.resources import WarehouseResource
+
+
+@dataclass
+class Night:
+    context: dg.AssetCheckExecutionContext
+    run: CheckRun
+    warehouse: WarehouseResource
+    ops: OpsSchema
+    history: HistorySession
+    cause_scopes: Mapping[str, str]
+    calendar: BusinessCalendar
+    levels: Mapping[str, list[Rebase]]
+    incident_days: set[date]
+    past: Mapping[str, dict[date, Recorded]]
+    """Each series' history before tonight, read once for the run."""
+    readings: dict[str, Reading] = field(default_factory=dict)
+    """What tonight records, by series."""
+
+    @property
+    def day(self) -> date:
+        return self.run.business_date
+
+    def record(self, series: str, reading: Reading) -> None:
+        self.readings[series] = reading
+
+    def flag(self, series: str) -> None:
+        """Tonight is an incident's night for this series: kept, and left out of every later baseline."""
+        self.readings[series] = self.readings[series].model_copy(update={"flagged": True})
+
+    def report(self, check: str, asset: str, summary: str, evidence: dict[str, Any]) -> RecordOutcome:
+        """Records a failing check's finding on its incident (``reporting.report_failure``)."""
+        return report_failure(
+            self.context, warehouse=self.warehouse, ops=self.ops, run=self.run, check=check, asset=asset,
+            summary=summary, evidence=evidence, cause_scope=self.cause_scopes.get(asset, f"asset:{asset}"),
+        )  # fmt: skip
+
+    def write(self) -> None:
+        self.history.record_night(self.day, self.readings, self.run.dagster_run_id, self.run.coalesce_run_id)
