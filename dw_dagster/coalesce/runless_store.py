@@ -10,8 +10,8 @@ storage.
 It has to reach into Dagster's private ``_store_asset_event`` and ``_store_asset_event_tags``: the public
 ``store_event_batch`` updates the asset table for the batch's last event only (dagster-postgres), and the
 public ``store_asset_event`` opens a transaction per event. So it is used only on the storage classes it was
-verified on, by exact type, with the dagster version pinned in pyproject.toml; anywhere else it stores
-nothing and the caller hands the events to the daemon. ``tests/production/test_runless_store.py`` compares
+verified on (or a subclass that overrides none of the methods it calls), with the dagster version pinned in
+pyproject.toml; anywhere else it stores nothing and the caller hands the events to the daemon. ``tests/production/test_runless_store.py`` compares
 what it stores with what ``report_runless_asset_event`` stores on both storages: it is the test that fails
 when Dagster's internals change.
 
@@ -33,6 +33,16 @@ from dagster._time import get_current_timestamp
 VERIFIED_DAGSTER_VERSION = "1.13.27"
 SQLITE_STORAGE = "dagster._core.storage.event_log.sqlite.sqlite_event_log.SqliteEventLogStorage"
 POSTGRES_STORAGE = "dagster_postgres.event_log.event_log.PostgresEventLogStorage"
+VERIFIED_STORAGES = {SQLITE_STORAGE: "sqlite", POSTGRES_STORAGE: "postgres"}
+# What this module calls on the storage: a subclass that overrides none of them stores the same rows.
+USED_METHODS = (
+    "run_connection",
+    "index_transaction",
+    "prepare_insert_event",
+    "prepare_insert_event_batch",
+    "_store_asset_event_tags",
+    "_store_asset_event",
+)
 # Rows per INSERT: well under sqlite's and PostgreSQL's limits on bound parameters (a row binds 9).
 INSERT_CHUNK = 500
 
@@ -62,13 +72,15 @@ def runless_entry(event: dg.AssetMaterialization | dg.AssetObservation) -> Event
 
 def batch_storage_kind(instance: dg.DagsterInstance) -> str | None:
     """``"sqlite"`` or ``"postgres"`` when the instance's event log is a storage this module was verified
-    on (exact type, pinned dagster), else None."""
+    on (that class, or a subclass that overrides none of the methods used here; pinned dagster), else None."""
     if dg.__version__ != VERIFIED_DAGSTER_VERSION:
         return None
     cls = type(instance.event_log_storage)
-    return {SQLITE_STORAGE: "sqlite", POSTGRES_STORAGE: "postgres"}.get(
-        f"{cls.__module__}.{cls.__qualname__}"
-    )
+    for base in cls.__mro__:
+        kind = VERIFIED_STORAGES.get(f"{base.__module__}.{base.__qualname__}")
+        if kind is not None:
+            return kind if all(getattr(cls, name) is getattr(base, name) for name in USED_METHODS) else None
+    return None
 
 
 def store_runless_asset_events(
