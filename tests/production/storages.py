@@ -1,6 +1,5 @@
-"""Dagster instances on Dagster's own storage or on the deployment's (Dagster's, with the event log storage of
-dw_dagster/event_log, as docs/production.md configures it), on sqlite or on a database of their own on a
-PostgreSQL server, for the tests that compare what each stores."""
+"""Dagster instances on Dagster's own storage or on the deployment's (dw_local/instance_storage.py), on sqlite
+or on a database of their own on a PostgreSQL server, for the tests that compare what each stores."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ import dagster as dg
 import sqlalchemy as sa
 from dagster._core.test_utils import instance_for_test
 
-SQLITE_EVENT_LOG = {"module": "dw_dagster.event_log.sqlite", "class": "BatchedSqliteEventLogStorage"}
-POSTGRES_EVENT_LOG = {"module": "dw_dagster.event_log.postgres", "class": "BatchedPostgresEventLogStorage"}
+from dw_local.instance_storage import deployment_storage
 
 
 def fresh_database(postgres_url: str, name: str) -> str:
@@ -27,39 +25,15 @@ def fresh_database(postgres_url: str, name: str) -> str:
     return url
 
 
-def storage_overrides(home: Path, postgres_url: str | None, deployment: bool) -> dict:
-    """The instance's storage sections: sqlite under ``home`` when ``postgres_url`` is None, else that
-    database; Dagster's own storage, or the deployment's (``deployment``)."""
-    if not deployment:
-        return {"storage": {"postgres": {"postgres_url": postgres_url}}} if postgres_url else {}
-    if postgres_url is None:
-        # Dagster's default sqlite layout under the instance's home, the event log where Dagster keeps it.
-        return {
-            "event_log_storage": {**SQLITE_EVENT_LOG, "config": {"base_dir": str(home / "history" / "runs")}}
-        }
-    pg = {"postgres_url": postgres_url}
-    return {
-        "run_storage": {
-            "module": "dagster_postgres.run_storage",
-            "class": "PostgresRunStorage",
-            "config": pg,
-        },
-        "event_log_storage": {**POSTGRES_EVENT_LOG, "config": pg},
-        "schedule_storage": {
-            "module": "dagster_postgres.schedule_storage",
-            "class": "PostgresScheduleStorage",
-            "config": pg,
-        },  # fmt: skip
-    }
-
-
 @contextmanager
 def storage_instance(home: Path, postgres_url: str | None, deployment: bool) -> Iterator[dg.DagsterInstance]:
     """An instance at ``home`` (created) on a storage of its own: sqlite when ``postgres_url`` is None, else
     a new database on that server, named after ``home``."""
     home.mkdir(parents=True)
     url = fresh_database(postgres_url, home.name) if postgres_url else None
-    with instance_for_test(
-        overrides=storage_overrides(home, url, deployment), temp_dir=str(home)
-    ) as instance:
+    if deployment:
+        overrides = deployment_storage(home, url)
+    else:
+        overrides = {"storage": {"postgres": {"postgres_url": url}}} if url else {}
+    with instance_for_test(overrides=overrides, temp_dir=str(home)) as instance:
         yield instance
