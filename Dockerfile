@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1.7
-# One image for dw-dagster's code: the gRPC code server (the Helm chart's user deployment) and the run
-# workers the K8sRunLauncher starts from it. The webserver and the daemon run Dagster's own images at the
-# same version (1.13.27): they load no dw-dagster code and talk to the code server over gRPC.
+# One image for every Dagster process of the deployment: the gRPC code server (the Helm chart's user
+# deployment), the run workers the K8sRunLauncher starts from it, and the webserver and the daemon, which load
+# no dw-dagster definitions (they talk to the code server over gRPC) but do load the instance's event log
+# storage, dw_dagster.event_log.postgres (docs/production.md, "A checks run's planned events").
 #
 #   docker build -t your-registry/dw-dagster:$(git rev-parse --short HEAD) \
 #     --build-arg COALESCE_BASE_URL=https://app.coalescesoftware.io --build-arg COALESCE_ENVIRONMENT_IDS=2 \
@@ -10,7 +11,11 @@
 # Not built or run by the test suite; tests/production runs the same processes from the same files.
 FROM python:3.11-slim
 
+# DAGSTER_EVENT_BATCH_SIZE: Dagster hands the planned events of a run it creates (the daemon, the webserver)
+# to the event log storage in batches of up to this many, which dw_dagster.event_log stores in one
+# transaction each; unset, Dagster stores them one at a time (30 s and more for a 2,000-check run).
 ENV PYTHONUNBUFFERED=1 \
+    DAGSTER_EVENT_BATCH_SIZE=1000 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     SNOWFLAKE_DISABLE_PLATFORM_DETECTION=true \

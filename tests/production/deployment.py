@@ -1,6 +1,7 @@
 """The processes of one Dagster deployment on this machine (a gRPC code server, the daemon, the webserver),
 each its own process group, over an instance's storage: Postgres for the production-shaped tests, or an
-existing instance's home (the seeded world's sqlite storage)."""
+existing instance's home (the seeded world's sqlite storage); either with the deployment's event log storage
+and event batch size (dw_local/instance_storage.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import httpx
 import yaml
 from dagster._core.scheduler.instigation import InstigatorType
 
+from dw_local.instance_storage import EVENT_BATCH_SIZE, deployment_storage
 from dw_local.world import LocalWorld, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,19 +32,17 @@ class Deployment:
     """The code server, daemon and webserver of one Dagster instance, each its own process group."""
 
     def __init__(self, root: Path, lw: LocalWorld, postgres_url: str | None = None, home: Path | None = None):
-        """On Postgres storage at ``postgres_url`` (a new home under ``root``), or on the instance at ``home``."""
+        """On Postgres storage at ``postgres_url`` (a new home under ``root``), or on the instance at ``home``
+        (a private copy: its dagster.yaml is rewritten); either with the deployment's event log storage."""
         self.root = root
         self.lw = lw
         self.logs = root / "logs"
         self.logs.mkdir(parents=True)
-        if home is not None:
-            self.home = home
-        else:
-            self.home = root / "dagster_home"
-            self.home.mkdir(parents=True)
-            config = yaml.safe_load((REPO / "dagster.yaml").read_text())
-            config["storage"] = {"postgres": {"postgres_url": postgres_url}}
-            (self.home / "dagster.yaml").write_text(yaml.safe_dump(config))
+        self.home = home if home is not None else root / "dagster_home"
+        self.home.mkdir(parents=True, exist_ok=True)
+        config = yaml.safe_load((REPO / "dagster.yaml").read_text())
+        config.update(deployment_storage(self.home, postgres_url))
+        (self.home / "dagster.yaml").write_text(yaml.safe_dump(config))
         self.grpc_port, self.web_port = free_port(), free_port()
         self.workspace = root / "workspace.yaml"
         self.workspace.write_text(
@@ -61,7 +61,8 @@ class Deployment:
             )
         )
         # A retried run waits 2 s, 4 s, ... before logging in, instead of 30 s, 60 s, ...
-        self.env = {**os.environ, **lw.env(), "DAGSTER_HOME": str(self.home), "DW_RETRY_BACKOFF_SECONDS": "2"}
+        self.env = {**os.environ, **lw.env(), "DAGSTER_HOME": str(self.home), "DW_RETRY_BACKOFF_SECONDS": "2",
+                    "DAGSTER_EVENT_BATCH_SIZE": EVENT_BATCH_SIZE}  # fmt: skip
         self.procs: dict[str, subprocess.Popen] = {}
         self.instance = dg.DagsterInstance.from_config(str(self.home))
 

@@ -1,5 +1,5 @@
 """``store_runless_asset_events`` stores what Dagster's ``report_runless_asset_event`` stores, on Dagster's
-sqlite storage and on dagster-postgres: the same event rows, asset keys, asset records (the catalog's latest
+sqlite storage and on dagster-postgres, and on the deployment's (dw_dagster/event_log): the same event rows, asset keys, asset records (the catalog's latest
 materialization and observation), latest materializations and indexed tags. It reaches into Dagster's
 private storage methods (dw_dagster/coalesce/runless_store.py), so this is the test that fails when they
 change. Here rather than in tests/coalesce for the Postgres server this folder's tests share."""
@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import dagster as dg
 import pytest
-import sqlalchemy as sa
 from dagster._core.instance.utils import RUNLESS_RUN_ID
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 from dagster._core.test_utils import freeze_time, instance_for_test
 from postgres_server import postgres_server
+from storages import storage_instance
 
 from dw_dagster.coalesce.metadata import CoalesceRunMetadataSet
 from dw_dagster.coalesce.runless_store import batch_storage_kind, store_runless_asset_events
@@ -50,23 +52,13 @@ def postgres() -> Iterator[str]:
 
 @contextmanager
 def two_instances(
-    kind: str, postgres_url: str | None
+    kind: str, postgres_url: str | None, home: Path, deployment: bool
 ) -> Iterator[tuple[dg.DagsterInstance, dg.DagsterInstance]]:
-    if kind == "sqlite":
-        with instance_for_test() as a, instance_for_test() as b:
-            yield a, b
-        return
-    assert postgres_url is not None
-    urls = []
-    engine = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        for name in ("reported", "batched"):
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-            urls.append(engine.url.set(database=name).render_as_string(hide_password=False))
-    engine.dispose()
-    configs = [{"storage": {"postgres": {"postgres_url": url}}} for url in urls]
-    with instance_for_test(overrides=configs[0]) as a, instance_for_test(overrides=configs[1]) as b:
+    url = postgres_url if kind == "postgres" else None
+    with (
+        storage_instance(home / "reported", url, deployment) as a,
+        storage_instance(home / "batched", url, deployment) as b,
+    ):
         yield a, b
 
 
@@ -95,10 +87,15 @@ def stored(instance: dg.DagsterInstance) -> dict:
     }
 
 
+@pytest.mark.parametrize("deployment", [False, True], ids=["dagster", "deployment"])
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
-def test_the_batch_stores_what_report_runless_asset_event_stores(kind: str, request) -> None:
+def test_the_batch_stores_what_report_runless_asset_event_stores(
+    kind: str, deployment: bool, request, tmp_path
+) -> None:
+    """On Dagster's storages, and on the deployment's (dw_dagster/event_log: subclasses that leave the
+    methods runless_store uses alone)."""
     url = request.getfixturevalue("postgres") if kind == "postgres" else None
-    with two_instances(kind, url) as (reported, batched):
+    with two_instances(kind, url, tmp_path, deployment) as (reported, batched):
         assert batch_storage_kind(reported) == batch_storage_kind(batched) == kind
         # Two ticks: the second's assets already have records (Dagster's update path, not the insert).
         for run_id, second in ((1, 1_700_000_000.0), (2, 1_700_000_100.0)):
@@ -120,6 +117,27 @@ def test_the_batch_stores_what_report_runless_asset_event_stores(kind: str, requ
 
 def test_another_storage_is_left_to_the_daemon() -> None:
     with dg.DagsterInstance.ephemeral() as instance:  # the in-memory event log: not verified, not used
+        assert batch_storage_kind(instance) is None
+        assert not store_runless_asset_events(instance, tick_events(1))
+        assert not instance.get_asset_keys()
+
+
+class AssetRowsOfItsOwn(SqliteEventLogStorage):
+    """A storage that writes asset rows its own way: the rows runless_store writes would not be its rows."""
+
+    @classmethod
+    def from_config_value(cls, inst_data, config_value) -> AssetRowsOfItsOwn:
+        return cls(inst_data=inst_data, **config_value)
+
+    def _store_asset_event(self, conn, event, event_id) -> None:
+        super()._store_asset_event(conn, event, event_id)
+
+
+def test_a_storage_overriding_what_the_batch_calls_is_left_to_the_daemon(tmp_path) -> None:
+    with instance_for_test(overrides={"event_log_storage": {
+        "module": __name__, "class": "AssetRowsOfItsOwn", "config": {"base_dir": str(tmp_path / "events")}
+    }}) as instance:  # fmt: skip
+        assert type(instance.event_log_storage) is AssetRowsOfItsOwn
         assert batch_storage_kind(instance) is None
         assert not store_runless_asset_events(instance, tick_events(1))
         assert not instance.get_asset_keys()
