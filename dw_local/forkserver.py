@@ -81,12 +81,20 @@ def _run_child(request: dict[str, Any]) -> int:
         sys.stderr.flush()
 
 
-def serve(path: Path) -> None:
-    for name in PRELOAD:
-        __import__(name)
-    exits: dict[int, int] = {}
+class Children:
+    """The fork server's children and how each ended, by pid.
 
-    def reap() -> None:
+    The kernel reuses a pid once its process is reaped (``pid_max`` is 32768 on many machines, and a long
+    test run starts many processes): a pid forked again starts with no exit recorded, or a new server would
+    read its predecessor's exit code and be taken for dead."""
+
+    def __init__(self) -> None:
+        self._exits: dict[int, int] = {}
+
+    def forked(self, pid: int) -> None:
+        self._exits.pop(pid, None)
+
+    def reap(self) -> None:
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -94,8 +102,35 @@ def serve(path: Path) -> None:
                 return
             if pid == 0:
                 return
-            exits[pid] = os.waitstatus_to_exitcode(status)
+            self._exits[pid] = os.waitstatus_to_exitcode(status)
 
+    def returncode(self, pid: int) -> int | None:
+        self.reap()
+        return self._exits.get(pid)
+
+
+def _answer(conn: socket.socket, listener: socket.socket, children: Children) -> None:
+    line = conn.makefile("r").readline()
+    if not line:
+        return  # the client went away before asking
+    request = json.loads(line)
+    if request["op"] == "spawn":
+        pid = os.fork()
+        if pid == 0:
+            listener.close()
+            conn.close()
+            os._exit(_run_child(request))
+        children.forked(pid)
+        reply: dict[str, Any] = {"pid": pid}
+    else:
+        reply = {"returncode": children.returncode(request["pid"])}
+    conn.sendall((json.dumps(reply) + "\n").encode())
+
+
+def serve(path: Path) -> None:
+    for name in PRELOAD:
+        __import__(name)
+    children = Children()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     # Bound under another name and renamed once listening: the client waits for the path, then connects.
     binding = path.with_suffix(".binding")
@@ -104,24 +139,18 @@ def serve(path: Path) -> None:
     binding.rename(path)
     listener.settimeout(1.0)
     while True:
-        reap()
+        children.reap()
         try:
             conn, _ = listener.accept()
         except TimeoutError:
             continue
         with conn:
-            request = json.loads(conn.makefile("r").readline())
-            if request["op"] == "spawn":
-                pid = os.fork()
-                if pid == 0:
-                    listener.close()
-                    conn.close()
-                    os._exit(_run_child(request))
-                reply: dict[str, Any] = {"pid": pid}
-            else:
-                reap()
-                reply = {"returncode": exits.get(request["pid"])}
-            conn.sendall((json.dumps(reply) + "\n").encode())
+            conn.settimeout(REQUEST_TIMEOUT)
+            try:
+                _answer(conn, listener, children)
+            except (OSError, ValueError, KeyError):
+                # One client's broken request (gone mid-way, not JSON) must not end every world's servers.
+                traceback.print_exc()
 
 
 # -- the client ----------------------------------------------------------------------------------

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -76,4 +79,48 @@ def test_a_dead_fork_server_is_started_again(tmp_path: Path) -> None:
         assert not _running(orphan.pid)
     with LocalWorld(tmp_path / "b", services=("slack",)) as lw:
         assert forkserver._server is not old
+        assert httpx.get(f"{lw.slack_url}/_sink/health", timeout=5).status_code == 200
+
+
+def test_a_pid_forked_again_has_no_exit_until_its_own(tmp_path: Path) -> None:
+    """The kernel reuses pids: a server forked under a pid an earlier, stopped server had must not be read
+    as exited with that server's code (CI saw a new world's Snowflake "exited with code -15")."""
+    # In a process of its own: ``Children`` reaps any child, which would take the test process's own.
+    script = """
+import os, signal, time
+from dw_local.forkserver import Children
+
+children = Children()
+pid = os.fork()
+if pid == 0:
+    time.sleep(30)
+    os._exit(0)
+children.forked(pid)
+assert children.returncode(pid) is None
+os.kill(pid, signal.SIGTERM)
+deadline = time.monotonic() + 10
+while children.returncode(pid) is None and time.monotonic() < deadline:
+    time.sleep(0.02)
+assert children.returncode(pid) == -signal.SIGTERM, children.returncode(pid)
+children.forked(pid)  # the same pid, handed to the next server
+assert children.returncode(pid) is None
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_client_that_hangs_up_or_sends_garbage_does_not_end_the_fork_server(tmp_path: Path) -> None:
+    with LocalWorld(tmp_path / "a", services=("slack",)):
+        server = forkserver._server
+    for payload in (b"", b"not json\n", b'{"op": "status"}\n'):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(5)
+            conn.connect(str(server.path))
+            conn.sendall(payload)
+            conn.shutdown(socket.SHUT_WR)
+            conn.recv(100)  # the server closed its end: the request was refused, not answered
+    assert server.alive()
+    with LocalWorld(tmp_path / "b", services=("slack",)) as lw:
+        assert forkserver._server is server
         assert httpx.get(f"{lw.slack_url}/_sink/health", timeout=5).status_code == 200
