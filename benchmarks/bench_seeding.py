@@ -4,8 +4,9 @@ Starts the local world (Snowflake, Coalesce simulator, Slack stand-in) in a temp
 history nights exactly as ``dw_local.seeding.seed_history_only`` does for the distributor world (or
 ``FileScenarioWorld._seed`` for ``--world path/to/world.yaml``): each night's Coalesce job on the simulator,
 then the local daemon's tick (run sensor, checks run, incident sensor). Prints each night's time split into
-playing the night and watching it, the statements the seeding process sent, and the mean and median per
-night over nights 1.. (night 0 also pays the first imports and the first checks run's start-up).
+playing the night and watching it, the statements the seeding process sent, the mean and median per night
+over nights 1.. (night 0 also pays the first imports and the first checks run's start-up) and each server's
+CPU, its start included.
 
 ``--profile FILE`` writes a cProfile of the seeding process (``python -m pstats FILE``); the servers are
 separate processes (``py-spy record -p PID`` on the one in ``ps``). Nothing is asserted. Run:
@@ -42,6 +43,12 @@ def _counting_execute(self, *args, **kwargs):
 
 
 snowflake.connector.cursor.SnowflakeCursor.execute = _counting_execute
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
 
 
 def main() -> None:
@@ -96,6 +103,9 @@ def main() -> None:
         if profile:
             profile.disable()
             profile.dump_stats(str(args.profile))
+        # Read before they stop: each server's CPU since it started (its start included).
+        servers = {n: _cpu(p.pid) for n, p in lw._procs.items()}
+    print("servers' CPU: " + ", ".join(f"{n} {s:.2f} s" for n, s in servers.items()))
     later = per_night[1:] or per_night
     print(
         f"{name}: {statistics.mean(later):.2f} s per night mean, {statistics.median(later):.2f} s median "

@@ -221,12 +221,14 @@ def _query_type(sql: str) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _tables_read(sql: str, database: str | None, schema: str | None) -> frozenset[tuple[str, str, str]]:
-    import sqlglot
     from sqlglot import exp
+    from sqlglot.errors import ParseError
+
+    from dw_local.snowflake_statements import parsed
 
     try:
-        expr = sqlglot.parse_one(sql, read="snowflake")
-    except sqlglot.errors.ParseError:
+        expr = parsed(sql)  # the tree the server then classifies the statement by
+    except ParseError:
         return frozenset()
     written = expr.this if isinstance(expr, (exp.Insert, exp.Create)) else None
     if isinstance(written, exp.Schema):

@@ -20,7 +20,7 @@ _LOCAL_DIR = Path(__file__).resolve().parent
 # Seeding runs the product's sensor and checks each night, so the code that writes their history shapes
 # the template too; diagnosis, notifications and the rest do not.
 _SHAPING = [
-    "worlds", "coalesce_sim", "snowflake_server.py", "account_usage.py", "seeding.py", "daemon.py",
+    "worlds", "coalesce_sim", "snowflake_server.py", "snowflake_statements.py", "account_usage.py", "seeding.py", "daemon.py",
     "../dw_dagster/checks", "../dw_dagster/warehouse", "../dw_dagster/coalesce", "../dw_dagster/incidents/store.py",
     "../dw_dagster/coalesce_runs.py", "../dw_dagster/components.py", "../dw_dagster/defs", "../dw_dagster/project.py",
     "../dw_dagster/settings.py", "../dw_dagster/governance",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 from pathlib import Path
 
@@ -76,6 +77,10 @@ def serve(port: int, data_dir: Path, host: str = "127.0.0.1") -> None:
     fakesnow.server.shared_fs = FakeSnow(db_path=str(data_dir))
     _fail_fast_on_unsupported_sql()
     _csv_columns_as_duckdb_names_them()
+    if os.environ.get("DW_LOCAL_SNOWFLAKE_REUSE", "1") != "0":  # 0: fakesnow's own path (benchmarks)
+        from dw_local import snowflake_statements
+
+        snowflake_statements.install()
     from dw_local.account_usage import install
 
     install(fakesnow.server.app, fakesnow.server.shared_fs, data_dir)
