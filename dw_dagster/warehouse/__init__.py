@@ -1,4 +1,4 @@
-"""The warehouse: Snowflake through dagster-snowflake's resource, with every query tagged."""
+"""The warehouse: Snowflake through the connector, configured as dagster-snowflake's resource is, with every query tagged."""
 
 from dw_dagster.warehouse.resources import WarehouseResource, warehouse_from_env
 

@@ -16,13 +16,11 @@ of waiting the same timeout again for every statement: the run fails, and the ru
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
-
-from snowflake.connector.cursor import SnowflakeCursor
-from snowflake.connector.errors import OperationalError
 
 # The connector's own default for one request; Snowflake holds a running query's request up to 45 s.
 CONNECTOR_SOCKET_TIMEOUT = 60
@@ -55,25 +53,32 @@ class Breaker:
         return self.failure
 
 
-class TaggedCursor(SnowflakeCursor):
-    """A cursor whose statements carry their query tag, on a connection that other purposes share."""
+@functools.cache
+def tagged_cursor_class() -> type:
+    """The connector's cursor whose statements carry their query tag, on a connection that other purposes
+    share. Built on first use: loading the code location, which opens no connection, imports no connector."""
+    from snowflake.connector.cursor import SnowflakeCursor
+    from snowflake.connector.errors import OperationalError
 
-    query_tag: str | None = None
-    breaker: Breaker | None = None
+    class TaggedCursor(SnowflakeCursor):
+        query_tag: str | None = None
+        breaker: Breaker | None = None
 
-    def execute(self, command: str, params: Any = None, *args: Any, **kwargs: Any):
-        if self.breaker is not None:
-            self.breaker.check()
-        statement_params = dict(kwargs.pop("_statement_params", None) or {})
-        if self.query_tag:
-            statement_params.setdefault("QUERY_TAG", self.query_tag)
-        try:
-            return super().execute(command, params, *args, _statement_params=statement_params, **kwargs)
-        except OperationalError as e:
-            # Network failures (no answer within the timeouts); SQL errors are ProgrammingErrors.
-            if self.breaker is None:
-                raise
-            raise self.breaker.trip(e, "a statement") from e
+        def execute(self, command: str, params: Any = None, *args: Any, **kwargs: Any):
+            if self.breaker is not None:
+                self.breaker.check()
+            statement_params = dict(kwargs.pop("_statement_params", None) or {})
+            if self.query_tag:
+                statement_params.setdefault("QUERY_TAG", self.query_tag)
+            try:
+                return super().execute(command, params, *args, _statement_params=statement_params, **kwargs)
+            except OperationalError as e:
+                # Network failures (no answer within the timeouts); SQL errors are ProgrammingErrors.
+                if self.breaker is None:
+                    raise
+                raise self.breaker.trip(e, "a statement") from e
+
+    return TaggedCursor
 
 
 class TaggedConnection:
@@ -84,8 +89,8 @@ class TaggedConnection:
         self.query_tag = query_tag
         self._breaker = breaker
 
-    def cursor(self) -> TaggedCursor:
-        cur = self.raw.cursor(TaggedCursor)
+    def cursor(self) -> Any:
+        cur = self.raw.cursor(tagged_cursor_class())
         cur.query_tag = self.query_tag
         cur.breaker = self._breaker
         return cur

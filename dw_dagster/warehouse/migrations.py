@@ -22,8 +22,6 @@ from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from snowflake.connector.errors import ProgrammingError
-
 from dw_dagster.warehouse.ops import TABLES, OpsSchema, OpsSchemaError, table_columns
 
 if TYPE_CHECKING:
@@ -97,6 +95,8 @@ def _package_version() -> str:
 
 
 def schema_state(cur: Any, ops: OpsSchema) -> SchemaState:
+    from snowflake.connector.errors import ProgrammingError  # imported with a connection, not at load
+
     try:
         live = ops.live_columns(cur)
     except ProgrammingError as e:

@@ -16,8 +16,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from snowflake.connector.errors import ProgrammingError
-
 from dw_dagster.coalesce.sql import quote_identifier as quote
 from dw_dagster.config import DwConfigError
 
@@ -163,6 +161,8 @@ class OpsSchema:
 
     def readiness_error(self, cur: Any) -> OpsSchemaError | None:
         """Why statements on this schema cannot work with this dw-dagster, or None if they can."""
+        from snowflake.connector.errors import ProgrammingError  # imported with a connection, not at load
+
         try:
             live = self.live_columns(cur)
         except ProgrammingError:
@@ -183,6 +183,8 @@ class OpsSchema:
     @contextmanager
     def connect(self, warehouse: WarehouseResource, purpose: str, **tag_fields: Any) -> Iterator[Any]:
         """A tagged connection whose current schema is this one (reused within a run)."""
+        from snowflake.connector.errors import ProgrammingError  # imported with a connection, not at load
+
         with warehouse.tagged_connection(purpose, schema=self.schema, **tag_fields) as conn:
             try:
                 yield conn

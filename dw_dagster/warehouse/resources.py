@@ -1,4 +1,5 @@
-"""Snowflake access for every check, op and command: dagster-snowflake's ``SnowflakeResource``.
+"""Snowflake access for every check, op and command, configured as dagster-snowflake's ``SnowflakeResource``
+(``snowflake_config.py``).
 
 The same resource serves production and the local world: locally only
 ``additional_snowflake_connection_args`` (host, port, protocol) differ, so the local path is the
@@ -16,11 +17,11 @@ from typing import Any
 import dagster as dg
 from dagster._core.storage.tags import RETRY_NUMBER_TAG
 from dagster._utils.cached_method import cached_method
-from dagster_snowflake import SnowflakeResource
 from pydantic import Field, PrivateAttr
 
 from dw_dagster.config import DwConfigError, resolve_env_vars
 from dw_dagster.warehouse.connections import Breaker, ConnectionScope, Connector, TaggedConnection, close
+from dw_dagster.warehouse.snowflake_config import SnowflakeConnectionResource
 
 QUERY_TAG_APP = "dw-dagster"
 
@@ -30,8 +31,8 @@ def query_tag(purpose: str, **fields: Any) -> str:
     return json.dumps({"app": QUERY_TAG_APP, "purpose": purpose, **{k: v for k, v in fields.items() if v}})
 
 
-class WarehouseResource(SnowflakeResource):
-    """``SnowflakeResource`` whose statements carry a query tag, with connections reused within a run.
+class WarehouseResource(SnowflakeConnectionResource):
+    """Snowflake connections whose statements carry a query tag, reused within a run.
 
     Dagster sets the resource up once per run (``in_process_executor``) or per step, and once per sensor
     tick: in that scope one connection per session schema serves every caller, and teardown closes it.
