@@ -128,6 +128,10 @@ def _answer(conn: socket.socket, listener: socket.socket, children: Children) ->
 
 
 def serve(path: Path) -> None:
+    # A process started in the background by a shell ignores SIGINT, and Dagster maps SIGTERM onto SIGINT's
+    # handler: a requester that ran a Dagster job hands down SIGTERM ignored. The fork server must die with
+    # its requester (PR_SET_PDEATHSIG) and its servers stop on SIGTERM.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     for name in PRELOAD:
         __import__(name)
     children = Children()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # xdist's loadfile would hand out the files with the most tests first (its "loadscope reorder"), which
     # started the long scenario files, with few tests each, last: one of them ran alone at the end.
     config.option.loadscopereorder = False
+    # A suite a shell started in the background ignores SIGINT, and Dagster maps SIGTERM onto SIGINT's
+    # handler when it runs a job: every code server, daemon and server a test then started ignored SIGTERM,
+    # waited out each stop's grace and outlived the suite.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -93,6 +93,7 @@ from dw_local.forkserver import Children
 children = Children()
 pid = os.fork()
 if pid == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as a server's child of the fork server has it
     time.sleep(30)
     os._exit(0)
 children.forked(pid)
@@ -124,3 +125,25 @@ def test_a_client_that_hangs_up_or_sends_garbage_does_not_end_the_fork_server(tm
     with LocalWorld(tmp_path / "b", services=("slack",)) as lw:
         assert forkserver._server is server
         assert httpx.get(f"{lw.slack_url}/_sink/health", timeout=5).status_code == 200
+
+
+def test_the_fork_server_dies_with_a_requester_that_ignores_sigterm(tmp_path: Path) -> None:
+    """A requester started in the background (SIGINT ignored) that ran a Dagster job ignores SIGTERM too
+    (Dagster maps it onto SIGINT's handler), and a child inherits an ignored signal: its fork server, which
+    is told of its requester's end by SIGTERM, must still die with it, and its servers with it."""
+    script = f"""
+import os, signal, sys
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+from dw_local import forkserver
+from dw_local.world import LocalWorld
+lw = LocalWorld(__import__("pathlib").Path({str(tmp_path / "w")!r}), services=("slack",)).start()
+print(forkserver._server.proc.pid, lw._procs["slack"].pid, flush=True)
+os._exit(0)  # gone without stopping anything, as a killed requester
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    server, slack = map(int, done.stdout.split())
+    deadline = time.monotonic() + 20
+    while (_running(server) or _running(slack)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(server) and not _running(slack)
