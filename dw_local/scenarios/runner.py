@@ -7,7 +7,9 @@ What is played for real and what is seeded:
   stopped world keyed by a hash of every file that shapes it; each scenario starts from a private copy.
 - **Played**: every night of the scenario. The night's source data and events are applied to the local
   Snowflake, the Coalesce job runs on the simulator, then one ``LocalDaemon`` tick runs the Coalesce run
-  sensor, the checks run it requests, the incident sensor and the diagnosis job, in this process.
+  sensor, the checks run it requests, the incident sensor and the diagnosis job, in this process. A quiet
+  first night (no events) is the same night for every scenario of a world: it is played once and each
+  such scenario starts from a copy of it (``first_night.py``).
 
 Time to detect is measured in wall-clock seconds from the moment the Coalesce run was seen ended to the
 moment the first finding on a related table was written. The local daemon ticks at once; a deployed sensor
@@ -19,10 +21,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dw_dagster.checks.metrics import load_metrics_file
 from dw_dagster.checks.volume import monitored_specs
@@ -33,6 +35,10 @@ from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.scenarios.baseline import elementary_alarms
 from dw_local.scenarios.model import Scenario, load_scenario
+
+if TYPE_CHECKING:
+    from dw_local.scenarios.worlds import ScenarioWorld
+    from dw_local.world import LocalWorld
 
 DEFAULT_CACHE = Path(os.environ.get("DW_WORLD_CACHE", ".dw/cache"))
 
@@ -74,7 +80,26 @@ class Alarm:
 
 
 @dataclass
-class NightReport:
+class Observed:
+    """What a played night showed: its Coalesce run, the checks' tables, what the product and the baseline
+    raised. A function of the world and the night's events, not of the scenario that plays them."""
+
+    run_id: int | None
+    run_status: str
+    run_ended_at: datetime
+    monitored: list[str]
+    incidents: list[IncidentReport] = field(default_factory=list)
+    """Incidents opened tonight, and the earlier ones tonight's findings continued (``continued``)."""
+    alarms: list[Alarm] = field(default_factory=list)
+    baseline_alarms: list[dict[str, Any]] = field(default_factory=list)
+    resolved: list[str] = field(default_factory=list)
+    """Incidents resolved by tonight's tick (every check of theirs passed again)."""
+
+
+@dataclass(kw_only=True)
+class NightReport(Observed):
+    """A scenario's night: what it played and expected, and what was observed (``Observed``'s fields)."""
+
     night: int
     business_date: date
     events: list[str]
@@ -84,18 +109,8 @@ class NightReport:
     expected_keys: list[str]
     related: list[str]
     """Tables the night's faults (and persistent faults still in force) can make wrong; ``*``: all."""
-    run_id: int | None
-    run_status: str
-    run_ended_at: datetime
-    monitored: list[str]
-    incidents: list[IncidentReport] = field(default_factory=list)
-    """Incidents opened tonight, and the earlier ones tonight's findings continued (``continued``)."""
-    alarms: list[Alarm] = field(default_factory=list)
-    baseline_alarms: list[dict[str, Any]] = field(default_factory=list)
     expected_joins: bool | None = None
     max_severity: str | None = None
-    resolved: list[str] = field(default_factory=list)
-    """Incidents resolved by tonight's tick (every check of theirs passed again)."""
 
 
 @dataclass
@@ -135,10 +150,56 @@ def _related(scenario: Scenario, in_force: list[Any], graph: LineageGraph) -> li
     return sorted(related)
 
 
+class Observer:
+    """What a night is played and watched through on one running world: the local daemon's tick, then what
+    the product recorded (incidents, findings, freshness alarms) and the Elementary-default baseline."""
+
+    def __init__(self, world: ScenarioWorld, lw: LocalWorld):
+        from dw_local.daemon import LocalDaemon
+
+        self.world, self.lw = world, lw
+        self.daemon = LocalDaemon(lw, env=world.env())
+        self.metrics = load_metrics_file(self.daemon.settings.metrics_file)
+        self.ops = OpsSchema(world.database, self.metrics.ops_schema)
+        self.store = IncidentStore(self.daemon.defs.resources["snowflake"], self.ops)
+        specs = self.daemon.defs.resolve_all_asset_specs()
+        self.graph = LineageGraph(specs)
+        self.volume_assets = [s.key.to_user_string() for s in monitored_specs(self.metrics, specs)]
+        self.seen = {i.incident_id: i.status for i in self.store.list()}
+
+    def play(self, night: int, events: list[Any]) -> Observed:
+        """Plays the world's ``night`` with ``events`` and returns what was seen of it."""
+        result = self.world.play_night(self.lw, night, events)
+        ended = datetime.now(UTC)
+        outcome = self.daemon.tick(at=result.watched_at)
+        business_date = self.world.business_date(night)
+        observed = Observed(
+            run_id=result.run_id,
+            run_status=result.status,
+            run_ended_at=ended,
+            monitored=sorted({c.asset for c in outcome.checks} | set(self.volume_assets)),
+        )
+        _collect(observed, business_date, self.store, self.seen, ended)
+        # Dagster's freshness daemon alarms on a table its schedule's window passed without a build.
+        observed.alarms += [
+            Alarm(a, "freshness_policy", "not built in its schedule's window", datetime.now(UTC))
+            for a in outcome.stale()
+        ]
+        with self.lw.snowflake.connect(database=self.world.database) as conn:
+            observed.baseline_alarms = [
+                asdict(a)
+                for a in elementary_alarms(
+                    conn.cursor(), self.ops, self.metrics, self.volume_assets, business_date
+                )
+            ]
+        return observed
+
+
 def run_scenario(scenario: Scenario | Path, cache: Path = DEFAULT_CACHE) -> ScenarioReport:
     """Plays a scenario (or the file at a path) on a fresh copy of its world's seeded template; the copy is
-    deleted afterwards."""
-    from dw_local.daemon import LocalDaemon
+    deleted afterwards. A scenario whose first night is quiet starts from the world's quiet first night,
+    played once for every such scenario (``first_night.py``)."""
+    from dw_local.scenarios import first_night
 
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
@@ -148,20 +209,20 @@ def run_scenario(scenario: Scenario | Path, cache: Path = DEFAULT_CACHE) -> Scen
     # (or a test) that runs next must not inherit it.
     environ = dict(os.environ)
     try:
-        root = world.clone(cache.resolve(), tmp / "world")
+        played = [
+            (k - len(scenario.before), n, scenario.before[k]) for k, n in enumerate(scenario.file.before)
+        ]
+        played += [(k, n, scenario.events[k]) for k, n in enumerate(scenario.file.nights)]
+        observations: dict[int, Observed] = {}
+        if first_night.shareable(scenario):
+            k, _, _ = played[0]
+            root, observations[k] = first_night.clone_after(
+                world, scenario.night_index(k), cache, tmp / "world"
+            )
+        else:
+            root = world.clone(cache.resolve(), tmp / "world")
         with world.local_world(root) as lw:
-            daemon = LocalDaemon(lw, env=world.env())
-            metrics = load_metrics_file(daemon.settings.metrics_file)
-            ops = OpsSchema(world.database, metrics.ops_schema)
-            store = IncidentStore(daemon.defs.resources["snowflake"], ops)
-            specs = daemon.defs.resolve_all_asset_specs()
-            graph = LineageGraph(specs)
-            volume_assets = [s.key.to_user_string() for s in monitored_specs(metrics, specs)]
-            seen = {i.incident_id: i.status for i in store.list()}
-            played = [
-                (k - len(scenario.before), n, scenario.before[k]) for k, n in enumerate(scenario.file.before)
-            ]
-            played += [(k, n, scenario.events[k]) for k, n in enumerate(scenario.file.nights)]
+            observer = Observer(world, lw)
             nights, before, in_force = [], [], []
             for k, spec, events in played:
                 if spec.repair:
@@ -170,41 +231,22 @@ def run_scenario(scenario: Scenario | Path, cache: Path = DEFAULT_CACHE) -> Scen
                     for event in in_force:
                         world.repair(lw, event)
                     in_force = []
-                night = scenario.night_index(k)
-                result = world.play_night(lw, night, events)
-                ended = datetime.now(UTC)
-                outcome = daemon.tick(at=result.watched_at)
+                observed = observations.get(k) or observer.play(scenario.night_index(k), events)
                 tonight = [e for e in events if not world.is_benign(e)]
                 expect = getattr(spec, "expect", None)
                 report = NightReport(
                     night=k,
-                    business_date=world.business_date(night),
+                    business_date=world.business_date(scenario.night_index(k)),
                     events=[_describe(e) for e in spec.events],
                     fault=bool(tonight),
                     expects_incident=scenario.expects_incident(k) if k >= 0 else bool(tonight),
                     expected_classes=[c.value for c in expect.classes] if expect else [],
                     expected_keys=list(expect.cause_keys) if expect else [],
-                    related=_related(scenario, [*in_force, *tonight], graph),
-                    run_id=result.run_id,
-                    run_status=result.status,
-                    run_ended_at=ended,
-                    monitored=sorted({c.asset for c in outcome.checks} | set(volume_assets)),
+                    related=_related(scenario, [*in_force, *tonight], observer.graph),
                     expected_joins=expect.joins if expect else None,
                     max_severity=expect.max_severity if expect else None,
+                    **{f.name: getattr(observed, f.name) for f in fields(Observed)},
                 )
-                _collect(report, store, seen, ended)
-                # Dagster's freshness daemon alarms on a table its schedule's window passed without a build.
-                report.alarms += [
-                    Alarm(a, "freshness_policy", "not built in its schedule's window", datetime.now(UTC))
-                    for a in outcome.stale()
-                ]
-                with lw.snowflake.connect(database=world.database) as conn:
-                    report.baseline_alarms = [
-                        asdict(a)
-                        for a in elementary_alarms(
-                            conn.cursor(), ops, metrics, volume_assets, report.business_date
-                        )
-                    ]
                 (nights if k >= 0 else before).append(report)
                 # Faults that stay until repaired; a benign event (a mapped new key) is not one.
                 in_force = [e for e in [*in_force, *tonight] if world.persists(e)]
@@ -217,7 +259,9 @@ def run_scenario(scenario: Scenario | Path, cache: Path = DEFAULT_CACHE) -> Scen
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _collect(report: NightReport, store: IncidentStore, seen: dict[str, str], ended: datetime) -> None:
+def _collect(
+    observed: Observed, business_date: date, store: IncidentStore, seen: dict[str, str], ended: datetime
+) -> None:
     """Tonight's findings (on any incident, new or already open, explained ones at WARN), the incidents tonight
     opened, the earlier ones it continued, and those it resolved."""
     continued: dict[str, list[tuple[datetime, Finding]]] = {}
@@ -226,11 +270,9 @@ def _collect(report: NightReport, store: IncidentStore, seen: dict[str, str], en
         events = store.events(incident.incident_id)
         findings = [(e.at, Finding.model_validate(e.detail)) for e in events if e.kind == "finding"]
         for e in events:
-            if e.kind in ("finding", "explained") and e.detail.get("business_date") == str(
-                report.business_date
-            ):
+            if e.kind in ("finding", "explained") and e.detail.get("business_date") == str(business_date):
                 f = Finding.model_validate(e.detail)
-                report.alarms.append(
+                observed.alarms.append(
                     Alarm(
                         f.asset_key, f.check_name, f.summary, e.at, f.severity, e.detail.get("explained_by")
                     )
@@ -238,7 +280,7 @@ def _collect(report: NightReport, store: IncidentStore, seen: dict[str, str], en
         previous = seen.get(incident.incident_id)
         seen[incident.incident_id] = incident.status
         if incident.status == "resolved" and previous not in (None, "resolved"):
-            report.resolved.append(incident.incident_id)
+            observed.resolved.append(incident.incident_id)
         if previous is not None:
             continue
         if incident.status == "merged" and incident.merged_into:
@@ -246,7 +288,7 @@ def _collect(report: NightReport, store: IncidentStore, seen: dict[str, str], en
             continued.setdefault(incident.merged_into, []).extend(findings)
             continue
         first = min(at for at, _ in findings) if findings else incident.opened_at
-        report.incidents.append(_incident_report(store, incident, findings, first, ended))
+        observed.incidents.append(_incident_report(store, incident, findings, first, ended))
     by_id = {i.incident_id: i for i in incidents}
     for incident_id, findings in continued.items():
         target = by_id.get(incident_id)
@@ -254,7 +296,7 @@ def _collect(report: NightReport, store: IncidentStore, seen: dict[str, str], en
             continue
         first = min((at for at, _ in findings), default=target.updated_at)
         own = [(e.at, Finding.model_validate(e.detail)) for e in store.events(incident_id, kind="finding")]
-        report.incidents.append(_incident_report(store, target, own, first, ended, continued=True))
+        observed.incidents.append(_incident_report(store, target, own, first, ended, continued=True))
 
 
 def _incident_report(

@@ -58,9 +58,12 @@ class ScenarioWorld(ABC):
     database: str
 
     @abstractmethod
+    def template(self, cache: Path) -> Path:
+        """The stopped world with the history played, under ``cache`` (built the first time, then cached)."""
+
+    @abstractmethod
     def clone(self, cache: Path, dest: Path) -> Path:
-        """A private copy at ``dest`` of a stopped world with the history played (the template, built once
-        and cached under ``cache``)."""
+        """A private copy of the template at ``dest``."""
 
     @abstractmethod
     def local_world(self, root: Path) -> LocalWorld:
@@ -120,8 +123,11 @@ class DistributorScenarioWorld(ScenarioWorld):
         self.world = DistributorWorld()
         self.project = load_project(self.world.project_file)
 
+    def template(self, cache: Path) -> Path:
+        return seeded_template(cache)
+
     def clone(self, cache: Path, dest: Path) -> Path:
-        return clone_world(seeded_template(cache), dest)
+        return clone_world(self.template(cache), dest)
 
     def local_world(self, root: Path) -> LocalWorld:
         return LocalWorld(root)
