@@ -16,23 +16,27 @@ from dw_dagster.coalesce.errors import CoalesceRunTimeoutError
 from dw_dagster.coalesce.http_client import CoalesceHTTPClient
 from dw_dagster.coalesce.models import (
     CoalesceCancelRunRequest,
-    CoalesceEnvironment,
-    CoalesceJob,
-    CoalesceNode,
-    CoalesceNodeSummary,
     CoalescePage,
     CoalesceRerunDetails,
     CoalesceRerunRequest,
+    CoalesceStartRunDetails,
+    CoalesceStartRunRequest,
+    CoalesceUserCredentials,
+)
+from dw_dagster.coalesce.run_models import (
     CoalesceRun,
     CoalesceRunResults,
     CoalesceRunStatus,
     CoalesceRunStatusResponse,
     CoalesceRunSummary,
     CoalesceRunType,
-    CoalesceStartRunDetails,
-    CoalesceStartRunRequest,
     CoalesceStartRunResponse,
-    CoalesceUserCredentials,
+)
+from dw_dagster.coalesce.workspace_models import (
+    CoalesceEnvironment,
+    CoalesceJob,
+    CoalesceNode,
+    CoalesceNodeSummary,
 )
 
 DEFAULT_POLL_INTERVAL = 5.0

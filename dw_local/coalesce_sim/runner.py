@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import snowflake.connector
 
-from dw_dagster.coalesce.models import SQL_TEST_TYPE
+from dw_dagster.coalesce.run_models import SQL_TEST_TYPE
 from dw_dagster.coalesce.sql import quote_identifier, resolve_refs, table_reference
 from dw_local.coalesce_sim.clock import SimClock, format_time
 from dw_local.coalesce_sim.faults import Faults

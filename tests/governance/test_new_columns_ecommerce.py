@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dw_dagster.coalesce.models import CoalesceNode
+from dw_dagster.coalesce.workspace_models import CoalesceNode
 from dw_dagster.context.models import load_context_file
 from dw_dagster.governance.watch import SensitiveColumnWatch
 from dw_local.coalesce_sim.project import column_id, load_project, node_detail, node_id

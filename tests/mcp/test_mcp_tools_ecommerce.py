@@ -14,9 +14,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from dw_dagster.checks.history import Rebase, Recorded, total_series
 from dw_dagster.checks.metrics import load_metrics_file
-from dw_dagster.coalesce.models import CoalesceEnvironment, CoalesceNode
 from dw_dagster.coalesce.specs import load_coalesce_asset_specs
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
+from dw_dagster.coalesce.workspace_models import CoalesceEnvironment, CoalesceNode
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.context.models import load_context_file
 from dw_dagster.context.specs import attach_context, build_context_asset_specs
