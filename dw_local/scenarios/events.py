@@ -21,7 +21,7 @@ from pydantic import Field, TypeAdapter, field_validator
 
 from dw_dagster.coalesce.sql import quote_identifier
 from dw_dagster.config import FileModel
-from dw_local.coalesce_sim.project import column_id, node_id
+from dw_local.coalesce_sim.project_specs import column_id, node_id
 from dw_local.world import WorldError, sim_control
 from dw_local.worlds.distributor.simulation import rng_for
 
