@@ -24,8 +24,8 @@ from pathlib import Path
 import dagster as dg
 from dagster._core.storage.defs_state.base import set_defs_state_storage
 
-from dw_dagster.coalesce.models import CoalesceEnvironment, CoalesceJob, CoalesceNode
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
+from dw_dagster.coalesce.workspace_models import CoalesceEnvironment, CoalesceJob, CoalesceNode
 
 LOCATIONS = [f"LOC_{i:02d}" for i in range(20)]
 

@@ -23,8 +23,8 @@ import dagster as dg
 from dw_dagster import tags
 from dw_dagster.checks.metrics import BusinessDay
 from dw_dagster.coalesce.metadata import CoalesceMetadataSet
-from dw_dagster.coalesce.models import CoalesceRunStatus
 from dw_dagster.coalesce.resources import CoalesceWorkspace
+from dw_dagster.coalesce.run_models import CoalesceRunStatus
 from dw_dagster.coalesce.run_report import CoalesceRunReport
 from dw_dagster.coalesce.sensor_builder import CoalesceRunHook
 from dw_dagster.context.models import ContextFile

@@ -14,25 +14,29 @@ from dw_dagster.coalesce.errors import (
 )
 from dw_dagster.coalesce.models import (
     CoalesceCancelRunRequest,
-    CoalesceEnvironment,
-    CoalesceJob,
-    CoalesceNode,
-    CoalesceNodeSummary,
     CoalescePage,
     CoalesceRerunDetails,
     CoalesceRerunRequest,
+    CoalesceStartRunDetails,
+    CoalesceStartRunRequest,
+    CoalesceUserCredentials,
+)
+from dw_dagster.coalesce.run_models import (
     CoalesceRun,
     CoalesceRunResults,
     CoalesceRunStatus,
     CoalesceRunStatusResponse,
     CoalesceRunSummary,
     CoalesceRunType,
-    CoalesceStartRunDetails,
-    CoalesceStartRunRequest,
     CoalesceStartRunResponse,
-    CoalesceUserCredentials,
 )
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
+from dw_dagster.coalesce.workspace_models import (
+    CoalesceEnvironment,
+    CoalesceJob,
+    CoalesceNode,
+    CoalesceNodeSummary,
+)
 
 FCT_ID = "5d0b8c84-6f5e-5b4c-9d47-000000000001"
 STG_ID = "5d0b8c84-6f5e-5b4c-9d47-000000000002"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 
-from dw_dagster.coalesce.models import CoalesceNode
 from dw_dagster.coalesce.selectors import (
     SelectorError,
     SelectorNode,
@@ -19,6 +18,7 @@ from dw_dagster.coalesce.selectors import (
     parse_selector,
     select_nodes,
 )
+from dw_dagster.coalesce.workspace_models import CoalesceNode
 
 NODES = [
     SelectorNode("orders", "ORDERS", "RAW", "Source"),

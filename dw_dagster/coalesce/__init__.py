@@ -4,7 +4,7 @@ It imports nothing from the rest of dw-dagster; the product's checks, incidents 
 above it (``tests/coalesce/test_standalone.py`` holds it to that).
 
 The names below load on first use (PEP 562), so that importing one dependency-free module of the package
-(``selectors``, ``sql``, ``models``: the local Coalesce simulator does, at every start) does not import
+(``selectors``, ``sql``, ``run_models``: the local Coalesce simulator does, at every start) does not import
 Dagster with the rest.
 """
 
@@ -27,10 +27,10 @@ if TYPE_CHECKING:
     from dw_dagster.coalesce.errors import CoalesceStateError as CoalesceStateError
     from dw_dagster.coalesce.metadata import CoalesceMetadataSet as CoalesceMetadataSet
     from dw_dagster.coalesce.metadata import CoalesceRunMetadataSet as CoalesceRunMetadataSet
-    from dw_dagster.coalesce.models import CoalesceRunStatus as CoalesceRunStatus
     from dw_dagster.coalesce.models import CoalesceUserCredentials as CoalesceUserCredentials
     from dw_dagster.coalesce.resources import CoalesceCredentials as CoalesceCredentials
     from dw_dagster.coalesce.resources import CoalesceWorkspace as CoalesceWorkspace
+    from dw_dagster.coalesce.run_models import CoalesceRunStatus as CoalesceRunStatus
     from dw_dagster.coalesce.run_report import CoalesceRunReport as CoalesceRunReport
     from dw_dagster.coalesce.sensor_builder import CoalesceRunHook as CoalesceRunHook
     from dw_dagster.coalesce.sensor_builder import (
@@ -54,10 +54,10 @@ _EXPORTS = {
     "CoalesceStateError": "dw_dagster.coalesce.errors",
     "CoalesceMetadataSet": "dw_dagster.coalesce.metadata",
     "CoalesceRunMetadataSet": "dw_dagster.coalesce.metadata",
-    "CoalesceRunStatus": "dw_dagster.coalesce.models",
     "CoalesceUserCredentials": "dw_dagster.coalesce.models",
     "CoalesceCredentials": "dw_dagster.coalesce.resources",
     "CoalesceWorkspace": "dw_dagster.coalesce.resources",
+    "CoalesceRunStatus": "dw_dagster.coalesce.run_models",
     "CoalesceRunReport": "dw_dagster.coalesce.run_report",
     "CoalesceRunHook": "dw_dagster.coalesce.sensor_builder",
     "build_coalesce_polling_sensor": "dw_dagster.coalesce.sensor_builder",

@@ -40,8 +40,8 @@ from dagster.components.utils.translation import (
 )
 from dagster_shared.serdes.objects.models.defs_state_info import DefsStateManagementType
 
-from dw_dagster.coalesce.client import DEFAULT_REQUEST_BUDGET, MAX_RETRY_WAIT
 from dw_dagster.coalesce.errors import CoalesceConfigError
+from dw_dagster.coalesce.http_client import DEFAULT_REQUEST_BUDGET, MAX_RETRY_WAIT
 from dw_dagster.coalesce.job_assets import CoalesceJobAssets, CoalesceRunAs, build_job_assets
 from dw_dagster.coalesce.models import COALESCE_DEFAULT_BASE_URL
 from dw_dagster.coalesce.resources import CoalesceWorkspace

@@ -7,7 +7,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 if TYPE_CHECKING:
-    from dw_dagster.coalesce.models import CoalesceRunStatus
+    from dw_dagster.coalesce.run_models import CoalesceRunStatus
 
 
 class CoalesceError(Exception):

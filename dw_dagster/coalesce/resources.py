@@ -8,8 +8,9 @@ from dagster import Config, ConfigurableResource, EnvVar, get_dagster_logger
 from dagster._utils.cached_method import cached_method
 from pydantic import Field
 
-from dw_dagster.coalesce.client import DEFAULT_REQUEST_BUDGET, MAX_RETRY_WAIT, CoalesceClient
+from dw_dagster.coalesce.client import CoalesceClient
 from dw_dagster.coalesce.errors import CoalesceConfigError
+from dw_dagster.coalesce.http_client import DEFAULT_REQUEST_BUDGET, MAX_RETRY_WAIT
 from dw_dagster.coalesce.models import COALESCE_DEFAULT_BASE_URL, CoalesceUserCredentials
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
 

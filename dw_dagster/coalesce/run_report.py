@@ -15,7 +15,7 @@ from dw_dagster.coalesce.asset_index import CoalesceAssetIndex
 from dw_dagster.coalesce.client import CoalesceClient
 from dw_dagster.coalesce.errors import CoalesceAPIError
 from dw_dagster.coalesce.metadata import CoalesceRunMetadataSet
-from dw_dagster.coalesce.models import (
+from dw_dagster.coalesce.run_models import (
     CoalesceNodeResult,
     CoalesceQueryResult,
     CoalesceRun,

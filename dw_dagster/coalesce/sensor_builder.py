@@ -30,8 +30,8 @@ from dw_dagster.coalesce.client import CoalesceClient
 from dw_dagster.coalesce.cursor import CoalesceRunSensorCursor, CoalesceRunSensorError, EnvironmentCursor
 from dw_dagster.coalesce.errors import CoalesceAPIError, CoalesceError
 from dw_dagster.coalesce.metadata import CoalesceRunMetadataSet
-from dw_dagster.coalesce.models import CoalesceRun, CoalesceRunType
 from dw_dagster.coalesce.resources import CoalesceWorkspace
+from dw_dagster.coalesce.run_models import CoalesceRun, CoalesceRunType
 from dw_dagster.coalesce.run_report import (
     AssetEvent,
     CoalesceRunReport,

@@ -9,7 +9,6 @@ import dagster as dg
 
 from dw_dagster.coalesce.errors import CoalesceStateError
 from dw_dagster.coalesce.metadata import coalesce_specs
-from dw_dagster.coalesce.models import CoalesceJob
 from dw_dagster.coalesce.selectors import SelectorGraph
 from dw_dagster.coalesce.sql import table_parts, table_reference
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
@@ -19,6 +18,7 @@ from dw_dagster.coalesce.translator import (
     CoalesceWorkspaceIndex,
     DagsterCoalesceTranslator,
 )
+from dw_dagster.coalesce.workspace_models import CoalesceJob
 
 
 def jobs_by_node(env_data: CoalesceEnvironmentData) -> dict[str, list[CoalesceJob]]:

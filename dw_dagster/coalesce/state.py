@@ -14,13 +14,8 @@ from datetime import UTC, datetime
 import pydantic
 
 from dw_dagster.coalesce.errors import CoalesceStateError, describe_validation_errors
-from dw_dagster.coalesce.models import (
-    CoalesceEnvironment,
-    CoalesceJob,
-    CoalesceModel,
-    CoalesceNode,
-    UtcDatetime,
-)
+from dw_dagster.coalesce.models import CoalesceModel, UtcDatetime
+from dw_dagster.coalesce.workspace_models import CoalesceEnvironment, CoalesceJob, CoalesceNode
 
 REFRESH_HINT = "run `dw-dagster coalesce refresh` or `dg utils refresh-defs-state`"
 

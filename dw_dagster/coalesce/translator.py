@@ -9,7 +9,12 @@ from typing import NamedTuple
 import dagster as dg
 
 from dw_dagster.coalesce.metadata import CoalesceMetadataSet
-from dw_dagster.coalesce.models import CoalesceColumn, CoalesceEnvironment, CoalesceJob, CoalesceNode
+from dw_dagster.coalesce.workspace_models import (
+    CoalesceColumn,
+    CoalesceEnvironment,
+    CoalesceJob,
+    CoalesceNode,
+)
 
 SOURCE_NODE_TYPE = "Source"
 # The ids of Coalesce's two built-in column tests, as appliedColumnTests names them.

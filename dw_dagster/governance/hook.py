@@ -9,7 +9,7 @@ from datetime import date
 import dagster as dg
 
 from dw_dagster.coalesce.client import CoalesceClient
-from dw_dagster.coalesce.models import CoalesceNode
+from dw_dagster.coalesce.workspace_models import CoalesceNode
 from dw_dagster.context.models import ContextFile
 from dw_dagster.governance.columns import last_seen, loaded_columns, record_seen
 from dw_dagster.governance.watch import SensitiveColumnWatch

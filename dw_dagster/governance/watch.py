@@ -18,8 +18,8 @@ from datetime import date
 
 import networkx as nx
 
-from dw_dagster.coalesce.models import CoalesceColumn, CoalesceNode
 from dw_dagster.coalesce.sql import quote_identifier, table_reference
+from dw_dagster.coalesce.workspace_models import CoalesceColumn, CoalesceNode
 from dw_dagster.context.models import ContextFile
 from dw_dagster.governance.config import GovernanceConfig
 from dw_dagster.governance.detectors import Detectors, Match

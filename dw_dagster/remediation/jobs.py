@@ -3,46 +3,37 @@
 Check the approval record (first op), apply the reference rows (with their undo), wait for the node change
 to be deployed in Coalesce, start the scoped rerun under the approving owner's credentials, verify, and
 write the receipt. Every step that changes something asks the record again (:meth:`ApprovalBook.validate`):
-this very run, as the system submitted it, approved by a verified member of each owning team. The sensors
-that submit and expire these runs are in :mod:`~dw_dagster.remediation.sensors`.
+this very run, as the system submitted it, approved by a verified member of each owning team. The receipt is
+:mod:`~dw_dagster.remediation.job_receipt`'s; the sensors that submit and expire these runs are in
+:mod:`~dw_dagster.remediation.sensors`.
 """
 
-import os
 import time
-from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 import dagster as dg
-from pydantic import BaseModel
 
 from dw_dagster.checks.history import HistorySession
 from dw_dagster.checks.metrics import MetricsFile
-from dw_dagster.coalesce.models import CoalesceUserCredentials
 from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.context.models import ContextFile
-from dw_dagster.incidents.models import Incident
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.resources import SlackNotifier
-from dw_dagster.notifications.wording import wording_for
 from dw_dagster.remediation.approvals import REMEDIATION_JOB, ApprovalBook, ApprovalError
 from dw_dagster.remediation.change_log import intent_recorder, record_change
-from dw_dagster.remediation.changes import ChangeConflict, apply_row, undo_steps
-from dw_dagster.remediation.control import OrgControl, escalate, gated_notifier
-from dw_dagster.remediation.models import (
-    Approval,
-    Change,
-    ProposalKind,
-    Receipt,
-    RemediationPlan,
-    VerificationResult,
-)
+from dw_dagster.remediation.changes import ChangeConflict, apply_row
+from dw_dagster.remediation.control import OrgControl, gated_notifier
+from dw_dagster.remediation.job_models import Approved, RemediationConfig, Rerun
+from dw_dagster.remediation.job_receipt import JobReceipts, run_receipt
+from dw_dagster.remediation.models import Change, ProposalKind, VerificationResult
 from dw_dagster.remediation.node_change import definition, is_deployed
-from dw_dagster.remediation.receipt import receipt_markdown, receipt_materialization
+from dw_dagster.remediation.receipt import receipt_markdown
+from dw_dagster.remediation.run_credentials import run_credentials
 from dw_dagster.remediation.sensors import build_remediation_sensors
 from dw_dagster.remediation.signing import SealError
 from dw_dagster.remediation.source_steps import SourceStepFailed, apply_source_changes, await_sources
-from dw_dagster.remediation.submission import Binding, RunRecordError, check_credential_host
+from dw_dagster.remediation.submission import RunRecordError, check_credential_host
 from dw_dagster.remediation.verification import verify
 from dw_dagster.tags import (
     APPROVAL,
@@ -55,33 +46,6 @@ from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
 
-class Approved(BaseModel):
-    plan: RemediationPlan
-    approvals: list[Approval]
-    incident: Incident
-    binding: Binding
-
-    def approver_for(self, owners: Sequence[str]) -> Approval:
-        found = next((a for a in self.approvals if a.team in owners), None)
-        if found is None:
-            raise dg.Failure(f"plan {self.plan.plan_id}: no approval from any of {', '.join(owners)}")
-        return found
-
-
-class Rerun(BaseModel):
-    coalesce_run_id: int
-    run_as: str
-
-
-class RemediationConfig(dg.Config):
-    deploy_timeout_seconds: float = 6 * 3600.0
-    """How long after the last approval to wait for the node owner's deploy before escalating."""
-    poll_seconds: float = 15.0
-    rerun_timeout_seconds: float = 4 * 3600.0
-    stop_wait_seconds: float = 24 * 3600.0
-    """How long a step waits for `dw-dagster resume` while the org-wide stop is in force."""
-
-
 def _store(snowflake: WarehouseResource, ops: OpsSchema, context: dg.OpExecutionContext) -> IncidentStore:
     return IncidentStore(snowflake, ops, run_id=context.run_id)
 
@@ -92,6 +56,8 @@ def build_remediation_definitions(
     ops: OpsSchema,
     context_file: ContextFile,
 ) -> dg.Definitions:
+    receipts = JobReceipts(metrics, context_file)
+
     def refuse(
         context: dg.OpExecutionContext, store: IncidentStore, slack: SlackNotifier, reason: str
     ) -> NoReturn:
@@ -133,39 +99,6 @@ def build_remediation_definitions(
             raise dg.Failure(f"incident {plan.incident_id}: not found in {ops.table('INCIDENTS')}")
         return Approved(plan=plan, approvals=approvals, incident=incident, binding=binding)
 
-    def publish(context: dg.OpExecutionContext, store: IncidentStore, slack: SlackNotifier, approved: Approved,
-                receipt: Receipt, problem: str) -> None:  # fmt: skip
-        """Appends the receipt, shows it in the UI and posts it to the incident's threads. Verified, the
-        incident is resolved; otherwise a person is told ``problem`` (the caller then fails the run)."""
-        plan = approved.plan
-        store.append_event(
-            plan.incident_id,
-            "receipt",
-            f"receipt|{plan.plan_id}|{context.run_id}",
-            receipt.model_dump(mode="json"),
-        )
-        if receipt.verified:
-            store.set_status(plan.incident_id, "resolved")
-        context.log_event(receipt_materialization(receipt, "resolved" if receipt.verified else "open"))
-        from dw_dagster.incidents.jobs import latest_diagnosis  # imports this module: not at the top
-
-        notifier = gated_notifier(slack, store, context_file)
-        # The receipt whole, then (verified) the resolution: each thread reads them in that order.
-        approvers = ", ".join(a.approver for a in approved.approvals)
-        resolution = f"Fixed and verified on approval of {approvers}." if receipt.verified else None
-        found = latest_diagnosis(store, plan.incident_id)
-        wording = wording_for(context_file, metrics, *found) if found else None
-        notifier.post_receipt(approved.incident, receipt, resolution=resolution, wording=wording)
-        if not receipt.verified:
-            escalate(notifier, approved.incident, context_file, plan, problem, run_id=context.run_id)
-
-    def fail(context: dg.OpExecutionContext, store: IncidentStore, slack: SlackNotifier, approved: Approved,
-             changes: Sequence[Change], what: str, rerun: Rerun | None = None) -> NoReturn:  # fmt: skip
-        """A step failed after changes may have been made: the receipt says what was done and how to undo it."""
-        receipt = _receipt(context, store, approved, changes, rerun, [], failure=what)
-        publish(context, store, slack, approved, receipt, what)
-        raise dg.Failure(what, metadata={"receipt": dg.MetadataValue.md(receipt_markdown(receipt))})
-
     @dg.op(description="Refuses to go on unless the project's own approval record approves this very run.")
     def check_approval(
         context: dg.OpExecutionContext, config: RemediationConfig, snowflake: WarehouseResource,
@@ -197,14 +130,14 @@ def build_remediation_definitions(
                 ) as conn:
                     change = apply_row(conn.cursor(), p.proposal_id, p.reference_row, approval, intent)
             except ChangeConflict as e:
-                fail(context, store, slack, approved, changes, str(e))
+                receipts.fail(context, store, slack, approved, changes, str(e))
             record_change(store, approved.plan, change, context.run_id)
             context.log.info(change.what)
             changes.append(change)
         try:
             changes += apply_source_changes(snowflake, store, approved, context.run_id, REMEDIATION_JOB)
         except SourceStepFailed as e:
-            fail(context, store, slack, approved, changes, str(e))
+            receipts.fail(context, store, slack, approved, changes, str(e))
         return changes
 
     @dg.op(
@@ -230,7 +163,7 @@ def build_remediation_definitions(
                                           version=f"{approved.plan.plan_id}|{context.run_id}")):  # fmt: skip
                 context.log.info(line)
         except SourceStepFailed as e:
-            fail(context, store, slack, approved, changes, str(e))
+            receipts.fail(context, store, slack, approved, changes, str(e))
         deployed = []
         for p in approved.plan.of_kind(ProposalKind.NODE_CHANGE):
             nc = p.node_change
@@ -239,9 +172,9 @@ def build_remediation_definitions(
             told = False
             while not is_deployed(definition(client.get_node(nc.environment_id, nc.node_id)), nc):
                 if time.time() > deadline:
-                    fail(context, store, slack, approved, changes,
-                         f"the change to {nc.node_name} was not deployed within {config.deploy_timeout_seconds / 3600:.1f} h "
-                         "of the approvals; the rerun did not start")  # fmt: skip
+                    receipts.fail(context, store, slack, approved, changes,
+                                  f"the change to {nc.node_name} was not deployed within {config.deploy_timeout_seconds / 3600:.1f} h "
+                                  "of the approvals; the rerun did not start")  # fmt: skip
                 if not told:
                     approval = approved.approver_for(p.owners)
                     gated_notifier(slack, store, context_file).post_update(
@@ -318,8 +251,8 @@ def build_remediation_definitions(
         )
         result = Rerun(coalesce_run_id=run_id, run_as=credentials.snowflake_username)
         if run.run_status.value != "completed":
-            fail(context, store, slack, approved, changes,
-                 f"the scoped rerun (Coalesce run {run_id}) ended {run.run_status.value}: {run.run_failure_reason or ''}", result)  # fmt: skip
+            receipts.fail(context, store, slack, approved, changes,
+                          f"the scoped rerun (Coalesce run {run_id}) ended {run.run_status.value}: {run.run_failure_reason or ''}", result)  # fmt: skip
         return result
 
     @dg.op(description="Verifies the fix: totals reconcile, the new node test passed, moved totals are back.")
@@ -355,11 +288,11 @@ def build_remediation_definitions(
         store = _store(snowflake, ops, context)
         resources = {"coalesce": coalesce, "snowflake": snowflake, "slack": slack}
         approved = require_approval(context, config, store, resources)
-        receipt = _receipt(context, store, approved, changes, rerun, verification)
+        receipt = run_receipt(context, store, approved, changes, rerun, verification)
         problem = "the fix did not verify: " + (
             "; ".join(v.detail for v in verification if not v.passed) or "nothing was verified"
         )
-        publish(context, store, slack, approved, receipt, problem)
+        receipts.publish(context, store, slack, approved, receipt, problem)
         if not receipt.verified:
             raise dg.Failure(problem, metadata={"receipt": dg.MetadataValue.md(receipt_markdown(receipt))})
 
@@ -377,54 +310,4 @@ def build_remediation_definitions(
 
     return dg.Definitions(
         jobs=[remediate_incident], sensors=build_remediation_sensors(remediate_incident, ops, context_file)
-    )
-
-
-def _receipt(
-    context: dg.OpExecutionContext, store: IncidentStore, approved: Approved, changes: Sequence[Change],
-    rerun: Rerun | None, verification: list[VerificationResult], failure: str | None = None,
-) -> Receipt:  # fmt: skip
-    # incidents.jobs builds these definitions, so it is imported here, not at the top.
-    from dw_dagster.incidents.jobs import latest_diagnosis
-
-    plan = approved.plan
-    found = latest_diagnosis(store, plan.incident_id)
-    return Receipt(
-        incident_id=plan.incident_id, plan_id=plan.plan_id,
-        cause=found[0].cause if found else approved.incident.title,
-        evidence=dict(found[0].evidence) if found else {},
-        proposals=plan.proposals, approvals=approved.approvals, changes=list(changes),
-        dagster_run_id=context.run_id, coalesce_run_id=rerun.coalesce_run_id if rerun else None,
-        coalesce_run_as=rerun.run_as if rerun else None, verification=verification,
-        # Nothing verified is not verified.
-        verified=failure is None and bool(verification) and all(v.passed for v in verification),
-        failure=failure, undo=undo_steps(plan, changes), written_at=datetime.now(UTC),
-    )  # fmt: skip
-
-
-def run_credentials(
-    coalesce: CoalesceWorkspace, context_file: ContextFile, approval: Approval
-) -> CoalesceUserCredentials:
-    """The approver's own credentials: the workspace's ``owner_credentials`` for their email, else their
-    ``run_as`` in the context file with the password read now (one approver's missing variable fails only
-    the rerun they approved)."""
-    try:
-        return coalesce.user_credentials_for(approval.email)
-    except KeyError:
-        pass
-    person = context_file.person(approval.email)
-    if person is None or person.run_as is None:
-        raise dg.Failure(
-            f"{approval.approver}: no run_as in the context file and no owner_credentials for {approval.email}"
-        )
-    password = os.environ.get(person.run_as.password_env)
-    if not password:
-        raise dg.Failure(
-            f"{person.run_as.password_env}: not set; it holds {approval.approver}'s Snowflake password for Coalesce reruns"
-        )
-    return CoalesceUserCredentials(
-        snowflake_username=person.run_as.snowflake_username,
-        snowflake_password=password,
-        snowflake_warehouse=person.run_as.snowflake_warehouse,
-        snowflake_role=person.run_as.snowflake_role,
     )

@@ -32,8 +32,8 @@ from typing import Any
 
 import yaml
 
-from dw_dagster.coalesce.models import CoalesceNode
 from dw_dagster.coalesce.sql import find_refs, quote_identifier
+from dw_dagster.coalesce.workspace_models import CoalesceNode
 from dw_dagster.remediation.models import NodeChange
 
 UNMAPPED = "UNMAPPED"

@@ -21,7 +21,7 @@ from typing import Any
 from dw_dagster.checks.history import HistorySession
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.checks.recorded_totals import HISTORY_DAYS, compute_total, reconcile
-from dw_dagster.coalesce.models import CoalesceRunResults
+from dw_dagster.coalesce.run_models import CoalesceRunResults
 from dw_dagster.coalesce.sql import quote_identifier
 from dw_dagster.remediation.models import Expectation, VerificationResult
 

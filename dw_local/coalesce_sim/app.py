@@ -21,9 +21,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from dw_local.coalesce_sim.api_shapes import node_detail, node_summary
 from dw_local.coalesce_sim.clock import format_time, parse_time
 from dw_local.coalesce_sim.faults import HttpFault, WarehouseFault, fault_response
-from dw_local.coalesce_sim.project import node_detail, node_summary
 from dw_local.coalesce_sim.schemas import (
     CancelRunRequest,
     ClockRequest,

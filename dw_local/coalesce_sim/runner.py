@@ -19,11 +19,12 @@ from typing import Any, Literal
 
 import snowflake.connector
 
-from dw_dagster.coalesce.models import SQL_TEST_TYPE
+from dw_dagster.coalesce.run_models import SQL_TEST_TYPE
 from dw_dagster.coalesce.sql import quote_identifier, resolve_refs, table_reference
 from dw_local.coalesce_sim.clock import SimClock, format_time
 from dw_local.coalesce_sim.faults import Faults
-from dw_local.coalesce_sim.project import ColumnSpec, EnvironmentSpec, NodeGraph, NodeSpec
+from dw_local.coalesce_sim.node_graph import NodeGraph
+from dw_local.coalesce_sim.project_specs import ColumnSpec, EnvironmentSpec, NodeSpec
 from dw_local.coalesce_sim.store import RunRecord, RunStore
 
 logger = logging.getLogger(__name__)

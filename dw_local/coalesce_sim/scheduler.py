@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 from croniter import croniter
 
 from dw_local.coalesce_sim.clock import SimClock
-from dw_local.coalesce_sim.project import ScheduleSpec
+from dw_local.coalesce_sim.project_specs import ScheduleSpec
 
 logger = logging.getLogger(__name__)
 

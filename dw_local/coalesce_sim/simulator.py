@@ -14,21 +14,14 @@ from typing import Any, TypeVar
 
 from dw_dagster.coalesce.selectors import Selector, SelectorError, SelectorNode, parse_selector, select_nodes
 from dw_local.account_usage import set_clock as set_snowflake_clock
+from dw_local.coalesce_sim.api_shapes import environment_to_api, node_detail
 from dw_local.coalesce_sim.clock import SimClock, format_time
 from dw_local.coalesce_sim.faults import Faults
-from dw_local.coalesce_sim.project import (
-    EnvironmentSpec,
-    JobSpec,
-    NodeEditError,
-    NodeGraph,
-    NodeSpec,
-    Project,
-    ScheduleSpec,
-    check_nodes,
-    environment_to_api,
-    node_detail,
-    parse_api_node,
-)
+from dw_local.coalesce_sim.node_checks import check_nodes
+from dw_local.coalesce_sim.node_edit import NodeEditError, parse_api_node
+from dw_local.coalesce_sim.node_graph import NodeGraph
+from dw_local.coalesce_sim.project import Project
+from dw_local.coalesce_sim.project_specs import EnvironmentSpec, JobSpec, NodeSpec, ScheduleSpec
 from dw_local.coalesce_sim.runner import RunExecutor, SnowflakeAddress
 from dw_local.coalesce_sim.scheduler import CronScheduler, RunQueue
 from dw_local.coalesce_sim.schemas import (

@@ -20,7 +20,8 @@ from typing import Any
 import pydantic
 
 from dw_local.coalesce_sim.project import Project, load_project
-from dw_local.scenarios.events import EVENTS, Event
+from dw_local.scenarios.event_base import Event
+from dw_local.scenarios.events import EVENTS
 from dw_local.scenarios.generic import GenericWorld
 from dw_local.scenarios.world_file import load_world_file
 from dw_local.seeding import HISTORY_NIGHTS, _shaping_hash, clone_world, seeded_template

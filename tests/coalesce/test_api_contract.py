@@ -18,7 +18,7 @@ import pytest
 
 from dw_dagster.coalesce import CoalesceAPIError, CoalesceClient, CoalesceUserCredentials
 from dw_dagster.coalesce.asset_index import CoalesceAssetIndex
-from dw_dagster.coalesce.models import CoalesceRunStatus
+from dw_dagster.coalesce.run_models import CoalesceRunStatus
 from dw_dagster.coalesce.run_report import build_coalesce_run_report
 from dw_dagster.coalesce.specs import load_coalesce_asset_specs
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData

@@ -28,7 +28,7 @@ from dagster._core.instance.utils import RUNLESS_RUN_ID
 from dw_dagster.checks.metrics import BusinessDay
 from dw_dagster.coalesce import CoalesceClient, CoalesceUserCredentials, CoalesceWorkspace
 from dw_dagster.coalesce.cursor import CoalesceRunSensorCursor, CoalesceRunSensorError, EnvironmentCursor
-from dw_dagster.coalesce.models import CoalesceRunStatus
+from dw_dagster.coalesce.run_models import CoalesceRunStatus
 from dw_dagster.coalesce.runless_store import batch_storage_kind
 from dw_dagster.coalesce.sensor_builder import build_coalesce_polling_sensor
 from dw_dagster.coalesce.specs import load_coalesce_asset_specs

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from dw_dagster.coalesce.models import CoalesceNode
+from dw_dagster.coalesce.workspace_models import CoalesceNode
 from dw_dagster.context.models import load_context_file
 from dw_dagster.governance.watch import SensitiveColumnWatch
-from dw_local.coalesce_sim.project import column_id, load_project, node_detail, node_id
+from dw_local.coalesce_sim.api_shapes import node_detail
+from dw_local.coalesce_sim.project import load_project
+from dw_local.coalesce_sim.project_specs import column_id, node_id
 
 WORLD = Path(__file__).resolve().parents[2] / "dw_local" / "scenarios" / "worlds" / "ecommerce"
 

@@ -16,7 +16,7 @@ import yaml
 from dw_dagster.governance.columns import last_seen
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
-from dw_local.coalesce_sim.project import column_id, node_id
+from dw_local.coalesce_sim.project_specs import column_id, node_id
 from dw_local.world import sim_control
 from dw_local.worlds.distributor.generator import DistributorWorld
 

@@ -23,7 +23,7 @@ from dw_dagster.incidents.models import BlastRadius, Diagnosis, Finding, Inciden
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon, TickOutcome
-from dw_local.scenarios.events import Event
+from dw_local.scenarios.event_base import Event
 from dw_local.scenarios.worlds import ScenarioWorld, open_world
 from dw_local.world import LOCAL_SNOWFLAKE_PASSWORD, password_variables
 

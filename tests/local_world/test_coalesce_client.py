@@ -29,7 +29,8 @@ from dw_dagster.coalesce import (
     CoalesceWorkspace,
     CoalesceWorkspaceData,
 )
-from dw_dagster.coalesce.models import CoalesceNode, CoalesceRunType
+from dw_dagster.coalesce.run_models import CoalesceRunType
+from dw_dagster.coalesce.workspace_models import CoalesceNode
 from dw_local.world import LOCAL_COALESCE_ORG_ID, LocalWorld, free_port
 from dw_local.world import LOCAL_COALESCE_TOKEN as TOKEN
 

@@ -17,7 +17,7 @@ import pandas as pd
 import pydantic
 import pytest
 
-from dw_local.scenarios.events import NODE_FAILURE_MARKER
+from dw_local.scenarios.fault_events import NODE_FAILURE_MARKER
 from dw_local.worlds.distributor.faults import KINDS, Fault
 from dw_local.worlds.distributor.generator import ONHAND, ORDER_LINES, DistributorWorld, NightResult
 from dw_local.worlds.distributor.simulation import line_id_range

@@ -14,16 +14,17 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from dw_dagster.checks.history import Rebase, Recorded, total_series
 from dw_dagster.checks.metrics import load_metrics_file
-from dw_dagster.coalesce.models import CoalesceEnvironment, CoalesceNode
 from dw_dagster.coalesce.specs import load_coalesce_asset_specs
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
+from dw_dagster.coalesce.workspace_models import CoalesceEnvironment, CoalesceNode
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.context.models import load_context_file
 from dw_dagster.context.specs import attach_context, build_context_asset_specs
 from dw_dagster.mcp.history_tools import history_answer, resolve_check
 from dw_dagster.mcp.lineage_tools import trace
 from dw_dagster.mcp.server import build_server, parse_http
-from dw_local.coalesce_sim.project import environment_to_api, load_project, node_detail
+from dw_local.coalesce_sim.api_shapes import environment_to_api, node_detail
+from dw_local.coalesce_sim.project import load_project
 
 WORLD = Path(__file__).resolve().parents[2] / "dw_local" / "scenarios" / "worlds" / "ecommerce"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dw_dagster.coalesce.models import CoalesceNode
+from dw_dagster.coalesce.workspace_models import CoalesceNode
 from dw_dagster.remediation.models import NodeChange
 from dw_dagster.remediation.node_change import definition, is_deployed, keep_unmatched, unified_diff
 

@@ -1,0 +1,170 @@
+"""The benign events: what changes on a night of a world without anything going wrong (growth, a new key
+mapped in time, a column added and carried through), which a detector should not alarm on."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from dw_dagster.coalesce.sql import quote_identifier
+from dw_local.coalesce_sim.project_specs import column_id, node_id
+from dw_local.scenarios.event_base import Event, Fraction, Ident
+from dw_local.scenarios.event_rows import with_new_key
+from dw_local.world import sim_control
+
+
+class NewKeyMapped(Event):
+    """Benign: a new key appears in a source and its owners added its reference row the same day."""
+
+    kind: Literal["new_key_mapped"]
+    table_load: ClassVar[Literal["night", "once"] | None] = "night"
+    table: Ident
+    column: Ident
+    value: Any
+    fraction: Fraction = 0.1
+    where: dict[str, Any] | None = None
+    reference: Ident
+    row: dict[str, Any] = Field(min_length=1)
+    benign: ClassVar[bool] = True
+    persists: ClassVar[bool] = True
+
+    def edits_reference(self):
+        return self.reference
+
+    def check(self, world):
+        super().check(world)
+        if world.spec.sources[self.reference].load != "once":
+            raise ValueError(f"reference: {self.reference} is not a load: once (reference) source")
+        if wrong := sorted(set(self.row) - set(world.tables[self.reference].columns)):
+            raise ValueError(f"row: {self.reference} has no column {wrong[0]}")
+
+    def before_load(self, world, cur, night):
+        columns = ", ".join(quote_identifier(c) for c in self.row)
+        marks = ", ".join(["%s"] * len(self.row))
+        cur.execute(
+            f"INSERT INTO {world.tables[self.reference].qualified} ({columns}) VALUES ({marks})",
+            tuple(self.row.values()),
+        )
+
+    def transform(self, world, frames, night):
+        return with_new_key(self, world, frames, night)
+
+
+class SteadyGrowth(Event):
+    """Benign: the business grows: each night from ``since_night`` has ``pct`` percent more rows than the
+    night before. List it on every night it applies."""
+
+    kind: Literal["steady_growth"]
+    pct: float = Field(default=1.0, gt=-20, le=20)
+    since_night: int = Field(ge=0, description="Absolute night index (the runner converts a scenario's).")
+    benign: ClassVar[bool] = True
+
+    def growth(self, night):
+        return (1 + self.pct / 100) ** max(0, night - self.since_night + 1)
+
+
+class ColumnAdded(Event):
+    """Benign: a source gains a column (the replicated DDL change) and an engineer carries it through
+    ``nodes`` (built nodes, each reading it from the one before, the first from ``table``): the Coalesce
+    project shows it, with its column lineage. The night's new rows draw its ``values`` (a reference
+    table's installed rows take the first; later nights' rows leave it NULL). The numbers do not move; a
+    column whose name or values look personal is a question for the data's governance owners. Persists
+    until repaired (the column dropped and the nodes deployed without it)."""
+
+    kind: Literal["column_added"]
+    table: Ident
+    column: Ident
+    data_type: str = Field(default="VARCHAR(256)", pattern=r"^[A-Z_]+(\(\d+(,\s*\d+)?\))?$")
+    description: str = ""
+    values: list[Any] = Field(min_length=1, description="The values the night's rows draw from.")
+    nodes: list[Ident] = Field(default_factory=list)
+    benign: ClassVar[bool] = True
+    persists: ClassVar[bool] = True
+
+    def check(self, world):
+        # Not the base check: the column is one the table does not have yet.
+        if self.table not in world.tables:
+            raise ValueError(
+                f"table: {self.table} is not a source of world {world.spec.name} ({sorted(world.tables)})"
+            )
+        if self.column in world.tables[self.table].columns:
+            raise ValueError(f"column: {self.table} already has a column {self.column}")
+        built = {n.name for n in world.project.file.nodes if not n.is_source}
+        for i, node in enumerate(self.nodes):
+            if node not in built:
+                raise ValueError(f"nodes[{i}]: {node} is not a built node of {world.spec.project}")
+
+    def before_load(self, world, cur, night):
+        table = world.tables[self.table]
+        if self.column not in world.actual_columns(cur, self.table):
+            cur.execute(
+                f"ALTER TABLE {table.qualified} ADD COLUMN {quote_identifier(self.column)} {self.data_type}"
+            )
+            if world.spec.sources[self.table].load == "once":
+                # Reference rows are not reloaded: the installed ones take the first value.
+                cur.execute(
+                    f"UPDATE {table.qualified} SET {quote_identifier(self.column)} = %s", (self.values[0],)
+                )
+
+    def transform(self, world, frames, night):
+        if self.table not in frames:
+            return frames
+        frame = frames[self.table].copy()
+        picks = self.rng(world, night).integers(0, len(self.values), size=len(frame))
+        frame[self.column] = [self.values[i] for i in picks]
+        return {**frames, self.table: frame}
+
+    def _node(self, world, name: str, source: bool):
+        return next(n for n in world.project.file.nodes if n.name == name and n.is_source == source)
+
+    def _detail(self, world, coalesce, node) -> tuple[str, dict]:
+        path = f"workspace/nodes/{node_id(node.locationName, node.name)}?environmentID={world.spec.environment_id}"
+        return path, sim_control(coalesce, "GET", path)
+
+    def before_run(self, world, coalesce):
+        chain = [self._node(world, self.table, True), *(self._node(world, n, False) for n in self.nodes)]
+        changed = False
+        for i, node in enumerate(chain):
+            path, detail = self._detail(world, coalesce, node)
+            columns = detail["metadata"]["columns"]
+            if any(c["name"] == self.column for c in columns):
+                continue  # deployed on an earlier night
+            column: dict[str, Any] = {
+                "name": self.column,
+                "dataType": self.data_type,
+                "description": self.description,
+                "nullable": True,
+                "transform": "",
+            }
+            if i:
+                parent = chain[i - 1]
+                column["sources"] = [
+                    {
+                        "transform": "",
+                        "columnReferences": [
+                            {
+                                "nodeID": node_id(parent.locationName, parent.name),
+                                "columnID": column_id(parent.locationName, parent.name, self.column),
+                            }
+                        ],
+                    }
+                ]
+            detail["metadata"]["columns"] = [*columns, column]
+            sim_control(coalesce, "PUT", path, detail)
+            changed = True
+        if changed:
+            sim_control(coalesce, "POST", "deploy", {"environmentID": world.spec.environment_id})
+
+    def repair(self, world, cur, coalesce):
+        chain = [self._node(world, self.table, True), *(self._node(world, n, False) for n in self.nodes)]
+        for node in reversed(chain):
+            path, detail = self._detail(world, coalesce, node)
+            kept = [c for c in detail["metadata"]["columns"] if c["name"] != self.column]
+            if len(kept) != len(detail["metadata"]["columns"]):
+                detail["metadata"]["columns"] = kept
+                sim_control(coalesce, "PUT", path, detail)
+        sim_control(coalesce, "POST", "deploy", {"environmentID": world.spec.environment_id})
+        if self.column in world.actual_columns(cur, self.table):
+            table = world.tables[self.table]
+            cur.execute(f"ALTER TABLE {table.qualified} DROP COLUMN {quote_identifier(self.column)}")

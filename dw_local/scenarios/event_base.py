@@ -1,0 +1,107 @@
+"""The base of every event a night of a world can play: its hooks, in the order a night runs them, and the
+checks of its parameters against the world; and the types of the parameters that name the world's tables
+and columns."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import Field
+
+from dw_dagster.config import FileModel
+from dw_local.scenarios.event_rows import matching, values_of
+from dw_local.worlds.distributor.simulation import rng_for
+
+if TYPE_CHECKING:
+    from dw_dagster.coalesce.client import CoalesceClient
+    from dw_local.scenarios.generic import Frames, GenericWorld
+
+_IDENT = r"^[A-Z_][A-Z0-9_$]*$"
+Ident = Annotated[str, Field(pattern=_IDENT)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+
+
+class Event(FileModel):
+    """One event. Its hooks take the world that plays it, reading only what every world offers: ``tables``
+    (``SourceRef`` by Source node name), ``actual_columns``, ``project``, ``spec.seed`` and
+    ``spec.environment_id``; a world file's also ``once_frame``, ``load`` and ``spec.sources``."""
+
+    kind: str
+    benign: ClassVar[bool] = False
+    loads_source: ClassVar[bool] = True
+    runs_job: ClassVar[bool] = True
+    persists: ClassVar[bool] = False
+    table_load: ClassVar[Literal["night", "once"] | None] = None
+    """Which sources ``table`` may name: ``night``, those that get new rows each night (append, snapshot),
+    whose new rows the event changes; ``once``, the reference tables, whose installed rows it changes."""
+
+    def tables(self) -> list[str]:
+        """The source tables (Source node names) or nodes the event changes: what it can make wrong."""
+        return [t for t in (getattr(self, "table", None), getattr(self, "reference", None)) if t]
+
+    def edits_reference(self) -> str | None:
+        """The reference table whose rows ``before_load`` edits (upstream, then synced): held back while
+        that table is not refreshed."""
+        return None
+
+    def held_tables(self) -> set[str]:
+        """Source tables that get nothing new tonight (``source_not_refreshed``)."""
+        return set()
+
+    def check(self, world: GenericWorld) -> None:
+        """The parameters make sense on this world (raise ValueError naming the parameter)."""
+        for name in self.tables():
+            if name not in world.tables:
+                raise ValueError(
+                    f"table: {name} is not a source of world {world.spec.name} ({sorted(world.tables)})"
+                )
+        column = getattr(self, "column", None)
+        table = getattr(self, "table", None)
+        if column is not None and table in world.tables and column not in world.tables[table].columns:
+            raise ValueError(f"column: {table} has no column {column}")
+        where = getattr(self, "where", None) or {}
+        for name in where | (getattr(self, "set", None) or {}):
+            if table in world.tables and name not in world.tables[table].columns:
+                raise ValueError(f"where/set: {table} has no column {name}")
+        if table not in world.tables:
+            return
+        load = world.spec.sources[table].load
+        if self.table_load == "night" and load == "once":
+            raise ValueError(
+                f"table: {self.kind} changes the night's new rows; {table} is load: once (reference data): "
+                "expected an append or snapshot source"
+            )
+        if self.table_load == "once" and load != "once":
+            raise ValueError(
+                f"table: {self.kind} changes reference rows; {table} is load: {load}: expected a load: once source"
+            )
+        # A once table's rows are known now; a night's new rows are drawn when it is played, but the values a
+        # column's generator can draw are known (a choice, a reference).
+        if where and load == "once" and not matching(world.once_frame(table), where).any():
+            raise ValueError(f"where: no row of {table} matches {where}")
+        for name, value in where.items():
+            possible = world.possible_values(table, name)
+            if possible is not None and not any(v in possible for v in values_of(value)):
+                shown = sorted(map(str, possible))[:12]
+                raise ValueError(
+                    f"where: {table}.{name} never holds {value!r} (its values: {', '.join(shown)})"
+                )
+
+    def growth(self, night: int) -> float:
+        return 1.0
+
+    def before_load(self, world: GenericWorld, cur: Any, night: int) -> None:
+        pass
+
+    def transform(self, world: GenericWorld, frames: Frames, night: int) -> Frames:
+        return frames
+
+    def before_run(self, world: GenericWorld, coalesce: CoalesceClient) -> None:
+        pass
+
+    def repair(self, world: GenericWorld, cur: Any, coalesce: CoalesceClient) -> None:
+        pass
+
+    def rng(self, world: GenericWorld, night: int) -> np.random.Generator:
+        return rng_for(world.spec.seed, f"event/{self.kind}", night)
