@@ -6,15 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import date
 from statistics import median
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import Reconciliation
-
-if TYPE_CHECKING:
-    from dw_dagster.checks.recorded_totals import TotalValue
+from dw_dagster.checks.total_value import TotalValue
 
 GAP_BASELINE_DAYS = 7
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import dagster as dg
 import sqlglot
-from pydantic import BaseModel, Field
 from sqlglot import exp
 
 from dw_dagster.checks.groups import GroupMove, judge_groups, null_groups_problem
@@ -23,25 +22,13 @@ from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
 from dw_dagster.checks.reconcile import Reconciled, reconcile
 from dw_dagster.checks.tonight import Night
+from dw_dagster.checks.total_value import TotalValue
 from dw_dagster.coalesce.sql import resolve_refs
 from dw_dagster.context.specs import key_from_path
 
 HISTORY_DAYS = 120
 
 TableResolver = Callable[[str, str], str]
-
-
-class TotalValue(BaseModel):
-    value: float
-    """The sum of the values that are not NULL."""
-    groups: dict[str, float | None] = Field(default_factory=dict)
-    """Group label -> value; None where the value is NULL (never counted as zero)."""
-    rows: dict[str, int] = Field(default_factory=dict)
-    """Group label -> rows, when the SQL returns a ``ROWS`` column."""
-    value_columns: list[str] = Field(default_factory=list)
-    """The columns the SQL's VALUE is computed from (to say what a NULL value lacks)."""
-    null_value: bool = False
-    """A total without group keys whose VALUE is NULL."""
 
 
 def check_name(total: RecordedTotal) -> str:

@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from dw_local.scenarios.model import Scenario
+from dw_local.scenarios.observe import Observed, Observer
 from dw_local.scenarios.worlds import ScenarioWorld
 from dw_local.seeding import clone_world
 
@@ -47,9 +48,9 @@ def _code_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def clone_after(world: ScenarioWorld, night: int, cache: Path, dest: Path):
+def clone_after(world: ScenarioWorld, night: int, cache: Path, dest: Path) -> tuple[Path, Observed]:
     """A private copy at ``dest`` of ``world`` with its quiet ``night`` (the first after the history) played,
-    and what that night showed (``runner.Observed``); played the first time it is asked for."""
+    and what that night showed; played the first time it is asked for."""
     cache = cache.resolve()
     template = world.template(cache)
     folder = cache / "first-night" / world.name
@@ -68,8 +69,6 @@ def clone_after(world: ScenarioWorld, night: int, cache: Path, dest: Path):
 
 
 def _play(world: ScenarioWorld, night: int, cache: Path, played: Path) -> None:
-    from dw_local.scenarios.runner import Observer
-
     shutil.rmtree(played, ignore_errors=True)
     building = Path(tempfile.mkdtemp(prefix="building-", dir=played.parent)) / "world"
     environ = dict(os.environ)  # the local daemon points the process at the world; put it back

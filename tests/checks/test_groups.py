@@ -12,7 +12,8 @@ from dw_dagster.checks.groups import judge_groups, null_groups_problem
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.judge import judge
 from dw_dagster.checks.metrics import Reconciliation, RecordedTotal
-from dw_dagster.checks.recorded_totals import TotalValue, reconcile, value_columns
+from dw_dagster.checks.recorded_totals import reconcile, value_columns
+from dw_dagster.checks.total_value import TotalValue
 
 DAY = date(2025, 5, 28)
 SHARES = {"CHANNEL=web": 0.45, "CHANNEL=app": 0.2, "CHANNEL=retail": 0.2, "CHANNEL=marketplace": 0.15}

@@ -12,7 +12,8 @@ from world_cache import WORLD_CACHE
 
 from dw_local.scenarios import first_night
 from dw_local.scenarios.model import load_scenario
-from dw_local.scenarios.runner import Observer, run_scenario
+from dw_local.scenarios.observe import Observer
+from dw_local.scenarios.runner import run_scenario
 
 pytestmark = pytest.mark.world
 

@@ -12,7 +12,8 @@ import pytest
 from dw_dagster.config import DwConfigError
 from dw_local.scenarios.baseline import z_score
 from dw_local.scenarios.model import load_scenario
-from dw_local.scenarios.runner import Alarm, IncidentReport, NightReport
+from dw_local.scenarios.observe import Alarm, IncidentReport
+from dw_local.scenarios.runner import NightReport
 from dw_local.scenarios.score import BASELINE, DW, format_score, score_night, score_reports
 from dw_local.scenarios.suite import SUITE_DIR, scenario_files
 from dw_local.scenarios.worlds import FileScenarioWorld
