@@ -1,11 +1,13 @@
 """dagster-snowflake's ``SnowflakeResource`` configuration and connection arguments, without its imports.
 
-``dagster_snowflake.resources`` imports Snowpark and ``snowflake.core`` whether or not they are used: about
-3.5 s of every process that loads the code location (each run worker, each ``dw-dagster`` command, the
-code server), for a product that only opens connector connections. This resource takes the same settings
-under the same names, validated the same way, and gives ``snowflake.connector.connect`` the arguments
-``SnowflakeResource`` gives it (``tests/warehouse/test_snowflake_config_contract.py`` compares the two on
-every kind of setting). The SQLAlchemy and ADBC connectors' settings are not offered: nothing here uses them.
+``dagster_snowflake.resources`` imports Snowpark and ``snowflake.core`` whether or not they are used, and
+Dagster's component loader imports every installed package that registers components: about 3.5 s of every
+process that loads the code location (each run worker, each ``dw-dagster`` command, the code server), for
+a product that only opens connector connections. So dagster-snowflake is not a dependency: this resource
+takes the same settings under the same names, validated the same way, and gives
+``snowflake.connector.connect`` the arguments ``SnowflakeResource`` gives it (recorded from it for every
+kind of setting and replayed by ``tests/warehouse/test_snowflake_config_contract.py``). The SQLAlchemy and
+ADBC connectors' settings are not offered: nothing here uses them.
 """
 
 from __future__ import annotations

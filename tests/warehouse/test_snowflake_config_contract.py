@@ -1,112 +1,74 @@
 """The warehouse resource takes dagster-snowflake's ``SnowflakeResource`` settings and gives the Snowflake
 connector the same arguments (dw_dagster/warehouse/snowflake_config.py), without importing Snowpark and
-``snowflake.core`` into every process that loads the code location."""
+``snowflake.core`` into every process that loads the code location. What ``SnowflakeResource`` gives for
+each kind of setting is recorded (tests/fixtures/snowflake_resource/record.py) and replayed here."""
 
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
-from dagster_snowflake import SnowflakeResource
 
 from dw_dagster.warehouse.resources import WarehouseResource
 
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "snowflake_resource"
+sys.path.insert(0, str(FIXTURE))
+from record import filled, keys  # noqa: E402 - the recorder's own placeholders and keys
 
-def _pem(password: bytes | None = None) -> bytes:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    encryption = serialization.BestAvailableEncryption(password) if password else serialization.NoEncryption()
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
+RECORDED = json.loads((FIXTURE / "recorded.json").read_text())
 
 
 @pytest.fixture(scope="module")
-def keys(tmp_path_factory) -> dict[str, str]:
-    folder = tmp_path_factory.mktemp("keys")
-    plain, encrypted = _pem(), _pem(b"s3cret")
-    (folder / "encrypted.p8").write_bytes(encrypted)
-    return {
-        "plain": plain.decode(),
-        "base64": base64.b64encode(plain).decode(),
-        "encrypted_path": str(folder / "encrypted.p8"),
+def values(tmp_path_factory) -> dict[str, str]:
+    return keys(tmp_path_factory.mktemp("keys"))
+
+
+def _der(settings: dict, values: dict[str, str]) -> bytes:
+    """The key a case names, as unencrypted PKCS#8 DER."""
+    if "private_key_path" in settings:
+        pem, password = Path(values["$ENCRYPTED_KEY_PATH"]).read_bytes(), b"s3cret"
+    else:
+        pem, password = values["$PLAIN_KEY"].encode(), None
+    key = serialization.load_pem_private_key(pem, password=password)
+    return key.private_bytes(
+        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED["cases"]))
+def test_the_connector_gets_what_snowflake_resource_gives_it(values, name):
+    case = RECORDED["cases"][name]
+    expected = dict(case["connect_args"])
+    if expected.get("private_key") == "$DER":
+        expected["private_key"] = _der(case["settings"], values)
+    assert WarehouseResource(**filled(case["settings"], values))._connection_args == expected
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED["refused"]))
+def test_settings_snowflake_resource_refuses_are_refused_with_its_reason(name):
+    case = RECORDED["refused"][name]
+    with pytest.raises(Exception) as refused:
+        WarehouseResource(**case["settings"])
+    assert case["reason"] in str(refused.value)
+
+
+def test_a_key_that_is_not_a_key_is_refused_naming_what_to_do():
+    resource = WarehouseResource(user="U", private_key=base64.b64encode(b"not a key").decode())
+    with pytest.raises(ValueError, match="Unable to load private key. You may need to base64 encode"):
+        _ = resource._connection_args
+
+
+def test_the_recording_covers_every_setting_the_resource_passes_on():
+    given = {k for case in RECORDED["cases"].values() for k in case["settings"]}
+    fields = {f.alias or name for name, f in WarehouseResource.model_fields.items()} - {
+        "retry_backoff_seconds"
     }
-
-
-def _settings(keys: dict[str, str]) -> dict[str, dict]:
-    base = {"account": "xy12345.eu-west-1", "user": "DW_SVC", "database": "DW_PROD", "warehouse": "OPS_WH"}
-    return {
-        "password": {**base, "password": "pw", "role": "DW_ROLE", "schema": "DW_OPS"},
-        "timeouts and session": {
-            **base,
-            "password": "pw",
-            "login_timeout": 10,
-            "network_timeout": 120,
-            "autocommit": False,
-            "client_session_keep_alive": True,
-            "client_prefetch_threads": 2,
-            "timezone": "UTC",
-            "paramstyle": "qmark",
-            "validate_default_parameters": True,
-            "ocsp_response_cache_filename": "/tmp/o",
-        },  # fmt: skip
-        "private key": {**base, "private_key": keys["plain"]},
-        "base64 private key": {**base, "private_key": keys["base64"]},
-        "encrypted key file": {
-            **base,
-            "private_key_path": keys["encrypted_path"],
-            "private_key_password": "s3cret",
-        },
-        "authenticator": {**base, "authenticator": "externalbrowser"},
-        "authenticator and password": {**base, "authenticator": "username_password_mfa", "password": "pw"},
-        "additional args": {
-            **base,
-            "password": "pw",
-            "additional_snowflake_connection_args": {"host": "127.0.0.1", "port": 8080, "protocol": "http"},
-        },  # fmt: skip
-        "additional args override": {
-            **base,
-            "password": "pw",
-            "additional_snowflake_connection_args": {"application": "mine", "user": "X"},
-        },  # fmt: skip
-    }
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "password", "timeouts and session", "private key", "base64 private key", "encrypted key file",
-        "authenticator", "authenticator and password", "additional args", "additional args override",
-    ],
-)  # fmt: skip
-def test_the_connector_gets_what_snowflake_resource_gives_it(keys, name):
-    settings = _settings(keys)[name]
-    ours = WarehouseResource(**settings)._connection_args
-    assert ours == dict(SnowflakeResource(**settings)._connection_args)
-    assert "retry_backoff_seconds" not in ours
-
-
-@pytest.mark.parametrize(
-    ("settings", "message"),
-    [
-        ({"user": "U"}, "Password, private key, or authenticator authentication required"),
-        ({"user": "U", "password": "pw", "private_key": "k"}, "Cannot provide both password and private key"),
-        ({"user": "U", "password": "pw", "paramstyle": "format"}, "'paramstyle' configuration value must be"),
-    ],
-)
-def test_settings_snowflake_resource_refuses_are_refused_with_its_message(settings, message):
-    with pytest.raises(Exception, match=message):
-        SnowflakeResource(**settings)
-    with pytest.raises(Exception, match=message):
-        WarehouseResource(**settings)
-
-
-def test_a_key_that_is_not_a_key_is_refused_as_snowflake_resource_refuses_it():
-    settings = {"user": "U", "private_key": base64.b64encode(b"not a key").decode()}
-    for resource in (SnowflakeResource(**settings), WarehouseResource(**settings)):
-        with pytest.raises(ValueError, match="Unable to load private key"):
-            _ = resource._connection_args
+    assert fields <= given
 
 
 def test_loading_the_code_location_imports_neither_snowpark_nor_snowflake_core():
