@@ -75,6 +75,9 @@ def serve(port: int, data_dir: Path, host: str = "127.0.0.1") -> None:
     data_dir.mkdir(parents=True, exist_ok=True)
     # fakesnow's server ignores its -d flag; persistence is this module global (pinned fakesnow==0.12.1).
     fakesnow.server.shared_fs = FakeSnow(db_path=str(data_dir))
+    # A commit need not wait for the disk (about fifty a night): it outlives a killed server all the same;
+    # only a crash of the machine could lose it, which a local world can afford.
+    fakesnow.server.shared_fs.duck_conn.execute("SET GLOBAL fsync_mode = 'NONE'")
     _fail_fast_on_unsupported_sql()
     _csv_columns_as_duckdb_names_them()
     if os.environ.get("DW_LOCAL_SNOWFLAKE_REUSE", "1") != "0":  # 0: fakesnow's own path (benchmarks)

@@ -55,6 +55,10 @@ def _place(item: pytest.Item) -> tuple[int, int]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The instances tests make on sqlite commit as the local world's do, without waiting for the disk.
+    from dw_local.instance_storage import without_fsync
+
+    without_fsync()
     # xdist's loadfile would hand out the files with the most tests first (its "loadscope reorder"), which
     # started the long scenario files, with few tests each, last: one of them ran alone at the end.
     config.option.loadscopereorder = False
