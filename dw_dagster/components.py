@@ -146,9 +146,10 @@ class OperationsComponent(dg.Component, dg.Model, dg.Resolvable):
         check_references([*pipeline, *systems], context=ctx, context_path=self.context_file, metrics=metrics,
                          metrics_path=self.metrics_file, resolve_table=resolve)  # fmt: skip
         warehouse = warehouse_from_env()
+        resources = {"snowflake": warehouse, "slack": slack_from_env(), "coalesce": coalesce.workspace}
         defs = dg.Definitions(
             assets=[*systems, incidents_spec],
-            resources={"snowflake": warehouse, "slack": slack_from_env(), "coalesce": coalesce.workspace},
+            resources=resources,
             # Checks and diagnosis push their work down to Snowflake: one process per run, not per step,
             # saves seconds of start-up on every night's checks run.
             executor=dg.in_process_executor,
@@ -167,10 +168,10 @@ class OperationsComponent(dg.Component, dg.Model, dg.Resolvable):
             asset_selection=dg.AssetSelection.all_asset_checks(),
         )
         # Diagnosis walks the whole graph: the Coalesce assets and the systems around them.
-        incidents = build_incident_definitions([*pipeline, *systems], metrics, resolve, ops, ctx)
+        incidents = build_incident_definitions([*pipeline, *systems], metrics, resolve, ops, ctx, resources)
         return dg.Definitions.merge(
             defs,
             dg.Definitions(asset_checks=checks.asset_checks, sensors=[sensor]),
             incidents,
-            build_cost_definitions(pipeline, metrics, ops),
+            build_cost_definitions(pipeline, metrics, ops, resources),
         )

@@ -13,8 +13,9 @@ ran) starts nothing and touches no warehouse.
 
 # No ``from __future__ import annotations``: Dagster reads the op's config class from its annotation.
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import dagster as dg
@@ -229,9 +230,13 @@ def _open_finding(warehouse, ops, night: date, spend: Spend, asset: str, jump: C
 
 
 def build_cost_definitions(
-    specs: Sequence[dg.AssetSpec], metrics: MetricsFile, ops: OpsSchema
+    specs: Sequence[dg.AssetSpec],
+    metrics: MetricsFile,
+    ops: OpsSchema,
+    resources: Mapping[str, Any] | None = None,
 ) -> dg.Definitions:
-    """The cost job, the ``dw/cost`` asset it materializes and the sensor that starts it."""
+    """The cost job, the ``dw/cost`` asset it materializes and the sensor that starts it; ``resources`` are
+    bound to the job (see ``build_incident_definitions``)."""
     assets_by_node = node_assets(specs)
 
     @dg.op(name="attribute_costs", description="Attribute one business night's Snowflake credits.")
@@ -253,7 +258,11 @@ def build_cost_definitions(
             f"{night}: {attribution.total_credits:.4f} credits over {attribution.queries} queries"
         )
 
-    @dg.job(name=COST_JOB, description="Attribute one night's Snowflake credits (docs/cost.md).")
+    @dg.job(
+        name=COST_JOB,
+        description="Attribute one night's Snowflake credits (docs/cost.md).",
+        resource_defs=dict(resources or {}),
+    )
     def cost_attribution():
         attribute_costs()
 

@@ -10,6 +10,7 @@ which records the finding for the job's owners (the on-call), on the job's incid
 
 from collections.abc import Mapping, Sequence
 from datetime import date
+from typing import Any
 
 import dagster as dg
 from dagster._core.execution.retries import auto_reexecution_should_retry_run
@@ -99,7 +100,10 @@ def checks_not_run_diagnosis(incident: Incident, finding: Finding, ctx: Diagnosi
 
 
 def build_checks_not_run_definitions(
-    metrics: MetricsFile, tables: Mapping[str, Sequence[str]], ops: OpsSchema
+    metrics: MetricsFile,
+    tables: Mapping[str, Sequence[str]],
+    ops: OpsSchema,
+    resources: Mapping[str, Any] | None = None,
 ) -> dg.Definitions:
     @dg.op(name="record_checks_not_run", description="Record a night whose checks could not run.")
     def record_checks_not_run(context: dg.OpExecutionContext, snowflake: WarehouseResource) -> None:
@@ -115,6 +119,7 @@ def build_checks_not_run_definitions(
     @dg.job(
         name=REPORT_JOB,
         description="Record a night whose checks run failed after its retries or was canceled.",
+        resource_defs=dict(resources or {}),
     )
     def report_checks_not_run():
         record_checks_not_run()

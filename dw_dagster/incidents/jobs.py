@@ -7,7 +7,8 @@ alert, linked to the related open ones.
 """
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import dagster as dg
 
@@ -57,7 +58,12 @@ def build_incident_definitions(
     resolve_table: Callable[[str, str], str],
     ops: OpsSchema,
     context_file: ContextFile | None = None,
+    resources: Mapping[str, Any] | None = None,
 ) -> dg.Definitions:
+    """The diagnosis, lifecycle, skipped-run and checks-not-run jobs and the sensors that start them, and the
+    remediation's with a context file. ``resources`` are bound to every job where it is defined: a sensor's
+    job left for ``Definitions`` to bind is copied with the sensor, and Dagster 1.13's copy of a sensor passes
+    its (empty) owners on and warns that they are beta."""
     # Built on first use in a run worker, not while the code location loads (seconds at 10,000 nodes).
     lineage = functools.cache(lambda: LineageGraph(specs))
     specs_by_key = functools.cache(lambda: {s.key.to_user_string(): s for s in specs})
@@ -157,13 +163,17 @@ def build_incident_definitions(
                 # Posted to Slack, with its Approve / Reject buttons, once its run is held for approval.
                 context.log.info(f"{incident_id}: proposed {plan.plan_id} ({len(plan.proposals)} proposals)")
 
-    @dg.job(name=DIAGNOSE_JOB, description="Diagnose one incident: cause, evidence, blast radius.")
+    @dg.job(
+        name=DIAGNOSE_JOB,
+        description="Diagnose one incident: cause, evidence, blast radius.",
+        resource_defs=dict(resources or {}),
+    )
     def diagnose_incident():
         diagnose_op()
 
-    lifecycle_job = build_lifecycle_job(ops, policy, context_file)
+    lifecycle_job = build_lifecycle_job(ops, policy, context_file, resources)
     scheduled = job_tables(specs, metrics.freshness.schedules)
-    skipped_run_job = build_skipped_run_job(metrics, scheduled, ops)
+    skipped_run_job = build_skipped_run_job(metrics, scheduled, ops, resources)
 
     @dg.sensor(
         name="incident_sensor",
@@ -213,10 +223,10 @@ def build_incident_definitions(
         dg.Definitions(
             jobs=[diagnose_incident, lifecycle_job, skipped_run_job], sensors=[incident_sensor, outbox]
         ),
-        build_checks_not_run_definitions(metrics, job_tables(specs), ops),
+        build_checks_not_run_definitions(metrics, job_tables(specs), ops, resources),
     )
     if context_file is None:
         return defs
     return dg.Definitions.merge(
-        defs, build_remediation_definitions(metrics, resolve_table, ops, context_file)
+        defs, build_remediation_definitions(metrics, resolve_table, ops, context_file, resources)
     )

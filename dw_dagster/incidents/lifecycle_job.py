@@ -2,6 +2,9 @@
 by hand (``dw-dagster incidents resolve``). Each change is a ``status`` event, a note in the incident's
 threads (through the outbox) and a materialization of ``dw/incidents``."""
 
+from collections.abc import Mapping
+from typing import Any
+
 import dagster as dg
 
 from dw_dagster.context.models import ContextFile
@@ -48,7 +51,10 @@ def resolve(
 
 
 def build_lifecycle_job(
-    ops: OpsSchema, policy: IncidentPolicy, context_file: ContextFile | None
+    ops: OpsSchema,
+    policy: IncidentPolicy,
+    context_file: ContextFile | None,
+    resources: Mapping[str, Any] | None = None,
 ) -> dg.JobDefinition:
     @dg.op(
         name="apply_lifecycle",
@@ -96,6 +102,7 @@ def build_lifecycle_job(
     @dg.job(
         name=LIFECYCLE_JOB,
         description="Resolve an incident whose checks passed again, or mark it stale (launched by incident_sensor).",
+        resource_defs=dict(resources or {}),
     )
     def incident_lifecycle():
         apply_lifecycle()

@@ -7,6 +7,7 @@ again from Dagster's storage before it writes: a run reported in between records
 
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import dagster as dg
 
@@ -42,7 +43,10 @@ def _built_at(instance: dg.DagsterInstance, asset: str) -> datetime | None:
 
 
 def build_skipped_run_job(
-    metrics: MetricsFile, tables: Mapping[str, Sequence[str]], ops: OpsSchema
+    metrics: MetricsFile,
+    tables: Mapping[str, Sequence[str]],
+    ops: OpsSchema,
+    resources: Mapping[str, Any] | None = None,
 ) -> dg.JobDefinition:
     @dg.op(
         name="record_skipped_run",
@@ -69,6 +73,7 @@ def build_skipped_run_job(
     @dg.job(
         name=SKIPPED_RUN_JOB,
         description="Record a skipped night: the Coalesce job's schedule passed and no run of it was reported.",
+        resource_defs=dict(resources or {}),
     )
     def report_skipped_run():
         record_skipped_run()

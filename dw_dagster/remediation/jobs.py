@@ -55,6 +55,7 @@ def build_remediation_definitions(
     resolve_table: Callable[[str, str], str],
     ops: OpsSchema,
     context_file: ContextFile,
+    resources: Mapping[str, Any] | None = None,
 ) -> dg.Definitions:
     receipts = JobReceipts(metrics, context_file)
 
@@ -300,6 +301,7 @@ def build_remediation_definitions(
         name=REMEDIATION_JOB,
         description="Carries out an approved remediation plan: reference rows, node deploy, scoped rerun, verification, receipt.",
         tags={"dw/kind": "remediation"},
+        resource_defs=dict(resources or {}),
     )
     def remediate_incident():
         approved = check_approval()

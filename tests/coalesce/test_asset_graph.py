@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -322,3 +323,19 @@ def test_a_second_world_gets_its_own_graph_and_groups(ecommerce):
         f.metadata["coalesce/column_sources"].value.startswith("| Column | Built from | Transform |")
         for f in facts
     )
+
+
+@pytest.mark.parametrize("which", ["distributor", "ecommerce"])
+def test_loading_the_code_location_warns_nothing_of_dagster(which, request):
+    # A sensor's job left for Definitions to bind its resources was copied with the sensor, and Dagster's
+    # copy of a sensor warned that its (empty) owners were beta, in every process that loaded the location.
+    project = request.getfixturevalue("project" if which == "distributor" else "ecommerce")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        repository = project.load().get_repository_def()
+        jobs = {job.name: sorted(job.resource_defs) for job in repository.get_all_jobs()}
+    assert [
+        f"{w.category.__name__}: {w.message}" for w in caught if w.category.__module__.startswith("dagster")
+    ] == []
+    assert jobs["diagnose_incident"] == ["coalesce", "io_manager", "slack", "snowflake"]
+    assert all(job.executor_def.name == "in_process" for job in repository.get_all_jobs())
