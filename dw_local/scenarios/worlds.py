@@ -27,7 +27,8 @@ from dw_local.scenarios.world_file import load_world_file
 from dw_local.seeding import HISTORY_NIGHTS, _shaping_hash, clone_world, seeded_template
 from dw_local.world import LocalWorld, WorldError
 from dw_local.worlds.distributor.faults import Fault
-from dw_local.worlds.distributor.generator import DistributorWorld, NightResult
+from dw_local.worlds.distributor.generator import DistributorWorld
+from dw_local.worlds.night_world import NightResult
 
 DISTRIBUTOR = "distributor"
 _SCENARIO_CODE = Path(__file__).resolve().parent

@@ -31,7 +31,7 @@ def _fingerprint(tables) -> dict[str, str]:
 
 
 def _world_data(world: DistributorWorld) -> dict[str, str]:
-    data = {f"install.{k}": v for k, v in _fingerprint(world.install_tables()).items()}
+    data = {f"install.{k}": v for k, v in _fingerprint(world.install_frames()).items()}
     data.update({f"night0.{k}": v for k, v in _fingerprint(world.night_tables(0)).items()})
     ref = world.reference_opening(HISTORY + 1)
     data.update({f"ref.{k}": v for k, v in _fingerprint(world.night_tables(HISTORY + 1, ref)).items()})
