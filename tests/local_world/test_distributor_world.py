@@ -129,7 +129,7 @@ def _recorded_nights(lw, world: DistributorWorld) -> list[dict]:
 @pytest.fixture(scope="module")
 def history(seeded_world):
     """The suite's seeded template (60 nights played by the Coalesce job and watched by the checks, as
-    ``seeding.seed_history_only`` plays them): its completed runs, and each night's totals and row counts
+    ``seeding.seed_history`` plays them): its completed runs, and each night's totals and row counts
     as recorded after its job."""
     world = DistributorWorld()
     coalesce = seeded_world.coalesce_client()

@@ -350,25 +350,6 @@ class DistributorWorld(NightWorld):
         morning = self.business_date(night + 1)
         return self.utc(datetime.combine(morning, self.spec.reference_night.map_fixed_at))
 
-    def seed_history(
-        self,
-        sf: SnowflakeTarget,
-        coalesce: CoalesceClient,
-        nights: int = 60,
-        on_night: Callable[[NightResult], None] | None = None,
-    ) -> list[NightResult]:
-        """Plays nights 0 .. nights-1 after ``install``. ``on_night`` runs after each night's job, e.g. to
-        record that night's totals (the tables keep only the latest night)."""
-        results = []
-        for night in range(nights):
-            result = self.play_night(sf, coalesce, night)
-            if result.status != "completed":
-                raise WorldError(f"night {night}: Coalesce run {result.run_id} ended {result.status}")
-            if on_night is not None:
-                on_night(result)
-            results.append(result)
-        return results
-
     def play_reference_night(
         self, sf: SnowflakeTarget, coalesce: CoalesceClient, night_index: int | None = None
     ) -> NightResult:
