@@ -1,8 +1,8 @@
 """Seconds per night of seeding a world template (what the test suite builds before its tests).
 
 Starts the local world (Snowflake, Coalesce simulator, Slack stand-in) in a temp dir and plays ``--nights``
-history nights exactly as ``dw_local.seeding.seed_history_only`` does for the distributor world (or
-``FileScenarioWorld._seed`` for ``--world path/to/world.yaml``): each night's Coalesce job on the simulator,
+history nights exactly as ``dw_local.seeding.seed_history`` does for the distributor world (or a world file
+given by ``--world path/to/world.yaml``): each night's Coalesce job on the simulator,
 then the local daemon's tick (run sensor, checks run, incident sensor). Prints each night's time split into
 playing the night and watching it, the statements the seeding process sent, the mean and median per night
 over nights 1.. (night 0 also pays the first imports and the first checks run's start-up) and each server's

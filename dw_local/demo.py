@@ -89,7 +89,7 @@ def replay(root: Path, template: Path, echo: Callable[[str], None] | None = None
             return datetime.fromisoformat(sim_control(coalesce, "GET", "clock")["now"].replace("Z", "+00:00"))
 
         def set_clock(day, at: time) -> None:
-            sim_control(coalesce, "POST", "clock", {"now": world._utc(datetime.combine(day, at)).isoformat()})
+            sim_control(coalesce, "POST", "clock", {"now": world.utc(datetime.combine(day, at)).isoformat()})
 
         tl = Timeline(sim_now, tz, echo=echo)
         daemon = LocalDaemon(lw)
@@ -193,7 +193,7 @@ def _reference_day(world: DistributorWorld, lw: LocalWorld, tl: Timeline, night)
     tl.add("Oracle EBS", f"Supply chain opens inventory org {ref.new_org.code} ({ref.new_org.name}), org id {ref.new_org.id}, "
            f"and posts transfers out of {from_org.code} ({from_org.name})",
            {"org_id": ref.new_org.id, "units": int(units), "skus": int(skus)},
-           at=world._utc(datetime.combine(day, ref.opened_at)).replace(tzinfo=ZoneInfo("UTC")))  # fmt: skip
+           at=world.utc(datetime.combine(day, ref.opened_at)).replace(tzinfo=ZoneInfo("UTC")))  # fmt: skip
     tl.add("Qlik Replicate", f"CDC applies the rows to RAW_EBS.MTL_ONHAND_QUANTITIES_DETAIL with ORGANIZATION_ID = {ref.new_org.id}",
            {"rows": int(rows)}, at=loaded.replace(tzinfo=ZoneInfo("UTC")))  # fmt: skip
     run = lw.coalesce_client().get_run(night.run_id)

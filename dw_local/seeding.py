@@ -1,4 +1,5 @@
-"""Seeding the distributor world: 60 nights of history, played once, then cached for tests.
+"""Seeding a world: its history nights played and watched (``seed_history``, for the distributor and every
+world file alike), and the distributor's 60 nights played once, then cached for tests.
 
 History comes from actually running the nightly Coalesce job night after night, so seeding costs about a
 minute. Tests copy a seeded template instead: the template's folder name carries a hash of every file
@@ -12,8 +13,12 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dw_local.world import LocalWorld, WorldError
+
+if TYPE_CHECKING:
+    from dw_local.worlds.night_world import NightWorld
 
 HISTORY_NIGHTS = 60
 _LOCAL_DIR = Path(__file__).resolve().parent
@@ -42,27 +47,25 @@ def play_tonight(lw: LocalWorld):
     return tonight, outcome
 
 
-def seed_history_only(lw: LocalWorld, nights: int = HISTORY_NIGHTS) -> None:
-    """Plays ``nights`` nights, each watched as production would: the run sensor reports the night's
-    Coalesce run and its checks record the night's totals and row counts (the baselines' history). Each
-    night's tick runs on that night's business time, so the stored events read night by night."""
+def seed_history(world: NightWorld, lw: LocalWorld, nights: int, env: dict[str, str] | None = None) -> None:
+    """Installs ``world`` and plays ``nights`` nights, each watched as production would: the run sensor
+    reports the night's Coalesce run and its checks record the night's totals and row counts (the baselines'
+    history). Each night's tick runs on that night's business time, so the stored events read night by
+    night. ``env`` points the product at the world's files (``ScenarioWorld.env``)."""
     from dw_local.daemon import LocalDaemon
-    from dw_local.worlds.distributor.generator import DistributorWorld
 
-    world = DistributorWorld()
     world.install(lw.snowflake)
-    daemon = LocalDaemon(lw)
+    daemon = LocalDaemon(lw, env=env)
     daemon.tick()  # the sensor's first tick starts watching from here
-
-    def watch(night) -> None:
-        outcome = daemon.tick(at=night.watched_at)
-        if outcome.errored() or outcome.runs_requested != 1:
+    coalesce = lw.coalesce_client()
+    for night in range(nights):
+        result = world.play_night(lw.snowflake, coalesce, night)
+        outcome = daemon.tick(at=result.watched_at)  # the history's events carry the night's time
+        if result.status != "completed" or outcome.errored() or outcome.runs_requested != 1:
             raise WorldError(
-                f"night {night.night}: the checks did not run cleanly "
-                f"({outcome.runs_requested} checks runs; errored: {[c.check for c in outcome.errored()]})"
+                f"{world.where}: history night {night}: Coalesce run {result.run_id} {result.status}, "
+                f"{outcome.runs_requested} checks runs, errored {[c.check for c in outcome.errored()]}"
             )
-
-    world.seed_history(lw.snowflake, lw.coalesce_client(), nights=nights, on_night=watch)
     (lw.root / "seeded.json").write_text(json.dumps({"nights_played": nights}))
 
 
@@ -86,8 +89,10 @@ def seeded_template(cache_dir: Path, nights: int = HISTORY_NIGHTS) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (template / "seeded.json").exists():
             shutil.rmtree(template, ignore_errors=True)
+            from dw_local.worlds.distributor.generator import DistributorWorld
+
             with LocalWorld(template) as lw:
-                seed_history_only(lw, nights)
+                seed_history(DistributorWorld(), lw, nights)
             # Each is about 100 MB: keep only the one that matches the code.
             for stale in cache_dir.glob("distributor-*"):
                 if stale != template and (stale / "seeded.json").exists():

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from dw_dagster.config import FileModel
 from dw_local.scenarios.event_rows import matching, values_of
-from dw_local.worlds.distributor.simulation import rng_for
+from dw_local.worlds.night_world import rng_for
 
 if TYPE_CHECKING:
     from dw_dagster.coalesce.client import CoalesceClient

@@ -13,10 +13,7 @@ Events (``events.py``) change what a night loads or runs: the fault vocabulary a
 
 from __future__ import annotations
 
-import re
-import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import closing, contextmanager
+from collections.abc import Sequence
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,28 +22,14 @@ import numpy as np
 import pandas as pd
 
 from dw_dagster.coalesce.client import CoalesceClient
-from dw_dagster.coalesce.models import CoalesceUserCredentials
 from dw_dagster.coalesce.sql import quote_identifier
-from dw_dagster.config import DwConfigError
-from dw_local.coalesce_sim.project import Project, load_project
 from dw_local.scenarios.world_file import ColumnGenerator, SourceTable, WorldFile
-from dw_local.world import (
-    LOCAL_SNOWFLAKE_PASSWORD,
-    LOCAL_SNOWFLAKE_USER,
-    SnowflakeTarget,
-    WorldError,
-    sim_control,
-)
-from dw_local.worlds.distributor.generator import NightResult
-from dw_local.worlds.distributor.simulation import rng_for, to_utc
-from dw_local.worlds.tables import SourceRef
+from dw_local.world import SnowflakeTarget
+from dw_local.worlds.night_world import NightResult, NightWorld, rng_for, to_utc
 
 Frames = dict[str, pd.DataFrame]
-_CSV_TIME = "%Y-%m-%d %H:%M:%S"
 # Ids of one night's rows: start + night x block + row, so a night replayed or caught up reuses its own ids.
 _ID_BLOCK = 1_000_000
-# A Source column's dataType is interpolated into the RAW table's DDL: only a type name and its precision.
-_DATA_TYPE = re.compile(r"^[A-Z_]+(\(\s*\d+(\s*,\s*\d+)?\s*\))?$", re.IGNORECASE)
 
 
 def _calendar_factor(count, day: date, holiday: bool) -> float:
@@ -57,15 +40,14 @@ def _calendar_factor(count, day: date, holiday: bool) -> float:
     return factor * (count.holiday_factor if holiday else 1.0)
 
 
-class GenericWorld:
+class GenericWorld(NightWorld):
     """Plays a world file's nights on the local servers."""
 
     def __init__(self, spec: WorldFile, source: Path | None = None):
-        self.spec = spec
+        super().__init__(spec, spec.project, spec.timezone, source or spec.name)
+        self.spec: WorldFile = spec
         self.source = source
-        self.tz = spec.timezone
-        self.project: Project = load_project(spec.project)
-        self.tables, self.database = self._read_project()
+        self._check_sources()
         self._once = self._once_frames()
         # Business days replication held back (replication_stalled), applied with the next night played.
         self.backlog: list[int] = []
@@ -73,58 +55,21 @@ class GenericWorld:
         self.held_rows: dict[str, list[pd.DataFrame]] = {}
         self.deferred: list[Any] = []
 
-    def _problem(self, message: str) -> DwConfigError:
-        return DwConfigError(f"{self.source or self.spec.name}: {message}")
-
-    def _read_project(self) -> tuple[dict[str, SourceRef], str]:
-        env = self.project.environment(self.spec.environment_id)
-        if env is None or self.project.job(self.spec.job_id) is None:
-            raise self._problem(
-                f"environment_id / job_id: {self.spec.project} has no environment "
-                f"{self.spec.environment_id} or no job {self.spec.job_id}"
-            )
-        sources = {n.name: n for n in self.project.file.nodes if n.is_source}
-        tables = {}
+    def _check_sources(self) -> None:
+        """Each Source node has a generator of exactly its columns."""
         for name, table in self.spec.sources.items():
-            node = sources.get(name)
-            if node is None:
+            ref = self.tables.get(name)
+            if ref is None:
                 raise self._problem(
-                    f"sources.{name}: not a Source node of {self.spec.project} ({sorted(sources)})"
+                    f"sources.{name}: not a Source node of {self.spec.project} ({sorted(self.tables)})"
                 )
-            columns = [c.name for c in node.columns]
             given = list(table.columns) if table.rows is None else sorted(set().union(*table.rows))
-            if set(given) != set(columns):
+            if set(given) != set(ref.columns):
                 raise self._problem(
-                    f"sources.{name}: generates columns {sorted(given)}; the Source node declares {sorted(columns)}"
+                    f"sources.{name}: generates columns {sorted(given)}; the Source node declares {sorted(ref.columns)}"
                 )
-            for c in node.columns:
-                if not _DATA_TYPE.match(c.dataType):
-                    raise self._problem(
-                        f"project: {self.spec.project}: Source node {name} column {c.name}: dataType "
-                        f"{c.dataType!r} is not a Snowflake type such as NUMBER(38,0), VARCHAR(20) or DATE"
-                    )
-            database, schema, _ = env.table(node.locationName, node.name)
-            ddl = ", ".join(
-                f"{quote_identifier(c.name)} {c.dataType}" + ("" if c.nullable else " NOT NULL")
-                for c in node.columns
-            )
-            tables[name] = SourceRef(
-                name, database, schema, columns, {c.name: c.dataType for c in node.columns}, ddl
-            )
-        if missing := sorted(set(sources) - set(tables)):
+        if missing := sorted(set(self.tables) - set(self.spec.sources)):
             raise self._problem(f"sources: no generator for the Source nodes {missing}")
-        databases = {t.database for t in tables.values()}
-        if len(databases) != 1:
-            raise self._problem(f"project: the Source nodes span databases {sorted(databases)}")
-        return tables, databases.pop()
-
-    # -- calendar --------------------------------------------------------------------------------
-
-    def business_date(self, night: int) -> date:
-        return self.spec.first_business_day + timedelta(days=night)
-
-    def scheduled_at(self, night: int) -> datetime:
-        return datetime.combine(self.business_date(night) + timedelta(days=1), self.spec.night_time, self.tz)
 
     def is_holiday(self, day: date) -> bool:
         return day in self.spec.holidays.of_year(day.year)
@@ -237,61 +182,8 @@ class GenericWorld:
             return np.array([f"{gen.prefix}{v}" for v in done[gen.of]], dtype=object)
         raise AssertionError(kind)
 
-    # -- Snowflake ---------------------------------------------------------------------------------
-
-    @contextmanager
-    def cursor(self, sf: SnowflakeTarget) -> Iterator[Any]:
-        with closing(sf.connect(database=self.database)) as conn:
-            yield conn.cursor()
-
-    def install(self, sf: SnowflakeTarget) -> None:
-        """Creates every schema of the environment and the source tables, and loads the once tables."""
-        env = self.project.environment(self.spec.environment_id)
-        assert env is not None
-        with self.cursor(sf) as cur:
-            for mapping in env.storageMappings.values():
-                cur.execute(
-                    f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(mapping.database)}."
-                    f"{quote_identifier(mapping.schema_name)}"
-                )
-            for name in self.tables:
-                self.create_table(cur, name)
-                if name in self._once:
-                    self.load(cur, name, self._once[name])
-
-    def create_table(self, cur, name: str) -> None:
-        cur.execute(f"CREATE OR REPLACE TABLE {self.tables[name].qualified} ({self.tables[name].ddl})")
-
-    def actual_columns(self, cur, name: str) -> list[str]:
-        return self.tables[name].actual_columns(cur)
-
-    def load(self, cur, name: str, frame: pd.DataFrame) -> None:
-        """Loads rows into the table as it now is: a dropped column left out, a renamed one by position."""
-        if frame.empty:
-            return
-        declared, actual = self.tables[name].columns, self.actual_columns(cur, name)
-        target = actual
-        if set(actual) <= set(declared):
-            source = actual
-        elif set(declared) < set(actual):
-            # A column added upstream (column_added): loaded when the rows carry it, NULL when they do not.
-            source = target = [a for a in actual if a in declared or a in frame.columns]
-        elif len(actual) == len(declared):
-            source = [a if a in declared else declared[i] for i, a in enumerate(actual)]
-        else:
-            raise WorldError(f"{name}: cannot load columns {actual} from the project's {declared}")
-        # PUT + COPY: the fast path into the local server (executemany and big VALUES lists are slow).
-        with tempfile.TemporaryDirectory(prefix="dw-scenario-") as tmp:
-            path = Path(tmp) / f"{name.lower()}.csv"
-            frame[source].to_csv(path, index=False, header=False, date_format=_CSV_TIME)
-            stage = f"@{quote_identifier(self.database)}.PUBLIC.{quote_identifier('DW_SCENARIO_LOAD')}"
-            cur.execute(f"CREATE TEMPORARY STAGE IF NOT EXISTS {stage[1:]}")
-            cur.execute(f"PUT file://{path} {stage} AUTO_COMPRESS=FALSE OVERWRITE=TRUE")
-            cur.execute(
-                f"COPY INTO {self.tables[name].qualified} ({', '.join(map(quote_identifier, target))}) "
-                f"FROM {stage}/{path.name} FILE_FORMAT=(TYPE=CSV FIELD_OPTIONALLY_ENCLOSED_BY='\"') "
-                "PURGE=TRUE FORCE=TRUE"
-            )
+    def install_frames(self) -> Frames:
+        return self._once
 
     # -- nights ------------------------------------------------------------------------------------
 
@@ -320,7 +212,7 @@ class GenericWorld:
                 event.before_run(self, coalesce)
         if all(e.runs_job for e in events):
             return self.run_job(coalesce, night)
-        return NightResult(night, self.business_date(night), self.scheduled_at(night), None, "skipped")
+        return self.skipped(night)
 
     def _apply(self, cur, night: int, frames: Frames, held: set[str] = frozenset()) -> None:
         missed = [self.night_frames(t) for t in self.backlog]
@@ -342,28 +234,11 @@ class GenericWorld:
         for name, source in self.spec.sources.items():
             if source.refresh is not None and name not in held:
                 synced = datetime.combine(self.business_date(night), source.refresh.at)
-                stamp = to_utc(np.array([np.datetime64(synced, "s")]), self.tz.key)[0].item()
+                stamp = self.utc(synced)
                 cur.execute(
                     f"UPDATE {self.tables[name].qualified} SET {quote_identifier(source.refresh.column)} = %s",
                     (stamp,),
                 )
-
-    def run_job(self, coalesce: CoalesceClient, night: int, timeout: float = 600) -> NightResult:
-        """Starts the job with the simulator clock at the night's schedule, as the Scheduler would."""
-        at = self.scheduled_at(night)
-        sim_control(coalesce, "POST", "clock", {"now": at.isoformat()})
-        run_id = coalesce.start_run(
-            self.spec.environment_id,
-            job_id=self.spec.job_id,
-            user_credentials=CoalesceUserCredentials(
-                # The local Snowflake accepts any credentials; these are the world's.
-                snowflake_username=LOCAL_SNOWFLAKE_USER,
-                snowflake_password=LOCAL_SNOWFLAKE_PASSWORD,
-                snowflake_warehouse="LOCAL_WH",
-            ),
-        )
-        run = coalesce.wait_for_run(run_id, poll_interval=0.05, timeout=timeout)
-        return NightResult(night, self.business_date(night), at, run_id, run.run_status.value)
 
 
 def _weights(weights: list[float] | None) -> np.ndarray | None:

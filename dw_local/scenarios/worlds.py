@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import re
 import shutil
 from abc import ABC, abstractmethod
@@ -19,15 +18,16 @@ from typing import Any
 
 import pydantic
 
-from dw_local.coalesce_sim.project import Project, load_project
+from dw_local.coalesce_sim.project import Project
 from dw_local.scenarios.event_base import Event
 from dw_local.scenarios.events import EVENTS
 from dw_local.scenarios.generic import GenericWorld
 from dw_local.scenarios.world_file import load_world_file
-from dw_local.seeding import HISTORY_NIGHTS, _shaping_hash, clone_world, seeded_template
+from dw_local.seeding import HISTORY_NIGHTS, _shaping_hash, clone_world, seed_history, seeded_template
 from dw_local.world import LocalWorld, WorldError
 from dw_local.worlds.distributor.faults import Fault
-from dw_local.worlds.distributor.generator import DistributorWorld, NightResult
+from dw_local.worlds.distributor.generator import DistributorWorld
+from dw_local.worlds.night_world import NightResult, NightWorld
 
 DISTRIBUTOR = "distributor"
 _SCENARIO_CODE = Path(__file__).resolve().parent
@@ -55,8 +55,19 @@ class ScenarioWorld(ABC):
 
     name: str
     history_nights: int
-    project: Project
-    database: str
+    world: NightWorld
+
+    @property
+    def project(self) -> Project:
+        return self.world.project
+
+    @property
+    def database(self) -> str:
+        return self.world.database
+
+    def business_date(self, night: int) -> date:
+        """The business day the world's night ``night`` applies."""
+        return self.world.business_date(night)
 
     @abstractmethod
     def template(self, cache: Path) -> Path:
@@ -101,10 +112,6 @@ class ScenarioWorld(ABC):
     def targets(self, event: Any) -> list[str]:
         """Asset keys the event changes directly (sources, reference tables, a node); ``["*"]``: all."""
 
-    @abstractmethod
-    def business_date(self, night: int) -> date:
-        """The business day the world's night ``night`` applies."""
-
     def node_key(self, name: str) -> str:
         node = next((n for n in self.project.file.nodes if n.name == name), None)
         if node is None:
@@ -118,11 +125,9 @@ class DistributorScenarioWorld(ScenarioWorld):
 
     name = DISTRIBUTOR
     history_nights = HISTORY_NIGHTS
-    database = "DW_PROD"
 
     def __init__(self) -> None:
         self.world = DistributorWorld()
-        self.project = load_project(self.world.project_file)
 
     def template(self, cache: Path) -> Path:
         return seeded_template(cache)
@@ -192,9 +197,6 @@ class DistributorScenarioWorld(ScenarioWorld):
             names = [event.table or _ONHAND]
         return [self.node_key(n) for n in names]
 
-    def business_date(self, night: int):
-        return self.world.business_date(night)
-
 
 class FileScenarioWorld(ScenarioWorld):
     """A world written as data (``world.yaml``); events are ``events.py``'s."""
@@ -205,8 +207,6 @@ class FileScenarioWorld(ScenarioWorld):
         self.spec = self.world.spec
         self.name = self.spec.name
         self.history_nights = self.spec.history_nights
-        self.project = self.world.project
-        self.database = self.world.database
 
     def _hash(self) -> str:
         # The template is what the world's files, the generator and the product's watching code make of it.
@@ -251,28 +251,11 @@ class FileScenarioWorld(ScenarioWorld):
         if not (template / "seeded.json").exists():
             shutil.rmtree(template, ignore_errors=True)
             with self.local_world(template) as lw:
-                self._seed(lw)
+                seed_history(self.world, lw, self.history_nights, self.env())
             for stale in folder.iterdir():
                 if stale != template and stale_name.match(stale.name) and (stale / "seeded.json").exists():
                     shutil.rmtree(stale, ignore_errors=True)
         return template
-
-    def _seed(self, lw: LocalWorld) -> None:
-        from dw_local.daemon import LocalDaemon
-
-        self.world.install(lw.snowflake)
-        daemon = LocalDaemon(lw, env=self.env())
-        daemon.tick()  # the sensor's first tick starts watching from here
-        coalesce = lw.coalesce_client()
-        for night in range(self.history_nights):
-            result = self.world.play_night(lw.snowflake, coalesce, night)
-            outcome = daemon.tick(at=result.watched_at)  # the history's events carry the night's time
-            if result.status != "completed" or outcome.errored() or outcome.runs_requested != 1:
-                raise WorldError(
-                    f"{self.path}: history night {night}: Coalesce run {result.run_id} {result.status}, "
-                    f"{outcome.runs_requested} checks runs, errored {[c.check for c in outcome.errored()]}"
-                )
-        (lw.root / "seeded.json").write_text(json.dumps({"nights_played": self.history_nights}))
 
     def local_world(self, root: Path) -> LocalWorld:
         return LocalWorld(root, project_file=self.spec.project)
@@ -316,9 +299,6 @@ class FileScenarioWorld(ScenarioWorld):
         if event.kind in ("scheduler_skip", "replication_stalled"):
             return ["*"]
         return [self.node_key(n) for n in event.tables()]
-
-    def business_date(self, night: int):
-        return self.world.business_date(night)
 
 
 def open_world(ref: str, relative_to: Path) -> ScenarioWorld:

@@ -31,7 +31,7 @@ def _fingerprint(tables) -> dict[str, str]:
 
 
 def _world_data(world: DistributorWorld) -> dict[str, str]:
-    data = {f"install.{k}": v for k, v in _fingerprint(world.install_tables()).items()}
+    data = {f"install.{k}": v for k, v in _fingerprint(world.install_frames()).items()}
     data.update({f"night0.{k}": v for k, v in _fingerprint(world.night_tables(0)).items()})
     ref = world.reference_opening(HISTORY + 1)
     data.update({f"ref.{k}": v for k, v in _fingerprint(world.night_tables(HISTORY + 1, ref)).items()})
@@ -129,7 +129,7 @@ def _recorded_nights(lw, world: DistributorWorld) -> list[dict]:
 @pytest.fixture(scope="module")
 def history(seeded_world):
     """The suite's seeded template (60 nights played by the Coalesce job and watched by the checks, as
-    ``seeding.seed_history_only`` plays them): its completed runs, and each night's totals and row counts
+    ``seeding.seed_history`` plays them): its completed runs, and each night's totals and row counts
     as recorded after its job."""
     world = DistributorWorld()
     coalesce = seeded_world.coalesce_client()

@@ -19,8 +19,9 @@ import pytest
 
 from dw_local.scenarios.fault_events import NODE_FAILURE_MARKER
 from dw_local.worlds.distributor.faults import KINDS, Fault
-from dw_local.worlds.distributor.generator import ONHAND, ORDER_LINES, DistributorWorld, NightResult
+from dw_local.worlds.distributor.generator import ONHAND, ORDER_LINES, DistributorWorld
 from dw_local.worlds.distributor.simulation import line_id_range
+from dw_local.worlds.night_world import NightResult
 
 RAW = "RAW_EBS.MTL_ONHAND_QUANTITIES_DETAIL"
 LINES = "RAW_EBS.OE_ORDER_LINES_ALL"

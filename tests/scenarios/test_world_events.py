@@ -14,7 +14,7 @@ from world_cache import running_copy
 from dw_local.daemon import LocalDaemon
 from dw_local.scenarios.suite import SUITE_DIR
 from dw_local.scenarios.worlds import FileScenarioWorld
-from dw_local.worlds.distributor.simulation import to_utc
+from dw_local.worlds.night_world import to_utc
 
 pytestmark = [pytest.mark.world, pytest.mark.timeout(900)]
 ECOMMERCE = SUITE_DIR.parent / "worlds" / "ecommerce" / "world.yaml"

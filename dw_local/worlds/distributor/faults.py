@@ -44,7 +44,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dw_local.scenarios import events
 from dw_local.world import WorldError
-from dw_local.worlds.distributor.simulation import ITEMS, ONHAND, ORDER_LINES, REGION_MAP, rng_for, to_utc
+from dw_local.worlds.distributor.simulation import ITEMS, ONHAND, ORDER_LINES, REGION_MAP
+from dw_local.worlds.night_world import rng_for, to_utc
 
 if TYPE_CHECKING:
     from dw_dagster.coalesce.client import CoalesceClient
@@ -174,7 +175,7 @@ class FaultContext:
         return rng_for(self.world.spec.seed, f"fault/{self.fault.kind}/{purpose}", self.night)
 
     def utc_on_business_day(self, local: time) -> datetime:
-        return self.world._utc(datetime.combine(self.world.business_date(self.night), local))
+        return self.world.utc(datetime.combine(self.world.business_date(self.night), local))
 
     def table(self, name: str) -> str:
         return self.world.tables[name].qualified

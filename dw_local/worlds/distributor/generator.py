@@ -15,28 +15,16 @@ Coalesce project or the schedule, deterministic from the seed; ``repair`` undoes
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import closing, contextmanager
-from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
-from time import monotonic, sleep
 from zoneinfo import ZoneInfo
 
 import numpy as np
 import pandas as pd
 
 from dw_dagster.coalesce.client import CoalesceClient
-from dw_dagster.coalesce.models import CoalesceUserCredentials
-from dw_local.coalesce_sim.project import load_project
-from dw_local.world import (
-    LOCAL_SNOWFLAKE_PASSWORD,
-    LOCAL_SNOWFLAKE_USER,
-    SnowflakeTarget,
-    WorldError,
-    sim_control,
-)
+from dw_local.world import SnowflakeTarget, WorldError
 from dw_local.worlds.distributor.faults import MAP_OWNER, Fault, FaultContext, coerce_fault, kind_of
 from dw_local.worlds.distributor.model import WorldSpec, load_spec
 from dw_local.worlds.distributor.simulation import (
@@ -52,95 +40,38 @@ from dw_local.worlds.distributor.simulation import (
     line_night_sql,
     onhand_frame,
     order_lines_frame,
-    rng_for,
-    to_utc,
 )
-from dw_local.worlds.tables import SourceRef
+from dw_local.worlds.night_world import NightResult, NightWorld, rng_for
 
 HERE = Path(__file__).resolve().parent
 WORLD_FILE = HERE / "world.yaml"
 PROJECT_FILE = HERE / "project.yaml"
 
-__all__ = ["ITEMS", "ONHAND", "ORDER_LINES", "ORGS", "REGION_MAP", "DistributorWorld", "Fault", "NightResult"]
-
-_CSV_TIME = "%Y-%m-%d %H:%M:%S"
-_WAREHOUSE = "LOCAL_WH"
+__all__ = ["ITEMS", "ONHAND", "ORDER_LINES", "ORGS", "REGION_MAP", "DistributorWorld", "Fault"]
 
 
-@dataclass(frozen=True)
-class NightResult:
-    night: int
-    business_date: date
-    scheduled_at: datetime  # the job's start on the simulator clock, in the world's time zone
-    run_id: int | None  # None: no run (the scheduler_skip fault)
-    status: str  # the Coalesce run status: completed, failed or canceled; "skipped" when no run started
+class DistributorWorld(NightWorld):
+    """The reference night's world: data from ``world.yaml``, Coalesce project ``project.yaml``; the
+    project, tables, calendar and job are ``NightWorld``'s, the data its simulation's (``simulation.py``)."""
 
-    @property
-    def watched_at(self) -> datetime:
-        """When a deployed daemon's sensors see the night's run, a minute after its start: the business time
-        the local daemon ticks at for the night (``LocalDaemon.tick(at=...)``)."""
-        return self.scheduled_at + timedelta(minutes=1)
-
-
-class DistributorWorld:
-    """The reference night's world: data from ``world.yaml``, Coalesce project ``project.yaml``."""
-
-    def __init__(self, spec: WorldSpec | None = None):
-        self.spec = spec or load_spec(WORLD_FILE)
-        self.project_file = PROJECT_FILE
-        self._tz = ZoneInfo(self.spec.timezone)
-        self.project = load_project(self.project_file)
-        self.tables, self._schemas, self.database = self._read_project()
+    def __init__(self, spec: WorldSpec | None = None, where: Path = WORLD_FILE):
+        spec = spec or load_spec(WORLD_FILE)
+        super().__init__(spec, PROJECT_FILE, ZoneInfo(spec.timezone), where)
+        self.spec: WorldSpec = spec
         self.catalog = build_catalog(self.spec)
         self.simulation = Simulation(self.spec, self.catalog)
 
     @classmethod
     def from_file(cls, path: Path | str) -> DistributorWorld:
-        return cls(load_spec(Path(path)))
-
-    def _read_project(self) -> tuple[dict[str, SourceRef], list[str], str]:
-        # The simulator's own reader; the Source nodes' columns are the RAW tables' DDL, so the project
-        # and the data cannot drift apart.
-        project = self.project
-        env = project.environment(self.spec.environment_id)
-        if env is None or project.job(self.spec.job_id) is None:
-            raise WorldError(
-                f"{self.project_file}: no environment {self.spec.environment_id} or no job {self.spec.job_id}"
-            )
-        tables = {}
-        for node in project.file.nodes:
-            if node.is_source:
-                database, schema, name = env.table(node.locationName, node.name)
-                ddl = [f'"{c.name}" {c.dataType}' + ("" if c.nullable else " NOT NULL") for c in node.columns]
-                columns = [c.name for c in node.columns]
-                types = {c.name: c.dataType for c in node.columns}
-                tables[name] = SourceRef(name, database, schema, columns, types, ", ".join(ddl))
-        databases = {m.database for m in env.storageMappings.values()}
-        if len(databases) != 1:
-            raise WorldError(f"{self.project_file}: environment {env.id} spans {sorted(databases)}")
-        schemas = [f'"{m.database}"."{m.schema_name}"' for m in env.storageMappings.values()]
-        return tables, schemas, databases.pop()
-
-    # -- calendar --------------------------------------------------------------------------------
-
-    def business_date(self, night: int) -> date:
-        return self.simulation.business_date(night)
-
-    def scheduled_at(self, night: int) -> datetime:
-        """When the Coalesce Scheduler starts the nightly job after business day ``night``."""
-        return datetime.combine(self.business_date(night) + timedelta(days=1), self.spec.night_time, self._tz)
-
-    def _utc(self, local: datetime) -> datetime:
-        return to_utc(np.array([np.datetime64(local, "s")]), self.spec.timezone)[0].item()
+        return cls(load_spec(Path(path)), Path(path))
 
     # -- the data, as frames ---------------------------------------------------------------------
 
-    def install_tables(self) -> dict[str, pd.DataFrame]:
-        """Every source table's rows before the first night, by Source node name."""
+    def install_frames(self) -> dict[str, pd.DataFrame]:
         spec, cat, sim = self.spec, self.catalog, self.simulation
         # Qlik's full load ran before the order-line history starts; later rows came by CDC.
         full_load_local = datetime.combine(self.business_date(-spec.demand.history_days - 1), time(23, 0))
-        full_load = self._utc(full_load_local)
+        full_load = self.utc(full_load_local)
         rng = rng_for(spec.seed, "item-dates")
         age = rng.integers(1, 730 * 86400, len(cat.item_ids)).astype("timedelta64[s]")
         created = np.datetime64(full_load_local, "s") - age
@@ -166,7 +97,7 @@ class DistributorWorld:
             "WAREHOUSE_NAME": [o.name for o in spec.orgs],
             "REGION": [o.region for o in spec.orgs],
             "UPDATED_BY": MAP_OWNER,
-            "UPDATED_AT": self._utc(datetime.combine(self.business_date(-200), time(10, 15))),
+            "UPDATED_AT": self.utc(datetime.combine(self.business_date(-200), time(10, 15))),
         })  # fmt: skip
         history = [self._order_lines(t, None) for t in range(-spec.demand.history_days, 0)]
         return {
@@ -210,56 +141,10 @@ class DistributorWorld:
     def reference_opening(self, night: int) -> Opening:
         """EBS opens the new org and posts the transfers on business day ``night``; Qlik applies them."""
         ref, d = self.spec.reference_night, self.business_date(night)
-        replicated = self._utc(datetime.combine(d, ref.replicated_at))
+        replicated = self.utc(datetime.combine(d, ref.replicated_at))
         return Opening(night, datetime.combine(d, ref.opened_at), replicated)
 
-    # -- Snowflake -------------------------------------------------------------------------------
-
-    @contextmanager
-    def _cursor(self, sf: SnowflakeTarget) -> Iterator:
-        with closing(sf.connect(database=self.database)) as conn:
-            yield conn.cursor()
-
-    def install(self, sf: SnowflakeTarget) -> None:
-        """Creates the database, every schema of the environment, the source tables and their day-0 rows."""
-        with self._cursor(sf) as cur:
-            for schema in self._schemas:
-                cur.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-            for table in self.tables.values():
-                cur.execute(f"CREATE OR REPLACE TABLE {table.qualified} ({table.ddl})")
-            for name, frame in self.install_tables().items():
-                self._load(cur, name, frame)
-
-    def actual_columns(self, cur, name: str) -> list[str]:
-        return self.tables[name].actual_columns(cur)
-
-    def _load_columns(self, cur, name: str) -> list[str]:
-        """For each column the table now has, in order, the generated column that fills it: the project's
-        own names, a dropped column left out, a renamed column filled by position."""
-        declared, actual = self.tables[name].columns, self.actual_columns(cur, name)
-        if set(actual) <= set(declared):
-            return actual
-        if len(actual) == len(declared):
-            return [a if a in declared else declared[i] for i, a in enumerate(actual)]
-        raise WorldError(f"{name}: cannot load columns {actual} from project.yaml's {declared}")
-
-    def _load(self, cur, name: str, frame: pd.DataFrame) -> None:
-        # PUT + COPY: the fast path into fakesnow (executemany and big VALUES lists are slow).
-        table = self.tables[name]
-        if set(frame.columns) != set(table.columns):
-            generated = sorted(frame.columns)
-            raise WorldError(f"{name}: generated columns {generated}, project.yaml's {table.columns}")
-        columns = self._load_columns(cur, name)
-        with tempfile.TemporaryDirectory(prefix="dw-world-") as tmp:
-            path = Path(tmp) / f"{name.lower()}.csv"
-            frame[columns].to_csv(path, index=False, header=False, date_format=_CSV_TIME)
-            cur.execute(f'CREATE TEMPORARY STAGE IF NOT EXISTS {self.database}.PUBLIC."DW_WORLD_LOAD"')
-            stage = f'@{self.database}.PUBLIC."DW_WORLD_LOAD"'
-            cur.execute(f"PUT file://{path} {stage} AUTO_COMPRESS=FALSE OVERWRITE=TRUE")
-            cur.execute(
-                f"COPY INTO {table.qualified} FROM {stage}/{path.name} "
-                "FILE_FORMAT=(TYPE=CSV FIELD_OPTIONALLY_ENCLOSED_BY='\"') PURGE=TRUE FORCE=TRUE"
-            )
+    # -- what has been played, read back from Snowflake ---------------------------------------
 
     def _read_opening(self, cur) -> Opening | None:
         """The org EBS opened after install (the reference night's, or its mapped twin's), if any."""
@@ -280,12 +165,12 @@ class DistributorWorld:
 
     def read_opening(self, sf: SnowflakeTarget) -> Opening | None:
         """The org opened after install, if any, as read back from EBS (``MTL_PARAMETERS``)."""
-        with self._cursor(sf) as cur:
+        with self.cursor(sf) as cur:
             return self._read_opening(cur)
 
     def last_played_night(self, sf: SnowflakeTarget) -> int:
         """The latest business day loaded (-1: none since install), read from the order lines."""
-        with self._cursor(sf) as cur:
+        with self.cursor(sf) as cur:
             return self._last_played(cur)
 
     def _last_played(self, cur) -> int:
@@ -311,7 +196,7 @@ class DistributorWorld:
             tables = transform(tables)
         if ONHAND not in held:
             cur.execute(f"TRUNCATE TABLE {self.tables[ONHAND].qualified}")
-            self._load(cur, ONHAND, tables[ONHAND])
+            self.load(cur, ONHAND, tables[ONHAND])
         if ORDER_LINES in held:
             return  # the next night applied catches up from the last ship date held
         # Replaying a night replaces its own order lines instead of adding them twice.
@@ -321,7 +206,7 @@ class DistributorWorld:
             f'DELETE FROM {self.tables[ORDER_LINES].qualified} WHERE "LINE_ID" >= %s AND "LINE_ID" < %s',
             (line_id_range(start)[0], line_id_range(night)[1]),
         )
-        self._load(cur, ORDER_LINES, pd.concat([*missed, tables[ORDER_LINES]], ignore_index=True))
+        self.load(cur, ORDER_LINES, pd.concat([*missed, tables[ORDER_LINES]], ignore_index=True))
 
     # -- nights ----------------------------------------------------------------------------------
 
@@ -345,7 +230,7 @@ class DistributorWorld:
             raise WorldError(
                 f"night {night_index}: {changing[0]} changes a load that replication_stalled holds back"
             )
-        with self._cursor(sf) as cur:
+        with self.cursor(sf) as cur:
             contexts = [(FaultContext(self, f, night_index, cur, coalesce), k) for f, k in played]
             held = frozenset(t for ctx, kind in contexts for t in kind.held_tables(ctx))
             for ctx, kind in contexts:
@@ -357,8 +242,7 @@ class DistributorWorld:
                 kind.before_run(ctx)
         if all(k.runs_job for _, k in played):
             return self.run_job(coalesce, night_index)
-        date_ = self.business_date(night_index)
-        return NightResult(night_index, date_, self.scheduled_at(night_index), None, "skipped")
+        return self.skipped(night_index)
 
     @staticmethod
     def _transform(contexts: list) -> Callable[[dict[str, pd.DataFrame]], dict[str, pd.DataFrame]]:
@@ -384,7 +268,7 @@ class DistributorWorld:
         is not run: rerun it (``run_job``) to rebuild. ``night_index`` defaults to the latest night, the
         later of the latest business day applied and the night of the latest job run."""
         fault = coerce_fault(fault)
-        with self._cursor(sf) as cur:
+        with self.cursor(sf) as cur:
             night = self._current_night(cur, coalesce) if night_index is None else night_index
             kind_of(fault).repair(FaultContext(self, fault, night, cur, coalesce))
 
@@ -396,7 +280,7 @@ class DistributorWorld:
                 env, run_type="refresh", order_by="id", order_by_direction="desc", limit=1
             ).data
             if runs and runs[0].run_start_time is not None:
-                local_day = runs[0].run_start_time.astimezone(self._tz).date() - timedelta(days=1)
+                local_day = runs[0].run_start_time.astimezone(self.tz).date() - timedelta(days=1)
                 night = max(night, (local_day - self.spec.first_business_day).days)
         return night
 
@@ -409,14 +293,13 @@ class DistributorWorld:
 
     def _rebuild_table(self, cur, name: str, night: int) -> None:
         """Recreates a source table in project.yaml's shape and reloads it, as Qlik's table reload does."""
-        table = self.tables[name]
-        cur.execute(f"CREATE OR REPLACE TABLE {table.qualified} ({table.ddl})")
+        self.create_table(cur, name)
         if name == ONHAND:
-            self._load(cur, ONHAND, self.night_tables(night, self._read_opening(cur))[ONHAND])
+            self.load(cur, ONHAND, self.night_tables(night, self._read_opening(cur))[ONHAND])
         elif name == ORDER_LINES:
             self._resync_order_lines(cur, night)
         elif name == ITEMS:
-            self._load(cur, ITEMS, self.install_tables()[ITEMS])
+            self.load(cur, ITEMS, self.install_frames()[ITEMS])
         else:
             raise WorldError(f"{name}: the world does not reload it")
 
@@ -436,7 +319,7 @@ class DistributorWorld:
             return
         cur.execute(f"DELETE FROM {lines} WHERE {line_night_sql()} IN ({', '.join(map(str, stale))})")
         reloaded = pd.concat([self._order_lines(t, opening) for t in stale], ignore_index=True)
-        self._load(cur, ORDER_LINES, reloaded)
+        self.load(cur, ORDER_LINES, reloaded)
 
     # -- EBS orgs and the region map -------------------------------------------------------------
 
@@ -465,26 +348,7 @@ class DistributorWorld:
     def _map_fix_time(self, night: int) -> datetime:
         """UTC: the morning after ``night``, when planning ops fixes the map."""
         morning = self.business_date(night + 1)
-        return self._utc(datetime.combine(morning, self.spec.reference_night.map_fixed_at))
-
-    def seed_history(
-        self,
-        sf: SnowflakeTarget,
-        coalesce: CoalesceClient,
-        nights: int = 60,
-        on_night: Callable[[NightResult], None] | None = None,
-    ) -> list[NightResult]:
-        """Plays nights 0 .. nights-1 after ``install``. ``on_night`` runs after each night's job, e.g. to
-        record that night's totals (the tables keep only the latest night)."""
-        results = []
-        for night in range(nights):
-            result = self.play_night(sf, coalesce, night)
-            if result.status != "completed":
-                raise WorldError(f"night {night}: Coalesce run {result.run_id} ended {result.status}")
-            if on_night is not None:
-                on_night(result)
-            results.append(result)
-        return results
+        return self.utc(datetime.combine(morning, self.spec.reference_night.map_fixed_at))
 
     def play_reference_night(
         self, sf: SnowflakeTarget, coalesce: CoalesceClient, night_index: int | None = None
@@ -492,7 +356,7 @@ class DistributorWorld:
         """The reference night, on the next unplayed night unless given: at 14:00 EBS opens the new org and
         posts the transfers out of the from-org, at 14:06 Qlik applies them, at 02:00 the nightly job runs."""
         new_org = self.spec.reference_night.new_org
-        with self._cursor(sf) as cur:
+        with self.cursor(sf) as cur:
             if (previous := self._read_opening(cur)) is not None:
                 raise WorldError(f"org {previous.org_id} already opened on night {previous.index}")
             night = self._last_played(cur) + 1 if night_index is None else night_index
@@ -511,50 +375,8 @@ class DistributorWorld:
         elif at.tzinfo is not None:
             at = at.astimezone(UTC).replace(tzinfo=None)
         table = self.tables[REGION_MAP].qualified
-        with self._cursor(sf) as cur:
+        with self.cursor(sf) as cur:
             cur.execute(f'SELECT COUNT(*) FROM {table} WHERE "ORGANIZATION_ID" = %s', (new_org.id,))
             if cur.fetchone()[0]:
                 return
             self._insert_map_row(cur, new_org.id, new_org.code, new_org.name, new_org.region, at)
-
-    def run_job(
-        self, coalesce: CoalesceClient, night_index: int, at: datetime | None = None, timeout: float = 600
-    ) -> NightResult:
-        """Runs the nightly job with the simulator clock at ``at`` and waits until it ends.
-
-        By default ``at`` is the night's 02:00: with the simulator's Scheduler on, setting the clock there
-        fires the schedule and that run is the night's; with it off, the run is started through the API as
-        the Scheduler would. An explicit ``at`` (a rerun in the morning) always starts a run."""
-        scheduled = at is None
-        at = at or self.scheduled_at(night_index)
-        env = self.spec.environment_id
-        before = coalesce.list_runs(env, order_by="id", order_by_direction="desc", limit=1).data
-        scheduler_on = sim_control(coalesce, "GET", "health")["scheduler"]
-        sim_control(coalesce, "POST", "clock", {"now": at.isoformat()})
-        if scheduled and scheduler_on:
-            run_id = self._scheduled_run(coalesce, before[0].id if before else 0)
-        else:
-            run_id = coalesce.start_run(
-                env,
-                job_id=self.spec.job_id,
-                user_credentials=CoalesceUserCredentials(
-                    # The local Snowflake accepts any credentials; these are the world's.
-                    snowflake_username=LOCAL_SNOWFLAKE_USER,
-                    snowflake_password=LOCAL_SNOWFLAKE_PASSWORD,
-                    snowflake_warehouse=_WAREHOUSE,
-                ),
-            )
-        run = coalesce.wait_for_run(run_id, poll_interval=0.05, timeout=timeout)
-        return NightResult(night_index, self.business_date(night_index), at, run_id, run.run_status.value)
-
-    def _scheduled_run(self, coalesce: CoalesceClient, after: int, within: float = 10.0) -> int:
-        """The run the Scheduler starts once the clock reaches the schedule (it checks every 0.2 s)."""
-        deadline = monotonic() + within
-        while monotonic() < deadline:
-            runs = coalesce.list_runs(
-                environment_id=self.spec.environment_id, order_by="id", order_by_direction="desc", limit=1
-            ).data
-            if runs and runs[0].id > after:
-                return runs[0].id
-            sleep(0.05)
-        raise WorldError(f"the simulator's Scheduler started no run within {within:.0f} s of its time")

@@ -11,7 +11,6 @@ near its design value (which keeps the reorder list stable night after night).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
@@ -19,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from dw_local.worlds.distributor.model import WorldSpec
+from dw_local.worlds.night_world import rng_for, to_utc
 
 HEALTHY, LOW, FLAGGED, TRANSFERRED = 0, 1, 2, 3
 FG, BULK = "FG", "BULK"
@@ -41,12 +41,6 @@ _FINISHES = ["zinc", "stainless", "black oxide", "brass", "nylon", "steel", "gal
 _UOMS = ["EA", "EA", "EA", "BX", "PK", "FT"]
 
 
-def rng_for(seed: int, purpose: str, day: int = 0) -> np.random.Generator:
-    # A stable integer per purpose (str hash() is salted per process).
-    tag = int.from_bytes(hashlib.sha256(purpose.encode()).digest()[:4], "big")
-    return np.random.default_rng([seed, tag, day + 100_000])
-
-
 def _apportion(total: int, weights: np.ndarray) -> np.ndarray:
     """Integers proportional to ``weights`` summing exactly to ``total`` (largest remainder)."""
     raw = total * weights / weights.sum()
@@ -54,20 +48,6 @@ def _apportion(total: int, weights: np.ndarray) -> np.ndarray:
     order = np.argsort(-(raw - out), kind="stable")
     out[order[: total - int(out.sum())]] += 1
     return out
-
-
-def to_utc(local: np.ndarray, tz: str) -> np.ndarray:
-    """Naive local wall times -> naive UTC times (datetime64[s]).
-
-    On a daylight-saving change a wall time can be ambiguous (the repeated hour in autumn: read as its first
-    occurrence, still on summer time, as a clock that logs wall time cannot say which) or skipped (the
-    missing hour in spring: moved forward past the gap, as a clock does)."""
-    flat = pd.DatetimeIndex(local.ravel())
-    first = np.ones(len(flat), dtype=bool)
-    idx = (
-        flat.tz_localize(tz, ambiguous=first, nonexistent="shift_forward").tz_convert("UTC").tz_localize(None)
-    )
-    return idx.values.astype("datetime64[s]").reshape(local.shape)
 
 
 def _at(day: date, seconds: np.ndarray) -> np.ndarray:

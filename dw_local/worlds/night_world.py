@@ -1,0 +1,254 @@
+"""What every world does the same way: its Coalesce project's Source nodes read as the RAW tables' shape,
+those tables created and loaded in the local Snowflake, the night calendar (night ``n`` applies business day
+``first_business_day + n``; the job starts at ``night_time`` the next day), and the night's job started
+through the Coalesce API as the Scheduler would.
+
+A world file's world (``dw_local/scenarios/generic.py``) and the distributor
+(``dw_local/worlds/distributor/generator.py``) are built on ``NightWorld``; each adds how it generates its
+data and how it plays a night's events. Every draw comes from ``rng_for(seed, purpose, night)``, so a night's
+data never depends on which nights were played before it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from time import monotonic, sleep
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import numpy as np
+import pandas as pd
+
+from dw_dagster.coalesce.client import CoalesceClient
+from dw_dagster.coalesce.models import CoalesceUserCredentials
+from dw_dagster.coalesce.sql import quote_identifier
+from dw_dagster.config import DwConfigError
+from dw_local.coalesce_sim.project import Project, load_project
+from dw_local.world import (
+    LOCAL_SNOWFLAKE_PASSWORD,
+    LOCAL_SNOWFLAKE_USER,
+    SnowflakeTarget,
+    WorldError,
+    sim_control,
+)
+from dw_local.worlds.tables import SourceRef
+
+_CSV_TIME = "%Y-%m-%d %H:%M:%S"
+# A Source column's dataType is interpolated into the RAW table's DDL: only a type name and its precision.
+_DATA_TYPE = re.compile(r"^[A-Z_]+(\(\s*\d+(\s*,\s*\d+)?\s*\))?$", re.IGNORECASE)
+
+
+def rng_for(seed: int, purpose: str, day: int = 0) -> np.random.Generator:
+    # A stable integer per purpose (str hash() is salted per process).
+    tag = int.from_bytes(hashlib.sha256(purpose.encode()).digest()[:4], "big")
+    return np.random.default_rng([seed, tag, day + 100_000])
+
+
+def to_utc(local: np.ndarray, tz: str) -> np.ndarray:
+    """Naive local wall times -> naive UTC times (datetime64[s]).
+
+    On a daylight-saving change a wall time can be ambiguous (the repeated hour in autumn: read as its first
+    occurrence, still on summer time, as a clock that logs wall time cannot say which) or skipped (the
+    missing hour in spring: moved forward past the gap, as a clock does)."""
+    flat = pd.DatetimeIndex(local.ravel())
+    first = np.ones(len(flat), dtype=bool)
+    idx = (
+        flat.tz_localize(tz, ambiguous=first, nonexistent="shift_forward").tz_convert("UTC").tz_localize(None)
+    )
+    return idx.values.astype("datetime64[s]").reshape(local.shape)
+
+
+@dataclass(frozen=True)
+class NightResult:
+    night: int
+    business_date: date
+    scheduled_at: datetime  # the job's start on the simulator clock, in the world's time zone
+    run_id: int | None  # None: no run (the scheduler_skip fault)
+    status: str  # the Coalesce run status: completed, failed or canceled; "skipped" when no run started
+
+    @property
+    def watched_at(self) -> datetime:
+        """When a deployed daemon's sensors see the night's run, a minute after its start: the business time
+        the local daemon ticks at for the night (``LocalDaemon.tick(at=...)``)."""
+        return self.scheduled_at + timedelta(minutes=1)
+
+
+class NightWorld:
+    """A world's project, tables and calendar on the local servers. ``spec`` gives ``seed``,
+    ``environment_id``, ``job_id``, ``first_business_day`` and ``night_time``; ``where`` names the world's
+    file in errors. A subclass gives the rows loaded at install (``install_frames``)."""
+
+    def __init__(self, spec: Any, project_file: Path, tz: ZoneInfo, where: Path | str):
+        self.spec = spec
+        self.project_file = Path(project_file)
+        self.tz = tz
+        self.where = where
+        self.project: Project = load_project(self.project_file)
+        self.tables, self.database = self._read_sources()
+
+    def _problem(self, message: str) -> DwConfigError:
+        return DwConfigError(f"{self.where}: {message}")
+
+    def _read_sources(self) -> tuple[dict[str, SourceRef], str]:
+        """Every Source node as its RAW table (the simulator's own reader: the Source nodes' columns are the
+        tables' DDL, so the project and the data cannot drift apart), and their one database."""
+        env = self.project.environment(self.spec.environment_id)
+        if env is None or self.project.job(self.spec.job_id) is None:
+            raise self._problem(
+                f"environment_id / job_id: {self.project_file} has no environment "
+                f"{self.spec.environment_id} or no job {self.spec.job_id}"
+            )
+        tables = {}
+        for node in self.project.file.nodes:
+            if not node.is_source:
+                continue
+            for c in node.columns:
+                if not _DATA_TYPE.match(c.dataType):
+                    raise self._problem(
+                        f"project: {self.project_file}: Source node {node.name} column {c.name}: dataType "
+                        f"{c.dataType!r} is not a Snowflake type such as NUMBER(38,0), VARCHAR(20) or DATE"
+                    )
+            database, schema, name = env.table(node.locationName, node.name)
+            ddl = ", ".join(
+                f"{quote_identifier(c.name)} {c.dataType}" + ("" if c.nullable else " NOT NULL")
+                for c in node.columns
+            )
+            columns = [c.name for c in node.columns]
+            tables[name] = SourceRef(
+                name, database, schema, columns, {c.name: c.dataType for c in node.columns}, ddl
+            )
+        databases = {t.database for t in tables.values()}
+        if len(databases) != 1:
+            raise self._problem(f"project: the Source nodes span databases {sorted(databases)}")
+        return tables, databases.pop()
+
+    # -- calendar --------------------------------------------------------------------------------
+
+    def business_date(self, night: int) -> date:
+        return self.spec.first_business_day + timedelta(days=night)
+
+    def scheduled_at(self, night: int) -> datetime:
+        """When the Coalesce Scheduler starts the nightly job after business day ``night``."""
+        return datetime.combine(self.business_date(night) + timedelta(days=1), self.spec.night_time, self.tz)
+
+    def utc(self, local: datetime) -> datetime:
+        """A naive local wall time of the world as naive UTC."""
+        return to_utc(np.array([np.datetime64(local, "s")]), self.tz.key)[0].item()
+
+    # -- Snowflake -------------------------------------------------------------------------------
+
+    @contextmanager
+    def cursor(self, sf: SnowflakeTarget) -> Iterator[Any]:
+        with closing(sf.connect(database=self.database)) as conn:
+            yield conn.cursor()
+
+    def install_frames(self) -> dict[str, pd.DataFrame]:
+        """The rows each source table holds before the first night, by Source node name."""
+        raise NotImplementedError
+
+    def install(self, sf: SnowflakeTarget) -> None:
+        """Creates every schema of the environment and the source tables, and loads their install rows."""
+        env = self.project.environment(self.spec.environment_id)
+        assert env is not None
+        with self.cursor(sf) as cur:
+            for mapping in env.storageMappings.values():
+                cur.execute(
+                    f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(mapping.database)}."
+                    f"{quote_identifier(mapping.schema_name)}"
+                )
+            for name in self.tables:
+                self.create_table(cur, name)
+            for name, frame in self.install_frames().items():
+                self.load(cur, name, frame)
+
+    def create_table(self, cur, name: str) -> None:
+        """(Re)creates a source table in its Source node's shape, empty."""
+        cur.execute(f"CREATE OR REPLACE TABLE {self.tables[name].qualified} ({self.tables[name].ddl})")
+
+    def actual_columns(self, cur, name: str) -> list[str]:
+        return self.tables[name].actual_columns(cur)
+
+    def load(self, cur, name: str, frame: pd.DataFrame) -> None:
+        """Loads rows into the table as it now is: a dropped column left out, a renamed one by position."""
+        if frame.empty:
+            return
+        declared, actual = self.tables[name].columns, self.actual_columns(cur, name)
+        target = actual
+        if set(actual) <= set(declared):
+            source = actual
+        elif set(declared) < set(actual):
+            # A column added upstream (column_added): loaded when the rows carry it, NULL when they do not.
+            source = target = [a for a in actual if a in declared or a in frame.columns]
+        elif len(actual) == len(declared):
+            source = [a if a in declared else declared[i] for i, a in enumerate(actual)]
+        else:
+            raise WorldError(f"{name}: cannot load columns {actual} from the project's {declared}")
+        if missing := sorted(set(source) - set(frame.columns)):
+            raise WorldError(f"{name}: the rows generated have no column {missing}; the table has {actual}")
+        # PUT + COPY: the fast path into the local server (executemany and big VALUES lists are slow).
+        with tempfile.TemporaryDirectory(prefix="dw-world-") as tmp:
+            path = Path(tmp) / f"{name.lower()}.csv"
+            frame[source].to_csv(path, index=False, header=False, date_format=_CSV_TIME)
+            stage = f"@{quote_identifier(self.database)}.PUBLIC.{quote_identifier('DW_WORLD_LOAD')}"
+            cur.execute(f"CREATE TEMPORARY STAGE IF NOT EXISTS {stage[1:]}")
+            cur.execute(f"PUT file://{path} {stage} AUTO_COMPRESS=FALSE OVERWRITE=TRUE")
+            cur.execute(
+                f"COPY INTO {self.tables[name].qualified} ({', '.join(map(quote_identifier, target))}) "
+                f"FROM {stage}/{path.name} FILE_FORMAT=(TYPE=CSV FIELD_OPTIONALLY_ENCLOSED_BY='\"') "
+                "PURGE=TRUE FORCE=TRUE"
+            )
+
+    # -- the job ---------------------------------------------------------------------------------
+
+    def skipped(self, night: int) -> NightResult:
+        """The night's result when no run starts (the scheduler_skip fault)."""
+        return NightResult(night, self.business_date(night), self.scheduled_at(night), None, "skipped")
+
+    def run_job(
+        self, coalesce: CoalesceClient, night: int, at: datetime | None = None, timeout: float = 600
+    ) -> NightResult:
+        """Runs the nightly job with the simulator clock at ``at`` and waits until it ends.
+
+        By default ``at`` is the night's schedule: with the simulator's Scheduler on, setting the clock there
+        fires the schedule and that run is the night's; with it off, the run is started through the API as
+        the Scheduler would. An explicit ``at`` (a rerun in the morning) always starts a run."""
+        scheduled = at is None
+        at = at or self.scheduled_at(night)
+        env = self.spec.environment_id
+        before = coalesce.list_runs(env, order_by="id", order_by_direction="desc", limit=1).data
+        scheduler_on = sim_control(coalesce, "GET", "health")["scheduler"]
+        sim_control(coalesce, "POST", "clock", {"now": at.isoformat()})
+        if scheduled and scheduler_on:
+            run_id = self._scheduled_run(coalesce, before[0].id if before else 0)
+        else:
+            run_id = coalesce.start_run(
+                env,
+                job_id=self.spec.job_id,
+                user_credentials=CoalesceUserCredentials(
+                    # The local Snowflake accepts any credentials; these are the world's.
+                    snowflake_username=LOCAL_SNOWFLAKE_USER,
+                    snowflake_password=LOCAL_SNOWFLAKE_PASSWORD,
+                    snowflake_warehouse="LOCAL_WH",
+                ),
+            )
+        run = coalesce.wait_for_run(run_id, poll_interval=0.05, timeout=timeout)
+        return NightResult(night, self.business_date(night), at, run_id, run.run_status.value)
+
+    def _scheduled_run(self, coalesce: CoalesceClient, after: int, within: float = 10.0) -> int:
+        """The run the Scheduler starts once the clock reaches the schedule (it checks every 0.2 s)."""
+        deadline = monotonic() + within
+        while monotonic() < deadline:
+            runs = coalesce.list_runs(
+                environment_id=self.spec.environment_id, order_by="id", order_by_direction="desc", limit=1
+            ).data
+            if runs and runs[0].id > after:
+                return runs[0].id
+            sleep(0.05)
+        raise WorldError(f"the simulator's Scheduler started no run within {within:.0f} s of its time")
