@@ -1,9 +1,10 @@
-"""Seeding a world: its history nights played and watched (``seed_history``, for the distributor and every
-world file alike), and the distributor's 60 nights played once, then cached for tests.
+"""Seeding a world: its history nights played and watched (``seed_history``), played once and cached as a
+template (``Template``), for the distributor and every world file alike.
 
 History comes from actually running the nightly Coalesce job night after night, so seeding costs about a
-minute. Tests copy a seeded template instead: the template's folder name carries a hash of every file
-that shapes the data, so a change to the world, the generator or the simulator reseeds it.
+minute. Tests and scenarios copy a seeded template instead: the template's folder name carries a hash of
+every file that shapes the data, so a change to the world, the generator, the events or the simulator
+reseeds it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import re
 import shutil
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,9 +27,10 @@ if TYPE_CHECKING:
 HISTORY_NIGHTS = 60
 _LOCAL_DIR = Path(__file__).resolve().parent
 # Seeding runs the product's sensor and checks each night, so the code that writes their history shapes
-# the template too; diagnosis, notifications and the rest do not.
+# the template too; diagnosis, notifications and the rest do not. Every world plays the shared events
+# (scenarios/*.py); the scenario files and world files under scenarios/ shape only their own worlds.
 _SHAPING = [
-    "worlds", "coalesce_sim", "snowflake_server.py", "snowflake_statements.py", "account_usage.py", "seeding.py", "daemon.py",
+    "worlds", "scenarios/*.py", "coalesce_sim", "snowflake_server.py", "snowflake_statements.py", "account_usage.py", "seeding.py", "daemon.py",
     "../dw_dagster/checks", "../dw_dagster/warehouse", "../dw_dagster/coalesce", "../dw_dagster/incidents/store.py",
     "../dw_dagster/coalesce_runs.py", "../dw_dagster/components.py", "../dw_dagster/defs", "../dw_dagster/project.py",
     "../dw_dagster/settings.py", "../dw_dagster/governance",
@@ -73,7 +78,10 @@ def _shaping_hash() -> str:
     h = hashlib.sha256()
     for name in _SHAPING:
         base = (_LOCAL_DIR / name).resolve()
-        files = sorted(base.rglob("*")) if base.is_dir() else [base]
+        if "*" in name:
+            files = sorted(base.parent.glob(base.name))
+        else:
+            files = sorted(base.rglob("*")) if base.is_dir() else [base]
         for f in files:
             if f.is_file() and "__pycache__" not in f.parts:
                 h.update(str(f.relative_to(_LOCAL_DIR.parent)).encode())
@@ -81,23 +89,74 @@ def _shaping_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def seeded_template(cache_dir: Path, nights: int = HISTORY_NIGHTS) -> Path:
-    """A stopped, seeded world under ``cache_dir``, built once per content hash (safe across processes)."""
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    template = cache_dir / f"distributor-{nights}-{_shaping_hash()}"
-    with open(cache_dir / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (template / "seeded.json").exists():
-            shutil.rmtree(template, ignore_errors=True)
+class Template:
+    """A world's stopped, seeded copy under ``cache_dir/worlds/<name>/``: ``nights`` history nights played and
+    watched (``seed_history``), built once per content hash (``_shaping_hash`` and the world's own ``files``).
+    The distributor's by default; a world file's names its world, files, servers and ``env``.
+
+    Checking, building and pruning happen under the folder's ``.build.lock``; ``clone`` holds it through
+    the copy too, so no other process can prune the template between its check and its copy. Pruning also
+    takes ``.lock``, which ``clone_world`` holds while copying, for callers that copy a ``path()``."""
+
+    def __init__(
+        self,
+        cache_dir: Path,
+        world: NightWorld | None = None,
+        nights: int = HISTORY_NIGHTS,
+        env: dict[str, str] | None = None,
+        files: Sequence[Path] = (),
+        servers: Callable[[Path], LocalWorld] = LocalWorld,
+    ):
+        if world is None:
             from dw_local.worlds.distributor.generator import DistributorWorld
 
-            with LocalWorld(template) as lw:
-                seed_history(DistributorWorld(), lw, nights)
-            # Each is about 100 MB: keep only the one that matches the code.
-            for stale in cache_dir.glob("distributor-*"):
-                if stale != template and (stale / "seeded.json").exists():
+            world = DistributorWorld()
+        self.world, self.nights, self.env, self.files, self.servers = world, nights, env, files, servers
+        self.folder = Path(cache_dir).resolve() / "worlds" / world.name
+
+    def path(self) -> Path:
+        with self._build_lock():
+            return self._ensure()
+
+    def clone(self, dest: Path) -> Path:
+        """A private copy of the template at ``dest``, to start with the world's servers."""
+        with self._build_lock():
+            return clone_world(self._ensure(), dest)
+
+    @contextmanager
+    def _build_lock(self) -> Iterator[None]:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / ".build.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def _hash(self) -> str:
+        h = hashlib.sha256(_shaping_hash().encode())
+        for f in self.files:
+            h.update(Path(f).read_bytes())
+        return h.hexdigest()[:16]
+
+    def _ensure(self) -> Path:
+        prefix = f"{self.world.name}-{self.nights}-"
+        template = self.folder / f"{prefix}{self._hash()}"
+        if (template / "seeded.json").exists():
+            return template
+        shutil.rmtree(template, ignore_errors=True)
+        with self.servers(template) as lw:
+            seed_history(self.world, lw, self.nights, self.env)
+        # Each is about 100 MB: keep only the one that matches the code (of this world and history length).
+        stale_name = re.compile(rf"^{re.escape(prefix)}[0-9a-f]{{16}}$")
+        with open(self.folder / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for stale in self.folder.iterdir():
+                if stale != template and stale_name.match(stale.name) and (stale / "seeded.json").exists():
                     shutil.rmtree(stale, ignore_errors=True)
-    return template
+        return template
+
+
+def seeded_template(cache_dir: Path, nights: int = HISTORY_NIGHTS) -> Path:
+    """The distributor's seeded template under ``cache_dir`` (``Template``)."""
+    return Template(cache_dir, nights=nights).path()
 
 
 def clone_world(template: Path, dest: Path) -> Path:

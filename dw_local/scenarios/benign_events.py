@@ -34,7 +34,7 @@ class NewKeyMapped(Event):
 
     def check(self, world):
         super().check(world)
-        if world.spec.sources[self.reference].load != "once":
+        if world.source_load(self.reference) != "once":
             raise ValueError(f"reference: {self.reference} is not a load: once (reference) source")
         if wrong := sorted(set(self.row) - set(world.tables[self.reference].columns)):
             raise ValueError(f"row: {self.reference} has no column {wrong[0]}")
@@ -86,14 +86,14 @@ class ColumnAdded(Event):
         # Not the base check: the column is one the table does not have yet.
         if self.table not in world.tables:
             raise ValueError(
-                f"table: {self.table} is not a source of world {world.spec.name} ({sorted(world.tables)})"
+                f"table: {self.table} is not a source of world {world.name} ({sorted(world.tables)})"
             )
         if self.column in world.tables[self.table].columns:
             raise ValueError(f"column: {self.table} already has a column {self.column}")
         built = {n.name for n in world.project.file.nodes if not n.is_source}
         for i, node in enumerate(self.nodes):
             if node not in built:
-                raise ValueError(f"nodes[{i}]: {node} is not a built node of {world.spec.project}")
+                raise ValueError(f"nodes[{i}]: {node} is not a built node of {world.project_file}")
 
     def before_load(self, world, cur, night):
         table = world.tables[self.table]
@@ -101,7 +101,7 @@ class ColumnAdded(Event):
             cur.execute(
                 f"ALTER TABLE {table.qualified} ADD COLUMN {quote_identifier(self.column)} {self.data_type}"
             )
-            if world.spec.sources[self.table].load == "once":
+            if world.source_load(self.table) == "once":
                 # Reference rows are not reloaded: the installed ones take the first value.
                 cur.execute(
                     f"UPDATE {table.qualified} SET {quote_identifier(self.column)} = %s", (self.values[0],)

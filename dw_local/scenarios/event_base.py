@@ -11,11 +11,10 @@ from pydantic import Field
 
 from dw_dagster.config import FileModel
 from dw_local.scenarios.event_rows import matching, values_of
-from dw_local.worlds.night_world import rng_for
+from dw_local.worlds.night_world import Frames, NightWorld, rng_for
 
 if TYPE_CHECKING:
     from dw_dagster.coalesce.client import CoalesceClient
-    from dw_local.scenarios.generic import Frames, GenericWorld
 
 _IDENT = r"^[A-Z_][A-Z0-9_$]*$"
 Ident = Annotated[str, Field(pattern=_IDENT)]
@@ -23,9 +22,9 @@ Fraction = Annotated[float, Field(gt=0, le=1)]
 
 
 class Event(FileModel):
-    """One event. Its hooks take the world that plays it, reading only what every world offers: ``tables``
-    (``SourceRef`` by Source node name), ``actual_columns``, ``project``, ``spec.seed`` and
-    ``spec.environment_id``; a world file's also ``once_frame``, ``load`` and ``spec.sources``."""
+    """One event. Its hooks take the world that plays it (a ``NightWorld``), reading only what every world
+    offers: ``tables`` (``SourceRef`` by Source node name), ``actual_columns``, ``project``, ``source_load``,
+    ``once_frame``, ``possible_values``, ``load``, ``edit_stamp``, ``spec.seed`` and ``spec.environment_id``."""
 
     kind: str
     benign: ClassVar[bool] = False
@@ -49,12 +48,22 @@ class Event(FileModel):
         """Source tables that get nothing new tonight (``source_not_refreshed``)."""
         return set()
 
-    def check(self, world: GenericWorld) -> None:
+    def changes_load(self) -> bool:
+        """Changes the night's new rows (``transform``)."""
+        return type(self).transform is not Event.transform
+
+    def reloaded(self, world: NightWorld) -> set[str]:
+        """Source tables whose loaded rows the event leaves wrong and a reload from the system they replicate
+        puts right (a world that can reload them does so on ``repair``)."""
+        table = getattr(self, "table", None)
+        return {table} if table and self.changes_load() else set()
+
+    def check(self, world: NightWorld) -> None:
         """The parameters make sense on this world (raise ValueError naming the parameter)."""
         for name in self.tables():
             if name not in world.tables:
                 raise ValueError(
-                    f"table: {name} is not a source of world {world.spec.name} ({sorted(world.tables)})"
+                    f"table: {name} is not a source of world {world.name} ({sorted(world.tables)})"
                 )
         column = getattr(self, "column", None)
         table = getattr(self, "table", None)
@@ -66,7 +75,7 @@ class Event(FileModel):
                 raise ValueError(f"where/set: {table} has no column {name}")
         if table not in world.tables:
             return
-        load = world.spec.sources[table].load
+        load = world.source_load(table)
         if self.table_load == "night" and load == "once":
             raise ValueError(
                 f"table: {self.kind} changes the night's new rows; {table} is load: once (reference data): "
@@ -91,17 +100,17 @@ class Event(FileModel):
     def growth(self, night: int) -> float:
         return 1.0
 
-    def before_load(self, world: GenericWorld, cur: Any, night: int) -> None:
+    def before_load(self, world: NightWorld, cur: Any, night: int) -> None:
         pass
 
-    def transform(self, world: GenericWorld, frames: Frames, night: int) -> Frames:
+    def transform(self, world: NightWorld, frames: Frames, night: int) -> Frames:
         return frames
 
-    def before_run(self, world: GenericWorld, coalesce: CoalesceClient) -> None:
+    def before_run(self, world: NightWorld, coalesce: CoalesceClient) -> None:
         pass
 
-    def repair(self, world: GenericWorld, cur: Any, coalesce: CoalesceClient) -> None:
+    def repair(self, world: NightWorld, cur: Any, coalesce: CoalesceClient) -> None:
         pass
 
-    def rng(self, world: GenericWorld, night: int) -> np.random.Generator:
+    def rng(self, world: NightWorld, night: int) -> np.random.Generator:
         return rng_for(world.spec.seed, f"event/{self.kind}", night)

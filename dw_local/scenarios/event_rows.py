@@ -12,7 +12,7 @@ from dw_dagster.coalesce.sql import quote_identifier
 from dw_local.world import WorldError
 
 if TYPE_CHECKING:
-    from dw_local.scenarios.generic import Frames, GenericWorld
+    from dw_local.worlds.night_world import Frames, NightWorld
 
 
 def values_of(value: Any) -> list[Any]:
@@ -55,7 +55,7 @@ def where_sql(where: dict[str, Any]) -> tuple[str, tuple]:
     return " AND ".join(clauses), tuple(args)
 
 
-def restore_rows(world: GenericWorld, cur: Any, table: str, where: dict[str, Any]) -> None:
+def restore_rows(world: NightWorld, cur: Any, table: str, where: dict[str, Any]) -> None:
     """Puts the world file's rows matching ``where`` back in a once table, as they were installed."""
     clause, args = where_sql(where)
     cur.execute(f"DELETE FROM {world.tables[table].qualified} WHERE {clause}", args)
@@ -63,7 +63,7 @@ def restore_rows(world: GenericWorld, cur: Any, table: str, where: dict[str, Any
     world.load(cur, table, original[matching(original, where)])
 
 
-def with_new_key(event: Any, world: GenericWorld, frames: Frames, night: int) -> Frames:
+def with_new_key(event: Any, world: NightWorld, frames: Frames, night: int) -> Frames:
     """``fraction`` of the night's rows matching ``where`` now carry the new key (orders on a new storefront);
     ``event`` is a ``new_key_unmapped`` or a ``new_key_mapped``."""
     frame = frames[event.table].copy()

@@ -72,11 +72,12 @@ class ReferenceRowRemapped(Event):
         return self.table
 
     def before_load(self, world, cur, night):
-        assignments = ", ".join(f"{quote_identifier(c)} = %s" for c in self.set)
+        edit = {**self.set, **world.edit_stamp(self.table, night)}
+        assignments = ", ".join(f"{quote_identifier(c)} = %s" for c in edit)
         clause, args = where_sql(self.where)
         cur.execute(
             f"UPDATE {world.tables[self.table].qualified} SET {assignments} WHERE {clause}",
-            (*self.set.values(), *args),
+            (*edit.values(), *args),
         )
 
     def repair(self, world, cur, coalesce):
@@ -120,6 +121,9 @@ class ReplicationStalled(Event):
 
     kind: Literal["replication_stalled"]
     loads_source: ClassVar[bool] = False
+
+    def reloaded(self, world):
+        return {name for name in world.tables if world.source_load(name) != "once"}
 
 
 class UnitChange(Event):
@@ -228,6 +232,9 @@ class ColumnDropped(Event):
     column: Ident
     persists: ClassVar[bool] = True
 
+    def reloaded(self, world):
+        return {self.table}  # the rows loaded meanwhile lack the column's values
+
     def before_load(self, world, cur, night):
         if self.column in world.actual_columns(cur, self.table):
             table = world.tables[self.table].qualified
@@ -254,7 +261,7 @@ class NodeFailure(Event):
 
     def check(self, world):
         if not any(n.name == self.node and not n.is_source for n in world.project.file.nodes):
-            raise ValueError(f"node: {self.node} is not a built node of {world.spec.project}")
+            raise ValueError(f"node: {self.node} is not a built node of {world.project_file}")
         if self._plain_column(world) is None:
             raise ValueError(f"node: {self.node} has no column read straight from one source column to break")
 
@@ -320,12 +327,14 @@ class SourceNotRefreshed(Event):
 
     def check(self, world):
         super().check(world)
-        source = world.spec.sources[self.table]
-        if source.load == "once" and source.refresh is None:
+        if world.source_load(self.table) == "once" and not world.refreshed(self.table):
             raise ValueError(
                 f"table: {self.table} is load: once and never re-synced, so it cannot go stale: give it a "
                 f"nightly refresh in the world file (sources.{self.table}.refresh) to play it not refreshed"
             )
 
     def held_tables(self):
+        return {self.table}
+
+    def reloaded(self, world):
         return {self.table}

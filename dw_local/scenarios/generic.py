@@ -8,7 +8,8 @@ the Coalesce API with the simulator clock at that time, as the Scheduler would. 
 calendar (weekend, month-end and holiday factors) and every draw comes from ``rng_for(seed, table,
 night)``, so a night's data never depends on which nights were played before it.
 
-Events (``events.py``) change what a night loads or runs: the fault vocabulary and the benign events.
+Events (``events.py``) change what a night loads or runs: the fault vocabulary and the benign events, played
+by ``NightWorld.play_night``.
 """
 
 from __future__ import annotations
@@ -21,13 +22,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dw_dagster.coalesce.client import CoalesceClient
 from dw_dagster.coalesce.sql import quote_identifier
+from dw_local.scenarios.events import EVENTS
 from dw_local.scenarios.world_file import ColumnGenerator, SourceTable, WorldFile
-from dw_local.world import SnowflakeTarget
-from dw_local.worlds.night_world import NightResult, NightWorld, rng_for, to_utc
+from dw_local.worlds.night_world import Frames, NightWorld, rng_for, to_utc
 
-Frames = dict[str, pd.DataFrame]
 # Ids of one night's rows: start + night x block + row, so a night replayed or caught up reuses its own ids.
 _ID_BLOCK = 1_000_000
 
@@ -41,19 +40,22 @@ def _calendar_factor(count, day: date, holiday: bool) -> float:
 
 
 class GenericWorld(NightWorld):
-    """Plays a world file's nights on the local servers."""
+    """Plays a world file's nights on the local servers. It keeps in memory what replication has not
+    applied yet (``backlog``, ``held_rows``), so one process plays a scenario's nights."""
+
+    EVENTS = EVENTS
 
     def __init__(self, spec: WorldFile, source: Path | None = None):
         super().__init__(spec, spec.project, spec.timezone, source or spec.name)
         self.spec: WorldFile = spec
+        self.name = spec.name
         self.source = source
         self._check_sources()
         self._once = self._once_frames()
         # Business days replication held back (replication_stalled), applied with the next night played.
         self.backlog: list[int] = []
-        # One table's rows held back (source_not_refreshed), and reference edits waiting for their sync.
+        # One table's rows held back (source_not_refreshed).
         self.held_rows: dict[str, list[pd.DataFrame]] = {}
-        self.deferred: list[Any] = []
 
     def _check_sources(self) -> None:
         """Each Source node has a generator of exactly its columns."""
@@ -99,6 +101,12 @@ class GenericWorld(NightWorld):
 
     def once_frame(self, name: str) -> pd.DataFrame:
         return self._once[name]
+
+    def source_load(self, name: str) -> str:
+        return self.spec.sources[name].load
+
+    def refreshed(self, name: str) -> bool:
+        return self.spec.sources[name].refresh is not None
 
     def possible_values(self, name: str, column: str) -> set[Any] | None:
         """Every value the column can hold, where its generator says (a choice, a reference); else None."""
@@ -187,34 +195,14 @@ class GenericWorld(NightWorld):
 
     # -- nights ------------------------------------------------------------------------------------
 
-    def play_night(
-        self, sf: SnowflakeTarget, coalesce: CoalesceClient, night: int, events: Sequence[Any] = ()
-    ) -> NightResult:
-        """Applies business day ``night`` with its events, then runs the job (unless an event skips it)."""
-        held = {t for e in events for t in e.held_tables()}
-        with self.cursor(sf) as cur:
-            # Reference edits made upstream while their table's sync was stopped arrive with its next sync.
-            waiting, self.deferred = self.deferred, []
-            for event in [*waiting, *events]:
-                if event.edits_reference() in held:
-                    self.deferred.append(event)
-                    continue
-                event.before_load(self, cur, night)
-            if all(e.loads_source for e in events):
-                growth = float(np.prod([e.growth(night) for e in events])) if events else 1.0
-                frames = self.night_frames(night, growth)
-                for event in events:
-                    frames = event.transform(self, frames, night)
-                self._apply(cur, night, frames, held)
-            else:
-                self.backlog.append(night)
-            for event in events:
-                event.before_run(self, coalesce)
-        if all(e.runs_job for e in events):
-            return self.run_job(coalesce, night)
-        return self.skipped(night)
+    def night_rows(self, cur, night: int, events: Sequence[Any]) -> Frames:
+        growth = float(np.prod([e.growth(night) for e in events])) if events else 1.0
+        return self.night_frames(night, growth)
 
-    def _apply(self, cur, night: int, frames: Frames, held: set[str] = frozenset()) -> None:
+    def stalled(self, night: int) -> None:
+        self.backlog.append(night)
+
+    def apply_night(self, cur, night: int, frames: Frames, held: set[str]) -> None:
         missed = [self.night_frames(t) for t in self.backlog]
         self.backlog = []
         for name, frame in frames.items():

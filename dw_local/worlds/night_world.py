@@ -3,10 +3,12 @@ those tables created and loaded in the local Snowflake, the night calendar (nigh
 ``first_business_day + n``; the job starts at ``night_time`` the next day), and the night's job started
 through the Coalesce API as the Scheduler would.
 
-A world file's world (``dw_local/scenarios/generic.py``) and the distributor
-(``dw_local/worlds/distributor/generator.py``) are built on ``NightWorld``; each adds how it generates its
-data and how it plays a night's events. Every draw comes from ``rng_for(seed, purpose, night)``, so a night's
-data never depends on which nights were played before it.
+A night plays its events (``dw_local/scenarios/events.py``) the same way on every world: their edits of
+schemas and reference rows, the night's new rows as they change them, their Coalesce project changes, then the
+job unless one skips it; ``repair`` undoes one. A world file's world (``dw_local/scenarios/generic.py``) and
+the distributor (``dw_local/worlds/distributor/generator.py``) are built on ``NightWorld``; each adds how it
+generates its data, loads a night and reloads what an event broke. Every draw comes from ``rng_for(seed,
+purpose, night)``, so a night's data never depends on which nights were played before it.
 """
 
 from __future__ import annotations
@@ -14,17 +16,18 @@ from __future__ import annotations
 import hashlib
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from time import monotonic, sleep
-from typing import Any
+from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
 import numpy as np
 import pandas as pd
+import pydantic
 
 from dw_dagster.coalesce.client import CoalesceClient
 from dw_dagster.coalesce.models import CoalesceUserCredentials
@@ -40,6 +43,7 @@ from dw_local.world import (
 )
 from dw_local.worlds.tables import SourceRef
 
+Frames = dict[str, pd.DataFrame]
 _CSV_TIME = "%Y-%m-%d %H:%M:%S"
 # A Source column's dataType is interpolated into the RAW table's DDL: only a type name and its precision.
 _DATA_TYPE = re.compile(r"^[A-Z_]+(\(\s*\d+(\s*,\s*\d+)?\s*\))?$", re.IGNORECASE)
@@ -83,7 +87,12 @@ class NightResult:
 class NightWorld:
     """A world's project, tables and calendar on the local servers. ``spec`` gives ``seed``,
     ``environment_id``, ``job_id``, ``first_business_day`` and ``night_time``; ``where`` names the world's
-    file in errors. A subclass gives the rows loaded at install (``install_frames``)."""
+    file in errors. A subclass gives the rows loaded at install (``install_frames``), how each source loads
+    (``source_load``), the events it plays (``EVENTS``) and how a night's rows are made and applied
+    (``night_rows``, ``apply_night``)."""
+
+    EVENTS: ClassVar[pydantic.TypeAdapter]
+    name: str
 
     def __init__(self, spec: Any, project_file: Path, tz: ZoneInfo, where: Path | str):
         self.spec = spec
@@ -92,6 +101,9 @@ class NightWorld:
         self.where = where
         self.project: Project = load_project(self.project_file)
         self.tables, self.database = self._read_sources()
+
+        # Reference edits made upstream while their table's sync was stopped, applied with its next sync.
+        self.deferred: list[Any] = []
 
     def _problem(self, message: str) -> DwConfigError:
         return DwConfigError(f"{self.where}: {message}")
@@ -128,6 +140,29 @@ class NightWorld:
         if len(databases) != 1:
             raise self._problem(f"project: the Source nodes span databases {sorted(databases)}")
         return tables, databases.pop()
+
+    # -- the sources, as events read them ------------------------------------------------------
+
+    def source_load(self, name: str) -> str:
+        """How a source gets its rows: ``once`` (reference data), ``append`` or ``snapshot`` (each night)."""
+        raise NotImplementedError
+
+    def refreshed(self, name: str) -> bool:
+        """A ``once`` table re-synced each night (so it can be held back)."""
+        return False
+
+    def once_frame(self, name: str) -> pd.DataFrame:
+        """A ``once`` table's rows as installed."""
+        return self.install_frames()[name]
+
+    def possible_values(self, name: str, column: str) -> set[Any] | None:
+        """Every value the column can hold, where the world knows them; else None."""
+        return set(self.once_frame(name)[column]) if self.source_load(name) == "once" else None
+
+    def edit_stamp(self, table: str, night: int) -> dict[str, Any]:
+        """Columns an upstream edit of a reference table's rows on business day ``night`` sets besides its
+        own (who edited it, when)."""
+        return {}
 
     # -- calendar --------------------------------------------------------------------------------
 
@@ -204,6 +239,75 @@ class NightWorld:
                 f"FROM {stage}/{path.name} FILE_FORMAT=(TYPE=CSV FIELD_OPTIONALLY_ENCLOSED_BY='\"') "
                 "PURGE=TRUE FORCE=TRUE"
             )
+
+    # -- nights ---------------------------------------------------------------------------------
+
+    def parse_event(self, raw: Any) -> Any:
+        """An event of the world's vocabulary (``EVENTS``) from its fields, checked against the world
+        (ValueError naming the parameter; pydantic's ValidationError for a field)."""
+        event = raw if isinstance(raw, pydantic.BaseModel) else self.EVENTS.validate_python(raw)
+        event.check(self)
+        return event
+
+    def night_rows(self, cur, night: int, events: Sequence[Any]) -> Frames:
+        """The rows each night-loaded source gets on business day ``night``, before the events change them."""
+        raise NotImplementedError
+
+    def transformed(self, frames: Frames, night: int, events: Sequence[Any]) -> Frames:
+        """The night's rows as the events make them arrive."""
+        for event in events:
+            frames = event.transform(self, frames, night)
+        return frames
+
+    def apply_night(self, cur, night: int, frames: Frames, held: set[str]) -> None:
+        """Loads the night's rows (a ``held`` table gets nothing new tonight)."""
+        raise NotImplementedError
+
+    def stalled(self, night: int) -> None:
+        """Nothing is loaded tonight (replication stalled); the next night played catches up."""
+
+    def play_night(
+        self, sf: SnowflakeTarget, coalesce: CoalesceClient, night: int, events: Sequence[Any] = ()
+    ) -> NightResult:
+        """Applies business day ``night`` with its events (or their fields, ``parse_event``), then runs the
+        job at ``scheduled_at`` unless an event skips it (status ``skipped``, no run id)."""
+        events = [self.parse_event(e) for e in events]
+        held = {t for e in events for t in e.held_tables()}
+        loads = all(e.loads_source for e in events)
+        if not loads and (changing := [e.kind for e in events if e.changes_load()]):
+            raise WorldError(
+                f"night {night}: {changing[0]} changes a load that replication_stalled holds back"
+            )
+        with self.cursor(sf) as cur:
+            waiting, self.deferred = self.deferred, []
+            for event in [*waiting, *events]:
+                if event.edits_reference() in held:
+                    self.deferred.append(event)
+                    continue
+                event.before_load(self, cur, night)
+            if loads:
+                frames = self.transformed(self.night_rows(cur, night, events), night, events)
+                self.apply_night(cur, night, frames, held)
+            else:
+                self.stalled(night)
+            for event in events:
+                event.before_run(self, coalesce)
+        if all(e.runs_job for e in events):
+            return self.run_job(coalesce, night)
+        return self.skipped(night)
+
+    def repair(
+        self, sf: SnowflakeTarget, coalesce: CoalesceClient, event: Any, night: int | None = None
+    ) -> None:
+        """Undoes ``event`` (its own ``repair``), then puts right what it left in the sources as the world's
+        owners would (``after_repair``). The job is not run: rerun it (``run_job``) to rebuild."""
+        event = self.parse_event(event)
+        with self.cursor(sf) as cur:
+            event.repair(self, cur, coalesce)
+            self.after_repair(cur, coalesce, event, night)
+
+    def after_repair(self, cur, coalesce: CoalesceClient, event: Any, night: int | None) -> None:
+        """What a world's owners do after an event is undone (``night``: the latest, by default)."""
 
     # -- the job ---------------------------------------------------------------------------------
 

@@ -100,10 +100,16 @@ def story_of(tmp_path_factory):
 def distributor(story_of):
     story = story_of("distributor")
     story.play()
-    deleted = {"kind": "reference_row_deleted", "org_id": 7030}
+    deleted = {"kind": "reference_row_deleted", "table": "REGION_MAP", "where": {"ORGANIZATION_ID": 7030}}
     story.nights = {"deleted": story.play(deleted), "duplicated": None, "repaired": None}
     (story.first,) = story.new_incidents()
-    story.nights["duplicated"] = story.play({"kind": "duplicate_load", "org_id": 7020})
+    story.nights["duplicated"] = story.play(
+        {
+            "kind": "duplicate_load",
+            "table": "MTL_ONHAND_QUANTITIES_DETAIL",
+            "where": {"ORGANIZATION_ID": 7020},
+        }
+    )
     story.second = next(i for i in story.new_incidents() if i.incident_id != story.first.incident_id)
     story.refused = story.cli(
         "incidents", "resolve", story.first.incident_id, "--as", "Luis Romero", "--reason", "x"

@@ -1,6 +1,7 @@
-"""Faults the distributor world plays: each a real change to the sources, the region map, the Coalesce
-project or the schedule, deterministic from the seed. These tests assert what the raw data and the built
-tables then hold and how the Coalesce run ended; what dw-dagster detects is tested elsewhere.
+"""Events the distributor world plays: the shared vocabulary on its tables and its own three kinds, each a
+real change to the sources, the region map, the Coalesce project or the schedule, deterministic from the
+seed. These tests assert what the raw data and the built tables then hold and how the Coalesce run ended;
+what dw-dagster detects is tested elsewhere.
 
 The world tests share one seeded world (module-scoped) and may run in any order or on different xdist
 workers: each plays the world's next night and leaves it clean (its fault repaired) for the next test.
@@ -9,17 +10,17 @@ workers: each plays the world's next night and leaves it clean (its fault repair
 from __future__ import annotations
 
 import hashlib
-import inspect
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pandas as pd
-import pydantic
 import pytest
 
 from dw_local.scenarios.fault_events import NODE_FAILURE_MARKER
-from dw_local.worlds.distributor.faults import KINDS, Fault
-from dw_local.worlds.distributor.generator import ONHAND, ORDER_LINES, DistributorWorld
+from dw_local.worlds.distributor.events import DISTRIBUTOR_KINDS
+from dw_local.worlds.distributor.generator import HERE, ONHAND, ORDER_LINES, DistributorWorld
 from dw_local.worlds.distributor.simulation import line_id_range
 from dw_local.worlds.night_world import NightResult
 
@@ -28,61 +29,84 @@ LINES = "RAW_EBS.OE_ORDER_LINES_ALL"
 FCT = "INVENTORY.FCT_INVENTORY_POSITION"
 SPEC = DistributorWorld().spec
 ORG_IDS = [o.id for o in SPEC.orgs]
+Event = dict[str, Any]
 
 
-# ---------------------------------------------------------------- the fault model, without servers
+def _org(org_id: int, table: str = ONHAND) -> dict[str, int]:
+    """The ``where`` of one org's rows of a night-loaded table."""
+    return {"ORGANIZATION_ID" if table == ONHAND else "SHIP_FROM_ORG_ID": org_id}
 
 
-def test_every_kind_says_what_a_data_engineer_sees():
-    assert set(KINDS) >= {
+def _kind(cls: type) -> str:
+    return cls.model_fields["kind"].annotation.__args__[0]
+
+
+# ---------------------------------------------------------------- the events, without servers
+
+
+def test_every_kind_says_what_a_data_engineer_sees_on_this_world():
+    sections = re.split(r"^## ", (HERE / "faults.md").read_text(), flags=re.MULTILINE)[1:]
+    seen = {s.split("\n", 1)[0].strip("` "): s for s in sections}
+    kinds = {_kind(cls) for cls in DISTRIBUTOR_KINDS}
+    assert kinds == {
         "duplicate_load", "replication_stalled", "unit_change", "partial_load", "reference_row_deleted",
         "reference_row_remapped", "null_join_key", "column_renamed", "column_dropped", "node_failure",
-        "scheduler_skip", "source_not_refreshed", "new_org_mapped", "steady_growth",
+        "scheduler_skip", "source_not_refreshed", "new_key_unmapped", "new_org_mapped", "steady_growth",
     }  # fmt: skip
-    for kind, cls in KINDS.items():
-        doc = inspect.getdoc(cls) or ""
-        assert "Parameters:" in doc and "A data engineer sees" in doc, kind
-    assert {k for k, c in KINDS.items() if c.benign} == {"new_org_mapped", "steady_growth"}
+    assert set(seen) == kinds
+    for kind, text in seen.items():
+        assert "A data engineer sees" in text, kind
+    assert {_kind(c) for c in DISTRIBUTOR_KINDS if c.benign} == {"new_org_mapped", "steady_growth"}
 
 
-def test_fault_parameters_are_validated_and_defaulted():
-    x12 = Fault(kind="unit_change")
-    assert (x12.factor, x12.column) == (12, "TRANSACTION_QUANTITY")
-    assert Fault(kind="column_renamed", column="LAST_UPDATE_DATE").new_name == "LAST_UPDATE_DATE_NEW"
-    assert Fault(kind="reference_row_deleted", org_id=7010).persists
-    assert not Fault(kind="duplicate_load").persists
-    assert Fault(kind="node_failure").persists and not Fault(kind="node_failure", mode="test").persists
-    # Round trip, as a scenario file would carry it.
-    fault = Fault(kind="partial_load", fraction=0.2, org_id=7020)
-    assert Fault.model_validate_json(fault.model_dump_json()) == fault
+def test_events_are_checked_against_the_world():
+    world = DistributorWorld()
+    assert world.parse_event({"kind": "steady_growth", "since_night": 3}).pct == 0.2
+    assert world.parse_event(
+        {"kind": "reference_row_deleted", "table": "REGION_MAP", "where": _org(7010)}
+    ).persists
+    assert not world.parse_event({"kind": "duplicate_load", "table": ONHAND}).persists
+    node = {"kind": "node_failure", "node": "FCT_INVENTORY_POSITION"}
+    assert world.parse_event(node).persists and not world.parse_event({**node, "mode": "test"}).persists
+    assert world.parse_event({"kind": "new_key_mapped"}).benign  # the new org mapped
     cases = [
-        ({"kind": "scheduler_skip", "org_id": 7010}, "org_id: not a parameter of scheduler_skip"),
-        ({"kind": "reference_row_deleted"}, "org_id: reference_row_deleted needs it"),
-        ({"kind": "reference_row_remapped", "org_id": 7010}, "to_org_id"),
-        ({"kind": "unit_change", "column": "ONHAND_QUANTITIES_ID"}, "column"),
-        ({"kind": "unit_change", "factor": 0}, "factor: expected a factor other than 0 and 1"),
-        ({"kind": "unit_change", "factor": 1}, "factor: expected a factor other than 0 and 1"),
-        ({"kind": "source_not_refreshed"}, "table: source_not_refreshed needs it"),
-        ({"kind": "source_not_refreshed", "table": "REGION_MAP"}, "table: 'REGION_MAP'"),
-        ({"kind": "partial_load", "fraction": 1.5}, "fraction"),
-        ({"kind": "partial_load", "table": "REGION_MAP"}, "table"),
+        ({"kind": "scheduler_skip", "where": _org(7010)}, "where"),
+        ({"kind": "reference_row_deleted", "table": "REGION_MAP"}, "where"),
+        ({"kind": "reference_row_deleted", "table": "REGION_MAP", "where": _org(9999)}, "no row of REGION_MAP"),
+        ({"kind": "reference_row_remapped", "table": "REGION_MAP", "where": _org(7010)}, "set"),
+        ({"kind": "unit_change", "table": ONHAND, "column": "SUBINVENTORY_CODE"}, "multiplies a number"),
+        ({"kind": "unit_change", "table": ONHAND, "column": "TRANSACTION_QUANTITY", "factor": 1}, "factor"),
+        ({"kind": "unit_change", "table": ONHAND, "column": "TRANSACTION_QUANTITY", "where": _org(1)}, "never holds 1"),
+        ({"kind": "source_not_refreshed"}, "table"),
+        ({"kind": "source_not_refreshed", "table": "REGION_MAP"}, "table: REGION_MAP is load: once"),
+        ({"kind": "partial_load", "table": ONHAND, "fraction": 1.5}, "fraction"),
+        ({"kind": "partial_load", "table": "REGION_MAP"}, "table: partial_load changes the night's new rows"),
         ({"kind": "column_dropped", "table": ORDER_LINES, "column": "LINE_ID"}, "LINE_ID"),
         ({"kind": "node_failure", "node": "DIM_WAREHOUSE", "mode": "test"}, "node"),
         ({"kind": "steady_growth"}, "since_night"),
-        ({"kind": "duplicate_load", "orgid": 7010}, "orgid"),
-        ({"kind": "meteor_strike"}, "kind"),
-    ]
+        ({"kind": "steady_growth", "since_night": 1, "pct": 0}, "no growth"),
+        ({"kind": "new_org_mapped", "org_id": 7010}, "already exists"),
+        ({"kind": "duplicate_load", "table": ONHAND, "orgid": 7010}, "orgid"),
+        ({"kind": "new_key_unmapped", "value": 7120}, "value"),
+        ({"kind": "column_added"}, "column_added"),
+        ({"kind": "meteor_strike"}, "meteor_strike"),
+    ]  # fmt: skip
     for data, fragment in cases:
-        with pytest.raises(pydantic.ValidationError) as err:
-            Fault.model_validate(data)
+        with pytest.raises(ValueError) as err:
+            world.parse_event(data)
         assert fragment in str(err.value), (data, str(err.value))
+
+
+def _faulted(world: DistributorWorld, night: int, *events: Event) -> dict[str, pd.DataFrame]:
+    return world.transformed(world.night_tables(night), night, [world.parse_event(e) for e in events])
 
 
 @pytest.mark.parametrize("factor", [3.7, 0.27, -1])
 def test_unit_change_scales_one_org_by_any_factor_in_whole_units(factor):
     world, night = DistributorWorld(), 61
-    fault = Fault(kind="unit_change", org_id=7040, factor=factor)
-    clean, changed = world.night_tables(night)[ONHAND], world.faulted_night_tables(night, [fault])[ONHAND]
+    event = {"kind": "unit_change", "table": ONHAND, "column": "TRANSACTION_QUANTITY", "factor": factor,
+             "where": _org(7040)}  # fmt: skip
+    clean, changed = world.night_tables(night)[ONHAND], _faulted(world, night, event)[ONHAND]
     org = clean["ORGANIZATION_ID"] == 7040
     expected = (clean.loc[org, "TRANSACTION_QUANTITY"] * factor).round().astype("int64")
     assert (changed.loc[org, "TRANSACTION_QUANTITY"].to_numpy() == expected.to_numpy()).all()
@@ -95,30 +119,32 @@ def _fingerprint(tables: dict[str, pd.DataFrame]) -> dict[str, str]:
     return {k: hashlib.sha256(v.to_csv(index=False).encode()).hexdigest() for k, v in tables.items()}
 
 
-DATA_FAULTS = [
-    Fault(kind="duplicate_load", org_id=7020),
-    Fault(kind="unit_change", org_id=7040),
-    Fault(kind="unit_change", column="SHIPPED_QUANTITY"),
-    Fault(kind="unit_change", column="SHIPPED_QUANTITY", factor=-1, org_id=7030),
-    Fault(kind="unit_change", factor=3.7, org_id=7050),
-    Fault(kind="partial_load", fraction=0.25),
-    Fault(kind="partial_load", table=ORDER_LINES, org_id=7010),
-    Fault(kind="null_join_key", fraction=0.1),
-    Fault(kind="node_failure", mode="test"),
-    Fault(kind="steady_growth", pct=0.5, since_night=60),
+ONHAND_UNITS = {"table": ONHAND, "column": "TRANSACTION_QUANTITY"}
+SHIPPED = {"table": ORDER_LINES, "column": "SHIPPED_QUANTITY"}
+DATA_EVENTS = [
+    {"kind": "duplicate_load", "table": ONHAND, "where": _org(7020)},
+    {"kind": "unit_change", **ONHAND_UNITS, "factor": 12, "where": _org(7040)},
+    {"kind": "unit_change", **SHIPPED, "factor": 12},
+    {"kind": "unit_change", **SHIPPED, "factor": -1, "where": _org(7030, ORDER_LINES)},
+    {"kind": "unit_change", **ONHAND_UNITS, "factor": 3.7, "where": _org(7050)},
+    {"kind": "partial_load", "table": ONHAND, "fraction": 0.25},
+    {"kind": "partial_load", "table": ORDER_LINES, "where": _org(7010, ORDER_LINES)},
+    {"kind": "null_join_key", "table": ONHAND, "column": "ORGANIZATION_ID", "fraction": 0.1},
+    {"kind": "node_failure", "node": "FCT_INVENTORY_POSITION", "mode": "test"},
+    {"kind": "steady_growth", "pct": 0.5, "since_night": 60},
 ]
 
 
-@pytest.mark.parametrize("fault", DATA_FAULTS, ids=lambda f: f.kind)
-def test_a_fault_loads_the_same_data_from_the_same_seed(fault: Fault):
+@pytest.mark.parametrize("event", DATA_EVENTS, ids=lambda e: e["kind"])
+def test_an_event_loads_the_same_data_from_the_same_seed(event: Event):
     night = 61
-    first = _fingerprint(DistributorWorld().faulted_night_tables(night, [fault]))
-    assert first == _fingerprint(DistributorWorld().faulted_night_tables(night, [fault]))
+    first = _fingerprint(_faulted(DistributorWorld(), night, event))
+    assert first == _fingerprint(_faulted(DistributorWorld(), night, event))
     assert first != _fingerprint(DistributorWorld().night_tables(night))
     other_seed = DistributorWorld(SPEC.model_copy(update={"seed": 7}))
-    if fault.kind in ("partial_load", "null_join_key", "node_failure"):  # the rows they pick
+    if event["kind"] in ("partial_load", "null_join_key", "node_failure"):  # the rows they pick
         clean = _fingerprint(other_seed.night_tables(night))
-        assert _fingerprint(other_seed.faulted_night_tables(night, [fault])) != clean
+        assert _fingerprint(_faulted(other_seed, night, event)) != clean
 
 
 # ---------------------------------------------------------------- on the seeded world
@@ -151,12 +177,12 @@ def _clean(env, night: int) -> dict[str, pd.DataFrame]:
     return world.night_tables(night, world.read_opening(env["lw"].snowflake))
 
 
-def _play(env, night: int, *faults: Fault) -> NightResult:
+def _play(env, night: int, *faults: Event) -> NightResult:
     return env["world"].play_night(env["lw"].snowflake, env["coalesce"], night, faults)
 
 
 @contextmanager
-def _repaired(env, *faults: Fault) -> Iterator[None]:
+def _repaired(env, *faults: Event) -> Iterator[None]:
     """Leaves the world clean for the next test, whatever happens in this one."""
     try:
         yield
@@ -221,7 +247,7 @@ def _refresh_runs(env) -> list[int]:
 
 @pytest.mark.world
 def test_duplicate_load_doubles_the_orgs_units_with_duplicate_ids(env):
-    fault = Fault(kind="duplicate_load", org_id=7020)
+    fault = {"kind": "duplicate_load", "table": ONHAND, "where": _org(7020)}
     night = _next_night(env)
     clean = _clean(env, night)[ONHAND]
     org_rows = clean[clean["ORGANIZATION_ID"] == 7020]
@@ -250,7 +276,7 @@ def test_replication_stalled_leaves_the_sources_as_they_were_and_the_job_green(e
 
     night = _next_night(env)
     before, runs_before = sources(), _refresh_runs(env)
-    stall = Fault(kind="replication_stalled")
+    stall = {"kind": "replication_stalled"}
     result = _play(env, night, stall)
     assert result.status == "completed" and result.run_id not in runs_before
     assert sources() == before
@@ -269,7 +295,7 @@ def test_replication_stalled_leaves_the_sources_as_they_were_and_the_job_green(e
 @pytest.mark.world
 def test_the_night_after_a_stall_catches_up_the_missed_order_lines(env):
     night = _next_night(env)
-    assert _play(env, night, Fault(kind="replication_stalled")).status == "completed"
+    assert _play(env, night, {"kind": "replication_stalled"}).status == "completed"
     # No repair: Qlik resumes by itself; the next night brings its data and the stalled night's lines.
     assert _play(env, night + 1).status == "completed"
     assert _night_lines(env, night) == len(_clean(env, night)[ORDER_LINES])
@@ -279,7 +305,7 @@ def test_the_night_after_a_stall_catches_up_the_missed_order_lines(env):
 
 @pytest.mark.world
 def test_unit_change_multiplies_one_orgs_units_by_12_in_raw_and_fct(env):
-    fault = Fault(kind="unit_change", org_id=7040, factor=12)
+    fault = {"kind": "unit_change", **ONHAND_UNITS, "factor": 12, "where": _org(7040)}
     night = _next_night(env)
     clean = _clean(env, night)[ONHAND].groupby("ORGANIZATION_ID")["TRANSACTION_QUANTITY"].sum()
     with _repaired(env, fault):
@@ -292,7 +318,7 @@ def test_unit_change_multiplies_one_orgs_units_by_12_in_raw_and_fct(env):
 
 @pytest.mark.world
 def test_unit_change_in_shipped_quantity_stays_in_the_history_until_repaired(env):
-    fault = Fault(kind="unit_change", column="SHIPPED_QUANTITY", org_id=7010)
+    fault = {"kind": "unit_change", **SHIPPED, "factor": 12, "where": _org(7010, ORDER_LINES)}
     night = _next_night(env)
     clean = _clean(env, night)[ORDER_LINES]
     shipped = clean[clean["SHIP_FROM_ORG_ID"] == 7010]["SHIPPED_QUANTITY"].sum()
@@ -309,7 +335,7 @@ def test_unit_change_in_shipped_quantity_stays_in_the_history_until_repaired(env
 
 @pytest.mark.world
 def test_partial_load_drops_a_fraction_of_the_rows(env):
-    fault = Fault(kind="partial_load", fraction=0.25)
+    fault = {"kind": "partial_load", "table": ONHAND, "fraction": 0.25}
     night = _next_night(env)
     clean = _clean(env, night)[ONHAND]
     with _repaired(env, fault):
@@ -324,7 +350,7 @@ def test_partial_load_drops_a_fraction_of_the_rows(env):
 
 @pytest.mark.world
 def test_reference_row_deleted_drops_the_org_from_the_fact_until_repaired(env):
-    fault = Fault(kind="reference_row_deleted", org_id=7030)
+    fault = {"kind": "reference_row_deleted", "table": "REGION_MAP", "where": _org(7030)}
     night = _next_night(env)
     warehouses = _one(env, "SELECT COUNT(*) FROM REF_PLANNING.REGION_MAP")
     with _repaired(env, fault):
@@ -341,7 +367,8 @@ def test_reference_row_deleted_drops_the_org_from_the_fact_until_repaired(env):
 
 @pytest.mark.world
 def test_reference_row_remapped_moves_the_orgs_units_to_another_warehouse(env):
-    fault = Fault(kind="reference_row_remapped", org_id=7050, to_org_id=7060)
+    dc6 = {"WAREHOUSE_CODE": "DC6", "WAREHOUSE_NAME": "Kansas City", "REGION": "Central"}
+    fault = {"kind": "reference_row_remapped", "table": "REGION_MAP", "where": _org(7050), "set": dc6}
     night = _next_night(env)
     with _repaired(env, fault):
         assert _play(env, night, fault).status == "completed"
@@ -355,7 +382,7 @@ def test_reference_row_remapped_moves_the_orgs_units_to_another_warehouse(env):
 
 @pytest.mark.world
 def test_null_join_key_nulls_a_fraction_of_the_orgs_and_the_fact_loses_their_units(env):
-    fault = Fault(kind="null_join_key", fraction=0.1)
+    fault = {"kind": "null_join_key", "table": ONHAND, "column": "ORGANIZATION_ID", "fraction": 0.1}
     night = _next_night(env)
     clean = _clean(env, night)[ONHAND]
     with _repaired(env, fault):
@@ -390,7 +417,7 @@ def _raw_columns(env, table: str) -> list[str]:
 
 @pytest.mark.world
 def test_column_renamed_fails_the_node_reading_it_until_repaired(env):
-    fault = Fault(kind="column_renamed")  # TRANSACTION_QUANTITY -> TRANSACTION_QUANTITY_NEW
+    fault = {"kind": "column_renamed", **ONHAND_UNITS, "new_name": "TRANSACTION_QUANTITY_NEW"}
     night = _next_night(env)
     declared = _raw_columns(env, ONHAND)
     with _repaired(env, fault):
@@ -409,7 +436,7 @@ def test_column_renamed_fails_the_node_reading_it_until_repaired(env):
 
 @pytest.mark.world
 def test_column_dropped_in_order_lines_fails_demand_and_repair_reloads_the_table(env):
-    fault = Fault(kind="column_dropped", table=ORDER_LINES, column="SHIPPED_QUANTITY")
+    fault = {"kind": "column_dropped", **SHIPPED}
     night = _next_night(env)
     declared = _raw_columns(env, ORDER_LINES)
     lines_before = _one(env, f"SELECT COUNT(*) FROM {LINES}")
@@ -429,7 +456,7 @@ def test_column_dropped_in_order_lines_fails_demand_and_repair_reloads_the_table
 
 @pytest.mark.world
 def test_node_failure_deploys_a_broken_node_until_repaired(env):
-    fault = Fault(kind="node_failure")  # FCT_INVENTORY_POSITION, mode sql
+    fault = {"kind": "node_failure", "node": "FCT_INVENTORY_POSITION"}  # mode sql
     night = _next_night(env)
     coalesce = env["coalesce"]
     with _repaired(env, fault):
@@ -450,7 +477,7 @@ def test_node_failure_deploys_a_broken_node_until_repaired(env):
 
 @pytest.mark.world
 def test_node_failure_by_a_data_condition_fails_the_facts_node_test(env):
-    fault = Fault(kind="node_failure", mode="test")
+    fault = {"kind": "node_failure", "node": "FCT_INVENTORY_POSITION", "mode": "test"}
     night = _next_night(env)
     with _repaired(env, fault):
         result = _play(env, night, fault)
@@ -467,7 +494,7 @@ def test_scheduler_skip_applies_the_data_but_starts_no_run(env):
     night = _next_night(env)
     runs_before = _refresh_runs(env)
     built_before = _one(env, f'SELECT MAX("_QLIK_LOADED_AT") FROM {FCT}')
-    result = _play(env, night, Fault(kind="scheduler_skip"))
+    result = _play(env, night, {"kind": "scheduler_skip"})
     assert (result.status, result.run_id) == ("skipped", None)
     assert _refresh_runs(env) == runs_before
     assert env["world"].last_played_night(env["lw"].snowflake) == night  # EBS moved on
@@ -478,11 +505,11 @@ def test_scheduler_skip_applies_the_data_but_starts_no_run(env):
 @pytest.mark.world
 def test_steady_growth_grows_raw_and_the_fact_together(env):
     night = _next_night(env)
-    growth = Fault(kind="steady_growth", pct=1.0, since_night=night)
+    growth = {"kind": "steady_growth", "pct": 1.0, "since_night": night}
     world = env["world"]
     for n in (night, night + 1):
         opening = world.read_opening(env["lw"].snowflake)
-        expected = world.faulted_night_tables(n, [growth], opening)[ONHAND]
+        expected = world.transformed(world.night_tables(n, opening), n, [world.parse_event(growth)])[ONHAND]
         clean = world.night_tables(n, opening)[ONHAND]
         assert _play(env, n, growth).status == "completed"
         _raw_matches(env, expected)
@@ -500,7 +527,7 @@ def test_new_org_mapped_the_same_day_keeps_raw_and_the_fact_in_line(env):
     warehouses = _one(env, "SELECT COUNT(*) FROM INVENTORY.DIM_WAREHOUSE")
     reorder = _one(env, "SELECT COUNT(*) FROM MART.MART_REORDER_CANDIDATES")
     new_org = SPEC.reference_night.new_org
-    assert _play(env, night, Fault(kind="new_org_mapped")).status == "completed"
+    assert _play(env, night, {"kind": "new_org_mapped"}).status == "completed"
     raw, fct = _by_org(env, RAW, "TRANSACTION_QUANTITY"), _by_org(env, FCT, "ONHAND_QTY")
     assert raw == fct and raw[new_org.id] == SPEC.reference_night.transfer_units
     assert _one(env, f'SELECT COUNT(*) FROM {FCT} WHERE "ORGANIZATION_ID" = %s', (new_org.id,)) == 1260
@@ -513,7 +540,7 @@ def test_new_org_mapped_the_same_day_keeps_raw_and_the_fact_in_line(env):
 
 @pytest.mark.world
 def test_source_not_refreshed_keeps_yesterdays_onhand_while_order_lines_move_on(env):
-    fault = Fault(kind="source_not_refreshed", table=ONHAND)
+    fault = {"kind": "source_not_refreshed", "table": ONHAND}
     night = _next_night(env)
     before = _rows(env, f'SELECT COUNT(*), SUM("TRANSACTION_QUANTITY"), MAX("_QLIK_LOADED_AT") FROM {RAW}')[0]
     with _repaired(env, fault):
@@ -527,7 +554,7 @@ def test_source_not_refreshed_keeps_yesterdays_onhand_while_order_lines_move_on(
 @pytest.mark.world
 def test_source_not_refreshed_order_lines_arrive_with_the_next_night(env):
     night = _next_night(env)
-    assert _play(env, night, Fault(kind="source_not_refreshed", table=ORDER_LINES)).status == "completed"
+    assert _play(env, night, {"kind": "source_not_refreshed", "table": ORDER_LINES}).status == "completed"
     assert _night_lines(env, night) == 0
     _raw_matches(env, _clean(env, night)[ONHAND])  # on-hand was applied
     assert _play(env, night + 1).status == "completed"
@@ -536,7 +563,7 @@ def test_source_not_refreshed_order_lines_arrive_with_the_next_night(env):
 
 @pytest.mark.world
 def test_a_sign_flip_on_one_org_fails_the_facts_node_test(env):
-    fault = Fault(kind="unit_change", org_id=7060, factor=-1)
+    fault = {"kind": "unit_change", **ONHAND_UNITS, "factor": -1, "where": _org(7060)}
     night = _next_night(env)
     with _repaired(env, fault):
         result = _play(env, night, fault)
@@ -557,6 +584,6 @@ def test_a_skipped_night_fails_the_freshness_policies_of_every_built_table(env):
     clean = _play(env, night)
     outcome = daemon.tick(at=clean.watched_at)
     assert built <= set(outcome.freshness) and outcome.stale() == []
-    skipped = _play(env, night + 1, Fault(kind="scheduler_skip"))
+    skipped = _play(env, night + 1, {"kind": "scheduler_skip"})
     assert built <= set(daemon.tick(at=skipped.watched_at).stale())
     assert daemon.tick(at=_play(env, night + 2).watched_at).stale() == []

@@ -19,11 +19,15 @@ from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon, dagster_home
 from dw_local.engineer import apply_and_deploy
 from dw_local.world import LOCAL_COALESCE_TOKEN
-from dw_local.worlds.distributor.faults import Fault
 from dw_local.worlds.distributor.generator import DistributorWorld
 
 pytestmark = [pytest.mark.world, pytest.mark.timeout(900)]
 ONHAND = '"DW_PROD"."RAW_EBS"."MTL_ONHAND_QUANTITIES_DETAIL"'
+DUPLICATED = {
+    "kind": "duplicate_load",
+    "table": "MTL_ONHAND_QUANTITIES_DETAIL",
+    "where": {"ORGANIZATION_ID": 7020},
+}
 
 
 class Plans:
@@ -35,7 +39,7 @@ class Plans:
         self.book = ApprovalBook(self.store, load_context_file(self.daemon.settings.context_file))
         self.night = self.world.last_played_night(lw.snowflake) + 1
 
-    def play(self, fault: Fault, expect: CauseClass):
+    def play(self, fault: dict, expect: CauseClass):
         """Plays a night with ``fault``; the incident diagnosed as ``expect`` (a consequence elsewhere, a
         mart's row count, may open its own), its diagnosis and its plan."""
         # The daemon watches the last fix's rerun before the next night, as it would within a minute: its
@@ -92,9 +96,7 @@ def plans(seeded_world) -> Plans:
 
 @pytest.fixture(scope="module")
 def deduplicated(plans: Plans):
-    incident, diagnosis, plan, _ = plans.play(
-        Fault(kind="duplicate_load", org_id=7020), CauseClass.DUPLICATION
-    )
+    incident, diagnosis, plan, _ = plans.play(DUPLICATED, CauseClass.DUPLICATION)
     copies = plans.copies()
     plans.approve(incident, "Omar Haddad", "Priya Raman")
     launched = plans.daemon.tick().launched
@@ -134,19 +136,19 @@ def test_undoing_the_dedupe_puts_the_copies_back(deduplicated, plans: Plans):
     assert out.exit_code == 0, out.output
     assert plans.copies() == copies
     # Put right again for the next plans: the night's clean snapshot.
-    fault = Fault(kind="duplicate_load", org_id=7020)
-    plans.world.repair(plans.lw.snowflake, plans.lw.coalesce_client(), fault, night_index=plans.night - 1)
+    fault = DUPLICATED
+    plans.world.repair(plans.lw.snowflake, plans.lw.coalesce_client(), fault, night=plans.night - 1)
     assert plans.copies() == 0
 
 
 @pytest.fixture(scope="module")
 def caught_up(plans: Plans, deduplicated):
-    incident, diagnosis, plan, _ = plans.play(Fault(kind="replication_stalled"), CauseClass.STALE_INPUT)
+    incident, diagnosis, plan, _ = plans.play({"kind": "replication_stalled"}, CauseClass.STALE_INPUT)
     plans.approve(incident, "Omar Haddad", "Priya Raman")
     # Replication catches up: the missed business day is applied, as Qlik does after a restart.
     stalled = plans.night - 1
-    with plans.world._cursor(plans.lw.snowflake) as cur:
-        plans.world._apply_business_day(cur, stalled, plans.world._read_opening(cur))
+    stall = {"kind": "replication_stalled"}
+    plans.world.repair(plans.lw.snowflake, plans.lw.coalesce_client(), stall, night=stalled)
     launched = plans.daemon.tick().launched
     return incident, diagnosis, plan, launched
 
@@ -169,7 +171,14 @@ def test_stale_input_waits_for_the_source_then_reruns_and_verifies(caught_up, pl
 @pytest.fixture(scope="module")
 def normalised(plans: Plans, caught_up):
     incident, diagnosis, plan, _ = plans.play(
-        Fault(kind="unit_change", org_id=7030, factor=12), CauseClass.UNIT_CHANGE
+        {
+            "kind": "unit_change",
+            "table": "MTL_ONHAND_QUANTITIES_DETAIL",
+            "column": "TRANSACTION_QUANTITY",
+            "factor": 12,
+            "where": {"ORGANIZATION_ID": 7030},
+        },
+        CauseClass.UNIT_CHANGE,
     )
     plans.approve(incident, "Priya Raman")
     (node,) = [p.node_change for p in plan.of_kind(ProposalKind.NODE_CHANGE)]

@@ -78,7 +78,7 @@ def _scenario(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
         ),
         (
             "name: x\nworld: distributor\nnights: [{events: [{kind: scheduler_skip, org_id: 7010}]}]\n",
-            ["nights.0.events.0 (scheduler_skip)", "org_id: not a parameter of scheduler_skip"],
+            ["nights.0.events.0 (scheduler_skip)", "org_id: Extra inputs are not permitted"],
         ),
         (
             "name: x\nworld: no/such/world.yaml\nnights: [{}]\n",

@@ -9,13 +9,13 @@ and whether EBS has opened the new org), so any process can play the next night.
 Timestamps are TIMESTAMP_NTZ: EBS columns (``LAST_UPDATE_DATE``, ``ACTUAL_SHIPMENT_DATE``) in EBS server
 time (America/Chicago), ``_QLIK_LOADED_AT`` and ``REGION_MAP.UPDATED_AT`` in UTC.
 
-A night can be played with faults (``faults.py``): real changes to the sources, the region map, the
-Coalesce project or the schedule, deterministic from the seed; ``repair`` undoes one.
+A night can be played with events (``events.py``: the shared vocabulary and three kinds of its own): real
+changes to the sources, the region map, the Coalesce project or the schedule, deterministic from the seed;
+``repair`` undoes one, and Qlik then reloads what it left wrong.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -24,8 +24,9 @@ import numpy as np
 import pandas as pd
 
 from dw_dagster.coalesce.client import CoalesceClient
+from dw_local.scenarios.event_rows import where_sql
 from dw_local.world import SnowflakeTarget, WorldError
-from dw_local.worlds.distributor.faults import MAP_OWNER, Fault, FaultContext, coerce_fault, kind_of
+from dw_local.worlds.distributor.events import EVENTS
 from dw_local.worlds.distributor.model import WorldSpec, load_spec
 from dw_local.worlds.distributor.simulation import (
     ITEMS,
@@ -47,12 +48,24 @@ HERE = Path(__file__).resolve().parent
 WORLD_FILE = HERE / "world.yaml"
 PROJECT_FILE = HERE / "project.yaml"
 
-__all__ = ["ITEMS", "ONHAND", "ORDER_LINES", "ORGS", "REGION_MAP", "DistributorWorld", "Fault"]
+__all__ = ["ITEMS", "ONHAND", "ORDER_LINES", "ORGS", "REGION_MAP", "DistributorWorld"]
+MAP_OWNER = "planning-ops"  # who edits the region map
+_MAP_EDITED_AT = time(15, 30)  # local: when planning ops edits the map on the business day
+_NIGHT_LOADS = {ONHAND: "snapshot", ORDER_LINES: "append"}
+# The column holding each night-loaded table's org.
+_ORG_COLUMN = {ONHAND: "ORGANIZATION_ID", ORDER_LINES: "SHIP_FROM_ORG_ID"}
+# Columns the world itself reads to know what it has played; a schema event may not touch them.
+_WORLD_KEYS = {ORDER_LINES: {"LINE_ID", "ACTUAL_SHIPMENT_DATE"}}
 
 
 class DistributorWorld(NightWorld):
     """The reference night's world: data from ``world.yaml``, Coalesce project ``project.yaml``; the
-    project, tables, calendar and job are ``NightWorld``'s, the data its simulation's (``simulation.py``)."""
+    project, tables, calendar, job and the play of a night's events are ``NightWorld``'s, the data its
+    simulation's (``simulation.py``). It keeps no memory between nights: what has been played is read back
+    from Snowflake, so any process can play the next night."""
+
+    EVENTS = EVENTS
+    name = "distributor"
 
     def __init__(self, spec: WorldSpec | None = None, where: Path = WORLD_FILE):
         spec = spec or load_spec(WORLD_FILE)
@@ -60,6 +73,7 @@ class DistributorWorld(NightWorld):
         self.spec: WorldSpec = spec
         self.catalog = build_catalog(self.spec)
         self.simulation = Simulation(self.spec, self.catalog)
+        self._install: dict[str, pd.DataFrame] | None = None
 
     @classmethod
     def from_file(cls, path: Path | str) -> DistributorWorld:
@@ -144,9 +158,38 @@ class DistributorWorld(NightWorld):
         replicated = self.utc(datetime.combine(d, ref.replicated_at))
         return Opening(night, datetime.combine(d, ref.opened_at), replicated)
 
+    # -- the sources, as events read them ------------------------------------------------------
+
+    def source_load(self, name: str) -> str:
+        return _NIGHT_LOADS.get(name, "once")
+
+    def once_frame(self, name: str) -> pd.DataFrame:
+        if self._install is None:
+            self._install = self.install_frames()
+        return self._install[name]
+
+    def possible_values(self, name: str, column: str) -> set | None:
+        if _ORG_COLUMN.get(name) == column:
+            return {o.id for o in self.spec.orgs} | {self.spec.reference_night.new_org.id}
+        return super().possible_values(name, column)
+
+    def edit_stamp(self, table: str, night: int) -> dict:
+        if table != REGION_MAP:
+            return {}
+        edited = self.utc(datetime.combine(self.business_date(night), _MAP_EDITED_AT))
+        return {"UPDATED_BY": MAP_OWNER, "UPDATED_AT": edited}
+
+    def parse_event(self, raw):
+        event = super().parse_event(raw)
+        if event.kind in ("column_renamed", "column_dropped") and event.column in _WORLD_KEYS.get(
+            event.table, ()
+        ):
+            raise ValueError(f"column: {event.column} of {event.table} is how the world knows what it played")
+        return event
+
     # -- what has been played, read back from Snowflake ---------------------------------------
 
-    def _read_opening(self, cur) -> Opening | None:
+    def opening(self, cur) -> Opening | None:
         """The org EBS opened after install (the reference night's, or its mapped twin's), if any."""
         known = ", ".join(str(o.id) for o in self.spec.orgs)
         cur.execute(
@@ -166,7 +209,7 @@ class DistributorWorld(NightWorld):
     def read_opening(self, sf: SnowflakeTarget) -> Opening | None:
         """The org opened after install, if any, as read back from EBS (``MTL_PARAMETERS``)."""
         with self.cursor(sf) as cur:
-            return self._read_opening(cur)
+            return self.opening(cur)
 
     def last_played_night(self, sf: SnowflakeTarget) -> int:
         """The latest business day loaded (-1: none since install), read from the order lines."""
@@ -180,97 +223,50 @@ class DistributorWorld(NightWorld):
             raise WorldError(f"{ORDER_LINES} is empty: install the world first")
         return (latest.date() - self.spec.first_business_day).days
 
-    def _apply_business_day(
-        self,
-        cur,
-        night: int,
-        opening: Opening | None,
-        transform: Callable[[dict[str, pd.DataFrame]], dict[str, pd.DataFrame]] | None = None,
-        held: frozenset[str] = frozenset(),
-    ) -> None:
+    # -- nights (played by NightWorld.play_night) ------------------------------------------------
+
+    def night_rows(self, cur, night: int, events) -> dict[str, pd.DataFrame]:
+        return self.night_tables(night, self.opening(cur))
+
+    def transformed(self, frames, night: int, events) -> dict[str, pd.DataFrame]:
+        frames = super().transformed(frames, night, events)
+        # EBS keeps no order line that ships nothing (a unit change can round one down to zero).
+        lines = frames[ORDER_LINES]
+        return {**frames, ORDER_LINES: lines[lines["SHIPPED_QUANTITY"] != 0]}
+
+    def apply_night(self, cur, night: int, frames, held) -> None:
         """Qlik applies business day ``night``: the on-hand snapshot, and the order lines of that day plus
-        any day it missed since the last one applied (after a stalled night). ``transform`` changes the
-        night's own frames before they are applied (a fault); a ``held`` table is not applied tonight."""
-        tables = self.night_tables(night, opening)
-        if transform is not None:
-            tables = transform(tables)
+        any day it missed since the last one applied (after a stalled night); a ``held`` table is not
+        applied tonight."""
         if ONHAND not in held:
             cur.execute(f"TRUNCATE TABLE {self.tables[ONHAND].qualified}")
-            self.load(cur, ONHAND, tables[ONHAND])
+            self.load(cur, ONHAND, frames[ONHAND])
         if ORDER_LINES in held:
             return  # the next night applied catches up from the last ship date held
         # Replaying a night replaces its own order lines instead of adding them twice.
         start = min(self._last_played(cur) + 1, night)
+        opening = self.opening(cur)
         missed = [self._order_lines(t, opening) for t in range(start, night)]
         cur.execute(
             f'DELETE FROM {self.tables[ORDER_LINES].qualified} WHERE "LINE_ID" >= %s AND "LINE_ID" < %s',
             (line_id_range(start)[0], line_id_range(night)[1]),
         )
-        self.load(cur, ORDER_LINES, pd.concat([*missed, tables[ORDER_LINES]], ignore_index=True))
+        self.load(cur, ORDER_LINES, pd.concat([*missed, frames[ORDER_LINES]], ignore_index=True))
 
-    # -- nights ----------------------------------------------------------------------------------
-
-    def play_night(
-        self,
-        sf: SnowflakeTarget,
-        coalesce: CoalesceClient,
-        night_index: int,
-        faults: Sequence[Fault] = (),
-    ) -> NightResult:
-        """Applies business day ``night_index`` to EBS, then runs the nightly job at 02:00 the next day.
-
-        ``faults`` (``faults.Fault``, or dicts of its fields) are played on the night, in order: first their
-        changes to schemas and the region map, then to the night's data as Qlik applies it, then to the
-        Coalesce project; then the job runs, unless a fault says it does not (``status`` ``skipped``, no
-        run id)."""
-        played = [(f, kind_of(f)) for f in map(coerce_fault, faults)]
-        loads = all(k.loads_source for _, k in played)
-        changing = [f.kind for f, k in played if k.changes_load(f)]
-        if not loads and changing:
-            raise WorldError(
-                f"night {night_index}: {changing[0]} changes a load that replication_stalled holds back"
+    def after_repair(self, cur, coalesce: CoalesceClient, event, night: int | None) -> None:
+        """Qlik reloads the tables the event left wrong, for the latest night (the later of the latest
+        business day applied and the night of the latest job run); planning ops' fix of the region map is
+        stamped the morning after."""
+        night = self._current_night(cur, coalesce) if night is None else night
+        for name in sorted(event.reloaded(self)):
+            self._rebuild_table(cur, name, night)
+        if event.edits_reference() == REGION_MAP:
+            clause, args = where_sql(event.where)
+            cur.execute(
+                f'UPDATE {self.tables[REGION_MAP].qualified} SET "UPDATED_BY" = %s, "UPDATED_AT" = %s '
+                f"WHERE {clause}",
+                (MAP_OWNER, self._map_fix_time(night), *args),
             )
-        with self.cursor(sf) as cur:
-            contexts = [(FaultContext(self, f, night_index, cur, coalesce), k) for f, k in played]
-            held = frozenset(t for ctx, kind in contexts for t in kind.held_tables(ctx))
-            for ctx, kind in contexts:
-                kind.before_load(ctx)
-            if loads:
-                opening = self._read_opening(cur)
-                self._apply_business_day(cur, night_index, opening, self._transform(contexts), held)
-            for ctx, kind in contexts:
-                kind.before_run(ctx)
-        if all(k.runs_job for _, k in played):
-            return self.run_job(coalesce, night_index)
-        return self.skipped(night_index)
-
-    @staticmethod
-    def _transform(contexts: list) -> Callable[[dict[str, pd.DataFrame]], dict[str, pd.DataFrame]]:
-        def transform(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-            for ctx, kind in contexts:
-                tables = kind.transform(tables, ctx)
-            return tables
-
-        return transform
-
-    def faulted_night_tables(
-        self, night: int, faults: Sequence[Fault], opening: Opening | None = None
-    ) -> dict[str, pd.DataFrame]:
-        """The night's source frames as the faults make Qlik apply them (their data changes only)."""
-        contexts = [(FaultContext(self, f, night), kind_of(f)) for f in map(coerce_fault, faults)]
-        return self._transform(contexts)(self.night_tables(night, opening))
-
-    def repair(
-        self, sf: SnowflakeTarget, coalesce: CoalesceClient, fault: Fault, night_index: int | None = None
-    ) -> None:
-        """Undoes ``fault``: a persistent one (schema change, map row, deployed node change) is reverted;
-        a night-scoped one's damage is put right for the latest night (the sources reloaded clean). The job
-        is not run: rerun it (``run_job``) to rebuild. ``night_index`` defaults to the latest night, the
-        later of the latest business day applied and the night of the latest job run."""
-        fault = coerce_fault(fault)
-        with self.cursor(sf) as cur:
-            night = self._current_night(cur, coalesce) if night_index is None else night_index
-            kind_of(fault).repair(FaultContext(self, fault, night, cur, coalesce))
 
     def _current_night(self, cur, coalesce: CoalesceClient | None) -> int:
         night = self._last_played(cur)
@@ -284,22 +280,15 @@ class DistributorWorld(NightWorld):
                 night = max(night, (local_day - self.spec.first_business_day).days)
         return night
 
-    # -- putting sources right (repairs) ---------------------------------------------------------
-
-    def _restore_sources(self, cur, night: int) -> None:
-        """The on-hand snapshot of ``night`` and every order line through it, as a clean world holds them."""
-        self._rebuild_table(cur, ONHAND, night)
-        self._resync_order_lines(cur, night)
-
     def _rebuild_table(self, cur, name: str, night: int) -> None:
         """Recreates a source table in project.yaml's shape and reloads it, as Qlik's table reload does."""
         self.create_table(cur, name)
         if name == ONHAND:
-            self.load(cur, ONHAND, self.night_tables(night, self._read_opening(cur))[ONHAND])
+            self.load(cur, ONHAND, self.night_tables(night, self.opening(cur))[ONHAND])
         elif name == ORDER_LINES:
             self._resync_order_lines(cur, night)
-        elif name == ITEMS:
-            self.load(cur, ITEMS, self.install_frames()[ITEMS])
+        elif name in (ITEMS, ORGS, REGION_MAP):
+            self.load(cur, name, self.once_frame(name))
         else:
             raise WorldError(f"{name}: the world does not reload it")
 
@@ -312,7 +301,7 @@ class DistributorWorld(NightWorld):
             f"FROM {lines} GROUP BY 1"
         )
         held = {int(t): (int(n), int(s or 0), int(o or 0)) for t, n, s, o in cur.fetchall()}
-        opening = self._read_opening(cur)
+        opening = self.opening(cur)
         days = range(-self.spec.demand.history_days, through + 1)
         stale = [t for t in days if held.get(t) != self._order_line_totals(t, opening)]
         if not stale:
@@ -323,7 +312,7 @@ class DistributorWorld(NightWorld):
 
     # -- EBS orgs and the region map -------------------------------------------------------------
 
-    def _insert_org(self, cur, org_id: int, code: str, opened_at: datetime, replicated_at: datetime) -> None:
+    def insert_org(self, cur, org_id: int, code: str, opened_at: datetime, replicated_at: datetime) -> None:
         cur.execute(
             f"INSERT INTO {self.tables[ORGS].qualified} "
             '("ORGANIZATION_ID", "ORGANIZATION_CODE", "LAST_UPDATE_DATE", "_QLIK_LOADED_AT") '
@@ -331,18 +320,11 @@ class DistributorWorld(NightWorld):
             (org_id, code, opened_at, replicated_at),
         )
 
-    def _insert_map_row(self, cur, org_id: int, code: str, name: str, region: str, at: datetime) -> None:
+    def insert_map_row(self, cur, org_id: int, code: str, name: str, region: str, at: datetime) -> None:
         cur.execute(
             f'INSERT INTO {self.tables[REGION_MAP].qualified} ("ORGANIZATION_ID", "WAREHOUSE_CODE", '
             '"WAREHOUSE_NAME", "REGION", "UPDATED_BY", "UPDATED_AT") VALUES (%s, %s, %s, %s, %s, %s)',
             (org_id, code, name, region, MAP_OWNER, at),
-        )
-
-    def _update_map_row(self, cur, org_id: int, code: str, name: str, region: str, at: datetime) -> None:
-        cur.execute(
-            f'UPDATE {self.tables[REGION_MAP].qualified} SET "WAREHOUSE_CODE" = %s, "WAREHOUSE_NAME" = %s, '
-            '"REGION" = %s, "UPDATED_BY" = %s, "UPDATED_AT" = %s WHERE "ORGANIZATION_ID" = %s',
-            (code, name, region, MAP_OWNER, at, org_id),
         )
 
     def _map_fix_time(self, night: int) -> datetime:
@@ -350,33 +332,40 @@ class DistributorWorld(NightWorld):
         morning = self.business_date(night + 1)
         return self.utc(datetime.combine(morning, self.spec.reference_night.map_fixed_at))
 
+    def check_no_org_opened(self, cur) -> None:
+        if (previous := self.opening(cur)) is not None:
+            raise WorldError(f"org {previous.org_id} already opened on night {previous.index}")
+
+    def open_org(self, cur, night: int, org_id: int, code: str) -> None:
+        """EBS opens the org on business day ``night`` and posts the reference night's transfers into it."""
+        self.check_no_org_opened(cur)
+        opening = self.reference_opening(night)
+        self.insert_org(cur, org_id, code, opening.opened_at, opening.replicated_at)
+
+    def map_new_org(self, cur, at: datetime | None = None) -> None:
+        """Planning ops adds the reference night's new org to the region map (by default the morning after
+        the latest night), unless it is there."""
+        new_org = self.spec.reference_night.new_org
+        cur.execute(
+            f'SELECT COUNT(*) FROM {self.tables[REGION_MAP].qualified} WHERE "ORGANIZATION_ID" = %s',
+            (new_org.id,),
+        )
+        if not cur.fetchone()[0]:
+            at = at or self._map_fix_time(self._last_played(cur))
+            self.insert_map_row(cur, new_org.id, new_org.code, new_org.name, new_org.region, at)
+
     def play_reference_night(
         self, sf: SnowflakeTarget, coalesce: CoalesceClient, night_index: int | None = None
     ) -> NightResult:
-        """The reference night, on the next unplayed night unless given: at 14:00 EBS opens the new org and
-        posts the transfers out of the from-org, at 14:06 Qlik applies them, at 02:00 the nightly job runs."""
-        new_org = self.spec.reference_night.new_org
-        with self.cursor(sf) as cur:
-            if (previous := self._read_opening(cur)) is not None:
-                raise WorldError(f"org {previous.org_id} already opened on night {previous.index}")
-            night = self._last_played(cur) + 1 if night_index is None else night_index
-            opening = self.reference_opening(night)
-            self._insert_org(cur, new_org.id, new_org.code, opening.opened_at, opening.replicated_at)
-            self._apply_business_day(cur, night, opening)
-        return self.run_job(coalesce, night)
+        """The reference night (``events.ReferenceNight``), on the next unplayed night unless given."""
+        night = self.last_played_night(sf) + 1 if night_index is None else night_index
+        return self.play_night(sf, coalesce, night, [{"kind": "new_key_unmapped"}])
 
     def apply_region_map_fix(self, sf: SnowflakeTarget, at: datetime | None = None) -> None:
         """Planning ops adds the new org to the region map (by default the morning after the latest night).
 
         ``at`` is UTC (naive) or aware."""
-        new_org = self.spec.reference_night.new_org
-        if at is None:
-            at = self._map_fix_time(self.last_played_night(sf))
-        elif at.tzinfo is not None:
+        if at is not None and at.tzinfo is not None:
             at = at.astimezone(UTC).replace(tzinfo=None)
-        table = self.tables[REGION_MAP].qualified
         with self.cursor(sf) as cur:
-            cur.execute(f'SELECT COUNT(*) FROM {table} WHERE "ORGANIZATION_ID" = %s', (new_org.id,))
-            if cur.fetchone()[0]:
-                return
-            self._insert_map_row(cur, new_org.id, new_org.code, new_org.name, new_org.region, at)
+            self.map_new_org(cur, at)
