@@ -82,6 +82,7 @@ def test_events_are_checked_against_the_world():
         ({"kind": "partial_load", "table": ONHAND, "fraction": 1.5}, "fraction"),
         ({"kind": "partial_load", "table": "REGION_MAP"}, "table: partial_load changes the night's new rows"),
         ({"kind": "column_dropped", "table": ORDER_LINES, "column": "LINE_ID"}, "LINE_ID"),
+        ({"kind": "column_dropped", "table": "REGION_MAP", "column": "REGION"}, "table: REGION_MAP"),
         ({"kind": "node_failure", "node": "DIM_WAREHOUSE", "mode": "test"}, "node"),
         ({"kind": "steady_growth"}, "since_night"),
         ({"kind": "steady_growth", "since_night": 1, "pct": 0}, "no growth"),

@@ -54,7 +54,9 @@ _MAP_EDITED_AT = time(15, 30)  # local: when planning ops edits the map on the b
 _NIGHT_LOADS = {ONHAND: "snapshot", ORDER_LINES: "append"}
 # The column holding each night-loaded table's org.
 _ORG_COLUMN = {ONHAND: "ORGANIZATION_ID", ORDER_LINES: "SHIP_FROM_ORG_ID"}
-# Columns the world itself reads to know what it has played; a schema event may not touch them.
+# The tables Qlik reloads after a schema change (the map and the orgs hold what nights added); the columns
+# the world itself reads to know what it has played, which a schema event may not touch.
+_SCHEMA_TABLES = (ONHAND, ORDER_LINES, ITEMS)
 _WORLD_KEYS = {ORDER_LINES: {"LINE_ID", "ACTUAL_SHIPMENT_DATE"}}
 
 
@@ -181,10 +183,13 @@ class DistributorWorld(NightWorld):
 
     def parse_event(self, raw):
         event = super().parse_event(raw)
-        if event.kind in ("column_renamed", "column_dropped") and event.column in _WORLD_KEYS.get(
-            event.table, ()
-        ):
-            raise ValueError(f"column: {event.column} of {event.table} is how the world knows what it played")
+        if event.kind in ("column_renamed", "column_dropped"):
+            if event.table not in _SCHEMA_TABLES:
+                raise ValueError(f"table: {event.table}; {event.kind} changes one of {list(_SCHEMA_TABLES)}")
+            if event.column in _WORLD_KEYS.get(event.table, ()):
+                raise ValueError(
+                    f"column: {event.column} of {event.table} is how the world knows what it played"
+                )
         return event
 
     # -- what has been played, read back from Snowflake ---------------------------------------
@@ -287,7 +292,7 @@ class DistributorWorld(NightWorld):
             self.load(cur, ONHAND, self.night_tables(night, self.opening(cur))[ONHAND])
         elif name == ORDER_LINES:
             self._resync_order_lines(cur, night)
-        elif name in (ITEMS, ORGS, REGION_MAP):
+        elif name == ITEMS:
             self.load(cur, name, self.once_frame(name))
         else:
             raise WorldError(f"{name}: the world does not reload it")
