@@ -34,7 +34,9 @@ def definitions() -> tuple[dg.Definitions, dg.AssetsDefinition]:
         freshness=FreshnessMonitoring(
             inputs=[
                 InputFreshness(asset="mart/built", column="LOADED", input="raw/orders", input_column="AT"),
-                InputFreshness(asset="mart/external_0", column="LOADED", input="mart/built", input_column="AT"),
+                InputFreshness(
+                    asset="mart/external_0", column="LOADED", input="mart/built", input_column="AT"
+                ),
             ]
         ),
     )
