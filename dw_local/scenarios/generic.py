@@ -29,7 +29,7 @@ from dw_dagster.coalesce.models import CoalesceUserCredentials
 from dw_dagster.coalesce.sql import quote_identifier
 from dw_dagster.config import DwConfigError
 from dw_local.coalesce_sim.project import Project, load_project
-from dw_local.scenarios.world_file import ColumnGenerator, SourceTable, WorldFile
+from dw_local.scenarios.world_file import ColumnGenerator, RowCount, SourceTable, WorldFile
 from dw_local.world import (
     LOCAL_SNOWFLAKE_PASSWORD,
     LOCAL_SNOWFLAKE_USER,
@@ -171,6 +171,10 @@ class GenericWorld:
 
     def rows_tonight(self, name: str, night: int, growth: float = 1.0) -> int:
         count = self.spec.sources[name].row_count()
+        if not isinstance(self.spec.sources[name].count, RowCount):
+            growth = (
+                1.0  # a fixed count (one rate per currency) is a lookup's rows: the business does not grow it
+            )
         rng = rng_for(self.spec.seed, f"count/{name}", night)
         noise = np.exp(count.noise_sigma * rng.standard_normal() - count.noise_sigma**2 / 2)
         day = self.business_date(night)
