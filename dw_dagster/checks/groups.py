@@ -121,7 +121,8 @@ def judge_groups(
             if since is not None
             else None
         )
-        if (verdict is None or verdict.insufficient) and tonight > 0 and _null_key(g):
+        if (verdict is None or verdict.insufficient) and tonight >= max(floor, 1e-9) and _null_key(g):
+            # Material as any gain is (1% of the total): a few rows without a group are not a shift.
             moves.append(GroupMove(group=g, value=tonight, expected=0.0, change=tonight, share_before=None,
                                    share_after=_share(tonight, value), status="gained"))  # fmt: skip
             continue

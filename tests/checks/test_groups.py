@@ -86,6 +86,11 @@ def test_a_loss_to_a_null_group_is_a_shift_not_a_new_key():
     assert total.severity is None
     assert verdict.problem is not None and "a shift between groups" in verdict.problem
     assert "lost CHANNEL=retail" in verdict.problem and "gained CHANNEL=None (+15,000" in verdict.problem
+    # Under 1% of the total without a group, beside a group's loss: no shift, however new the NULL group.
+    small = {g: 100_000 * s for g, s in SHARES.items()}
+    small["CHANNEL=retail"] -= 5_000
+    small["CHANNEL=None"] = 500
+    assert _judge(small)[1].problem is None
     # A NULL in one column of a key of several is a NULL key too.
     spec = TOTAL.model_copy(update={"group_keys": ["CHANNEL", "REGION"]})
     two = {f"{g}, REGION=N": v for g, v in groups.items() if g != "CHANNEL=None"}
