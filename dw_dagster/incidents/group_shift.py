@@ -18,7 +18,13 @@ from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.coalesce.sql import quote_identifier
 from dw_dagster.incidents.chain import Level, chain_keys
-from dw_dagster.incidents.evidence import DiagnosisContext, measure_column, reference_systems, traced
+from dw_dagster.incidents.evidence import (
+    DiagnosisContext,
+    measure_column,
+    measure_sum,
+    reference_systems,
+    traced,
+)
 from dw_dagster.incidents.joins import JoinParseError, ParsedJoin, parse_node
 from dw_dagster.incidents.keys import plain, split_label
 from dw_dagster.incidents.models import CauseClass, Diagnosis, Incident, KeyGap
@@ -119,8 +125,11 @@ def trace_shift(
     levels = chain_keys(ctx, node, join)
     if tbl is None or not levels:
         return None
+    # The total's own sum (all its columns: freight plus fuel), so a key's units compare with what a group lost.
     measure = traced(ctx, total.asset, measure_column(total), node)
-    value = f"SUM(F.{quote_identifier(measure)})" if measure else "COUNT(*)"
+    value = measure_sum(ctx, total, node, "F") or (
+        f"SUM(F.{quote_identifier(measure)})" if measure else "COUNT(*)"
+    )
     read = [(lv.on_lookup, c) for lv in levels for c in lv.columns]
     columns = ", ".join(f"{'D' if on_lookup else 'F'}.{quote_identifier(c)}" for on_lookup, c in read)
     lookup = table(ctx.graph, ctx.graph.key_for_table(join.right_table) or "")
