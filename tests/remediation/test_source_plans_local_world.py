@@ -145,7 +145,7 @@ def caught_up(plans: Plans, deduplicated):
     plans.approve(incident, "Omar Haddad", "Priya Raman")
     # Replication catches up: the missed business day is applied, as Qlik does after a restart.
     stalled = plans.night - 1
-    with plans.world._cursor(plans.lw.snowflake) as cur:
+    with plans.world.cursor(plans.lw.snowflake) as cur:
         plans.world._apply_business_day(cur, stalled, plans.world._read_opening(cur))
     launched = plans.daemon.tick().launched
     return incident, diagnosis, plan, launched
