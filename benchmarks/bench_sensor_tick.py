@@ -17,7 +17,9 @@ the events it returns: none where the tick stores them itself). A second tick wi
 replay after a crash: every event already stored) shows the de-duplication cost against a populated
 instance. Last, the whole tick through Dagster's own sensor daemon (one ``execute_sensor_iteration``, the
 sensor in a gRPC code server, on a fresh instance): evaluation, the events stored, the checks run
-submitted. The instances' event log storage is the deployment's (dw_dagster/event_log, with
+submitted. Each instance starts as in steady state: the environment's columns were reviewed at an earlier
+run (``review_run``, the product's governance review, run once before the tick; an environment's very first
+review lists its nodes whatever the version). The instances' event log storage is the deployment's (dw_dagster/event_log, with
 ``DAGSTER_EVENT_BATCH_SIZE`` set in this process, the daemon's), or Dagster's own with ``--event-log dagster``
 (the figures before it). Nothing is asserted. Run:
 
@@ -36,6 +38,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import date
 from pathlib import Path
 
 import yaml
@@ -60,6 +63,8 @@ from dw_dagster.coalesce.sensor_builder import (  # noqa: E402
 )
 from dw_dagster.coalesce.specs import load_coalesce_asset_specs, ref_resolver  # noqa: E402
 from dw_dagster.coalesce_runs import build_run_hook, check_keys_for_assets  # noqa: E402
+from dw_dagster.governance.hook import review_run  # noqa: E402
+from dw_dagster.incidents.store import IncidentStore  # noqa: E402
 from dw_dagster.warehouse.ops import OpsSchema  # noqa: E402
 from dw_dagster.warehouse.resources import WarehouseResource  # noqa: E402
 from dw_local.instance_storage import EVENT_BATCH_SIZE, deployment_storage  # noqa: E402
@@ -195,7 +200,17 @@ def new_instance(root: Path, name: str, storage: dict, deployment: bool) -> dg.D
     return dg.DagsterInstance.from_config(str(home))
 
 
-def daemon_tick(root: Path, storage: dict, deployment: bool, lw: LocalWorld, cursor: str) -> None:
+def reviewed(instance: dg.DagsterInstance, repo, workspace: CoalesceWorkspace, warehouse) -> None:
+    """The environment's columns reviewed at an earlier run, as the run hook reviews them."""
+    store = IncidentStore(warehouse, OpsSchema(DATABASE))
+    with dg.build_sensor_context(instance=instance, repository_def=repo) as context:
+        review_run(context, workspace.get_client(), store, environment_id=ENV_ID, touched=[],
+                   business_date=date.today(), coalesce_run_id="0", context_file=None)  # fmt: skip
+
+
+def daemon_tick(
+    root: Path, storage: dict, deployment: bool, lw: LocalWorld, cursor: str, earlier_review
+) -> None:
     """One iteration of Dagster's own sensor daemon, the sensor evaluated in a gRPC code server of its own
     (``bench_tick_location.py``), on a fresh instance: evaluation, the events stored, the run submitted."""
     from dagster._core.scheduler.instigation import (
@@ -216,6 +231,7 @@ def daemon_tick(root: Path, storage: dict, deployment: bool, lw: LocalWorld, cur
         "relative_path": str(here / "bench_tick_location.py"), "working_directory": str(here),
         "location_name": "bench"}}]}))  # fmt: skip
     instance = new_instance(root, "dagster_home_daemon", storage, deployment)
+    earlier_review(instance)
     t0 = time.perf_counter()
     with create_test_daemon_workspace_context(
         WorkspaceFileTarget([str(root / "workspace.yaml")]), instance
@@ -326,6 +342,14 @@ def main() -> None:
                   f"{time.perf_counter() - t0:.1f} s ({len(specs)} assets)")  # fmt: skip
 
             instance = new_instance(root, "dagster_home", storage, args.event_log == "deployment")
+            workspace = CoalesceWorkspace(
+                base_url=lw.coalesce_url, api_token=LOCAL_COALESCE_TOKEN, environment_ids=[ENV_ID]
+            )
+
+            def earlier_review(inst: dg.DagsterInstance) -> None:
+                reviewed(inst, repo, workspace, warehouse)
+
+            earlier_review(instance)
             cursor = CoalesceRunSensorCursor(
                 environments={ENV_ID: EnvironmentCursor(high_water=run_id - 1)}
             ).serialize()
@@ -399,7 +423,7 @@ def main() -> None:
             client.close()
             instance.dispose()
             empty.dispose()
-            daemon_tick(root, storage, args.event_log == "deployment", lw, cursor)
+            daemon_tick(root, storage, args.event_log == "deployment", lw, cursor, earlier_review)
 
 
 if __name__ == "__main__":

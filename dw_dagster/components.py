@@ -62,6 +62,16 @@ def asset_specs_of(defs: dg.Definitions) -> list[dg.AssetSpec]:
     return out
 
 
+def executable_keys(defs: dg.Definitions) -> set[dg.AssetKey]:
+    """The assets of ``defs`` that a Dagster run can materialize (the mirrored Coalesce jobs' nodes)."""
+    return {
+        key
+        for asset in defs.assets or []
+        if isinstance(asset, dg.AssetsDefinition) and asset.is_executable
+        for key in asset.keys
+    }
+
+
 def _replace_specs(
     assets: Sequence[dg.AssetSpec | dg.AssetsDefinition | object], specs: Sequence[dg.AssetSpec]
 ) -> list:
@@ -131,7 +141,8 @@ class OperationsComponent(dg.Component, dg.Model, dg.Resolvable):
                 "false; the operations component builds the run sensor itself, with the hook that records "
                 "failed runs and requests their checks"
             )
-        specs = asset_specs_of(context.build_defs(self.coalesce))
+        coalesce_defs = context.build_defs(self.coalesce)
+        specs = asset_specs_of(coalesce_defs)
         if not coalesce_specs(specs) and (self.context_file or self.metrics_file):
             # The context and metrics files name Coalesce assets: say why there are none.
             raise DwConfigError(
@@ -158,7 +169,9 @@ class OperationsComponent(dg.Component, dg.Model, dg.Resolvable):
         if not warehouse.database:
             return defs
         ops = OpsSchema(warehouse.database, metrics.ops_schema)
-        checks = build_check_definitions(metrics, pipeline, resolve, ops.database)
+        checks = build_check_definitions(
+            metrics, pipeline, resolve, ops.database, executable_keys(coalesce_defs)
+        )
         sensor = build_coalesce_polling_sensor(
             workspace=coalesce.workspace,
             asset_specs=specs,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import dagster as dg
 
@@ -26,8 +26,13 @@ def cause_scopes(specs: Sequence[dg.AssetSpec]) -> dict[str, str]:
 
 
 def build_check_definitions(
-    metrics: MetricsFile, specs: Sequence[dg.AssetSpec], resolve_table: TableResolver, database: str
+    metrics: MetricsFile,
+    specs: Sequence[dg.AssetSpec],
+    resolve_table: TableResolver,
+    database: str,
+    executable: Collection[dg.AssetKey] = frozenset(),
 ) -> dg.Definitions:
-    """The assets with their freshness policies, and every configured check on them (one step)."""
-    checks = build_nightly_checks(metrics, specs, resolve_table, cause_scopes(specs), database)
+    """The assets with their freshness policies, and every configured check on them (one step).
+    ``executable``: the assets a Dagster run can materialize, which the checks then run after."""
+    checks = build_nightly_checks(metrics, specs, resolve_table, cause_scopes(specs), database, executable)
     return dg.Definitions(assets=apply_freshness_policies(metrics, specs), asset_checks=checks)

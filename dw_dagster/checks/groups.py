@@ -12,7 +12,9 @@ the total (``judge.py``: calendar, small counts, accepted levels). Then:
 - a loss that went to groups new tonight (a new key, a new account) is the business moving, not a
   fault: noted, not raised (whether the new key reached the target is the reconciliation's job). A group
   is judged from its first night, and counts as new until its own baseline has enough nights (a key that
-  opened on an incident's night is still new on the nights after);
+  opened on an incident's night is still new on the nights after). A group whose *key* is NULL is not a
+  new key: it holds rows a left join to a lookup no longer matches, so what it takes is a gain and a loss
+  to it is a shift;
 - **a group whose value is NULL** (an upstream lookup that found no match) is never counted as zero: a
   finding in its own right, naming its keys and, when the total's SQL returns ``ROWS``, how many rows.
 """
@@ -30,6 +32,7 @@ from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.history import Rebase, Recorded, total_series
 from dw_dagster.checks.judge import Judgement, judge
 from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.incidents.keys import split_label, split_labels
 
 MAX_GROUPS_JUDGED = 500
 """Beyond this many groups a night (a total grouped by item), groups are not judged one by one."""
@@ -118,6 +121,11 @@ def judge_groups(
             if since is not None
             else None
         )
+        if (verdict is None or verdict.insufficient) and tonight >= max(floor, 1e-9) and _null_key(g):
+            # Material as any gain is (1% of the total): a few rows without a group are not a shift.
+            moves.append(GroupMove(group=g, value=tonight, expected=0.0, change=tonight, share_before=None,
+                                   share_after=_share(tonight, value), status="gained"))  # fmt: skip
+            continue
         if verdict is None or verdict.insufficient:
             # New, or too new for its own baseline (its first nights, some of them an incident's): a key
             # still arriving, like one new tonight.
@@ -187,6 +195,11 @@ def null_groups_problem(total: str, groups: Mapping[str, float | None], rows: Ma
     )
     more = f" and {len(nulls) - 10} more groups" if len(nulls) > 10 else ""
     return f"{total}: {shown}{more}: a NULL value is not counted as zero (a lookup that found no match?)"
+
+
+def _null_key(group: str) -> bool:
+    """The group's label names a NULL key value (in any of its columns)."""
+    return any(split_label(part)[1] is None for part in split_labels(group))
 
 
 def _share(part: float, whole: float) -> float | None:

@@ -7,12 +7,15 @@ builds, with the same asset index rows (tags, the asset table's latest materiali
 one transaction on dagster-postgres and in one run-shard and one index transaction on Dagster's sqlite
 storage.
 
-It has to reach into Dagster's private ``_store_asset_event`` and ``_store_asset_event_tags``: the public
-``store_event_batch`` updates the asset table for the batch's last event only (dagster-postgres), and the
-public ``store_asset_event`` opens a transaction per event; and into ``_event_to_row``, so that each event is
-serialised once for both of sqlite's shards. So it is used only on the storage classes it was verified on (or
-a subclass that overrides none of the methods it calls), with the dagster version pinned in pyproject.toml;
-anywhere else it stores nothing and the caller hands the events to the daemon.
+It has to reach into Dagster's private ``_store_asset_event_tags`` and ``_event_to_row``, and write the
+asset table's rows that the private ``_store_asset_event`` writes (its values from
+``_get_asset_entry_values``): the public ``store_event_batch`` updates the asset table for the batch's last
+event only (dagster-postgres), and the public ``store_asset_event`` opens a transaction per event. Each
+event is serialised once, for both of sqlite's shards and for its asset row, and the asset rows go in a few
+multi-row upserts instead of a statement (on postgres a round trip) per asset. So it is used only on the
+storage classes it was verified on (or a subclass that overrides none of the methods it calls or mirrors),
+with the dagster version pinned in pyproject.toml; anywhere else it stores nothing and the caller hands the
+events to the daemon.
 ``tests/production/test_runless_store.py`` compares what it stores with what ``report_runless_asset_event``
 stores on both storages: it is the test that fails when Dagster's internals change.
 
@@ -29,13 +32,17 @@ import dagster as dg
 from dagster._core.events import AssetObservationData, DagsterEvent, DagsterEventType, StepMaterializationData
 from dagster._core.events.log import EventLogEntry
 from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID
-from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
-from dagster._time import get_current_timestamp
+from dagster._core.storage.event_log.migration import ASSET_KEY_INDEX_COLS
+from dagster._core.storage.event_log.schema import AssetKeyTable, SqlEventLogStorageTable
+from dagster._time import datetime_from_timestamp, get_current_timestamp
+from sqlalchemy.dialects import postgresql, sqlite
 
 VERIFIED_DAGSTER_VERSION = "1.13.27"
 SQLITE_STORAGE = "dagster._core.storage.event_log.sqlite.sqlite_event_log.SqliteEventLogStorage"
 POSTGRES_STORAGE = "dagster_postgres.event_log.event_log.PostgresEventLogStorage"
 VERIFIED_STORAGES = {SQLITE_STORAGE: "sqlite", POSTGRES_STORAGE: "postgres"}
+# Asset rows per upsert: four bound values each, well under PostgreSQL's 65,535 per statement.
+UPSERT_ROWS = 1000
 # What this module calls on the storage: a subclass that overrides none of them stores the same rows.
 USED_METHODS = (
     "run_connection",
@@ -43,6 +50,9 @@ USED_METHODS = (
     "_event_to_row",
     "_store_asset_event_tags",
     "_store_asset_event",
+    "_get_asset_entry_values",
+    "has_secondary_index",
+    "_has_asset_key_index_cols_on_connection",
 )
 
 
@@ -99,8 +109,11 @@ def store_runless_asset_events(
 def _store_postgres(storage, entries: list[EventLogEntry]) -> None:
     # One database: the event rows, their tags and the asset rows commit together. store_event's NOTIFY is
     # left out: dagster-postgres no longer listens to it (kept there only for older versions' watchers).
+    rows = _event_rows(storage, entries)
     with storage.index_transaction() as conn:
-        _store_index_rows(storage, conn, entries, _insert_events(conn, _event_rows(storage, entries)))
+        ids = _insert_events(conn, rows)
+        index_cols = storage.has_secondary_index(ASSET_KEY_INDEX_COLS)
+        _store_index_rows(storage, conn, entries, rows, ids, index_cols, postgresql.insert)
 
 
 def _store_sqlite(storage, entries: list[EventLogEntry]) -> None:
@@ -109,7 +122,9 @@ def _store_sqlite(storage, entries: list[EventLogEntry]) -> None:
     with storage.run_connection(RUNLESS_RUN_ID) as conn:
         conn.execute(SqlEventLogStorageTable.insert(), rows)
     with storage.index_transaction() as conn:
-        _store_index_rows(storage, conn, entries, _insert_events(conn, rows))
+        ids = _insert_events(conn, rows)
+        index_cols = storage._has_asset_key_index_cols_on_connection(conn)  # noqa: SLF001
+        _store_index_rows(storage, conn, entries, rows, ids, index_cols, sqlite.insert)
 
 
 def _event_rows(storage, entries: list[EventLogEntry]) -> list[dict]:
@@ -127,9 +142,61 @@ def _insert_events(conn, rows: list[dict]) -> list[int]:
     ]
 
 
-def _store_index_rows(storage, conn, entries: list[EventLogEntry], ids: list[int]) -> None:
+def _store_index_rows(storage, conn, entries, rows, ids, index_cols: bool, dialect_insert) -> None:
+    """The asset tags and the asset table's rows that ``_store_asset_event`` writes for each entry, in a few
+    multi-row statements: one ``INSERT .. ON CONFLICT`` per set of columns and per occurrence of an asset in
+    the batch (a statement may not touch a row twice, and an asset's later event must win). Where an entry
+    has no values, dagster-postgres inserts the key alone and Dagster's sqlite storage writes nothing."""
     if len(ids) != len(entries):
         raise RuntimeError(f"Stored {len(ids)} event rows for {len(entries)} events")
     storage._store_asset_event_tags(conn, entries, ids)  # noqa: SLF001 - see the module's docstring
-    for entry, event_id in zip(entries, ids, strict=True):
-        storage._store_asset_event(conn, entry, event_id)  # noqa: SLF001
+    rounds: list[dict[tuple[str, ...], list[dict]]] = []
+    seen: dict[str, int] = {}
+    keys_alone = dialect_insert is postgresql.insert
+    for entry, values in zip(entries, _asset_values(storage, entries, rows, ids, index_cols), strict=True):
+        if not values and not keys_alone:
+            continue
+        key = entry.dagster_event.asset_key.to_string()  # type: ignore[union-attr] - runless events have one
+        occurrence = seen[key] = seen.get(key, -1) + 1
+        if occurrence == len(rounds):
+            rounds.append({})
+        rounds[occurrence].setdefault(tuple(sorted(values)), []).append({"asset_key": key, **values})
+    for statements in rounds:
+        for columns, batch in statements.items():
+            for start in range(0, len(batch), UPSERT_ROWS):
+                insert = dialect_insert(AssetKeyTable).values(batch[start : start + UPSERT_ROWS])
+                conn.execute(
+                    insert.on_conflict_do_update(
+                        index_elements=[AssetKeyTable.c.asset_key],
+                        set_={c: insert.excluded[c] for c in columns},
+                    )
+                    if columns
+                    else insert.on_conflict_do_nothing()
+                )
+
+
+def _asset_values(storage, entries, rows, ids, index_cols: bool) -> list[dict]:
+    """``_get_asset_entry_values`` of each entry. A materialization's record is its event row's serialised
+    event wrapped, rather than the event serialised a second time (half the cost of storing a tick's
+    events), once the first materialization shows the two are the same string; else Dagster's for all."""
+    same: bool | None = None
+    out = []
+    for entry, row, event_id in zip(entries, rows, ids, strict=True):
+        if same is not False and entry.dagster_event.is_step_materialization:  # type: ignore[union-attr]
+            wrapped = {
+                "last_materialization": '{"__class__": "EventLogRecord", "event_log_entry": '
+                f'{row["event"]}, "storage_id": {event_id}}}',
+                "last_run_id": entry.run_id,
+                **(
+                    {"last_materialization_timestamp": datetime_from_timestamp(entry.timestamp)}
+                    if index_cols
+                    else {}
+                ),
+            }
+            if same is None:
+                same = wrapped == storage._get_asset_entry_values(entry, event_id, index_cols)  # noqa: SLF001
+            if same:
+                out.append(wrapped)
+                continue
+        out.append(storage._get_asset_entry_values(entry, event_id, index_cols))  # noqa: SLF001
+    return out

@@ -15,6 +15,7 @@ import dagster as dg
 from dw_dagster.config import DwConfigError
 
 KEY_PREFIX = "dw/governance/columns/"
+DEPLOY_KEY_PREFIX = "dw/governance/deployed/"
 
 ColumnsByNode = dict[str, list[str]]
 """node id -> column names"""
@@ -42,8 +43,26 @@ def last_seen(instance: dg.DagsterInstance, environment_id: str) -> ColumnsByNod
     return data
 
 
-def record_seen(instance: dg.DagsterInstance, environment_id: str, columns: Mapping[str, list[str]]) -> None:
-    instance.run_storage.set_cursor_values({_key(environment_id): json.dumps(dict(columns), sort_keys=True)})
+def record_seen(
+    instance: dg.DagsterInstance,
+    environment_id: str,
+    columns: Mapping[str, list[str]],
+    deployed: str | None = None,
+) -> None:
+    """``deployed``: what :func:`seen_deployed` returns until the next deploy of the environment (None: the
+    nodes were listed during a deploy, so the next review lists them again)."""
+    instance.run_storage.set_cursor_values(
+        {
+            _key(environment_id): json.dumps(dict(columns), sort_keys=True),
+            f"{DEPLOY_KEY_PREFIX}{environment_id}": deployed or "",
+        }
+    )
+
+
+def seen_deployed(instance: dg.DagsterInstance, environment_id: str) -> str | None:
+    """The environment's last deploy as recorded with the columns last seen; None if there is none."""
+    key = f"{DEPLOY_KEY_PREFIX}{environment_id}"
+    return instance.run_storage.get_cursor_values({key}).get(key) or None
 
 
 def loaded_columns(asset_specs_metadata: Mapping[dg.AssetKey, Mapping], environment_id: str) -> ColumnsByNode:

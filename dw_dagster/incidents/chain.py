@@ -127,16 +127,35 @@ def _lineage(ctx: DiagnosisContext, column: tuple[str, str]) -> set[tuple[str, s
 class Level:
     """One key of the chain of lookups, as tonight's mapping can be read by it."""
 
-    column: str
+    columns: tuple[str, ...]
+    """The key's columns as the node (or the first lookup) carries them: one per column of the join's key."""
     on_lookup: bool
     """Read from the first lookup's table (the fact does not carry it), else from the fact's own."""
     reference: str
     """The table asset whose rows that key names."""
+    reference_columns: tuple[str, ...]
+    """The key's columns in that table, in the order of :attr:`columns`."""
+
+
+def _carried(ctx: DiagnosisContext, owner: str, ends: list[set[tuple[str, str]]]) -> tuple[str, ...] | None:
+    """A column of ``owner`` for each column of a join's key (each derived from one of its ``ends``, a
+    different column each); None unless every one is carried."""
+    out: list[str] = []
+    for end in ends:
+        column = next(
+            (c for c in ctx.graph.info(owner).columns if c not in out and end & _lineage(ctx, (owner, c))),
+            None,
+        )
+        if column is None:
+            return None
+        out.append(column)
+    return tuple(out)
 
 
 def chain_keys(ctx: DiagnosisContext, node: str, join: ParsedJoin) -> list[Level]:
     """The key of ``join`` and of every join further up the lookups on its right side, nearest first, each
-    as a column of ``node`` or, where ``node`` does not carry it, of the first lookup (``join``'s right)."""
+    as columns of ``node`` or, where ``node`` does not carry them, of the first lookup (``join``'s right).
+    A join on several columns is one key of several columns (a lane is an origin and a destination)."""
     graph = ctx.graph
     lookup = graph.key_for_table(join.right_table)
     out: list[Level] = []
@@ -148,18 +167,22 @@ def chain_keys(ctx: DiagnosisContext, node: str, join: ParsedJoin) -> list[Level
         i += 1
         left = graph.key_for_table(j.left_table)
         right = graph.key_for_table(j.right_table)
-        ends = {(k, c) for k, c in ((left, j.on[0][0]), (right, j.on[0][1])) if k is not None}
+        ends = [{(k, c) for k, c in ((left, lc), (right, rc)) if k is not None} for lc, rc in j.on]
         level = None
         for owner in [node, *([lookup] if lookup and i > 1 else [])]:
-            column = next((c for c in graph.info(owner).columns if ends & _lineage(ctx, (owner, c))), None)
-            if column is not None:
-                level = (column, owner != node)
+            columns = _carried(ctx, owner, ends)
+            if columns is not None:
+                level = (columns, owner != node)
                 break
         if level is None and i == 1:
             return []  # the node does not carry its own join's key: the lookups cannot be read from it
-        if level is not None and right is not None and level not in ((x.column, x.on_lookup) for x in out):
-            rows_of = source_column(graph, (right, j.on[0][1]))
-            out.append(Level(level[0], level[1], rows_of[0] if rows_of else right))
+        if level is not None and right is not None and level not in ((x.columns, x.on_lookup) for x in out):
+            rows_of = [source_column(graph, (right, rc)) for _, rc in j.on]
+            if all(r is not None and r[0] == rows_of[0][0] for r in rows_of):  # type: ignore[index]
+                reference, ref_columns = rows_of[0][0], tuple(r[1] for r in rows_of)  # type: ignore[index]
+            else:
+                reference, ref_columns = right, tuple(rc for _, rc in j.on)
+            out.append(Level(level[0], level[1], reference, ref_columns))
         if right is not None and right not in seen:
             seen.add(right)
             chain += _joins(ctx, right)

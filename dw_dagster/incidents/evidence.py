@@ -108,6 +108,27 @@ def measure_columns(total: RecordedTotal) -> list[str]:
     return []
 
 
+def measure_sum(ctx: DiagnosisContext, total: RecordedTotal, node: str, alias: str) -> str | None:
+    """The total's ``SUM(...)`` written on ``node``'s columns as table ``alias`` (``SUM("FREIGHT" + "FUEL")``
+    whole, not its first column), every column traced through lineage; None when VALUE is not a SUM or a
+    column is not carried by the node."""
+    try:
+        tree = sqlglot.parse_one(total.sql.replace("{{", "").replace("}}", ""), read="snowflake")
+    except SqlglotError:
+        return None
+    value = next((a.this for a in tree.find_all(exp.Alias) if a.alias.upper() == "VALUE"), None)
+    if not isinstance(value, exp.Sum):
+        return None
+    copy = value.copy()
+    for column in list(copy.find_all(exp.Column)):
+        found = traced(ctx, total.asset, column.name, node)
+        if found is None:
+            return None
+        column.set("table", exp.to_identifier(alias))
+        column.set("this", exp.to_identifier(found, quoted=True))
+    return copy.sql(dialect="snowflake")
+
+
 def last_good(
     history: Mapping[date, Recorded], day: date, excluded: Collection[date] = ()
 ) -> Recorded | None:

@@ -17,11 +17,18 @@ from datetime import timedelta
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.coalesce.sql import quote_identifier
-from dw_dagster.incidents.chain import chain_keys
-from dw_dagster.incidents.evidence import DiagnosisContext, measure_column, reference_systems, traced
+from dw_dagster.incidents.chain import Level, chain_keys
+from dw_dagster.incidents.evidence import (
+    DiagnosisContext,
+    measure_column,
+    measure_sum,
+    reference_systems,
+    traced,
+)
 from dw_dagster.incidents.joins import JoinParseError, ParsedJoin, parse_node
 from dw_dagster.incidents.keys import plain, split_label
 from dw_dagster.incidents.models import CauseClass, Diagnosis, Incident, KeyGap
+from dw_dagster.incidents.origins import rows_on_table
 from dw_dagster.incidents.structure import derives_from, table
 
 MOVED = 0.05
@@ -80,14 +87,26 @@ def _carrying_join(
     return None
 
 
-def _per_key(ctx: DiagnosisContext, key_column: str, before: Recorded) -> Recorded | None:
-    """The last good night of a recorded total grouped by the join's key, if the metrics file has one."""
+def _per_key(
+    ctx: DiagnosisContext, columns: tuple[str, ...], before: Recorded
+) -> tuple[Recorded, list[str]] | None:
+    """The last good night of a recorded total grouped by the join's key (all its columns), if the metrics
+    file has one, with its group keys in the order its labels name them."""
+    wanted = {c.upper() for c in columns}
     for t in ctx.metrics.totals:
-        if key_column.upper() in (g.upper() for g in t.group_keys):
-            return ctx.history.metric_history(t.name, before.business_date + timedelta(days=1), 1).get(
+        if wanted <= {g.upper() for g in t.group_keys} and len(t.group_keys) == len(wanted):
+            night = ctx.history.metric_history(t.name, before.business_date + timedelta(days=1), 1).get(
                 before.business_date
             )
+            return (night, t.group_keys) if night is not None else None
     return None
+
+
+def _label(columns: tuple[str, ...], values: tuple, order: list[str]) -> str:
+    """A key's label as a total grouped by it records it (``COLUMN=value``, a NULL as ``None``), its columns
+    in the total's ``order``."""
+    by = {c.upper(): v for c, v in zip(columns, values, strict=True)}
+    return ", ".join(f"{g}={by[g.upper()]}" for g in order)
 
 
 def trace_shift(
@@ -106,33 +125,38 @@ def trace_shift(
     levels = chain_keys(ctx, node, join)
     if tbl is None or not levels:
         return None
+    # The total's own sum (all its columns: freight plus fuel), so a key's units compare with what a group lost.
     measure = traced(ctx, total.asset, measure_column(total), node)
-    value = f"SUM(F.{quote_identifier(measure)})" if measure else "COUNT(*)"
-    columns = ", ".join(f"{'D' if lv.on_lookup else 'F'}.{quote_identifier(lv.column)}" for lv in levels)
-    lookup = table(ctx.graph, ctx.graph.key_for_table(join.right_table) or "")
-    on_lookup = (
-        f" LEFT JOIN {lookup} D ON D.{quote_identifier(join.on[0][1])} = F.{quote_identifier(levels[0].column)}"
-        if lookup and any(lv.on_lookup for lv in levels)
-        else ""
+    value = measure_sum(ctx, total, node, "F") or (
+        f"SUM(F.{quote_identifier(measure)})" if measure else "COUNT(*)"
     )
+    read = [(lv.on_lookup, c) for lv in levels for c in lv.columns]
+    columns = ", ".join(f"{'D' if on_lookup else 'F'}.{quote_identifier(c)}" for on_lookup, c in read)
+    lookup = table(ctx.graph, ctx.graph.key_for_table(join.right_table) or "")
+    on = " AND ".join(
+        f"D.{quote_identifier(r)} = F.{quote_identifier(c)}"
+        for (_, r), c in zip(join.on, levels[0].columns, strict=True)
+    )
+    on_lookup = f" LEFT JOIN {lookup} D ON {on}" if lookup and any(lv.on_lookup for lv in levels) else ""
     rows = ctx.rows(
-        f"{node}'s {', '.join(lv.column for lv in levels)} by {node_group} tonight",
+        f"{node}'s {', '.join(c for _, c in read)} by {node_group} tonight",
         f"SELECT {columns}, F.{quote_identifier(node_group)}, {value} FROM {tbl} F{on_lookup}"
-        f" GROUP BY {', '.join(str(i + 1) for i in range(len(levels) + 1))}",
+        f" GROUP BY {', '.join(str(i + 1) for i in range(len(read) + 1))}",
     )
     gained_groups = {split_label(g)[1] for g in gained}
     # Furthest up the lookups first: a row there moves every key below it at once, so a key of a nearer
     # lookup carries only part of what the group lost.
+    starts = [sum(len(lv.columns) for lv in levels[:i]) for i in range(len(levels))]
     for i in reversed(range(len(levels))):
-        key_column, reference = levels[i].column, levels[i].reference
+        level = levels[i]
         units: dict[tuple, float] = {}
         for row in rows or []:
-            k, grp = plain(row[i]), plain(row[len(levels)])
+            k = tuple(plain(v) for v in row[starts[i] : starts[i] + len(level.columns)])
+            grp = plain(row[len(read)])
             units[(k, grp)] = units.get((k, grp), 0.0) + float(row[-1] or 0)
-        keys = _matching(
-            ctx, key_column, units, lost, gained_groups, tonight, before, node_group, total, reference
-        )
+        keys = _matching(ctx, level, units, lost, gained_groups, tonight, before, node_group, total)
         if keys:
+            reference = level.reference
             break
     else:
         reference, keys = levels[0].reference, []
@@ -144,37 +168,56 @@ def trace_shift(
     return Shift(group_column, lost, gained, node, join, keys[:5], reference, owners)
 
 
+def _key_gap(level: Level, values: tuple, units: float, change: str) -> KeyGap:
+    if len(level.columns) == 1:
+        return KeyGap(column=level.columns[0], value=values[0], units=units, rows=0, change=change)
+    return KeyGap(column=level.columns[0], value=values[0], units=units, rows=0, change=change,
+                  parts=list(zip(level.columns, values, strict=True)), unmatched_columns=list(level.columns))  # fmt: skip
+
+
 def _matching(
-    ctx: DiagnosisContext, key_column: str, units: dict[tuple, float], lost: dict[str, float],
+    ctx: DiagnosisContext, level: Level, units: dict[tuple, float], lost: dict[str, float],
     gained_groups: set, tonight: Recorded, before: Recorded, node_group: str, total: RecordedTotal,
-    reference: str,
 ) -> list[KeyGap]:  # fmt: skip
     """The key (of one lookup) now wholly in a group that gained whose units tonight come closest to what a
     losing group lost (within 15%), one per losing group; or whose share on the last good night (a total
     grouped by the key) matches its share. The closest, not every one within 15%: the gaining group's own
-    keys may be of a similar size, while the key that moved carries what the group lost to the unit."""
-    per_key = _per_key(ctx, key_column, before)
+    keys may be of a similar size, while the key that moved carries what the group lost to the unit. A key
+    now in no group (NULL: a left join that no longer finds its row) is told deleted or changed by its row."""
+    per_key = _per_key(ctx, level.columns, before)
     by_key: dict = {}
     for (k, _), v in units.items():
         by_key[k] = by_key.get(k, 0.0) + v
-    where = table(ctx.graph, reference) or reference
-    keys = []
+    where = table(ctx.graph, level.reference) or level.reference
+    found: list[tuple[tuple, float, str | None, str]] = []
     for g, amount in sorted(lost.items(), key=lambda kv: -kv[1]):
         share = amount / tonight.value if tonight.value else 0.0
         _, was = split_label(g)
         for (k, grp), v in sorted(units.items(), key=lambda kv: abs(kv[1] - amount)):
             if grp not in gained_groups or not v or abs(v - by_key[k]) > 0.01 * abs(by_key[k]):
                 continue
-            earlier = per_key.groups.get(f"{key_column}={k}") if per_key and per_key.value else None
+            earlier = None
+            if per_key is not None and per_key[0].value:
+                earlier = per_key[0].groups.get(_label(level.columns, k, per_key[1]))
             matches = abs(v - amount) <= MATCH * amount or (
-                earlier is not None and abs(earlier / per_key.value - share) <= MATCH * share  # type: ignore[union-attr, operator]
+                earlier is not None and abs(earlier / per_key[0].value - share) <= MATCH * share  # type: ignore[index, operator]
             )
             if matches:
-                keys.append(
-                    KeyGap(column=key_column, value=k, units=v, rows=0,
-                           change=f"its row in {where} now maps it to {node_group}={grp}; it was in {total.group_keys[0]}={was}")
-                )  # fmt: skip
+                found.append((k, v, grp, was or "None"))
                 break
+    gone = [k for k, _, grp, _ in found if grp is None]
+    present = rows_on_table(ctx, level.reference, list(level.reference_columns), gone) if gone else None
+    keys = []
+    for k, v, grp, was in found:
+        if grp is not None:
+            change = (
+                f"its row in {where} now maps it to {node_group}={grp}; it was in {total.group_keys[0]}={was}"
+            )
+        elif present is not None and not present.get(k):
+            change = f"its row was deleted from {where}: it now has no {node_group}; it was in {total.group_keys[0]}={was}"
+        else:
+            change = f"its row in {where} no longer matches: it now has no {node_group}; it was in {total.group_keys[0]}={was}"
+        keys.append(_key_gap(level, k, v, change))
     return keys
 
 

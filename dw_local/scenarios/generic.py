@@ -24,7 +24,7 @@ import pandas as pd
 
 from dw_dagster.coalesce.sql import quote_identifier
 from dw_local.scenarios.events import EVENTS
-from dw_local.scenarios.world_file import ColumnGenerator, SourceTable, WorldFile
+from dw_local.scenarios.world_file import ColumnGenerator, RowCount, SourceTable, WorldFile
 from dw_local.worlds.night_world import Frames, NightWorld, rng_for, to_utc
 
 # Ids of one night's rows: start + night x block + row, so a night replayed or caught up reuses its own ids.
@@ -124,6 +124,10 @@ class GenericWorld(NightWorld):
 
     def rows_tonight(self, name: str, night: int, growth: float = 1.0) -> int:
         count = self.spec.sources[name].row_count()
+        if not isinstance(self.spec.sources[name].count, RowCount):
+            growth = (
+                1.0  # a fixed count (one rate per currency) is a lookup's rows: the business does not grow it
+            )
         rng = rng_for(self.spec.seed, f"count/{name}", night)
         noise = np.exp(count.noise_sigma * rng.standard_normal() - count.noise_sigma**2 / 2)
         day = self.business_date(night)

@@ -77,6 +77,29 @@ def test_a_loss_to_a_group_new_tonight_is_noted_not_raised():
     assert verdict.problem is None and "moved to groups new tonight: CHANNEL=social" in verdict.note
 
 
+def test_a_loss_to_a_null_group_is_a_shift_not_a_new_key():
+    # A lookup behind a LEFT join lost the row of retail's stores: their revenue now groups under no channel.
+    groups = {g: 100_000 * s for g, s in SHARES.items()}
+    groups["CHANNEL=retail"] -= 15_000
+    groups["CHANNEL=None"] = 15_000
+    total, verdict = _judge(groups)
+    assert total.severity is None
+    assert verdict.problem is not None and "a shift between groups" in verdict.problem
+    assert "lost CHANNEL=retail" in verdict.problem and "gained CHANNEL=None (+15,000" in verdict.problem
+    # Under 1% of the total without a group, beside a group's loss: no shift, however new the NULL group.
+    small = {g: 100_000 * s for g, s in SHARES.items()}
+    small["CHANNEL=retail"] -= 5_000
+    small["CHANNEL=None"] = 500
+    assert _judge(small)[1].problem is None
+    # A NULL in one column of a key of several is a NULL key too.
+    spec = TOTAL.model_copy(update={"group_keys": ["CHANNEL", "REGION"]})
+    two = {f"{g}, REGION=N": v for g, v in groups.items() if g != "CHANNEL=None"}
+    two["CHANNEL=web, REGION IS NULL"] = 15_000
+    own = {d: r.model_copy(update={"groups": {f"{g}, REGION=N": v for g, v in r.groups.items()}})
+           for d, r in _history().items()}  # fmt: skip
+    assert "a shift between groups" in (_judge(two, own, spec)[1].problem or "")
+
+
 def test_a_key_in_its_first_nights_is_still_new_and_once_learned_a_shift_to_it_is_raised():
     """A key that opened on an incident's night (excluded from the baselines) and takes share the next
     night is a key still arriving; weeks later, a move to it is judged like any group's."""

@@ -47,6 +47,7 @@ def adspend(tmp_path_factory):
                      "set": {"AGENCY_ID": 13}},
         "sign": {"kind": "unit_change", "table": "AD_DELIVERY", "column": "SPEND", "factor": -1,
                  "where": {"PLACEMENT_TYPE": "audio"}},
+        "agency_deleted": {"kind": "reference_row_deleted", "table": "AGENCIES", "where": {"AGENCY_ID": 13}},
     })  # fmt: skip
 
 
@@ -96,6 +97,15 @@ def test_a_row_remapped_up_the_chain_on_another_shape_is_named_by_its_own_key(me
     )
     assert "ZONES" in d.diagnosis.keys[0].change and "REGION=Central" in d.diagnosis.keys[0].change
     assert not [x for x in meters["remapped"] if x.diagnosis.classification is CauseClass.UNIT_CHANGE]
+
+
+def test_a_row_deleted_behind_a_left_join_is_a_shift_to_no_group_named_where_it_was_deleted(adspend):
+    # DIM_CAMPAIGN left-joins AGENCIES: nothing drops, every count holds, and Copperleaf's billing now
+    # groups under no agency. Before, the NULL group was taken for a new key and nothing was raised.
+    d = _one(adspend["agency_deleted"], CauseClass.REFERENCE_DATA_CHANGE)
+    assert d.labels == ["AGENCY_ID=13"], d.diagnosis.cause
+    assert "deleted from" in d.diagnosis.keys[0].change and "AGENCIES" in d.diagnosis.keys[0].change
+    assert "Copperleaf Partners" in d.diagnosis.keys[0].change
 
 
 def test_a_sign_flip_that_fails_a_test_below_every_total_is_read_from_the_data(adspend):

@@ -18,6 +18,7 @@ from dagster._core.test_utils import freeze_time, instance_for_test
 from postgres_server import postgres_server
 from storages import storage_instance
 
+from dw_dagster.coalesce import runless_store
 from dw_dagster.coalesce.metadata import CoalesceRunMetadataSet
 from dw_dagster.coalesce.runless_store import batch_storage_kind, store_runless_asset_events
 from dw_dagster.coalesce.sensor_builder import unreported_asset_events
@@ -90,11 +91,13 @@ def stored(instance: dg.DagsterInstance) -> dict:
 @pytest.mark.parametrize("deployment", [False, True], ids=["dagster", "deployment"])
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_the_batch_stores_what_report_runless_asset_event_stores(
-    kind: str, deployment: bool, request, tmp_path
+    kind: str, deployment: bool, request, tmp_path, monkeypatch
 ) -> None:
     """On Dagster's storages, and on the deployment's (dw_dagster/event_log: subclasses that leave the
-    methods runless_store uses alone)."""
+    methods runless_store uses alone). On postgres the asset rows go in upserts of 7 rows here, so that a
+    tick's rows span several statements as a large tick's do."""
     url = request.getfixturevalue("postgres") if kind == "postgres" else None
+    monkeypatch.setattr(runless_store, "UPSERT_ROWS", 7)
     with two_instances(kind, url, tmp_path, deployment) as (reported, batched):
         assert batch_storage_kind(reported) == batch_storage_kind(batched) == kind
         # Two ticks: the second's assets already have records (Dagster's update path, not the insert).

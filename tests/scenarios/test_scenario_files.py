@@ -534,3 +534,18 @@ def test_the_third_world_crosses_a_daylight_saving_change_and_the_year_end():
     nights = {world.business_date(n): world.rows_tonight("AD_DELIVERY", n) for n in range(60, 74)}
     assert nights[date(2025, 12, 25)] < 0.6 * nights[date(2025, 12, 23)]  # Christmas Day
     assert nights[date(2025, 12, 31)] > 1.1 * nights[date(2025, 12, 23)]  # the month-end flush
+
+
+def test_steady_growth_grows_the_business_rows_not_a_fixed_count_lookup():
+    # The ad-spend rates feed is one row per currency (count: 3); grown by 20%, it would repeat a currency
+    # and fan the fact's join out: a duplication no business growth makes.
+    scenario_world = FileScenarioWorld(SUITE_DIR.parent / "worlds" / "adspend" / "world.yaml")
+    world = scenario_world.world
+    night = world.spec.history_nights
+    growth = scenario_world.parse_event({"kind": "steady_growth", "pct": 10, "since_night": 0}, night)
+    factor = growth.growth(night + 1)
+    assert factor == pytest.approx(1.21)
+    assert world.rows_tonight("FX_RATES", night + 1, factor) == 3
+    assert world.rows_tonight("AD_DELIVERY", night + 1, factor) > 1.2 * world.rows_tonight(
+        "AD_DELIVERY", night + 1
+    )

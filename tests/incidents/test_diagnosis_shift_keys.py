@@ -1,0 +1,152 @@
+"""A shift between groups traced to the reference row that moved it, where the fact's join key has several
+columns (a lane: origin and destination) and where the group comes through a LEFT join to a lookup that
+lost its row (the group turns NULL). Measured on DuckDB under fakesnow (the local Snowflake's engine) over a
+small lineage graph: pickups -> lanes (two-column key, with a fee) -> carriers (the invoicing group); the
+total sums weight and fee, so a key's units are read as the total's whole sum, not its first column."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import dagster as dg
+import fakesnow
+import pytest
+import snowflake.connector
+
+from dw_dagster.checks.history import HistorySession, Recorded
+from dw_dagster.checks.metrics import MetricsFile
+from dw_dagster.context.lineage import LineageGraph
+from dw_dagster.incidents.evidence import DiagnosisContext
+from dw_dagster.incidents.group_shift import trace_shift
+from dw_dagster.warehouse.ops import TABLES, OpsSchema
+
+BEFORE, TONIGHT = date(2025, 9, 24), date(2025, 9, 25)
+LANES = [("N", "Z1", "C1", 20), ("S", "Z1", "C1", 20), ("N", "Z2", "C2", 20), ("S", "Z2", "C3", 5)]
+CARRIERS = [("C1", "A"), ("C2", "B"), ("C3", "C")]
+PICKUPS = [("N", "Z1", 60), ("S", "Z1", 40), ("N", "Z2", 50), ("S", "Z2", 30)]
+DIM_JOIN = """FROM {{ ref('REF', 'LANES') }} "LANES"
+LEFT JOIN {{ ref('REF', 'CARRIERS') }} "CARRIERS" ON "LANES"."CARRIER" = "CARRIERS"."CARRIER\""""
+FCT_JOIN = """FROM {{ ref('RAW', 'PICKUPS') }} "PICKUPS"
+INNER JOIN {{ ref('CORE', 'DIM_LANE') }} "DIM_LANE"
+  ON "PICKUPS"."ORIGIN" = "DIM_LANE"."ORIGIN" AND "PICKUPS"."DEST" = "DIM_LANE"."DEST\""""
+MART_JOIN = """FROM {{ ref('CORE', 'FCT') }} "FCT" GROUP BY "FCT"."GRP\""""
+
+
+def _resolve(location: str, name: str) -> str:
+    return f'"DB"."{location}"."{name}"'
+
+
+def _spec(key: str, table: str, columns: list[str], lineage: dict[str, list[tuple[str, str]]] | None = None,
+          join: str | None = None) -> dg.AssetSpec:  # fmt: skip
+    types = {c: "NUMBER(38,0)" if c == "KG" else "VARCHAR" for c in columns}
+    metadata = {
+        "dagster/table_name": table,
+        "dagster/column_schema": dg.TableSchema(columns=[dg.TableColumn(c, t) for c, t in types.items()]),
+    }
+    deps = sorted({k for ds in (lineage or {}).values() for k, _ in ds})
+    if lineage:
+        metadata["dagster/column_lineage"] = dg.TableColumnLineage(
+            deps_by_column={
+                c: [
+                    dg.TableColumnDep(asset_key=dg.AssetKey.from_user_string(k), column_name=n) for k, n in ds
+                ]
+                for c, ds in lineage.items()
+            }  # fmt: skip
+        )
+    if join:
+        metadata["coalesce/join"] = join
+        metadata["coalesce/node_type"] = "Fact"
+    else:
+        metadata["coalesce/node_type"] = "Source"
+    return dg.AssetSpec(key, kinds={"coalesce"}, deps=deps, metadata=metadata)
+
+
+GRAPH = LineageGraph(
+    [
+        _spec("raw/pickups", "DB.RAW.PICKUPS", ["ORIGIN", "DEST", "KG"]),
+        _spec("ref/lanes", "DB.REF.LANES", ["ORIGIN", "DEST", "CARRIER", "FEE"]),
+        _spec("ref/carriers", "DB.REF.CARRIERS", ["CARRIER", "GRP"]),
+        _spec("core/dim_lane", "DB.CORE.DIM_LANE", ["ORIGIN", "DEST", "CARRIER", "GRP", "FEE"],
+              {"ORIGIN": [("ref/lanes", "ORIGIN")], "DEST": [("ref/lanes", "DEST")],
+               "CARRIER": [("ref/lanes", "CARRIER")], "GRP": [("ref/carriers", "GRP")],
+               "FEE": [("ref/lanes", "FEE")]}, DIM_JOIN),
+        _spec("core/fct", "DB.CORE.FCT", ["ORIGIN", "DEST", "CARRIER", "GRP", "KG", "FEE"],
+              {"ORIGIN": [("raw/pickups", "ORIGIN")], "DEST": [("raw/pickups", "DEST")],
+               "CARRIER": [("core/dim_lane", "CARRIER")], "GRP": [("core/dim_lane", "GRP")],
+               "KG": [("raw/pickups", "KG")], "FEE": [("core/dim_lane", "FEE")]}, FCT_JOIN),
+        _spec("mart/spend", "DB.MART.SPEND", ["GRP", "KG", "FEE"],
+              {"GRP": [("core/fct", "GRP")], "KG": [("core/fct", "KG")], "FEE": [("core/fct", "FEE")]}, MART_JOIN),
+    ]
+)  # fmt: skip
+METRICS = MetricsFile.model_validate(
+    {
+        "totals": [
+            {"name": "kg_by_group", "owner": "bi", "asset": "mart/spend", "group_keys": ["GRP"],
+             "sql": "SELECT \"GRP\", SUM(\"KG\" + \"FEE\") AS \"VALUE\" FROM {{ ref('MART', 'SPEND') }} GROUP BY \"GRP\""}
+        ]
+    }
+)  # fmt: skip
+
+
+def _values(rows) -> str:
+    return ", ".join(
+        "(" + ", ".join(f"'{v}'" if isinstance(v, str) else str(v) for v in r) + ")" for r in rows
+    )
+
+
+@pytest.fixture
+def ctx():
+    with fakesnow.patch():
+        conn = snowflake.connector.connect(database="DB", schema="RAW")
+        cur = conn.cursor()
+        for schema in ("RAW", "REF", "CORE", "MART", "DW_OPS"):
+            cur.execute(f'CREATE SCHEMA IF NOT EXISTS "DB"."{schema}"')
+        cur.execute(f'CREATE TABLE "DB"."DW_OPS"."METRIC_HISTORY" ({TABLES["METRIC_HISTORY"]})')
+        cur.execute('CREATE TABLE "DB"."RAW"."PICKUPS" (ORIGIN VARCHAR, DEST VARCHAR, KG NUMBER(38,0))')
+        cur.execute(f'INSERT INTO "DB"."RAW"."PICKUPS" VALUES {_values(PICKUPS)}')
+        cur.execute(
+            'CREATE TABLE "DB"."REF"."LANES" (ORIGIN VARCHAR, DEST VARCHAR, CARRIER VARCHAR, FEE NUMBER(38,0))'
+        )
+        cur.execute('CREATE TABLE "DB"."REF"."CARRIERS" (CARRIER VARCHAR, GRP VARCHAR)')
+        yield DiagnosisContext(GRAPH, METRICS, _resolve, HistorySession(conn, OpsSchema("DB")), cur)
+        conn.close()
+
+
+def _build(ctx, lanes, carriers) -> Recorded:
+    """Tonight's reference rows, the nodes rebuilt as Coalesce would, and the total as recorded."""
+    cur = ctx.cursor
+    cur.execute('DELETE FROM "DB"."REF"."LANES"')
+    cur.execute(f'INSERT INTO "DB"."REF"."LANES" VALUES {_values(lanes)}')
+    cur.execute('DELETE FROM "DB"."REF"."CARRIERS"')
+    cur.execute(f'INSERT INTO "DB"."REF"."CARRIERS" VALUES {_values(carriers)}')
+    cur.execute('CREATE OR REPLACE TABLE "DB"."CORE"."DIM_LANE" AS SELECT "LANES"."ORIGIN", "LANES"."DEST", '
+                '"LANES"."CARRIER", "CARRIERS"."GRP", "LANES"."FEE" ' + DIM_JOIN.replace("{{ ref('REF', 'LANES') }}", '"DB"."REF"."LANES"')
+                .replace("{{ ref('REF', 'CARRIERS') }}", '"DB"."REF"."CARRIERS"'))  # fmt: skip
+    cur.execute('CREATE OR REPLACE TABLE "DB"."CORE"."FCT" AS SELECT "PICKUPS"."ORIGIN", "PICKUPS"."DEST", '
+                '"DIM_LANE"."CARRIER", "DIM_LANE"."GRP", "PICKUPS"."KG", "DIM_LANE"."FEE" ' + FCT_JOIN
+                .replace("{{ ref('RAW', 'PICKUPS') }}", '"DB"."RAW"."PICKUPS"')
+                .replace("{{ ref('CORE', 'DIM_LANE') }}", '"DB"."CORE"."DIM_LANE"'))  # fmt: skip
+    cur.execute('SELECT "GRP", SUM("KG" + "FEE") FROM "DB"."CORE"."FCT" GROUP BY "GRP"')
+    groups = {f"GRP={g}": float(v) for g, v in cur.fetchall()}
+    return Recorded(business_date=TONIGHT, value=sum(groups.values()), groups=groups)
+
+
+def test_a_lane_pointed_at_another_carrier_is_named_by_both_columns_of_its_key(ctx):
+    before = _build(ctx, LANES, CARRIERS).model_copy(update={"business_date": BEFORE})
+    tonight = _build(ctx, [("N", "Z1", "C2", 20), *LANES[1:]], CARRIERS)
+    shift = trace_shift(ctx, METRICS.totals[0], tonight, before)
+    assert shift is not None and shift.reference == "ref/lanes"
+    (key,) = shift.keys
+    assert key.parts == [("ORIGIN", "N"), ("DEST", "Z1")] and key.label == "ORIGIN=N, DEST=Z1"
+    assert key.units == 80 and "now maps it to GRP=B; it was in GRP=A" in (key.change or "")
+
+
+def test_a_carrier_deleted_behind_a_left_join_is_named_deleted_not_remapped(ctx):
+    before = _build(ctx, LANES, CARRIERS).model_copy(update={"business_date": BEFORE})
+    tonight = _build(ctx, LANES, CARRIERS[:2])
+    assert tonight.groups["GRP=None"] == 35
+    shift = trace_shift(ctx, METRICS.totals[0], tonight, before)
+    assert shift is not None and shift.reference == "ref/carriers"
+    (key,) = shift.keys
+    assert key.label == "CARRIER=C3" and key.units == 35
+    assert "deleted from" in (key.change or "") and "it was in GRP=C" in (key.change or "")
