@@ -26,8 +26,9 @@ def test_a_build_prunes_only_older_templates_of_the_same_world_and_history(tmp_p
         path.mkdir(parents=True)
         (path / "seeded.json").write_text("{}")
     dest = world.clone(tmp_path / "cache", tmp_path / "copy")
-    template = folder / f"billing-{world.history_nights}-{world._hash()}"
-    assert (template / "seeded.json").exists() and (dest / "seeded.json").exists()
+    template = world.template(tmp_path / "cache")
+    assert template.parent == folder and template.name.startswith(f"billing-{world.history_nights}-")
+    assert template != older and (template / "seeded.json").exists() and (dest / "seeded.json").exists()
     assert not older.exists()
     assert all(p.exists() for p in kept)
     # A second clone finds the template built: nothing is rebuilt or pruned.
