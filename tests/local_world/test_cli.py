@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from world_cache import WORLD_CACHE
 
 pytestmark = pytest.mark.world
 
@@ -28,7 +29,7 @@ def _cli(*args: str, cwd, env: dict[str, str] | None = None) -> subprocess.Compl
 
 
 def test_world_up_runs_tonight_and_leaves_the_servers_up(seeded_template, tmp_path):
-    cache = seeded_template.parent
+    cache = WORLD_CACHE.resolve()  # where the fixture built the template
     root = tmp_path / "local"
     up = _cli(
         "world", "up", "--no-ui", "--free-ports", "--root", str(root), "--cache", str(cache), cwd=tmp_path

@@ -23,6 +23,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from dagster._core.storage.tags import RUN_KEY_TAG
+from world_cache import WORLD_CACHE
 
 from dw_dagster.coalesce.metadata import CoalesceRunMetadataSet
 
@@ -77,7 +78,7 @@ def test_a_second_world_up_after_the_daemon_reports_nothing_twice(
     seeded_template: Path, tmp_path: Path
 ) -> None:
     root = tmp_path / "local"
-    cache = seeded_template.parent
+    cache = WORLD_CACHE.resolve()  # where the fixture built the template
     # 1. world up: the seeded world, tonight's run reported by world up's own daemon tick.
     first_night, first_run = _world_up(root, cache, tmp_path)
     env = _env(root)

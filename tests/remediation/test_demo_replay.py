@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from world_cache import WORLD_CACHE
 
 pytestmark = pytest.mark.world
 
@@ -17,7 +18,7 @@ def timeline(seeded_template, tmp_path_factory) -> list[dict]:
     root = tmp_path_factory.mktemp("replay") / "world"
     script = Path(sys.executable).with_name("dw-dagster")
     done = subprocess.run(
-        [str(script), "demo", "replay", "--json", "--root", str(root), "--cache", str(seeded_template.parent)],
+        [str(script), "demo", "replay", "--json", "--root", str(root), "--cache", str(WORLD_CACHE.resolve())],
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
