@@ -82,41 +82,37 @@ def total_of(finding: Finding, metrics: MetricsFile) -> RecordedTotal | None:
     return next((t for t in metrics.totals if t.name == name), None)
 
 
-def measure_column(total: RecordedTotal) -> str | None:
-    """The column a total sums (``SUM("AMOUNT") AS "VALUE"``), or None for a count or an expression
-    sqlglot cannot read."""
-    try:
-        tree = sqlglot.parse_one(total.sql.replace("{{", "").replace("}}", ""), read="snowflake")
-    except SqlglotError:
-        return None
-    for alias in tree.find_all(exp.Alias):
-        if alias.alias.upper() == "VALUE" and isinstance(alias.this, exp.Sum):
-            column = alias.this.find(exp.Column)
-            return column.name if column is not None else None
-    return None
-
-
-def measure_columns(total: RecordedTotal) -> list[str]:
-    """Every column the total's VALUE is computed from (``SUM("QUANTITY" * "UNIT_PRICE")``: both)."""
+def _value_expressions(total: RecordedTotal) -> list[exp.Expression]:
+    """What the total's SQL computes as ``VALUE``, every such alias in sqlglot's walking order; none when
+    sqlglot cannot read the SQL."""
     try:
         tree = sqlglot.parse_one(total.sql.replace("{{", "").replace("}}", ""), read="snowflake")
     except SqlglotError:
         return []
-    for alias in tree.find_all(exp.Alias):
-        if alias.alias.upper() == "VALUE":
-            return list(dict.fromkeys(c.name for c in alias.this.find_all(exp.Column)))
-    return []
+    return [a.this for a in tree.find_all(exp.Alias) if a.alias.upper() == "VALUE"]
+
+
+def measure_column(total: RecordedTotal) -> str | None:
+    """The column a total sums (``SUM("AMOUNT") AS "VALUE"``), or None for a count or an expression
+    sqlglot cannot read."""
+    value = next((v for v in _value_expressions(total) if isinstance(v, exp.Sum)), None)
+    if value is None:
+        return None
+    column = value.find(exp.Column)
+    return column.name if column is not None else None
+
+
+def measure_columns(total: RecordedTotal) -> list[str]:
+    """Every column the total's VALUE is computed from (``SUM("QUANTITY" * "UNIT_PRICE")``: both)."""
+    values = _value_expressions(total)
+    return list(dict.fromkeys(c.name for c in values[0].find_all(exp.Column))) if values else []
 
 
 def measure_sum(ctx: DiagnosisContext, total: RecordedTotal, node: str, alias: str) -> str | None:
     """The total's ``SUM(...)`` written on ``node``'s columns as table ``alias`` (``SUM("FREIGHT" + "FUEL")``
     whole, not its first column), every column traced through lineage; None when VALUE is not a SUM or a
     column is not carried by the node."""
-    try:
-        tree = sqlglot.parse_one(total.sql.replace("{{", "").replace("}}", ""), read="snowflake")
-    except SqlglotError:
-        return None
-    value = next((a.this for a in tree.find_all(exp.Alias) if a.alias.upper() == "VALUE"), None)
+    value = next(iter(_value_expressions(total)), None)
     if not isinstance(value, exp.Sum):
         return None
     copy = value.copy()
