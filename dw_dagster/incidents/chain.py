@@ -155,7 +155,7 @@ def _carried(ctx: DiagnosisContext, owner: str, ends: list[set[tuple[str, str]]]
 def chain_keys(ctx: DiagnosisContext, node: str, join: ParsedJoin) -> list[Level]:
     """The key of ``join`` and of every join further up the lookups on its right side, nearest first, each
     as columns of ``node`` or, where ``node`` does not carry them, of the first lookup (``join``'s right).
-    A join on several columns is one key of several columns (a lane is an origin and a destination)."""
+    A join on several columns is one key of several columns (a route is an origin and a destination)."""
     graph = ctx.graph
     lookup = graph.key_for_table(join.right_table)
     out: list[Level] = []

@@ -109,7 +109,7 @@ def measure_columns(total: RecordedTotal) -> list[str]:
 
 
 def measure_sum(ctx: DiagnosisContext, total: RecordedTotal, node: str, alias: str) -> str | None:
-    """The total's ``SUM(...)`` written on ``node``'s columns as table ``alias`` (``SUM("FREIGHT" + "FUEL")``
+    """The total's ``SUM(...)`` written on ``node``'s columns as table ``alias`` (``SUM("NET" + "TAX")``
     whole, not its first column), every column traced through lineage; None when VALUE is not a SUM or a
     column is not carried by the node."""
     value = next(iter(_value_expressions(total)), None)

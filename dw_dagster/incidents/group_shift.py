@@ -125,7 +125,7 @@ def trace_shift(
     levels = chain_keys(ctx, node, join)
     if tbl is None or not levels:
         return None
-    # The total's own sum (all its columns: freight plus fuel), so a key's units compare with what a group lost.
+    # The total's own sum (all its columns, e.g. net plus tax), so a key's units compare with what a group lost.
     measure = traced(ctx, total.asset, measure_column(total), node)
     value = measure_sum(ctx, total, node, "F") or (
         f"SUM(F.{quote_identifier(measure)})" if measure else "COUNT(*)"
