@@ -38,12 +38,15 @@ LOCAL_SLACK_SIGNING_SECRET = "local-slack-signing-secret"
 def sim_control(coalesce: Any, method: str, name: str, body: dict | None = None) -> dict:
     """Calls the Coalesce simulator's own endpoints (``/_sim/<name>``: clock, workspace, deploy), outside the
     Coalesce API the client speaks."""
+    from dw_dagster.coalesce.http_client import tls_context  # its caller has the client loaded
+
     response = httpx.request(
         method,
         f"{coalesce.base_url}/_sim/{name}",
         json=body,
         headers={"Authorization": f"Bearer {LOCAL_COALESCE_TOKEN}"},
         timeout=30,
+        verify=tls_context(),  # not a new one per call (http_client.tls_context)
     )
     response.raise_for_status()
     return response.json()

@@ -6,7 +6,10 @@ endpoint followed page by page.
 The endpoints themselves are :class:`~dw_dagster.coalesce.client.CoalesceClient`'s.
 """
 
+import functools
 import logging
+import os
+import ssl
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Self, TypeVar
@@ -34,6 +37,19 @@ NOT_PROCESSED_STATUSES = frozenset({429, 503})
 # took one sensor tick past the daemon's 60 s limit.
 MAX_RETRY_WAIT = 10.0
 DEFAULT_REQUEST_BUDGET = 30.0
+
+
+@functools.cache
+def _tls_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+    # httpx reads the CA bundle into a new context for every client (tens of milliseconds), and a client is
+    # built at every resource set-up: each sensor tick and each run. The context depends only on these two
+    # variables (httpx's trust_env), so one per value serves the process.
+    return httpx.create_ssl_context()
+
+
+def tls_context() -> ssl.SSLContext:
+    """The TLS context httpx would build for a client with ``verify=True``, built once per process."""
+    return _tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
 
 
 class CoalesceHTTPClient:
@@ -78,6 +94,8 @@ class CoalesceHTTPClient:
             },
             timeout=httpx.Timeout(request_timeout),
             transport=transport,
+            # A given transport brings its own TLS settings (httpx ignores verify then).
+            verify=tls_context() if transport is None else True,
         )
 
     @property

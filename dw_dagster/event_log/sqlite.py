@@ -1,13 +1,26 @@
 """Dagster's sqlite event log storage (the local world's), storing a run's planned check events in one
-run-shard and one index transaction (``planned_checks``)."""
+run-shard and one index transaction (``planned_checks``), over connections it keeps open between operations
+(``_connect``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import os
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
+import sqlalchemy.exc as db_exc
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from dagster._core.events.log import EventLogEntry
-from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
-from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+from dagster._core.storage.event_log.schema import SqlEventLogStorageMetadata, SqlEventLogStorageTable
+from dagster._core.storage.event_log.sqlite import sqlite_event_log
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
+from dagster._core.storage.sql import get_alembic_config
+from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS, create_db_conn_string
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Connection, Engine
 
 from dw_dagster.event_log.planned_checks import (
     event_rows,
@@ -15,16 +28,103 @@ from dw_dagster.event_log.planned_checks import (
     is_planned_check_batch,
 )
 
+# Run shards whose connection stays open besides the index's: a run writes to its own shard and a tick reads
+# a few; the others are reopened when next used.
+OPEN_RUN_SHARDS = 8
+
+
+@functools.cache
+def _migrations() -> ScriptDirectory:
+    # Dagster reads its event log migrations from their files at each new run shard, twice (about 75 ms a
+    # run); they do not change while the process runs.
+    return ScriptDirectory.from_config(get_alembic_config(sqlite_event_log.__file__))
+
 
 class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
     """``SqliteEventLogStorage`` (same config: ``base_dir``, the folder of its run shards and index).
 
     The run's shard is committed first: a failure of the index transaction leaves the events in the run's
-    own log when Dagster then stores the batch again one event at a time (there twice; the index once)."""
+    own log when Dagster then stores the batch again one event at a time (there twice; the index once).
+
+    Dagster's storage opens an engine and a connection for every operation and disposes of both: with the
+    first access's schema read, most of the storage's time in a local night. Here each shard keeps its engine
+    and one pooled connection (the index's, and the ``OPEN_RUN_SHARDS`` last used run shards'). Operations
+    still run one at a time under Dagster's lock, each in its own transaction, so other processes see each
+    commit as before; an idle connection holds no lock."""
+
+    def __init__(self, base_dir: str, inst_data=None):
+        self._engines: OrderedDict[str, Engine] = OrderedDict()
+        self._engines_pid = os.getpid()
+        super().__init__(base_dir, inst_data)
 
     @classmethod
     def from_config_value(cls, inst_data, config_value) -> BatchedSqliteEventLogStorage:
         return cls(inst_data=inst_data, **config_value)
+
+    @contextmanager
+    def _connect(self, shard: str) -> Iterator[Connection]:
+        with self._db_lock:
+            engine = self._engine(shard)
+            if shard not in self._initialized_dbs:
+                self._initdb(engine)
+                self._initialized_dbs.add(shard)
+            with engine.connect() as conn, conn.begin():
+                yield conn
+
+    def _initdb(self, engine: Engine, for_index_shard: bool = False) -> None:
+        """A new run shard as Dagster makes it (its tables, WAL, stamped at the head migration), with the
+        migrations read once per process; the index, a shard made elsewhere and a contended start are
+        Dagster's own ``_initdb``."""
+        if not for_index_shard:
+            try:
+                with engine.connect() as conn:
+                    migration = MigrationContext.configure(conn)
+                    if migration.get_current_revision() is not None:
+                        return
+                    SqlEventLogStorageMetadata.create_all(conn)
+                    conn.execute(text("PRAGMA journal_mode=WAL;"))
+                    migration.stamp(_migrations(), "head")
+                    conn.commit()
+                return
+            except db_exc.DatabaseError:
+                pass  # another process making the same shard: Dagster's retries
+        super()._initdb(engine, for_index_shard)
+
+    def _engine(self, shard: str) -> Engine:
+        if self._engines_pid != os.getpid():
+            # A forked child must not use (or close) the parent's connections: forget them, open its own.
+            for engine in self._engines.values():
+                engine.dispose(close=False)
+            self._engines, self._engines_pid = OrderedDict(), os.getpid()
+        engine = self._engines.get(shard)
+        if engine is None:
+            engine = create_engine(
+                create_db_conn_string(self._base_dir, shard),
+                pool_size=1,
+                max_overflow=2,
+                connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS},
+            )
+            self._engines[shard] = engine
+            runs = [s for s in self._engines if s != INDEX_SHARD_NAME]
+            for stale in runs[: max(0, len(runs) - OPEN_RUN_SHARDS)]:
+                self._engines.pop(stale).dispose()
+        else:
+            self._engines.move_to_end(shard)
+        return engine
+
+    def _close_connections(self) -> None:
+        with self._db_lock:
+            while self._engines:
+                self._engines.popitem()[1].dispose()
+
+    def wipe(self) -> None:
+        # Dagster deletes the run shards' files: no connection may stay open on a deleted file.
+        self._close_connections()
+        super().wipe()
+
+    def dispose(self) -> None:
+        super().dispose()
+        self._close_connections()
 
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
         if not is_planned_check_batch(self, events):
