@@ -60,12 +60,18 @@ def statement_credits(rows_scanned: int, rows_written: int) -> float:
     return (rows_scanned + rows_written + ROWS_PER_STATEMENT) * CREDITS_PER_ROW
 
 
+@functools.cache
+def _clock_client() -> httpx.Client:
+    # One for the simulator's life: a client per call built a TLS context each night for a plain-HTTP call.
+    return httpx.Client(timeout=2)
+
+
 def set_clock(host: str, port: int, now: datetime) -> bool:
     """Moves a running local Snowflake's clock to ``now`` (the simulator calls it when its clock is set);
     False when no local Snowflake answers there (a simulator run on its own)."""
     try:
         url = f"http://{host}:{port}{CLOCK_PATH}"
-        httpx.post(url, json={"now": now.isoformat()}, timeout=2).raise_for_status()
+        _clock_client().post(url, json={"now": now.isoformat()}).raise_for_status()
     except httpx.HTTPError:
         return False
     return True
