@@ -17,6 +17,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     from world_templates import build_all, builds_first
 
+    if hasattr(config, "workerinput"):
+        return
+    _compile_the_project()
     if not builds_first(config):
         return
 
@@ -33,6 +36,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         build_all(WORLD_CACHE.resolve(), int(workers), echo)
     except RuntimeError as e:
         pytest.exit(str(e), returncode=pytest.ExitCode.INTERNAL_ERROR)
+
+
+def _compile_the_project() -> None:
+    """Writes the project's bytecode once, before any process starts: where PYTHONDONTWRITEBYTECODE is set
+    (as on CI's machines) nothing writes it, and each of the suite's processes (template builds, servers,
+    commands, code servers, run workers) compiled the project's modules again, about 0.4 s of CPU each."""
+    import compileall
+
+    root = Path(__file__).resolve().parent.parent
+    for package in ("dw_dagster", "dw_local"):
+        compileall.compile_dir(root / package, quiet=1, workers=0)
 
 
 # The longest files, longest first, as measured on 2 cores (benchmarks/README.md, "The whole suite"). A file
