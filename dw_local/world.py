@@ -307,9 +307,12 @@ class LocalWorld:
 
     @staticmethod
     def _http_up(url: str) -> bool:
+        from dw_dagster.coalesce.http_client import tls_context
+
         try:
             headers = {"Authorization": f"Bearer {LOCAL_COALESCE_TOKEN}"}
-            return httpx.get(url, headers=headers, timeout=1.0).status_code == 200
+            # Polled every 0.1 s while a server starts: one TLS context, not one per poll.
+            return httpx.get(url, headers=headers, timeout=1.0, verify=tls_context()).status_code == 200
         except httpx.HTTPError:
             return False
 
