@@ -22,6 +22,7 @@ from typing import Any, Literal
 import dagster as dg
 from slack_sdk.models.blocks import Block
 
+from dw_dagster.config import resolve_env_vars
 from dw_dagster.context.models import ContextFile
 from dw_dagster.incidents.models import BlastRadius, Diagnosis, Incident
 from dw_dagster.incidents.store import IncidentStore
@@ -75,8 +76,9 @@ class IncidentNotifier:
         autonomous_dispatch_allowed: Callable[[], bool] | None = None,
     ):
         if isinstance(slack.token, dg.EnvVar):
-            # Built outside Dagster's resource resolution (a command, a test): resolve the EnvVar now.
-            slack = slack.process_config_and_initialize()
+            # Built outside Dagster's resource resolution (a command, a test): resolve the EnvVar now, without
+            # Dagster's process_config_and_initialize, whose ephemeral instance is never disposed.
+            slack = resolve_env_vars(slack)
         self.slack = slack
         self.store = store
         self.outbox = SlackOutbox(store.warehouse, store.ops, run_id=store.run_id)

@@ -141,8 +141,12 @@ def test_row_counts_and_a_small_tables_keys_share_the_statement(tables, mode):
     volumes, binds = _volumes(mode), Binds()
     last_night = {volume_series("measured/stores"): {DAY: Recorded(business_date=DAY, value=3.0)}}
     run = CheckRun(DAY, "run", coalesce_run_id=None, coalesce_job=None)
-    with tables.tagged_connection("test") as conn, statements() as sent:
-        parts = volumes.parts(dg.DagsterInstance.ephemeral(), run, last_night, binds)
+    with (
+        dg.DagsterInstance.ephemeral() as instance,
+        tables.tagged_connection("test") as conn,
+        statements() as sent,
+    ):
+        parts = volumes.parts(instance, run, last_night, binds)
         measured = measure(conn.cursor(), parts, binds)
         still = volumes.take(measured)
     assert len(sent) == 1 and still == []
@@ -162,8 +166,12 @@ def test_a_table_small_tonight_and_not_last_night_has_its_keys_read_after(tables
     volumes, binds = _volumes("count"), Binds()
     big_last_night = {volume_series("measured/stores"): {DAY: Recorded(business_date=DAY, value=5000.0)}}
     run = CheckRun(DAY, "run", coalesce_run_id=None, coalesce_job=None)
-    with tables.tagged_connection("test") as conn, statements() as sent:
-        parts = volumes.parts(dg.DagsterInstance.ephemeral(), run, big_last_night, binds)
+    with (
+        dg.DagsterInstance.ephemeral() as instance,
+        tables.tagged_connection("test") as conn,
+        statements() as sent,
+    ):
+        parts = volumes.parts(instance, run, big_last_night, binds)
         assert not any(p.key[0] == "keys" for p in parts), "a big table's keys are not read whole"
         still = volumes.take(measure(conn.cursor(), parts, binds))
         assert [p.key for p in still] == [("keys", dg.AssetKey(["measured", "stores"]))]

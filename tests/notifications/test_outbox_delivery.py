@@ -19,6 +19,7 @@ import pytest
 from reference_night import reference_blast, reference_diagnosis, reference_incident
 from warehouse_statements import statements
 
+from dw_dagster.config import DwConfigError
 from dw_dagster.context.models import ContextFile, load_context_file
 from dw_dagster.incidents.models import Incident
 from dw_dagster.incidents.store import IncidentStore
@@ -355,8 +356,14 @@ def test_the_token_never_appears_in_logs_errors_or_records(world, context, caplo
     # As production configures it: the token is an EnvVar, resolved only when used.
     base_url = f"{world.slack_url}/api/"
     slack = SlackNotifier(token=dg.EnvVar("SLACK_BOT_TOKEN"), base_url=base_url, max_retries=1)
+    ephemeral, opened = dg.DagsterInstance.ephemeral, []
+    monkeypatch.setattr(
+        dg.DagsterInstance, "ephemeral", lambda *a, **k: opened.append(1) or ephemeral(*a, **k)
+    )
     notifier = _notifier(world, "NTF_TOKEN", slack=slack, backoff_seconds=(0, 0))
     assert notifier.slack.token == secret  # resolved from the environment, not the variable's name
+    # Resolved without Dagster's resource initialization, whose ephemeral instance nothing disposes.
+    assert opened == []
     recipients = _recipients(context, inc)
     with caplog.at_level(logging.DEBUG):  # slack_sdk logs every request at DEBUG
         _fault(world, 2)
@@ -375,6 +382,13 @@ def test_the_token_never_appears_in_logs_errors_or_records(world, context, caplo
     assert secret not in caplog.text and secret not in stored
     redact = Redactor(secret)
     assert secret not in redact(f"error talking to Slack with Bearer {secret} and xoxp-99-other")
+
+
+def test_a_token_variable_not_set_is_named(world, monkeypatch):
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    slack = SlackNotifier(token=dg.EnvVar("SLACK_BOT_TOKEN"), base_url=f"{world.slack_url}/api/")
+    with pytest.raises(DwConfigError, match="SLACK_BOT_TOKEN: not set"):
+        _notifier(world, "NTF_UNSET", slack=slack)
 
 
 # -- the outbox sensor when nothing happens ------------------------------------------------------------

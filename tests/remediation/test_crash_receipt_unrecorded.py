@@ -54,6 +54,14 @@ def setup(warehouse):
     return wh, store, ApprovalBook(store, load_context_file(CONTEXT))
 
 
+@pytest.fixture
+def instance():
+    with (
+        dg.DagsterInstance.ephemeral() as instance
+    ):  # disposed: an undisposed one is closed by the GC, noisily
+        yield instance
+
+
 def _night(setup, instance: dg.DagsterInstance, day: date):
     wh, store, book = setup
     finding = Finding(check_name="total", asset_key="inventory/fct_inventory_position", business_date=day,
@@ -80,9 +88,8 @@ def _rows(wh) -> list[tuple]:
     return _select(wh, f'SELECT "ORGANIZATION_ID", "WAREHOUSE_NAME" FROM {TABLE}')
 
 
-def test_a_row_added_but_not_recorded_is_found_listed_and_can_be_undone(setup):
+def test_a_row_added_but_not_recorded_is_found_listed_and_can_be_undone(setup, instance):
     wh, store, book = setup
-    instance = dg.DagsterInstance.ephemeral()
     plan, run, proposal, approval = _night(setup, instance, date(2025, 6, 16))
     intent = intent_recorder(store, plan, proposal.proposal_id, run.run_id)
     with wh.tagged_connection("test") as conn:
@@ -103,9 +110,8 @@ def test_a_row_added_but_not_recorded_is_found_listed_and_can_be_undone(setup):
     assert _rows(wh) == []
 
 
-def test_a_worker_killed_before_the_insert_added_nothing_and_the_receipt_says_so(setup):
+def test_a_worker_killed_before_the_insert_added_nothing_and_the_receipt_says_so(setup, instance):
     wh, store, book = setup
-    instance = dg.DagsterInstance.ephemeral()
     plan, run, proposal, approval = _night(setup, instance, date(2025, 6, 17))
     record = intent_recorder(store, plan, proposal.proposal_id, run.run_id)
 
@@ -137,24 +143,23 @@ def _loaded_twice(wh, day: date) -> Dedupe:
                   extra_rows=2, backup_parts=("DW_PROD", "OPS_CRASH", f"DEDUPE_{day:%Y%m%d}"))  # fmt: skip
 
 
-def _dedupe_night(setup, day: date):
+def _dedupe_night(setup, instance: dg.DagsterInstance, day: date):
     wh, store, _ = setup
-    instance = dg.DagsterInstance.ephemeral()
     plan, run, _, approval = _night(setup, instance, day)
     dedupe = _loaded_twice(wh, day)
     proposal = Proposal(proposal_id="p9", kind=ProposalKind.DEDUPE, title="Remove the second load",
                         owners=["planning-ops"], dedupe=dedupe)  # fmt: skip
     plan = plan.model_copy(update={"proposals": [proposal]})
-    return instance, plan, run, dedupe, approval
+    return plan, run, dedupe, approval
 
 
 def _lines(wh) -> list[tuple]:
     return _select(wh, f"SELECT LINE_ID, STORE_ID FROM {LINES} ORDER BY LINE_ID")
 
 
-def test_copies_removed_but_not_recorded_are_found_listed_and_can_be_put_back(setup):
+def test_copies_removed_but_not_recorded_are_found_listed_and_can_be_put_back(setup, instance):
     wh, store, book = setup
-    instance, plan, run, dedupe, approval = _dedupe_night(setup, date(2025, 6, 18))
+    plan, run, dedupe, approval = _dedupe_night(setup, instance, date(2025, 6, 18))
     intent = intent_recorder(store, plan, "p9", run.run_id)
     with wh.tagged_connection("test") as conn:
         remove_duplicates(conn.cursor(), "p9", dedupe, approval, before_delete=intent)
@@ -175,9 +180,9 @@ def test_copies_removed_but_not_recorded_are_found_listed_and_can_be_put_back(se
     assert _lines(wh) == [(1, 3), (1, 3), (2, 3), (2, 3), (3, 4)]
 
 
-def test_a_removal_killed_before_its_commit_is_reported_not_made_and_a_retry_finishes_it(setup):
+def test_a_removal_killed_before_its_commit_is_reported_not_made_and_a_retry_finishes_it(setup, instance):
     wh, store, book = setup
-    instance, plan, run, dedupe, approval = _dedupe_night(setup, date(2025, 6, 19))
+    plan, run, dedupe, approval = _dedupe_night(setup, instance, date(2025, 6, 19))
     record = intent_recorder(store, plan, "p9", run.run_id)
 
     def dies_after_the_intent(change):
