@@ -31,9 +31,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         else:
             print(line, flush=True)
 
-    workers = getattr(config.option, "numprocesses", None) or 1
+    # A build is all CPU: more at a time than there are cores only slows the longest, which ends alone.
+    workers = min(int(getattr(config.option, "numprocesses", None) or 1), len(os.sched_getaffinity(0)))
     try:
-        build_all(WORLD_CACHE.resolve(), int(workers), echo)
+        build_all(WORLD_CACHE.resolve(), workers, echo)
     except RuntimeError as e:
         pytest.exit(str(e), returncode=pytest.ExitCode.INTERNAL_ERROR)
 

@@ -6,7 +6,7 @@ cross-process lock, so a test that finds its template built just copies it, and 
 still seeds lazily.
 
 Run as a script (``python tests/world_templates.py NAME``) it builds one template: the session start runs
-one such process per template, as many at a time as there are test workers.
+one such process per template, as many at a time as there are test workers and cores.
 """
 
 from __future__ import annotations
