@@ -43,7 +43,7 @@ def describe_validation_error(source: str | Path, err: pydantic.ValidationError)
     return "\n".join(lines)
 
 
-class _StrictLoader(yaml.SafeLoader):
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser when PyYAML has it
     """YAML's safe loader, except that a key given twice in one mapping is an error: PyYAML keeps the last
     value silently, so a second ``sales-ops:`` block would replace the first team without a word."""
 

@@ -6,6 +6,7 @@ holds and with when it was built. Both maxima are one part of the checks run's m
 (``measure.py``); Snowflake answers MAX of a column from micro-partition metadata, without a scan.
 """
 
+import functools
 import re
 from collections.abc import Hashable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -31,13 +32,17 @@ def freshness_policy_for(schedule: JobSchedule) -> dg.FreshnessPolicy:
         start = timedelta(hours=int(m[2]), minutes=int(m[1]))
         deadline = (start + grace) % timedelta(days=1)
         hours, rest = divmod(int(deadline.total_seconds()), 3600)
-        return dg.FreshnessPolicy.cron(
-            deadline_cron=f"{rest // 60} {hours} {m[3]}",
-            lower_bound_delta=grace,
-            timezone=schedule.timezone,
-        )
+        return _cron_policy(f"{rest // 60} {hours} {m[3]}", grace, schedule.timezone)
     # Any other cron: a window of a day plus the grace, which still catches a skipped night.
     return dg.FreshnessPolicy.time_window(fail_window=timedelta(days=1) + grace)
+
+
+@functools.cache
+def _cron_policy(deadline_cron: str, lower_bound_delta: timedelta, timezone: str) -> dg.FreshnessPolicy:
+    # Dagster walks the cron to its smallest interval for each policy made: once a schedule, not once an asset.
+    return dg.FreshnessPolicy.cron(
+        deadline_cron=deadline_cron, lower_bound_delta=lower_bound_delta, timezone=timezone
+    )
 
 
 def apply_freshness_policies(metrics: MetricsFile, specs: Sequence[dg.AssetSpec]) -> list[dg.AssetSpec]:
