@@ -4,9 +4,10 @@ Writes a workspace state of N nodes (10 columns each, column lineage to 1-3 pare
 with location selectors), then times what a code server does at start: read and validate the state,
 translate every node, build the repository (the asset graph). With ``--gc-compare`` it also times the same load with Python's
 cyclic garbage collector paused, and prints the ratio (how much of the load is the collector walking the
-objects the load allocates). Run:
+objects the load allocates). With ``--schedules`` a metrics file gives each job a daily schedule, so every
+node gets the freshness policy of the job that builds it. Run:
 
-    .venv/bin/python benchmarks/bench_load_definitions.py [--nodes 10000] [--gc-compare]
+    .venv/bin/python benchmarks/bench_load_definitions.py [--nodes 10000] [--gc-compare] [--schedules]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
+import yaml
 from dagster._core.storage.defs_state.base import set_defs_state_storage
 
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
@@ -110,6 +112,9 @@ def main() -> None:
     parser.add_argument(
         "--gc-compare", action="store_true", help="also time the load with the cyclic GC paused"
     )
+    parser.add_argument(
+        "--schedules", action="store_true", help="a metrics file scheduling every job (freshness policies)"
+    )
     args = parser.parse_args()
 
     from dw_dagster.definitions import build_definitions
@@ -123,6 +128,14 @@ def main() -> None:
         for name in ("DW_CONTEXT_FILE", "DW_METRICS_FILE", "COALESCE_BASE_URL", "SNOWFLAKE_DATABASE"):
             os.environ.pop(name, None)
         os.environ["COALESCE_ENVIRONMENT_IDS"] = "2"
+        if args.schedules:
+            metrics = Path(tmp) / "metrics.yaml"
+            schedules = {
+                f"job_{j}": {"cron": f"0 {j % 24} * * *", "timezone": "America/Chicago", "grace_minutes": 60}
+                for j in range(len(LOCATIONS))
+            }
+            metrics.write_text(yaml.safe_dump({"freshness": {"schedules": schedules}}))
+            os.environ["DW_METRICS_FILE"] = str(metrics)
         # The state where `dw-dagster coalesce refresh` keeps it: the instance's definitions state.
         instance = dg.DagsterInstance.local_temp(tmp)
         storage = instance.defs_state_storage
@@ -145,7 +158,8 @@ def main() -> None:
         build_definitions_().get_repository_def()
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        print(f"nodes: {args.nodes}, state file: {size_mb:.1f} MB")
+        scheduled = f", {len(LOCATIONS)} jobs scheduled (freshness policies)" if args.schedules else ""
+        print(f"nodes: {args.nodes}, state file: {size_mb:.1f} MB{scheduled}")
         print(
             f"load definitions (read + validate state, translate, build asset graph): best {best:.2f} s, "
             f"median {sorted(times)[len(times) // 2]:.2f} s over {args.repeat} runs (goal < 5 s)"
