@@ -32,7 +32,7 @@ from dw_dagster.checks import build_check_definitions, load_metrics_file
 from dw_dagster.checks.freshness import apply_freshness_policies
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.coalesce.component import CoalesceComponent
-from dw_dagster.coalesce.metadata import coalesce_specs
+from dw_dagster.coalesce.metadata import is_coalesce_spec
 from dw_dagster.coalesce.sensor_builder import build_coalesce_polling_sensor
 from dw_dagster.coalesce.specs import ref_resolver
 from dw_dagster.coalesce.state import REFRESH_HINT
@@ -111,7 +111,7 @@ class OperationsComponent(dg.Component, dg.Model, dg.Resolvable):
         """The Coalesce assets' specs as dw-dagster shows them: with their owners and the systems feeding
         them (context file) and the freshness policy of the job that builds them (metrics file)."""
         ctx = self._context
-        pipeline = [s for s, _ in coalesce_specs(specs)]
+        pipeline = [s for s in specs if is_coalesce_spec(s)]
         if ctx is not None:
             try:
                 pipeline = attach_context(pipeline, ctx)
@@ -143,7 +143,7 @@ class OperationsComponent(dg.Component, dg.Model, dg.Resolvable):
             )
         coalesce_defs = context.build_defs(self.coalesce)
         specs = asset_specs_of(coalesce_defs)
-        if not coalesce_specs(specs) and (self.context_file or self.metrics_file):
+        if not any(is_coalesce_spec(s) for s in specs) and (self.context_file or self.metrics_file):
             # The context and metrics files name Coalesce assets: say why there are none.
             raise DwConfigError(
                 f"{context.defs_module_path / self.coalesce / 'defs.yaml'}: no Coalesce assets loaded: no state "
