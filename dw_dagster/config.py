@@ -3,6 +3,7 @@ what was expected."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -123,7 +124,9 @@ def load_yaml_model(path: str | Path, model: type[ModelT], what: str, env_var: s
 
 
 def resolve_env_vars(value: Any) -> Any:
-    """A copy of a resource or config with every ``EnvVar`` replaced by the variable's value.
+    """A copy of a resource or config with every ``EnvVar`` replaced by the variable's value, or ``value``
+    itself when it holds none (as in a run or a tick, where Dagster resolved them: a resource's copy costs a
+    config schema inference).
 
     Dagster resolves EnvVars when it initializes resources for a run; a resource used directly (by a
     command, a store, a sensor builder) needs it done here. This creates no Dagster instance.
@@ -136,12 +139,17 @@ def resolve_env_vars(value: Any) -> Any:
             raise DwConfigError(f"{value.env_var_name}: not set")
         return resolved
     if isinstance(value, dg.Config | dg.ConfigurableResource):
-        fields = type(value).model_fields
-        return type(value)(
-            **{(f.alias or name): resolve_env_vars(getattr(value, name)) for name, f in fields.items()}
-        )
+        given = {(f.alias or name): getattr(value, name) for name, f in type(value).model_fields.items()}
+        resolved = {k: resolve_env_vars(v) for k, v in given.items()}
+        return value if _same(resolved.values(), given.values()) else type(value)(**resolved)
     if isinstance(value, dict):
-        return {k: resolve_env_vars(v) for k, v in value.items()}
+        resolved = {k: resolve_env_vars(v) for k, v in value.items()}
+        return value if _same(resolved.values(), value.values()) else resolved
     if isinstance(value, list | tuple):
-        return type(value)(resolve_env_vars(v) for v in value)
+        items = [resolve_env_vars(v) for v in value]
+        return value if _same(items, value) else type(value)(items)
     return value
+
+
+def _same(resolved: Iterable[Any], given: Iterable[Any]) -> bool:
+    return all(r is g for r, g in zip(resolved, given, strict=True))

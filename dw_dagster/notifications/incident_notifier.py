@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-import dagster as dg
 from slack_sdk.models.blocks import Block
 
 from dw_dagster.config import resolve_env_vars
@@ -75,11 +74,9 @@ class IncidentNotifier:
         clock: Callable[[], datetime] | None = None,
         autonomous_dispatch_allowed: Callable[[], bool] | None = None,
     ):
-        if isinstance(slack.token, dg.EnvVar):
-            # Built outside Dagster's resource resolution (a command, a test): resolve the EnvVar now, without
-            # Dagster's process_config_and_initialize, whose ephemeral instance is never disposed.
-            slack = resolve_env_vars(slack)
-        self.slack = slack
+        # Built outside Dagster's resource resolution (a command, a test), EnvVars are resolved here, without
+        # Dagster's process_config_and_initialize, whose ephemeral instance is never disposed.
+        self.slack = slack = resolve_env_vars(slack)
         self.store = store
         self.outbox = SlackOutbox(store.warehouse, store.ops, run_id=store.run_id)
         self.context = context

@@ -82,11 +82,8 @@ class WarehouseResource(SnowflakeConnectionResource):
 
     @cached_method
     def _resolved_connection_args(self) -> dict[str, Any]:
-        # Used outside Dagster's resource resolution (a command, a store), EnvVars are not yet resolved. In a
-        # run or a sensor tick Dagster resolved them, and a resolved copy would cost a config schema
-        # inference at every set-up.
-        unresolved = any(isinstance(getattr(self, name), dg.EnvVar) for name in type(self).model_fields)
-        return dict((resolve_env_vars(self) if unresolved else self)._connection_args)
+        # Used outside Dagster's resource resolution (a command, a store), EnvVars are not yet resolved.
+        return dict(resolve_env_vars(self)._connection_args)
 
 
 def _local_connection_args(env: Mapping[str, str]) -> dict[str, Any] | None:
