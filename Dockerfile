@@ -25,11 +25,9 @@ ENV PYTHONUNBUFFERED=1 \
 WORKDIR /opt/dw
 COPY pyproject.toml README.md ./
 COPY dw_dagster ./dw_dagster
-# The local world ships in the same distribution (its CLI plugin is registered by pyproject); it is never
-# imported by the product and its servers' dependencies (the [local] extra) are not installed here.
-COPY dw_local ./dw_local
-# Production storage and launcher, at the integration libraries' version that goes with dagster 1.13.27.
-RUN pip install . "dagster-postgres==0.29.27" "dagster-k8s==0.29.27" "psycopg2-binary>=2.9"
+# The product only (the local world is a distribution of its own, never installed here), with its Postgres
+# storage and MCP server; the launcher at the integration libraries' version that goes with dagster 1.13.27.
+RUN pip install ".[postgres,mcp]" "dagster-k8s==0.29.27"
 
 # Loading the code location never calls Coalesce: the node graph is the Coalesce component's state, refreshed
 # here at build time (DW_COALESCE_STATE=LOCAL_FILESYSTEM keeps it beside the installed code) so that the code server and every run worker started from this image read the same

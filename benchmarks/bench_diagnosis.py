@@ -1,7 +1,7 @@
 """Diagnosis time on the local world: the reference night, from incident to diagnosis, blast radius and
 Slack messages.
 
-Clones the seeded distributor world (``dw_local/seeding.py``), plays night 60 and the reference night, lets
+Clones the seeded distributor world (``local/dw_local/seeding.py``), plays night 60 and the reference night, lets
 one in-process daemon tick report the run and run the checks (which open the incident), then times the
 incident sensor's tick and the ``diagnose_incident`` run it launches (lineage walk, join measurement in the
 warehouse, blast radius, Slack through the outbox). Run:

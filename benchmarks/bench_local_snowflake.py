@@ -1,4 +1,4 @@
-"""The local Snowflake's CPU with each statement text rewritten once (``dw_local/snowflake_statements.py``)
+"""The local Snowflake's CPU with each statement text rewritten once (``local/dw_local/snowflake_statements.py``)
 against fakesnow's own path, which parses and rewrites every statement it runs (``DW_LOCAL_SNOWFLAKE_REUSE=0``).
 
 Seeds ``--nights`` history nights of a world on a fresh local world each way, one after the other, through
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ECOMMERCE = HERE.parent / "dw_local" / "scenarios" / "worlds" / "ecommerce" / "world.yaml"
+ECOMMERCE = HERE.parent / "local" / "dw_local" / "scenarios" / "worlds" / "ecommerce" / "world.yaml"
 
 
 def seed(nights: int, world: Path, reuse: bool) -> tuple[float, float]:

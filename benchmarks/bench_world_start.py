@@ -1,5 +1,5 @@
 """Seconds to start and stop a local world's three servers, forked from the fork server
-(``dw_local/forkserver.py``) or each started as a new Python process (``DW_LOCAL_FORK_SERVER=0``), and the
+(``local/dw_local/forkserver.py``) or each started as a new Python process (``DW_LOCAL_FORK_SERVER=0``), and the
 CPU the servers spent doing it.
 
 Starts ``--worlds`` empty worlds one after another in this process each way (the first forked world also

@@ -46,7 +46,7 @@ def _compile_the_project() -> None:
     import compileall
 
     root = Path(__file__).resolve().parent.parent
-    for package in ("dw_dagster", "dw_local"):
+    for package in ("dw_dagster", "local/dw_local"):
         compileall.compile_dir(root / package, quiet=1, workers=0)
 
 

@@ -16,7 +16,7 @@ from dw_local.seeding import HISTORY_NIGHTS
 def test_every_world_file_and_the_distributor_is_built_longest_first():
     found = templates()
     files = {
-        *(REPO / "dw_local" / "scenarios" / "worlds").glob("*/world.yaml"),
+        *(REPO / "local" / "dw_local" / "scenarios" / "worlds").glob("*/world.yaml"),
         *(REPO / "tests").rglob("world.yaml"),
     }
     assert set(world_files().values()) == files and len(files) >= 4

@@ -27,7 +27,7 @@ DISTRIBUTOR = "distributor"
 
 def world_files() -> dict[str, Path]:
     """Every world file the suite plays into the shared cache: the public worlds and the test worlds."""
-    files = sorted((REPO / "dw_local" / "scenarios" / "worlds").glob("*/world.yaml"))
+    files = sorted((REPO / "local" / "dw_local" / "scenarios" / "worlds").glob("*/world.yaml"))
     files += sorted(HERE.rglob("world.yaml"))
     return {f"{f.parent.relative_to(REPO)}": f for f in files}
 

@@ -29,7 +29,7 @@ from dw_dagster.project import refresh_coalesce_state
 from dw_local.world import LOCAL_COALESCE_TOKEN, LocalWorld
 
 REPO = Path(__file__).resolve().parents[2]
-ECOMMERCE = REPO / "dw_local" / "scenarios" / "worlds" / "ecommerce"
+ECOMMERCE = REPO / "local" / "dw_local" / "scenarios" / "worlds" / "ecommerce"
 
 
 class Project:

@@ -18,7 +18,7 @@ from dw_local.account_usage import statement_credits
 from dw_local.coalesce_sim.project import load_project
 from dw_local.coalesce_sim.runner import coalesce_query_tag, render_node
 
-WORLD = Path(__file__).resolve().parents[2] / "dw_local" / "scenarios" / "worlds" / "ecommerce"
+WORLD = Path(__file__).resolve().parents[2] / "local" / "dw_local" / "scenarios" / "worlds" / "ecommerce"
 FIRST = date(2025, 5, 5)
 NIGHTS = 42
 

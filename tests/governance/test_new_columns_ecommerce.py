@@ -16,7 +16,7 @@ from dw_local.coalesce_sim.api_shapes import node_detail
 from dw_local.coalesce_sim.project import load_project
 from dw_local.coalesce_sim.project_specs import column_id, node_id
 
-WORLD = Path(__file__).resolve().parents[2] / "dw_local" / "scenarios" / "worlds" / "ecommerce"
+WORLD = Path(__file__).resolve().parents[2] / "local" / "dw_local" / "scenarios" / "worlds" / "ecommerce"
 
 
 @pytest.fixture(scope="module")

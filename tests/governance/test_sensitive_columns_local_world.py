@@ -22,7 +22,7 @@ from dw_local.worlds.distributor.generator import DistributorWorld
 
 pytestmark = pytest.mark.world  # the seeded distributor world
 
-WORLD = Path(__file__).resolve().parents[2] / "dw_local" / "worlds" / "distributor"
+WORLD = Path(__file__).resolve().parents[2] / "local" / "dw_local" / "worlds" / "distributor"
 ITEMS = ("RAW_EBS", "MTL_SYSTEM_ITEMS_B")
 STAGE = ("STAGE", "STG_ITEMS")
 

@@ -1,7 +1,7 @@
 """Plays a world's nights one by one through the real machinery (Coalesce job on the simulator, run sensor,
 checks, incident sensor, diagnosis) and hands back what each night's new incidents were diagnosed as.
 
-Faults are the scenario vocabulary's events (``dw_local/scenarios/events.py``), parsed against the world
+Faults are the scenario vocabulary's events (``local/dw_local/scenarios/events.py``), parsed against the world
 like a scenario file's, or an event object a test defines for a fault the vocabulary does not have yet;
 ``sql`` changes the world's tables directly.
 """
@@ -29,7 +29,7 @@ from dw_local.world import LOCAL_SNOWFLAKE_PASSWORD, password_variables
 
 HERE = Path(__file__).resolve().parent
 METERS = HERE / "worlds" / "meters" / "world.yaml"
-ECOMMERCE = HERE.parent.parent / "dw_local" / "scenarios" / "worlds" / "ecommerce" / "world.yaml"
+ECOMMERCE = HERE.parent.parent / "local" / "dw_local" / "scenarios" / "worlds" / "ecommerce" / "world.yaml"
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dw_dagster.incidents.models import CauseClass, Finding
 
 pytestmark = [pytest.mark.world, pytest.mark.timeout(900)]
 
-ADSPEND = HERE.parent.parent / "dw_local" / "scenarios" / "worlds" / "adspend" / "world.yaml"
+ADSPEND = HERE.parent.parent / "local" / "dw_local" / "scenarios" / "worlds" / "adspend" / "world.yaml"
 
 
 def _play(world, tmp_path_factory, faults: dict[str, dict], totals: dict[str, tuple[str, str]] | None = None):

@@ -1,5 +1,5 @@
 """The local Snowflake rewrites a statement's text once and runs the kept rewrite when the text comes again
-(dw_local/snowflake_statements.py): what runs must be what a fresh rewrite would run, over its real socket,
+(local/dw_local/snowflake_statements.py): what runs must be what a fresh rewrite would run, over its real socket,
 whatever the session, the bound values or the tables have become since the text was first seen."""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from dw_dagster.mcp.server import build_server, parse_http
 from dw_local.coalesce_sim.api_shapes import environment_to_api, node_detail
 from dw_local.coalesce_sim.project import load_project
 
-WORLD = Path(__file__).resolve().parents[2] / "dw_local" / "scenarios" / "worlds" / "ecommerce"
+WORLD = Path(__file__).resolve().parents[2] / "local" / "dw_local" / "scenarios" / "worlds" / "ecommerce"
 
 
 @pytest.fixture(scope="module")

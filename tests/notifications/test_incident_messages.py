@@ -47,7 +47,7 @@ from dw_local.slack_render import render_blocks, render_log, render_message
 from dw_local.world import DISTRIBUTOR_DIR
 
 REPO = Path(__file__).resolve().parents[2]
-ECOMMERCE_DIR = REPO / "dw_local" / "scenarios" / "worlds" / "ecommerce"
+ECOMMERCE_DIR = REPO / "local" / "dw_local" / "scenarios" / "worlds" / "ecommerce"
 RUN = "4f1c2d3e-aaaa-4bbb-8ccc-000000000042"
 
 

@@ -1,7 +1,7 @@
 """The processes of one Dagster deployment on this machine (a gRPC code server, the daemon, the webserver),
 each its own process group, over an instance's storage: Postgres for the production-shaped tests, or an
 existing instance's home (the seeded world's sqlite storage); either with the deployment's event log storage
-and event batch size (dw_local/instance_storage.py)."""
+and event batch size (local/dw_local/instance_storage.py)."""
 
 from __future__ import annotations
 

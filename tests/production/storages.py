@@ -1,4 +1,4 @@
-"""Dagster instances on Dagster's own storage or on the deployment's (dw_local/instance_storage.py), on sqlite
+"""Dagster instances on Dagster's own storage or on the deployment's (local/dw_local/instance_storage.py), on sqlite
 or on a database of their own on a PostgreSQL server, for the tests that compare what each stores."""
 
 from __future__ import annotations

@@ -28,7 +28,9 @@ from dw_dagster.remediation.models import Approval, Dedupe, Proposal, ProposalKi
 from dw_dagster.remediation.source_steps import copies_left, remove_duplicates
 
 __all__ = ["warehouse"]
-CONTEXT = Path(__file__).resolve().parents[2] / "dw_local" / "worlds" / "distributor" / "context.yaml"
+CONTEXT = (
+    Path(__file__).resolve().parents[2] / "local" / "dw_local" / "worlds" / "distributor" / "context.yaml"
+)
 TABLE = '"DW_PROD"."REF_PLANNING"."REGION_MAP"'
 LINES = '"DW_PROD"."RAW_SHOP"."ORDER_LINES"'
 

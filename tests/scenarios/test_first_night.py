@@ -1,5 +1,5 @@
 """A world's quiet first night is played once and shared by every scenario that starts with it
-(dw_local/scenarios/first_night.py): each scenario then reports the same first night it would have played
+(local/dw_local/scenarios/first_night.py): each scenario then reports the same first night it would have played
 itself, and goes on from the world that night left."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The public suite's third world (ad spend: a UK agency group's delivery through campaign -> advertiser ->
 agency and the day's FX rates), played through the real machinery on a fresh copy of its seeded template:
 a new key unmapped through the joins, a stale lookup table and a skipped night. The rest of its suite
-(dw_local/scenarios/suite/adspend/, bank holidays and month-end included) is played by `scenario score`."""
+(local/dw_local/scenarios/suite/adspend/, bank holidays and month-end included) is played by `scenario score`."""
 
 from __future__ import annotations
 

@@ -25,7 +25,9 @@ from dw_dagster.definitions import load_definitions
 from dw_dagster.project import refresh_coalesce_state
 from dw_local.world import DISTRIBUTOR_DIR, LOCAL_COALESCE_TOKEN, LocalWorld
 
-ECOMMERCE_DIR = Path(__file__).resolve().parents[2] / "dw_local" / "scenarios" / "worlds" / "ecommerce"
+ECOMMERCE_DIR = (
+    Path(__file__).resolve().parents[2] / "local" / "dw_local" / "scenarios" / "worlds" / "ecommerce"
+)
 WORLDS = {"distributor": DISTRIBUTOR_DIR, "ecommerce": ECOMMERCE_DIR}
 
 

@@ -1,4 +1,4 @@
-"""The events the distributor world plays: the shared vocabulary (``dw_local/scenarios/events.py``), with
+"""The events the distributor world plays: the shared vocabulary (``local/dw_local/scenarios/events.py``), with
 parameters naming its tables and columns (``where: {ORGANIZATION_ID: 7020}`` on on-hand, ``SHIP_FROM_ORG_ID``
 on order lines), the reference night (``new_key_unmapped``, as ``world.yaml`` defines it, without parameters) and three
 kinds only this world has:

@@ -62,7 +62,7 @@ REMEDIATION_RUN_CONFIG = {
     **QUIET,
     "ops": {op: {"config": {"poll_seconds": 0.2}} for op in ("await_node_deploy", "scoped_rerun")},
 }
-REPO_DAGSTER_YAML = Path(__file__).resolve().parent.parent / "dagster.yaml"
+REPO_DAGSTER_YAML = Path(__file__).resolve().parents[2] / "dagster.yaml"
 # The freshness daemon evaluates every 30 s; the local one looks once, at the end of the night's day (before
 # the next night's job), when every deadline of the night has passed.
 FRESHNESS_LOOK = timedelta(days=1, minutes=-2)

@@ -128,7 +128,7 @@ class ScenarioWorld(ABC):
 
 
 class DistributorScenarioWorld(ScenarioWorld):
-    """The reference night's world; its events are ``dw_local/worlds/distributor/events.py``'s (the shared
+    """The reference night's world; its events are ``local/dw_local/worlds/distributor/events.py``'s (the shared
     vocabulary, the reference night as ``new_key_unmapped`` and ``new_key_mapped`` as its new org mapped)."""
 
     name = DISTRIBUTOR

@@ -19,7 +19,7 @@ import click
 from dw_local.world import LocalWorld, WorldPorts
 
 DEFAULT_ROOT = Path(".dw/local")
-WORKSPACE_YAML = Path(__file__).resolve().parent.parent / "workspace.yaml"
+WORKSPACE_YAML = Path(__file__).resolve().parents[2] / "workspace.yaml"
 DEFAULT_CACHE = Path(".dw/cache")
 DEFAULT_PORTS = {"snowflake": 47101, "coalesce": 47102, "slack": 47103}
 

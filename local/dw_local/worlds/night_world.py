@@ -3,10 +3,10 @@ those tables created and loaded in the local Snowflake, the night calendar (nigh
 ``first_business_day + n``; the job starts at ``night_time`` the next day), and the night's job started
 through the Coalesce API as the Scheduler would.
 
-A night plays its events (``dw_local/scenarios/events.py``) the same way on every world: their edits of
+A night plays its events (``local/dw_local/scenarios/events.py``) the same way on every world: their edits of
 schemas and reference rows, the night's new rows as they change them, their Coalesce project changes, then the
-job unless one skips it; ``repair`` undoes one. A world file's world (``dw_local/scenarios/generic.py``) and
-the distributor (``dw_local/worlds/distributor/generator.py``) are built on ``NightWorld``; each adds how it
+job unless one skips it; ``repair`` undoes one. A world file's world (``local/dw_local/scenarios/generic.py``) and
+the distributor (``local/dw_local/worlds/distributor/generator.py``) are built on ``NightWorld``; each adds how it
 generates its data, loads a night and reloads what an event broke. Every draw comes from ``rng_for(seed,
 purpose, night)``, so a night's data never depends on which nights were played before it.
 """

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import dw_dagster
 from dw_local.world import LocalWorld, WorldError
 
 if TYPE_CHECKING:
@@ -26,15 +27,40 @@ if TYPE_CHECKING:
 
 HISTORY_NIGHTS = 60
 _LOCAL_DIR = Path(__file__).resolve().parent
+_PRODUCT_DIR = Path(dw_dagster.__file__).resolve().parent
 # Seeding runs the product's sensor and checks each night, so the code that writes their history shapes
 # the template too; diagnosis, notifications and the rest do not. Every world plays the shared events
 # (scenarios/*.py); the scenario files and world files under scenarios/ shape only their own worlds.
 _SHAPING = [
-    "worlds", "scenarios/*.py", "coalesce_sim", "snowflake_server.py", "snowflake_statements.py", "account_usage.py", "seeding.py", "daemon.py",
-    "../dw_dagster/checks", "../dw_dagster/warehouse", "../dw_dagster/coalesce", "../dw_dagster/incidents/store.py",
-    "../dw_dagster/coalesce_runs.py", "../dw_dagster/components.py", "../dw_dagster/defs", "../dw_dagster/project.py",
-    "../dw_dagster/settings.py", "../dw_dagster/governance",
-]  # fmt: skip
+    *(
+        _LOCAL_DIR / name
+        for name in (
+            "worlds",
+            "scenarios/*.py",
+            "coalesce_sim",
+            "snowflake_server.py",
+            "snowflake_statements.py",
+            "account_usage.py",
+            "seeding.py",
+            "daemon.py",
+        )
+    ),
+    *(
+        _PRODUCT_DIR / name
+        for name in (
+            "checks",
+            "warehouse",
+            "coalesce",
+            "incidents/store.py",
+            "coalesce_runs.py",
+            "components.py",
+            "defs",
+            "project.py",
+            "settings.py",
+            "governance",
+        )
+    ),
+]
 
 
 def play_tonight(lw: LocalWorld):
@@ -76,15 +102,15 @@ def seed_history(world: NightWorld, lw: LocalWorld, nights: int, env: dict[str, 
 
 def _shaping_hash() -> str:
     h = hashlib.sha256()
-    for name in _SHAPING:
-        base = (_LOCAL_DIR / name).resolve()
-        if "*" in name:
+    for base in _SHAPING:
+        if "*" in base.name:
             files = sorted(base.parent.glob(base.name))
         else:
             files = sorted(base.rglob("*")) if base.is_dir() else [base]
         for f in files:
             if f.is_file() and "__pycache__" not in f.parts:
-                h.update(str(f.relative_to(_LOCAL_DIR.parent)).encode())
+                package = _LOCAL_DIR if f.is_relative_to(_LOCAL_DIR) else _PRODUCT_DIR
+                h.update(str(f.relative_to(package.parent)).encode())
                 h.update(f.read_bytes())
     return h.hexdigest()[:16]
 

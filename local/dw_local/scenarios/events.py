@@ -1,6 +1,6 @@
 """What can happen on a night of a world: the fault vocabulary and the benign events, with parameters that
 name the world's own tables and columns. Every world plays them through ``NightWorld.play_night``; the
-distributor (``dw_local/worlds/distributor/events.py``) adds three kinds of its own.
+distributor (``local/dw_local/worlds/distributor/events.py``) adds three kinds of its own.
 
 Each event is a real change to what the pipeline reads or runs, never an edit of what it built. Hooks run in
 this order on a night: ``before_load`` (reference rows, schemas), ``transform`` (the night's new rows before

@@ -22,12 +22,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import dw_dagster
+import dw_local
 from dw_local.scenarios.model import Scenario
 from dw_local.scenarios.observe import Observed, Observer
 from dw_local.scenarios.worlds import ScenarioWorld
 from dw_local.seeding import clone_world
 
-_REPO = Path(__file__).resolve().parents[2]
 OBSERVED = "observed.pickle"
 
 
@@ -40,10 +41,10 @@ def shareable(scenario: Scenario) -> bool:
 @functools.cache
 def _code_hash() -> str:
     h = hashlib.sha256()
-    for package in ("dw_dagster", "dw_local"):
-        for f in sorted((_REPO / package).rglob("*")):
+    for package in (Path(dw_dagster.__file__).parent, Path(dw_local.__file__).parent):
+        for f in sorted(package.rglob("*")):
             if f.is_file() and "__pycache__" not in f.parts:
-                h.update(str(f.relative_to(_REPO)).encode())
+                h.update(str(f.relative_to(package.parent)).encode())
                 h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
