@@ -48,4 +48,4 @@ ENV DW_CONTEXT_FILE=/opt/dw/files/context.yaml \
 USER 1000
 EXPOSE 4000
 # What the Helm chart runs (dagsterApiGrpcArgs in deploy/values.yaml); standalone it is the same.
-CMD ["dagster", "api", "grpc", "-m", "dw_dagster.definitions", "-h", "0.0.0.0", "-p", "4000"]
+CMD ["dagster", "api", "grpc", "-m", "dw_dagster.app.definitions", "-h", "0.0.0.0", "-p", "4000"]

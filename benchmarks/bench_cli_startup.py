@@ -40,7 +40,7 @@ def modules_after(code: str) -> set[str]:
 
 HELP = """
 import contextlib, io
-from dw_dagster.cli import main
+from dw_dagster.app.cli import main
 with contextlib.redirect_stdout(io.StringIO()):
     try:
         main(['--help'])

@@ -48,8 +48,8 @@ logging.getLogger("sqlalchemy.pool").setLevel(logging.CRITICAL)
 import dagster as dg  # noqa: E402
 from dagster._core.scheduler.instigation import InstigatorType  # noqa: E402
 
+from dw_dagster.app.project import refresh_coalesce_state  # noqa: E402
 from dw_dagster.incidents.store import IncidentStore  # noqa: E402
-from dw_dagster.project import refresh_coalesce_state  # noqa: E402
 from dw_dagster.warehouse.ops import OpsSchema  # noqa: E402
 from dw_dagster.warehouse.resources import warehouse_from_env  # noqa: E402
 from dw_local.seeding import clone_world, seeded_template  # noqa: E402

@@ -21,7 +21,7 @@ CACHE = Path(os.environ.get("DW_WORLD_CACHE", REPO / ".dw" / "cache"))
 
 
 def main() -> None:
-    from dw_dagster.incidents.jobs import latest_diagnosis
+    from dw_dagster.incidents.events import latest_diagnosis
     from dw_dagster.incidents.store import IncidentStore
     from dw_dagster.warehouse.ops import OpsSchema
     from dw_local.daemon import LocalDaemon

@@ -117,8 +117,8 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from dw_dagster.definitions import build_definitions
-    from dw_dagster.project import coalesce_components
+    from dw_dagster.app.definitions import build_definitions
+    from dw_dagster.app.project import coalesce_components
 
     with tempfile.TemporaryDirectory() as tmp:
         data = synthetic_workspace(args.nodes)

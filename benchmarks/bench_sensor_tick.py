@@ -50,7 +50,10 @@ import dagster as dg  # noqa: E402
 from dagster._core.instance.utils import RUNLESS_RUN_ID  # noqa: E402
 from dagster._serdes import serialize_value  # noqa: E402
 
-from dw_dagster.checks import build_check_definitions  # noqa: E402
+from dw_dagster.app.checks import build_check_definitions  # noqa: E402
+from dw_dagster.app.coalesce_runs import build_run_hook, check_keys_for_assets  # noqa: E402
+from dw_dagster.app.components import ref_resolver  # noqa: E402
+from dw_dagster.app.governance_review import review_run  # noqa: E402
 from dw_dagster.checks.metrics import BusinessDay, MetricsFile, VolumeMonitoring  # noqa: E402
 from dw_dagster.coalesce.asset_index import CoalesceAssetIndex  # noqa: E402
 from dw_dagster.coalesce.cursor import CoalesceRunSensorCursor, EnvironmentCursor  # noqa: E402
@@ -61,9 +64,7 @@ from dw_dagster.coalesce.sensor_builder import (  # noqa: E402
     build_coalesce_polling_sensor,
     unreported_asset_events,
 )
-from dw_dagster.coalesce.specs import load_coalesce_asset_specs, ref_resolver  # noqa: E402
-from dw_dagster.coalesce_runs import build_run_hook, check_keys_for_assets  # noqa: E402
-from dw_dagster.governance.hook import review_run  # noqa: E402
+from dw_dagster.coalesce.specs import load_coalesce_asset_specs  # noqa: E402
 from dw_dagster.incidents.store import IncidentStore  # noqa: E402
 from dw_dagster.warehouse.ops import OpsSchema  # noqa: E402
 from dw_dagster.warehouse.resources import WarehouseResource  # noqa: E402

@@ -1,5 +1,5 @@
 """``python -m dw_dagster``: the ``dw-dagster`` command."""
 
-from dw_dagster.cli import run
+from dw_dagster.app.cli import run
 
 run()

@@ -14,7 +14,7 @@ from typing import Any
 
 import dagster as dg
 
-from dw_dagster.project import coalesce_components
+from dw_dagster.app.project import coalesce_components
 
 
 @contextmanager

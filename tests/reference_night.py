@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
-from dw_dagster.incidents.models import (
+from dw_dagster.records.incidents import (
     AffectedAsset,
     BlastRadius,
     CauseClass,
@@ -14,7 +14,7 @@ from dw_dagster.incidents.models import (
     JoinEffect,
     KeyGap,
 )
-from dw_dagster.remediation.models import (
+from dw_dagster.records.remediation import (
     Approval,
     Change,
     Expectation,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dw_dagster.coalesce.sql import RefSyntaxError, find_refs, quote_identifier, resolve_refs, table_reference
+from dw_dagster.coalesce.sql import RefSyntaxError, find_refs, resolve_refs
+from dw_dagster.sql import quote_identifier, table_reference
 
 JOIN = """FROM {{ ref('STAGE', 'STG_ONHAND') }} "STG_ONHAND"
 INNER JOIN {{ref("INVENTORY","DIM_WAREHOUSE")}} "DIM_WAREHOUSE"

@@ -7,7 +7,7 @@ import gc
 import dagster as dg
 from dagster._core.storage.defs_state.base import DefsStateStorage, set_defs_state_storage
 
-from dw_dagster.project import pinned_defs_state_storage
+from dw_dagster.app.project import pinned_defs_state_storage
 
 
 def abandon_an_entered_storage(storage: DefsStateStorage) -> None:

@@ -17,8 +17,8 @@ from sqlglot import exp
 from dw_dagster.checks.measure import Part, quoted_table
 from dw_dagster.checks.metrics import InputFreshness, JobSchedule, MetricsFile
 from dw_dagster.checks.tonight import Night
-from dw_dagster.coalesce.sql import table_parts
 from dw_dagster.context.specs import key_from_path
+from dw_dagster.sql import table_parts
 
 INPUT_FRESHNESS_CHECK = "input_freshness"
 _DAILY = re.compile(r"^(\d{1,2})\s+(\d{1,2})\s+(\*\s+\*\s+\S+)$")

@@ -32,7 +32,7 @@ from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.history import Rebase, Recorded, total_series
 from dw_dagster.checks.judge import Judgement, judge
 from dw_dagster.checks.metrics import RecordedTotal
-from dw_dagster.incidents.keys import split_label, split_labels
+from dw_dagster.records.keys import split_label, split_labels
 
 MAX_GROUPS_JUDGED = 500
 """Beyond this many groups a night (a total grouped by item), groups are not judged one by one."""

@@ -23,7 +23,7 @@ from sqlglot import exp
 from dw_dagster.checks.history import Reading, Recorded
 from dw_dagster.checks.measure import Part, quoted_table
 from dw_dagster.checks.recorded_totals import plain_value
-from dw_dagster.coalesce.sql import quote_identifier, table_reference
+from dw_dagster.sql import quote_identifier, table_reference
 
 KEYS_LOOKBACK_DAYS = 14
 

@@ -31,7 +31,7 @@ from pydantic import Field, field_validator, model_validator
 from dw_dagster.checks.baseline import BaselineConfig, Direction
 from dw_dagster.checks.calendar import BusinessCalendar, timezone_country
 from dw_dagster.config import FileModel, load_yaml_model, validate_cron
-from dw_dagster.incidents.policy import IncidentPolicy
+from dw_dagster.records.policy import IncidentPolicy
 
 _NAME = r"^[a-z][a-z0-9_]*$"
 _KEY = r"^[a-z0-9_\-]+(/[a-z0-9_\-]+)*$"

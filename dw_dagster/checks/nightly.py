@@ -7,7 +7,7 @@ statements to the warehouse however many checks, tables and nights of history it
    parts of one statement (``measure.py``); a part that fails is that check's failure only.
 3. One write of tonight's readings, the nights its failures flag included (``HistorySession.record_night``).
 
-A bad night adds its findings (``reporting.py``); a night after a verified fix records the levels it
+A bad night adds its findings (through the reporter the step hands in); a night after a verified fix records the levels it
 re-based (``levels.py``); a table whose growth new upstream keys may explain counts their rows. The checks
 are judged in the order the former steps ran, input freshness, recorded totals (the reconciled first), then
 volume, so on a bad night the same finding opens (and titles) its incident. Each check keeps its own name,
@@ -17,7 +17,7 @@ with its table in the step's failure.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
 import dagster as dg
@@ -29,7 +29,7 @@ from dw_dagster.checks.measure import Binds, measure
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.checks.recorded_totals import HISTORY_DAYS, TableResolver, Totals, check_name, total_specs
 from dw_dagster.checks.run_context import check_run
-from dw_dagster.checks.tonight import Night
+from dw_dagster.checks.tonight import Night, Reporter
 from dw_dagster.checks.volume import VOLUME_CHECK, Volumes, monitored_specs, volume_specs
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
@@ -37,45 +37,54 @@ from dw_dagster.warehouse.resources import WarehouseResource
 NIGHTLY_CHECKS = "nightly_checks"
 
 
-def build_nightly_checks(
-    metrics: MetricsFile,
-    specs: Sequence[dg.AssetSpec],
-    resolve_table: TableResolver,
-    cause_scopes: Mapping[str, str],
-    database: str,
-    executable: Collection[dg.AssetKey] = frozenset(),
-) -> list[dg.AssetChecksDefinition]:
-    """``cause_scopes`` maps an asset key path to what groups its findings into one incident (the Coalesce
-    job that builds it). ``executable``: the assets a Dagster run can materialize (see :func:`_checks_op`)."""
-    monitored = {s.key: s for s in monitored_specs(metrics, specs)}
-    check_specs = [
-        *input_freshness_specs(metrics, specs),
-        *total_specs(metrics),
-        *volume_specs(metrics, list(monitored)),
-    ]
-    if not check_specs:
-        return []
-    ops = OpsSchema(database, metrics.ops_schema)
-    lineage = LazyLineage(specs)
-    total_checks = {check_name(t) for t in metrics.totals}
-    monitored_paths = {k.to_user_string() for k in monitored}
+class NightlyChecks:
+    """The metrics file's checks over ``specs``. ``cause_scopes`` maps an asset key path to what groups its
+    findings into one incident (the Coalesce job that builds it)."""
 
-    def series_of(asset: str) -> list[str]:
+    def __init__(
+        self,
+        metrics: MetricsFile,
+        specs: Sequence[dg.AssetSpec],
+        resolve_table: TableResolver,
+        cause_scopes: Mapping[str, str],
+        database: str,
+    ):
+        self.metrics = metrics
+        self.specs = specs
+        self.resolve_table = resolve_table
+        self.cause_scopes = cause_scopes
+        self.monitored = {s.key: s for s in monitored_specs(metrics, specs)}
+        self.check_specs = [
+            *input_freshness_specs(metrics, specs),
+            *total_specs(metrics),
+            *volume_specs(metrics, list(self.monitored)),
+        ]
+        self.ops = OpsSchema(database, metrics.ops_schema)
+        self.lineage = LazyLineage(specs)
+        self._total_checks = {check_name(t) for t in metrics.totals}
+        self._monitored_paths = {k.to_user_string() for k in self.monitored}
+
+    def series_of(self, asset: str) -> list[str]:
         """The series kept for an asset, which a verified fix of it re-bases."""
-        totals = [total_series(t.name) for t in metrics.totals if t.asset == asset]
-        return totals + ([volume_series(asset)] if asset in monitored_paths else [])
+        totals = [total_series(t.name) for t in self.metrics.totals if t.asset == asset]
+        return totals + ([volume_series(asset)] if asset in self._monitored_paths else [])
 
-    @_checks_op(check_specs, executable)
-    def nightly_checks(context, snowflake: WarehouseResource):
-        warehouse = snowflake
+    def evaluate(
+        self, context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource, reporter: Reporter
+    ) -> tuple[list[dg.AssetCheckResult], list[str]]:
+        """Tonight's results of the checks ``context`` selects, and the checks that could not be evaluated
+        (each named with why); ``reporter`` records each failing check's finding."""
+        metrics, lineage = self.metrics, self.lineage
         run = check_run(context, metrics.business_day)
         selected = context.selected_asset_check_keys
         freshness = InputFreshnessChecks(
-            metrics, specs, [k.asset_key for k in selected if k.name == INPUT_FRESHNESS_CHECK]
+            metrics, self.specs, [k.asset_key for k in selected if k.name == INPUT_FRESHNESS_CHECK]
         )
-        totals = Totals(metrics, resolve_table, [k.name for k in selected if k.name in total_checks])
+        totals = Totals(
+            metrics, self.resolve_table, [k.name for k in selected if k.name in self._total_checks]
+        )
         volumes = Volumes(
-            metrics, monitored, [k.asset_key for k in selected if k.name == VOLUME_CHECK], lineage
+            metrics, self.monitored, [k.asset_key for k in selected if k.name == VOLUME_CHECK], lineage
         )
         day = run.business_date
         since = day - timedelta(days=HISTORY_DAYS)
@@ -83,14 +92,14 @@ def build_nightly_checks(
             **dict.fromkeys(totals.needed, since),
             **{s: day - timedelta(days=n) for s, n in volumes.series(HISTORY_DAYS).items()},
         }
-        store = HistoryStore(warehouse, ops, check=NIGHTLY_CHECKS, dagster_run_id=run.dagster_run_id)
+        store = HistoryStore(warehouse, self.ops, check=NIGHTLY_CHECKS, dagster_run_id=run.dagster_run_id)
         with store.session("check.history") as history:
             read = history.night_context(since, day, series) if series else NightContext({}, set(), [])
-            fixed = remediation_levels(history, read.fixed, day, series_of, lineage.downstream)
+            fixed = remediation_levels(history, read.fixed, day, self.series_of, lineage.downstream)
             night = Night(
-                context=context, run=run, warehouse=warehouse, ops=ops, history=history, cause_scopes=cause_scopes,
-                calendar=metrics.calendar, levels=read.with_levels(fixed, since), incident_days=read.incident_days,
-                past=read.past,
+                context=context, run=run, warehouse=warehouse, ops=self.ops, history=history,
+                cause_scopes=self.cause_scopes, calendar=metrics.calendar, levels=read.with_levels(fixed, since),
+                incident_days=read.incident_days, past=read.past, reporter=reporter,
             )  # fmt: skip
             binds = Binds()
             parts = [
@@ -111,40 +120,4 @@ def build_nightly_checks(
             results += judged
             errors += unmeasured
             night.write()
-        yield from results
-        if errors:
-            # Results not yielded are marked as failed executions: errored, never passed.
-            raise dg.Failure(
-                "checks could not be evaluated: " + "; ".join(errors),
-                metadata={"errors": dg.MetadataValue.json(errors)},
-            )
-
-    return [nightly_checks]
-
-
-def _checks_op(check_specs: Sequence[dg.AssetCheckSpec], executable: Collection[dg.AssetKey]):
-    """What ``@dg.multi_asset_check(specs=check_specs, can_subset=True)`` builds, with an input only on the
-    checked assets a Dagster run can materialize, so that a run materializing them checks them after.
-
-    The decorator gives the op an input per checked asset, and Dagster's job build scans every check key of
-    the op for each input (``build_node_deps``): quadratic, 1.3 s for 2,000 checks, paid by the code server
-    at each checks run's job subset and execution plan (benchmarks/README.md, "2026-12-04 (tick)"). The
-    Coalesce assets are external: an input on one orders nothing. The checks' lineage is their specs'."""
-    deps = {k for s in check_specs for k in (s.asset_key, *(d.asset_key for d in s.additional_deps))}
-    inputs = {k.to_python_identifier(): k for k in sorted(k for k in deps if k in executable)}
-
-    def build(fn) -> dg.AssetChecksDefinition:
-        op = dg.op(
-            name=NIGHTLY_CHECKS,
-            description="The metrics file's checks: one read of their history, one measurement, one write",
-            ins={name: dg.In(dg.Nothing) for name in inputs},
-            out={s.get_python_identifier(): dg.Out(None, is_required=False) for s in check_specs},
-        )(fn)
-        return dg.AssetChecksDefinition.create(
-            keys_by_input_name=inputs,
-            node_def=op,
-            check_specs_by_output_name={s.get_python_identifier(): s for s in check_specs},
-            can_subset=True,
-        )
-
-    return build
+        return results, errors

@@ -7,7 +7,7 @@ a check says what to record and which series tonight flags, and the run writes t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
@@ -16,11 +16,13 @@ import dagster as dg
 
 from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.history import HistorySession, Reading, Rebase, Recorded
-from dw_dagster.checks.reporting import report_failure
 from dw_dagster.checks.run_context import CheckRun
-from dw_dagster.incidents.models import RecordOutcome
+from dw_dagster.records.incidents import Finding, RecordOutcome
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
+
+Reporter = Callable[[Finding], RecordOutcome]
+"""What records a failing check's finding on its incident, handed in by the step that runs the checks."""
 
 
 @dataclass
@@ -36,6 +38,7 @@ class Night:
     incident_days: set[date]
     past: Mapping[str, dict[date, Recorded]]
     """Each series' history before tonight, read once for the run."""
+    reporter: Reporter
     readings: dict[str, Reading] = field(default_factory=dict)
     """What tonight records, by series."""
 
@@ -51,10 +54,18 @@ class Night:
         self.readings[series] = self.readings[series].model_copy(update={"flagged": True})
 
     def report(self, check: str, asset: str, summary: str, evidence: dict[str, Any]) -> RecordOutcome:
-        """Records a failing check's finding on its incident (``reporting.report_failure``)."""
-        return report_failure(
-            self.context, warehouse=self.warehouse, ops=self.ops, run=self.run, check=check, asset=asset,
-            summary=summary, evidence=evidence, cause_scope=self.cause_scopes.get(asset, f"asset:{asset}"),
+        """Records a failing check's finding on its incident; the outcome's ``explained_by`` says the record
+        explains it (the check should then report at WARN: it is not an incident)."""
+        run = self.run
+        scope = (
+            f"job:{run.coalesce_job}" if run.coalesce_job else self.cause_scopes.get(asset, f"asset:{asset}")
+        )
+        return self.reporter(
+            Finding(
+                check_name=check, asset_key=asset, business_date=run.business_date, summary=summary,
+                evidence=evidence, cause_scope=scope, dagster_run_id=run.dagster_run_id,
+                coalesce_run_id=run.coalesce_run_id,
+            )
         )  # fmt: skip
 
     def write(self) -> None:

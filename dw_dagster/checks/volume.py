@@ -36,7 +36,7 @@ from dw_dagster.checks.measure import Binds, Part, quoted_table
 from dw_dagster.checks.metrics import Bounds, MetricsFile
 from dw_dagster.checks.run_context import CheckRun
 from dw_dagster.checks.tonight import Night
-from dw_dagster.coalesce.sql import table_parts
+from dw_dagster.sql import table_parts
 
 VOLUME_CHECK = "volume"
 # Metadata the run sensor puts on each materialization: which Coalesce run built it, and its row count.

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
 
 import dagster as dg
 
 from dw_dagster.coalesce.errors import CoalesceStateError
-from dw_dagster.coalesce.metadata import coalesce_specs
 from dw_dagster.coalesce.selectors import SelectorGraph
-from dw_dagster.coalesce.sql import table_parts, table_reference
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
 from dw_dagster.coalesce.translator import (
     SOURCE_NODE_TYPE,
@@ -58,21 +55,3 @@ def load_coalesce_asset_specs(
             "need a translator whose get_asset_key includes the environment"
         )
     return specs
-
-
-def ref_resolver(specs: Sequence[dg.AssetSpec]) -> Callable[[str, str], str]:
-    """Resolves ``{{ ref('LOCATION', 'NAME') }}`` to the node's fully quoted table, as Coalesce does, from
-    the specs' ``coalesce/location``, ``coalesce/node_name`` and ``dagster/table_name``."""
-    tables = {}
-    for spec, meta in coalesce_specs(specs):
-        parts = table_parts(spec.metadata.get("dagster/table_name"))
-        if parts is not None and meta.location is not None and meta.node_name is not None:
-            tables[(meta.location, meta.node_name)] = table_reference(*parts)
-
-    def resolve(location: str, name: str) -> str:
-        try:
-            return tables[(location, name)]
-        except KeyError:
-            raise ValueError(f"ref('{location}', '{name}'): no such Coalesce node in the workspace") from None
-
-    return resolve

@@ -11,13 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-__all__ = [
-    "RefSyntaxError",
-    "find_refs",
-    "quote_identifier",
-    "resolve_refs",
-    "table_reference",
-]
+__all__ = ["RefSyntaxError", "find_refs", "resolve_refs"]
 
 _REF_START = re.compile(r"\{\{\s*ref(?:_link|_no_link)?\s*\(")
 _REF = re.compile(
@@ -71,19 +65,3 @@ def resolve_refs(text: str, resolver: Callable[[str, str], str]) -> str:
         last = match.end()
     parts.append(text[last:])
     return "".join(parts)
-
-
-def quote_identifier(name: str) -> str:
-    """A Snowflake quoted identifier: names from metadata keep their case and cannot inject SQL."""
-    return '"' + name.replace('"', '""') + '"'
-
-
-def table_parts(table_name: object) -> tuple[str, str, str] | None:
-    """``("DB", "SCHEMA", "NAME")`` from a ``DB.SCHEMA.NAME`` table name (``dagster/table_name``)."""
-    parts = str(table_name).split(".") if table_name else []
-    return (parts[0], parts[1], parts[2]) if len(parts) == 3 else None
-
-
-def table_reference(database: str, schema: str, name: str) -> str:
-    """The fully quoted ``"DATABASE"."SCHEMA"."NAME"``."""
-    return ".".join(quote_identifier(part) for part in (database, schema, name))

@@ -30,7 +30,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from dw_dagster.config import FileModel, load_yaml_model, validate_cron, validate_timezone
-from dw_dagster.governance.config import GovernanceConfig
+from dw_dagster.context.governance import GovernanceConfig
 
 _KEY_PATTERN = r"^[a-z0-9_\-]+(/[a-z0-9_\-]+)*$"
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from dw_dagster.coalesce.sql import quote_identifier
 from dw_dagster.config import DwConfigError
+from dw_dagster.sql import quote_identifier
 
 ATTRIBUTION_VIEW = "QUERY_ATTRIBUTION_HISTORY"
 HISTORY_VIEW = "QUERY_HISTORY"

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from dw_dagster.governance.config import GovernanceConfig
+from dw_dagster.context.governance import GovernanceConfig
 
 DEFAULT_NAMES: Mapping[str, tuple[str, ...]] = {
     "email": (r"\be ?mail\b", r"\bemail address\b"),

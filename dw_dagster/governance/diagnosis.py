@@ -3,7 +3,7 @@ not measured (no query reads the column's values again), and it goes to the gove
 
 from __future__ import annotations
 
-from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident
+from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident
 
 
 def sensitive_column_diagnosis(incident: Incident, finding: Finding) -> Diagnosis:

@@ -18,12 +18,12 @@ from datetime import date
 
 import networkx as nx
 
-from dw_dagster.coalesce.sql import quote_identifier, table_reference
 from dw_dagster.coalesce.workspace_models import CoalesceColumn, CoalesceNode
+from dw_dagster.context.governance import GovernanceConfig
 from dw_dagster.context.models import ContextFile
-from dw_dagster.governance.config import GovernanceConfig
 from dw_dagster.governance.detectors import Detectors, Match
-from dw_dagster.incidents.models import Finding
+from dw_dagster.records.incidents import Finding
+from dw_dagster.sql import quote_identifier, table_reference
 from dw_dagster.warehouse.resources import WarehouseResource
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from datetime import date
 from typing import Any
 
 from dw_dagster.checks.history import HistorySession, Recorded
-from dw_dagster.incidents.models import QueryRecord
+from dw_dagster.records.incidents import QueryRecord
 
 QUERY_BUDGET = 30
 """Statements one diagnosis may send: history reads included, the blast radius not (it is bounded by the

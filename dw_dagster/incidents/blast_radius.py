@@ -11,10 +11,10 @@ import networkx as nx
 from croniter import croniter
 
 from dw_dagster.checks.metrics import MetricsFile
-from dw_dagster.coalesce.sql import quote_identifier, table_parts, table_reference
 from dw_dagster.incidents.evidence import DiagnosisContext, last_good
 from dw_dagster.incidents.joins import JoinParseError, parse_joins, unmatched_from
-from dw_dagster.incidents.models import AffectedAsset, BlastRadius, Diagnosis
+from dw_dagster.records.incidents import AffectedAsset, BlastRadius, Diagnosis
+from dw_dagster.sql import quote_identifier, table_parts, table_reference
 
 MAX_FLAGGED = 5000
 

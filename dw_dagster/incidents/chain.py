@@ -22,10 +22,10 @@ import networkx as nx
 
 from dw_dagster.incidents.evidence import DiagnosisContext
 from dw_dagster.incidents.joins import JoinParseError, ParsedJoin, measure_join, parse_node
-from dw_dagster.incidents.keys import typed
-from dw_dagster.incidents.models import JoinEffect, KeyGap
 from dw_dagster.incidents.origins import on_table
 from dw_dagster.incidents.structure import source_column, table
+from dw_dagster.records.incidents import JoinEffect, KeyGap
+from dw_dagster.records.keys import typed
 
 MAX_DEPTH = 3
 """Lookups walked up from the fact's join, at most."""

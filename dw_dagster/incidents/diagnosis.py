@@ -44,12 +44,12 @@ from dw_dagster.incidents.evidence import (
 )
 from dw_dagster.incidents.failed_load import diagnose_failed
 from dw_dagster.incidents.group_shift import shift_diagnosis, trace_shift
-from dw_dagster.incidents.keys import split_label
-from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident, KeyGap
 from dw_dagster.incidents.run_findings import RUN_FINDINGS
 from dw_dagster.incidents.staleness import stale_diagnosis
 from dw_dagster.incidents.structure import source_columns, sources_upstream, table
 from dw_dagster.incidents.value_loss import diagnose_fall, diagnose_gap
+from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
+from dw_dagster.records.keys import split_label
 
 __all__ = ["DiagnosisContext", "by_priority", "diagnose"]
 

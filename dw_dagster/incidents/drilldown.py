@@ -22,7 +22,6 @@ from datetime import date, timedelta
 
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
-from dw_dagster.coalesce.sql import quote_identifier
 from dw_dagster.incidents.evidence import (
     HISTORY_DAYS,
     DiagnosisContext,
@@ -30,8 +29,6 @@ from dw_dagster.incidents.evidence import (
     measure_column,
     measure_columns,
 )
-from dw_dagster.incidents.keys import plain, split_label
-from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident, KeyGap
 from dw_dagster.incidents.structure import (
     day_columns,
     is_numeric,
@@ -41,6 +38,9 @@ from dw_dagster.incidents.structure import (
     sources_upstream,
     table,
 )
+from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
+from dw_dagster.records.keys import plain, split_label
+from dw_dagster.sql import quote_identifier
 
 MAX_LEVELS = 50
 """A column with more distinct values than this is not a subset to drill into."""

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dw_dagster.coalesce.sql import quote_identifier
 from dw_dagster.incidents.evidence import DiagnosisContext
-from dw_dagster.incidents.keys import plain
-from dw_dagster.incidents.models import KeyGap
 from dw_dagster.incidents.structure import table, time_columns
+from dw_dagster.records.incidents import KeyGap
+from dw_dagster.records.keys import plain
+from dw_dagster.sql import quote_identifier
 
 MAX_KEYS = 20
 

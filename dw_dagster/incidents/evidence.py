@@ -25,7 +25,7 @@ from dw_dagster.incidents.audit import (
     QueryBudgetExceeded,
     QueryFailed,
 )
-from dw_dagster.incidents.models import Finding
+from dw_dagster.records.incidents import Finding
 
 HISTORY_DAYS = 120
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any, Literal
 
-from dw_dagster.incidents.models import Finding, Incident
-from dw_dagster.incidents.policy import IncidentPolicy
+from dw_dagster.records.incidents import Finding, Incident
+from dw_dagster.records.policy import IncidentPolicy
 
 _ROWS_BACK = {"value_loss", "reference_data_change", "volume_loss"}
 

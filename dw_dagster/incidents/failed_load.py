@@ -15,8 +15,8 @@ import re
 from dw_dagster.incidents.drilldown import drill_source, unit_or_sign_diagnosis
 from dw_dagster.incidents.duplication import duplicated_values, find_duplicates
 from dw_dagster.incidents.evidence import HISTORY_DAYS, DiagnosisContext, good_nights, last_good_night
-from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident
 from dw_dagster.incidents.structure import source_column, sources_upstream
+from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident
 
 _SCHEMA_WORDS = re.compile(r"invalid identifier|does not exist|not found|no such column|Binder Error", re.I)
 # Coalesce names column test results "<COLUMN>: Unique" and "<COLUMN>: Null".

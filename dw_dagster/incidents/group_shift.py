@@ -16,7 +16,6 @@ from datetime import timedelta
 
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
-from dw_dagster.coalesce.sql import quote_identifier
 from dw_dagster.incidents.chain import Level, chain_keys
 from dw_dagster.incidents.evidence import (
     DiagnosisContext,
@@ -26,10 +25,11 @@ from dw_dagster.incidents.evidence import (
     traced,
 )
 from dw_dagster.incidents.joins import JoinParseError, ParsedJoin, parse_node
-from dw_dagster.incidents.keys import plain, split_label
-from dw_dagster.incidents.models import CauseClass, Diagnosis, Incident, KeyGap
 from dw_dagster.incidents.origins import rows_on_table
 from dw_dagster.incidents.structure import derives_from, table
+from dw_dagster.records.incidents import CauseClass, Diagnosis, Incident, KeyGap
+from dw_dagster.records.keys import plain, split_label
+from dw_dagster.sql import quote_identifier
 
 MOVED = 0.05
 """A group's share of the total moved by more than 5 points."""

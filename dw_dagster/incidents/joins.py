@@ -20,9 +20,10 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from dw_dagster.coalesce.sql import RefSyntaxError, quote_identifier, resolve_refs
-from dw_dagster.incidents.keys import plain
-from dw_dagster.incidents.models import JoinEffect, KeyGap
+from dw_dagster.coalesce.sql import RefSyntaxError, resolve_refs
+from dw_dagster.records.incidents import JoinEffect, KeyGap
+from dw_dagster.records.keys import plain
+from dw_dagster.sql import quote_identifier
 
 _TEMPLATE = re.compile(r"\{\{|\{%|%\}|\}\}")
 MAX_KEYS = 20

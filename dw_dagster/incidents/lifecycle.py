@@ -29,9 +29,9 @@ from typing import Literal
 from pydantic import BaseModel
 
 from dw_dagster.context.models import ContextFile
-from dw_dagster.incidents.models import Diagnosis, Finding, Incident
-from dw_dagster.incidents.policy import IncidentPolicy
 from dw_dagster.incidents.store import SYSTEM, IncidentStore
+from dw_dagster.records.incidents import Diagnosis, Finding, Incident
+from dw_dagster.records.policy import IncidentPolicy
 
 # Classes that name the same kind of wrong: a join that drops keys, whether the key is new in the source or
 # its reference row went away (tonight's diagnosis may tell them apart differently from last night's).

@@ -26,9 +26,9 @@ import dagster as dg
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from dw_dagster import tags
-from dw_dagster.incidents.models import Finding, Incident
-from dw_dagster.incidents.policy import IncidentPolicy
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.records.incidents import Finding, Incident
+from dw_dagster.records.policy import IncidentPolicy
 
 NODE_BUILD = "coalesce_run"
 """The check name of a finding the Coalesce run sensor records for a node (or job) that did not build."""

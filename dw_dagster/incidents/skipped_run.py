@@ -31,7 +31,7 @@ from dw_dagster import tags
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.context.specs import key_from_path
 from dw_dagster.incidents.evidence import DiagnosisContext
-from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident
+from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident
 
 SKIPPED_RUN_CHECK = "scheduled_run"
 """The check name of the finding a skipped night records on each of the job's failing tables."""

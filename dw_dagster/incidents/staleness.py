@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from dw_dagster.coalesce.sql import quote_identifier
 from dw_dagster.incidents.evidence import DiagnosisContext, replication_of
-from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident, KeyGap
 from dw_dagster.incidents.structure import sources_upstream, table, time_columns
+from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
+from dw_dagster.sql import quote_identifier
 
 LIVE_DAYS = 3
 """A table loaded on at least this many distinct days of the last ``LIVE_WINDOW_DAYS`` before the build is

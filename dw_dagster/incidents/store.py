@@ -22,8 +22,8 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from dw_dagster.incidents.explained import explanation_for, explanations
-from dw_dagster.incidents.models import Finding, Incident, IncidentEvent, IncidentStatus, RecordOutcome
-from dw_dagster.incidents.policy import IncidentPolicy
+from dw_dagster.records.incidents import Finding, Incident, IncidentEvent, IncidentStatus, RecordOutcome
+from dw_dagster.records.policy import IncidentPolicy
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from dw_dagster.coalesce.sql import table_parts, table_reference
 from dw_dagster.context.lineage import Column, LineageGraph
+from dw_dagster.sql import table_parts, table_reference
 
 _TIME = re.compile(r"^(TIMESTAMP\w*|DATETIME|DATE)\b", re.IGNORECASE)
 _NUMERIC = re.compile(

@@ -31,10 +31,10 @@ from dw_dagster.incidents.joins import (
     parse_node,
     unmatched_rows_query,
 )
-from dw_dagster.incidents.keys import same_key
-from dw_dagster.incidents.models import CauseClass, Diagnosis, Finding, Incident, JoinEffect, KeyGap
 from dw_dagster.incidents.origins import KeyOrigin, key_origins
 from dw_dagster.incidents.structure import derives_from, is_time
+from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, JoinEffect, KeyGap
+from dw_dagster.records.keys import same_key
 
 MAX_NAMED_KEYS = 5
 

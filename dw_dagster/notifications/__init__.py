@@ -5,7 +5,8 @@ One module a concern: ``text`` (numbers, names, times), ``kit`` (Block Kit withi
 messages split), ``links`` (the Dagster UI), ``owners``, ``wording`` (the context and metrics files'
 words), one module per message kind (``incident_message``, ``hold_message``, ``proposal_message``,
 ``receipt_message``, ``thread_messages``), ``routing``, ``incident_notifier`` (the notifier),
-``delivery`` (posting the outbox), ``outbox`` (its tables) and ``outbox_sensor``.
+``delivery`` (posting the outbox), ``outbox`` (its tables), and the incident view and receipt text the UI
+and the commands show (``incident_view``, ``receipt_text``).
 """
 
 from dw_dagster.notifications.delivery import FlushResult
@@ -15,7 +16,6 @@ from dw_dagster.notifications.incident_notifier import IncidentNotifier
 from dw_dagster.notifications.kit import SlackMessage
 from dw_dagster.notifications.links import DagsterLinks, dagster_ui_url
 from dw_dagster.notifications.outbox import OutboxMessage, SlackOutbox
-from dw_dagster.notifications.outbox_sensor import build_slack_outbox_sensor
 from dw_dagster.notifications.proposal_message import proposal_messages
 from dw_dagster.notifications.receipt_message import receipt_messages
 from dw_dagster.notifications.resources import SlackNotifier, slack_from_env
@@ -41,7 +41,6 @@ __all__ = [
     "SlackOutbox",
     "Wording",
     "alerts_allowed",
-    "build_slack_outbox_sensor",
     "dagster_ui_url",
     "hold_mode_for",
     "hold_notice",

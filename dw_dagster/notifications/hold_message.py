@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from slack_sdk.models.blocks import Block
 
 from dw_dagster.context.models import ContextFile
-from dw_dagster.incidents.models import BlastRadius, Incident
 from dw_dagster.notifications.kit import (
     SECTION_TEXT_LIMIT,
     SlackMessage,
@@ -28,6 +27,7 @@ from dw_dagster.notifications.owners import owners_text
 from dw_dagster.notifications.routing import Recipients, asset_label, flagged_assets
 from dw_dagster.notifications.text import escape, fit_items, fmt_change, fmt_count, lower_first, more_line
 from dw_dagster.notifications.wording import Wording
+from dw_dagster.records.incidents import BlastRadius, Incident
 
 DEFAULT_MAX_ITEMS = 100
 LIST_HINT = "(full list in Dagster)"

@@ -11,7 +11,6 @@ from __future__ import annotations
 from slack_sdk.models.blocks import Block, SectionBlock
 
 from dw_dagster.context.models import ContextFile
-from dw_dagster.incidents.models import AffectedAsset, BlastRadius, Diagnosis, Incident, JoinEffect, KeyGap
 from dw_dagster.notifications.kit import (
     CONTEXT_TEXT_LIMIT,
     MAX_BLOCKS,
@@ -43,6 +42,7 @@ from dw_dagster.notifications.text import (
     truncate,
 )
 from dw_dagster.notifications.wording import Wording
+from dw_dagster.records.incidents import AffectedAsset, BlastRadius, Diagnosis, Incident, JoinEffect, KeyGap
 
 # Affected assets shown one section each; the rest are counted in a context line.
 MAX_ASSET_SECTIONS = 20

@@ -23,7 +23,6 @@ from slack_sdk.models.blocks import Block
 
 from dw_dagster.config import resolve_env_vars
 from dw_dagster.context.models import ContextFile
-from dw_dagster.incidents.models import BlastRadius, Diagnosis, Incident
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.delivery import Delivery, FlushResult, Redactor
 from dw_dagster.notifications.hold_message import hold_note, hold_notice, proposed_hold_notice
@@ -37,7 +36,8 @@ from dw_dagster.notifications.resources import SlackNotifier
 from dw_dagster.notifications.routing import Recipients
 from dw_dagster.notifications.thread_messages import resolution_message, update_message
 from dw_dagster.notifications.wording import Wording, wording_for
-from dw_dagster.remediation.models import Receipt, RemediationPlan
+from dw_dagster.records.incidents import BlastRadius, Diagnosis, Incident
+from dw_dagster.records.remediation import Receipt, RemediationPlan
 
 log = logging.getLogger(__name__)
 

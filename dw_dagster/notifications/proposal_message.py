@@ -21,7 +21,6 @@ from slack_sdk.models.blocks import (
 )
 
 from dw_dagster.context.models import ContextFile
-from dw_dagster.incidents.models import Incident
 from dw_dagster.notifications.kit import (
     SlackMessage,
     code_sections,
@@ -35,7 +34,8 @@ from dw_dagster.notifications.kit import (
 from dw_dagster.notifications.links import DagsterLinks, dagster_ui_url, short_run
 from dw_dagster.notifications.owners import owners_text
 from dw_dagster.notifications.text import escape, fmt_count, fmt_datum, slack_date
-from dw_dagster.remediation.models import Proposal, RemediationPlan
+from dw_dagster.records.incidents import Incident
+from dw_dagster.records.remediation import Proposal, RemediationPlan
 
 APPROVE_ACTION = "dw_approve"
 REJECT_ACTION = "dw_reject"

@@ -21,7 +21,7 @@ from dw_dagster.notifications.links import DagsterLinks, dagster_buttons, dagste
 from dw_dagster.notifications.owners import team_label
 from dw_dagster.notifications.text import escape, fmt_count, fmt_value, slack_date
 from dw_dagster.notifications.wording import Wording
-from dw_dagster.remediation.models import ProposalKind, Receipt
+from dw_dagster.records.remediation import ProposalKind, Receipt
 
 PASSED, FAILED, ERRORED = ":white_check_mark:", ":x:", ":warning:"
 

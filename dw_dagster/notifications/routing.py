@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dw_dagster.context.models import Autonomy, ContextFile, Domain
-from dw_dagster.incidents.models import AffectedAsset, BlastRadius, Diagnosis
 from dw_dagster.notifications.owners import owner_team
+from dw_dagster.records.incidents import AffectedAsset, BlastRadius, Diagnosis
 
 log = logging.getLogger(__name__)
 

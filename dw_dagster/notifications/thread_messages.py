@@ -7,10 +7,10 @@ from typing import Any
 
 from slack_sdk.models.blocks import Block
 
-from dw_dagster.incidents.models import Incident
 from dw_dagster.notifications.kit import SlackMessage, fallback, fields_sections, section
 from dw_dagster.notifications.links import DagsterLinks, dagster_buttons, dagster_ui_url
 from dw_dagster.notifications.text import escape, fmt_value
+from dw_dagster.records.incidents import Incident
 
 
 def update_message(

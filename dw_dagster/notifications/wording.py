@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
 from dw_dagster.context.models import ContextFile, Domain
-from dw_dagster.incidents.models import BlastRadius, Diagnosis
 from dw_dagster.notifications.routing import flagged_assets, incident_domain
 from dw_dagster.notifications.text import humanise
+from dw_dagster.records.incidents import BlastRadius, Diagnosis
 
 DEFAULT_ITEM_NOUN: str = RecordedTotal.model_fields["item_noun"].default
 DEFAULT_HOLD_ACTION: str = Domain.model_fields["hold_action"].default

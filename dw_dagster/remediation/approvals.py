@@ -26,8 +26,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from dw_dagster.context.models import ContextFile, Person
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.records.remediation import SYSTEM_ACTOR, Approval, Decision, ProposalKind, RemediationPlan
 from dw_dagster.remediation.identity import IdentityError, Proof, verify_proof
-from dw_dagster.remediation.models import SYSTEM_ACTOR, Approval, Decision, ProposalKind, RemediationPlan
 from dw_dagster.remediation.signing import Seal, digest, unsealed
 from dw_dagster.remediation.slack_request import APPROVE_ACTION
 from dw_dagster.remediation.submission import Binding, RunRecordError, RunRecords, check_run, incident_of

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dw_dagster.incidents.store import IncidentStore
-from dw_dagster.remediation.models import Change, RemediationPlan
+from dw_dagster.records.remediation import Change, RemediationPlan
 
 APPLYING = "applying"
 

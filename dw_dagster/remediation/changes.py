@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from dw_dagster.coalesce.sql import quote_identifier, table_reference
 from dw_dagster.incidents.store import IncidentStore
-from dw_dagster.remediation.models import Approval, Change, ProposalKind, ReferenceRow, RemediationPlan
+from dw_dagster.records.remediation import Approval, Change, ProposalKind, ReferenceRow, RemediationPlan
+from dw_dagster.sql import quote_identifier, table_reference
 
 
 class ChangeConflict(Exception):

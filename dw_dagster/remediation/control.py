@@ -15,11 +15,11 @@ from typing import Literal
 from pydantic import BaseModel
 
 from dw_dagster.context.models import ContextFile
-from dw_dagster.incidents.models import Incident
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.incident_notifier import IncidentNotifier
 from dw_dagster.notifications.resources import SlackNotifier
-from dw_dagster.remediation.models import RemediationPlan
+from dw_dagster.records.incidents import Incident
+from dw_dagster.records.remediation import RemediationPlan
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 

@@ -22,12 +22,12 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from dw_dagster.incidents.lifecycle_view import latest_diagnosis
+from dw_dagster.incidents.events import latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.records.remediation import Change, Receipt, RemediationPlan
 from dw_dagster.remediation.approvals import ApprovalBook
 from dw_dagster.remediation.change_log import APPLYING, record_change
 from dw_dagster.remediation.changes import row_present, undo_steps
-from dw_dagster.remediation.models import Change, Receipt, RemediationPlan
 from dw_dagster.remediation.source_steps import copies_left
 from dw_dagster.runs import failure_reason
 

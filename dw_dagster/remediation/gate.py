@@ -16,6 +16,7 @@ import dagster as dg
 from dagster._core.events import EngineEventData
 
 from dw_dagster.context.models import ContextFile, Person
+from dw_dagster.records.remediation import Approval, Decision, RemediationPlan
 from dw_dagster.remediation.approvals import (
     REMEDIATION_JOB,
     ApprovalBook,
@@ -23,7 +24,6 @@ from dw_dagster.remediation.approvals import (
     Prove,
     cancel_run,
 )
-from dw_dagster.remediation.models import Approval, Decision, RemediationPlan
 from dw_dagster.remediation.submission import Binding
 from dw_dagster.tags import (
     APPROVAL,

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 import dagster as dg
 from pydantic import BaseModel
 
-from dw_dagster.incidents.models import Incident
-from dw_dagster.remediation.models import Approval, RemediationPlan
+from dw_dagster.records.incidents import Incident
+from dw_dagster.records.remediation import Approval, RemediationPlan
 from dw_dagster.remediation.submission import Binding
 
 

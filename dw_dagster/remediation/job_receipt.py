@@ -11,15 +11,16 @@ import dagster as dg
 
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.context.models import ContextFile
-from dw_dagster.incidents.lifecycle_view import latest_diagnosis
+from dw_dagster.incidents.events import latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.notifications.incident_view import receipt_materialization
+from dw_dagster.notifications.receipt_text import receipt_markdown
 from dw_dagster.notifications.resources import SlackNotifier
 from dw_dagster.notifications.wording import wording_for
+from dw_dagster.records.remediation import Change, Receipt, VerificationResult
 from dw_dagster.remediation.changes import undo_steps
 from dw_dagster.remediation.control import escalate, gated_notifier
 from dw_dagster.remediation.job_models import Approved, Rerun
-from dw_dagster.remediation.models import Change, Receipt, VerificationResult
-from dw_dagster.remediation.receipt import receipt_markdown, receipt_materialization
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,10 @@ from typing import Any
 
 import yaml
 
-from dw_dagster.coalesce.sql import find_refs, quote_identifier
+from dw_dagster.coalesce.sql import find_refs
 from dw_dagster.coalesce.workspace_models import CoalesceNode
-from dw_dagster.remediation.models import NodeChange
+from dw_dagster.records.remediation import NodeChange
+from dw_dagster.sql import quote_identifier
 
 UNMAPPED = "UNMAPPED"
 _TEXT_TYPES = ("VARCHAR", "STRING", "TEXT", "CHAR")

@@ -10,12 +10,12 @@ from typing import Any
 import dagster as dg
 
 from dw_dagster.coalesce.client import CoalesceClient
-from dw_dagster.coalesce.sql import table_parts
 from dw_dagster.context.models import ContextFile
 from dw_dagster.incidents.evidence import DiagnosisContext
-from dw_dagster.incidents.models import BlastRadius, Diagnosis
 from dw_dagster.notifications.owners import owner_team
-from dw_dagster.remediation.models import Expectation, Proposal, ProposalKind, ScopedRerun
+from dw_dagster.records.incidents import BlastRadius, Diagnosis
+from dw_dagster.records.remediation import Expectation, Proposal, ProposalKind, ScopedRerun
+from dw_dagster.sql import table_parts
 
 
 @dataclass

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import math
 
-from dw_dagster.coalesce.sql import quote_identifier
 from dw_dagster.incidents.joins import JoinParseError, parse_node
-from dw_dagster.incidents.keys import typed
-from dw_dagster.incidents.models import BlastRadius, CauseClass, Diagnosis, Incident
 from dw_dagster.incidents.structure import is_numeric, table
-from dw_dagster.remediation.models import Expectation, NodeChange, Proposal, ProposalKind
+from dw_dagster.records.incidents import BlastRadius, CauseClass, Diagnosis, Incident
+from dw_dagster.records.keys import typed
+from dw_dagster.records.remediation import Expectation, NodeChange, Proposal, ProposalKind
 from dw_dagster.remediation.node_change import definition, normalise, unified_diff
 from dw_dagster.remediation.plan_common import (
     NoPlan,
@@ -29,6 +28,7 @@ from dw_dagster.remediation.plan_common import (
     rerun_proposal,
     source_owner_teams,
 )
+from dw_dagster.sql import quote_identifier
 
 
 def snap(factor: float, precision: float = 0.03) -> float:

@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from dw_dagster.coalesce.sql import quote_identifier, resolve_refs, table_parts, table_reference
+from dw_dagster.coalesce.sql import resolve_refs
 from dw_dagster.context.models import ReferenceTable
-from dw_dagster.incidents.keys import typed
-from dw_dagster.incidents.models import BlastRadius, Diagnosis, Incident, JoinEffect, KeyGap
-from dw_dagster.remediation.models import (
+from dw_dagster.records.incidents import BlastRadius, Diagnosis, Incident, JoinEffect, KeyGap
+from dw_dagster.records.keys import typed
+from dw_dagster.records.remediation import (
     Expectation,
     NodeChange,
     Proposal,
@@ -30,6 +30,7 @@ from dw_dagster.remediation.models import (
 )
 from dw_dagster.remediation.node_change import definition, keep_unmatched, unified_diff
 from dw_dagster.remediation.plan_common import NoPlan, PlanContext, back_to_baseline, reconciles, teams
+from dw_dagster.sql import quote_identifier, table_parts, table_reference
 
 
 def reference_plan(

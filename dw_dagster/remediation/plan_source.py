@@ -17,11 +17,10 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime
 
-from dw_dagster.coalesce.sql import table_parts, table_reference
 from dw_dagster.incidents.duplication import load_column
-from dw_dagster.incidents.models import BlastRadius, Diagnosis, Incident
 from dw_dagster.incidents.structure import is_source
-from dw_dagster.remediation.models import AwaitSource, Dedupe, Expectation, Proposal, ProposalKind
+from dw_dagster.records.incidents import BlastRadius, Diagnosis, Incident
+from dw_dagster.records.remediation import AwaitSource, Dedupe, Expectation, Proposal, ProposalKind
 from dw_dagster.remediation.plan_common import (
     NoPlan,
     PlanContext,
@@ -33,6 +32,7 @@ from dw_dagster.remediation.plan_common import (
     rerun_proposal,
     source_owner_teams,
 )
+from dw_dagster.sql import table_parts, table_reference
 
 
 def _sources_of(diagnosis: Diagnosis, ctx: PlanContext, evidence_key: str) -> list[str]:
@@ -157,7 +157,7 @@ def stale_plan(
 
 
 def _latest(ctx: PlanContext, parts: tuple[str, str, str], column: str) -> datetime:
-    from dw_dagster.coalesce.sql import quote_identifier
+    from dw_dagster.sql import quote_identifier
 
     cur = ctx.diagnosis.cursor
     cur.execute(f"SELECT MAX({quote_identifier(column)}) FROM {table_reference(*parts)}")

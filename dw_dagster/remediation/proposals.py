@@ -23,9 +23,9 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from dw_dagster.context.models import Autonomy
-from dw_dagster.incidents.models import BlastRadius, CauseClass, Diagnosis, Incident
 from dw_dagster.notifications.routing import incident_domain
-from dw_dagster.remediation.models import RemediationPlan
+from dw_dagster.records.incidents import BlastRadius, CauseClass, Diagnosis, Incident
+from dw_dagster.records.remediation import RemediationPlan
 from dw_dagster.remediation.plan_common import NoPlan, PlanContext
 from dw_dagster.remediation.plan_normalise import normalise_plan
 from dw_dagster.remediation.plan_reference import reference_plan

@@ -7,7 +7,7 @@ import dagster as dg
 from dw_dagster.coalesce.models import CoalesceUserCredentials
 from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.context.models import ContextFile
-from dw_dagster.remediation.models import Approval
+from dw_dagster.records.remediation import Approval
 
 
 def run_credentials(

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from dw_dagster.coalesce.sql import quote_identifier, table_reference
-from dw_dagster.incidents.keys import typed
+from dw_dagster.records.keys import typed
+from dw_dagster.records.remediation import Approval, AwaitSource, Change, Dedupe
 from dw_dagster.remediation.change_log import intent_recorder, record_change
-from dw_dagster.remediation.models import Approval, AwaitSource, Change, Dedupe
+from dw_dagster.sql import quote_identifier, table_reference
 
 
 class SourceStepFailed(Exception):
@@ -161,7 +161,7 @@ def await_caught_up(
 def apply_source_changes(warehouse: Any, store: Any, approved: Any, run_id: str, job: str) -> list[Change]:
     """The approved plan's de-duplications, each recorded as a change of the incident (with its undo).
     ``approved`` is the job's approval check result (plan, approvals, ``approver_for``)."""
-    from dw_dagster.remediation.models import ProposalKind
+    from dw_dagster.records.remediation import ProposalKind
 
     out = []
     for p in approved.plan.of_kind(ProposalKind.DEDUPE):
@@ -190,7 +190,7 @@ def await_sources(
     tell: Callable[[str], None],
 ) -> list[str]:  # fmt: skip
     """Waits for each stopped source of the plan to catch up; ``tell`` says once what it waits for."""
-    from dw_dagster.remediation.models import ProposalKind
+    from dw_dagster.records.remediation import ProposalKind
 
     caught_up = []
     for p in approved.plan.of_kind(ProposalKind.AWAIT_SOURCE):

@@ -22,8 +22,8 @@ from dw_dagster.checks.history import HistorySession
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.checks.recorded_totals import HISTORY_DAYS, compute_total, reconcile
 from dw_dagster.coalesce.run_models import CoalesceRunResults
-from dw_dagster.coalesce.sql import quote_identifier
-from dw_dagster.remediation.models import Expectation, VerificationResult
+from dw_dagster.records.remediation import Expectation, VerificationResult
+from dw_dagster.sql import quote_identifier
 
 
 def verify(

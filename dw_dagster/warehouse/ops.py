@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dw_dagster.coalesce.sql import quote_identifier as quote
 from dw_dagster.config import DwConfigError
+from dw_dagster.sql import quote_identifier as quote
 
 if TYPE_CHECKING:
     from dw_dagster.warehouse.resources import WarehouseResource

@@ -1,6 +1,6 @@
 """``dw-dagster world|slack`` commands: bring the local world up and down, read the Slack stand-in.
 
-Named in the ``dw_dagster.cli`` entry-point group; ``dw-dagster`` imports this module only when one of its
+Named in the ``dw_dagster.app.cli`` entry-point group; ``dw-dagster`` imports this module only when one of its
 commands is called.
 """
 
@@ -166,7 +166,7 @@ def world_night(root: Path, reference: bool) -> None:
 def world_deploy_fix(incident_id: str, root: Path) -> None:
     """Do what the node's owner does in the Coalesce app: apply the node change proposed for INCIDENT_ID to
     the workspace and deploy it (dw-dagster itself never edits nodes)."""
-    from dw_dagster.operations import Operations
+    from dw_dagster.app.operations import Operations
     from dw_local.engineer import apply_and_deploy
     from dw_local.world import LOCAL_COALESCE_TOKEN
 

@@ -44,10 +44,10 @@ from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._utils.tags import TagConcurrencyLimitsCounter
 
-from dw_dagster.definitions import load_definitions
-from dw_dagster.project import refresh_coalesce_state
-from dw_dagster.settings import Settings
-from dw_dagster.warehouse.commands import migrate_deployment
+from dw_dagster.app.commands.ops import migrate_deployment
+from dw_dagster.app.definitions import load_definitions
+from dw_dagster.app.project import refresh_coalesce_state
+from dw_dagster.app.settings import Settings
 from dw_local.instance_storage import EVENT_BATCH_SIZE, deployment_instance
 from dw_local.world import LocalWorld
 
@@ -133,7 +133,7 @@ def _repository_origin() -> RemoteRepositoryOrigin:
     here is the state its sensor daemon reads (both find it by location, repository and name)."""
     target = LoadableTargetOrigin(
         executable_path=sys.executable,
-        module_name="dw_dagster.definitions",
+        module_name="dw_dagster.app.definitions",
         working_directory=str(REPO_DAGSTER_YAML.parent),
     )
     location = ManagedGrpcPythonEnvCodeLocationOrigin(target, location_name="dw_dagster")

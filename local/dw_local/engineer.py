@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from dw_dagster.remediation.models import NodeChange
+from dw_dagster.records.remediation import NodeChange
 
 
 def apply_to_api_node(api_node: dict[str, Any], proposed: Mapping[str, Any]) -> dict[str, Any]:

@@ -32,35 +32,16 @@ _PRODUCT_DIR = Path(dw_dagster.__file__).resolve().parent
 # the template too; diagnosis, notifications and the rest do not. Every world plays the shared events
 # (scenarios/*.py); the scenario files and world files under scenarios/ shape only their own worlds.
 _SHAPING = [
-    *(
-        _LOCAL_DIR / name
-        for name in (
-            "worlds",
-            "scenarios/*.py",
-            "coalesce_sim",
-            "snowflake_server.py",
-            "snowflake_statements.py",
-            "account_usage.py",
-            "seeding.py",
-            "daemon.py",
-        )
-    ),
-    *(
-        _PRODUCT_DIR / name
-        for name in (
-            "checks",
-            "warehouse",
-            "coalesce",
-            "incidents/store.py",
-            "coalesce_runs.py",
-            "components.py",
-            "defs",
-            "project.py",
-            "settings.py",
-            "governance",
-        )
-    ),
-]
+    *(_LOCAL_DIR / name for name in (
+        "worlds", "scenarios/*.py", "coalesce_sim", "snowflake_server.py", "snowflake_statements.py",
+        "account_usage.py", "seeding.py", "daemon.py",
+    )),
+    *(_PRODUCT_DIR / name for name in (
+        "checks", "warehouse", "coalesce", "governance", "records", "sql.py", "config.py", "tags.py",
+        "incidents/store.py", "app/coalesce_runs.py", "app/governance_review.py", "app/components.py",
+        "app/checks.py", "app/reporting.py", "app/defs", "app/project.py", "app/settings.py",
+    )),
+]  # fmt: skip
 
 
 def play_tonight(lw: LocalWorld):

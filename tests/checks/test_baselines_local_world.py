@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 from world_cache import WORLD_CACHE
 
-from dw_dagster.cli import main
+from dw_dagster.app.cli import main
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon, TickOutcome

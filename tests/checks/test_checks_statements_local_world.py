@@ -15,7 +15,8 @@ from warehouse_statements import statements
 from world_cache import WORLD_CACHE
 
 from dw_dagster.checks import load_metrics_file
-from dw_dagster.coalesce.sql import resolve_refs, table_reference
+from dw_dagster.coalesce.sql import resolve_refs
+from dw_dagster.sql import table_reference
 from dw_local.daemon import LocalDaemon, TickOutcome
 from dw_local.scenarios.model import load_scenario
 from dw_local.scenarios.suite import SUITE_DIR

@@ -21,7 +21,7 @@ from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
 from dw_dagster.checks.recorded_totals import total_query, total_value
 from dw_dagster.checks.run_context import CheckRun
 from dw_dagster.checks.volume import Volumes
-from dw_dagster.coalesce.sql import table_reference
+from dw_dagster.sql import table_reference
 
 DB, SCHEMA = "DW_OPS_TEST", "MEASURED"
 DAY = date(2026, 3, 10)

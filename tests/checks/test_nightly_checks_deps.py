@@ -8,7 +8,7 @@ from __future__ import annotations
 import dagster as dg
 from dagster._core.execution.api import create_execution_plan
 
-from dw_dagster.checks import build_check_definitions
+from dw_dagster.app.checks import build_check_definitions
 from dw_dagster.checks.metrics import FreshnessMonitoring, InputFreshness, MetricsFile, VolumeMonitoring
 from dw_dagster.checks.nightly import NIGHTLY_CHECKS
 from dw_dagster.checks.volume import VOLUME_CHECK

@@ -1,4 +1,4 @@
-"""The code location's asset graph, loaded from its components (dw_dagster/defs) over the local world:
+"""The code location's asset graph, loaded from its components (dw_dagster/app/defs) over the local world:
 Coalesce nodes and the systems around them, one connected graph, on two worlds."""
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from coalesce_state import environ, state_key, write_state
 from dagster._core.definitions.definitions_load_context import DefinitionsLoadContext, DefinitionsLoadType
 from dagster._core.definitions.repository_definition import RepositoryLoadData
 
+from dw_dagster.app.components import asset_specs_of
+from dw_dagster.app.definitions import load_definitions
+from dw_dagster.app.project import refresh_coalesce_state
 from dw_dagster.coalesce import CoalesceWorkspace
 from dw_dagster.coalesce.specs import load_coalesce_asset_specs
 from dw_dagster.coalesce.translator import DagsterCoalesceTranslator
-from dw_dagster.components import asset_specs_of
 from dw_dagster.config import DwConfigError
-from dw_dagster.definitions import load_definitions
-from dw_dagster.project import refresh_coalesce_state
 from dw_local.world import LOCAL_COALESCE_TOKEN, LocalWorld
 
 REPO = Path(__file__).resolve().parents[2]
@@ -228,7 +228,7 @@ def test_no_state_yet_says_what_to_run(project):
     msg = causes(e.value)
     assert "no Coalesce assets loaded" in msg and "dw-dagster coalesce refresh" in msg
     assert "CoalesceComponent[https://app.eu.coalescesoftware.io|2]" in msg
-    assert str(REPO / "dw_dagster" / "defs" / "coalesce" / "defs.yaml") in msg
+    assert str(REPO / "dw_dagster" / "app" / "defs" / "coalesce" / "defs.yaml") in msg
 
 
 def test_broken_state_names_the_field(project):

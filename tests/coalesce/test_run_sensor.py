@@ -25,6 +25,7 @@ import httpx
 import pytest
 from dagster._core.instance.utils import RUNLESS_RUN_ID
 
+from dw_dagster.app.coalesce_runs import build_run_hook
 from dw_dagster.checks.metrics import BusinessDay
 from dw_dagster.coalesce import CoalesceClient, CoalesceUserCredentials, CoalesceWorkspace
 from dw_dagster.coalesce.cursor import CoalesceRunSensorCursor, CoalesceRunSensorError, EnvironmentCursor
@@ -32,7 +33,6 @@ from dw_dagster.coalesce.run_models import CoalesceRunStatus
 from dw_dagster.coalesce.runless_store import batch_storage_kind
 from dw_dagster.coalesce.sensor_builder import build_coalesce_polling_sensor
 from dw_dagster.coalesce.specs import load_coalesce_asset_specs
-from dw_dagster.coalesce_runs import build_run_hook
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.tags import CHECKS_RUN_RETRIES
 from dw_dagster.warehouse.migrations import migrate

@@ -10,12 +10,12 @@ import dagster as dg
 import pytest
 from click.testing import CliRunner
 
+from dw_dagster.app.cli import main
+from dw_dagster.app.cost import COST_JOB, COST_KEY, attribute_night, night_window, node_assets
 from dw_dagster.checks import load_metrics_file
 from dw_dagster.checks.baseline import BaselineConfig
 from dw_dagster.checks.history import HistoryStore
-from dw_dagster.cli import main
 from dw_dagster.cost import COST_CHECK
-from dw_dagster.cost.job import COST_JOB, COST_KEY, attribute_night, night_window, node_assets
 from dw_dagster.cost.jump import CostJumpConfig
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema

@@ -6,9 +6,9 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
+from dw_dagster.app.cost import latency_from_env, night_window, nights_due
 from dw_dagster.checks.metrics import BusinessDay
 from dw_dagster.config import DwConfigError
-from dw_dagster.cost.job import latency_from_env, night_window, nights_due
 
 DAY = BusinessDay(timezone="America/Chicago", cutoff_hour=6)
 
@@ -51,8 +51,8 @@ def test_the_sensor_starts_the_job_only_for_nights_dagster_saw_a_node_built():
     import dagster as dg
     from dagster._core.test_utils import freeze_time
 
+    from dw_dagster.app.cost import build_cost_definitions
     from dw_dagster.checks.metrics import MetricsFile
-    from dw_dagster.cost.job import build_cost_definitions
     from dw_dagster.warehouse.ops import OpsSchema
     from dw_dagster.warehouse.resources import warehouse_from_env
 

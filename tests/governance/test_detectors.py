@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dw_dagster.config import DwConfigError
+from dw_dagster.context.governance import GovernanceConfig
 from dw_dagster.context.models import load_context_file
-from dw_dagster.governance.config import GovernanceConfig
 from dw_dagster.governance.detectors import Detectors, luhn_valid, words
 
 

@@ -14,9 +14,9 @@ import dagster as dg
 import httpx
 import pytest
 
+from dw_dagster.app.governance_review import review_run
 from dw_dagster.coalesce.client import CoalesceClient
 from dw_dagster.governance.columns import last_seen, record_seen, seen_deployed
-from dw_dagster.governance.hook import review_run
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource

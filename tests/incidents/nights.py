@@ -18,9 +18,9 @@ import numpy as np
 from world_cache import running_copy
 
 from dw_dagster.checks.metrics import load_metrics_file
-from dw_dagster.incidents.jobs import latest_diagnosis
-from dw_dagster.incidents.models import BlastRadius, Diagnosis, Finding, Incident
+from dw_dagster.incidents.events import latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.records.incidents import BlastRadius, Diagnosis, Finding, Incident
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon, TickOutcome
 from dw_local.scenarios.event_base import Event
@@ -80,8 +80,8 @@ class Nights:
     def diagnose(self, finding: Finding) -> Diagnosis:
         """The diagnosis of an incident opened by ``finding`` alone, over this world's warehouse: what the
         diagnosis job computes for a finding the checks have not raised yet."""
+        from dw_dagster.app.components import ref_resolver
         from dw_dagster.checks.history import HistorySession
-        from dw_dagster.coalesce.specs import ref_resolver
         from dw_dagster.context.lineage import LineageGraph
         from dw_dagster.incidents.diagnosis import DiagnosisContext, diagnose
 

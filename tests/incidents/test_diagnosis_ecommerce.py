@@ -8,7 +8,7 @@ import pytest
 from nights import ECOMMERCE, Nights, SignFlip
 
 from dw_dagster.incidents.audit import QUERY_BUDGET
-from dw_dagster.incidents.models import CauseClass, Finding
+from dw_dagster.records.incidents import CauseClass, Finding
 
 pytestmark = [pytest.mark.world, pytest.mark.timeout(600)]
 PRODUCTS = '"DW_SHOP"."RAW_SHOP"."PRODUCTS"'

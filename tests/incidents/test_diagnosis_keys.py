@@ -18,8 +18,8 @@ from dw_dagster.checks.metrics import load_metrics_file
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.incidents.evidence import DiagnosisContext
 from dw_dagster.incidents.joins import measure_join, parse_joins
-from dw_dagster.incidents.keys import split_labels
 from dw_dagster.incidents.origins import key_origins
+from dw_dagster.records.keys import split_labels
 from dw_dagster.warehouse.ops import TABLES, OpsSchema
 
 METRICS = Path(__file__).resolve().parent / "worlds" / "meters" / "metrics.yaml"

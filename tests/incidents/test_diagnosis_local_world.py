@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dw_dagster.incidents.jobs import latest_diagnosis
-from dw_dagster.incidents.models import CauseClass
+from dw_dagster.incidents.events import latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.records.incidents import CauseClass
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon
 from dw_local.worlds.distributor.generator import DistributorWorld

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from nights import HERE, METERS, Diagnosed, Nights
 
-from dw_dagster.incidents.models import CauseClass, Finding
+from dw_dagster.records.incidents import CauseClass, Finding
 
 pytestmark = [pytest.mark.world, pytest.mark.timeout(900)]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from nights import METERS, Nights, SignFlip
 
-from dw_dagster.incidents.models import CauseClass
+from dw_dagster.records.incidents import CauseClass
 
 pytestmark = [pytest.mark.world, pytest.mark.timeout(600)]
 

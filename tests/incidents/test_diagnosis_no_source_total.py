@@ -16,8 +16,8 @@ from dw_dagster.checks.history import HistorySession
 from dw_dagster.checks.metrics import RecordedTotal, load_metrics_file
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.incidents.evidence import DiagnosisContext
-from dw_dagster.incidents.models import CauseClass, Finding, Incident
 from dw_dagster.incidents.value_loss import diagnose_fall
+from dw_dagster.records.incidents import CauseClass, Finding, Incident
 from dw_dagster.warehouse.ops import TABLES, OpsSchema
 
 METRICS = Path(__file__).resolve().parent / "worlds" / "meters" / "metrics.yaml"

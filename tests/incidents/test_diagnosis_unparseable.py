@@ -10,8 +10,8 @@ import httpx
 import pytest
 from coalesce_state import state_key, write_state
 
-from dw_dagster.definitions import load_definitions
-from dw_dagster.incidents.jobs import latest_diagnosis
+from dw_dagster.app.definitions import load_definitions
+from dw_dagster.incidents.events import latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon

@@ -9,7 +9,7 @@ import pytest
 import snowflake.connector
 
 from dw_dagster.incidents.joins import ParsedFilter, measure_filter
-from dw_dagster.incidents.keys import split_labels
+from dw_dagster.records.keys import split_labels
 
 TABLE = '"DB"."RAW"."SHIPMENTS"'
 

@@ -8,8 +8,8 @@ from datetime import date
 import pytest
 from ops_warehouse import ops_schema, warehouse
 
-from dw_dagster.incidents.models import Finding
 from dw_dagster.incidents.store import IncidentStore, TransitionError
+from dw_dagster.records.incidents import Finding
 
 __all__ = ["warehouse"]
 

@@ -21,10 +21,10 @@ import pytest
 from click.testing import CliRunner, Result
 from world_cache import WORLD_CACHE
 
-from dw_dagster.cli import main
-from dw_dagster.incidents.lifecycle_view import latest_diagnosis
-from dw_dagster.incidents.models import Incident
+from dw_dagster.app.cli import main
+from dw_dagster.incidents.events import latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.records.incidents import Incident
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon, TickOutcome, dagster_home
 from dw_local.scenarios.suite import SUITE_DIR

@@ -12,11 +12,11 @@ from ops_warehouse import ops_schema, warehouse
 from test_incident_store import finding
 
 from dw_dagster import tags
-from dw_dagster.incidents.lifecycle_job import build_lifecycle_job
+from dw_dagster.app.lifecycle import build_lifecycle_job
 from dw_dagster.incidents.nights import lifecycle_due
-from dw_dagster.incidents.policy import IncidentPolicy
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.resources import SlackNotifier
+from dw_dagster.records.policy import IncidentPolicy
 
 __all__ = ["warehouse"]
 

@@ -9,11 +9,11 @@ import pytest
 from ops_warehouse import ops_schema, warehouse
 from test_incident_store import finding
 
+from dw_dagster.incidents.events import record_diagnosis
 from dw_dagster.incidents.lifecycle import settle
-from dw_dagster.incidents.lifecycle_view import record_diagnosis
-from dw_dagster.incidents.models import BlastRadius, CauseClass, Diagnosis, KeyGap
-from dw_dagster.incidents.policy import IncidentPolicy
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.records.incidents import BlastRadius, CauseClass, Diagnosis, KeyGap
+from dw_dagster.records.policy import IncidentPolicy
 
 __all__ = ["warehouse"]
 

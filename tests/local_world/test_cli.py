@@ -23,7 +23,7 @@ def _cli(*args: str, cwd, env: dict[str, str] | None = None) -> subprocess.Compl
     }
     env = {**clean, **(env or {})}
     return subprocess.run(
-        [sys.executable, "-c", "from dw_dagster.cli import run; run()", *args],
+        [sys.executable, "-c", "from dw_dagster.app.cli import run; run()", *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
 

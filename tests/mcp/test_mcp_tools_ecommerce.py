@@ -12,6 +12,9 @@ import pytest
 from mcp import Client
 from mcp.server.mcpserver.exceptions import ToolError
 
+from dw_dagster.app.mcp.history_tools import history_answer, resolve_check
+from dw_dagster.app.mcp.lineage_tools import trace
+from dw_dagster.app.mcp.server import build_server, parse_http
 from dw_dagster.checks.history import Rebase, Recorded, total_series
 from dw_dagster.checks.metrics import load_metrics_file
 from dw_dagster.coalesce.specs import load_coalesce_asset_specs
@@ -20,9 +23,6 @@ from dw_dagster.coalesce.workspace_models import CoalesceEnvironment, CoalesceNo
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.context.models import load_context_file
 from dw_dagster.context.specs import attach_context, build_context_asset_specs
-from dw_dagster.mcp.history_tools import history_answer, resolve_check
-from dw_dagster.mcp.lineage_tools import trace
-from dw_dagster.mcp.server import build_server, parse_http
 from dw_local.coalesce_sim.api_shapes import environment_to_api, node_detail
 from dw_local.coalesce_sim.project import load_project
 

@@ -24,7 +24,6 @@ from slack_checks import texts as _texts
 
 from dw_dagster.checks.metrics import MetricsFile, load_metrics_file
 from dw_dagster.context.models import Autonomy, ContextFile, load_context_file
-from dw_dagster.incidents.models import BlastRadius, KeyGap
 from dw_dagster.notifications import (
     DagsterLinks,
     Wording,
@@ -43,6 +42,7 @@ from dw_dagster.notifications import (
 )
 from dw_dagster.notifications.hold_message import hold_note
 from dw_dagster.notifications.text import fmt_number, fmt_value, humanise, lower_first, slack_date
+from dw_dagster.records.incidents import BlastRadius, KeyGap
 from dw_local.slack_render import render_blocks, render_log, render_message
 from dw_local.world import DISTRIBUTOR_DIR
 
@@ -188,7 +188,7 @@ def test_product_code_carries_no_world_vocabulary():
     words = re.compile(r"\bSKUs?\b|expedite|\bEBS\b|\bDC\d*\b|\bbuyers?\b|on-hand|onhand|S&OP", re.I)
     files = [
         *sorted((REPO / "dw_dagster" / "notifications").glob("*.py")),
-        REPO / "dw_dagster/remediation/receipt.py",
+        REPO / "dw_dagster/notifications/receipt_text.py",
     ]
     found = [(f.name, m.group()) for f in files for m in words.finditer(f.read_text())]
     assert found == []

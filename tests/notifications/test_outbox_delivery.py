@@ -19,18 +19,18 @@ import pytest
 from reference_night import reference_blast, reference_diagnosis, reference_incident
 from warehouse_statements import statements
 
+from dw_dagster.app.outbox_sensor import build_slack_outbox_sensor
 from dw_dagster.config import DwConfigError
 from dw_dagster.context.models import ContextFile, load_context_file
-from dw_dagster.incidents.models import Incident
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications import (
     IncidentNotifier,
     Recipients,
     SlackNotifier,
-    build_slack_outbox_sensor,
     route_incident,
 )
 from dw_dagster.notifications.delivery import Redactor
+from dw_dagster.records.incidents import Incident
 from dw_dagster.warehouse.migrations import migrate
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
@@ -98,7 +98,7 @@ def _recipients(context: ContextFile, inc: Incident, hold: str | None = None) ->
 
 NOTIFY_SCRIPT = """
 import json, sys
-from dw_dagster.incidents.models import BlastRadius, Diagnosis, Incident
+from dw_dagster.records.incidents import BlastRadius, Diagnosis, Incident
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications import IncidentNotifier, Recipients, SlackNotifier
 from dw_dagster.warehouse.ops import OpsSchema

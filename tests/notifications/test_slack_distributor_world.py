@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner
 from slack_checks import check_limits, check_reads_like_slack, texts
 
-from dw_dagster.cli import main
+from dw_dagster.app.cli import main
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.records.remediation import ProposalKind, Receipt
 from dw_dagster.remediation.approvals import ApprovalBook
-from dw_dagster.remediation.models import ProposalKind, Receipt
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.cli import slack
 from dw_local.daemon import LocalDaemon, dagster_home

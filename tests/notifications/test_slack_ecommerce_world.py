@@ -19,10 +19,10 @@ from world_cache import running_copy
 
 from dw_dagster.checks.metrics import load_metrics_file
 from dw_dagster.context.models import load_context_file
-from dw_dagster.incidents.jobs import latest_diagnosis
+from dw_dagster.incidents.events import latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications import IncidentNotifier, wording_for
-from dw_dagster.remediation.models import (
+from dw_dagster.records.remediation import (
     Approval,
     Expectation,
     NodeChange,

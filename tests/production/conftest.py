@@ -14,8 +14,8 @@ import pytest
 from deployment import Deployment
 from postgres_server import postgres_server
 
-from dw_dagster.project import refresh_coalesce_state
-from dw_dagster.warehouse.commands import migrate_deployment
+from dw_dagster.app.commands.ops import migrate_deployment
+from dw_dagster.app.project import refresh_coalesce_state
 from dw_local.seeding import clone_world
 from dw_local.world import LocalWorld
 

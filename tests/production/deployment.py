@@ -68,7 +68,7 @@ class Deployment:
 
     def commands(self) -> dict[str, list[str]]:
         return {
-            "code-server": [str(BIN / "dagster"), "api", "grpc", "-m", "dw_dagster.definitions",
+            "code-server": [str(BIN / "dagster"), "api", "grpc", "-m", "dw_dagster.app.definitions",
                             "-h", "127.0.0.1", "-p", str(self.grpc_port)],
             "daemon": [str(BIN / "dagster-daemon"), "run", "-w", str(self.workspace)],
             "webserver": [str(BIN / "dagster-webserver"), "-w", str(self.workspace), "-h", "127.0.0.1",

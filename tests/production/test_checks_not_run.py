@@ -12,14 +12,9 @@ from dagster._core.storage.tags import MAX_RETRIES_TAG, PARENT_RUN_ID_TAG, RETRY
 from ops_warehouse import ops_schema, warehouse  # noqa: F401 - the fixture
 
 from dw_dagster import tags
+from dw_dagster.app.checks_not_run import build_checks_not_run_definitions
 from dw_dagster.checks.metrics import MetricsFile
-from dw_dagster.incidents.checks_not_run import (
-    CHECKS_NOT_RUN,
-    FAILED_RUN,
-    OUTCOME,
-    REPORT_JOB,
-    build_checks_not_run_definitions,
-)
+from dw_dagster.incidents.checks_not_run import CHECKS_NOT_RUN, FAILED_RUN, OUTCOME, REPORT_JOB
 from dw_dagster.incidents.store import IncidentStore
 
 METRICS = MetricsFile.model_validate({})

@@ -11,11 +11,11 @@ import httpx
 import pytest
 from click.testing import CliRunner, Result
 
-from dw_dagster.cli import main
+from dw_dagster.app.cli import main
 from dw_dagster.context.models import load_context_file
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.records.remediation import ProposalKind, Receipt
 from dw_dagster.remediation.approvals import ApprovalBook
-from dw_dagster.remediation.models import ProposalKind, Receipt
 from dw_dagster.tags import APPROVAL, APPROVAL_APPROVED, APPROVAL_PENDING, PLAN_ID
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon, dagster_home

@@ -15,13 +15,13 @@ from click.testing import CliRunner
 from dagster._core.storage.tags import PARENT_RUN_ID_TAG, RETRY_NUMBER_TAG
 
 from dw_dagster import tags
-from dw_dagster.cli import main
+from dw_dagster.app.cli import main
+from dw_dagster.app.commands.ops import deployment as ops_deployment
+from dw_dagster.app.settings import Settings
 from dw_dagster.context.models import load_context_file
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.records.remediation import ProposalKind
 from dw_dagster.remediation.approvals import ApprovalBook
-from dw_dagster.remediation.models import ProposalKind
-from dw_dagster.settings import Settings
-from dw_dagster.warehouse.commands import deployment as ops_deployment
 from dw_local.engineer import apply_and_deploy
 from dw_local.world import LOCAL_COALESCE_TOKEN
 from dw_local.worlds.distributor.generator import DistributorWorld

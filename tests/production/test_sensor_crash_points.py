@@ -17,11 +17,11 @@ import dagster as dg
 import pytest
 from deployment import Deployment
 
+from dw_dagster.app.commands.ops import migrate_deployment
+from dw_dagster.app.project import refresh_coalesce_state
 from dw_dagster.coalesce.cursor import CoalesceRunSensorCursor
 from dw_dagster.coalesce.metadata import CoalesceRunMetadataSet
-from dw_dagster.project import refresh_coalesce_state
 from dw_dagster.tags import COALESCE_RUN_ID
-from dw_dagster.warehouse.commands import migrate_deployment
 from dw_local.daemon import dagster_home
 from dw_local.worlds.distributor.generator import DistributorWorld
 

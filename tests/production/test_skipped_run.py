@@ -12,15 +12,15 @@ from dagster._core.test_utils import create_run_for_test
 from ops_warehouse import ops_schema, warehouse  # noqa: F401 - the fixture
 
 from dw_dagster import tags
-from dw_dagster.checks.metrics import MetricsFile
-from dw_dagster.incidents.skipped_run import SKIPPED_RUN_CHECK, job_tables, skipped_runs
-from dw_dagster.incidents.skipped_run_job import (
+from dw_dagster.app.skipped_run import (
     SKIPPED_JOB,
     SKIPPED_NIGHT,
     SKIPPED_RUN_JOB,
     build_skipped_run_job,
     skipped_run_requests,
 )
+from dw_dagster.checks.metrics import MetricsFile
+from dw_dagster.incidents.skipped_run import SKIPPED_RUN_CHECK, job_tables, skipped_runs
 from dw_dagster.incidents.store import IncidentStore
 
 METRICS = MetricsFile.model_validate(

@@ -18,13 +18,13 @@ from ops_warehouse import ops_schema, warehouse
 from reference_night import reference_plan
 
 from dw_dagster.context.models import load_context_file
-from dw_dagster.incidents.models import Finding
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.records.incidents import Finding
+from dw_dagster.records.remediation import Approval, Dedupe, Proposal, ProposalKind
 from dw_dagster.remediation.approvals import REMEDIATION_JOB, ApprovalBook
 from dw_dagster.remediation.change_log import intent_recorder
 from dw_dagster.remediation.changes import apply_row, pending_undo, undo
 from dw_dagster.remediation.crash_receipt import crash_receipt
-from dw_dagster.remediation.models import Approval, Dedupe, Proposal, ProposalKind
 from dw_dagster.remediation.source_steps import copies_left, remove_duplicates
 
 __all__ = ["warehouse"]

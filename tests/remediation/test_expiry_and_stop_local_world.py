@@ -8,6 +8,7 @@ import dagster as dg
 import httpx
 import pytest
 
+from dw_dagster.app.remediation_sensors import expire_pending
 from dw_dagster.context.models import load_context_file
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.incident_notifier import IncidentNotifier
@@ -15,7 +16,6 @@ from dw_dagster.remediation.approvals import ApprovalBook, ApprovalError
 from dw_dagster.remediation.control import OrgControl
 from dw_dagster.remediation.gate import approve_run
 from dw_dagster.remediation.identity import command_signer
-from dw_dagster.remediation.sensors import expire_pending
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon
 from dw_local.worlds.distributor.generator import DistributorWorld
@@ -59,7 +59,7 @@ def test_the_stop_blocks_the_l3_hold_notice(stopped_night):
 
 def test_a_hold_queued_before_the_stop_waits_in_the_outbox(stopped_night):
     daemon, store, control, incident = stopped_night
-    from dw_dagster.incidents.jobs import latest_diagnosis
+    from dw_dagster.incidents.events import latest_diagnosis
     from dw_dagster.notifications.routing import route_incident
 
     diagnosis, radius = latest_diagnosis(store, incident.incident_id)

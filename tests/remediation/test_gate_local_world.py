@@ -8,11 +8,11 @@ import httpx
 import pytest
 from click.testing import CliRunner, Result
 
-from dw_dagster.cli import main
+from dw_dagster.app.cli import main
 from dw_dagster.context.models import load_context_file
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.records.remediation import ProposalKind, Receipt
 from dw_dagster.remediation.approvals import ApprovalBook
-from dw_dagster.remediation.models import ProposalKind, Receipt
 from dw_dagster.tags import APPROVAL, APPROVAL_APPROVED, APPROVAL_PENDING, INCIDENT_ID, PLAN_ID
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon, dagster_home
@@ -235,9 +235,9 @@ def test_re_executing_steps_of_the_approved_run_changes_nothing(gate: Gate):
         reconstruction_metadata={},
         defs_state_info=storage.get_latest_defs_state_info(),
     )
-    repo = ReconstructableRepository.for_module("dw_dagster.definitions", "defs").with_repository_load_data(
-        load_data
-    )
+    repo = ReconstructableRepository.for_module(
+        "dw_dagster.app.definitions", "defs"
+    ).with_repository_load_data(load_data)
     # Loading the code location here installs a process-wide load context holding this world's state:
     # scope it, so later worlds in this worker load their own, as a fresh run worker would.
     with set_defs_state_storage(storage), DefinitionsLoadContext.scoped(DefinitionsLoadContext.get()):

@@ -15,12 +15,13 @@ from dagster._core.run_coordinator import SubmitRunContext
 from warehouse_statements import statements
 from world_cache import running_copy
 
+from dw_dagster.app.incidents import DIAGNOSE_JOB
+from dw_dagster.app.remediation_sensors import build_remediation_sensors
 from dw_dagster.checks import load_metrics_file
 from dw_dagster.context.models import load_context_file
-from dw_dagster.incidents.jobs import DIAGNOSE_JOB, latest_diagnosis
+from dw_dagster.incidents.events import latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.approvals import REMEDIATION_JOB, ApprovalBook
-from dw_dagster.remediation.sensors import build_remediation_sensors
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import QUIET, REMEDIATION_RUN_CONFIG, LocalDaemon, _job_origin, business_clock
 from dw_local.scenarios.suite import SUITE_DIR

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dw_dagster.coalesce.workspace_models import CoalesceNode
-from dw_dagster.remediation.models import NodeChange
+from dw_dagster.records.remediation import NodeChange
 from dw_dagster.remediation.node_change import definition, is_deployed, keep_unmatched, unified_diff
 
 TABLES = {("STAGE", "STG_ONHAND"): '"DB"."STAGE"."STG_ONHAND"', ("INVENTORY", "DIM_WAREHOUSE"): '"DB"."INVENTORY"."DIM_WAREHOUSE"',

@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime
 import pytest
 
 from dw_dagster.context.models import Autonomy, load_context_file
-from dw_dagster.incidents.models import AffectedAsset, BlastRadius, CauseClass, Diagnosis, Incident
+from dw_dagster.records.incidents import AffectedAsset, BlastRadius, CauseClass, Diagnosis, Incident
 from dw_dagster.remediation.proposals import NoPlan, PlanContext, plan_remediation
 from dw_local.world import DISTRIBUTOR_DIR
 

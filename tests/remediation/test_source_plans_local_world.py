@@ -8,13 +8,13 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner, Result
 
-from dw_dagster.cli import main
+from dw_dagster.app.cli import main
 from dw_dagster.context.models import load_context_file
-from dw_dagster.incidents.jobs import latest_diagnosis
-from dw_dagster.incidents.models import CauseClass
+from dw_dagster.incidents.events import latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.records.incidents import CauseClass
+from dw_dagster.records.remediation import ProposalKind, Receipt
 from dw_dagster.remediation.approvals import ApprovalBook
-from dw_dagster.remediation.models import ProposalKind, Receipt
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon, dagster_home
 from dw_local.engineer import apply_and_deploy

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dw_dagster.remediation.models import AwaitSource
+from dw_dagster.records.remediation import AwaitSource
 from dw_dagster.remediation.source_steps import SourceStepFailed, await_caught_up
 
 STALE = datetime(2025, 6, 17, 3, 0, tzinfo=UTC)

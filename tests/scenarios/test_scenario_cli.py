@@ -22,7 +22,7 @@ def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
         k: v for k, v in os.environ.items() if not k.startswith(("COALESCE_", "SNOWFLAKE_", "SLACK_", "DW_"))
     }
     return subprocess.run(
-        [sys.executable, "-c", "from dw_dagster.cli import run; run()", *args, "--cache", str(WORLD_CACHE)],
+        [sys.executable, "-c", "from dw_dagster.app.cli import run; run()", *args, "--cache", str(WORLD_CACHE)],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
 

@@ -23,12 +23,12 @@ from click.testing import CliRunner, Result
 from dagster._core.run_coordinator import SubmitRunContext
 from dagster._core.storage.tags import RUN_KEY_TAG
 
-from dw_dagster.cli import main
+from dw_dagster.app.cli import main
 from dw_dagster.context.models import load_context_file
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.records.remediation import ProposalKind, Receipt
 from dw_dagster.remediation.approvals import ApprovalBook, ApprovalError
 from dw_dagster.remediation.identity import new_key_pair
-from dw_dagster.remediation.models import ProposalKind, Receipt
 from dw_dagster.tags import APPROVAL, APPROVAL_APPROVED, APPROVALS_NEEDED, APPROVE_BY, APPROVE_HOW
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon, _job_origin, dagster_home

@@ -17,12 +17,12 @@ import pytest
 import yaml
 from coalesce_state import environ, state_key, write_state_text
 
+from dw_dagster.app.components import asset_specs_of
+from dw_dagster.app.definitions import load_definitions
+from dw_dagster.app.project import refresh_coalesce_state
 from dw_dagster.coalesce.errors import CoalesceStateError
-from dw_dagster.components import asset_specs_of
 from dw_dagster.config import QUOTE_LIMIT, DwConfigError
 from dw_dagster.context.models import load_context_file
-from dw_dagster.definitions import load_definitions
-from dw_dagster.project import refresh_coalesce_state
 from dw_local.world import DISTRIBUTOR_DIR, LOCAL_COALESCE_TOKEN, LocalWorld
 
 ECOMMERCE_DIR = (

@@ -297,7 +297,7 @@ def test_the_resource_digest_hides_the_secrets_it_covers():
 def test_approver_key_new_writes_a_private_key_only_its_owner_reads(tmp_path: Path):
     from click.testing import CliRunner
 
-    from dw_dagster.cli import main
+    from dw_dagster.app.cli import main
 
     out = CliRunner().invoke(main, ["approver-key", "new", "--out", str(tmp_path / "me.pem")])
     assert out.exit_code == 0, out.output

@@ -8,10 +8,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from dw_dagster.cli import main
+from dw_dagster.app.cli import main
+from dw_dagster.app.commands.ops import migrate_deployment
 from dw_dagster.config import DwConfigError
 from dw_dagster.incidents.store import IncidentStore
-from dw_dagster.warehouse.commands import migrate_deployment
 from dw_dagster.warehouse.migrations import SCHEMA_VERSION, VERSION_TABLE, migrate, state
 from dw_dagster.warehouse.ops import TABLES, OpsSchema, OpsSchemaError
 

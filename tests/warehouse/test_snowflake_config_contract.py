@@ -75,7 +75,7 @@ def test_loading_the_code_location_imports_neither_snowpark_nor_snowflake_core()
     script = (
         "import sys\n"
         "from dw_dagster.warehouse.resources import warehouse_from_env\n"
-        "import dw_dagster.components, dw_dagster.definitions\n"
+        "import dw_dagster.app.components, dw_dagster.app.definitions\n"
         "warehouse_from_env({'SNOWFLAKE_DATABASE': 'DW'})\n"
         "print(sorted(m for m in ('dagster_snowflake', 'snowflake.snowpark', 'snowflake.core') if m in sys.modules))\n"
     )

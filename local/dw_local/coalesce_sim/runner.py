@@ -20,7 +20,8 @@ from typing import Any, Literal
 import snowflake.connector
 
 from dw_dagster.coalesce.run_models import SQL_TEST_TYPE
-from dw_dagster.coalesce.sql import quote_identifier, resolve_refs, table_reference
+from dw_dagster.coalesce.sql import resolve_refs
+from dw_dagster.sql import quote_identifier, table_reference
 from dw_local.coalesce_sim.clock import SimClock, format_time
 from dw_local.coalesce_sim.faults import Faults
 from dw_local.coalesce_sim.node_graph import NodeGraph

@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from dw_dagster.coalesce.sql import quote_identifier
+from dw_dagster.sql import quote_identifier
 from dw_local.coalesce_sim.project_specs import column_id, node_id
 from dw_local.scenarios.event_base import Event, Fraction, Ident
 from dw_local.scenarios.event_rows import with_new_key

@@ -1,6 +1,6 @@
 """``dw-dagster scenario run|score``: play scenarios through the real machinery and score detection.
 
-Named in the ``dw_dagster.cli`` entry-point group; ``dw-dagster`` imports this module only when one of its
+Named in the ``dw_dagster.app.cli`` entry-point group; ``dw-dagster`` imports this module only when one of its
 commands is called.
 """
 

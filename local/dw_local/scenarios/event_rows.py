@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from dw_dagster.coalesce.sql import quote_identifier
+from dw_dagster.sql import quote_identifier
 from dw_local.world import WorldError
 
 if TYPE_CHECKING:

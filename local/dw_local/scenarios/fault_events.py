@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, field_validator
 
-from dw_dagster.coalesce.sql import quote_identifier
+from dw_dagster.sql import quote_identifier
 from dw_local.scenarios.event_base import Event, Fraction, Ident
 from dw_local.scenarios.event_rows import matching, pick_matching, restore_rows, where_sql, with_new_key
 from dw_local.world import WorldError, sim_control

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dw_dagster.coalesce.sql import quote_identifier
+from dw_dagster.sql import quote_identifier
 from dw_local.scenarios.events import EVENTS
 from dw_local.scenarios.world_file import ColumnGenerator, RowCount, SourceTable, WorldFile
 from dw_local.worlds.night_world import Frames, NightWorld, rng_for, to_utc

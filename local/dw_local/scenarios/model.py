@@ -23,7 +23,7 @@ import pydantic
 from pydantic import Field
 
 from dw_dagster.config import DwConfigError, FileModel, load_yaml_model
-from dw_dagster.incidents.models import CauseClass
+from dw_dagster.records.incidents import CauseClass
 from dw_local.scenarios.worlds import EventError, ScenarioWorld, open_world
 
 MAX_NIGHTS = 14

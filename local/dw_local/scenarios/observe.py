@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 from dw_dagster.checks.metrics import load_metrics_file
 from dw_dagster.checks.volume import monitored_specs
 from dw_dagster.context.lineage import LineageGraph
-from dw_dagster.incidents.lifecycle_view import latest_diagnosis
-from dw_dagster.incidents.models import Finding, Incident
+from dw_dagster.incidents.events import latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.records.incidents import Finding, Incident
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.scenarios.baseline import elementary_alarms
 

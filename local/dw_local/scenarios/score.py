@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from dw_dagster.incidents.keys import split_labels
+from dw_dagster.records.keys import split_labels
 from dw_local.scenarios.runner import NightReport, ScenarioReport
 
 DW = "dw-dagster"

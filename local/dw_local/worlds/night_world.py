@@ -31,8 +31,8 @@ import pydantic
 
 from dw_dagster.coalesce.client import CoalesceClient
 from dw_dagster.coalesce.models import CoalesceUserCredentials
-from dw_dagster.coalesce.sql import quote_identifier
 from dw_dagster.config import DwConfigError
+from dw_dagster.sql import quote_identifier
 from dw_local.coalesce_sim.project import Project, load_project
 from dw_local.world import (
     LOCAL_SNOWFLAKE_PASSWORD,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dw_dagster.coalesce.sql import quote_identifier, table_reference
+from dw_dagster.sql import quote_identifier, table_reference
 
 _FLOAT = re.compile(r"^(FLOAT\d?|DOUBLE|REAL)\b")
 _NUMERIC = re.compile(r"^(NUMBER|DECIMAL|NUMERIC|INT|INTEGER|BIGINT|SMALLINT|TINYINT|BYTEINT|FLOAT\d?|DOUBLE|REAL)\b",

@@ -1,0 +1,1 @@
+"""The `dw-dagster` commands, one module per concern (checks, incidents, remediation, cost, ops, mcp)."""

@@ -1,0 +1,204 @@
+"""Operator commands of remediation: approve, reject, stop, resume, undo, proposals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from dw_dagster.app.operations import Operations
+
+
+def _set_values(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for v in values:
+        column, sep, value = v.partition("=")
+        if not sep or not column.strip():
+            raise click.BadParameter(f"{v!r}: expected COLUMN=VALUE", param_hint="--set")
+        out[column.strip()] = value
+    return out
+
+
+AS_HELP = (
+    "Who you are, as in the context file's teams (a name or email). With an approver key "
+    "(DW_APPROVER_KEY_FILE) it must name the key's owner; alone, it is accepted only in the local world."
+)
+
+
+def _signer(ops: Operations, who: str | None, ref: str, command: str):
+    """The proven person running ``command``; a failure to prove it is recorded as refused, then shown."""
+    from dw_dagster.remediation.identity import IdentityError, command_signer
+
+    try:
+        return command_signer(ops.context, who)
+    except IdentityError as e:
+        _refused(ops, ref, command, who, str(e))
+        raise click.ClickException(str(e)) from None
+
+
+def _refused(ops: Operations, ref: str, command: str, who: str | None, reason: str) -> None:
+    """Every refused attempt is recorded on its incident (when the reference names one)."""
+    if not ref:
+        return
+    incident_id = ref if ref.startswith("INC-") else None
+    if incident_id is None:
+        run = ops.instance.get_run_by_id(ref)
+        incident_id = run.tags.get("dw/incident_id") if run else None
+    if incident_id and ops.store.get(incident_id) is not None:
+        ops.book().refuse(incident_id, command, reason, ref=ref, claimed=who or "")
+
+
+@click.command("approve")
+@click.argument("ref")
+@click.option("--as", "who", default=None, help=AS_HELP)
+@click.option("--set", "values", multiple=True, help="COLUMN=VALUE on a reference row your team owns.")
+def approve(ref: str, who: str | None, values: tuple[str, ...]) -> None:
+    """Approve the remediation run waiting for REF (a run id or an incident id) on behalf of your team."""
+    from dw_dagster.remediation.approvals import ApprovalError
+    from dw_dagster.remediation.gate import approve_run
+
+    ops = Operations()
+    signer = _signer(ops, who, ref, "approve")
+    try:
+        out = approve_run(
+            ops.instance, ops.book(), ref, signer.person, signer.prove, signer.via, _set_values(values)
+        )
+    except ApprovalError as e:
+        _refused(ops, ref, "approve", signer.person.name, str(e))
+        raise click.ClickException(str(e)) from None
+    teams = ", ".join(a.team for a in out.given)
+    approver = out.given[0].approver
+    status = (
+        "every owner has approved: the run is released"
+        if out.released
+        else f"waiting for {', '.join(out.missing)}"
+    )
+    ops.tell_owners(
+        out.plan.incident_id, f":white_check_mark: {approver} approved {out.plan.plan_id} for {teams}; {status}.",
+        "approval", f"{out.plan.plan_id}|{teams}|{out.run_id}", run_id=out.run_id,
+    )  # fmt: skip
+    click.echo(f"run {out.run_id}: approved by {approver} for {teams} (verified: {signer.via}); {status}")
+
+
+@click.command("reject")
+@click.argument("ref")
+@click.option("--as", "who", default=None, help=AS_HELP)
+@click.option("--reason", required=True, help="Why; recorded and posted to the incident's threads.")
+def reject(ref: str, who: str | None, reason: str) -> None:
+    """Reject the remediation run waiting for REF: it is canceled and nothing is changed."""
+    from dw_dagster.remediation.approvals import ApprovalError, incident_of
+    from dw_dagster.remediation.gate import reject_run
+
+    ops = Operations()
+    signer = _signer(ops, who, ref, "reject")
+    try:
+        decision = reject_run(ops.instance, ops.book(), ref, signer.person, signer.prove, reason)
+    except ApprovalError as e:
+        _refused(ops, ref, "reject", signer.person.name, str(e))
+        raise click.ClickException(str(e)) from None
+    ops.tell_owners(incident_of(decision.plan_id), f":no_entry: {decision.by} rejected {decision.plan_id}: {reason}",
+                    "rejection", decision.plan_id, run_id=decision.run_id)  # fmt: skip
+    click.echo(f"run {decision.run_id}: rejected by {decision.by} and canceled")
+
+
+@click.command("stop")
+@click.option("--as", "who", default=None, help=AS_HELP)
+@click.option("--reason", default=None)
+def stop(who: str | None, reason: str | None) -> None:
+    """Org-wide stop: halt every autonomous dispatch now (durable until `dw-dagster resume`)."""
+    ops = Operations()
+    person = _signer(ops, who, "", "stop").person
+    click.echo(ops.control().set("stop", person.name, reason).describe())
+
+
+@click.command("resume")
+@click.option("--as", "who", default=None, help=AS_HELP)
+def resume(who: str | None) -> None:
+    """Lift the org-wide stop: autonomous dispatch resumes (held hold notices go out at the next flush)."""
+    ops = Operations()
+    person = _signer(ops, who, "", "resume").person
+    click.echo(ops.control().set("resume", person.name).describe())
+
+
+@click.command("undo")
+@click.argument("incident_id")
+@click.option("--as", "who", default=None, help=AS_HELP)
+def undo(incident_id: str, who: str | None) -> None:
+    """Delete the reference rows a remediation added for INCIDENT_ID (node changes are reverted in Coalesce)."""
+    from dw_dagster.remediation.changes import pending_undo
+    from dw_dagster.remediation.changes import undo as undo_rows
+
+    ops = Operations()
+    person = _signer(ops, who, incident_id, "undo").person
+    changes = pending_undo(ops.store, incident_id)
+    if not changes:
+        raise click.ClickException(f"{incident_id}: no change to undo")
+    book = ops.book()
+    teams = set(ops.context.teams_of(person))
+    foreign = [c.what for c in changes if not teams & set(book.owners_of_change(incident_id, c.proposal_id))]
+    if foreign:
+        raise click.ClickException(f"{person.name} does not own what these changed: {'; '.join(foreign)}")
+    with ops.warehouse.tagged_connection("cli.undo", job="undo") as conn:
+        done = undo_rows(conn.cursor(), ops.store, incident_id, changes, person.name)
+    ops.tell_owners(incident_id, f":leftwards_arrow_with_hook: {person.name}: " + "; ".join(done), "undo",
+                    changes[-1].at.isoformat())  # fmt: skip
+    click.echo("\n".join(done))
+
+
+@click.command("proposals")
+@click.argument("incident_id")
+def proposals(incident_id: str) -> None:
+    """Show an incident's proposed fixes, their diffs and who has approved."""
+    ops = Operations()
+    text = proposals_text(ops.book(), incident_id)
+    if text is None:
+        raise click.ClickException(f"{incident_id}: no proposal")
+    click.echo(text)
+
+
+def proposals_text(book, incident_id: str) -> str | None:
+    """An incident's plans as ``proposals`` shows them (diffs, bound run, approvals, decision); ``None``
+    without a plan. The MCP server's ``incident_proposals`` tool reads the same."""
+    from dw_dagster.notifications.receipt_text import plan_markdown
+
+    plans = book.plans(incident_id)
+    if not plans:
+        return None
+    lines = []
+    for plan in plans:
+        lines.append(plan_markdown(plan, book.approvers(plan)))
+        binding = book.binding(plan)
+        if binding is not None:
+            lines.append(f"the run dw-dagster submitted for it: {binding.run_id} (submission {binding.seq})")
+        for a in book.approvals(plan):
+            lines.append(
+                f"approved by {a.approver} for {a.team} at {a.at:%Y-%m-%d %H:%M:%S} UTC (run {a.run_id}; via {a.via})"
+            )
+        decision = book.decision(plan)
+        if decision:
+            lines.append(
+                f"{decision.kind} by {decision.by} at {decision.at:%Y-%m-%d %H:%M:%S} UTC: {decision.reason}"
+            )
+    return "\n".join(lines)
+
+
+@click.group("approver-key")
+def approver_key() -> None:
+    """Your approver key: the credential the command line proves who you are with."""
+
+
+@approver_key.command("new")
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where to write the private key (only you may read it); never share it.")  # fmt: skip
+def approver_key_new(out: Path) -> None:
+    """Make a key pair: the private half for you (DW_APPROVER_KEY_FILE), the public half for the context file."""
+    from dw_dagster.remediation.identity import APPROVER_KEY_FILE_ENV, new_key_pair
+
+    if out.exists():
+        raise click.ClickException(f"{out}: exists; a key is never overwritten")
+    pem, public = new_key_pair()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.touch(mode=0o600)
+    out.write_bytes(pem)
+    click.echo(f"wrote {out} (only you can read it); export {APPROVER_KEY_FILE_ENV}={out}")
+    click.echo(f"add to your entry in the context file's teams: approver_key: {public}")

@@ -1,0 +1,216 @@
+"""``OperationsComponent``: dw-dagster's own layer over the Coalesce component, declared in ``defs.yaml``.
+
+.. code-block:: yaml
+
+    # dw_dagster/app/defs/operations/defs.yaml
+    type: dw_dagster.app.components.OperationsComponent
+    attributes:
+      coalesce: coalesce                         # the CoalesceComponent's folder under dw_dagster/app/defs
+      context_file: "{{ env.DW_CONTEXT_FILE }}"  # teams, the systems around the pipeline, autonomy
+      metrics_file: "{{ env.DW_METRICS_FILE }}"  # recorded totals, volume and freshness
+
+It reads the Coalesce component's assets and layers on them: the systems around the pipeline (from the
+context file), the checks from the metrics file, incidents and their diagnosis, remediation, and the run
+sensor, built with the integration's polling sensor builder and the product's hook
+(:mod:`dw_dagster.app.coalesce_runs`). What it says about the Coalesce assets themselves (owners, the systems
+that feed them, freshness policies) is applied to them by :meth:`OperationsComponent.attach`, which the code
+location (:mod:`dw_dagster.app.definitions`) calls over the whole project's definitions. Secrets stay in
+environment variables, read through ``dg.EnvVar`` by the resources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from pathlib import Path
+
+import dagster as dg
+import pydantic
+from dagster._record import replace
+
+from dw_dagster.app.checks import build_check_definitions
+from dw_dagster.app.coalesce_runs import build_run_hook
+from dw_dagster.app.cost import build_cost_definitions
+from dw_dagster.app.incidents import build_incident_definitions
+from dw_dagster.app.references import check_references
+from dw_dagster.checks import load_metrics_file
+from dw_dagster.checks.freshness import apply_freshness_policies
+from dw_dagster.checks.metrics import MetricsFile
+from dw_dagster.coalesce.component import CoalesceComponent
+from dw_dagster.coalesce.metadata import coalesce_specs, is_coalesce_spec
+from dw_dagster.coalesce.sensor_builder import build_coalesce_polling_sensor
+from dw_dagster.coalesce.state import REFRESH_HINT
+from dw_dagster.config import DwConfigError
+from dw_dagster.context.models import ContextFile, load_context_file
+from dw_dagster.context.specs import attach_context, build_context_asset_specs
+from dw_dagster.notifications.incident_view import INCIDENTS_KEY
+from dw_dagster.notifications.resources import slack_from_env
+from dw_dagster.sql import table_parts, table_reference
+from dw_dagster.warehouse.ops import OpsSchema
+from dw_dagster.warehouse.resources import warehouse_from_env
+
+RUN_SENSOR_NAME = "coalesce_run_sensor"
+
+incidents_spec = dg.AssetSpec(
+    key=INCIDENTS_KEY,
+    description="Open and resolved incidents, one per cause. Each materialization is one incident's latest state.",
+    group_name="dw_operations",
+    kinds={"snowflake"},
+)
+
+
+def ref_resolver(specs: Sequence[dg.AssetSpec]) -> Callable[[str, str], str]:
+    """Resolves ``{{ ref('LOCATION', 'NAME') }}`` to the node's fully quoted table, as Coalesce does, from
+    the specs' ``coalesce/location``, ``coalesce/node_name`` and ``dagster/table_name``."""
+    tables = {}
+    for spec, meta in coalesce_specs(specs):
+        parts = table_parts(spec.metadata.get("dagster/table_name"))
+        if parts is not None and meta.location is not None and meta.node_name is not None:
+            tables[(meta.location, meta.node_name)] = table_reference(*parts)
+
+    def resolve(location: str, name: str) -> str:
+        try:
+            return tables[(location, name)]
+        except KeyError:
+            raise ValueError(f"ref('{location}', '{name}'): no such Coalesce node in the workspace") from None
+
+    return resolve
+
+
+def asset_specs_of(defs: dg.Definitions) -> list[dg.AssetSpec]:
+    """Every asset spec of ``defs``: the external ones and those of its multi-assets."""
+    out: list[dg.AssetSpec] = []
+    for asset in defs.assets or []:
+        if isinstance(asset, dg.AssetSpec):
+            out.append(asset)
+        elif isinstance(asset, dg.AssetsDefinition):
+            out.extend(asset.specs)
+    return out
+
+
+def executable_keys(defs: dg.Definitions) -> set[dg.AssetKey]:
+    """The assets of ``defs`` that a Dagster run can materialize (the mirrored Coalesce jobs' nodes)."""
+    return {
+        key
+        for asset in defs.assets or []
+        if isinstance(asset, dg.AssetsDefinition) and asset.is_executable
+        for key in asset.keys
+    }
+
+
+def _replace_specs(
+    assets: Sequence[dg.AssetSpec | dg.AssetsDefinition | object], specs: Sequence[dg.AssetSpec]
+) -> list:
+    """``assets`` with each spec replaced by the one of the same key in ``specs``, if any."""
+    by_key = {s.key: s for s in specs}
+    out: list = []
+    for asset in assets:
+        if isinstance(asset, dg.AssetSpec):
+            out.append(by_key.get(asset.key, asset))
+        elif isinstance(asset, dg.AssetsDefinition) and any(k in by_key for k in asset.keys):
+            out.append(asset.map_asset_specs(lambda s: by_key.get(s.key, s)))
+        else:
+            out.append(asset)
+    return out
+
+
+class OperationsComponent(dg.Component, dg.Model, dg.Resolvable):
+    """Checks, incidents, diagnosis and remediation over the assets of a Coalesce component."""
+
+    coalesce: str = pydantic.Field(
+        default="coalesce",
+        description="The folder of the CoalesceComponent whose assets this component watches, relative to "
+        "this component's folder.",
+    )
+    context_file: str | None = pydantic.Field(
+        default=None,
+        description="The context file: teams, the systems around the pipeline, autonomy, reference tables. "
+        "Without it nobody is alerted and nothing is proposed.",
+    )
+    metrics_file: str | None = pydantic.Field(
+        default=None,
+        description="The metrics file: recorded totals, volume and freshness. Without it the run sensor "
+        "still reports runs; only the checks are missing.",
+    )
+
+    def pipeline_specs(self, specs: Sequence[dg.AssetSpec]) -> list[dg.AssetSpec]:
+        """The Coalesce assets' specs as dw-dagster shows them: with their owners and the systems feeding
+        them (context file) and the freshness policy of the job that builds them (metrics file)."""
+        ctx = self._context
+        pipeline = [s for s in specs if is_coalesce_spec(s)]
+        if ctx is not None:
+            try:
+                pipeline = attach_context(pipeline, ctx)
+            except DwConfigError as e:
+                raise DwConfigError(f"{self.context_file}: {e}") from e
+        return apply_freshness_policies(self._metrics, pipeline)
+
+    def attach(self, defs: dg.Definitions) -> dg.Definitions:
+        """``defs`` (the whole code location's) with the Coalesce assets' specs as :meth:`pipeline_specs`
+        says: the layer this component puts on the Coalesce component's assets."""
+        specs = self.pipeline_specs(asset_specs_of(defs))
+        return replace(defs, assets=_replace_specs(list(defs.assets or []), specs))
+
+    @cached_property
+    def _context(self) -> ContextFile | None:
+        return load_context_file(Path(self.context_file)) if self.context_file else None
+
+    @cached_property
+    def _metrics(self) -> MetricsFile:
+        return load_metrics_file(Path(self.metrics_file)) if self.metrics_file else MetricsFile()
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        coalesce = context.load_component(self.coalesce, CoalesceComponent)
+        if coalesce.create_sensor:
+            raise DwConfigError(
+                f"{context.defs_module_path / self.coalesce / 'defs.yaml'}: attributes.create_sensor: expected "
+                "false; the operations component builds the run sensor itself, with the hook that records "
+                "failed runs and requests their checks"
+            )
+        coalesce_defs = context.build_defs(self.coalesce)
+        specs = asset_specs_of(coalesce_defs)
+        if not any(is_coalesce_spec(s) for s in specs) and (self.context_file or self.metrics_file):
+            # The context and metrics files name Coalesce assets: say why there are none.
+            raise DwConfigError(
+                f"{context.defs_module_path / self.coalesce / 'defs.yaml'}: no Coalesce assets loaded: no state "
+                f"yet for {coalesce.defs_state_config.key}; {REFRESH_HINT}"
+            )
+        pipeline = self.pipeline_specs(specs)
+        ctx, metrics = self._context, self._metrics
+        systems = build_context_asset_specs(ctx) if ctx is not None else []
+        resolve = ref_resolver(specs)
+        # What the two files say about the graph must resolve: a misspelt asset is a check that never runs.
+        check_references([*pipeline, *systems], context=ctx, context_path=self.context_file, metrics=metrics,
+                         metrics_path=self.metrics_file, resolve_table=resolve)  # fmt: skip
+        warehouse = warehouse_from_env()
+        resources = {"snowflake": warehouse, "slack": slack_from_env(), "coalesce": coalesce.workspace}
+        defs = dg.Definitions(
+            assets=[*systems, incidents_spec],
+            resources=resources,
+            # Checks and diagnosis push their work down to Snowflake: one process per run, not per step,
+            # saves seconds of start-up on every night's checks run.
+            executor=dg.in_process_executor,
+        )
+        # Checks and incidents live in the warehouse: without a database, the assets only.
+        if not warehouse.database:
+            return defs
+        ops = OpsSchema(warehouse.database, metrics.ops_schema)
+        checks = build_check_definitions(
+            metrics, pipeline, resolve, ops.database, executable_keys(coalesce_defs)
+        )
+        sensor = build_coalesce_polling_sensor(
+            workspace=coalesce.workspace,
+            asset_specs=specs,
+            on_run_finished=build_run_hook(metrics.business_day, warehouse, ops, coalesce.workspace, ctx),
+            name=RUN_SENSOR_NAME,
+            # The hook requests checks-only runs of what each Coalesce run built.
+            asset_selection=dg.AssetSelection.all_asset_checks(),
+        )
+        # Diagnosis walks the whole graph: the Coalesce assets and the systems around them.
+        incidents = build_incident_definitions([*pipeline, *systems], metrics, resolve, ops, ctx, resources)
+        return dg.Definitions.merge(
+            defs,
+            dg.Definitions(asset_checks=checks.asset_checks, sensors=[sensor]),
+            incidents,
+            build_cost_definitions(pipeline, metrics, ops, resources),
+        )

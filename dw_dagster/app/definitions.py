@@ -1,0 +1,43 @@
+"""The code location: ``defs`` for ``dagster dev``, ``dg check defs``, ``workspace.yaml`` and the webserver.
+
+Everything is declared as components under ``dw_dagster/app/defs``: the Coalesce integration
+(``coalesce/defs.yaml``) and dw-dagster's own layer on it (``operations/defs.yaml``), which also sets the
+owners, feeding systems and freshness policies of the Coalesce assets (:meth:`OperationsComponent.attach`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+
+
+def build_definitions() -> dg.Definitions:
+    """The code location's definitions, as the environment configures them."""
+    from dw_dagster.app.project import operations_component
+
+    return operations_component().attach(dg.load_from_defs_folder(path_within_project=Path(__file__).parent))
+
+
+def load_definitions(instance: dg.DagsterInstance) -> dg.Definitions:
+    """The definitions as a code server of ``instance`` loads them: the Coalesce state read from that
+    instance's storage, whatever an earlier load in this process left current (the storage an instance
+    entered, or the load context a run's reconstruction set, pinned to another instance's versions)."""
+    from dagster._core.definitions.definitions_load_context import (
+        DefinitionsLoadContext,
+        DefinitionsLoadType,
+    )
+
+    from dw_dagster.app.project import pinned_defs_state_storage
+
+    with pinned_defs_state_storage(instance.defs_state_storage):
+        # Built inside the storage's scope: an initial load reads that storage's latest versions.
+        fresh = DefinitionsLoadContext(load_type=DefinitionsLoadType.INITIALIZATION)
+        with DefinitionsLoadContext.scoped(fresh):
+            return build_definitions()
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    # Built when Dagster loads the code location, not at import: importing this module costs nothing.
+    return build_definitions()
