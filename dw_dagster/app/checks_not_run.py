@@ -6,6 +6,7 @@ from typing import Any
 
 import dagster as dg
 
+from dw_dagster.app.reporting import record_finding
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.incidents.checks_not_run import (
     FAILED_RUN,
@@ -16,7 +17,6 @@ from dw_dagster.incidents.checks_not_run import (
     retried,
 )
 from dw_dagster.incidents.store import IncidentStore
-from dw_dagster.notifications.incident_view import incident_materialization
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
@@ -33,10 +33,7 @@ def build_checks_not_run_definitions(
         if failed is None or not is_checks_run(failed):
             raise dg.Failure(f"run tag {FAILED_RUN}: no checks run {context.run.tags.get(FAILED_RUN)!r}")
         store = IncidentStore(snowflake, ops, run_id=context.run_id, policy=metrics.incidents)
-        outcome = store.record_finding(not_run_finding(context.instance, failed, tables))
-        findings = store.events(outcome.incident.incident_id, kind="finding")
-        context.log_event(incident_materialization(outcome.incident, findings))
-        context.log.warning(f"incident {outcome.incident.incident_id}: {findings[-1].detail['summary']}")
+        record_finding(context, store, not_run_finding(context.instance, failed, tables))
 
     @dg.job(
         name=REPORT_JOB,

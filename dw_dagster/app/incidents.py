@@ -23,13 +23,13 @@ from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.context.models import ContextFile
-from dw_dagster.incidents.blast_radius import blast_radius
-from dw_dagster.incidents.diagnosis import DiagnosisContext, by_priority, diagnose
-from dw_dagster.incidents.events import findings_of, latest_diagnosis, record_diagnosis
-from dw_dagster.incidents.lifecycle import continuation_text, related_text, settle
+from dw_dagster.incidents.diagnosis import DiagnosisContext, by_priority
+from dw_dagster.incidents.events import findings_of
+from dw_dagster.incidents.lifecycle import continuation_text, related_text
 from dw_dagster.incidents.nights import lifecycle_due
 from dw_dagster.incidents.skipped_run import job_tables
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.incidents.triage import triage
 from dw_dagster.notifications.incident_view import view_of
 from dw_dagster.notifications.receipt_text import approve_hint, plan_markdown
 from dw_dagster.notifications.resources import SlackNotifier
@@ -44,13 +44,6 @@ from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
 DIAGNOSE_JOB = "diagnose_incident"
-__all__ = [
-    "DIAGNOSE_JOB",
-    "build_incident_definitions",
-    "findings_of",
-    "latest_diagnosis",
-    "record_diagnosis",
-]
 
 
 def build_incident_definitions(
@@ -100,21 +93,11 @@ def build_incident_definitions(
             ctx = DiagnosisContext(
                 lineage(), metrics, resolve_table, HistorySession(conn, ops), conn.cursor()
             )
-            diagnosis = diagnose(incident, findings, ctx)
-            radius = blast_radius(start, incident.business_date or findings[0].business_date, diagnosis, ctx)
-            record_diagnosis(store, incident_id, len(findings), diagnosis, radius)
+            found = triage(store, incident, findings, start, ctx, policy)
+            diagnosis, radius, settlement = found.diagnosis, found.radius, found.settlement
             context.log.info(f"{incident_id}: {diagnosis.classification.value}: {diagnosis.cause}")
-            settlement = (
-                settle(store, incident, diagnosis, findings, policy)
-                if "dedup" not in incident.detail
-                else None
-            )
-            if settlement is not None and settlement.kind != "stands":
-                target = settlement.incident
-                # The older incident's record holds tonight's numbers too; it needs no second diagnosis.
-                record_diagnosis(
-                    store, target.incident_id, len(findings_of(store, target.incident_id)), diagnosis, radius
-                )
+            if settlement is not None and found.continues is not None:
+                target = found.continues
                 context.log_event(view_of(store, target).materialization())
                 context.log.info(
                     f"{incident_id}: {settlement.kind} {target.incident_id} ({settlement.dedup.describe()})"

@@ -12,6 +12,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
+from croniter import croniter
 from sqlglot import exp
 
 from dw_dagster.checks.measure import Part, quoted_table
@@ -28,13 +29,30 @@ def freshness_policy_for(schedule: JobSchedule) -> dg.FreshnessPolicy:
     """The build must land within ``grace_minutes`` of each scheduled start."""
     grace = timedelta(minutes=schedule.grace_minutes)
     m = _DAILY.match(schedule.cron.strip())
-    if m and grace < timedelta(days=1):
-        start = timedelta(hours=int(m[2]), minutes=int(m[1]))
-        deadline = (start + grace) % timedelta(days=1)
-        hours, rest = divmod(int(deadline.total_seconds()), 3600)
-        return _cron_policy(f"{rest // 60} {hours} {m[3]}", grace, schedule.timezone)
+    weekdays = _weekdays(m[3]) if m else None
+    if m and weekdays is not None and grace < timedelta(days=1):
+        deadline = timedelta(hours=int(m[2]), minutes=int(m[1])) + grace
+        if deadline >= timedelta(days=1):
+            # A late start plus its grace falls due the next morning: on the day after each scheduled day.
+            weekdays = {(d + 1) % 7 for d in weekdays}
+        hours, rest = divmod(int((deadline % timedelta(days=1)).total_seconds()), 3600)
+        days = "*" if len(weekdays) == 7 else ",".join(map(str, sorted(weekdays)))
+        return _cron_policy(f"{rest // 60} {hours} * * {days}", grace, schedule.timezone)
     # Any other cron: a window of a day plus the grace, which still catches a skipped night.
     return dg.FreshnessPolicy.time_window(fail_window=timedelta(days=1) + grace)
+
+
+def _weekdays(fields: str) -> set[int] | None:
+    """The days of week (Sunday 0) a ``* * DOW`` cron tail runs on; None for a form a next-day shift cannot
+    follow (``5#2``, ``5L``)."""
+    try:
+        expanded, nth = croniter.expand(f"0 0 {fields}")
+    except ValueError:
+        return None
+    days = expanded[4]
+    if nth:
+        return None
+    return set(range(7)) if days == ["*"] else {int(d) % 7 for d in days}
 
 
 @functools.cache

@@ -29,6 +29,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from dw_dagster.context.models import ContextFile
+from dw_dagster.incidents.events import findings_of
 from dw_dagster.incidents.store import SYSTEM, IncidentStore
 from dw_dagster.records.incidents import Diagnosis, Finding, Incident
 from dw_dagster.records.policy import IncidentPolicy
@@ -90,10 +91,6 @@ class Settlement:
     related: list[Incident] = field(default_factory=list)
 
 
-def _findings(store: IncidentStore, incident_id: str) -> list[Finding]:
-    return [Finding.model_validate(e.detail) for e in store.events(incident_id, kind="finding")]
-
-
 def settle(
     store: IncidentStore,
     incident: Incident,
@@ -115,7 +112,7 @@ def settle(
     kind: Literal["stands", "continues", "reopens"] = "continues" if target else "stands"
     if target is None and policy.reopen_within_nights and night is not None:
         for i, _ in sorted(keyed, key=lambda pair: pair[0].updated_at, reverse=True):
-            previous = last_night(_findings(store, i.incident_id))
+            previous = last_night(findings_of(store, i.incident_id))
             if (
                 i.status == "resolved"
                 and previous
@@ -131,7 +128,7 @@ def settle(
             theirs = dedup_of_incident(i)
             if i.status != "open":
                 continue
-            assets = {f.asset_key for f in _findings(store, i.incident_id)} | (
+            assets = {f.asset_key for f in findings_of(store, i.incident_id)} | (
                 {theirs.root} if theirs else set()
             )
             if mine & assets:

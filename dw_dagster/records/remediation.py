@@ -6,7 +6,8 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+import sqlglot
+from pydantic import BaseModel, Field, model_validator
 
 from dw_dagster.sql import table_reference
 
@@ -146,13 +147,44 @@ class Expectation(BaseModel):
     """back_to_baseline: the value before the incident; rows_restored: the night's rows plus those the join
     dropped."""
     tolerance: float | None = None
-    table: str | None = None
-    """rows_restored, no_duplicates, input_fresh: the table, fully quoted."""
+    table_parts: tuple[str, str, str] | None = None
+    """rows_restored, no_duplicates, input_fresh: the table's database, schema and name, as metadata gives
+    them. Kept as names, never as SQL text: verification quotes them where it builds its statement."""
     columns: list[str] = Field(default_factory=list)
     """no_duplicates: the columns a copy repeats; input_fresh: the table's and the source's load column."""
-    source_table: str | None = None
-    """input_fresh: the source table, fully quoted."""
+    source_parts: tuple[str, str, str] | None = None
+    """input_fresh: the source table's database, schema and name."""
     max_lag_minutes: float | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _names_of_recorded_sql(cls, data: Any) -> Any:
+        """A plan recorded before the names were kept holds each table as a quoted reference: read back as
+        its three names (parsed, never executed as written)."""
+        if isinstance(data, dict):
+            for old, new in (("table", "table_parts"), ("source_table", "source_parts")):
+                if isinstance(data.get(old), str) and new not in data:
+                    data = {**data, new: _names(data[old])}
+                    del data[old]
+        return data
+
+    @property
+    def table(self) -> str:
+        assert self.table_parts is not None, f"{self.kind} on {self.subject}: no table"
+        return table_reference(*self.table_parts)
+
+    @property
+    def source_table(self) -> str:
+        assert self.source_parts is not None, f"{self.kind} on {self.subject}: no source table"
+        return table_reference(*self.source_parts)
+
+
+def _names(reference: str) -> tuple[str, str, str]:
+    table = sqlglot.exp.to_table(reference, dialect="snowflake")
+    names = (table.catalog, table.db, table.name)
+    if not all(names):
+        raise ValueError(f"expected a fully qualified table, got {reference!r}")
+    return names
 
 
 class RemediationPlan(BaseModel):

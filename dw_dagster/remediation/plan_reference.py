@@ -278,7 +278,7 @@ def _expectations(
                 subject=join.asset_key,
                 target=night.value + join.dropped_rows,
                 tolerance=0,
-                table=table_reference(*parts),
+                table_parts=parts,
             )  # fmt: skip
         )
     return out + back_to_baseline(radius, ctx)

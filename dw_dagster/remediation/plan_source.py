@@ -98,7 +98,7 @@ def dedupe_plan(
         _rerun_owner(children, ctx) or owners, ctx,
     )  # fmt: skip
     expectations = [
-        Expectation(kind="no_duplicates", subject=key, table=table_reference(*parts), columns=columns),
+        Expectation(kind="no_duplicates", subject=key, table_parts=parts, columns=columns),
         *reconciles(diagnosis, ctx, [key]),
         *_baselines(diagnosis, radius, ctx),
     ]
@@ -145,9 +145,9 @@ def stale_plan(
         Expectation(
             kind="input_fresh",
             subject=r.asset,
-            table=table_reference(*table_parts(graph.info(r.asset).table_name)),  # type: ignore[misc]
+            table_parts=table_parts(graph.info(r.asset).table_name),
             columns=[r.column, r.input_column],
-            source_table=table_reference(*table_parts(graph.info(r.input).table_name)),  # type: ignore[misc]
+            source_parts=table_parts(graph.info(r.input).table_name),
             max_lag_minutes=r.max_lag_minutes,
         )  # fmt: skip
         for r in rules

@@ -86,7 +86,7 @@ def _one(e, day, metrics, resolve_table, cursor, history, run_results) -> Verifi
             detail=f"node test {e.subject} {'passed' if passed else 'failed'} in the rerun",
         )  # fmt: skip
     if e.kind == "rows_restored":
-        assert e.table is not None and e.target is not None
+        assert e.target is not None
         cursor.execute(f"SELECT COUNT(*) FROM {e.table}")
         rows = int(cursor.fetchone()[0])
         passed = abs(rows - e.target) <= (e.tolerance or 0)
@@ -95,7 +95,7 @@ def _one(e, day, metrics, resolve_table, cursor, history, run_results) -> Verifi
             detail=f"{e.subject} has {rows:,} rows; the night's rows plus those the join dropped are {e.target:,.0f}",
         )  # fmt: skip
     if e.kind == "no_duplicates":
-        assert e.table is not None and e.columns
+        assert e.columns
         cols = ", ".join(quote_identifier(c) for c in e.columns)
         cursor.execute(
             f"SELECT COALESCE(SUM(N - 1), 0) FROM (SELECT COUNT(*) AS N FROM {e.table} GROUP BY {cols} HAVING COUNT(*) > 1)"
@@ -106,7 +106,7 @@ def _one(e, day, metrics, resolve_table, cursor, history, run_results) -> Verifi
             detail=f"{e.subject} holds {copies:,} duplicate rows",
         )  # fmt: skip
     if e.kind == "input_fresh":
-        assert e.table is not None and e.source_table is not None and len(e.columns) == 2
+        assert len(e.columns) == 2
         cursor.execute(
             f"SELECT (SELECT MAX({quote_identifier(e.columns[0])}) FROM {e.table}),"
             f" (SELECT MAX({quote_identifier(e.columns[1])}) FROM {e.source_table})"

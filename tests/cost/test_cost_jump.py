@@ -9,11 +9,11 @@ from __future__ import annotations
 from datetime import UTC, date, timedelta
 from pathlib import Path
 
-from dw_dagster.app.cost import night_window
 from dw_dagster.checks import load_metrics_file
 from dw_dagster.cost.attribution import by_night
 from dw_dagster.cost.history import QueryCost
 from dw_dagster.cost.jump import CostJumpConfig, judge_cost
+from dw_dagster.cost.night import night_window
 from dw_local.account_usage import statement_credits
 from dw_local.coalesce_sim.project import load_project
 from dw_local.coalesce_sim.runner import coalesce_query_tag, render_node

@@ -11,12 +11,12 @@ import pytest
 from click.testing import CliRunner
 
 from dw_dagster.app.cli import main
-from dw_dagster.app.cost import COST_JOB, COST_KEY, attribute_night, night_window, node_assets
 from dw_dagster.checks import load_metrics_file
 from dw_dagster.checks.baseline import BaselineConfig
 from dw_dagster.checks.history import HistoryStore
 from dw_dagster.cost import COST_CHECK
 from dw_dagster.cost.jump import CostJumpConfig
+from dw_dagster.cost.night import COST_JOB, COST_KEY, attribute_night, night_window, node_assets
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import warehouse_from_env
@@ -124,9 +124,12 @@ def test_a_node_whose_cost_rose_beyond_its_threshold_opens_a_finding_for_its_ass
         ),
         min_credits=md[f"credits: node {fact}"].value - 1e-6,  # the metadata rounds to 6 places
     )  # fmt: skip
-    _, jumps, incidents = attribute_night(
+    _, jumps, found = attribute_night(
         warehouse_from_env(), ops, _metrics(daemon), assets, night.business_date, config=lenient
     )
+    incidents = [
+        IncidentStore(warehouse_from_env(), ops).record_finding(f).incident.incident_id for f in found
+    ]
     # The new org's rows reach the on-hand staging node, the fact and the reorder list (31 -> 195 rows):
     # those cost more than their trend; the demand nodes, large but on trend, do not.
     jumped = {j.series.removeprefix("cost:") for j in jumps if j.is_jump}

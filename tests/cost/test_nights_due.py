@@ -6,9 +6,9 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from dw_dagster.app.cost import latency_from_env, night_window, nights_due
 from dw_dagster.checks.metrics import BusinessDay
 from dw_dagster.config import DwConfigError
+from dw_dagster.cost.night import latency_from_env, night_window, nights_due
 
 DAY = BusinessDay(timezone="America/Chicago", cutoff_hour=6)
 

@@ -8,7 +8,6 @@ import dagster as dg
 import httpx
 import pytest
 
-from dw_dagster.app.remediation_sensors import expire_pending
 from dw_dagster.context.models import load_context_file
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.incident_notifier import IncidentNotifier
@@ -16,6 +15,7 @@ from dw_dagster.remediation.approvals import ApprovalBook, ApprovalError
 from dw_dagster.remediation.control import OrgControl
 from dw_dagster.remediation.gate import approve_run
 from dw_dagster.remediation.identity import command_signer
+from dw_dagster.remediation.proposer import expire_pending
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon
 from dw_local.worlds.distributor.generator import DistributorWorld

@@ -27,13 +27,13 @@ def report(since: datetime | None, until: datetime | None, top: int, as_json: bo
     """Print the top spenders from business date SINCE to UNTIL (the metrics file's business day)."""
     from snowflake.connector.errors import ProgrammingError
 
-    from dw_dagster.app.cost import night_window
     from dw_dagster.app.settings import Settings
     from dw_dagster.checks import load_metrics_file
     from dw_dagster.checks.metrics import MetricsFile
     from dw_dagster.config import DwConfigError
     from dw_dagster.cost.attribution import attribute
     from dw_dagster.cost.history import AccountUsage, read_query_costs
+    from dw_dagster.cost.night import night_window
     from dw_dagster.warehouse.connections import WarehouseUnavailable
     from dw_dagster.warehouse.resources import warehouse_from_env
 
