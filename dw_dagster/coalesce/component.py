@@ -215,16 +215,13 @@ class CoalesceComponent(StateBackedComponent, dg.Model, dg.Resolvable):
         )
 
     @cached_property
-    def _base_translator(self) -> DagsterCoalesceTranslator:
-        return DagsterCoalesceTranslator()
-
-    @cached_property
     def translator(self) -> DagsterCoalesceTranslator:
         return CoalesceComponentTranslator(self)
 
     def get_asset_spec(self, props: CoalesceNodeProps) -> dg.AssetSpec:
-        """The asset spec of one node; override to change it (the YAML ``translation`` applies after)."""
-        return self._base_translator.get_asset_spec(props)
+        """The asset spec of one node; override to change it (the YAML ``translation`` applies after).
+        Made with the component's translator, so each parent's key is the one its finished spec has."""
+        return DagsterCoalesceTranslator.get_asset_spec(self.translator, props)
 
     async def write_state_to_path(self, state_path: Path) -> None:
         # Async, so that Dagster runs it on its event loop's thread rather than a worker thread: the

@@ -9,12 +9,7 @@ import dagster as dg
 from dw_dagster.coalesce.errors import CoalesceStateError
 from dw_dagster.coalesce.selectors import SelectorGraph
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
-from dw_dagster.coalesce.translator import (
-    SOURCE_NODE_TYPE,
-    CoalesceNodeProps,
-    CoalesceWorkspaceIndex,
-    DagsterCoalesceTranslator,
-)
+from dw_dagster.coalesce.translator import CoalesceWorkspaceIndex, DagsterCoalesceTranslator
 from dw_dagster.coalesce.workspace_models import CoalesceJob
 
 
@@ -28,23 +23,26 @@ def jobs_by_node(env_data: CoalesceEnvironmentData) -> dict[str, list[CoalesceJo
     return out
 
 
-def node_props(data: CoalesceWorkspaceData) -> list[CoalesceNodeProps]:
-    props = []
-    for env_data in data.environments:
-        index = CoalesceWorkspaceIndex.build(env_data.environment, env_data.nodes)
-        jobs = jobs_by_node(env_data)
-        for node in env_data.nodes:
-            built_by = [] if node.node_type == SOURCE_NODE_TYPE else jobs.get(node.id, [])
-            props.append(CoalesceNodeProps(node=node, workspace=index, jobs=built_by))
-    return props
+def workspace_indexes(data: CoalesceWorkspaceData) -> list[CoalesceWorkspaceIndex]:
+    return [
+        CoalesceWorkspaceIndex.build(env_data.environment, env_data.nodes, jobs_by_node(env_data))
+        for env_data in data.environments
+    ]
 
 
 def load_coalesce_asset_specs(
     data: CoalesceWorkspaceData, translator: DagsterCoalesceTranslator | None = None
 ) -> list[dg.AssetSpec]:
-    """Returns one ``AssetSpec`` per Coalesce node of the workspace data."""
+    """Returns one ``AssetSpec`` per Coalesce node of the workspace data, each after the nodes it reads (so
+    a parent's spec is made before its children name its key)."""
     translator = translator or DagsterCoalesceTranslator()
-    specs = [translator.get_asset_spec(p) for p in node_props(data)]
+    specs = []
+    for index in workspace_indexes(data):
+        try:
+            ordered = index.in_lineage_order()
+        except ValueError as e:
+            raise CoalesceStateError(f"environment {index.environment.id}: {e}") from None
+        specs += [translator.spec_of(node, index) for node in ordered]
     seen: dict[dg.AssetKey, int] = {}
     for spec in specs:
         seen[spec.key] = seen.get(spec.key, 0) + 1

@@ -29,18 +29,35 @@ class CoalesceWorkspaceIndex(NamedTuple):
     nodes_by_id: Mapping[str, CoalesceNode]
     nodes_by_location_name: Mapping[tuple[str, str], CoalesceNode]
     column_names_by_id: Mapping[str, str]
+    jobs_by_node: Mapping[str, Sequence[CoalesceJob]]
+    """The environment's jobs whose selectors build each node, by node id."""
     key_cache: dict[str, dg.AssetKey]
     """Asset keys by node id, filled by the translator during one load."""
+    spec_cache: dict[tuple[int, str], dg.AssetSpec]
+    """Each node's finished spec by (translator, node id), filled during one load: a node's dependencies
+    and column lineage name its parents by the keys of their finished specs."""
 
     @classmethod
-    def build(cls, environment: CoalesceEnvironment, nodes: Sequence[CoalesceNode]) -> CoalesceWorkspaceIndex:
+    def build(
+        cls,
+        environment: CoalesceEnvironment,
+        nodes: Sequence[CoalesceNode],
+        jobs_by_node: Mapping[str, Sequence[CoalesceJob]] | None = None,
+    ) -> CoalesceWorkspaceIndex:
         return cls(
             environment=environment,
             nodes_by_id={n.id: n for n in nodes},
             nodes_by_location_name={(n.location_name or "", n.name): n for n in nodes},
             column_names_by_id={c.column_id: c.name for n in nodes for c in n.metadata.columns},
+            jobs_by_node=jobs_by_node or {},
             key_cache={},
+            spec_cache={},
         )
+
+    def props(self, node: CoalesceNode) -> CoalesceNodeProps:
+        """The props of one of the environment's nodes (a Source node is read, never built by a job)."""
+        jobs = [] if node.node_type == SOURCE_NODE_TYPE else self.jobs_by_node.get(node.id, [])
+        return CoalesceNodeProps(node=node, workspace=self, jobs=jobs)
 
     def parents(self, node: CoalesceNode) -> list[CoalesceNode]:
         """The nodes a node reads, from its source mapping's dependencies, in order, without repeats."""
@@ -51,6 +68,30 @@ class CoalesceWorkspaceIndex(NamedTuple):
                 if parent is not None:
                     out.setdefault(parent.id, parent)
         return list(out.values())
+
+    def in_lineage_order(self) -> list[CoalesceNode]:
+        """Every node after the nodes it reads; a cycle in the lineage is an error naming its nodes."""
+        order: list[CoalesceNode] = []
+        state: dict[str, int] = {}  # 1: being visited, 2: done
+        for root in self.nodes_by_id.values():
+            if state.get(root.id):
+                continue
+            stack = [(root, iter(self.parents(root)))]
+            state[root.id] = 1
+            while stack:
+                node, parents = stack[-1]
+                parent = next(parents, None)
+                if parent is None:
+                    stack.pop()
+                    state[node.id] = 2
+                    order.append(node)
+                elif state.get(parent.id) == 1:
+                    cycle = [n.name for n, _ in stack[[n.id for n, _ in stack].index(parent.id) :]]
+                    raise ValueError(f"the nodes' lineage has a cycle: {' -> '.join([*cycle, parent.name])}")
+                elif not state.get(parent.id):
+                    state[parent.id] = 1
+                    stack.append((parent, iter(self.parents(parent))))
+        return order
 
 
 class CoalesceNodeProps(NamedTuple):
@@ -76,8 +117,9 @@ class CoalesceNodeProps(NamedTuple):
 class DagsterCoalesceTranslator:
     """Translator class which converts Coalesce nodes into AssetSpecs.
 
-    Override :meth:`get_asset_key` to change keys (dependencies and column lineage use it too, so the
-    graph stays connected) and :meth:`get_asset_spec` for anything else.
+    Override :meth:`get_asset_key` to change keys and :meth:`get_asset_spec` for anything else: a node's
+    dependencies and column lineage name its parents by the keys of their finished specs, so the graph stays
+    connected whichever way a key is changed.
     """
 
     def get_asset_key(self, node: CoalesceNode, environment: CoalesceEnvironment) -> dg.AssetKey:
@@ -89,6 +131,15 @@ class DagsterCoalesceTranslator:
         if key is None:
             key = workspace.key_cache[node.id] = self.get_asset_key(node, workspace.environment)
         return key
+
+    def spec_of(self, node: CoalesceNode, workspace: CoalesceWorkspaceIndex) -> dg.AssetSpec:
+        """The node's finished spec, as :meth:`get_asset_spec` (a subclass's, with a component's translation)
+        makes it, once per load."""
+        memo = (id(self), node.id)
+        spec = workspace.spec_cache.get(memo)
+        if spec is None:
+            spec = workspace.spec_cache[memo] = self.get_asset_spec(workspace.props(node))
+        return spec
 
     def get_group_name(self, props: CoalesceNodeProps) -> str:
         return (props.node.location_name or "coalesce").lower()
@@ -130,7 +181,9 @@ class DagsterCoalesceTranslator:
         return dg.AssetSpec(
             key=self._key(node, props.workspace),
             description=description,
-            deps=[self._key(p, props.workspace) for p in parents],
+            # The parents' keys as their finished specs have them: a key a subclass or a component's
+            # translation changed is the key every child depends on (as dagster-dbt's translator does).
+            deps=[self.spec_of(p, props.workspace).key for p in parents],
             group_name=self.get_group_name(props),
             kinds={"coalesce", "snowflake"},
             tags={"coalesce/node_type": _tag_value(node.node_type)},
@@ -167,7 +220,9 @@ class DagsterCoalesceTranslator:
                     name = column_names.get(ref.column_id)
                     if parent is not None and name is not None:
                         deps.append(
-                            dg.TableColumnDep(asset_key=self._key(parent, props.workspace), column_name=name)
+                            dg.TableColumnDep(
+                                asset_key=self.spec_of(parent, props.workspace).key, column_name=name
+                            )
                         )
             if deps:
                 deps_by_column[column.name] = deps

@@ -23,6 +23,7 @@ from dw_dagster.app.components import asset_specs_of
 from dw_dagster.app.definitions import load_definitions
 from dw_dagster.app.project import refresh_coalesce_state
 from dw_dagster.coalesce import CoalesceWorkspace
+from dw_dagster.coalesce.component import CoalesceComponent
 from dw_dagster.coalesce.specs import load_coalesce_asset_specs
 from dw_dagster.coalesce.translator import DagsterCoalesceTranslator
 from dw_dagster.config import DwConfigError
@@ -186,6 +187,55 @@ def test_a_subclassed_translator_keeps_the_graph_connected(world):
     }
     lineage = fct.metadata["dagster/column_lineage"].deps_by_column["ONHAND_QTY"]
     assert lineage[0].asset_key.to_user_string() == "prod/stage/stg_onhand"
+
+
+def _connected(specs: list[dg.AssetSpec]) -> dict[str, dg.AssetSpec]:
+    """The specs by key, after checking that every dependency and column-lineage edge names one of them."""
+    by_key = {s.key.to_user_string(): s for s in specs}
+    for spec in specs:
+        named = {d.asset_key.to_user_string() for d in spec.deps}
+        lineage = spec.metadata.get("dagster/column_lineage")
+        if lineage is not None:
+            named |= {d.asset_key.to_user_string() for deps in lineage.deps_by_column.values() for d in deps}
+        assert named <= set(by_key), (
+            f"{spec.key.to_user_string()} names keys no spec has: {named - set(by_key)}"
+        )
+    return by_key
+
+
+def test_a_key_changed_in_a_subclassed_get_asset_spec_is_the_key_its_children_depend_on(world):
+    class Moved(DagsterCoalesceTranslator):
+        def get_asset_spec(self, props):
+            spec = super().get_asset_spec(props)
+            return (
+                spec.replace_attributes(key=spec.key.with_prefix("warehouse"))
+                if props.node.location_name == "STAGE"
+                else spec
+            )
+
+    workspace = CoalesceWorkspace(
+        base_url=world.coalesce_url, api_token=LOCAL_COALESCE_TOKEN, environment_ids=["2"]
+    )
+    specs = _connected(load_coalesce_asset_specs(workspace.fetch_workspace_data(), Moved()))
+    fct = specs["inventory/fct_inventory_position"]
+    assert "warehouse/stage/stg_onhand" in {d.asset_key.to_user_string() for d in fct.deps}
+    lineage = fct.metadata["dagster/column_lineage"].deps_by_column["ONHAND_QTY"]
+    assert lineage[0].asset_key.to_user_string() == "warehouse/stage/stg_onhand"
+
+
+def test_a_key_changed_by_the_components_translation_is_the_key_its_children_depend_on(world):
+    component = CoalesceComponent.resolve_from_dict(
+        {
+            "workspace": {"base_url": world.coalesce_url, "environment_ids": "2"},
+            "translation": {"key": "prod/{{ node.name | lower }}"},
+        }
+    )
+    workspace = CoalesceWorkspace(
+        base_url=world.coalesce_url, api_token=LOCAL_COALESCE_TOKEN, environment_ids=["2"]
+    )
+    specs = _connected(load_coalesce_asset_specs(workspace.fetch_workspace_data(), component.translator))
+    fct = specs["prod/fct_inventory_position"]
+    assert {d.asset_key.to_user_string() for d in fct.deps} >= {"prod/stg_onhand", "prod/dim_warehouse"}
 
 
 def test_loading_never_calls_the_coalesce_api(project, world):
