@@ -1,4 +1,5 @@
-"""Lint and format are part of the test command: ruff, with the project's settings in pyproject.toml."""
+"""Lint, format and types are part of the test command: ruff and mypy, with the project's settings in
+pyproject.toml (mypy strict on the Coalesce integration, the shared records and the SQL leaf)."""
 
 import subprocess
 import sys
@@ -13,5 +14,16 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_ruff(args):
     done = subprocess.run(
         [sys.executable, "-m", "ruff", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# What mypy checks strictly ([tool.mypy] in pyproject.toml); the modules they import are read, not reported.
+TYPED = ["dw_dagster/records", "dw_dagster/sql.py"]
+
+
+def test_types():
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", *TYPED], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stdout + done.stderr
