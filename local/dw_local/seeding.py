@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 import shutil
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
     from dw_local.worlds.night_world import NightWorld
 
 HISTORY_NIGHTS = 60
+SHARED_TEMPLATE_SECONDS = 24 * 3600
+"""How long a template of other code is kept beside the current one: checkouts of other branches may share
+the cache (``DW_WORLD_CACHE``) and still be copying it."""
 _LOCAL_DIR = Path(__file__).resolve().parent
 _PRODUCT_DIR = Path(dw_dagster.__file__).resolve().parent
 # Seeding runs the product's sensor and checks each night, so the code that writes their history shapes
@@ -151,13 +155,16 @@ class Template:
         shutil.rmtree(template, ignore_errors=True)
         with self.servers(template) as lw:
             seed_history(self.world, lw, self.nights, self.env)
-        # Each is about 100 MB: keep only the one that matches the code (of this world and history length).
+        # Each is about 100 MB: keep the one that matches the code (of this world and history length), and
+        # others only while another checkout sharing the cache may still be using them (a day).
         stale_name = re.compile(rf"^{re.escape(prefix)}[0-9a-f]{{16}}$")
         with open(self.folder / ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             for stale in self.folder.iterdir():
-                if stale != template and stale_name.match(stale.name) and (stale / "seeded.json").exists():
-                    shutil.rmtree(stale, ignore_errors=True)
+                marker = stale / "seeded.json"
+                if stale != template and stale_name.match(stale.name) and marker.exists():
+                    if time.time() - marker.stat().st_mtime > SHARED_TEMPLATE_SECONDS:
+                        shutil.rmtree(stale, ignore_errors=True)
         return template
 
 
