@@ -7,16 +7,16 @@ owners, feeding systems and freshness policies of the Coalesce assets (:meth:`Op
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import dagster as dg
 
 
 def build_definitions() -> dg.Definitions:
     """The code location's definitions, as the environment configures them."""
-    from dw_dagster.app.project import operations_component
+    from dw_dagster.app.project import component_tree, operations_component
 
-    return operations_component().attach(dg.load_from_defs_folder(path_within_project=Path(__file__).parent))
+    # One tree: the operations component it loads is the one whose definitions it builds.
+    tree = component_tree()
+    return operations_component(tree).attach(tree.build_defs())
 
 
 def load_definitions(instance: dg.DagsterInstance) -> dg.Definitions:
