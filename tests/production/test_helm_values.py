@@ -59,8 +59,8 @@ def test_every_instance_section_is_compared_or_named_as_capacity() -> None:
 def test_the_chart_runs_the_code_location_the_image_serves() -> None:
     (deployment,) = VALUES["dagster-user-deployments"]["deployments"]
     cmd = (REPO / "Dockerfile").read_text().rsplit("CMD ", 1)[1]
-    assert deployment["dagsterApiGrpcArgs"] == ["-m", "dw_dagster.app.definitions"]
-    assert '"-m", "dw_dagster.app.definitions"' in cmd
+    assert deployment["dagsterApiGrpcArgs"] == ["-m", "dw_dagster.definitions"]
+    assert '"-m", "dw_dagster.definitions"' in cmd
     storage = VALUES["additionalInstanceConfig"]["event_log_storage"]
     assert (storage["module"], storage["class"]) == (
         "dw_dagster.event_log.postgres",
