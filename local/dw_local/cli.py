@@ -307,14 +307,13 @@ def slack_click(message_ts: str, user: str, button: str, root: Path) -> None:
     answered = "no answer" if sent["status"] is None else f"answered {sent['status']}"
     click.echo(f'{user} clicked "{pressed["text"]}" ({pressed["action_id"]}) on {message_ts}: the endpoint '
                f"{answered} in {sent['elapsed_ms']:.0f} ms" + (f": {sent['answer']}" if sent["answer"] else ""))  # fmt: skip
-    if not sent["acknowledged"]:
-        raise CommandError(f"the click failed as Slack shows it: {sent['user_sees']}")
     if pressed.get("url"):
         click.echo(f"the link opens in the browser: {pressed['url']}")
-        return
     for reply in out["replies"]:
         click.echo(reply.get("text", ""))
-    if not out["replies"]:
+    if not sent["acknowledged"]:
+        raise CommandError(f"the click failed as Slack shows it: {sent['user_sees']}")
+    if not pressed.get("url") and not out["replies"]:
         raise CommandError("the endpoint acknowledged the click but sent no reply through its response_url")
 
 

@@ -86,8 +86,11 @@ def click(lw: LocalWorld, message_ts: str, user: str, button: str, wait_seconds:
         )
     interaction = body["interaction"]
     replies: list[dict] = []
-    # A link button opens its page; only the app's own buttons are answered through response_url.
-    wait = wait_seconds if interaction["acknowledged"] and not body["button"].get("url") else 0.0
+    # A link button opens its page; the app's own buttons are answered through response_url, which stays
+    # valid after a late acknowledgement too (the person sees Slack's error mark, then the app's answer).
+    # An app that refused the request (4xx, 5xx) answers nothing.
+    answering = interaction["status"] in (200, None)
+    wait = wait_seconds if answering and not body["button"].get("url") else 0.0
     deadline = time.monotonic() + wait
     while not replies and time.monotonic() < deadline:
         time.sleep(0.3)
