@@ -65,36 +65,39 @@ class Refusal(Exception):
         return out
 
 
-def parse_blocks(raw: Any) -> list[dict[str, Any]] | None:
-    """``blocks`` as sent: a JSON array, or (form-encoded clients) a string holding one."""
-    if raw is None or raw == "":
-        return None
+def _json_argument(raw: Any, error: str) -> Any:
+    """An argument that holds JSON: as sent in a JSON body, or (form-encoded clients) a string of it."""
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
+            return json.loads(raw)
         except ValueError:
-            raise Refusal("invalid_blocks_format") from None
-    if not isinstance(raw, list) or not all(isinstance(b, dict) for b in raw):
-        raise Refusal("invalid_blocks_format")
+            raise Refusal(error) from None
     return raw
+
+
+def parse_blocks(raw: Any) -> list[dict[str, Any]] | None:
+    """``blocks``: a JSON array of objects."""
+    if raw is None or raw == "":
+        return None
+    blocks = _json_argument(raw, "invalid_blocks_format")
+    if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
+        raise Refusal("invalid_blocks_format")
+    return blocks
 
 
 def parse_metadata(raw: Any) -> dict[str, Any] | None:
+    """``metadata``: an object with an ``event_type`` and an ``event_payload`` object."""
     if raw is None or raw == "":
         return None
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            raise Refusal("invalid_metadata_format") from None
+    metadata = _json_argument(raw, "invalid_metadata_format")
     if not (
-        isinstance(raw, dict)
-        and isinstance(raw.get("event_type"), str)
-        and EVENT_TYPE.match(raw["event_type"])
-        and isinstance(raw.get("event_payload", {}), dict)
+        isinstance(metadata, dict)
+        and isinstance(metadata.get("event_type"), str)
+        and EVENT_TYPE.match(metadata["event_type"])
+        and isinstance(metadata.get("event_payload", {}), dict)
     ):
         raise Refusal("invalid_metadata_format")
-    return raw
+    return metadata
 
 
 def check_message(text: str | None, blocks: list[dict[str, Any]] | None) -> None:
@@ -137,6 +140,14 @@ def _text_object(obj: Any, where: str, limit: int, plain_only: bool = False) -> 
     return _too_long(text, limit, f"{where}/text")
 
 
+def _count(items: list[Any], least: int, most: int, where: str) -> list[str]:
+    if len(items) < least:
+        return [f"[ERROR] must provide at least {least} item [json-pointer:{where}]"]
+    if len(items) > most:
+        return [f"[ERROR] no more than {most} items allowed [json-pointer:{where}]"]
+    return []
+
+
 def _check_block(block: dict[str, Any], where: str) -> list[str]:
     kind = block.get("type")
     if kind not in MESSAGE_BLOCKS:
@@ -148,10 +159,7 @@ def _check_block(block: dict[str, Any], where: str) -> list[str]:
         if block.get("text") is not None:
             problems += _text_object(block["text"], f"{where}/text", SECTION_TEXT_MAX)
         fields = block.get("fields") or []
-        if len(fields) > SECTION_FIELDS_MAX:
-            problems.append(
-                f"[ERROR] no more than {SECTION_FIELDS_MAX} items allowed [json-pointer:{where}/fields]"
-            )
+        problems += _count(fields, 0, SECTION_FIELDS_MAX, f"{where}/fields")
         for j, f in enumerate(fields):
             problems += _text_object(f, f"{where}/fields/{j}", FIELD_TEXT_MAX)
         if isinstance(block.get("accessory"), dict):
@@ -159,21 +167,10 @@ def _check_block(block: dict[str, Any], where: str) -> list[str]:
     elif kind == "header":
         problems += _text_object(block.get("text"), f"{where}/text", HEADER_TEXT_MAX, plain_only=True)
     elif kind == "context":
-        elements = block.get("elements") or []
-        if not elements:
-            problems.append(f"[ERROR] must provide at least 1 item [json-pointer:{where}/elements]")
-        if len(elements) > CONTEXT_ELEMENTS_MAX:
-            problems.append(
-                f"[ERROR] no more than {CONTEXT_ELEMENTS_MAX} items allowed [json-pointer:{where}/elements]"
-            )
+        problems += _count(block.get("elements") or [], 1, CONTEXT_ELEMENTS_MAX, f"{where}/elements")
     elif kind == "actions":
         elements = block.get("elements") or []
-        if not elements:
-            problems.append(f"[ERROR] must provide at least 1 item [json-pointer:{where}/elements]")
-        if len(elements) > ACTIONS_ELEMENTS_MAX:
-            problems.append(
-                f"[ERROR] no more than {ACTIONS_ELEMENTS_MAX} items allowed [json-pointer:{where}/elements]"
-            )
+        problems += _count(elements, 1, ACTIONS_ELEMENTS_MAX, f"{where}/elements")
         action_ids: set[str] = set()
         for j, element in enumerate(elements):
             problems += _check_element(element, f"{where}/elements/{j}")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from cli_runner import run_cli
 from reference_night import reference_incident, reference_plan
 
 from dw_dagster.notifications.proposal_message import proposal_messages
@@ -22,18 +23,6 @@ from dw_local.slack_render import render_message
 from dw_local.world import LOCAL_SLACK_TOKEN, LocalWorld, PortInUse, WorldPorts
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    clean = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("COALESCE_", "SNOWFLAKE_", "SLACK_", "DW_", "DAGSTER_"))
-    }
-    return subprocess.run(
-        [sys.executable, "-c", "from dw_dagster.cli import run; run()", *args],
-        cwd=cwd, env=clean, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
 
 
 def _running(pid: int) -> bool:
@@ -77,7 +66,7 @@ def test_slack_click_on_what_does_not_exist_names_what_does_in_one_line(slack_wo
         'its buttons: "Approve" (dw_approve), "Run" (dw_open_run)',
     }
     for ts, line in cases.items():
-        out = _cli(
+        out = run_cli(
             "slack",
             "click",
             ts,
@@ -91,13 +80,13 @@ def test_slack_click_on_what_does_not_exist_names_what_does_in_one_line(slack_wo
         )
         assert (out.returncode, out.stdout, out.stderr) == (2, "", f"Error: {line}\n")
     # The app's Request URL not set: what went wrong, in one line, exit code 1.
-    out = _cli("slack", "click", proposal, "--as", "U0INVAN01", "--root", str(lw.root), cwd=tmp_path)
+    out = run_cli("slack", "click", proposal, "--as", "U0INVAN01", "--root", str(lw.root), cwd=tmp_path)
     assert out.returncode == 1 and out.stderr.count("\n") == 1 and "no Request URL" in out.stderr
 
 
 def test_slack_log_prints_each_messages_ts_for_slack_click(slack_world, tmp_path):
     lw, plain, proposal = slack_world
-    out = _cli("slack", "log", "--root", str(lw.root), "--tz", "UTC", cwd=tmp_path)
+    out = run_cli("slack", "log", "--root", str(lw.root), "--tz", "UTC", cwd=tmp_path)
     lines = out.stdout.splitlines()
     assert out.returncode == 0 and re.fullmatch(rf"\[[0-9: -]+ UTC\] ts {re.escape(plain)}", lines[1])
     assert any(
@@ -138,7 +127,7 @@ def _hold(port: int) -> socket.socket | None:
 def test_world_up_on_a_taken_port_says_which_by_what_and_what_to_do(tmp_path):
     snowflake = _hold(47101)
     try:
-        out = _cli(
+        out = run_cli(
             "world",
             "up",
             "--no-ui",
@@ -167,7 +156,7 @@ def test_world_up_on_a_taken_port_says_which_by_what_and_what_to_do(tmp_path):
     ui.bind(("127.0.0.1", 0))
     ui.listen()
     port = ui.getsockname()[1]
-    out = _cli(
+    out = run_cli(
         "world", "up", "--free-ports", "--ui-port", str(port), "--root", str(tmp_path / "local"), cwd=tmp_path
     )
     ui.close()
@@ -239,7 +228,7 @@ def test_world_down_stops_the_ui_and_the_world_up_running_it_in_the_background(t
                 break
             time.sleep(0.1)
         processes = [*_group(ui), state["pids"]["slack"]]
-        down = _cli("world", "down", "--root", str(root), cwd=tmp_path)
+        down = run_cli("world", "down", "--root", str(root), cwd=tmp_path)
         assert (down.returncode, down.stdout) == (0, "stopped: dagster-ui, slack, world up\n"), down.stderr
         out, err = owner.communicate(timeout=60)
     finally:
@@ -248,7 +237,8 @@ def test_world_down_stops_the_ui_and_the_world_up_running_it_in_the_background(t
     assert not Path(out.splitlines()[0]).exists(), "the fork server's temp folder goes when world up ends"
     assert not [p for p in processes if _running(p)] and not (root / "world.json").exists()
     assert (
-        _cli("world", "down", "--root", str(root), cwd=tmp_path).stdout == f"no world running under {root}\n"
+        run_cli("world", "down", "--root", str(root), cwd=tmp_path).stdout
+        == f"no world running under {root}\n"
     )
 
 

@@ -105,6 +105,11 @@ APPROVE = {"type": "button", "action_id": "dw_approve", "text": {"type": "plain_
            "value": "{}"}  # fmt: skip
 
 
+def _click(slack: str, message_ts: str, button: str, **kwargs) -> dict:
+    body = {"message_ts": message_ts, "user": "U1", "button": button}
+    return httpx.post(f"{slack}/_sink/click", json=body, **kwargs).json()
+
+
 def _app(slack: str, status: int = 200, delay: float = 0.0) -> Capture:
     app = Capture(status=status, delay=delay)
     httpx.post(
@@ -117,9 +122,7 @@ def test_a_link_button_click_is_sent_to_the_app_too(slack):
     """Slack posts a block_actions payload for a URL button as well, and wants it acknowledged."""
     app = _app(slack)
     posted = _post_buttons(slack, LINK)
-    out = httpx.post(
-        f"{slack}/_sink/click", json={"message_ts": posted["ts"], "user": "U1", "button": "Open run"}
-    ).json()
+    out = _click(slack, posted["ts"], "Open run")
     assert out["button"] == {"text": "Open run", "action_id": "dw_open_run", "url": LINK["url"]}
     ((_, _, body),) = app.requests
     (action,) = json.loads(parse_qs(body.decode())["payload"][0])["actions"]
@@ -132,15 +135,12 @@ def test_a_non_200_or_a_late_answer_is_a_failed_click(slack):
     """Slack shows the person an error unless the app answers 200 within 3 seconds."""
     refusing = _app(slack, status=400)
     posted = _post_buttons(slack, LINK, APPROVE)
-    refused = httpx.post(
-        f"{slack}/_sink/click", json={"message_ts": posted["ts"], "user": "U1", "button": "dw_open_run"}
-    ).json()["interaction"]
+    refused = _click(slack, posted["ts"], "dw_open_run")["interaction"]
     assert (refused["status"], refused["acknowledged"]) == (400, 0)
     assert refused["user_sees"] == "an error mark on the button: the app answered HTTP 400"
     refusing.shutdown()
     slow = _app(slack, delay=3.5)
-    late = httpx.post(f"{slack}/_sink/click", json={"message_ts": posted["ts"], "user": "U1", "button": "Approve"},
-                      timeout=30).json()["interaction"]  # fmt: skip
+    late = _click(slack, posted["ts"], "Approve", timeout=30)["interaction"]
     assert (late["status"], late["acknowledged"]) == (None, 0) and 3000 <= late["elapsed_ms"] < 3500
     assert late["user_sees"] == "an error mark on the button: no answer within 3 s"
     slow.shutdown()
@@ -149,9 +149,7 @@ def test_a_non_200_or_a_late_answer_is_a_failed_click(slack):
 def test_a_response_url_takes_five_answers(slack):
     app = _app(slack)
     posted = _post_buttons(slack, APPROVE)
-    sent = httpx.post(
-        f"{slack}/_sink/click", json={"message_ts": posted["ts"], "user": "U1", "button": "Approve"}
-    ).json()
+    sent = _click(slack, posted["ts"], "Approve")
     url = json.loads(parse_qs(app.requests[0][2].decode())["payload"][0])["response_url"]
     answers = [httpx.post(url, json={"text": f"answer {i}"}) for i in range(6)]
     assert [a.status_code for a in answers] == [200] * 5 + [404] and answers[-1].json()["error"] == "used_url"
