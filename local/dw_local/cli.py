@@ -25,7 +25,20 @@ DEFAULT_CACHE = Path(".dw/cache")
 DEFAULT_PORTS = {"snowflake": 47101, "coalesce": 47102, "slack": 47103}
 
 
-@click.group()
+class WorldCommands(click.Group):
+    """The local world's commands: a ``WorldError`` (no world running, a server that did not start) is one
+    line naming what went wrong, never a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        from dw_local.world import WorldError
+
+        try:
+            return super().invoke(ctx)
+        except WorldError as e:
+            raise CommandError(str(e)) from None
+
+
+@click.group(cls=WorldCommands)
 def world() -> None:
     """The embedded local world: local Snowflake, Coalesce simulator, Slack stand-in."""
 
@@ -47,7 +60,7 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, fr
     """Start the servers, seed 60 nights of history once, run tonight's job, then open the Dagster UI.
     Ctrl-C, or `dw-dagster world down` from another shell (for a `world up` in the background too), stops
     the UI and the servers."""
-    from dw_local.world import PortInUse, WorldError
+    from dw_local.world import PortInUse
 
     try:
         _world_up(root.resolve(), ui_port, no_ui, fresh, cache.resolve(), free_ports)
@@ -61,8 +74,6 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, fr
         else:
             advice = "stop it, or `dw-dagster world up --free-ports` picks free ports"
         raise CommandError(f"{e}; {advice}") from None
-    except WorldError as e:
-        raise CommandError(str(e)) from None
 
 
 UI_SERVICE = "the Dagster UI"
@@ -245,7 +256,7 @@ def world_status(root: Path) -> None:
     click.echo(json.dumps(state, indent=2) if state else f"no world running under {root}")
 
 
-@click.group()
+@click.group(cls=WorldCommands)
 def slack() -> None:
     """The local Slack stand-in."""
 
@@ -295,14 +306,11 @@ def slack_click(message_ts: str, user: str, button: str, root: Path) -> None:
     and counts it failed, as Slack does, unless the endpoint answers 200 within 3 seconds."""
     from dw_local.interactivity import ClickRefused
     from dw_local.interactivity import click as play_click
-    from dw_local.world import WorldError
 
     try:
         out = play_click(LocalWorld.attach(root.resolve()), message_ts, user, button)
     except ClickRefused as e:
         raise CommandError(str(e), exit_code=2) from None
-    except WorldError as e:
-        raise CommandError(str(e)) from None
     sent, pressed = out["interaction"], out["button"]
     answered = "no answer" if sent["status"] is None else f"answered {sent['status']}"
     click.echo(f'{user} clicked "{pressed["text"]}" ({pressed["action_id"]}) on {message_ts}: the endpoint '
@@ -326,7 +334,7 @@ class CommandError(click.ClickException):
         self.exit_code = exit_code
 
 
-@click.group()
+@click.group(cls=WorldCommands)
 def demo() -> None:
     """The reference night, played end to end on the local world."""
 

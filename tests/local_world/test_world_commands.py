@@ -82,6 +82,18 @@ def test_slack_click_on_what_does_not_exist_names_what_does_in_one_line(slack_wo
     # The app's Request URL not set: what went wrong, in one line, exit code 1.
     out = run_cli("slack", "click", proposal, "--as", "U0INVAN01", "--root", str(lw.root), cwd=tmp_path)
     assert out.returncode == 1 and out.stderr.count("\n") == 1 and "no Request URL" in out.stderr
+    # No world there at all: the same, for every command of the local world.
+    nowhere = tmp_path / "nowhere"
+    for args in (
+        ["slack", "click", proposal, "--as", "U0INVAN01"],
+        ["world", "night"],
+        ["world", "deploy-fix", "INC-1"],
+    ):
+        out = run_cli(*args, "--root", str(nowhere), cwd=tmp_path)
+        assert (out.returncode, out.stderr) == (
+            1,
+            f"Error: no local world is running under {nowhere}: run `dw-dagster world up`\n",
+        )
 
 
 def test_slack_log_prints_each_messages_ts_for_slack_click(slack_world, tmp_path):
