@@ -208,7 +208,7 @@ def test_updates_refinements_and_resolution_are_replies_in_each_thread(world, co
         assert "Resolved" in replies[3]["text"]
         # The stand-in's thread view agrees.
         client = _slack(world).get_client()
-        assert len(client.conversations_replies(channel=channel, ts=root["ts"])["messages"]) == 5
+        assert len(client.conversations_replies(channel=root["channel_id"], ts=root["ts"])["messages"]) == 5
 
 
 def test_an_outage_delays_and_never_loses(world, context, caplog):

@@ -236,7 +236,7 @@ def test_re_executing_steps_of_the_approved_run_changes_nothing(gate: Gate):
         defs_state_info=storage.get_latest_defs_state_info(),
     )
     repo = ReconstructableRepository.for_module(
-        "dw_dagster.definitions", "defs"
+        "dw_dagster.app.definitions", "defs"
     ).with_repository_load_data(load_data)
     # Loading the code location here installs a process-wide load context holding this world's state:
     # scope it, so later worlds in this worker load their own, as a fresh run worker would.

@@ -20,7 +20,9 @@ def test_a_build_prunes_only_older_templates_of_the_same_world_and_history(tmp_p
     world = FileScenarioWorld(BILLING)
     folder = tmp_path / "cache" / "worlds" / world.name
     older = folder / f"billing-{world.history_nights}-0123456789abcdef"
-    recent = folder / f"billing-{world.history_nights}-fedcba9876543210"  # another branch's, built an hour ago
+    recent = (
+        folder / f"billing-{world.history_nights}-fedcba9876543210"
+    )  # another branch's, built an hour ago
     kept = [
         recent,
         folder / f"billing-{world.history_nights}-0123456789abcdef-notes",  # not exactly a template's name
