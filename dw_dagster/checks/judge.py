@@ -232,10 +232,16 @@ def _verdict(result: BaselineResult, *, notes: list[str], level: Rebase | None) 
     )
 
 
-def judgement_metadata(j: Judgement, prefix: str = "baseline") -> dict[str, object]:
-    """What the check shows of its judgement: the score, the calendar day and the level in force."""
+def figure(value: float, places: int = 2):
+    """A computed figure as the UI shows it: rounded to what a person reads (``-0.02``, not
+    ``-0.021805139580922107``); measured values are shown as measured."""
     import dagster as dg
 
+    return dg.MetadataValue.float(round(float(value), places))
+
+
+def judgement_metadata(j: Judgement, prefix: str = "baseline") -> dict[str, object]:
+    """What the check shows of its judgement: the score, the calendar day and the level in force."""
     r = j.result
     out: dict[str, object] = {
         f"{prefix}_status": "accepted_level" if j.accepted_tonight else r.status.value,
@@ -243,13 +249,13 @@ def judgement_metadata(j: Judgement, prefix: str = "baseline") -> dict[str, obje
         f"{prefix}_mode": "absolute (small count)" if r.absolute else "relative",
     }
     if r.expected is not None:
-        out[f"{prefix}_expected"] = dg.MetadataValue.float(float(r.expected))
-        out[f"{prefix}_relative_change_pct"] = dg.MetadataValue.float(float(100 * (r.relative_change or 0)))
-        out[f"{prefix}_robust_z"] = dg.MetadataValue.float(float(r.robust_z or 0))
+        out[f"{prefix}_expected"] = figure(r.expected)
+        out[f"{prefix}_relative_change_pct"] = figure(100 * (r.relative_change or 0))
+        out[f"{prefix}_robust_z"] = figure(r.robust_z or 0)
     if j.calendar_day is not None:
         out[f"{prefix}_calendar_day"] = j.calendar_day.name
         if j.calendar_effect_pct is not None:
-            out[f"{prefix}_calendar_effect_pct"] = dg.MetadataValue.float(float(j.calendar_effect_pct))
+            out[f"{prefix}_calendar_effect_pct"] = figure(j.calendar_effect_pct)
     if j.level is not None:
         out[f"{prefix}_level"] = j.level.describe()
     if j.notes:

@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from dw_dagster.checks.groups import GroupMove, judge_groups, null_groups_problem
 from dw_dagster.checks.history import Reading, total_series
-from dw_dagster.checks.judge import deviation, judge, judgement_metadata
+from dw_dagster.checks.judge import deviation, figure, judge, judgement_metadata
 from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
 from dw_dagster.checks.reconcile import Reconciled, reconcile
@@ -276,14 +276,14 @@ def evaluate_total(
             {
                 "source_total": source_name,
                 "source_value": dg.MetadataValue.float(float(values[source_name].value)),
-                "gap_units": dg.MetadataValue.float(float(rec.gap_change)),
-                "tolerance_units": dg.MetadataValue.float(float(rec.tolerance)),
+                "gap_units": figure(rec.gap_change),
+                "tolerance_units": figure(rec.tolerance),
             }
         )
         if rec.target_change_pct is not None:
-            metadata["day_change_pct"] = dg.MetadataValue.float(float(rec.target_change_pct))
+            metadata["day_change_pct"] = figure(rec.target_change_pct)
         if rec.source_change_pct is not None:
-            metadata["source_day_change_pct"] = dg.MetadataValue.float(float(rec.source_change_pct))
+            metadata["source_day_change_pct"] = figure(rec.source_change_pct)
         if rec.groups:
             metadata["gap_by_group"] = dg.MetadataValue.md(_groups_table(rec))
         if not rec.passed:

@@ -212,3 +212,15 @@ def test_a_fault_inside_a_holiday_period_still_raises_error():
     for day in (date(2025, 12, 26), date(2026, 1, 5)):
         series = _intake(day, fault=(day, 0.0))
         assert judge(series, day, series[day], config, Direction.DOWN, calendar=DE).severity == "ERROR"
+
+
+def test_the_ui_shows_computed_figures_rounded():
+    from dw_dagster.checks.judge import judgement_metadata
+
+    hist = _orders(date(2025, 3, 1), date(2025, 5, 30))
+    j = judge(hist, date(2025, 5, 31), 2500 * 0.8 * 1.3 * 0.5, CFG, Direction.DOWN, calendar=CAL)
+    shown = {k: v.value for k, v in judgement_metadata(j).items() if hasattr(v, "value")}
+    floats = {k: v for k, v in shown.items() if isinstance(v, float)}
+    assert {"baseline_expected", "baseline_relative_change_pct", "baseline_robust_z"} <= set(floats)
+    # Two decimals at most: -43.27, never -43.27119341564.
+    assert all(round(v, 2) == v for v in floats.values()), floats
