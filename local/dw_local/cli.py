@@ -130,7 +130,9 @@ def _run_dagster_dev(lw: LocalWorld, ui_port: int) -> None:
     # `dg dev` (what supersedes `dagster dev`) on workspace.yaml, which names the code location `dw_dagster`
     # as the UI shows it; started in DAGSTER_HOME, the instance's own dagster.yaml is the one in sight.
     dg = Path(sys.executable).parent / "dg"
-    cmd = [str(dg), "dev", "-w", str(WORKSPACE_YAML), "-p", str(ui_port)]
+    # The daemon logs every sensor tick at INFO (dozens of lines a minute): the console shows warnings and
+    # errors; each tick is in the UI (Automation → the sensor's ticks).
+    cmd = [str(dg), "dev", "-w", str(WORKSPACE_YAML), "-p", str(ui_port), "--log-level", "warning"]
     try:
         subprocess.run(cmd, env=env, cwd=home, check=False)
     except KeyboardInterrupt:
