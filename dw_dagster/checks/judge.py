@@ -172,7 +172,7 @@ def judge(
         )
         pct = _effect_pct(effect, plain, absolute)
         notes.append(
-            f"{today.name}: compared with {len(measured)} past like night(s) "
+            f"{today.name}: compared with {len(measured)} past like night{'s' if len(measured) != 1 else ''} "
             f"({', '.join(d.isoformat() for d in measured)}; usual effect {pct:+.1f}%)"
         )
         out = _verdict(adjusted, notes=notes, level=level)
@@ -267,7 +267,8 @@ def deviation(j: Judgement, unit: str) -> str:
     """The deviation as a person reads it: '9,012 rows against an expected 7,900 (+14.1%, robust z +9.3)'."""
     r = j.result
     z = f"robust z {r.robust_z:+.1f}" if r.robust_z is not None else ""
+    of = f" {unit}" if unit else ""
     if r.absolute and r.expected is not None:
-        moved = f"{r.value - r.expected:+,.0f} {unit}"
-        return f"{r.value:,.0f} {unit} against an expected {r.expected:,.0f} ({moved}, {z})"
-    return f"{r.value:,.0f} {unit} against an expected {r.expected or 0:,.0f} ({100 * (r.relative_change or 0):+.1f}%, {z})"
+        moved = f"{r.value - r.expected:+,.0f}{of}"
+        return f"{r.value:,.0f}{of} against an expected {r.expected:,.0f} ({moved}, {z})"
+    return f"{r.value:,.0f}{of} against an expected {r.expected or 0:,.0f} ({100 * (r.relative_change or 0):+.1f}%, {z})"

@@ -133,6 +133,12 @@ def value_columns(sql: str) -> list[str]:
     return []
 
 
+def counted_unit(total: RecordedTotal) -> str:
+    """What the total's value counts: its items when its groups are the items it lists (no ``item_key``:
+    ``195 SKUs``); a summed measure carries no unit of ours (its name says what it sums)."""
+    return "" if total.item_key else total.item_noun
+
+
 def _fmt(v: float | None, unit: str = "") -> str:
     return "n/a" if v is None else f"{v:,.0f}{unit}"
 
@@ -300,7 +306,7 @@ def evaluate_total(
     if verdict.severity is not None:
         moved = ", ".join(m.describe() for m in by_group.moves[:3])
         problems.append(
-            f"{total.name} = {deviation(verdict, 'units')}"
+            f"{total.name} = {deviation(verdict, counted_unit(total))}"
             + (f"; moved: {moved}" if moved else "")
             + (f" ({verdict.describe()})" if verdict.notes else "")
         )

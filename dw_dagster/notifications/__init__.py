@@ -12,13 +12,15 @@ and the commands show (``incident_view``, ``receipt_text``).
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-# Imported when first used (PEP 562): a command that only reads the incident view does not pay for Slack's
-# SDK, the outbox and the notifier.
+# Imported when first used (PEP 562): a command that only reads the incident view does not pay for the
+# outbox, its delivery and the notifier. ``incident_message`` is imported here: the function shares its
+# module's name, and importing the module later would rebind the package's attribute to the module.
+from dw_dagster.notifications.incident_message import incident_message
+
 _EXPORTS = {
     "FlushResult": "delivery",
     "hold_notice": "hold_message",
     "proposed_hold_notice": "hold_message",
-    "incident_message": "incident_message",
     "IncidentNotifier": "incident_notifier",
     "SlackMessage": "kit",
     "DagsterLinks": "links",
@@ -43,7 +45,6 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from dw_dagster.notifications.delivery import FlushResult
     from dw_dagster.notifications.hold_message import hold_notice, proposed_hold_notice
-    from dw_dagster.notifications.incident_message import incident_message
     from dw_dagster.notifications.incident_notifier import IncidentNotifier
     from dw_dagster.notifications.kit import SlackMessage
     from dw_dagster.notifications.links import DagsterLinks, dagster_ui_url
