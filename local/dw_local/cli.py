@@ -59,7 +59,8 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, fr
         shutil.rmtree(root, ignore_errors=True)
         clone_world(seeded_template(cache.resolve()), root)
     ports = WorldPorts() if free_ports else WorldPorts(**DEFAULT_PORTS)
-    lw = LocalWorld(root, ports=ports, scheduler=True, outlive_parent=no_ui)
+    # clock: every process the world starts reads the world's clock (world_clock.py), not today's.
+    lw = LocalWorld(root, ports=ports, scheduler=True, outlive_parent=no_ui, clock=True)
     click.echo(f"starting the local world under {root} ...")
     lw.start()
     try:
@@ -91,8 +92,9 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, fr
 def _start_approvals_endpoint(lw: LocalWorld) -> None:
     from dw_local.daemon import dagster_home
     from dw_local.interactivity import start_endpoint
+    from dw_local.world_clock import clock_env
 
-    url = start_endpoint(lw, dagster_home(lw.root))
+    url = start_endpoint(lw, dagster_home(lw.root), env=clock_env(lw.root))
     click.echo(f"Slack interactivity endpoint (the Approve and Reject buttons): {url}")
 
 
@@ -111,9 +113,11 @@ def _write_env_file(lw: LocalWorld) -> Path:
     a file only this user can read, so a second shell can run dw-dagster against it without the secrets
     ever being printed."""
     from dw_local.daemon import dagster_home
+    from dw_local.world_clock import clock_env
 
     path = lw.root / "world.env"
-    env = {**lw.env(), **_UI_ONLY_ENV, "DAGSTER_HOME": str(dagster_home(lw.root))}
+    # The world's clock too: the commands of that shell read the world's time, as its daemon does.
+    env = {**lw.env(), **_UI_ONLY_ENV, "DAGSTER_HOME": str(dagster_home(lw.root)), **clock_env(lw.root, {})}
     path.touch(mode=0o600)
     path.write_text("".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()))
     return path
@@ -121,11 +125,13 @@ def _write_env_file(lw: LocalWorld) -> Path:
 
 def _run_dagster_dev(lw: LocalWorld, ui_port: int) -> None:
     from dw_local.daemon import dagster_home
+    from dw_local.world_clock import clock_env
 
     # The same instance the seeding wrote: the UI shows every night's runs, checks and incidents, and its
     # sensor daemon resumes from the cursor the seeding and tonight's tick left there.
     home = dagster_home(lw.root)
-    env = {**os.environ, **lw.env(), **_UI_ONLY_ENV, "DAGSTER_HOME": str(home)}
+    # On the world's clock: Dagster's freshness policies and dw-dagster's checks judge the world's night.
+    env = {**os.environ, **lw.env(), **_UI_ONLY_ENV, "DAGSTER_HOME": str(home), **clock_env(lw.root)}
     click.echo(f"Dagster UI: http://localhost:{ui_port}  (Ctrl-C stops the UI and the local world)")
     # `dg dev` (what supersedes `dagster dev`) on workspace.yaml, which names the code location `dw_dagster`
     # as the UI shows it; started in DAGSTER_HOME, the instance's own dagster.yaml is the one in sight.
