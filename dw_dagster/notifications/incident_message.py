@@ -139,9 +139,12 @@ def incident_message(
     prefix = ":arrows_counterclockwise: Diagnosis refined" if refined else f"{emoji} {severity}"
     blocks: list[Block] = [header(f"{prefix} · {incident.incident_id} · {title}")]
 
-    cause = [f"*Cause* ({escape(diagnosis.classification.value.replace('_', ' '))})", escape(diagnosis.cause)]
+    cause = [
+        f"*Cause* ({escape(diagnosis.classification.value.replace('_', ' '))})",
+        escape(humanise_names(diagnosis.cause)),
+    ]
     if diagnosis.upstream_change:
-        cause.append(f"*Upstream change:* {escape(diagnosis.upstream_change)}")
+        cause.append(f"*Upstream change:* {escape(humanise_names(diagnosis.upstream_change))}")
     blocks.append(section("\n".join(cause)))
 
     if diagnosis.evidence:
