@@ -12,6 +12,10 @@ policies, the skipped-run check, an incident's times and the cost report's defau
 world's night, not today's wall clock, and the product knows nothing of it: it reads the clock it always
 reads. (The UI's "x ago" is counted by the browser from the reader's own clock.)
 
+Only gRPC keeps real time: its Python layer turns a call's timeout into an absolute deadline with
+``time.time()`` for its C core, which reads the real clock, so every call of Dagster's code servers would be
+past its deadline at once (:class:`_RealTimeForGrpc`).
+
 A process is put on the world's clock by :func:`follow`, or at start-up by the ``sitecustomize`` in
 ``world_clock_hook/`` when :data:`CLOCK_FILE_ENV` names the file (:func:`clock_env` gives both variables).
 The simulator and the Snowflake keep their own offsets and are never started with it.
@@ -19,9 +23,13 @@ The simulator and the Snowflake keep their own offsets and are never started wit
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import json
 import os
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -64,14 +72,61 @@ def without_clock(env: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def _real_time() -> float:
+    import time_machine
+
+    hatch = time_machine.escape_hatch
+    return hatch.time.time() if hatch.is_travelling() else time.time()
+
+
+class _RealTime:
+    """The ``time`` module as gRPC's Python layer sees it: ``time()`` is the real clock's."""
+
+    time = staticmethod(_real_time)
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+
+class _RealTimeForGrpc(importlib.abc.MetaPathFinder):
+    """Gives gRPC's modules that compute deadlines the real clock as they are imported."""
+
+    MODULES = frozenset({"grpc._channel", "grpc._common", "grpc._server", "grpc._utilities"})
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in self.MODULES:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        loader = spec.loader if spec else None
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run = loader.exec_module
+
+        def exec_module(module) -> None:
+            run(module)
+            module.time = _RealTime()
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _real_time_for_grpc() -> None:
+    if any(isinstance(f, _RealTimeForGrpc) for f in sys.meta_path):
+        return
+    for name in _RealTimeForGrpc.MODULES:  # already imported: given the real clock now
+        if name in sys.modules:
+            sys.modules[name].time = _RealTime()  # type: ignore[attr-defined]
+    sys.meta_path.insert(0, _RealTimeForGrpc())
+
+
 class WorldClock:
     """This process on the world's clock, moved whenever the clock file changes."""
 
     def __init__(self, path: Path, poll: float = POLL_SECONDS):
         import time_machine
 
+        _real_time_for_grpc()
         self.path = Path(path)
-        self._hatch = time_machine.escape_hatch
         self.offset = read_offset(self.path)
         self._travel = time_machine.travel(self._world_now(), tick=True)
         self._traveller = self._travel.start()
@@ -81,11 +136,7 @@ class WorldClock:
         self._thread.start()
 
     def _world_now(self) -> datetime:
-        import time
-
-        # Real time: through the escape hatch once this process travels.
-        real = self._hatch.time.time() if self._hatch.is_travelling() else time.time()
-        return datetime.fromtimestamp(real + self.offset, UTC)
+        return datetime.fromtimestamp(_real_time() + self.offset, UTC)
 
     def _file_stamp(self) -> tuple[int, int] | None:
         try:

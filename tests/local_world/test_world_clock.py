@@ -53,3 +53,15 @@ def test_processes_started_with_the_worlds_environment_read_its_time(tmp_path):
     # The simulator and the Snowflake keep their own offset: started without the hook.
     kept = without_clock({**env, "PYTHONPATH": f"{env['PYTHONPATH']}:/opt/other"})
     assert CLOCK_FILE_ENV not in kept and kept["PYTHONPATH"] == "/opt/other"
+
+
+def test_grpc_deadlines_stay_on_the_real_clock(tmp_path):
+    # gRPC's C core reads the real clock: a deadline made on the world's would have passed already, and
+    # every call of Dagster's code servers would fail (they shut down for want of a heartbeat).
+    _set(tmp_path, WORLD_BEHIND)
+    env = {"PATH": "/usr/bin:/bin", **clock_env(tmp_path, {})}
+    code = "import time, grpc._channel as c; print(c._deadline(5) - time.time())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    ahead = float(out.stdout)  # the deadline, real, against the process's (world's) now
+    assert abs(ahead - 5 + WORLD_BEHIND.total_seconds()) < 30, ahead
