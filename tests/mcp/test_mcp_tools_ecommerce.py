@@ -113,7 +113,7 @@ def test_the_server_starts_with_nothing_configured_and_a_tool_says_what_is_missi
             return listed, await client.call_tool("list_incidents", {"status": "all"})
 
     listed, result = anyio.run(call)
-    assert len(listed.tools) == 5
+    assert len(listed.tools) == 10
     assert result.is_error and "SNOWFLAKE_DATABASE and DW_CONTEXT_FILE must be set" in result.content[0].text
 
 
