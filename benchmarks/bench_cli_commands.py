@@ -11,9 +11,19 @@ read its warehouse):
     set -a; . .dw/local/world.env; set +a
     .venv/bin/python benchmarks/bench_cli_commands.py [--repeat 5] [--incident INC-...]
 
-Recorded (issue 27, 2 cores shared with other work, CPU medians): ``incidents list`` 2.9 s before the
-commands stopped loading the whole code location for their settings (``app/settings.py``) and Slack's SDK
-for reading (``Operations.slack``, ``notifications/__init__``), 1.8 s after; the floor 1.4 s.
+Recorded (issue 27; 2 cores shared with other work, load 6-8; medians of 3; the reference night's incident
+on a local world):
+
+| command | before: wall / cpu | after: wall / cpu |
+|---|---|---|
+| floor (`import dagster, snowflake.connector`) | 5.2 s / 1.67 s | 5.3 s / 1.63 s |
+| `incidents list` | 9.4 s / 2.95 s | 6.2 s / 2.01 s |
+| `incidents show INC` | 11.5 s / 3.20 s | 6.3 s / 2.07 s |
+| `proposals INC` | 10.6 s / 3.13 s | 6.5 s / 2.14 s |
+
+Before: the commands loaded the whole code location to read their settings (``app/settings.py``), made
+Slack's client for reading, and imported every notifications module. What is left above the floor is the
+commands' own work (their queries) and, on the local world, its clock's start-up hook.
 """
 
 from __future__ import annotations
