@@ -7,7 +7,17 @@ owners, feeding systems and freshness policies of the Coalesce assets (:meth:`Op
 
 from __future__ import annotations
 
+import warnings
+
 import dagster as dg
+
+# Dagster copies each asset checks definition with every attribute, ``execution_type`` included, and so warns
+# on every load that a beta parameter was passed: no code of ours passes it. Only that notice is silenced.
+warnings.filterwarnings(
+    "ignore",
+    message=r"Parameter `execution_type` of function `AssetsDefinition.__init__` is currently in beta",
+    category=dg.BetaWarning,
+)
 
 
 def build_definitions() -> dg.Definitions:

@@ -15,6 +15,7 @@ import dagster as dg
 from croniter import croniter
 from sqlglot import exp
 
+from dw_dagster.checks.judge import figure
 from dw_dagster.checks.measure import Part, quoted_table
 from dw_dagster.checks.metrics import InputFreshness, JobSchedule, MetricsFile
 from dw_dagster.checks.tonight import Night
@@ -185,7 +186,7 @@ def _judge(
         "built_at": built.isoformat(),
     }
     if latest is not None:
-        metadata["input_age_hours"] = dg.MetadataValue.float(float((built - latest).total_seconds() / 3600))
+        metadata["input_age_hours"] = figure((built - latest).total_seconds() / 3600, 1)
     if problems:
         night.report(INPUT_FRESHNESS_CHECK, rule.asset, "; ".join(problems), metadata)
     return dg.AssetCheckResult(

@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from dw_dagster.checks.groups import GroupMove, judge_groups, null_groups_problem
 from dw_dagster.checks.history import Reading, total_series
-from dw_dagster.checks.judge import deviation, judge, judgement_metadata
+from dw_dagster.checks.judge import deviation, figure, judge, judgement_metadata
 from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
 from dw_dagster.checks.reconcile import Reconciled, reconcile
@@ -131,6 +131,12 @@ def value_columns(sql: str) -> list[str]:
         if isinstance(projection, exp.Alias) and projection.alias.upper() == "VALUE":
             return list(dict.fromkeys(c.name for c in projection.find_all(exp.Column)))
     return []
+
+
+def counted_unit(total: RecordedTotal) -> str:
+    """What the total's value counts: its items when its groups are the items it lists (no ``item_key``:
+    ``195 SKUs``); a summed measure carries no unit of ours (its name says what it sums)."""
+    return "" if total.item_key else total.item_noun
 
 
 def _fmt(v: float | None, unit: str = "") -> str:
@@ -276,14 +282,14 @@ def evaluate_total(
             {
                 "source_total": source_name,
                 "source_value": dg.MetadataValue.float(float(values[source_name].value)),
-                "gap_units": dg.MetadataValue.float(float(rec.gap_change)),
-                "tolerance_units": dg.MetadataValue.float(float(rec.tolerance)),
+                "gap_units": figure(rec.gap_change),
+                "tolerance_units": figure(rec.tolerance),
             }
         )
         if rec.target_change_pct is not None:
-            metadata["day_change_pct"] = dg.MetadataValue.float(float(rec.target_change_pct))
+            metadata["day_change_pct"] = figure(rec.target_change_pct)
         if rec.source_change_pct is not None:
-            metadata["source_day_change_pct"] = dg.MetadataValue.float(float(rec.source_change_pct))
+            metadata["source_day_change_pct"] = figure(rec.source_change_pct)
         if rec.groups:
             metadata["gap_by_group"] = dg.MetadataValue.md(_groups_table(rec))
         if not rec.passed:
@@ -300,7 +306,7 @@ def evaluate_total(
     if verdict.severity is not None:
         moved = ", ".join(m.describe() for m in by_group.moves[:3])
         problems.append(
-            f"{total.name} = {deviation(verdict, 'units')}"
+            f"{total.name} = {deviation(verdict, counted_unit(total))}"
             + (f"; moved: {moved}" if moved else "")
             + (f" ({verdict.describe()})" if verdict.notes else "")
         )

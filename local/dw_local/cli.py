@@ -86,7 +86,8 @@ def _world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, f
     if LocalWorld.read_state(root):
         LocalWorld.stop_running(root)
     ports = WorldPorts() if free_ports else WorldPorts(**DEFAULT_PORTS)
-    lw = LocalWorld(root, ports=ports, scheduler=True, outlive_parent=no_ui, command="world up")
+    # clock: every process the world starts reads the world's clock (world_clock.py), not today's.
+    lw = LocalWorld(root, ports=ports, scheduler=True, outlive_parent=no_ui, command="world up", clock=True)
     # Before minutes of seeding: a port another process holds is named now.
     lw.check_ports()
     if not no_ui:
@@ -99,7 +100,7 @@ def _world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, f
             "(about 7 minutes on 2 cores, once; cached under .dw/cache) ..."
         )
         shutil.rmtree(root, ignore_errors=True)
-        clone_world(seeded_template(cache, progress=click.echo), root)
+        clone_world(seeded_template(cache.resolve(), progress=click.echo), root)
     click.echo(f"starting the local world under {root} ...")
     lw.start()
     try:
@@ -131,8 +132,9 @@ def _world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, f
 def _start_approvals_endpoint(lw: LocalWorld) -> None:
     from dw_local.daemon import dagster_home
     from dw_local.interactivity import start_endpoint
+    from dw_local.world_clock import clock_env
 
-    url = start_endpoint(lw, dagster_home(lw.root))
+    url = start_endpoint(lw, dagster_home(lw.root), env=clock_env(lw.root))
     click.echo(f"Slack interactivity endpoint (the Approve and Reject buttons): {url}")
 
 
@@ -151,9 +153,11 @@ def _write_env_file(lw: LocalWorld) -> Path:
     a file only this user can read, so a second shell can run dw-dagster against it without the secrets
     ever being printed."""
     from dw_local.daemon import dagster_home
+    from dw_local.world_clock import clock_env
 
     path = lw.root / "world.env"
-    env = {**lw.env(), **_UI_ONLY_ENV, "DAGSTER_HOME": str(dagster_home(lw.root))}
+    # The world's clock too: the commands of that shell read the world's time, as its daemon does.
+    env = {**lw.env(), **_UI_ONLY_ENV, "DAGSTER_HOME": str(dagster_home(lw.root)), **clock_env(lw.root, {})}
     path.touch(mode=0o600)
     path.write_text("".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()))
     return path
@@ -161,11 +165,13 @@ def _write_env_file(lw: LocalWorld) -> Path:
 
 def _run_dagster_dev(lw: LocalWorld, ui_port: int) -> None:
     from dw_local.daemon import dagster_home
+    from dw_local.world_clock import clock_env
 
     # The same instance the seeding wrote: the UI shows every night's runs, checks and incidents, and its
     # sensor daemon resumes from the cursor the seeding and tonight's tick left there.
     home = dagster_home(lw.root)
-    env = {**os.environ, **lw.env(), **_UI_ONLY_ENV, "DAGSTER_HOME": str(home)}
+    # On the world's clock: Dagster's freshness policies and dw-dagster's checks judge the world's night.
+    env = {**os.environ, **lw.env(), **_UI_ONLY_ENV, "DAGSTER_HOME": str(home), **clock_env(lw.root)}
     click.echo(
         f"Dagster UI: http://localhost:{ui_port}  (Ctrl-C, or `dw-dagster world down --root {lw.root}` from "
         "another shell, stops the UI and the local world)"
@@ -173,7 +179,10 @@ def _run_dagster_dev(lw: LocalWorld, ui_port: int) -> None:
     # `dg dev` (what supersedes `dagster dev`) on workspace.yaml, which names the code location `dw_dagster`
     # as the UI shows it; started in DAGSTER_HOME, the instance's own dagster.yaml is the one in sight.
     dg = Path(sys.executable).parent / "dg"
-    run_ui(lw, [str(dg), "dev", "-w", str(WORKSPACE_YAML), "-p", str(ui_port)], env, home)
+    # The daemon logs every sensor tick at INFO (dozens of lines a minute): the console shows warnings and
+    # errors; each tick is in the UI (Automation → the sensor's ticks).
+    cmd = [str(dg), "dev", "-w", str(WORKSPACE_YAML), "-p", str(ui_port), "--log-level", "warning"]
+    run_ui(lw, cmd, env, home)
 
 
 def run_ui(lw: LocalWorld, cmd: list[str], env: dict[str, str], cwd: Path) -> None:

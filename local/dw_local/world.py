@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from dw_local.forkserver import child_setup, spawn
+from dw_local.world_clock import CLOCK_FILE_ENV, clock_env, without_clock
 
 DISTRIBUTOR_DIR = Path(__file__).parent / "worlds" / "distributor"
 # The local servers accept any credentials; these values are not secrets.
@@ -247,6 +248,7 @@ class LocalWorld:
         services: tuple[str, ...] = ("snowflake", "coalesce", "slack"),
         outlive_parent: bool = False,
         command: str | None = None,
+        clock: bool = False,
     ):
         self.root = Path(root).resolve()
         self.services = services
@@ -258,6 +260,8 @@ class LocalWorld:
         self.ports = ports or WorldPorts()
         self.project_file = Path(project_file or DISTRIBUTOR_DIR / "project.yaml").resolve()
         self.scheduler = scheduler
+        # The world's one clock (world_clock.py): the Slack stand-in stamps its messages with it.
+        self.clock = clock
         self._procs: dict[str, Any] = {}
         """Each server's process: a ``subprocess.Popen``, or a ``ForkedProcess`` of the fork server."""
 
@@ -359,11 +363,11 @@ class LocalWorld:
             commands = self._commands()
             first = [n for n in self.services if n != "coalesce"]
             for name in first:
-                self._start_one(name, commands[name], env)
+                self._start_one(name, commands[name], self._server_env(name, env))
             if "snowflake" in first:
                 self._wait("snowflake", self._probe("snowflake"), timeout)
             if "coalesce" in self.services:
-                self._start_one("coalesce", commands["coalesce"], env)
+                self._start_one("coalesce", commands["coalesce"], self._server_env("coalesce", env))
             for name in self.services:
                 self._wait(name, self._probe(name), timeout)
         except BaseException:
@@ -378,7 +382,7 @@ class LocalWorld:
         proc.kill()
         proc.wait()
         env = {**os.environ, "SNOWFLAKE_DISABLE_PLATFORM_DETECTION": "true"}
-        self._start_one(name, self._commands()[name], env)
+        self._start_one(name, self._commands()[name], self._server_env(name, env))
         self._wait(name, self._probe(name), timeout)
         self._write_state()
 
@@ -386,6 +390,13 @@ class LocalWorld:
         """Another process of the world (e.g. the product's approvals endpoint): stopped with the servers."""
         self._procs[name] = proc
         self._write_state()
+
+    def _server_env(self, name: str, env: dict[str, str]) -> dict[str, str]:
+        """The simulator and the Snowflake keep the world's clock themselves (an offset from real time);
+        the Slack stand-in follows it when the world runs on its clock."""
+        if name in ("snowflake", "coalesce") or not self.clock:
+            return without_clock(env)
+        return {**env, **clock_env(self.root, env)}
 
     def _probe(self, name: str):
         return {
@@ -396,7 +407,9 @@ class LocalWorld:
 
     def _start_one(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
         path = self.root / "logs" / f"{name}.log"
-        if not self.outlive_parent and env.get("DW_LOCAL_FORK_SERVER", "1") != "0":
+        # A fork server's child skips Python's start-up, and with it the world clock's hook.
+        forked = env.get("DW_LOCAL_FORK_SERVER", "1") != "0" and CLOCK_FILE_ENV not in env
+        if not self.outlive_parent and forked:
             # Forked from a process that imported the servers once: a world starts without their imports.
             self._procs[name] = spawn(cmd, env, path)
             return

@@ -150,11 +150,13 @@ def test_fact_node_spec(specs):
         ("stage/stg_onhand", "ONHAND_QTY")
     }
     assert {d.asset_key.to_user_string() for d in lineage["REGION"]} == {"inventory/dim_warehouse"}
-    # What the open-source UI shows of the same lineage: a table, one row per column.
-    table = md["coalesce/column_sources"].value.splitlines()
-    assert table[0] == "| Column | Built from | Transform |"
-    assert "| `ONHAND_QTY` | `stage/stg_onhand`.`ONHAND_QTY` | - |" in table
-    assert len(table) == 2 + len(columns)
+    # What the open-source UI shows of the same lineage: one list item a column (it wraps; a table's last
+    # column was cut off at the panel's edge), the transform whole.
+    items = md["coalesce/column_sources"].value.splitlines()
+    assert "- **`ONHAND_QTY`** from `stage/stg_onhand`.`ONHAND_QTY`" in items
+    assert len(items) == len(columns) and all(i.startswith("- **`") for i in items)
+    transforms = [i for i in items if "; transform `" in i]
+    assert transforms and all(i.endswith("`") and "…" not in i for i in transforms)
     assert fct.freshness_policy is not None  # from the metrics file: the job's schedule
 
 
@@ -369,10 +371,7 @@ def test_a_second_world_gets_its_own_graph_and_groups(ecommerce):
     groups = {spec.group_name for key, spec in specs.items() if "coalesce/node_id" not in spec.metadata}
     assert {"shopify", "fivetran", "looker", "marketing_ops"} <= groups and "context" not in groups
     facts = [s for s in specs.values() if s.metadata.get("coalesce/node_type") == "Fact"]
-    assert facts and all(
-        f.metadata["coalesce/column_sources"].value.startswith("| Column | Built from | Transform |")
-        for f in facts
-    )
+    assert facts and all(f.metadata["coalesce/column_sources"].value.startswith("- **`") for f in facts)
 
 
 @pytest.mark.parametrize("which", ["distributor", "ecommerce"])

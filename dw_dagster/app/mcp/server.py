@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from mcp.server.mcpserver import MCPServer
 
-from dw_dagster.app.mcp import history_tools, incident_tools, lineage_tools, proposal_tools
+from dw_dagster.app.mcp import action_tools, history_tools, incident_tools, lineage_tools, proposal_tools
 from dw_dagster.app.mcp.workspace import Workspace
 
 INSTRUCTIONS = """dw-dagster watches what the Coalesce Jobs build on Snowflake. Coalesce's own MCP answers what
 is deployed and what ran; this server answers what that run did to the data and what the fix is: the
 incidents (one per cause), their diagnosis and blast radius, lineage with the systems around the pipeline,
 what each check recorded night by night, and the proposed fixes with who still has to approve them.
-Read-only: approvals are given by the owners themselves, verified, in Slack or with `dw-dagster approve`."""
+It acts within the gates (run checks, diagnose, leave a note, ask for a fix); nothing approves: approvals
+are given by the owners themselves, verified, in Slack or with `dw-dagster approve`."""
 
 
 def build_server(workspace: Workspace | None = None) -> MCPServer:
@@ -20,7 +21,7 @@ def build_server(workspace: Workspace | None = None) -> MCPServer:
     ws = workspace or Workspace()
     server = MCPServer(name="dw-dagster", instructions=INSTRUCTIONS, version=version("dw-dagster"),
                        log_level="WARNING")  # fmt: skip
-    for concern in (incident_tools, lineage_tools, history_tools, proposal_tools):
+    for concern in (incident_tools, lineage_tools, history_tools, proposal_tools, action_tools):
         concern.register(server, ws)
     return server
 
