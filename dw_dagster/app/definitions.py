@@ -24,9 +24,15 @@ def build_definitions() -> dg.Definitions:
     """The code location's definitions, as the environment configures them."""
     from dw_dagster.app.project import component_tree, operations_component
 
-    # One tree: the operations component it loads is the one whose definitions it builds.
+    # One tree: the operations component it loads is the one whose definitions it builds. Dagster's own
+    # loader (load_from_defs_folder) quiets its preview and beta notices about its own machinery while it
+    # builds the tree; so does this.
     tree = component_tree()
-    return operations_component(tree).attach(tree.build_defs())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        built = tree.build_defs()
+    return operations_component(tree).attach(built)
 
 
 def load_definitions(instance: dg.DagsterInstance) -> dg.Definitions:

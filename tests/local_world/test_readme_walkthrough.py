@@ -29,7 +29,7 @@ from world_cache import WORLD_CACHE
 pytestmark = [pytest.mark.world, pytest.mark.timeout(1800)]
 DW_DAGSTER = str(Path(sys.executable).parent / "dw-dagster")
 INCIDENT = "INC-20250616-7035b2"
-TS = re.compile(r"\b\d{9,10}\.\d{6}\b")
+HEADING_TS = re.compile(r"\bts (\d{9,10}\.\d{6})\b")
 
 
 def _free_port() -> int:
@@ -67,13 +67,15 @@ class Walkthrough:
 
 
 def _held_reply_ts(log: str) -> str | None:
-    """The ts `slack log` prints for the reply with the Approve button (whatever its layout: the first
-    Slack ts on the first line of that message)."""
-    chunks = re.split(r"\n(?=\s*(?:↳ )?\[)", log)
-    for chunk in chunks:
-        if "[Approve]" in chunk:
-            found = TS.search(chunk.splitlines()[0])
-            return found.group() if found else None
+    """The ts `slack log` prints for the message with the Approve button: the ts on the heading line of the
+    message whose lines hold ``[Approve]`` (each heading says ``ts <ts>``)."""
+    ts = None
+    for line in log.splitlines():
+        heading = HEADING_TS.search(line)
+        if heading:
+            ts = heading.group(1)
+        if "[Approve]" in line:
+            return ts
     return None
 
 
@@ -216,4 +218,7 @@ def test_a_mistyped_name_is_answered_with_the_closest(walkthrough):
 
 def test_the_click_step_is_found_from_slack_logs_own_output(walkthrough):
     assert walkthrough.click_ts, "slack log printed no ts for the message with the Approve button"
-    assert "clicked dw_approve" in walkthrough.outputs["approve_priya"].stdout
+    assert (
+        "(dw_approve)" in walkthrough.outputs["approve_priya"].stdout
+        and "answered 200" in walkthrough.outputs["approve_priya"].stdout
+    )
