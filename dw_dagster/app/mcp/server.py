@@ -8,7 +8,6 @@ checks (against DNS rebinding) on by itself only on a loopback bind, and has no 
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -92,11 +91,7 @@ class HttpSettings:
                 f"--allowed-host (or {ALLOWED_HOSTS_ENV}), e.g. --allowed-host dw-dagster.internal:{port}; "
                 "a request naming any other host is refused"
             )
-        bound = (
-            []
-            if wildcard or _is_loopback(host)
-            else [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
-        )
+        bound = [] if wildcard else [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
         allowed = tuple(dict.fromkeys([*LOOPBACK_HOSTS, *bound, *named]))
         given_origins = list(origins) or _split(env.get(ALLOWED_ORIGINS_ENV, ""))
         derived = [f"{scheme}://{h}" for h in allowed for scheme in ("http", "https")]
@@ -122,13 +117,6 @@ class HttpSettings:
 
 def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def build_server(workspace: Workspace | None = None, http: HttpSettings | None = None) -> MCPServer:
