@@ -49,9 +49,12 @@ def build_remediation_sensors(
         proposer = Proposer(context.instance, ApprovalBook(store, context_file), resources,
                              gated_notifier(slack, store, context_file), context_file)  # fmt: skip
         for incident in store.list(status="open"):
-            proposer.propose(incident)
+            if not gate.out_of_time(incident.incident_id):
+                proposer.propose(incident)
         gate.done(context, due=proposer.due)
-        return proposer.requests or dg.SkipReason(f"remediation proposals ({gate.work}): nothing to submit")
+        return proposer.requests or dg.SkipReason(
+            f"remediation proposals ({gate.work}): nothing to submit{gate.leftover()}"
+        )
 
     @dg.sensor(
         name="approval_expiry",

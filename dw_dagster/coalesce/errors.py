@@ -3,6 +3,7 @@
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from dagster.components.resolved.errors import ResolutionException
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
@@ -88,6 +89,12 @@ class CoalesceRunTimeoutError(CoalesceError):
 class CoalesceConfigError(CoalesceError, ValueError):
     """The workspace is not configured enough to call Coalesce: a variable it reads is not set, or it names
     no environment."""
+
+
+class CoalesceAttributeError(CoalesceConfigError, ResolutionException):
+    """An attribute of the component in ``defs.yaml`` is invalid: the message names the file, the line and
+    the attribute's path, and says what was expected. Dagster reports a ``ResolutionException`` raised by a
+    resolver as it is (any other error it rewraps in the resolver's traceback)."""
 
 
 class CoalesceStateError(CoalesceError, ValueError):

@@ -147,8 +147,9 @@ def proposal_messages(
     body: list[Block] = []
     for i, p in enumerate(plan.proposals, 1):
         body += _proposal_blocks(i, p, context)
-    how = ["Click *Approve* or *Reject* below, or from a terminal:", *approve_commands(plan, approvers),
-           f"To reject: {reject_command(plan)}"]  # fmt: skip
+    # The commands are terminal text (`--as "<name>"`); in mrkdwn a raw `<...>` is a link or a mention.
+    how = ["Click *Approve* or *Reject* below, or from a terminal:",
+           *(escape(c) for c in approve_commands(plan, approvers)), f"To reject: {escape(reject_command(plan))}"]  # fmt: skip
     body += line_sections("*How to decide*", how)
     tail: list[Block] = [
         _decision_buttons(plan, run_id, links),

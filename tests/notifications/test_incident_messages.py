@@ -325,6 +325,11 @@ def test_the_proposal_carries_approve_and_reject_for_the_held_run(context):
         "Planning operations (#planning-ops) <@U0PLANOP1>", "+  LEFT JOIN",
     ]:  # fmt: skip
         assert needle in text, needle
+    # The terminal commands' placeholder is escaped: a raw <name> is a link or a mention in mrkdwn. Without a
+    # context file no approver is known, and the approve line carries the placeholder too.
+    assert '--as \\"&lt;name&gt;\\" --reason' in text
+    unnamed = _texts(proposal_messages(inc, plan, run_id=RUN)[0].payload())
+    assert unnamed.count("&lt;name&gt;") == 3 and "<name>" not in unnamed and "<name>" not in text
     # A plan too long for one message: split, the buttons once, on the last part.
     long = reference_plan(inc.incident_id, diff="\n".join(f"+  COL_{i}: 1" for i in range(4000)))
     parts = [m.payload() for m in proposal_messages(inc, long, run_id=RUN, context=context)]
