@@ -118,23 +118,12 @@ def test_a_rejection_in_slack_cancels_the_run_and_changes_nothing(proposed):
 
 # Slack posts a click on a link button to the Request URL too, and shows the person an error mark unless the
 # app answers 200 within 3 seconds (the Slack stand-in holds the endpoint to both).
-@pytest.mark.xfail(
-    strict=True,
-    reason="product change needed (issue 28): /slack/actions answers 400 to a link button's block_actions "
-    "(parse_click refuses every action but dw_approve/dw_reject); it must answer 200 and do nothing else",
-)
 def test_a_link_button_click_is_acknowledged(proposed):
     daemon, *_ = proposed
     out = click(daemon.lw, _held_message(daemon, "#planning-ops")["ts"], "U0PLANOP1", "dw_open_run")
     assert out["interaction"]["acknowledged"] == 1, out["interaction"]["user_sees"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product change needed (issue 28): ClickHandler.receive makes two warehouse round trips "
-    "(store.get, append_event) before /slack/actions answers; it must acknowledge at once and do the "
-    "approval's work after the acknowledgement",
-)
 def test_a_click_is_acknowledged_while_the_warehouse_is_slow(proposed):
     daemon, *_ = proposed
     snowflake = daemon.lw._procs["snowflake"].pid
