@@ -105,6 +105,27 @@ def _why_no_run(book: ApprovalBook, plan: RemediationPlan, state: str) -> str:
     return ""
 
 
+def _waiting(run: dg.DagsterRun | None, plan: RemediationPlan) -> bool:
+    return (
+        run is not None and run.status == dg.DagsterRunStatus.QUEUED
+        and run.tags.get(APPROVAL) == APPROVAL_PENDING and run.tags.get(PLAN_ID) == plan.plan_id
+    )  # fmt: skip
+
+
+def _current_binding(
+    instance: dg.DagsterInstance, book: ApprovalBook, plan: RemediationPlan
+) -> Binding | None:
+    """The plan's bound run. Where this process cannot check the seals (a person's shell holds no
+    ``DW_SIGNING_KEY``) it reads records anyone could have written, so of the bindings it takes the latest
+    whose run still waits for approval: the sensor cancels every other queued run carrying the plan's tags.
+    Either way the run's first step checks the sealed binding itself."""
+    if book.seal is None:
+        for b in sorted(book.runs.bindings(plan.plan_id), key=lambda b: -b.seq):
+            if _waiting(instance.get_run_by_id(b.run_id), plan):
+                return b
+    return book.binding(plan)
+
+
 def remediation_run(
     instance: dg.DagsterInstance, book: ApprovalBook, ref: str
 ) -> tuple[dg.DagsterRun, RemediationPlan, Binding]:
@@ -129,7 +150,7 @@ def remediation_run(
             f"plan {plan.plan_id} was {decision.kind} by {decision.by}: its run is not waiting for approval"
             + _no_resubmission(decision.kind)
         )
-    binding = book.binding(plan)
+    binding = _current_binding(instance, book, plan)
     if binding is None:
         raise ApprovalError(
             f"plan {plan.plan_id}: its run is being submitted (or submitted again after a cancel) and is not bound "
@@ -141,7 +162,7 @@ def remediation_run(
             f"approved (the plan's run is {binding.run_id})"
         )
     run = instance.get_run_by_id(binding.run_id)
-    if run is None or run.status != dg.DagsterRunStatus.QUEUED or run.tags.get(APPROVAL) != APPROVAL_PENDING:
+    if run is None or not _waiting(run, plan):
         state = "gone" if run is None else run.status.value
         raise ApprovalError(
             f"run {binding.run_id} of plan {plan.plan_id} is {state}, not waiting for approval"

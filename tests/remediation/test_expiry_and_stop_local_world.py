@@ -113,7 +113,9 @@ def test_an_unanswered_approval_expires_cancels_and_escalates(stopped_night):
     priya = command_signer(context, "Priya Raman")
     with pytest.raises(ApprovalError, match="no remediation run is waiting for approval"):
         approve_run(daemon.instance, book, incident.incident_id, priya.person, priya.prove, priya.via)
-    with pytest.raises(ApprovalError, match="not waiting for approval"):
+    with pytest.raises(ApprovalError, match="not waiting for approval") as refused:
         approve_run(daemon.instance, book, run_id, priya.person, priya.prove, priya.via)
+    # An expired plan is not submitted again (issue #29: the message promised it "within a minute").
+    assert "within a minute" not in str(refused.value) and "it is not submitted again" in str(refused.value)
     assert daemon.tick().launched == [], "an expired request is never granted"
     assert daemon.tick().submitted == [], "an expired plan is not proposed again"

@@ -28,6 +28,7 @@ from dw_dagster.context.models import load_context_file
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.records.remediation import ProposalKind, Receipt
 from dw_dagster.remediation.approvals import ApprovalBook, ApprovalError
+from dw_dagster.remediation.audit import AuditTrail
 from dw_dagster.remediation.identity import load_private_key, new_key_pair, sign_record
 from dw_dagster.tags import APPROVAL, APPROVAL_APPROVED, APPROVALS_NEEDED, APPROVE_BY, APPROVE_HOW
 from dw_dagster.warehouse.ops import OpsSchema
@@ -80,9 +81,13 @@ class Trust:
     def run(self, run_id: str | None = None) -> dg.DagsterRun:
         return self.daemon.instance.get_run_by_id(run_id or self.run_id())
 
-    def cli(self, *args: str, key: str | None = None) -> Result:
+    def cli(self, *args: str, key: str | None = None, persons_shell: bool = False) -> Result:
+        """``persons_shell``: as a person's own shell runs it in production, without the code location's
+        secrets (``DW_SIGNING_KEY``, Slack's signing secret)."""
         env = {**self.lw.env(), "DAGSTER_HOME": str(dagster_home(self.lw.root)), **self.env,
                "DW_APPROVER_KEY_FILE": str(self.keys[key]) if key else ""}  # fmt: skip
+        if persons_shell:
+            env.update({"DW_SIGNING_KEY": "", "SLACK_SIGNING_SECRET": ""})
         return CliRunner().invoke(main, list(args), env=env)
 
     def refused(self) -> list[dict]:
@@ -438,9 +443,14 @@ def test_the_owners_approve_by_clicking_in_slack_and_with_a_signed_command_and_t
     )
     assert trust.run().tags[APPROVAL] != APPROVAL_APPROVED
     out = trust.cli(
-        "approve", trust.iid, "--as", "Dana Ortiz", "--set", "WAREHOUSE_NAME=Dallas", key="Dana Ortiz"
-    )
+        "approve", trust.iid, "--as", "Dana Ortiz", "--set", "WAREHOUSE_NAME=Dallas", key="Dana Ortiz",
+        persons_shell=True,
+    )  # fmt: skip
     assert out.exit_code == 0 and "every owner has approved" in out.output, out.output
+    assert "its first step also verifies the plan's and the run's seals" in out.output, (
+        "what a person's shell cannot check is said, not claimed"
+    )
+    assert "the Slack approval by Priya Raman" in out.output
     (node,) = [p.node_change for p in trust.plan.of_kind(ProposalKind.NODE_CHANGE)]
     apply_and_deploy(trust.lw.coalesce_url, LOCAL_COALESCE_TOKEN, node)
     assert trust.daemon.tick().launched == [dg.DagsterRunStatus.SUCCESS]
@@ -468,6 +478,10 @@ def test_audit_verify_finds_every_row_written_by_hand_and_an_edited_receipt(trus
     for forged in (f"submission|{trust.plan.plan_id}|99", f"binding|{trust.plan.plan_id}|99"):
         assert any(forged in line for line in by_hand), "the forged submission and binding"
     assert sum("approval|" in line for line in by_hand) == 3, "the forged approval and the two copied ones"
+    signers = {e.signer for e in AuditTrail(trust.store.warehouse, trust.store.ops).entries()}
+    assert signers == {"code-location", "person:dana.ortiz@distributor.example"}, (
+        "Dana's approval from her own shell is on the trail under her key"
+    )
     (receipt,) = trust.store.events(trust.iid, kind="receipt")
     with trust.lw.snowflake.connect() as conn:
         conn.cursor().execute(
