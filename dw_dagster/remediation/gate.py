@@ -93,10 +93,8 @@ def _no_resubmission(kind: str) -> str:
 
 
 def _why_no_run(book: ApprovalBook, plan: RemediationPlan, state: str) -> str:
-    """What happens next to a plan whose run is ``state`` (gone, canceled, not bound yet): said as it is."""
-    decision = book.decision(plan)
-    if decision is not None:
-        return f"; plan {plan.plan_id} was {decision.kind} by {decision.by}{_no_resubmission(decision.kind)}"
+    """What happens next to an undecided plan whose run is ``state`` (gone, canceled, failed, not bound yet):
+    the sensor submits it again, unless the org-wide stop holds every submission."""
     if state in ("CANCELED", "FAILURE", "gone", "unbound"):
         control = OrgControl(book.store.warehouse, book.store.ops, book.context).state()
         if control.stopped:
