@@ -7,8 +7,9 @@ assigns (one more than the event in force) and the hash of the event in force wh
 in force is the last of that chain, never the row with the latest timestamp (a timestamp is the writer's: a
 row dated 2099 would otherwise lift every later stop). A row that is unsigned, signed by nobody governing,
 or not the next link of the chain is ignored and reported (:attr:`ControlState.ignored`); two people giving
-an event at once both reach for the same number: the stop wins the link, and the other command gives its
-event again after it. So ``dw-dagster stop`` always takes effect.
+an event at once both reach for the same number: the stop wins the link, a stop that lost gives its event
+again after it, and a resume that lost to a stop says so and is not applied. So ``dw-dagster stop`` always
+takes effect.
 
 The governing team is every team a domain of the context file escalates to (``escalation_team``): the
 people automation hands over to when it needs a person. A context file whose domains name none is governed
@@ -242,8 +243,13 @@ class OrgControl:
                 )  # fmt: skip
             trail.append(CONTROL, CONTROL, event.key, event.record())
             after = self.state()
-            if after.head == event.hash:
+            if after.head == event.hash or action == "resume" and not after.stopped:
                 return after
+            if action == "resume":
+                # A stop given at the same moment wins the link: a resume is never applied over it unasked.
+                raise ControlError(
+                    f"not resumed: {after.describe()} was given meanwhile; resume again if you still mean to"
+                )
         raise ControlError(
             f"{action}: another event kept taking the next link of the chain; nothing in force changed by this command"
         )
