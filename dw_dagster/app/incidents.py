@@ -132,7 +132,7 @@ def build_incident_definitions(
             return
         # The org-wide stop is asked when routing (the hold notice is proposed, not sent) and again as each
         # autonomous message is posted (a stop given in between holds it in the outbox).
-        control = OrgControl(snowflake, ops)
+        control = OrgControl(snowflake, ops, context_file)
         # Through the outbox: a Slack outage delays the alert (the outbox sensor retries), never loses it.
         notifier = gated_notifier(slack, store, context_file)
         recipients = route_incident(context_file, diagnosis, radius, stopped=control.state().stopped)
@@ -208,7 +208,7 @@ def build_incident_definitions(
             yield dg.SkipReason(f"incidents ({gate.work}): nothing due{gate.leftover()}")
 
     outbox = build_slack_outbox_sensor(
-        ops, dispatch_gate=lambda warehouse: OrgControl(warehouse, ops).dispatch_allowed
+        ops, dispatch_gate=lambda warehouse: OrgControl(warehouse, ops, context_file).dispatch_allowed
     )
     defs = dg.Definitions.merge(
         dg.Definitions(

@@ -67,7 +67,7 @@ class Operations:
     def control(self):
         from dw_dagster.remediation.control import OrgControl
 
-        return OrgControl(self.warehouse, self.ops)
+        return OrgControl(self.warehouse, self.ops, self.context)
 
     def tell_owners(
         self, incident_id: str, text: str, kind: str, version: str, run_id: str | None = None

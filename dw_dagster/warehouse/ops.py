@@ -101,12 +101,33 @@ TABLES: dict[str, str] = {
         ROOT_KEY VARCHAR NOT NULL,
         CREATED_AT TIMESTAMP_TZ NOT NULL
     """,
-    # Append-only: each org-wide stop and resume of autonomous dispatch; the latest row is in force.
+    # Append-only: each org-wide stop and resume of autonomous dispatch (dw_dagster/remediation/control.py),
+    # signed by the person who gave it (PROOF) and chained: the event in force is the last of the chain of
+    # SEQ 1, 2, ... each naming the hash of the one before (PREV_HASH), never the latest EVENT_AT.
     "CONTROL_EVENTS": """
         EVENT_AT TIMESTAMP_TZ NOT NULL,
         ACTION VARCHAR NOT NULL,
         ACTOR VARCHAR NOT NULL,
-        REASON VARCHAR
+        REASON VARCHAR,
+        SEQ INTEGER,
+        PREV_HASH VARCHAR,
+        EMAIL VARCHAR,
+        SIGNED_AT VARCHAR,
+        PROOF VARCHAR
+    """,
+    # Append-only: the audit trail (dw_dagster/remediation/audit.py), one entry per audited record, each with
+    # the hash of the one before and a signature; RECORDED_AT is the text the entry's hash covers.
+    "AUDIT_TRAIL": """
+        SEQ INTEGER NOT NULL,
+        PREV_HASH VARCHAR NOT NULL,
+        SUBJECT VARCHAR NOT NULL,
+        KIND VARCHAR NOT NULL,
+        EVENT_KEY VARCHAR NOT NULL,
+        EVENT_DIGEST VARCHAR NOT NULL,
+        RECORDED_AT VARCHAR NOT NULL,
+        SIGNER VARCHAR NOT NULL,
+        SIGNATURE VARCHAR NOT NULL,
+        ENTRY_HASH VARCHAR NOT NULL
     """,
 }
 
