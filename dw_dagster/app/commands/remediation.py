@@ -7,6 +7,7 @@ from typing import Literal
 
 import click
 
+from dw_dagster.app.commands.lookup import require_ref
 from dw_dagster.app.operations import Operations
 
 
@@ -70,6 +71,7 @@ def approve(ref: str, who: str | None, values: tuple[str, ...]) -> None:
     from dw_dagster.remediation.gate import approve_run
 
     ops = Operations()
+    require_ref(ops, ref)  # a mistyped id is "no such incident/run", with the closest names
     signer = _signer(ops, who, ref, "approve")
     try:
         out = approve_run(
@@ -106,6 +108,7 @@ def reject(ref: str, who: str | None, reason: str) -> None:
     from dw_dagster.remediation.gate import reject_run
 
     ops = Operations()
+    require_ref(ops, ref)
     signer = _signer(ops, who, ref, "reject")
     try:
         decision = reject_run(ops.instance, _book(ops, signer), ref, signer.person, signer.prove, reason)
