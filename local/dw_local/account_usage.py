@@ -272,7 +272,7 @@ def install(app: Any, fs: Any, data_dir: Path) -> AccountUsage:
         response = await login_endpoint(request)
         token = (json.loads(response.body).get("data") or {}).get("token")
         if token:
-            usage.login(token, json.loads(await _body(request)), request.query_params.get("warehouse"))
+            usage.login(token, json.loads(await request_body(request)), request.query_params.get("warehouse"))
         return response
 
     async def query_request(request: Request):
@@ -280,7 +280,7 @@ def install(app: Any, fs: Any, data_dir: Path) -> AccountUsage:
         conn = fakesnow.server.sessions.get(token) if token else None
         if conn is None:
             return await query_endpoint(request)
-        body = json.loads(await _body(request))
+        body = json.loads(await request_body(request))
         if body.get("describeOnly"):
             return await query_endpoint(request)
         sql = body.get("sqlText", "")
@@ -315,7 +315,8 @@ def install(app: Any, fs: Any, data_dir: Path) -> AccountUsage:
     return usage
 
 
-async def _body(request: Any) -> bytes:
+async def request_body(request: Any) -> bytes:
+    """A request's JSON body as the connector sent it (gzip or not)."""
     import gzip
 
     body = await request.body()

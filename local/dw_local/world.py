@@ -23,7 +23,8 @@ import httpx
 from dw_local.forkserver import die_with_parent, spawn
 
 DISTRIBUTOR_DIR = Path(__file__).parent / "worlds" / "distributor"
-# The local servers accept any credentials; these values are not secrets.
+# The local servers accept these credentials (any password, unless a world requires key pair); they are
+# not secrets.
 LOCAL_COALESCE_TOKEN = "local-coalesce-token"
 # The organization of the simulator's project (a project file's `project.orgID`, "1" unless it says).
 LOCAL_COALESCE_ORG_ID = "1"
@@ -76,6 +77,8 @@ class SnowflakeTarget:
     password: str = LOCAL_SNOWFLAKE_PASSWORD
     account: str = "fakesnow"
     protocol: str = "http"
+    private_key_path: str | None = None
+    """Set on a world that requires key pair (``LocalWorld(snowflake_sign_in="key_pair")``)."""
 
     def connect(self, database: str | None = LOCAL_DATABASE, schema: str | None = None, **kwargs: Any):
         import snowflake.connector
@@ -84,9 +87,14 @@ class SnowflakeTarget:
         # metadata endpoints. Set when connecting, not when this module is imported.
         os.environ.setdefault("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
 
+        sign_in = (
+            {"private_key_file": self.private_key_path}
+            if self.private_key_path
+            else {"password": self.password}
+        )
         conn = snowflake.connector.connect(
             user=self.user,
-            password=self.password,
+            **sign_in,
             account=self.account,
             host=self.host,
             port=self.port,
@@ -127,6 +135,7 @@ class LocalWorld:
         scheduler: bool = False,
         services: tuple[str, ...] = ("snowflake", "coalesce", "slack"),
         outlive_parent: bool = False,
+        snowflake_sign_in: str = "password",
     ):
         self.root = Path(root).resolve()
         self.services = services
@@ -136,6 +145,8 @@ class LocalWorld:
         self.ports = ports or WorldPorts()
         self.project_file = Path(project_file or DISTRIBUTOR_DIR / "project.yaml").resolve()
         self.scheduler = scheduler
+        # "key_pair": the product's Snowflake user signs in only with its key pair (snowflake_auth.py).
+        self.snowflake_sign_in = snowflake_sign_in
         self._procs: dict[str, Any] = {}
         """Each server's process: a ``subprocess.Popen``, or a ``ForkedProcess`` of the fork server."""
 
@@ -143,7 +154,12 @@ class LocalWorld:
 
     @property
     def snowflake(self) -> SnowflakeTarget:
-        return SnowflakeTarget(host="127.0.0.1", port=self.ports.snowflake)
+        key = str(self._private_key_path) if self.snowflake_sign_in == "key_pair" else None
+        return SnowflakeTarget(host="127.0.0.1", port=self.ports.snowflake, private_key_path=key)
+
+    @property
+    def _private_key_path(self) -> Path:
+        return self.root / "keys" / "snowflake_rsa_key.p8"
 
     @property
     def coalesce_url(self) -> str:
@@ -187,6 +203,9 @@ class LocalWorld:
         env.update(
             {name: LOCAL_SNOWFLAKE_PASSWORD for name in password_variables(Path(env["DW_CONTEXT_FILE"]))}
         )
+        if self.snowflake_sign_in == "key_pair":
+            del env["SNOWFLAKE_PASSWORD"]
+            env["SNOWFLAKE_PRIVATE_KEY_PATH"] = str(self._private_key_path)
         return env
 
     def coalesce_client(self):
@@ -224,6 +243,13 @@ class LocalWorld:
     def start(self, timeout: float = 60.0) -> LocalWorld:
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "SNOWFLAKE_DISABLE_PLATFORM_DETECTION": "true"}
+        if self.snowflake_sign_in == "key_pair" and "snowflake" in self.services:
+            from dw_local import snowflake_auth
+
+            public_key = snowflake_auth.new_key_pair(self._private_key_path)
+            snowflake_auth.register_user(
+                self.root / "snowflake", LOCAL_SNOWFLAKE_USER, ["KEYPAIR"], public_key
+            )
         try:
             # The simulator connects to Snowflake as it starts: it starts once Snowflake answers, the others
             # start together (each server's start is mostly its imports).
@@ -321,6 +347,7 @@ class LocalWorld:
             "ports": asdict(self.ports),
             "pids": {name: p.pid for name, p in self._procs.items()},
             "project_file": str(self.project_file),
+            "snowflake_sign_in": self.snowflake_sign_in,
         }
         (self.root / "world.json").write_text(json.dumps(state, indent=2))
 
@@ -356,7 +383,12 @@ class LocalWorld:
         state = cls.read_state(root)
         if state is None:
             raise WorldError(f"no local world is running under {root}: run `dw-dagster world up`")
-        return cls(root, ports=WorldPorts(**state["ports"]), project_file=Path(state["project_file"]))
+        return cls(
+            root,
+            ports=WorldPorts(**state["ports"]),
+            project_file=Path(state["project_file"]),
+            snowflake_sign_in=state.get("snowflake_sign_in", "password"),
+        )
 
     @classmethod
     def stop_running(cls, root: Path) -> bool:
