@@ -30,6 +30,8 @@ methods, its MERGE rewrite and its server routes).
   back with its offset in the session's time zone. Known gap: DuckDB keeps an instant, not the offset it was
   written with, so a TIMESTAMP_TZ stored with another offset comes back as the same instant in the
   session's offset; nothing may rely on the stored offset (the product compares instants).
+- Server-side bindings (qmark ``?``, numeric ``:1``): the values travel beside the text and QUERY_HISTORY
+  keeps the text as sent; a MERGE binds them wherever they stand (fakesnow could not).
 - ``INFORMATION_SCHEMA.TABLES`` (https://docs.snowflake.com/en/sql-reference/info-schema/tables): a row per
   table and view; ROW_COUNT is the table's row count (fakesnow gave DuckDB's estimate, which keeps deleted
   rows until a checkpoint) and NULL for a view (fakesnow listed no views).
@@ -423,6 +425,55 @@ def _ntz_bindings_without_zone(from_binding: Any) -> Any:
     return converted
 
 
+# -- Server-side bindings -----------------------------------------------------------------------------------
+
+
+def _is_merge(text: str) -> bool:
+    from sqlglot import exp
+    from sqlglot.errors import ParseError
+
+    from dw_local.snowflake_statements import parsed
+
+    try:
+        return isinstance(parsed(text), exp.Merge)
+    except ParseError:
+        return False
+
+
+def inline_bindings(text: str, values: list[Any], converter: Any) -> str:
+    """``text`` with each ``?`` or ``:n`` placeholder replaced by its bound value written as the connector
+    writes a client-side bound value. Snowflake binds a MERGE's values wherever they stand
+    (https://docs.snowflake.com/en/developer-guide/python-connector/python-connector-example#binding-data);
+    fakesnow splits a MERGE into statements that each take every value, which DuckDB refuses, so a MERGE's
+    values are written into the text it runs (QUERY_HISTORY keeps the text as sent, placeholders and all)."""
+    import sqlglot
+    from sqlglot.tokens import TokenType
+
+    def literal(index: int) -> str:
+        if not 0 <= index < len(values):
+            raise _error(f"SQL compilation error:\nBind variable {index + 1} not set.", 2049, "42601")
+        return str(converter.quote(converter.escape(converter.to_snowflake(values[index]))))
+
+    tokens = sqlglot.Dialect.get_or_raise("snowflake").tokenize(text)
+    spans: list[tuple[int, int, str]] = []
+    position = 0
+    for i, token in enumerate(tokens):
+        if token.token_type == TokenType.PLACEHOLDER and token.text == "?":
+            spans.append((token.start, token.end, literal(position)))
+            position += 1
+        elif (
+            token.token_type == TokenType.COLON
+            and i + 1 < len(tokens)
+            and tokens[i + 1].token_type == TokenType.NUMBER
+            and tokens[i + 1].start == token.end + 1
+            and (i == 0 or tokens[i - 1].token_type not in (TokenType.VAR, TokenType.IDENTIFIER))
+        ):
+            spans.append((token.start, tokens[i + 1].end, literal(int(tokens[i + 1].text) - 1)))
+    for start, end, value in reversed(spans):
+        text = text[:start] + value + text[end + 1 :]
+    return text
+
+
 # -- Installing ---------------------------------------------------------------------------------------------
 
 
@@ -476,17 +527,22 @@ def install(app: Any, fs: Any) -> Rules:
 
     execute = FakeSnowflakeCursor.execute
 
-    def execute_session_statements(self, command: str, *args: Any, **kwargs: Any):
-        # ALTER SESSION SET/UNSET TIMEZONE, which fakesnow does not implement.
-        altered = _ALTER_TIMEZONE.match(command) if kwargs.get("server") else None
-        if altered is None:
+    def execute_as_snowflake_does(self, command: str, *args: Any, **kwargs: Any):
+        if not kwargs.get("server"):
             return execute(self, command, *args, **kwargs)
-        name = altered.group(1).replace("''", "'") if altered.group(1) is not None else DEFAULT_TIMEZONE
-        set_timezone(self._conn, name)
-        self._execute(fakesnow.transforms.SUCCESS_NOP)
-        return self
+        # ALTER SESSION SET/UNSET TIMEZONE, which fakesnow does not implement.
+        altered = _ALTER_TIMEZONE.match(command)
+        if altered is not None:
+            name = altered.group(1).replace("''", "'") if altered.group(1) is not None else DEFAULT_TIMEZONE
+            set_timezone(self._conn, name)
+            self._execute(fakesnow.transforms.SUCCESS_NOP)
+            return self
+        bound = kwargs.get("binding_params")
+        if isinstance(bound, (list, tuple)) and bound and _is_merge(command):
+            command, kwargs["binding_params"] = inline_bindings(command, list(bound), self._converter), None
+        return execute(self, command, *args, **kwargs)
 
-    FakeSnowflakeCursor.execute = execute_session_statements
+    FakeSnowflakeCursor.execute = execute_as_snowflake_does
     _wrap_routes(app, rules)
     return rules
 

@@ -100,6 +100,27 @@ def test_a_merge_with_unique_source_keys_applies_and_inserts_only_merges_insert_
         assert _rows(cur, 'SELECT COUNT(*) FROM "DW_PROD"."OPS"."M" WHERE K = \'x\'') == [(2,)]
 
 
+def test_a_merge_binds_its_values_wherever_they_stand_and_counts_what_it_inserted(snowflake):
+    # The product's "insert if absent" shape: the key bound in USING, the row bound in INSERT VALUES.
+    insert_if_absent = (
+        'MERGE INTO "DW_PROD"."OPS"."EVENTS" AS t USING (SELECT ? AS ID, ? AS EVENT_KEY) AS s'
+        " ON t.ID = s.ID AND t.EVENT_KEY = s.EVENT_KEY"
+        " WHEN NOT MATCHED THEN INSERT (ID, EVENT_KEY, DETAIL) VALUES (?, ?, ?)"
+    )
+    with snowflake.connect(schema="OPS", paramstyle="qmark") as conn:
+        cur = conn.cursor()
+        cur.execute(
+            'CREATE OR REPLACE TABLE "DW_PROD"."OPS"."EVENTS" (ID VARCHAR, EVENT_KEY VARCHAR, DETAIL VARCHAR)'
+        )
+        inserted = []
+        for detail in ("first 'quoted' \\ detail", "second"):
+            cur.execute(insert_if_absent, ("i-1", "k-1", "i-1", "k-1", detail))
+            inserted.append(cur.rowcount)
+        assert inserted == [1, 0]
+        assert _rows(cur, 'SELECT DETAIL FROM "DW_PROD"."OPS"."EVENTS"') == [("first 'quoted' \\ detail",)]
+        assert "Bind variable 5 not set" in _refused(cur, insert_if_absent, ("i-2", "k-2", "i-2", "k-2"))
+
+
 # -- DuckDB-only SQL and division by zero --------------------------------------------------------------------
 
 
