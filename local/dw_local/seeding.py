@@ -40,6 +40,8 @@ _SHAPING = [
             "coalesce_sim",
             "snowflake_server.py",
             "snowflake_statements.py",
+            "snowflake_rules.py",
+            "snowflake_auth.py",
             "account_usage.py",
             "seeding.py",
             "daemon.py",

@@ -87,11 +87,8 @@ class SnowflakeTarget:
         # metadata endpoints. Set when connecting, not when this module is imported.
         os.environ.setdefault("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
 
-        sign_in = (
-            {"private_key_file": self.private_key_path}
-            if self.private_key_path
-            else {"password": self.password}
-        )
+        key = self.private_key_path
+        sign_in = {"private_key_file": key} if key else {"password": self.password}
         conn = snowflake.connector.connect(
             user=self.user,
             **sign_in,
@@ -347,7 +344,6 @@ class LocalWorld:
             "ports": asdict(self.ports),
             "pids": {name: p.pid for name, p in self._procs.items()},
             "project_file": str(self.project_file),
-            "snowflake_sign_in": self.snowflake_sign_in,
         }
         (self.root / "world.json").write_text(json.dumps(state, indent=2))
 
@@ -383,12 +379,7 @@ class LocalWorld:
         state = cls.read_state(root)
         if state is None:
             raise WorldError(f"no local world is running under {root}: run `dw-dagster world up`")
-        return cls(
-            root,
-            ports=WorldPorts(**state["ports"]),
-            project_file=Path(state["project_file"]),
-            snowflake_sign_in=state.get("snowflake_sign_in", "password"),
-        )
+        return cls(root, ports=WorldPorts(**state["ports"]), project_file=Path(state["project_file"]))
 
     @classmethod
     def stop_running(cls, root: Path) -> bool:
