@@ -146,10 +146,24 @@ def table_columns(columns: str) -> list[tuple[str, str]]:
     return out
 
 
+def resolved_name(name: str) -> str:
+    """A database or schema name as a user writes it to the connector (SNOWFLAKE_DATABASE, the metrics file's
+    ops_schema), as Snowflake resolves it: unquoted upper case, ``"quoted"`` exactly as written
+    (https://docs.snowflake.com/en/sql-reference/identifiers-syntax). Statements quote the resolved name, so
+    ``dw_prod`` names DW_PROD there as it does at login (quoted as written, it would name no database)."""
+    if len(name) > 1 and name.startswith('"') and name.endswith('"'):
+        return name[1:-1].replace('""', '"')
+    return name.upper()
+
+
 @dataclass(frozen=True)
 class OpsSchema:
     database: str
     schema: str = "DW_OPS"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "database", resolved_name(self.database))
+        object.__setattr__(self, "schema", resolved_name(self.schema))
 
     def table(self, name: str) -> str:
         return f"{quote(self.database)}.{quote(self.schema)}.{quote(name)}"
@@ -206,7 +220,8 @@ class OpsSchema:
         """A tagged connection whose current schema is this one (reused within a run)."""
         from snowflake.connector.errors import ProgrammingError  # imported with a connection, not at load
 
-        with warehouse.tagged_connection(purpose, schema=self.schema, **tag_fields) as conn:
+        # Quoted: the session's schema is the resolved name exactly (the connector passes it to Snowflake).
+        with warehouse.tagged_connection(purpose, schema=quote(self.schema), **tag_fields) as conn:
             try:
                 yield conn
             except ProgrammingError as e:

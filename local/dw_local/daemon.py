@@ -137,7 +137,7 @@ def _repository_origin() -> RemoteRepositoryOrigin:
     here is the state its sensor daemon reads (both find it by location, repository and name)."""
     target = LoadableTargetOrigin(
         executable_path=sys.executable,
-        module_name="dw_dagster.app.definitions",
+        module_name="dw_dagster.definitions",
         working_directory=str(REPO_DAGSTER_YAML.parent),
     )
     location = ManagedGrpcPythonEnvCodeLocationOrigin(target, location_name="dw_dagster")

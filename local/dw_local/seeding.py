@@ -38,7 +38,7 @@ _PRODUCT_DIR = Path(dw_dagster.__file__).resolve().parent
 _SHAPING = [
     *(_LOCAL_DIR / name for name in (
         "worlds", "scenarios/*.py", "coalesce_sim", "snowflake_server.py", "snowflake_statements.py",
-        "account_usage.py", "seeding.py", "daemon.py",
+        "snowflake_rules.py", "snowflake_auth.py", "account_usage.py", "seeding.py", "daemon.py",
     )),
     *(_PRODUCT_DIR / name for name in (
         "checks", "warehouse", "coalesce", "governance", "records", "sql.py", "config.py", "tags.py",

@@ -24,7 +24,8 @@ from dw_local.forkserver import child_setup, spawn
 from dw_local.world_clock import CLOCK_FILE_ENV, clock_env, without_clock
 
 DISTRIBUTOR_DIR = Path(__file__).parent / "worlds" / "distributor"
-# The local servers accept any credentials; these values are not secrets.
+# The local servers accept these credentials (any password, unless a world requires key pair); they are
+# not secrets.
 LOCAL_COALESCE_TOKEN = "local-coalesce-token"
 # The organization of the simulator's project (a project file's `project.orgID`, "1" unless it says).
 LOCAL_COALESCE_ORG_ID = "1"
@@ -77,6 +78,8 @@ class SnowflakeTarget:
     password: str = LOCAL_SNOWFLAKE_PASSWORD
     account: str = "fakesnow"
     protocol: str = "http"
+    private_key_path: str | None = None
+    """Set on a world that requires key pair (``LocalWorld(snowflake_sign_in="key_pair")``)."""
 
     def connect(self, database: str | None = LOCAL_DATABASE, schema: str | None = None, **kwargs: Any):
         import snowflake.connector
@@ -85,9 +88,11 @@ class SnowflakeTarget:
         # metadata endpoints. Set when connecting, not when this module is imported.
         os.environ.setdefault("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
 
+        key = self.private_key_path
+        sign_in = {"private_key_file": key} if key else {"password": self.password}
         conn = snowflake.connector.connect(
             user=self.user,
-            password=self.password,
+            **sign_in,
             account=self.account,
             host=self.host,
             port=self.port,
@@ -249,6 +254,7 @@ class LocalWorld:
         outlive_parent: bool = False,
         command: str | None = None,
         clock: bool = False,
+        snowflake_sign_in: str = "password",
     ):
         self.root = Path(root).resolve()
         self.services = services
@@ -262,6 +268,8 @@ class LocalWorld:
         self.scheduler = scheduler
         # The world's one clock (world_clock.py): the Slack stand-in stamps its messages with it.
         self.clock = clock
+        # "key_pair": the product's Snowflake user signs in only with its key pair (snowflake_auth.py).
+        self.snowflake_sign_in = snowflake_sign_in
         self._procs: dict[str, Any] = {}
         """Each server's process: a ``subprocess.Popen``, or a ``ForkedProcess`` of the fork server."""
 
@@ -269,7 +277,12 @@ class LocalWorld:
 
     @property
     def snowflake(self) -> SnowflakeTarget:
-        return SnowflakeTarget(host="127.0.0.1", port=self.ports.snowflake)
+        key = str(self._private_key_path) if self.snowflake_sign_in == "key_pair" else None
+        return SnowflakeTarget(host="127.0.0.1", port=self.ports.snowflake, private_key_path=key)
+
+    @property
+    def _private_key_path(self) -> Path:
+        return self.root / "keys" / "snowflake_rsa_key.p8"
 
     @property
     def coalesce_url(self) -> str:
@@ -313,6 +326,9 @@ class LocalWorld:
         env.update(
             {name: LOCAL_SNOWFLAKE_PASSWORD for name in password_variables(Path(env["DW_CONTEXT_FILE"]))}
         )
+        if self.snowflake_sign_in == "key_pair":
+            del env["SNOWFLAKE_PASSWORD"]
+            env["SNOWFLAKE_PRIVATE_KEY_PATH"] = str(self._private_key_path)
         return env
 
     def coalesce_client(self):
@@ -357,6 +373,13 @@ class LocalWorld:
         self.check_ports()
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "SNOWFLAKE_DISABLE_PLATFORM_DETECTION": "true"}
+        if self.snowflake_sign_in == "key_pair" and "snowflake" in self.services:
+            from dw_local import snowflake_auth
+
+            public_key = snowflake_auth.new_key_pair(self._private_key_path)
+            snowflake_auth.register_user(
+                self.root / "snowflake", LOCAL_SNOWFLAKE_USER, ["KEYPAIR"], public_key
+            )
         try:
             # The simulator connects to Snowflake as it starts: it starts once Snowflake answers, the others
             # start together (each server's start is mostly its imports).
