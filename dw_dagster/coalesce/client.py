@@ -263,7 +263,9 @@ class CoalesceClient(CoalesceHTTPClient):
     def list_jobs(
         self, environment_id: str, limit: int = DEFAULT_JOBS_PAGE_SIZE, order_by: str = "id"
     ) -> list[CoalesceJob]:
-        """The jobs of an environment (``GET /api/v1/environments/{id}/jobs``), every page followed.
+        """The jobs of an environment (``GET /api/v1/environments/{id}/jobs``), every page followed. No public
+        description lists this endpoint and a Coalesce may answer 404:
+        :func:`~dw_dagster.coalesce.job_discovery.find_jobs` falls back to reading jobs by id.
 
         Args:
             environment_id (str): The Coalesce environment ID.
