@@ -495,11 +495,6 @@ class CoalesceClient(CoalesceHTTPClient):
         ERROR level that the Coalesce run was left going, and why. ``environment_id`` saves a call to
         read the run's.
         """
-        if cancel_on_stop and self.org_id is None:
-            self._log.warning(
-                f"Coalesce run {run_counter}: no organization id (org_id) is configured, so if this wait is "
-                "stopped the run cannot be canceled and goes on; set the workspace's org_id (COALESCE_ORG_ID)"
-            )
         deadline = time.monotonic() + timeout
         last_status: CoalesceRunStatus | None = None
         try:

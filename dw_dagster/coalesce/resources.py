@@ -180,10 +180,11 @@ class CoalesceWorkspace(ConfigurableResource):
         """The workspace's client, made once; see :meth:`new_client` for one to close after use."""
         return self.new_client()
 
-    def new_client(self) -> CoalesceClient:
+    def new_client(self, in_sensor_tick: bool = False) -> CoalesceClient:
         """A new client (a context manager) for this host and token. A workspace handed to a sensor builder
         is not resolved by Dagster: its EnvVars are read here, so the token is the variable's value and
-        never its name."""
+        never its name. ``in_sensor_tick``: a page of detailed nodes gets the ordinary ``request_budget``,
+        not the minutes a refresh allows, and a slow one is asked again smaller at once."""
         resolved = self._resolved()
         return CoalesceClient(
             api_token=resolved.api_token,
@@ -196,8 +197,12 @@ class CoalesceWorkspace(ConfigurableResource):
             max_retry_wait=resolved.max_retry_wait,
             node_paging=CoalesceNodePaging(
                 page_size=resolved.node_page_size,
-                timeout=resolved.node_page_timeout,
-                retry_wait=resolved.node_page_retry_wait,
+                timeout=(
+                    min(resolved.node_page_timeout, resolved.request_budget)
+                    if in_sensor_tick
+                    else resolved.node_page_timeout
+                ),
+                retry_wait=0 if in_sensor_tick else resolved.node_page_retry_wait,
             ),
             org_id=resolved.org_id,
         )

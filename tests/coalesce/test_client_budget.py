@@ -142,3 +142,12 @@ def test_the_node_pages_the_job_ids_and_the_org_are_settings_of_the_component(
     with pytest.raises(Exception) as raised:
         CoalesceComponent.resolve_from_yaml("workspace: {environment_ids: '2', node_page_size: 900}\n")
     assert "node_page_size: 900; expected 1-500" in f"{raised.value} {raised.value.__cause__}"
+
+
+def test_a_sensor_ticks_client_reads_detailed_pages_within_a_calls_budget():
+    from dw_dagster.coalesce import CoalesceWorkspace
+
+    workspace = CoalesceWorkspace(api_token="t0ken", environment_ids=["2"], request_budget=20)
+    refresh, tick = workspace.new_client().node_paging, workspace.new_client(in_sensor_tick=True).node_paging
+    assert (refresh.timeout, refresh.retry_wait) == (240.0, 300.0)
+    assert (tick.page_size, tick.timeout, tick.retry_wait) == (200, 20.0, 0)
