@@ -315,6 +315,19 @@ class CoalesceClient(CoalesceHTTPClient):
             ),
         )
 
+    def list_run_details(
+        self,
+        environment_id: str | None = None,
+        run_type: CoalesceRunType | str | None = None,
+        order_by: str | None = None,
+        order_by_direction: Literal["asc", "desc"] | None = None,
+        limit: int | None = None,
+    ) -> CoalescePage[CoalesceRun]:
+        """One page of runs in full (``detail=true``, OpenAPI v6.2 ``Runs_listInformation``): each with its
+        ``runDetails`` (the job it ran) and its parameters. Arguments as :meth:`list_runs`'."""
+        params = _run_filters(environment_id, run_type, None, None, order_by, order_by_direction, limit)
+        return self._call(CoalescePage[CoalesceRun], "GET", "/api/v1/runs", params={**params, "detail": True})
+
     def iter_runs(
         self,
         environment_id: str | None = None,

@@ -10,8 +10,12 @@ version of that file calls the collection. So, in order:
 2. on a 404 (or 405), the job ids the workspace is configured with (``job_ids``), each read by id;
 3. otherwise the ids the last refresh found (kept in the state), each read again, then the ids just past
    the highest one, ten at a time, while they find jobs;
-4. otherwise a probe as the MCP server's: ids 1-50, then the next 50 while a job turns up among a batch's
-   last ten ids, up to id 10,000.
+4. with no last refresh, a probe as the MCP server's: ids 1-50, then the next 50 while a job turns up among a
+   batch's last ten ids, up to id 10,000;
+
+and, after 3 or 4, the jobs of the environment's latest refresh runs that these did not reach (one
+``GET /api/v1/runs?detail=true``, ``runDetails.jobID``): a job with an id far past the others is found once
+it has run.
 
 The state records which way the jobs were found (``CoalesceEnvironmentData.jobs_found_by``), so the next
 refresh starts from them instead of probing from 1, and the run sensor reads job names from the loaded
@@ -37,6 +41,8 @@ PROBE_BATCH = 50
 PROBE_TAIL = 10
 PROBE_MAX_ID = 10_000
 PROBE_CONCURRENCY = 8
+# The latest refresh runs whose jobs are read too: a job whose id a probe would not reach is found once it ran.
+RECENT_RUNS = 100
 # A collection that is not there.
 ABSENT_STATUSES = frozenset({404, 405})
 
@@ -73,21 +79,29 @@ def find_jobs(
 def probe_jobs(
     client: CoalesceClient, environment_id: str, known_ids: Sequence[str], log: logging.Logger
 ) -> list[CoalesceJob]:
-    """Jobs found by reading ids: the known ones, then ten past the highest while that finds jobs; with none
-    known, batches of 50 from id 1 while a job turns up in a batch's last ten ids."""
+    """Jobs found by reading ids: the known ones, then ten past the highest while that finds jobs (with none
+    known, batches of 50 from id 1 while a job turns up in a batch's last ten ids), then the latest runs' jobs
+    these did not reach."""
+    ran = _ran_job_ids(client, environment_id)
     numeric = sorted({int(i) for i in known_ids if str(i).isdigit()})
-    jobs = _read(client, environment_id, [str(i) for i in numeric])
-    start, batch = (numeric[-1] + 1, PROBE_TAIL) if numeric else (1, PROBE_BATCH)
-    asked = len(numeric)
+    if numeric:
+        jobs = _read(client, environment_id, [str(i) for i in numeric])
+        asked, start, batch = len(numeric), numeric[-1] + 1, PROBE_TAIL
+    else:
+        jobs, asked, start, batch = [], 0, 1, PROBE_BATCH
+    scanned_to = start - 1
     while start <= PROBE_MAX_ID:
         end = min(start + batch - 1, PROBE_MAX_ID)
         found = _read(client, environment_id, [str(i) for i in range(start, end + 1)])
-        asked += end - start + 1
+        asked, scanned_to = asked + end - start + 1, end
         jobs += found
         highest = max((int(j.id) for j in found if j.id.isdigit()), default=0)
         if highest < end - PROBE_TAIL + 1:
             break
         start = end + 1
+    beyond = [str(i) for i in ran if i > scanned_to and i not in numeric]
+    jobs += _read(client, environment_id, beyond)
+    asked += len(beyond)
     jobs.sort(key=lambda j: _id_order(j.id))
     log.info(
         f"Coalesce environment {environment_id} has no jobs listing (404): found {len(jobs)} job(s) by "
@@ -99,6 +113,15 @@ def probe_jobs(
             "job_ids (COALESCE_JOB_IDS)"
         )
     return jobs
+
+
+def _ran_job_ids(client: CoalesceClient, environment_id: str) -> list[int]:
+    """The ids of the jobs the environment's latest refresh runs ran."""
+    runs = client.list_run_details(
+        environment_id, run_type="refresh", order_by="id", order_by_direction="desc", limit=RECENT_RUNS
+    ).data
+    ids = {r.run_details.job_id for r in runs if r.run_details is not None and r.run_details.job_id}
+    return sorted(int(i) for i in ids if i.isdigit())
 
 
 def _read(client: CoalesceClient, environment_id: str, ids: Iterable[str]) -> list[CoalesceJob]:

@@ -20,19 +20,38 @@ LOG = logging.getLogger("test_job_discovery")
 
 
 class Coalesce:
-    """Jobs by id under environment 2; the listing answers only when ``listing`` is set."""
+    """Jobs by id under environment 2; the listing answers only when ``listing`` is set; the latest refresh
+    runs ran the jobs ``ran``."""
 
-    def __init__(self, job_ids: Iterable[int], listing: bool = False, broken: int | None = None):
+    def __init__(
+        self,
+        job_ids: Iterable[int],
+        listing: bool = False,
+        broken: int | None = None,
+        ran: Iterable[int] = (),
+    ):
         self.jobs = {
             str(i): {"id": str(i), "name": f"job_{i}", "includeSelector": "{location: MART}"} for i in job_ids
         }
         self.listing = listing
         self.broken = broken
+        self.ran = list(ran)
         self.asked: list[str] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
         self.asked.append(path)
+        if path == "/api/v1/runs":
+            assert dict(request.url.params) == {
+                "environmentID": "2", "runType": "refresh", "orderBy": "id", "orderByDirection": "desc",
+                "limit": "100", "detail": "true",
+            }  # fmt: skip
+            runs = [
+                {"id": 90 - n, "runType": "refresh", "runStatus": "completed",
+                 "runDetails": {"environmentID": "2", "jobID": str(job)}}
+                for n, job in enumerate(self.ran)
+            ]  # fmt: skip
+            return httpx.Response(200, json={"data": runs, "limit": 100})
         if path == JOBS_PATH:
             if not self.listing:
                 return _error(404, "Not found.")
@@ -63,6 +82,13 @@ def test_the_listing_is_used_when_it_answers() -> None:
     assert coalesce.asked == [JOBS_PATH]
 
 
+def test_a_job_a_probe_would_not_reach_is_found_once_it_has_run() -> None:
+    coalesce = Coalesce([2, 120], ran=[120, 2, 120])
+    jobs, found_by = find_jobs(coalesce.client(), "2", [], [], LOG)
+    assert ([j.id for j in jobs], found_by) == (["2", "120"], "probe")
+    assert coalesce.probed() == [*range(1, 51), 120]
+
+
 def test_without_a_listing_ids_are_probed_as_the_mcp_server_does() -> None:
     # 48 is among the first batch's last ten ids, so ids 51-100 are asked too; 60 is not among theirs.
     coalesce = Coalesce([1, 2, 5, 48, 60])
@@ -72,10 +98,10 @@ def test_without_a_listing_ids_are_probed_as_the_mcp_server_does() -> None:
 
 
 def test_the_next_refresh_reads_what_it_found_and_only_looks_just_past_it() -> None:
-    coalesce = Coalesce([1, 2, 5, 48, 60, 63])  # 63 is new since the last refresh found up to 60
+    coalesce = Coalesce([1, 2, 5, 48, 60, 63, 64], ran=[64])  # 63 and 64 are new since the last refresh
     jobs, found_by = find_jobs(coalesce.client(), "2", [], ["1", "2", "5", "48", "60", "9"], LOG)
-    assert ([j.id for j in jobs], found_by) == (["1", "2", "5", "48", "60", "63"], "probe")
-    # Each known id (9 is gone), then 61-70 (63 found), then 71-80 (nothing): 26 reads, not 100.
+    assert ([j.id for j in jobs], found_by) == (["1", "2", "5", "48", "60", "63", "64"], "probe")
+    # Each known id (9 is gone), then 61-70 (63 and 64), then 71-80 (nothing): 26 reads, not 100.
     assert coalesce.probed() == [1, 2, 5, 9, 48, 60, *range(61, 81)]
 
 
