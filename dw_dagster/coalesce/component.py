@@ -43,10 +43,12 @@ from dagster.components.utils.translation import (
 )
 from dagster_shared.serdes.objects.models.defs_state_info import DefsStateManagementType
 
+from dw_dagster.coalesce.client import CoalesceNodePaging
 from dw_dagster.coalesce.errors import CoalesceAttributeError, CoalesceConfigError, describe_validation_errors
 from dw_dagster.coalesce.http_client import DEFAULT_REQUEST_BUDGET, MAX_RETRY_WAIT
 from dw_dagster.coalesce.job_assets import CoalesceJobAssets, CoalesceRunAs, build_job_assets
 from dw_dagster.coalesce.models import COALESCE_DEFAULT_BASE_URL
+from dw_dagster.coalesce.previous_state import read_previous_state
 from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.coalesce.sensor_builder import build_coalesce_polling_sensor
 from dw_dagster.coalesce.specs import load_coalesce_asset_specs
@@ -93,6 +95,25 @@ class CoalesceWorkspaceArgs(dg.Model, dg.Resolvable):
         default=MAX_RETRY_WAIT,
         description="The longest single wait before a retry, whatever Retry-After asks (seconds, above 0).",
     )
+    job_ids: list[str] | str = pydantic.Field(
+        default=[],
+        description="Where Coalesce has no jobs listing (404): the ids of the jobs to read, as a list or "
+        "comma-separated. Empty: the jobs the last refresh found, else probed by id.",
+    )
+    # No bounds here: a template ("{{ env(...) }}") is checked against them before it renders.
+    # CoalesceNodePaging refuses values out of range, naming the attribute.
+    node_page_size: int = pydantic.Field(
+        default=CoalesceNodePaging.page_size, description="Detailed nodes a page (1-500)."
+    )
+    node_page_timeout: float = pydantic.Field(
+        default=CoalesceNodePaging.timeout,
+        description="Seconds one page of detailed nodes may take; a page that takes longer is asked again "
+        "a tenth the size.",
+    )
+    node_page_retry_wait: float = pydantic.Field(
+        default=CoalesceNodePaging.retry_wait,
+        description="Seconds to wait after a page of detailed nodes timed out.",
+    )
 
     @pydantic.field_validator("base_url")
     @classmethod
@@ -126,12 +147,11 @@ class CoalesceWorkspaceArgs(dg.Model, dg.Resolvable):
         return value
 
     def ids(self) -> list[str]:
-        raw = (
-            self.environment_ids.split(",") if isinstance(self.environment_ids, str) else self.environment_ids
-        )
-        return [i.strip() for i in raw if i.strip()]
+        return _id_list(self.environment_ids)
 
     def to_workspace(self) -> CoalesceWorkspace:
+        # Refused at load, naming the attribute, rather than at the first refresh.
+        CoalesceNodePaging(self.node_page_size, self.node_page_timeout, self.node_page_retry_wait)
         return CoalesceWorkspace(
             base_url=self.base_url.rstrip("/"),
             api_token=dg.EnvVar(self.api_token_env_var),
@@ -142,6 +162,10 @@ class CoalesceWorkspaceArgs(dg.Model, dg.Resolvable):
             request_retry_delay=self.request_retry_delay,
             request_budget=self.request_budget,
             max_retry_wait=self.max_retry_wait,
+            job_ids=_id_list(self.job_ids),
+            node_page_size=self.node_page_size,
+            node_page_timeout=self.node_page_timeout,
+            node_page_retry_wait=self.node_page_retry_wait,
         )
 
 
@@ -187,6 +211,11 @@ def attribute_error(context: dg.ResolutionContext, problems: Sequence[str]) -> C
         lines.append(f"{source.file_name}:{source.start_line_no}: {source.location}: {what}")
         snippet = snippet or source.snippet
     return CoalesceAttributeError("\n".join(lines) + (f"\n{snippet}" if snippet else ""))
+
+
+def _id_list(ids: list[str] | str) -> list[str]:
+    raw = ids.split(",") if isinstance(ids, str) else ids
+    return [i.strip() for i in raw if i.strip()]
 
 
 def _resolve_workspace(context: dg.ResolutionContext, model: Any) -> CoalesceWorkspace:
@@ -315,7 +344,8 @@ class CoalesceComponent(StateBackedComponent, dg.Model, dg.Resolvable):
                 "workspace.environment_ids: empty; name the Coalesce environments to load (for example "
                 "COALESCE_ENVIRONMENT_IDS=2)"
             )
-        state_path.write_text(self.workspace.fetch_workspace_data().serialize())
+        previous = read_previous_state(self.defs_state_config.key, state_path)
+        state_path.write_text(self.workspace.fetch_workspace_data(previous).serialize())
 
     def load_state(self, state_path: Path) -> CoalesceWorkspaceData:
         source = f"Coalesce state {self.defs_state_config.key}"

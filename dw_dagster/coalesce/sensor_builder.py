@@ -451,8 +451,9 @@ def build_coalesce_polling_sensor(
     )
     def _coalesce_run_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         cursor = CoalesceRunSensorCursor.parse(context.cursor)
-        # A client per tick: its connections do not outlive the tick.
-        with workspace.new_client() as client:
+        # A client per tick: its connections do not outlive the tick. A hook that lists detailed nodes (the
+        # governance review) gets pages that fit a call's ordinary budget, not the minutes a refresh allows.
+        with workspace.new_client(in_sensor_tick=True) as client:
             tick = _Tick(
                 context=context,
                 client=client,
