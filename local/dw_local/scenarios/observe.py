@@ -37,7 +37,8 @@ class IncidentReport:
     owners: list[str]
     time_to_detect_s: float
     assets: list[str]
-    """The tables the incident's findings are on (root cause is scored right only on a related one)."""
+    """The tables the incident's findings are on (root cause is scored right only on a related one); for an
+    incident tonight continued, those of tonight's findings."""
     continued: bool = False
     """An incident opened on an earlier night that tonight's findings continue (a reply in its thread)."""
     related_to: list[str] = field(default_factory=list)
@@ -133,6 +134,7 @@ def _collect(
     """Tonight's findings (on any incident, new or already open, explained ones at WARN), the incidents tonight
     opened, the earlier ones it continued, and those it resolved."""
     continued: dict[str, list[tuple[datetime, Finding]]] = {}
+    earlier = set(seen)  # the incidents opened before tonight
     incidents = store.list()
     for incident in incidents:
         events = store.events(incident.incident_id)
@@ -160,11 +162,14 @@ def _collect(
     by_id = {i.incident_id: i for i in incidents}
     for incident_id, findings in continued.items():
         target = by_id.get(incident_id)
-        if target is None:
+        # An incident opened tonight is reported as opened, with the findings merged into it: it continues
+        # nothing.
+        if target is None or incident_id not in earlier:
             continue
         first = min((at for at, _ in findings), default=target.updated_at)
-        own = [(e.at, Finding.model_validate(e.detail)) for e in store.events(incident_id, kind="finding")]
-        observed.incidents.append(_incident_report(store, target, own, first, ended, continued=True))
+        # Its tables are tonight's findings' (what continued it), not those of the nights before: a night
+        # continues a fault's incident only with a finding on a table that fault can make wrong.
+        observed.incidents.append(_incident_report(store, target, findings, first, ended, continued=True))
 
 
 def _incident_report(
