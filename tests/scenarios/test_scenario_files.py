@@ -512,6 +512,19 @@ def test_scoring_counts_related_detections_false_alarms_and_root_causes():
     assert (dw.faults, dw.false_alarms, dw.table_nights) == (0, 1, 3)
 
 
+def test_the_baselines_repeat_of_last_nights_point_is_no_detection_but_can_be_a_false_alarm():
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    repeat = {"asset": "inventory/fct", "recorded_at": at, "rescored": True}
+    fault = _night(baseline_alarms=[repeat, {**repeat, "asset": "inventory/dim"}])
+    _, base, _ = score_night(fault)
+    assert (base.detected, base.false_alarms, base.ttd) == (0, 1, [])
+    tonight = _night(
+        baseline_alarms=[{**repeat, "rescored": False, "recorded_at": at + timedelta(seconds=4)}]
+    )
+    assert (score_night(tonight)[1].detected, score_night(tonight)[1].ttd) == (1, [4.0])
+    assert BASELINE == "Elementary 0.25.1 defaults"
+
+
 def test_a_sign_change_names_an_expected_unit_change_and_a_key_of_several_columns_any_of_its_labels():
     def correct(expected: str, got: str, key: str = "KIND=audio", named: str = "KIND=audio") -> int:
         night = _night(expected_classes=[expected], expected_keys=[key], incidents=[_incident(got, [named])])

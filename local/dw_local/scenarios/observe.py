@@ -1,6 +1,7 @@
 """A night played and watched on one running world, and what it showed: the Coalesce run, the checks'
-tables, the incidents the product opened, continued and resolved, its alarms and the Elementary-default
-baseline's. What a night shows depends on the world and the night's events, not on the scenario playing it.
+tables, the incidents the product opened, continued and resolved, its alarms and the Elementary baseline's
+(``baseline.py``). What a night shows depends on the world and the night's events, not on the scenario
+playing it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dw_dagster.incidents.lifecycle_view import latest_diagnosis
 from dw_dagster.incidents.models import Finding, Incident
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.ops import OpsSchema
-from dw_local.scenarios.baseline import elementary_alarms
+from dw_local.scenarios.baseline import ElementaryBaseline
 
 if TYPE_CHECKING:
     from dw_local.scenarios.worlds import ScenarioWorld
@@ -85,7 +86,8 @@ def _gap(evidence: dict[str, Any]) -> dict[str, float]:
 
 class Observer:
     """What a night is played and watched through on one running world: the local daemon's tick, then what
-    the product recorded (incidents, findings, freshness alarms) and the Elementary-default baseline."""
+    the product recorded (incidents, findings, freshness alarms) and the Elementary baseline, whose tests
+    remember the schemas of the previous night's run (as they stand when the observer starts)."""
 
     def __init__(self, world: ScenarioWorld, lw: LocalWorld):
         from dw_local.daemon import LocalDaemon
@@ -99,6 +101,9 @@ class Observer:
         self.graph = LineageGraph(specs)
         self.volume_assets = [s.key.to_user_string() for s in monitored_specs(self.metrics, specs)]
         self.seen = {i.incident_id: i.status for i in self.store.list()}
+        self.baseline = ElementaryBaseline(self.metrics, self.ops, self.graph, self.volume_assets)
+        with self.lw.snowflake.connect(database=self.world.database) as conn:
+            self.baseline.snapshot(conn.cursor())
 
     def play(self, night: int, events: list[Any]) -> Observed:
         """Plays the world's ``night`` with ``events`` and returns what was seen of it."""
@@ -118,13 +123,14 @@ class Observer:
             Alarm(a, "freshness_policy", "not built in its schedule's window", datetime.now(UTC))
             for a in outcome.stale()
         ]
+        if result.run_id is None:
+            return observed  # Elementary runs with the job: no run, no tests
+        # The tests run right after the job: what they read themselves is stamped from the run's end.
         with self.lw.snowflake.connect(database=self.world.database) as conn:
-            observed.baseline_alarms = [
-                asdict(a)
-                for a in elementary_alarms(
-                    conn.cursor(), self.ops, self.metrics, self.volume_assets, business_date
-                )
-            ]
+            alarms = self.baseline.alarms(
+                conn.cursor(), business_date, result.watched_at, ended, untested=set(outcome.stale())
+            )
+        observed.baseline_alarms = [asdict(a) for a in alarms]
         return observed
 
 
