@@ -65,7 +65,9 @@ ANOMALY_SENSITIVITY = 3.0
 BACKFILL_DAYS = 2
 """``backfill_days`` (``get_config_var.sql:117``), the default detection period: a point is flagged only if
 its ``bucket_end`` is after the latest one's minus 2 days (``get_anomaly_query.sql:136``), so each run scores
-the previous night's point again, on the window as it stands tonight."""
+the previous night's point again, on the window as it stands tonight; and the test failing again alerts
+again: ``edr monitor`` suppresses repeats for ``alert_suppression_interval`` hours, 0 by default (elementary
+0.25, ``elementary/monitor/data_monitoring/alerts/data_monitoring_alerts.py:112``)."""
 MIN_POINTS = 2
 """``min_training_set_size`` (7, ``get_config_var.sql:144``) has not been applied since commit 279d49ec
 ("remove min_training_set_size", 2023): any training set of more than one point is scored."""
