@@ -83,7 +83,7 @@ def _proposal_blocks(i: int, p: Proposal, context: ContextFile | None) -> list[B
                 )
     if p.rerun:
         lines.append(
-            f"• Coalesce run of `{escape(p.rerun.include_selector)}` in environment {escape(p.rerun.environment_id)}:"
+            f"• Coalesce run of `{escape(p.rerun.include_selector)}` in {escape(p.rerun.environment)}:"
             f" {escape(p.rerun.reason)}"
         )
     blocks: list[Block] = line_sections(head, lines)

@@ -111,7 +111,7 @@ def undo_steps(plan: RemediationPlan, changes: Sequence[Change]) -> list[str]:
     for p in plan.of_kind(ProposalKind.SCOPED_RERUN):
         if p.rerun:
             steps.append(
-                f"Rerun `{p.rerun.include_selector}` in environment {p.rerun.environment_id} to rebuild the tables."
+                f"Rerun `{p.rerun.include_selector}` in {p.rerun.environment} to rebuild the tables."
             )
     return steps
 

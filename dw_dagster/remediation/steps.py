@@ -195,9 +195,7 @@ class RemediationSteps:
                     )
                     told = True
                 time.sleep(config.poll_seconds)
-            context.log.info(
-                f"{nc.node_name}: the proposed change is deployed in environment {nc.environment_id}"
-            )
+            context.log.info(f"{nc.node_name}: the proposed change is deployed in {nc.environment}")
             deployed.append(nc.node_name)
         return deployed
 
