@@ -136,7 +136,7 @@ class CoalesceWorkspaceArgs(dg.Model, dg.Resolvable):
     @classmethod
     def _above_zero(cls, value: float) -> float:
         if not value > 0:
-            raise ValueError(f"expected a number of seconds above 0, got {value!r}")
+            raise ValueError("expected a number of seconds above 0")
         return value
 
     @pydantic.field_validator("request_max_retries", "request_retry_delay")

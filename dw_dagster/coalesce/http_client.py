@@ -266,6 +266,9 @@ class CoalesceHTTPClient:
         ``startingFrom``, the other parameters (``orderBy`` included) unchanged.
         """
         params = dict(params)
+        # Coalesce refuses a cursor without the order it was given for ("When using startingFrom, you
+        # must also include the orderBy parameter", docs.coalesce.io/docs/api/query-parameters).
+        params.setdefault("orderBy", "id")
         while True:
             page = self._call(CoalescePage[model], "GET", path, params=params)
             yield from page.data
