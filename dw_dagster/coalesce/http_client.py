@@ -284,8 +284,11 @@ class CoalesceHTTPClient:
 
 
 def _retry_after_seconds(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
     try:
-        return max(0.0, float(response.headers["Retry-After"]))
-    except (KeyError, ValueError):
-        # Absent, or an HTTP date: fall back to the backoff.
+        return max(0.0, float(value))
+    except ValueError:
+        # An HTTP date: fall back to the backoff.
         return None
