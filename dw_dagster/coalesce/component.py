@@ -367,7 +367,7 @@ class CoalesceComponent(StateBackedComponent, dg.Model, dg.Resolvable):
             return dg.Definitions()
         # Loading builds hundreds of thousands of small, long-lived objects and no cycles worth collecting.
         # The cyclic collector would rescan them all, again and again (two thirds of the load at 10,000
-        # nodes: benchmarks/README.md): pause it, then freeze what was built so later collections skip it.
+        # nodes: benchmarks/HISTORY.md): pause it, then freeze what was built so later collections skip it.
         collecting = gc.isenabled()
         gc.disable()
         try:
