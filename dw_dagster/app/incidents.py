@@ -104,9 +104,11 @@ def build_incident_definitions(
                 )
                 if context_file is not None:
                     gated_notifier(slack, store, context_file).post_update(
-                        target, continuation_text(settlement, incident, findings), kind="continued",
+                        target,
+                        continuation_text(settlement, incident, findings),
+                        kind="continued",
                         version=incident_id,
-                    )  # fmt: skip
+                    )
                 return
             if context_file is not None:
                 plan_ctx = PlanContext(ctx, context_file, specs_by_key(), coalesce.get_client())

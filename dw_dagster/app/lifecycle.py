@@ -84,9 +84,16 @@ def build_lifecycle_job(
         if action == "resolve":
             passed = {s: "passed" for s in sorted({f.signature for f in findings_of(store, incident_id)})}
             resolve(
-                store, incident, by=SYSTEM, reason=due.reason.capitalize() + ".", key=f"auto|{due.night}",
-                how="auto", slack=slack, context_file=context_file, verification=passed,
-            )  # fmt: skip
+                store,
+                incident,
+                by=SYSTEM,
+                reason=due.reason.capitalize() + ".",
+                key=f"auto|{due.night}",
+                how="auto",
+                slack=slack,
+                context_file=context_file,
+                verification=passed,
+            )
         else:
             store.update_detail(incident_id, stale_since=str(due.night))
             store.append_event(
@@ -94,9 +101,11 @@ def build_lifecycle_job(
             )
             if context_file is not None:
                 gated_notifier(slack, store, context_file).post_update(
-                    incident, f":hourglass: Stale: {due.reason}. New findings open incidents of their own.",
-                    kind="stale", version=str(due.night),
-                )  # fmt: skip
+                    incident,
+                    f":hourglass: Stale: {due.reason}. New findings open incidents of their own.",
+                    kind="stale",
+                    version=str(due.night),
+                )
         context.log.info(f"{incident_id}: {action} ({due.reason})")
         context.log_event(view_of(store, store.get(incident_id) or incident).materialization())
 
