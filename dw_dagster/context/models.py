@@ -37,6 +37,7 @@ from dw_dagster.config import (
     validate_timezone,
 )
 from dw_dagster.context.governance import GovernanceConfig
+from dw_dagster.sql import positional
 
 _KEY_PATTERN = r"^[a-z0-9_\-]+(/[a-z0-9_\-]+)*$"
 _ENV_VAR = r"^[A-Z_][A-Z0-9_]*$"
@@ -212,7 +213,13 @@ class ReferenceTable(FileModel):
     @field_validator("draft_sql")
     @classmethod
     def _one_read_only_statement(cls, v: str | None) -> str | None:
-        return None if v is None else validate_read_only_sql(v)
+        if v is None:
+            return None
+        try:
+            positional(v, {"key": None})
+        except ValueError as e:
+            raise ValueError(f"binds only the missing key, written %(key)s: {e}") from None
+        return validate_read_only_sql(v)
 
 
 class ContextFile(FileModel):
