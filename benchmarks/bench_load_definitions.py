@@ -1,35 +1,56 @@
-"""Time to load the code location's definitions for a synthetic Coalesce environment of N nodes.
+"""Loading the code location's definitions for a synthetic Coalesce environment of N nodes, side by side
+with bare Dagster building the same specs from the same nodes.
 
 Writes a workspace state of N nodes (10 columns each, column lineage to 1-3 parents, a join per node, 20 jobs
-with location selectors), then times what a code server does at start: read and validate the state,
-translate every node, build the repository (the asset graph). With ``--gc-compare`` it also times the same load with Python's
-cyclic garbage collector paused, and prints the ratio (how much of the load is the collector walking the
-objects the load allocates). With ``--schedules`` a metrics file gives each job a daily schedule, so every
-node gets the freshness policy of the job that builds it. Run:
+with location selectors) into a Dagster instance's definitions state, as ``dw-dagster coalesce refresh``
+keeps it. Then, round after round, each in a fresh process (as a code server or a run worker starts):
 
-    .venv/bin/python benchmarks/bench_load_definitions.py [--nodes 10000] [--gc-compare] [--schedules]
+- **bare**: what bare Dagster needs to load the same nodes: the state read and validated into the same
+  node records, one plain ``dg.AssetSpec`` per node with the same key, deps, description, group, kinds,
+  table name, column schema and column lineage (no ``coalesce/*`` metadata, no components, no product
+  layer), then the repository built (``Definitions.get_repository_def``, the asset graph). It pauses the
+  cyclic collector while it reads the state and makes the specs, as the product's loader does, so the two
+  compare work, not the collector (which, left on, takes most of a load this size).
+- **product**: the code server's load: Dagster's own initial load of ``dw_dagster.definitions`` (the
+  component tree, the Coalesce state from the instance's storage, every layer) up to the repository.
+- with ``--run-worker``, **worker**: what a run worker does before its first step, with the load data the
+  code server's load recorded (the state versions it pinned): the checks run's job, its subset and its
+  execution plan (``dagster api execute_run``: ``core_execute_run`` and ``execute_run_iterator``). This
+  needs jobs and checks, so ``--run-worker`` loads the production shape: a warehouse database, a metrics
+  file with the volume check on one location's nodes and every job scheduled.
+
+Each process imports its modules before the clock starts; the figures are the load alone. Rounds
+alternate the loads so that each round's ratio compares loads made under the same machine load; the
+summary gives each load's median and the median of the rounds' ratios, and the load average.
+``--profile`` prints the product load's profile (cProfile, cumulative) instead. Run:
+
+    .venv/bin/python benchmarks/bench_load_definitions.py [--nodes 10000] [--rounds 3] [--schedules]
+        [--run-worker] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import random
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
-import tracemalloc
 from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
 import yaml
-from dagster._core.storage.defs_state.base import set_defs_state_storage
 
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
 from dw_dagster.coalesce.workspace_models import CoalesceEnvironment, CoalesceJob, CoalesceNode
 
 LOCATIONS = [f"LOC_{i:02d}" for i in range(20)]
+ENTRY_MODULE = "dw_dagster.definitions"
 
 
 def synthetic_workspace(n: int, seed: int = 1) -> CoalesceWorkspaceData:
@@ -105,82 +126,278 @@ def synthetic_workspace(n: int, seed: int = 1) -> CoalesceWorkspaceData:
     )
 
 
+# -- bare Dagster ------------------------------------------------------------------------------------------
+
+
+def bare_dagster_definitions(data: CoalesceWorkspaceData) -> dg.Definitions:
+    """One plain ``AssetSpec`` per node, as bare Dagster would declare the same tables: the key, deps,
+    description, group and kinds the translator gives, the table name, the column schema (constraints from
+    the column tests) and the column lineage; nothing else."""
+    specs = []
+    for env in data.environments:
+        by_name = {(n.location_name or "", n.name): n for n in env.nodes}
+        by_id = {n.id: n for n in env.nodes}
+        column_names = {c.column_id: c.name for n in env.nodes for c in n.metadata.columns}
+        keys = {
+            n.id: dg.AssetKey([(n.location_name or "coalesce").lower(), n.name.lower()]) for n in env.nodes
+        }
+        for node in env.nodes:
+            parents = {
+                p.id: p
+                for m in node.metadata.source_mapping
+                for d in m.dependencies
+                if (p := by_name.get((d.location_name, d.node_name))) is not None
+            }
+            lineage = {
+                column.name: [
+                    dg.TableColumnDep(asset_key=keys[r.node_id], column_name=column_names[r.column_id])
+                    for s in column.sources
+                    for r in s.column_references
+                    if r.node_id in by_id and r.column_id in column_names
+                ]
+                for column in node.metadata.columns
+            }
+            lineage = {c: deps for c, deps in lineage.items() if deps}
+            schema = dg.TableSchema(
+                columns=[
+                    dg.TableColumn(
+                        name=c.name,
+                        type=c.data_type,
+                        description=c.description,
+                        constraints=dg.TableColumnConstraints(
+                            nullable=c.nullable and "notNull" not in node.metadata.column_tests(c),
+                            unique=c.unique_key or c.primary_key or "unique" in node.metadata.column_tests(c),
+                        ),
+                    )
+                    for c in node.metadata.columns
+                ]
+            )
+            metadata = {
+                "dagster/table_name": ".".join(p for p in (node.database, node.schema_name, node.name) if p),
+                "dagster/column_schema": schema,
+            }
+            if lineage:
+                metadata["dagster/column_lineage"] = dg.TableColumnLineage(deps_by_column=lineage)
+            specs.append(
+                dg.AssetSpec(
+                    key=keys[node.id],
+                    deps=[keys[p] for p in parents],
+                    description=node.description or f"Coalesce {node.node_type} node {node.name}",
+                    group_name=(node.location_name or "coalesce").lower(),
+                    kinds={"coalesce", "snowflake"},
+                    metadata=metadata,
+                )
+            )
+    return dg.Definitions(assets=specs)
+
+
+def load_bare(state: Path) -> dg.RepositoryDefinition:
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        data = CoalesceWorkspaceData.parse(state.read_text(), str(state))
+        defs = bare_dagster_definitions(data)
+    finally:
+        gc.freeze()
+        if collecting:
+            gc.enable()
+    return defs.get_repository_def()
+
+
+# -- the product, as Dagster's processes load it ----------------------------------------------------------
+
+
+def _pointer():
+    from dagster._core.code_pointer import ModuleCodePointer
+
+    return ModuleCodePointer(ENTRY_MODULE, "defs", os.getcwd())
+
+
+def load_product(instance: dg.DagsterInstance):
+    """The code server's initial load (``dagster api grpc -m dw_dagster.definitions``): the instance's
+    defs-state storage current, Dagster's own loader from the module."""
+    from dagster._core.definitions.reconstruct import initialize_repository_def_from_pointer
+    from dagster._core.storage.defs_state.base import set_defs_state_storage
+
+    with set_defs_state_storage(instance.defs_state_storage):
+        return initialize_repository_def_from_pointer(_pointer())
+
+
+def run_worker_plan(instance: dg.DagsterInstance, load_data, job_name: str, checks) -> int:
+    """What ``dagster api execute_run`` does before the first step of a checks run: the job with the code
+    server's load data, then its subset and the execution plan (``core_execute_run``,
+    ``execute_run_iterator``). Returns the plan's step count."""
+    from dagster._core.definitions.reconstruct import ReconstructableRepository
+    from dagster._core.execution.api import create_execution_plan
+    from dagster._core.storage.defs_state.base import set_defs_state_storage
+
+    with set_defs_state_storage(instance.defs_state_storage):
+        repo = ReconstructableRepository(_pointer()).with_repository_load_data(load_data)
+        recon_job = repo.get_reconstructable_job(job_name)
+        recon_job.get_definition()
+        subset = recon_job.get_subset(asset_selection=set(), asset_check_selection=set(checks))
+        plan = create_execution_plan(subset, repository_load_data=load_data)
+    return len(plan.step_keys_to_execute)
+
+
+# -- one measurement per process ---------------------------------------------------------------------------
+
+
+def child(kind: str, home: Path, state: Path, profile: bool) -> dict:
+    from dagster_shared.serdes import deserialize_value, serialize_value
+
+    # Every module the load uses, imported before the clock starts.
+    import dw_dagster.app.components  # noqa: F401
+    import dw_dagster.definitions  # noqa: F401
+
+    instance = dg.DagsterInstance.get()
+    if kind == "bare":
+        t0 = time.perf_counter()
+        repo = load_bare(state)
+        elapsed = time.perf_counter() - t0
+        return {"seconds": elapsed, "assets": len(repo.asset_graph.get_all_asset_keys())}
+    if kind == "product":
+        if profile:
+            import cProfile
+            import pstats
+
+            profiler = cProfile.Profile()
+            profiler.enable()
+            load_product(instance)
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
+            return {}
+        t0 = time.perf_counter()
+        repo = load_product(instance)
+        elapsed = time.perf_counter() - t0
+        checks = sorted(repo.asset_graph.asset_check_keys)
+        (home / "load_data").write_text(serialize_value(repo.repository_load_data))
+        (home / "checks").write_text(serialize_value(checks))
+        return {
+            "seconds": elapsed,
+            "assets": len(repo.asset_graph.get_all_asset_keys()),
+            "checks": len(checks),
+        }
+    load_data = deserialize_value((home / "load_data").read_text())
+    checks = deserialize_value((home / "checks").read_text())
+    t0 = time.perf_counter()
+    steps = run_worker_plan(instance, load_data, "__ASSET_JOB", checks)
+    return {"seconds": time.perf_counter() - t0, "steps": steps}
+
+
+def run_child(kind: str, home: Path, state: Path, env: dict[str, str], profile: bool = False) -> dict:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", kind, "--home", str(home), "--state", str(state)]
+        + (["--profile"] if profile else []),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{kind} load failed:\n{out.stderr[-4000:]}")
+    if profile:
+        print(out.stdout)
+        return {}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=10_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument(
-        "--gc-compare", action="store_true", help="also time the load with the cyclic GC paused"
-    )
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--schedules", action="store_true", help="a metrics file scheduling every job (freshness policies)"
     )
+    parser.add_argument(
+        "--run-worker",
+        action="store_true",
+        help="the production shape (warehouse, checks, schedules), and a run worker's load of the checks run",
+    )
+    parser.add_argument("--profile", action="store_true", help="print the product load's profile")
+    parser.add_argument("--child", choices=["bare", "product", "worker"], help=argparse.SUPPRESS)
+    parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--state", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.home, args.state, args.profile)))
+        return
 
-    from dw_dagster.app.definitions import build_definitions
     from dw_dagster.app.project import coalesce_components
 
     with tempfile.TemporaryDirectory() as tmp:
-        data = synthetic_workspace(args.nodes)
+        home = Path(tmp) / "home"
+        home.mkdir()
+        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
         state = Path(tmp) / "state"
-        state.write_text(data.serialize())
-        size_mb = state.stat().st_size / 1e6
-        for name in ("DW_CONTEXT_FILE", "DW_METRICS_FILE", "COALESCE_BASE_URL", "SNOWFLAKE_DATABASE"):
-            os.environ.pop(name, None)
-        os.environ["COALESCE_ENVIRONMENT_IDS"] = "2"
-        if args.schedules:
-            metrics = Path(tmp) / "metrics.yaml"
+        state.write_text(synthetic_workspace(args.nodes).serialize())
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DW_", "COALESCE_", "SNOWFLAKE_"))}
+        env.update(DAGSTER_HOME=str(home), COALESCE_ENVIRONMENT_IDS="2")
+        metrics: dict = {}
+        if args.schedules or args.run_worker:
             schedules = {
                 f"job_{j}": {"cron": f"0 {j % 24} * * *", "timezone": "America/Chicago", "grace_minutes": 60}
                 for j in range(len(LOCATIONS))
             }
-            metrics.write_text(yaml.safe_dump({"freshness": {"schedules": schedules}}))
-            os.environ["DW_METRICS_FILE"] = str(metrics)
-        # The state where `dw-dagster coalesce refresh` keeps it: the instance's definitions state.
-        instance = dg.DagsterInstance.local_temp(tmp)
-        storage = instance.defs_state_storage
-        (component,) = coalesce_components()
-        storage.upload_state_from_path(component.defs_state_config.key, "bench", state)
-
-        def build_definitions_():
-            with set_defs_state_storage(storage):
-                return build_definitions()
-
-        times = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            repo = build_definitions_().get_repository_def()
-            assert len(repo.asset_graph.get_all_asset_keys()) >= args.nodes
-            times.append(time.perf_counter() - t0)
-        best = min(times)
-        # Memory in a separate run: tracing allocations slows Python several times over.
-        tracemalloc.start()
-        build_definitions_().get_repository_def()
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-        scheduled = f", {len(LOCATIONS)} jobs scheduled (freshness policies)" if args.schedules else ""
-        print(f"nodes: {args.nodes}, state file: {size_mb:.1f} MB{scheduled}")
-        print(
-            f"load definitions (read + validate state, translate, build asset graph): best {best:.2f} s, "
-            f"median {sorted(times)[len(times) // 2]:.2f} s over {args.repeat} runs (goal < 5 s)"
-        )
-        print(f"per node: {1000 * best / args.nodes:.3f} ms; peak traced memory {peak / 1e6:.0f} MB")
-        if args.gc_compare:
-            paused = []
-            for _ in range(args.repeat):
-                gc.collect()
-                gc.disable()
-                try:
-                    t0 = time.perf_counter()
-                    build_definitions_().get_repository_def()
-                    paused.append(time.perf_counter() - t0)
-                finally:
-                    gc.enable()
-            print(
-                f"with the cyclic GC paused during the load: best {min(paused):.2f} s "
-                f"({best / min(paused):.1f}x faster; the collector's share of the load is about "
-                f"{100 * (1 - min(paused) / best):.0f}%)"
+            metrics["freshness"] = {"schedules": schedules}
+        if args.run_worker:
+            metrics["volume"] = {"assets": [f"{LOCATIONS[0].lower()}/*"]}
+            env.update(
+                SNOWFLAKE_DATABASE="DW",
+                SNOWFLAKE_ACCOUNT="bench",
+                SNOWFLAKE_USER="bench",
+                SNOWFLAKE_PASSWORD="bench",
             )
+        if metrics:
+            (Path(tmp) / "metrics.yaml").write_text(yaml.safe_dump(metrics))
+            env["DW_METRICS_FILE"] = str(Path(tmp) / "metrics.yaml")
+        os.environ.update(env)
+        # The state where `dw-dagster coalesce refresh` keeps it: the instance's definitions state.
+        with dg.DagsterInstance.get() as instance:
+            (component,) = coalesce_components()
+            instance.defs_state_storage.upload_state_from_path(
+                component.defs_state_config.key, "bench", state
+            )
+        if args.profile:
+            run_child("product", home, state, env, profile=True)
+            return
+        kinds = ["bare", "product", *(["worker"] if args.run_worker else [])]
+        figures: dict[str, list[dict]] = {k: [] for k in kinds}
+        loads = []
+        for r in range(args.rounds):
+            for kind in kinds if r % 2 == 0 else [kinds[1], kinds[0], *kinds[2:]]:
+                figures[kind].append(run_child(kind, home, state, env))
+            loads.append(os.getloadavg()[0])
+            line = ", ".join(f"{k} {figures[k][-1]['seconds']:.2f} s" for k in kinds)
+            print(
+                f"round {r + 1}: {line}; product/bare {figures['product'][-1]['seconds'] / figures['bare'][-1]['seconds']:.2f}x (load {loads[-1]:.1f})"
+            )
+        product = figures["product"][-1]
+        shape = (
+            f", {product['checks']} checks, every job scheduled, a warehouse"
+            if args.run_worker
+            else (f", {len(LOCATIONS)} jobs scheduled" if args.schedules else "")
+        )
+        print(
+            f"nodes: {args.nodes}, state file: {state.stat().st_size / 1e6:.1f} MB{shape}; {product['assets']} assets"
+        )
+        median = {k: statistics.median(f["seconds"] for f in figures[k]) for k in kinds}
+        ratios = [
+            p["seconds"] / b["seconds"] for p, b in zip(figures["product"], figures["bare"], strict=True)
+        ]
+        print(f"bare Dagster (same nodes, plain specs, repository): median {median['bare']:.2f} s")
+        print(f"dw-dagster code server load: median {median['product']:.2f} s")
+        print(
+            f"ratio to the bare-Dagster floor: median {statistics.median(ratios):.2f}x "
+            f"(rounds: {', '.join(f'{r:.2f}x' for r in ratios)}; goal <= 1.2x)"
+        )
+        if args.run_worker:
+            print(
+                f"run worker, checks run up to its plan ({figures['worker'][-1]['steps']} steps): median "
+                f"{median['worker']:.2f} s ({median['worker'] / median['product']:.2f}x the code server's load)"
+            )
+        print(f"load average during the rounds: {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

@@ -146,6 +146,7 @@ def bench_definitions(coalesce_url: str, snowflake_port: int):
         asset_specs=specs,
         on_run_finished=build_run_hook(BusinessDay(), warehouse, OpsSchema(DATABASE), workspace),
         asset_selection=dg.AssetSelection.all_asset_checks(),
+        batch_run_events=True,  # as the code location sets it (dw_dagster/app/defs/coalesce/defs.yaml)
     )
     metrics = MetricsFile(volume=VolumeMonitoring(assets=["*"]))
     defs = dg.Definitions.merge(

@@ -4,6 +4,8 @@ level or inside a function (read from the source, so a lazy import counts as muc
 The declared order, bottom first (README.md, "Layout", says the same):
 
 - ``coalesce``: the Coalesce integration, standalone (``tests/coalesce/test_standalone.py``).
+- ``internals``: Dagster's private names the product uses, in one module behind the version check (the
+  integration keeps its own in ``coalesce/dagster_internals.py``): no other module imports them.
 - ``event_log``: Dagster event log storages the instance's ``dagster.yaml`` names.
 - ``config``, ``sql``, ``tags``, ``runs``: leaves (configuration files, SQL quoting, run tags, run failures).
 - ``records``: the shared records (findings, incidents, diagnoses, plans, receipts, keys, policy).
@@ -27,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ROOT / "dw_dagster"
 
 LAYERS = [
-    "coalesce", "event_log", "config", "sql", "tags", "runs", "records", "warehouse", "context", "checks",
+    "coalesce", "internals", "event_log", "config", "sql", "tags", "runs", "records", "warehouse", "context", "checks",
     "cost", "governance", "incidents", "notifications", "remediation", "app", "definitions", "__main__",
 ]  # fmt: skip
 
@@ -77,6 +79,51 @@ def test_no_package_imports_one_above_it() -> None:
         if unit(module) != unit(name) and unit(module) in rank and rank[unit(name)] > rank[unit(module)]
     ]
     assert not upward, "\n".join(upward)
+
+
+# Where a module may import Dagster's private names (``dagster._*``, ``dagster_shared.*``): behind the check.
+INTERNALS = ("dw_dagster/internals.py", "dw_dagster/coalesce/dagster_internals.py")
+
+
+def private_dagster_imports(path: Path) -> list[tuple[str, int]]:
+    """(module, line) of each import of one of Dagster's private names in ``path``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [
+                f"{node.module}.{a.name}" if node.module == "dagster" else node.module for a in node.names
+            ]
+        else:
+            continue
+        out += [(n, node.lineno) for n in names if n.startswith(("dagster._", "dagster_shared"))]
+    return out
+
+
+def test_dagsters_private_names_are_imported_by_the_internals_modules_only() -> None:
+    outside = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for path in sorted(PRODUCT.rglob("*.py"))
+        if not str(path.relative_to(ROOT)).startswith(INTERNALS)
+        for name, line in private_dagster_imports(path)
+    ]
+    assert not outside, "\n".join(outside)
+
+
+def test_each_internals_module_checks_the_version_before_its_private_imports() -> None:
+    for path in [ROOT / p for p in INTERNALS]:
+        private = private_dagster_imports(path)
+        assert private, f"{path.relative_to(ROOT)} imports none of Dagster's private names"
+        tree = ast.parse(path.read_text())
+        checks = [
+            n.lineno
+            for n in tree.body
+            if isinstance(n, ast.Expr)
+            and isinstance(n.value, ast.Call)
+            and getattr(n.value.func, "id", None) == "require_verified_dagster"
+        ]
+        assert checks and checks[0] < min(line for _, line in private), f"{path.relative_to(ROOT)}"
 
 
 def test_the_integration_imports_only_itself() -> None:

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import dagster as dg
 import pydantic
-from dagster._record import replace
 
 from dw_dagster.app.checks import build_check_definitions
 from dw_dagster.app.coalesce_runs import build_run_hook
@@ -44,6 +43,7 @@ from dw_dagster.coalesce.state import REFRESH_HINT
 from dw_dagster.config import DwConfigError, load_yaml_documents
 from dw_dagster.context.models import ContextFile, load_context_file
 from dw_dagster.context.specs import attach_context, build_context_asset_specs
+from dw_dagster.internals import replace
 from dw_dagster.notifications.incident_view import INCIDENTS_KEY
 from dw_dagster.notifications.resources import slack_from_env
 from dw_dagster.sql import table_parts, table_reference
@@ -106,10 +106,10 @@ def ref_resolver(specs: Sequence[dg.AssetSpec]) -> Callable[[str, str], str]:
             tables[(meta.location, meta.node_name)] = table_reference(*parts)
 
     def resolve(location: str, name: str) -> str:
-        try:
-            return tables[(location, name)]
-        except KeyError:
-            raise ValueError(f"ref('{location}', '{name}'): no such Coalesce node in the workspace") from None
+        table = tables.get((location, name))
+        if table is None:
+            raise ValueError(f"ref('{location}', '{name}'): no such Coalesce node in the workspace")
+        return table
 
     return resolve
 
@@ -242,6 +242,7 @@ class OperationsComponent(dg.Component, dg.Model, dg.Resolvable):
             name=RUN_SENSOR_NAME,
             # The hook requests checks-only runs of what each Coalesce run built.
             asset_selection=dg.AssetSelection.all_asset_checks(),
+            batch_run_events=coalesce.batch_run_events,
         )
         # Diagnosis walks the whole graph: the Coalesce assets and the systems around them.
         incidents = build_incident_definitions([*pipeline, *systems], metrics, resolve, ops, ctx, resources)

@@ -17,7 +17,6 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 import dagster as dg
-from dagster._time import get_current_datetime
 
 from dw_dagster.app.reporting import record_finding
 from dw_dagster.checks.metrics import MetricsFile
@@ -32,6 +31,7 @@ from dw_dagster.cost.night import (
     node_assets,
 )
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.internals import get_current_datetime
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 

@@ -39,12 +39,8 @@ def load_definitions(instance: dg.DagsterInstance) -> dg.Definitions:
     """The definitions as a code server of ``instance`` loads them: the Coalesce state read from that
     instance's storage, whatever an earlier load in this process left current (the storage an instance
     entered, or the load context a run's reconstruction set, pinned to another instance's versions)."""
-    from dagster._core.definitions.definitions_load_context import (
-        DefinitionsLoadContext,
-        DefinitionsLoadType,
-    )
-
     from dw_dagster.app.project import pinned_defs_state_storage
+    from dw_dagster.internals import DefinitionsLoadContext, DefinitionsLoadType
 
     with pinned_defs_state_storage(instance.defs_state_storage):
         # Built inside the storage's scope: an initial load reads that storage's latest versions.

@@ -15,11 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.storage.defs_state.base import DefsStateStorage, set_defs_state_storage
 from dagster.components.core.component_tree import ComponentTree
 
 from dw_dagster.app.components import OperationsComponent, check_defs_files
 from dw_dagster.coalesce.component import CoalesceComponent
+from dw_dagster.internals import DefsStateStorage, set_defs_state_storage
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 """The package itself: its ``dg.toml`` declares the project, so the component tree, the ``defs.yaml`` files and

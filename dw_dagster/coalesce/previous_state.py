@@ -4,7 +4,7 @@ for again).
 Dagster hands ``write_state_to_path`` only the path to write. The state kept beside the code
 (``LOCAL_FILESYSTEM``) is still at that path then (Dagster's refresh removes it as a directory, which a
 file is not); the state kept in the instance (``VERSIONED_STATE_STORAGE``) is read through Dagster's
-private ``DefsStateStorage``, on the Dagster version it was verified on only. Anything that cannot be read
+private ``DefsStateStorage`` (``dagster_internals``, with its version check). Anything that cannot be read
 is no previous state: the refresh then finds the jobs from scratch, which costs calls, never correctness.
 """
 
@@ -14,13 +14,9 @@ import logging
 import tempfile
 from pathlib import Path
 
-import dagster as dg
-from dagster._core.storage.defs_state.base import DefsStateStorage
-
+from dw_dagster.coalesce.dagster_internals import DefsStateStorage
 from dw_dagster.coalesce.errors import CoalesceStateError
 from dw_dagster.coalesce.state import CoalesceWorkspaceData
-
-VERIFIED_DAGSTER_VERSION = "1.13.27"
 
 logger = logging.getLogger(__name__)
 
@@ -39,14 +35,6 @@ def read_previous_state(key: str, state_path: Path) -> CoalesceWorkspaceData | N
 def _previous_text(key: str, state_path: Path) -> str | None:
     if state_path.is_file():
         return state_path.read_text()
-    if dg.__version__ != VERIFIED_DAGSTER_VERSION:
-        logger.warning(
-            "Dagster %s: reading the previous Coalesce state was verified on %s only; jobs are found from "
-            "scratch",
-            dg.__version__,
-            VERIFIED_DAGSTER_VERSION,
-        )
-        return None
     storage = DefsStateStorage.get()
     version = storage.get_latest_version(key) if storage is not None else None
     if storage is None or version is None:

@@ -5,10 +5,10 @@ from datetime import UTC, datetime
 from functools import cached_property
 
 from dagster import Config, ConfigurableResource, EnvVar, get_dagster_logger
-from dagster._utils.cached_method import cached_method
 from pydantic import Field
 
 from dw_dagster.coalesce.client import CoalesceClient, CoalesceNodePaging
+from dw_dagster.coalesce.dagster_internals import cached_method
 from dw_dagster.coalesce.errors import CoalesceConfigError
 from dw_dagster.coalesce.http_client import DEFAULT_REQUEST_BUDGET, MAX_RETRY_WAIT
 from dw_dagster.coalesce.job_discovery import find_jobs

@@ -1,7 +1,7 @@
 """Stores a tick's runless asset events in a few transactions, where Dagster's storage allows it.
 
 Dagster's sensor daemon stores a ``SensorResult``'s ``asset_events`` one ``report_runless_asset_event`` at a
-time: about 11 ms each, 22 s for a 2,000-node run (benchmarks/README.md, "2026-12-02 (tick)"), past the
+time: about 11 ms each, 22 s for a 2,000-node run (benchmarks/HISTORY.md, "2026-12-02 (tick)"), past the
 daemon's tick budget. :func:`store_runless_asset_events` writes the same ``EventLogEntry`` rows that call
 builds, with the same asset index rows (tags, the asset table's latest materialization or observation), in
 one transaction on dagster-postgres and in one run-shard and one index transaction on Dagster's sqlite
@@ -12,10 +12,11 @@ asset table's rows that the private ``_store_asset_event`` writes (its values fr
 ``_get_asset_entry_values``): the public ``store_event_batch`` updates the asset table for the batch's last
 event only (dagster-postgres), and the public ``store_asset_event`` opens a transaction per event. Each
 event is serialised once, for both of sqlite's shards and for its asset row, and the asset rows go in a few
-multi-row upserts instead of a statement (on postgres a round trip) per asset. So it is used only on the
-storage classes it was verified on (or a subclass that overrides none of the methods it calls or mirrors),
-with the dagster version pinned in pyproject.toml; anywhere else it stores nothing and the caller hands the
-events to the daemon.
+multi-row upserts instead of a statement (on postgres a round trip) per asset. So it is off unless
+configured (the polling sensor's ``batch_run_events``, the component attribute of the same name), and then
+used only on the storage classes it was verified on (or a subclass that overrides none of the methods it
+calls or mirrors; ``dagster_internals`` refuses to load on a dagster release other than the verified one);
+on any other storage it stores nothing, a warning says it is off, and the caller hands the events to the daemon.
 ``tests/production/test_runless_store.py`` compares what it stores with what ``report_runless_asset_event``
 stores on both storages: it is the test that fails when Dagster's internals change.
 
@@ -26,19 +27,31 @@ crash in between leaves rows only in the runless run's own log, written again on
 
 from __future__ import annotations
 
+import logging
+import weakref
 from collections.abc import Sequence
 
 import dagster as dg
-from dagster._core.events import AssetObservationData, DagsterEvent, DagsterEventType, StepMaterializationData
-from dagster._core.events.log import EventLogEntry
-from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID
-from dagster._core.storage.event_log.migration import ASSET_KEY_INDEX_COLS
-from dagster._core.storage.event_log.schema import AssetKeyTable, SqlEventLogStorageTable
-from dagster._time import datetime_from_timestamp, get_current_timestamp
 from sqlalchemy.dialects import postgresql, sqlite
 
-VERIFIED_DAGSTER_VERSION = "1.13.27"
-SQLITE_STORAGE = "dagster._core.storage.event_log.sqlite.sqlite_event_log.SqliteEventLogStorage"
+from dw_dagster.coalesce.dagster_internals import (
+    ASSET_KEY_INDEX_COLS,
+    RUNLESS_JOB_NAME,
+    RUNLESS_RUN_ID,
+    AssetKeyTable,
+    AssetObservationData,
+    DagsterEvent,
+    DagsterEventType,
+    EventLogEntry,
+    SqlEventLogStorageTable,
+    SqliteEventLogStorage,
+    StepMaterializationData,
+    datetime_from_timestamp,
+    get_current_timestamp,
+)
+
+FEATURE = "The run sensor's batched events (batch_run_events)"
+SQLITE_STORAGE = f"{SqliteEventLogStorage.__module__}.{SqliteEventLogStorage.__qualname__}"
 POSTGRES_STORAGE = "dagster_postgres.event_log.event_log.PostgresEventLogStorage"
 VERIFIED_STORAGES = {SQLITE_STORAGE: "sqlite", POSTGRES_STORAGE: "postgres"}
 # Asset rows per upsert: four bound values each, well under PostgreSQL's 65,535 per statement.
@@ -54,6 +67,10 @@ USED_METHODS = (
     "has_secondary_index",
     "_has_asset_key_index_cols_on_connection",
 )
+
+logger = logging.getLogger(__name__)
+# Storages already told that the fast path is off on them: a daemon's instance is told once, not every tick.
+_warned_storages: weakref.WeakSet = weakref.WeakSet()
 
 
 def runless_entry(event: dg.AssetMaterialization | dg.AssetObservation) -> EventLogEntry:
@@ -81,9 +98,8 @@ def runless_entry(event: dg.AssetMaterialization | dg.AssetObservation) -> Event
 
 def batch_storage_kind(instance: dg.DagsterInstance) -> str | None:
     """``"sqlite"`` or ``"postgres"`` when the instance's event log is a storage this module was verified
-    on (that class, or a subclass that overrides none of the methods used here; pinned dagster), else None."""
-    if dg.__version__ != VERIFIED_DAGSTER_VERSION:
-        return None
+    on (that class, or a subclass that overrides none of the methods used here), else None. (The dagster
+    release is checked when ``dagster_internals`` loads.)"""
     cls = type(instance.event_log_storage)
     for base in cls.__mro__:
         kind = VERIFIED_STORAGES.get(f"{base.__module__}.{base.__qualname__}")
@@ -96,9 +112,22 @@ def store_runless_asset_events(
     instance: dg.DagsterInstance, events: Sequence[dg.AssetMaterialization | dg.AssetObservation]
 ) -> bool:
     """Stores ``events`` in order as ``report_runless_asset_event`` would, in as few transactions as the
-    storage allows. False, with nothing stored, when the storage is not one this was verified on."""
+    storage allows. False, with nothing stored and a warning that the feature is off, when the storage is
+    not one this was verified on."""
     kind = batch_storage_kind(instance)
     if kind is None:
+        storage = type(instance.event_log_storage)
+        name = f"{storage.__module__}.{storage.__qualname__}"
+        if instance.event_log_storage not in _warned_storages:
+            _warned_storages.add(instance.event_log_storage)
+            logger.warning(
+                "%s is off on this instance: its event log storage %s is not one they were verified on "
+                "(%s, or a subclass that overrides none of %s); the daemon stores the events one at a time",
+                FEATURE,
+                name,
+                " or ".join(VERIFIED_STORAGES),
+                ", ".join(USED_METHODS),
+            )
         return False
     entries = [runless_entry(event) for event in events]
     if entries:

@@ -1,2 +1,3 @@
 """Dagster event log storages for the deployment: Dagster's own, storing a run's planned check events in one
-transaction (``planned_checks``). Named in the instance's ``dagster.yaml`` (``event_log_storage``)."""
+transaction when configured (``batch_planned_check_events``; ``planned_checks``). Named in the instance's
+``dagster.yaml`` (``event_log_storage``)."""

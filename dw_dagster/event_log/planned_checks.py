@@ -4,16 +4,17 @@ Dagster's ``create_run`` logs one ``ASSET_CHECK_EVALUATION_PLANNED`` event per c
 UI shows as the check "in progress"), one ``store_event`` each: an ``event_logs`` row (on sqlite twice, in
 the run's shard and in the index) and the check's execution record (an ``asset_check_executions`` row,
 PLANNED), each on a connection and commit of its own. For the checks run of a 2,000-node Coalesce run that is
-2,001 events, 29-37 s on this machine (benchmarks/README.md), most of the run sensor's tick.
+2,001 events, 29-37 s on this machine (benchmarks/HISTORY.md), most of the run sensor's tick.
 
 The events carry batch metadata, so with ``DAGSTER_EVENT_BATCH_SIZE`` set Dagster hands them to the
 storage's ``store_event_batch``, which Dagster's own storages still store one at a time; the storages of
-this package (``sqlite``, ``postgres``) write them with :func:`insert_planned_check_events` in one
-transaction. It builds the rows as Dagster's private ``_event_to_row`` and
-``_store_asset_check_evaluation_planned`` do, so it is used only with the dagster version it was verified
-on (pinned in pyproject.toml); for any other batch or version the storages leave the events to Dagster's own
-path. ``tests/production/test_planned_check_events.py`` compares what both paths store on both storages: it
-is the test that fails when Dagster's internals change.
+this package (``sqlite``, ``postgres``), configured with ``batch_planned_check_events: true``, write them
+with :func:`insert_planned_check_events` in one transaction. It builds the rows as Dagster's private
+``_event_to_row`` and ``_store_asset_check_evaluation_planned`` do (their names come from
+``dw_dagster/internals.py``, which refuses to load on a dagster release other than the verified one), so it
+is off unless configured; any other batch is left to Dagster's own path.
+``tests/production/test_planned_check_events.py`` compares what both paths store on both storages: it is the
+test that fails when Dagster's internals change.
 """
 
 from __future__ import annotations
@@ -22,22 +23,34 @@ from collections.abc import Sequence
 from typing import Any
 
 import dagster as dg
-from dagster._core.events import DagsterEventType
-from dagster._core.events.log import EventLogEntry
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
-from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable, SqlEventLogStorageTable
-from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
 
-VERIFIED_DAGSTER_VERSION = "1.13.27"
+from dw_dagster.internals import (
+    AssetCheckExecutionRecordStatus,
+    AssetCheckExecutionsTable,
+    DagsterEventType,
+    EventLogEntry,
+    SqlEventLogStorage,
+    SqlEventLogStorageTable,
+)
+
+CONFIG_FIELD = "batch_planned_check_events"
+CONFIG_SCHEMA = {
+    CONFIG_FIELD: dg.Field(
+        bool,
+        is_required=False,
+        default_value=False,
+        description="Store a run's planned check events (a batch of DAGSTER_EVENT_BATCH_SIZE) in one "
+        "transaction, through Dagster's internals (verified on the pinned dagster release).",
+    )
+}
+"""The storages' setting, beside their own (``event_log_storage.config`` in ``dagster.yaml``)."""
 
 
 def is_planned_check_batch(storage: SqlEventLogStorage, events: Sequence[EventLogEntry]) -> bool:
-    """Whether the storage's ``store_event_batch`` may write ``events`` with this module: planned check
-    events of one run, the verified dagster, and a schema with the execution records (Dagster's path raises
-    its own error otherwise)."""
+    """Whether ``events`` are what this module writes: planned check events of one run, on a schema with the
+    execution records (Dagster's path raises its own error otherwise)."""
     return (
-        dg.__version__ == VERIFIED_DAGSTER_VERSION
-        and bool(events)
+        bool(events)
         and all(e.dagster_event_type == DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED for e in events)
         and len({e.run_id for e in events}) == 1
         and storage.supports_asset_checks

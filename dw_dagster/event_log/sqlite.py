@@ -1,6 +1,6 @@
 """Dagster's sqlite event log storage (the local world's), storing a run's planned check events in one
-run-shard and one index transaction (``planned_checks``), over connections it keeps open between operations
-(``_connect``)."""
+run-shard and one index transaction when configured (``planned_checks``), over connections it keeps open
+between operations (``_connect``)."""
 
 from __future__ import annotations
 
@@ -13,19 +13,25 @@ from contextlib import contextmanager
 import sqlalchemy.exc as db_exc
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from dagster._core.events.log import EventLogEntry
-from dagster._core.storage.event_log.schema import SqlEventLogStorageMetadata, SqlEventLogStorageTable
-from dagster._core.storage.event_log.sqlite import sqlite_event_log
-from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
-from dagster._core.storage.sql import get_alembic_config
-from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS, create_db_conn_string
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Connection, Engine
 
 from dw_dagster.event_log.planned_checks import (
+    CONFIG_SCHEMA,
     event_rows,
     insert_planned_check_events,
     is_planned_check_batch,
+)
+from dw_dagster.internals import (
+    INDEX_SHARD_NAME,
+    SQLITE_BUSY_TIMEOUT_SECONDS,
+    EventLogEntry,
+    SqlEventLogStorageMetadata,
+    SqlEventLogStorageTable,
+    SqliteEventLogStorage,
+    create_db_conn_string,
+    get_alembic_config,
+    sqlite_event_log,
 )
 
 # Run shards whose connection stays open besides the index's: a run writes to its own shard and a tick reads
@@ -41,7 +47,8 @@ def _migrations() -> ScriptDirectory:
 
 
 class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
-    """``SqliteEventLogStorage`` (same config: ``base_dir``, the folder of its run shards and index).
+    """``SqliteEventLogStorage`` (same config: ``base_dir``, the folder of its run shards and index), and
+    ``batch_planned_check_events`` (default false).
 
     The run's shard is committed first: a failure of the index transaction leaves the events in the run's
     own log when Dagster then stores the batch again one event at a time (there twice; the index once).
@@ -52,10 +59,15 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
     still run one at a time under Dagster's lock, each in its own transaction, so other processes see each
     commit as before; an idle connection holds no lock."""
 
-    def __init__(self, base_dir: str, inst_data=None):
+    def __init__(self, base_dir: str, inst_data=None, batch_planned_check_events: bool = False):
         self._engines: OrderedDict[str, Engine] = OrderedDict()
         self._engines_pid = os.getpid()
         super().__init__(base_dir, inst_data)
+        self.batch_planned_check_events = batch_planned_check_events
+
+    @classmethod
+    def config_type(cls) -> dict:
+        return {**super().config_type(), **CONFIG_SCHEMA}
 
     @classmethod
     def from_config_value(cls, inst_data, config_value) -> BatchedSqliteEventLogStorage:
@@ -127,7 +139,7 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
         self._close_connections()
 
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
-        if not is_planned_check_batch(self, events):
+        if not (self.batch_planned_check_events and is_planned_check_batch(self, events)):
             super().store_event_batch(events)
             return
         rows = event_rows(self, events)

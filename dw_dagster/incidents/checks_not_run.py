@@ -12,11 +12,15 @@ from collections.abc import Mapping, Sequence
 from datetime import date
 
 import dagster as dg
-from dagster._core.execution.retries import auto_reexecution_should_retry_run
-from dagster._core.storage.tags import RETRY_NUMBER_TAG, ROOT_RUN_ID_TAG, WILL_RETRY_TAG
 
 from dw_dagster import tags
 from dw_dagster.incidents.evidence import DiagnosisContext
+from dw_dagster.internals import (
+    RETRY_NUMBER_TAG,
+    ROOT_RUN_ID_TAG,
+    WILL_RETRY_TAG,
+    auto_reexecution_should_retry_run,
+)
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident
 from dw_dagster.runs import failure_reason
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from datetime import date
 
 import dagster as dg
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from dw_dagster import tags
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.internals import AssetCheckExecutionRecordStatus
 from dw_dagster.records.incidents import Finding, Incident
 from dw_dagster.records.policy import IncidentPolicy
 

@@ -25,12 +25,12 @@ from zoneinfo import ZoneInfo
 
 import dagster as dg
 from croniter import croniter
-from dagster._core.definitions.freshness import FreshnessState
 
 from dw_dagster import tags
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.context.specs import key_from_path
 from dw_dagster.incidents.evidence import DiagnosisContext
+from dw_dagster.internals import FreshnessState
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident
 
 SKIPPED_RUN_CHECK = "scheduled_run"

@@ -47,6 +47,11 @@ def fmt_count(n: int) -> str:
     return f"{n:,}"
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 row``, ``3 rows``: a count with its noun, as a person writes it (never ``row(s)``)."""
+    return f"{fmt_count(n)} {noun if n == 1 else plural or noun + 's'}"
+
+
 def fmt_number(value: float) -> str:
     """``41800.0`` -> ``41,800``; ``2.35`` -> ``2.4``; ``0.0312`` -> ``0.031``; ``1234.56`` -> ``1,235``."""
     if not math.isfinite(value):

@@ -26,13 +26,12 @@ from typing import Any
 from uuid import uuid4
 
 import dagster as dg
-from dagster._core.events import EngineEventData
-from dagster._core.storage.tags import PARENT_RUN_ID_TAG
 from pydantic import TypeAdapter, ValidationError
 
 from dw_dagster.config import DwConfigError
 from dw_dagster.context.models import ContextFile, Person
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.internals import PARENT_RUN_ID_TAG, EngineEventData
 from dw_dagster.records.incidents import IncidentEvent
 from dw_dagster.records.remediation import SYSTEM_ACTOR, Approval, Decision, ProposalKind, RemediationPlan
 from dw_dagster.remediation.audit import TrailSigner, audited

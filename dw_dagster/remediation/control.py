@@ -33,6 +33,7 @@ from dw_dagster.context.models import ContextFile, Person
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.incident_notifier import IncidentNotifier
 from dw_dagster.notifications.resources import SlackNotifier
+from dw_dagster.notifications.text import counted
 from dw_dagster.records.incidents import Incident
 from dw_dagster.records.remediation import RemediationPlan
 from dw_dagster.remediation.audit import CONTROL, AuditTrail, Record, TrailSigner, utc
@@ -99,7 +100,7 @@ class ControlState(BaseModel):
             shown = "; ".join(self.ignored[:3]) + (
                 f"; and {len(self.ignored) - 3} more" if len(self.ignored) > 3 else ""
             )
-            text += f" [ignored {len(self.ignored)} control row(s): {shown}]"
+            text += f" [ignored {counted(len(self.ignored), 'control row')}: {shown}]"
         return text
 
 

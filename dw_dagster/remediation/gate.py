@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import dagster as dg
-from dagster._core.events import EngineEventData
 
 from dw_dagster.context.models import ContextFile, Person
+from dw_dagster.internals import EngineEventData
 from dw_dagster.records.remediation import Approval, Decision, RemediationPlan
 from dw_dagster.remediation.approvals import (
     REMEDIATION_JOB,

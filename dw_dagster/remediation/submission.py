@@ -26,17 +26,17 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from dagster._core.storage.tags import (
+from pydantic import BaseModel
+
+from dw_dagster.config import resolve_env_vars
+from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.internals import (
     CODE_LOCATION_TAG,
     HIDDEN_TAG_PREFIX,
     RUN_KEY_TAG,
     SENSOR_NAME_TAG,
     TICK_ID_TAG,
 )
-from pydantic import BaseModel
-
-from dw_dagster.config import resolve_env_vars
-from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.signing import Seal
 from dw_dagster.tags import APPROVAL, APPROVALS_NEEDED, APPROVE_BY, APPROVE_HOW, SUBMISSION
 

@@ -24,11 +24,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
-from dagster._core.storage.tags import RETRY_NUMBER_TAG
-from dagster._utils.cached_method import cached_method
 from pydantic import Field, PrivateAttr, field_validator
 
 from dw_dagster.config import DwConfigError, resolve_env_vars
+from dw_dagster.internals import RETRY_NUMBER_TAG, cached_method
 from dw_dagster.warehouse.connections import (
     PARAMSTYLE,
     SESSION_TIMEZONE,

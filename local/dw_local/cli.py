@@ -80,7 +80,7 @@ UI_SERVICE = "the Dagster UI"
 
 
 def _world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, free_ports: bool) -> None:
-    from dw_local.seeding import clone_world, play_tonight, seeded_template
+    from dw_local.seeding import Template, play_tonight
     from dw_local.world import check_port
 
     if LocalWorld.read_state(root):
@@ -95,12 +95,15 @@ def _world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, f
     if fresh and root.exists():
         shutil.rmtree(root)
     if not (root / "seeded.json").exists():
+        template = Template(cache.resolve(), progress=click.echo)
         click.echo(
-            "seeding 60 nights of history: the Coalesce job runs each night and dw-dagster watches it "
-            "(about 7 minutes on 2 cores, once; cached under .dw/cache) ..."
+            f"copying the seeded world (60 nights of history) from {cache} ..."
+            if template.built()
+            else "seeding 60 nights of history: the Coalesce job runs each night and dw-dagster watches it "
+            f"(about 7 minutes on 2 cores, once; cached under {cache}) ..."
         )
         shutil.rmtree(root, ignore_errors=True)
-        clone_world(seeded_template(cache.resolve(), progress=click.echo), root)
+        template.clone(root)
     click.echo(f"starting the local world under {root} ...")
     lw.start()
     try:
@@ -361,15 +364,14 @@ def demo_replay(as_json: bool, root: Path, cache: Path) -> None:
     import warnings
 
     from dw_local.demo import replay
-    from dw_local.seeding import seeded_template
+    from dw_local.seeding import Template
 
     # Dagster's preview and deprecation notices say nothing about the night; keep the output to the story.
     warnings.simplefilter("ignore")
-    if not as_json:
-        click.echo(
-            "preparing the seeded world (built once, about 7 minutes on 2 cores; cached under .dw/cache) ..."
-        )
     echo = None if as_json else click.echo
-    events = replay(root.resolve(), seeded_template(cache.resolve(), progress=echo), echo=echo)
+    template = Template(cache.resolve(), progress=echo)
+    if echo is not None and not template.built():
+        echo(f"preparing the seeded world (built once, about 7 minutes on 2 cores; cached under {cache}) ...")
+    events = replay(root.resolve(), template.path(), echo=echo)
     if as_json:
         click.echo(json.dumps(events, indent=2, default=str))

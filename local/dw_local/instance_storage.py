@@ -1,6 +1,7 @@
 """The storage of the local world's Dagster instances as the deployment configures it (docs/production.md):
 Dagster's own, with the deployment's event log storage (dw_dagster/event_log), which stores a checks run's
-planned check events in one transaction when ``DAGSTER_EVENT_BATCH_SIZE`` is set where runs are created."""
+planned check events in one transaction (``batch_planned_check_events``, as the deployment sets it) when
+``DAGSTER_EVENT_BATCH_SIZE`` is set where runs are created."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def deployment_storage(home: Path, postgres_url: str | None = None) -> dict:
     under ``home`` (the files Dagster's default puts there), or dagster-postgres at ``postgres_url``; either
     with the deployment's event log storage."""
     if postgres_url is None:
-        event_log = {"base_dir": str(home / "history" / "runs")}
+        event_log = {"base_dir": str(home / "history" / "runs"), "batch_planned_check_events": True}
         return {"event_log_storage": {"module": "dw_dagster.event_log.sqlite", "class": "BatchedSqliteEventLogStorage", "config": event_log}}  # fmt: skip
     pg = {"postgres_url": postgres_url}
     return {
@@ -34,7 +35,7 @@ def deployment_storage(home: Path, postgres_url: str | None = None) -> dict:
         "event_log_storage": {
             "module": "dw_dagster.event_log.postgres",
             "class": "BatchedPostgresEventLogStorage",
-            "config": pg,
+            "config": {**pg, "batch_planned_check_events": True},
         },  # fmt: skip
         "schedule_storage": {
             "module": "dagster_postgres.schedule_storage",

@@ -135,6 +135,11 @@ class Template:
         self.progress = progress
         self.folder = Path(cache_dir).resolve() / "worlds" / world.name
 
+    def built(self) -> bool:
+        """Whether the template matching the code is already in the cache (a copy, not a seeding, away)."""
+        template = self.folder / f"{self.world.name}-{self.nights}-{self._hash()}"
+        return (template / "seeded.json").exists()
+
     def path(self) -> Path:
         with self._build_lock():
             return self._ensure()

@@ -73,7 +73,7 @@ def _tick(sensor: dg.SensorDefinition, defs: dg.Definitions, instance, cursor: s
     ) as ctx:
         result = sensor(ctx)
     assert isinstance(result, dg.SensorResult)
-    for event in result.asset_events:  # stored by the tick itself on sqlite; returned on other storages
+    for event in result.asset_events:  # returned: the tick's own store is off unless configured
         instance.report_runless_asset_event(event)
     return result
 

@@ -2,7 +2,8 @@
 simulator and the local Snowflake, over sockets.
 
 Each test evaluates the sensor with ``dg.build_sensor_context`` on a real ``DagsterInstance``: on Dagster's
-sqlite storage the tick stores its events itself (``runless_store``); on the in-memory one it returns them
+sqlite storage the tick stores its events itself (``batch_run_events``, as the code location sets it:
+``runless_store``); on the in-memory one it returns them
 and the test stores them as the daemon does (``report_runless_asset_event``). Either way the event log is
 the record of what was reported: "exactly once" is counted there. Each test starts its own sensor (its own
 cursor, instance and incident schema); the first tick starts at the present.
@@ -215,6 +216,8 @@ def make_sensor(
             asset_specs=specs,
             on_run_finished=build_run_hook(BUSINESS_DAY, warehouse, ops, workspace),
             asset_selection=dg.AssetSelection.all_asset_checks(),
+            # As the code location configures it (dw_dagster/app/defs/coalesce/defs.yaml).
+            batch_run_events=True,
             **options,
         )
         defs = dg.Definitions(

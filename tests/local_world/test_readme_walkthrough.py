@@ -203,6 +203,9 @@ def test_no_traceback_and_a_quiet_console(walkthrough):
         assert "Traceback" not in done.stdout + done.stderr, name
     console = walkthrough.console
     assert "Traceback" not in console and "BetaWarning" not in console, console[-3000:]
+    # The template was built before (the fixture's): world up copies it and says so, not "7 minutes".
+    assert "copying the seeded world (60 nights of history) from " in console
+    assert "about 7 minutes" not in console
     # The daemon's ticks are in the UI, not a console line each (dozens a minute at INFO before).
     ticks = [line for line in console.splitlines() if re.search(r"dagster\.daemon\.\w*Daemon\W.*INFO", line)]
     assert ticks == [], ticks[:5]

@@ -263,7 +263,7 @@ def test_the_receipt_is_whole_and_reads_like_slack(context, metrics):
         "Network onhand units change: -1.8%", "Gap units: 41,800",
         "Priya Raman for Inventory analytics (#inventory-analytics), Jun 17, 2025 02:40 CDT",
         "Dana Ortiz for Planning operations (#planning-ops), Jun 17, 2025 02:42 CDT, set WAREHOUSE_NAME = Dallas",
-        "Coalesce run 17 `{name: DIM_WAREHOUSE} {name: FCT_INVENTORY_POSITION}+` in environment 2, as PRIYA_RAMAN",
+        "Coalesce run 17 `{name: DIM_WAREHOUSE} {name: FCT_INVENTORY_POSITION}+` in PROD, as PRIYA_RAMAN",
         "+  LEFT JOIN {{ ref('INVENTORY', 'DIM_WAREHOUSE') }}", "NO_UNMATCHED_DIM_WAREHOUSE passed",
         f"run {receipt.dagster_run_id[:8]} (http://localhost:3000/runs/{receipt.dagster_run_id})",
         "1. `dw-dagster undo INC --as <owner>`", "2. In Coalesce, revert",

@@ -66,3 +66,18 @@ def test_the_chart_runs_the_code_location_the_image_serves() -> None:
         "dw_dagster.event_log.postgres",
         "BatchedPostgresEventLogStorage",
     )
+
+
+def test_the_chart_configures_the_event_log_storage_as_the_production_tests_run_it() -> None:
+    """The planned check batches are off unless configured: the chart turns them on, as the production-shaped
+    tests' instances do (local/dw_local/instance_storage.py)."""
+    from dw_local.instance_storage import deployment_storage
+
+    tested = deployment_storage(Path("home"), "postgresql://localhost/dagster")["event_log_storage"]
+    chart = VALUES["additionalInstanceConfig"]["event_log_storage"]
+    assert (chart["module"], chart["class"]) == (tested["module"], tested["class"])
+    assert (
+        chart["config"]["batch_planned_check_events"]
+        is tested["config"]["batch_planned_check_events"]
+        is True
+    )

@@ -18,9 +18,11 @@ from dagster._core.events import DagsterEventType
 from dagster._core.execution.api import execute_run
 from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
-from dagster._core.test_utils import freeze_time
+from dagster._core.test_utils import freeze_time, instance_for_test
 from postgres_server import postgres_server
 from storages import storage_instance
+
+from dw_local.instance_storage import deployment_storage
 
 PLANNED = DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED
 DAYS = dg.StaticPartitionsDefinition(["2026-11-30", "2026-12-01", "2026-12-02"])
@@ -166,3 +168,21 @@ def test_planned_check_events_are_stored_as_dagster_stores_them(kind, request, t
     for stage in ("planned", "evaluated"):
         for what in dagster[stage]:
             assert deployment[stage][what] == dagster[stage][what], (stage, what)
+
+
+def test_without_the_setting_the_deployments_storage_leaves_the_planned_events_to_dagster(
+    tmp_path, monkeypatch
+):
+    """``batch_planned_check_events`` is off unless the instance configures it: the deployment's sqlite
+    storage then stores a checks run's planned events as Dagster does, one at a time."""
+    overrides = deployment_storage(tmp_path)
+    del overrides["event_log_storage"]["config"]["batch_planned_check_events"]
+    with instance_for_test(overrides=overrides, temp_dir=str(tmp_path)) as instance:
+        assert type(instance.event_log_storage).__name__ == "BatchedSqliteEventLogStorage"
+        assert not instance.event_log_storage.batch_planned_check_events
+        monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "1000")
+        stored = dagster_event_types_stored_one_at_a_time(monkeypatch, instance.event_log_storage)
+        run_id, assets, checks, tags = RUNS[0]
+        job = JOB.get_subset(asset_selection=assets, asset_check_selection=checks)
+        instance.create_run_for_job(job, run_id=run_id, tags=tags)
+        assert stored.count(PLANNED) == 12
