@@ -118,8 +118,9 @@ class Bounds(FileModel):
 class VolumeMonitoring(FileModel):
     row_counts: Literal["metadata", "count"] = Field(
         default="metadata",
-        description="metadata: Coalesce run results and INFORMATION_SCHEMA.TABLES (no scans; production). "
-        "count: COUNT(*), for warehouses whose metadata is unreliable (the local server).",
+        description="metadata: Coalesce run results and INFORMATION_SCHEMA.TABLES (no scan of a table; "
+        "production), views counted with COUNT(*) as they have no row count there. count: COUNT(*) of every "
+        "table, where the metadata cannot be trusted.",
     )
     assets: list[str] = Field(default_factory=list, description="Globs over asset key paths, e.g. 'mart/*'.")
     bounds: dict[str, Bounds] = Field(default_factory=dict, description="Static bounds by asset key path.")

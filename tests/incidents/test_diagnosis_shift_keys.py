@@ -97,7 +97,9 @@ def _values(rows) -> str:
 @pytest.fixture
 def ctx():
     with fakesnow.patch():
-        conn = snowflake.connector.connect(database="DB", schema="RAW")
+        conn = snowflake.connector.connect(
+            database="DB", schema="RAW", paramstyle="qmark"
+        )  # as the product binds
         cur = conn.cursor()
         for schema in ("RAW", "REF", "CORE", "MART", "DW_OPS"):
             cur.execute(f'CREATE SCHEMA IF NOT EXISTS "DB"."{schema}"')
