@@ -15,10 +15,8 @@ def run_credentials(
     """The approver's own credentials: the workspace's ``owner_credentials`` for their email, else their
     ``run_as`` in the context file, its password (or programmatic access token) or key pair read now (one
     approver's missing or broken variable fails only the rerun they approved)."""
-    try:
+    if approval.email in coalesce.owner_credentials:
         return coalesce.user_credentials_for(approval.email)
-    except KeyError:
-        pass
     person = context_file.person(approval.email)
     if person is None or person.run_as is None:
         raise dg.Failure(
