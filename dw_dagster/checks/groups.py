@@ -87,6 +87,7 @@ def judge_groups(
     calendar: BusinessCalendar,
     excluded_days: set[date],
     rebases: Mapping[str, Sequence[Rebase]],
+    share: int = 1,
 ) -> GroupVerdict:
     if not total.group_keys:
         return GroupVerdict(moves=[])
@@ -117,6 +118,7 @@ def judge_groups(
                 calendar=calendar,
                 excluded_days=excluded_days,
                 rebases=rebases.get(total_series(total.name, g), ()),
+                share=share,
             )  # fmt: skip
             if since is not None
             else None

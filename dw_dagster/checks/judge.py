@@ -30,7 +30,10 @@ from dw_dagster.checks.baseline import (
     BaselineConfig,
     BaselineResult,
     BaselineStatus,
+    Calibration,
     Direction,
+    calibrate,
+    false_alarm_alpha,
     is_small,
     score,
     transform,
@@ -54,6 +57,8 @@ class Judgement(BaseModel):
     level: Rebase | None = None
     """The accepted level in force tonight."""
     accepted_tonight: bool = False
+    calibration: Calibration | None = None
+    """The series' own errors the threshold was read from (None: too short a record, or a small count)."""
     notes: list[str] = Field(default_factory=list)
 
     @property
@@ -95,7 +100,10 @@ def judge(
     calendar: BusinessCalendar | None = None,
     excluded_days: Collection[date] = (),
     rebases: Sequence[Rebase] = (),
+    share: int = 1,
 ) -> Judgement:
+    """Tonight's ``value`` of a series against its ``history``. ``share``: how many series are judged on the
+    same table, which share its false-alarm rate (``BaselineConfig.false_alarm_rate``)."""
     active = sorted((r for r in rebases if r.from_date <= day), key=lambda r: r.from_date)
     # The night an owner accepted (or the check explained) is the new level's first point, even if it was
     # flagged; a remediation's level starts after the bad night, which stays out.
@@ -137,8 +145,11 @@ def judge(
     cal = calendar if calendar is not None and config.calendar and not calendar.empty else None
     kinds = {d: cal.day(d) for d in usable} if cal else {}
     ordinary = {d: v for d, v in usable.items() if kinds.get(d) is None}
+    # The threshold from the series' own one-step errors on ordinary nights, at the false-alarm rate.
+    calibration = calibrate(ordinary, config, absolute, false_alarm_alpha(config, share), hurts)
 
     def plain_score(d: date, v: float, points: Mapping[date, float], cfg: BaselineConfig = config, **kw):
+        kw.setdefault("calibration", calibration)
         s = score(points, d, v, cfg, hurts, absolute=absolute, **kw)
         if s.status is BaselineStatus.INSUFFICIENT and len(points) < len(usable):
             # Too few ordinary nights: every night, calendar ones included, rather than no judgement.
@@ -148,7 +159,7 @@ def judge(
     today = cal.day(day) if cal else None
     plain = plain_score(day, value, ordinary)
     if today is None:
-        return _verdict(plain, notes=notes, level=level)
+        return _verdict(plain, notes=notes, level=level, calibration=calibration)
 
     f = transform(absolute)
     like: list[date] = []
@@ -175,11 +186,11 @@ def judge(
             f"{today.name}: compared with {len(measured)} past like night(s) "
             f"({', '.join(d.isoformat() for d in measured)}; usual effect {pct:+.1f}%)"
         )
-        out = _verdict(adjusted, notes=notes, level=level)
+        out = _verdict(adjusted, notes=notes, level=level, calibration=calibration)
         return out.model_copy(
             update={"plain": plain, "calendar_day": today, "like_days": measured, "calendar_effect_pct": pct}
         )
-    out = _verdict(plain, notes=notes, level=level)
+    out = _verdict(plain, notes=notes, level=level, calibration=calibration)
     closed = (
         _closed_day_floor(usable, day, cal, config) if today.kind in ("holiday", "holiday_period") else None
     )
@@ -223,11 +234,14 @@ def _effect_pct(effect: float, plain: BaselineResult, absolute: bool) -> float:
     return 100 * effect / plain.expected if plain.expected else 0.0
 
 
-def _verdict(result: BaselineResult, *, notes: list[str], level: Rebase | None) -> Judgement:
+def _verdict(
+    result: BaselineResult, *, notes: list[str], level: Rebase | None, calibration: Calibration | None
+) -> Judgement:
     return Judgement(
         severity="ERROR" if result.status is BaselineStatus.ANOMALY else None,
         result=result,
         level=level,
+        calibration=calibration,
         notes=list(notes),
     )
 
@@ -246,6 +260,13 @@ def judgement_metadata(j: Judgement, prefix: str = "baseline") -> dict[str, obje
         out[f"{prefix}_expected"] = dg.MetadataValue.float(float(r.expected))
         out[f"{prefix}_relative_change_pct"] = dg.MetadataValue.float(float(100 * (r.relative_change or 0)))
         out[f"{prefix}_robust_z"] = dg.MetadataValue.float(float(r.robust_z or 0))
+        if r.z_threshold is not None:
+            out[f"{prefix}_z_threshold"] = dg.MetadataValue.float(float(r.z_threshold))
+    if j.calibration is not None:
+        c = j.calibration
+        out[f"{prefix}_threshold_from"] = (
+            f"{c.residuals} past nights' one-step errors, at {100 * c.alpha:.2g} false alarms per 100 nights"
+        )
     if j.calendar_day is not None:
         out[f"{prefix}_calendar_day"] = j.calendar_day.name
         if j.calendar_effect_pct is not None:

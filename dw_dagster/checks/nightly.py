@@ -63,6 +63,10 @@ class NightlyChecks:
         self.lineage = LazyLineage(specs)
         self._total_checks = {check_name(t) for t in metrics.totals}
         self._monitored_paths = {k.to_user_string() for k in self.monitored}
+        # The series judged on each table share its false-alarm rate (BaselineConfig.false_alarm_rate).
+        self.shares: dict[str, int] = {p: 1 for p in self._monitored_paths}
+        for t in metrics.totals:
+            self.shares[t.asset] = self.shares.get(t.asset, 0) + 1
 
     def series_of(self, asset: str) -> list[str]:
         """The series kept for an asset, which a verified fix of it re-bases."""
@@ -99,7 +103,7 @@ class NightlyChecks:
             night = Night(
                 context=context, run=run, warehouse=warehouse, ops=self.ops, history=history,
                 cause_scopes=self.cause_scopes, calendar=metrics.calendar, levels=read.with_levels(fixed, since),
-                incident_days=read.incident_days, past=read.past, reporter=reporter,
+                incident_days=read.incident_days, past=read.past, reporter=reporter, shares=self.shares,
             )  # fmt: skip
             binds = Binds()
             parts = [

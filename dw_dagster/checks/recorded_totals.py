@@ -230,10 +230,11 @@ def evaluate_total(
     verdict = judge(
         {d: r.value for d, r in own.items()}, day, value.value, total.baseline, total.hurts,
         calendar=night.calendar, excluded_days=excluded, rebases=night.levels.get(total_series(total.name), ()),
+        share=night.share(total.asset),
     )  # fmt: skip
     by_group = judge_groups(
         total, day, value.value, value.groups, own, verdict, calendar=night.calendar, excluded_days=excluded,
-        rebases=night.levels,
+        rebases=night.levels, share=night.share(total.asset),
     )  # fmt: skip
     metadata: dict[str, Any] = {
         "value": dg.MetadataValue.float(float(value.value)),
