@@ -41,6 +41,7 @@ from dw_dagster.checks.baseline import (
 )
 from dw_dagster.checks.calendar import WEEKDAYS, BusinessCalendar, CalendarDay
 from dw_dagster.checks.history import Rebase
+from dw_dagster.checks.recurring import MATERIAL, Recurring, learn, moves_like_once
 
 
 class Judgement(BaseModel):
@@ -142,11 +143,34 @@ def judge(
     usable = rebased(usable, active, config, absolute)
     notes = [*unsettled, *([level.describe()] if level else [])]
 
-    cal = calendar if calendar is not None and config.calendar and not calendar.empty else None
-    kinds = {d: cal.day(d) for d in usable} if cal else {}
-    ordinary = {d: v for d, v in usable.items() if kinds.get(d) is None}
+    cal = calendar if calendar is not None and config.calendar else None
+    configured = cal if cal is not None and not cal.empty else None
+    kinds = {d: configured.day(d) for d in usable} if configured else {}
+    named = {d: v for d, v in usable.items() if kinds.get(d) is None}
+    alpha = false_alarm_alpha(config, share)
     # The threshold from the series' own one-step errors on ordinary nights, at the false-alarm rate.
-    calibration = calibrate(ordinary, config, absolute, false_alarm_alpha(config, share), hurts)
+    calibration = calibrate(named, config, absolute, alpha, hurts)
+    f = transform(absolute)
+    # A like night early in the history has few ordinary nights before it: its effect is measured against
+    # as few as one (the effects are pooled, and the scale widened for how few there are).
+    lenient = config.model_copy(update={"min_points": 1})
+
+    def effect_of(d: date, points: Mapping[date, float]) -> float | None:
+        s = score({k: v for k, v in points.items() if k < d}, d, usable[d], lenient, absolute=absolute)
+        if s.expected is None or s.status is BaselineStatus.INSUFFICIENT:
+            return None
+        return f(usable[d]) - f(max(s.expected, 0.0))
+
+    today = configured.day(day) if configured else None
+    # Recurring days the file's calendar says nothing about, learned from the series' own history.
+    recurring = (
+        learn(named, day, cal, effect_of, calibration.sigma)
+        if cal is not None and calibration
+        else Recurring()
+    )
+    ordinary = {d: v for d, v in named.items() if d not in recurring.nights}
+    if recurring.nights:
+        calibration = calibrate(ordinary, config, absolute, alpha, hurts)
 
     def plain_score(d: date, v: float, points: Mapping[date, float], cfg: BaselineConfig = config, **kw):
         kw.setdefault("calibration", calibration)
@@ -156,26 +180,49 @@ def judge(
             s = score({k: x for k, x in usable.items() if k < d}, d, v, cfg, hurts, absolute=absolute, **kw)
         return s
 
-    today = cal.day(day) if cal else None
     plain = plain_score(day, value, ordinary)
+    today = today or recurring.tonight
     if today is None:
-        return _verdict(plain, notes=notes, level=level, calibration=calibration)
+        out = _verdict(plain, notes=notes, level=level, calibration=calibration)
+        once = recurring.once
+        if out.severity == "ERROR" and once and plain.expected is not None:
+            if moves_like_once(f(value) - f(max(plain.expected, 0.0)), once):
+                name, night, earlier = once
+                notes.append(
+                    f"{name}: moved like the only earlier one on record ({night.isoformat()}, "
+                    f"{_effect_pct(earlier, plain, absolute):+.1f}%); a second occurrence makes it a pattern"
+                )
+                out = out.model_copy(update={"severity": "WARN", "notes": notes})
+        return out
 
-    f = transform(absolute)
-    like: list[date] = []
-    for key in today.like_keys:
-        like = sorted(d for d, k in kinds.items() if k is not None and key in k.like_keys)
-        if like:
-            break
-    # A like night early in the history has few ordinary nights before it: its effect is measured against
-    # as few as one (the effects are pooled, and the scale widened for how few there are).
-    lenient = config.model_copy(update={"min_points": 1})
+    if today.kind == "recurring":
+        like = recurring.like
+    else:
+        like = []
+        for key in today.like_keys:
+            like = sorted(d for d, k in kinds.items() if k is not None and key in k.like_keys)
+            if like:
+                break
+        if not like and today.kind in ("quarter_end", "month_end"):
+            # No configured like night: the same business day from the end of earlier months.
+            position = configured.business_days_left(day, False) if configured else None
+            like = sorted(
+                d for d in ordinary if configured and configured.business_days_left(d, False) == position
+            )
     effects, measured = [], []
     for d in like:
         s = plain_score(d, usable[d], {k: v for k, v in ordinary.items() if k < d}, lenient)
         if s.expected is not None and s.status is not BaselineStatus.INSUFFICIENT:
             effects.append(f(usable[d]) - f(max(s.expected, 0.0)))
             measured.append(d)
+    if today.kind in ("holiday", "month_end", "quarter_end") and effects:
+        # Like nights only when they behaved alike: the same holiday in an earlier year, else the holidays
+        # (or period ends) on which the series itself moved; one on which activity was ordinary says this
+        # business does not keep it.
+        same = [i for i, d in enumerate(measured) if today.kind == "holiday" and kinds[d].name == today.name]  # type: ignore[union-attr]
+        noise = calibration.sigma if calibration else (plain.scale or 0.0)
+        keep = same or [i for i, e in enumerate(effects) if abs(e) >= MATERIAL * noise]
+        effects, measured = [effects[i] for i in keep], [measured[i] for i in keep]
     if effects:
         effect = median(effects)
         adjusted = plain_score(
@@ -192,7 +239,9 @@ def judge(
         )
     out = _verdict(plain, notes=notes, level=level, calibration=calibration)
     closed = (
-        _closed_day_floor(usable, day, cal, config) if today.kind in ("holiday", "holiday_period") else None
+        _closed_day_floor(usable, day, configured, config)
+        if configured and today.kind in ("holiday", "holiday_period")
+        else None
     )
     if out.severity == "ERROR" and today.explains(plain.relative_change or 0.0):
         notes.append(
