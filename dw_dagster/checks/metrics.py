@@ -95,6 +95,11 @@ class RecordedTotal(FileModel):
     hurts: Direction = Direction.BOTH
     baseline: BaselineConfig = Field(default_factory=BaselineConfig)
     reconcile_with: Reconciliation | None = None
+    cumulative: Literal["auto", "no", "week", "month", "quarter", "year"] = Field(
+        default="auto",
+        description="A total that grows through a period and starts again at the next (month to date: "
+        "month) is judged on its increment; auto: when its history shows it; no: never.",
+    )
 
     @field_validator("sql")
     @classmethod
