@@ -180,19 +180,19 @@ def judge_groups(
     went = [m for m in lost if m.status == "went"]
     if went:
         return GroupVerdict(moves=moves, problem=f"{said(went)} went to nothing while {held}")
-    # A group that moved alone while the others held: its values changed (a unit, a scale), or its rows
-    # went missing. One group's noise often looks like it, so its share of the total must have moved beyond
-    # its own errors at the table's rate split over every group (a share cancels the day's common level).
+    # A group that fell alone while the others held: its values changed (a unit, a scale), or its rows went
+    # missing. One group's noise often looks like it, so its share of the total must have moved beyond its
+    # own errors at the table's rate split over every group (a share cancels the day's common level). A
+    # group that rose alone is noted only: a new key mapped into it (a new store of a channel) is benign.
     alone = [
-        m for m in (lost or gained)
+        m for m in lost
         if _share_moved(total, day, m.value / value if value else None, own, m.group, calendar, excluded_days,
                         share * len(names))
     ]  # fmt: skip
     if alone:
-        way = "fell" if lost else "rose"
         return GroupVerdict(
             moves=moves,
-            problem=f"{said(alone)} {way} alone while {held} and the other groups held: its share of the "
+            problem=f"{said(alone)} fell alone while {held} and the other groups held: its share of the "
             "total moved beyond its own record",
         )
     return GroupVerdict(

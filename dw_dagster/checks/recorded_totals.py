@@ -387,7 +387,9 @@ def evaluate_total(
                 by, day, total_of_values, groups, past, verdict, calendar=night.calendar, excluded_days=excluded,
                 rebases={}, share=night.share(total.asset),
             )  # fmt: skip
-            if shifted.problem:
+            # Only a shift: a value that gained alone is a new key mapped to it, one that fell alone lost
+            # rows the total's own check sees.
+            if shifted.problem and shifted.problem.startswith("a shift between groups"):
                 problems.append(f"{shifted.problem} ({column} is carried from a reference table)")
                 evidence["attribute_shift"] = {"column": column, "series": attribute_series(name, column),
                                                "moves": [m.model_dump(mode="json") for m in shifted.moves]}  # fmt: skip
