@@ -6,8 +6,8 @@ day is **learned** for a series when its past occurrences (at least two) each mo
 ordinary noise, the same way and by a like amount (the largest effect at most three times the smallest):
 those nights then leave the ordinary nights (they do not widen the spread of Tuesdays), and tonight, if it
 is such a day, is compared with them (``judge.py``'s like nights). One earlier occurrence only is not a
-pattern: a night that moves like it (same way, within half to twice its effect) is a WARN, not an ERROR,
-and stays in the history to make the second occurrence.
+pattern: on a month's or quarter's last days, a night that moves like it (same way, within half to twice its
+effect) is a WARN, not an ERROR, and stays in the history to make the second occurrence.
 
 What the file's calendar configures overrides: a ``month_end`` or ``quarter_end`` window turns off the
 learning of month- or quarter-ends, ``day_of_month`` entries the learning of days of the month.
@@ -128,7 +128,9 @@ def learn(
         found.effects.update(effects)
         if len(effects) >= MIN_OCCURRENCES:
             found.learned[key] = sorted(effects)
-        elif key in tonight_keys and found.once is None:
+        elif key in tonight_keys and found.once is None and not key.startswith("day_of_month"):
+            # A period's last days recur for every business; a day of the month moving once is as likely
+            # chance (31 of them), so only a period end on record once makes tonight's like move a WARN.
             (only,) = effects
             found.once = (names[key], only, effects[only])
     for key, name in tonight:
