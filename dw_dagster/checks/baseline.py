@@ -195,6 +195,8 @@ class Calibration(BaseModel):
     """Beyond ``bias``, in either direction, by more than this is an anomaly (units of the errors)."""
     alpha: float
     """The probability per ordinary night of a false alarm on the side (or sides) that hurt."""
+    level: float = 0.0
+    """The series' usual level (the median of its ordinary nights): a night's spread is scaled from it."""
 
 
 MIN_RESIDUALS = 10
@@ -203,19 +205,35 @@ TAIL_FRACTION = 0.2
 """The share of the largest errors the tail beyond the attainable quantile is fitted on."""
 
 
+def relative_noise(level: float, usual: float) -> float:
+    """How much wider a night's relative spread is at ``level`` than at the series' ``usual`` level: a sum
+    of many independent items (rows, orders, consignments) spreads as one over the square root of its size,
+    so a Sunday at a third of a weekday spreads 1.7 times as much. Kept within a factor of 3."""
+    if level <= 0 or usual <= 0:
+        return 1.0
+    return min(3.0, max(1 / 3, math.sqrt(usual / level)))
+
+
+def usual_level(points: Mapping[date, float]) -> float:
+    return median(points.values()) if points else 0.0
+
+
 def one_step_errors(points: Mapping[date, float], config: BaselineConfig, absolute: bool) -> list[float]:
     """Each night of ``points`` against the baseline of the nights before it (at least two references),
-    divided by the median's widening for that many references (as ``score`` builds them, each value
-    transformed once)."""
+    divided by the median's widening for that many references and by the relative spread of its level
+    (``relative_noise``), as ``score`` builds them, each value transformed once."""
     f = transform(absolute)
     values = {d: f(v) for d, v in points.items()}
+    usual = usual_level(points)
     days = sorted(values)
     out = []
     if config.method is BaselineMethod.SAME_WEEKDAY:
         for d in days:
-            refs = [values[r] for w in range(1, config.weeks + 1) if (r := d - timedelta(weeks=w)) in values]
-            if len(refs) >= 2:
-                out.append((values[d] - median(refs)) / _inflation(len(refs)))
+            raw = [points[r] for w in range(1, config.weeks + 1) if (r := d - timedelta(weeks=w)) in points]
+            if len(raw) >= 2:
+                refs = [f(v) for v in raw]
+                spread = _inflation(len(refs)) * (1.0 if absolute else relative_noise(median(raw), usual))
+                out.append((values[d] - median(refs)) / spread)
         return out
     # (the later night, its change per day) for consecutive nights close enough to measure a change
     changes = [
@@ -230,15 +248,16 @@ def one_step_errors(points: Mapping[date, float], config: BaselineConfig, absolu
             continue
         refs = [c for b, a, c in changes if b < d and (d - a).days <= config.days]
         if len(refs) >= 2:
-            out.append(((values[d] - values[prev]) / gap - median(refs)) / _inflation(len(refs)))
+            spread = _inflation(len(refs)) * (1.0 if absolute else relative_noise(points[prev], usual))
+            out.append(((values[d] - values[prev]) / gap - median(refs)) / spread)
     return out
 
 
 def tail_threshold(deviations: Sequence[float], p: float) -> float:
     """The deviation exceeded with probability ``p``: the split-conformal quantile (the
     ``ceil((n + 1)(1 - p))``-th smallest of the ``n`` deviations) where ``n`` is large enough, else the
-    largest deviations' exponential tail (peaks over a threshold, shape 0: the mean excess over the
-    ``1 - TAIL_FRACTION`` quantile) extrapolated to ``p``, never below a Gaussian tail of the same spread."""
+    largest deviations' tail extrapolated to ``p`` (Weissman's estimator with Hill's tail index over the
+    largest ``TAIL_FRACTION`` of them), never below a Gaussian tail of the same spread."""
     a = sorted(deviations)
     n = len(a)
     rank = math.ceil((n + 1) * (1 - p))
@@ -281,6 +300,7 @@ def calibrate(
         sigma=MAD_TO_SIGMA * median(deviations),
         threshold=tail_threshold(deviations, p),
         alpha=alpha,
+        level=usual_level(points),
     )
 
 
@@ -326,7 +346,7 @@ def score(
     threshold = config.z_threshold
     if calibration is not None:
         # In the errors' units: tonight's error, less the series' usual one, against its own tail.
-        widen = _inflation(len(refs))
+        widen = _inflation(len(refs)) * relative_noise(ref.level, calibration.level)
         centre += calibration.bias * widen
         scale = max(calibration.sigma * widen, config.scale_floor) * scale_factor
         limit = max(calibration.threshold * widen * scale_factor, config.z_threshold * config.scale_floor)

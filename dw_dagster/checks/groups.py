@@ -38,6 +38,9 @@ MAX_GROUPS_JUDGED = 500
 """Beyond this many groups a night (a total grouped by item), groups are not judged one by one."""
 MIN_SHARE_OF_TOTAL = 0.01
 """A group's move matters from 1% of the total: a one-unit group doubling is not a finding."""
+CANDIDATE_RATE = 0.02
+"""The rate at which a group's own move counts as a candidate (its own errors' 95th percentile): the rules on
+top, not one group's noise, keep the findings at the table's rate."""
 SHARE_UNITS = 10_000
 """A group's share of its total is judged in basis points, in log space like any series (never as a small
 count): 12% to 3% is the fall it is."""
@@ -105,6 +108,12 @@ def judge_groups(
                 first_seen.setdefault(g, d)
     expected_total = total_verdict.result.expected or value
     floor = abs(expected_total) * MIN_SHARE_OF_TOTAL
+    # Each group's move is a candidate at a looser rate than a finding: a shift needs two groups moving
+    # opposite ways at once, materially, while the total holds; a fall alone is judged again on its share at
+    # the table's own rate (below).
+    candidate = total.baseline.model_copy(
+        update={"false_alarm_rate": max(total.baseline.false_alarm_rate, CANDIDATE_RATE)}
+    )
     moves = []
     for g in names:
         tonight = groups.get(g, 0.0)
@@ -117,11 +126,10 @@ def judge_groups(
                 {d: v for d, v in group_series(own, g).items() if d >= since},
                 day,
                 tonight,
-                total.baseline,
+                candidate,
                 calendar=calendar,
                 excluded_days=excluded_days,
                 rebases=rebases.get(total_series(total.name, g), ()),
-                share=share,
             )  # fmt: skip
             if since is not None
             else None

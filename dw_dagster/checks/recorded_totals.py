@@ -376,7 +376,8 @@ def evaluate_total(
         )
     if by_group.problem:
         problems.append(by_group.problem)
-    if period is None and verdict.severity is None and not by_group.problem:
+    fixed = any(r.kind == "remediation" for r in night.levels.get(total_series(total.name), ()))
+    if period is None and verdict.severity is None and not by_group.problem and not fixed:
         # Money moved between the values of an attribute no total groups by (a reference row re-pointed).
         for (name, column), (total_of_values, groups) in attributes.items():
             past = night.past.get(attribute_series(name, column), {})

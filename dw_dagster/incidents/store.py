@@ -319,25 +319,30 @@ class IncidentStore:
         with self._connect("incident.severity") as conn:
             cur = conn.cursor()
             incident = self._get(cur, incident_id)
-            if incident is None or incident.severity == "WARN":
+            if incident is None:
                 return False
             now = datetime.now(UTC)
-            self._append(
-                cur, incident_id, "severity|WARN", "severity",
-                {"from": incident.severity, "to": "WARN", "by": SYSTEM, "reason": reason}, now,
-            )  # fmt: skip
-            cur.execute(
-                f"UPDATE {self.ops.table('INCIDENTS')} SET SEVERITY = 'WARN', TITLE = %s, UPDATED_AT = %s"
-                " WHERE INCIDENT_ID = %s",
-                (title, now, incident_id),
-            )
+            changed = incident.severity != "WARN"
+            if changed:
+                self._append(
+                    cur, incident_id, "severity|WARN", "severity",
+                    {"from": incident.severity, "to": "WARN", "by": SYSTEM, "reason": reason}, now,
+                )  # fmt: skip
+                cur.execute(
+                    f"UPDATE {self.ops.table('INCIDENTS')} SET SEVERITY = 'WARN', TITLE = %s, UPDATED_AT = %s"
+                    " WHERE INCIDENT_ID = %s",
+                    (title, now, incident_id),
+                )
+            # Findings that joined since (the same night's later checks) take the incident's severity too.
             for e in self._events(cur, incident_id, ("finding",)):
+                if e.detail.get("severity") == "WARN":
+                    continue
                 cur.execute(
                     f"UPDATE {self.ops.table('INCIDENT_EVENTS')} SET DETAIL = %s"
                     " WHERE INCIDENT_ID = %s AND EVENT_KEY = %s",
                     (json.dumps({**e.detail, "severity": "WARN"}, default=str), incident_id, e.event_key),
                 )
-            return True
+            return changed
 
     # -- reads -------------------------------------------------------------------------------------
 
