@@ -116,7 +116,8 @@ def learn(
         if len(days) < MIN_OCCURRENCES and key not in tonight_keys:
             continue
         # Each occurrence against the ordinary nights before it that are not occurrences themselves.
-        others = {d: v for d, v in ordinary.items() if d not in set(days)}
+        mine = set(days)
+        others = {d: v for d, v in ordinary.items() if d not in mine}
         effects = {d: e for d in days if (e := effect(d, others)) is not None}
         material = [d for d, e in effects.items() if abs(e) >= MATERIAL * noise]
         if len(material) != len(effects) or not effects:
