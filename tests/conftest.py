@@ -54,7 +54,8 @@ def _compile_the_project() -> None:
 # missing here only loses its place in the queue.
 LONGEST = [
     "scenarios/test_suite_distributor.py", "scenarios/test_suite_ecommerce_faults.py",
-    "production/test_production_night.py", "checks/test_baselines_local_world.py",
+    "production/test_production_night.py", "local_world/test_readme_walkthrough.py",
+    "checks/test_baselines_local_world.py",
     "scenarios/test_suite_ecommerce_benign.py", "local_world/test_world_faults.py",
     "local_world/test_coalesce_restart.py", "production/test_sensor_crash_points.py", "local_world/test_cli.py",
     "incidents/test_lifecycle_local_world.py",

@@ -157,12 +157,13 @@ def reference_plan(incident_id: str, diff: str = NODE_DIFF) -> RemediationPlan:
         required=["ORGANIZATION_ID", "WAREHOUSE_CODE", "WAREHOUSE_NAME", "REGION"],
     )  # fmt: skip
     node = NodeChange(
-        environment_id="2", node_id="n-fct", node_name="FCT_INVENTORY_POSITION",
+        environment_id="2", environment_name="PROD", node_id="n-fct", node_name="FCT_INVENTORY_POSITION",
         asset_key="inventory/fct_inventory_position", before={}, after={}, diff=diff,
         right_ref=("INVENTORY", "DIM_WAREHOUSE"), test_name="NO_UNMATCHED_DIM_WAREHOUSE",
     )  # fmt: skip
     rerun = ScopedRerun(
         environment_id="2",
+        environment_name="PROD",
         include_selector="{name: DIM_WAREHOUSE} {name: FCT_INVENTORY_POSITION}+",
         reason="rebuild the position and everything downstream of it",
     )

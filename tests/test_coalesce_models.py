@@ -282,15 +282,32 @@ def test_run_status_terminality(status: str, terminal: bool) -> None:
     assert CoalesceRunStatus(status).is_terminal is terminal
 
 
-def test_unknown_run_status_is_rejected_listing_the_known_ones() -> None:
-    with pytest.raises(CoalesceResponseError) as info:
-        parse_response(
-            CoalesceRunStatusResponse,
-            {"runStatus": "cancelled", "runType": "refresh"},
-            "GET /scheduler/runStatus",
-        )
-    assert "runStatus: Input should be 'waitingToRun'" in str(info.value)
-    assert "(got 'cancelled')" in str(info.value)
+def test_an_unknown_run_status_or_type_is_kept_and_is_not_finished() -> None:
+    # One new value must not refuse a whole page of runs: it is kept, and the run is looked at again.
+    status = parse_response(
+        CoalesceRunStatusResponse, {"runStatus": "cancelled", "runType": "dev"}, "GET /scheduler/runStatus"
+    )
+    assert status.run_status.value == "cancelled" and not status.run_status.is_known
+    assert not status.run_status.is_terminal and status.run_type is not None and not status.run_type.is_known
+    assert CoalesceRunStatus("canceled") is CoalesceRunStatus.CANCELED and CoalesceRunStatus.CANCELED.is_known
+    with pytest.raises(CoalesceResponseError, match=r"runStatus: Input should be"):
+        parse_response(CoalesceRunStatusResponse, {"runStatus": 3}, "GET /scheduler/runStatus")
+
+
+def test_a_null_where_a_field_has_a_default_reads_as_the_default() -> None:
+    node = json.loads(json.dumps(FULL_NODE))
+    node["overrideSQL"] = None
+    node["metadata"]["columns"][0]["transform"] = None
+    node["metadata"]["sourceMapping"][0]["join"]["joinCondition"] = None
+    page = parse_response(CoalescePage[CoalesceNode], {"data": [node], "next": None}, "GET nodes")
+    (read,) = page.data
+    assert read.override_sql is False and read.metadata.columns[0].transform == ""
+    assert read.metadata.source_mapping[0].join is not None
+    assert read.metadata.source_mapping[0].join.join_condition == ""
+    # A null in a field the product cannot do without is still refused, naming it.
+    node["metadata"]["columns"][0]["dataType"] = None
+    with pytest.raises(CoalesceResponseError, match=r"data\[0\]\.metadata\.columns\[0\]\.dataType"):
+        parse_response(CoalescePage[CoalesceNode], {"data": [node], "next": None}, "GET nodes")
 
 
 def test_run_detail_with_refresh_run_details() -> None:

@@ -112,4 +112,5 @@ def test_the_state_management_type_may_come_from_the_environment(monkeypatch: py
     with pytest.raises(Exception) as raised:
         CoalesceComponent.resolve_from_yaml(declared)
     text = f"{raised.value} {raised.value.__cause__}"
-    assert "defs_state.management_type: 'SOMEWHERE'" in text and "LOCAL_FILESYSTEM" in text
+    assert "defs_state.management_type: expected one of" in text and "LOCAL_FILESYSTEM" in text
+    assert "got 'SOMEWHERE'" in text

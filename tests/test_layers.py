@@ -14,6 +14,8 @@ The declared order, bottom first (README.md, "Layout", says the same):
 - ``notifications``: what people read (Slack, the incident view, receipts).
 - ``remediation``: plans, approvals, the gate, the fix's steps.
 - ``app``: the composition root: every job, sensor, op wiring, component, command and server.
+- ``definitions``, ``__main__``: the entry points deployments and the shell name (``-m dw_dagster.definitions``,
+  ``python -m dw_dagster``), over the composition root.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ PRODUCT = ROOT / "dw_dagster"
 
 LAYERS = [
     "coalesce", "event_log", "config", "sql", "tags", "runs", "records", "warehouse", "context", "checks",
-    "cost", "governance", "incidents", "notifications", "remediation", "app", "__main__",
+    "cost", "governance", "incidents", "notifications", "remediation", "app", "definitions", "__main__",
 ]  # fmt: skip
 
 

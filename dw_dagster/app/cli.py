@@ -116,6 +116,7 @@ PRODUCT_COMMANDS = {
     "ops": "dw_dagster.app.commands.ops:ops",
     "baseline": "dw_dagster.app.commands.checks:baseline",
     "approver-key": "dw_dagster.app.commands.remediation:approver_key",
+    "audit": "dw_dagster.app.commands.audit:audit",
     "serve-approvals": "dw_dagster.app.slack_endpoint:serve",
     "mcp": "dw_dagster.app.commands.mcp:mcp",
     "cost": "dw_dagster.app.commands.cost:cost",

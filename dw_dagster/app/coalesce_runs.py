@@ -171,16 +171,18 @@ def build_run_hook(
         asset_graph = context.repository_def.asset_graph
         built = report.built_asset_keys
         touched = [*built, *source_inputs(asset_graph, built)]
-        outcomes += review_run(
-            context,
-            workspace.get_client(),
-            store,
-            environment_id=report.environment_id,
-            touched=touched,
-            business_date=business_date(report, business_day),
-            coalesce_run_id=str(report.run.id),
-            context_file=context_file,
-        )
+        # In a sensor tick: detailed node pages within a call's budget, not a refresh's minutes.
+        with workspace.new_client(in_sensor_tick=True) as client:
+            outcomes += review_run(
+                context,
+                client,
+                store,
+                environment_id=report.environment_id,
+                touched=touched,
+                business_date=business_date(report, business_day),
+                coalesce_run_id=str(report.run.id),
+                context_file=context_file,
+            )
         for outcome in outcomes:
             if outcome.new_incident:
                 context.log.warning(f"{report.describe()}: opened incident {outcome.incident.incident_id}")

@@ -20,6 +20,7 @@ environment variables, read through ``dg.EnvVar`` by the resources.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -40,7 +41,7 @@ from dw_dagster.coalesce.component import CoalesceComponent
 from dw_dagster.coalesce.metadata import coalesce_specs, is_coalesce_spec
 from dw_dagster.coalesce.sensor_builder import build_coalesce_polling_sensor
 from dw_dagster.coalesce.state import REFRESH_HINT
-from dw_dagster.config import DwConfigError
+from dw_dagster.config import DwConfigError, load_yaml_documents
 from dw_dagster.context.models import ContextFile, load_context_file
 from dw_dagster.context.specs import attach_context, build_context_asset_specs
 from dw_dagster.notifications.incident_view import INCIDENTS_KEY
@@ -57,6 +58,42 @@ incidents_spec = dg.AssetSpec(
     group_name="dw_operations",
     kinds={"snowflake"},
 )
+
+
+def check_defs_files(folder: Path) -> None:
+    """What Dagster's loader lets through in the ``defs.yaml`` files under ``folder``, refused naming the
+    file: a key given twice in a mapping (Dagster keeps the last one, so a second ``base_url`` would quietly
+    replace the first) and a ``type`` that names no component (Dagster's error names neither the file nor the
+    field). The attributes themselves are checked by each component's model as Dagster loads it."""
+    for path in sorted(folder.rglob("defs.yaml")):
+        for i, document in enumerate(load_yaml_documents(path.read_text(), path)):
+            where = f"{path}: document {i + 1}: " if i else f"{path}: "
+            if not isinstance(document, dict) or "type" not in document:
+                continue  # Dagster says what a component declaration needs
+            if problem := _component_type_problem(str(document["type"])):
+                raise DwConfigError(f"{where}type: {problem}")
+
+
+def _component_type_problem(name: str) -> str | None:
+    """Why ``name`` (``package.module.Class``) is not a component class, or None."""
+    import importlib
+
+    module_name, _, attribute = name.rpartition(".")
+    if not module_name:
+        return f"expected a component class as package.module.Class, got {name!r}"
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        return f"no component {name!r}: module {module_name!r} cannot be imported ({e})"
+    found = getattr(module, attribute, None)
+    if found is None:
+        known = [n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, dg.Component)]
+        near = difflib.get_close_matches(attribute, known, n=1)
+        hint = f"; did you mean {module_name}.{near[0]}?" if near else f"; its components: {sorted(known)}"
+        return f"no component {name!r}: module {module_name!r} has no {attribute!r}{hint}"
+    if not (isinstance(found, type) and issubclass(found, dg.Component)):
+        return f"{name!r} is not a component class (a dg.Component subclass)"
+    return None
 
 
 def ref_resolver(specs: Sequence[dg.AssetSpec]) -> Callable[[str, str], str]:

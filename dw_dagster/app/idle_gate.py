@@ -13,12 +13,15 @@ before the work, so a write that lands while the work runs is followed by a reco
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import dagster as dg
 import pydantic
+
+from dw_dagster.coalesce.sensor_builder import DEFAULT_TICK_TIME_BUDGET_SECONDS
 
 
 class Mark(pydantic.BaseModel, frozen=True):
@@ -49,6 +52,28 @@ class Gate:
     mark: Mark
     previous: GateCursor
     work: str | None
+    now: datetime
+    budget_seconds: float = DEFAULT_TICK_TIME_BUDGET_SECONDS
+    """The tick's time budget: past it, no new item of work starts (the daemon gives a tick 60 s)."""
+    left: list[str] = field(default_factory=list)
+    """What the tick left for the next one when its budget was spent."""
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + self.budget_seconds
+
+    def out_of_time(self, item: str) -> bool:
+        """Whether the budget is spent; if so, ``item`` is left for the next tick (which :meth:`done` makes
+        due at once)."""
+        if time.monotonic() < self.deadline:
+            return False
+        self.left.append(item)
+        return True
+
+    def leftover(self) -> str:
+        """What the tick left, for its skip message; empty when nothing."""
+        if not self.left:
+            return ""
+        return f"; the tick's {self.budget_seconds:g} s budget was spent: left for the next tick: {', '.join(self.left)}"
 
     def skip(self, what: str) -> dg.SkipReason:
         """The idle tick's answer: nothing read from the warehouse, the cursor kept."""
@@ -57,7 +82,10 @@ class Gate:
                              "the warehouse was not read")  # fmt: skip
 
     def done(self, context: dg.SensorEvaluationContext, due: datetime | None = None) -> None:
-        """Records that the work for this mark is done; ``due``: when to look again even if nothing happens."""
+        """Records that the work for this mark is done; ``due``: when to look again even if nothing happens
+        (at once when the tick left work)."""
+        if self.left:
+            due = self.now if due is None else min(due, self.now)
         context.update_cursor(GateCursor(mark=self.mark, due=due).model_dump_json())
 
 
@@ -76,7 +104,7 @@ def open_gate(context: dg.SensorEvaluationContext, now: datetime) -> Gate:
         work = f"due at {previous.due:%Y-%m-%d %H:%M:%S} UTC"
     else:
         work = None
-    return Gate(mark, previous, work)
+    return Gate(mark, previous, work, now)
 
 
 Clock = Callable[[], datetime]

@@ -132,7 +132,7 @@ def build_incident_definitions(
             return
         # The org-wide stop is asked when routing (the hold notice is proposed, not sent) and again as each
         # autonomous message is posted (a stop given in between holds it in the outbox).
-        control = OrgControl(snowflake, ops)
+        control = OrgControl(snowflake, ops, context_file)
         # Through the outbox: a Slack outage delays the alert (the outbox sensor retries), never loses it.
         notifier = gated_notifier(slack, store, context_file)
         recipients = route_incident(context_file, diagnosis, radius, stopped=control.state().stopped)
@@ -179,12 +179,16 @@ def build_incident_definitions(
                 yield gate.skip("incidents")
             return
         store = IncidentStore(snowflake, ops, policy=policy)
+        requested = bool(skipped)
         for incident in store.list(status="open"):
+            if gate.out_of_time(incident.incident_id):
+                continue
             events = store.events(incident.incident_id)
             findings = [Finding.model_validate(e.detail) for e in events if e.kind == "finding"]
             done = {e.event_key for e in events if e.kind == "diagnosis"}
             # The run keys make a re-tick or a restart of the daemon launch nothing twice.
             if f"diagnosis|{len(findings)}" not in done:
+                requested = True
                 yield dg.RunRequest(
                     run_key=f"{incident.incident_id}:{len(findings)}",
                     job_name=DIAGNOSE_JOB,
@@ -193,15 +197,18 @@ def build_incident_definitions(
                 continue
             due = lifecycle_due(context.instance, store, incident, findings, policy)
             if due is not None:
+                requested = True
                 yield dg.RunRequest(
                     run_key=f"{due.action}:{incident.incident_id}:{due.night}",
                     job_name=LIFECYCLE_JOB,
                     tags={INCIDENT_ID: incident.incident_id, LIFECYCLE_ACTION: due.action},
                 )
         gate.done(context)
+        if gate.left and not requested:
+            yield dg.SkipReason(f"incidents ({gate.work}): nothing due{gate.leftover()}")
 
     outbox = build_slack_outbox_sensor(
-        ops, dispatch_gate=lambda warehouse: OrgControl(warehouse, ops).dispatch_allowed
+        ops, dispatch_gate=lambda warehouse: OrgControl(warehouse, ops, context_file).dispatch_allowed
     )
     defs = dg.Definitions.merge(
         dg.Definitions(

@@ -5,6 +5,8 @@ Every command module builds one :class:`Operations`; it reads the environment th
 
 from __future__ import annotations
 
+import functools
+
 import click
 
 
@@ -19,7 +21,6 @@ class Operations:
         from dw_dagster.checks.metrics import MetricsFile
         from dw_dagster.context.models import load_context_file
         from dw_dagster.incidents.store import IncidentStore
-        from dw_dagster.notifications.resources import slack_from_env
         from dw_dagster.warehouse.ops import OpsSchema
         from dw_dagster.warehouse.resources import warehouse_from_env
 
@@ -34,8 +35,14 @@ class Operations:
         self.warehouse = warehouse_from_env()
         self.ops = OpsSchema(settings.database, metrics.ops_schema)
         self.store = IncidentStore(self.warehouse, self.ops)
-        self.slack = slack_from_env()
         self._instance: dg.DagsterInstance | None = None
+
+    @functools.cached_property
+    def slack(self):
+        """Slack, for the commands that post (made when first used: reading commands do not load its SDK)."""
+        from dw_dagster.notifications.resources import slack_from_env
+
+        return slack_from_env()
 
     @property
     def instance(self):
@@ -60,7 +67,7 @@ class Operations:
     def control(self):
         from dw_dagster.remediation.control import OrgControl
 
-        return OrgControl(self.warehouse, self.ops)
+        return OrgControl(self.warehouse, self.ops, self.context)
 
     def tell_owners(
         self, incident_id: str, text: str, kind: str, version: str, run_id: str | None = None

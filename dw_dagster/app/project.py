@@ -18,14 +18,17 @@ import dagster as dg
 from dagster._core.storage.defs_state.base import DefsStateStorage, set_defs_state_storage
 from dagster.components.core.component_tree import ComponentTree
 
-from dw_dagster.app.components import OperationsComponent
+from dw_dagster.app.components import OperationsComponent, check_defs_files
 from dw_dagster.coalesce.component import CoalesceComponent
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+"""The package itself: its ``dg.toml`` declares the project, so the component tree, the ``defs.yaml`` files and
+a ``LOCAL_FILESYSTEM`` Coalesce state (under ``app/defs/.local_defs_state``) resolve wherever it is installed."""
 OPERATIONS = "operations"
 
 
 def component_tree() -> ComponentTree:
+    check_defs_files(Path(__file__).parent / "defs")
     return ComponentTree.for_project(PROJECT_ROOT)
 
 

@@ -1,6 +1,14 @@
 """The remediation job, ``remediate_incident``, and the sensors around it: each op is one of
-:class:`~dw_dagster.remediation.steps.RemediationSteps`' steps with the resources it needs."""
+:class:`~dw_dagster.remediation.steps.RemediationSteps`' steps with the resources it needs.
 
+Every remediation run is submitted with one run config, the deployment's: ``DW_REMEDIATION_RUN_CONFIG``, a
+JSON object (e.g. ``{"ops": {"await_node_deploy": {"config": {"deploy_timeout_seconds": 3600}}}}``), empty by
+default. A plan binds only to a run of exactly that configuration: op config set any other way (a run
+launched by hand with other values) is refused.
+"""
+
+import json
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -9,6 +17,7 @@ import dagster as dg
 from dw_dagster.app.remediation_sensors import build_remediation_sensors
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.coalesce.resources import CoalesceWorkspace
+from dw_dagster.config import DwConfigError
 from dw_dagster.context.models import ContextFile
 from dw_dagster.notifications.resources import SlackNotifier
 from dw_dagster.records.remediation import Change, VerificationResult
@@ -17,6 +26,26 @@ from dw_dagster.remediation.job_models import Approved, RemediationConfig, Rerun
 from dw_dagster.remediation.steps import RemediationSteps
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
+
+REMEDIATION_RUN_CONFIG_ENV = "DW_REMEDIATION_RUN_CONFIG"
+
+
+def remediation_run_config(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The run config every remediation run is submitted with (``DW_REMEDIATION_RUN_CONFIG``)."""
+    text = (os.environ if environ is None else environ).get(REMEDIATION_RUN_CONFIG_ENV, "").strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DwConfigError(
+            f"{REMEDIATION_RUN_CONFIG_ENV}: not JSON ({e}); expected a run config object"
+        ) from None
+    if not isinstance(value, dict):
+        raise DwConfigError(
+            f"{REMEDIATION_RUN_CONFIG_ENV}: expected a run config object like {{'ops': ...}}, got {type(value).__name__}"
+        )
+    return value
 
 
 def build_remediation_definitions(
@@ -92,6 +121,5 @@ def build_remediation_definitions(
         rerun = scoped_rerun(approved, changes, deployed)
         write_receipt(approved, changes, rerun, verify_fix(approved, rerun))
 
-    return dg.Definitions(
-        jobs=[remediate_incident], sensors=build_remediation_sensors(remediate_incident, ops, context_file)
-    )
+    sensors = build_remediation_sensors(remediate_incident, ops, context_file, remediation_run_config())
+    return dg.Definitions(jobs=[remediate_incident], sensors=sensors)

@@ -4,6 +4,9 @@ escalates. Neither ever grants an approval."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import dagster as dg
 
 from dw_dagster.app.idle_gate import Clock, open_gate, utc_now
@@ -19,9 +22,11 @@ from dw_dagster.warehouse.resources import WarehouseResource
 
 
 def build_remediation_sensors(
-    job: dg.JobDefinition, ops: OpsSchema, context_file: ContextFile, clock: Clock = utc_now
-) -> list[dg.SensorDefinition]:
-    """``clock``: the time the sensors act at (an approval expires when it says so)."""
+    job: dg.JobDefinition, ops: OpsSchema, context_file: ContextFile, run_config: Mapping[str, Any],
+    clock: Clock = utc_now,
+) -> list[dg.SensorDefinition]:  # fmt: skip
+    """``run_config``: every remediation run's (the deployment's); ``clock``: the time the sensors act at (an
+    approval expires when it says so)."""
 
     @dg.sensor(
         name="remediation_proposals",
@@ -41,17 +46,22 @@ def build_remediation_sensors(
         if gate.work is None:
             return gate.skip("remediation proposals")
         store = IncidentStore(snowflake, ops)
-        state = OrgControl(snowflake, ops).state()
+        state = OrgControl(snowflake, ops, context_file).state()
+        if state.ignored:
+            context.log.warning(f"org-wide stop: {state.describe()}")
         if state.stopped:
             # The cursor is kept: the work is still due once the stop is lifted.
             return dg.SkipReason(f"{state.describe()}: no run is submitted")
         resources = {"coalesce": coalesce, "snowflake": snowflake, "slack": slack}
         proposer = Proposer(context.instance, ApprovalBook(store, context_file), resources,
-                             gated_notifier(slack, store, context_file), context_file)  # fmt: skip
+                            gated_notifier(slack, store, context_file), context_file, job, run_config)  # fmt: skip
         for incident in store.list(status="open"):
-            proposer.propose(incident)
+            if not gate.out_of_time(incident.incident_id):
+                proposer.propose(incident)
         gate.done(context, due=proposer.due)
-        return proposer.requests or dg.SkipReason(f"remediation proposals ({gate.work}): nothing to submit")
+        return proposer.requests or dg.SkipReason(
+            f"remediation proposals ({gate.work}): nothing to submit{gate.leftover()}"
+        )
 
     @dg.sensor(
         name="approval_expiry",

@@ -1,7 +1,12 @@
 """What the commands read of the code location's configuration: the operations component's attributes
 (``dw_dagster/app/defs/operations/defs.yaml``, templated from the environment) and the warehouse's database.
 
-The commands read the same declaration the code location loads, so the two never disagree.
+The commands read the same declaration the code location loads, resolved by Dagster's own template
+resolution (``ResolutionContext``, the ``{{ env.X }}`` scope the component loader uses), so the two never
+disagree (``tests/test_settings.py`` holds them side by side). They read the file itself rather than load
+the component: loading it imports the whole code location (every job, sensor and storage the component
+builds), which cost each command over a second before it had done anything
+(``benchmarks/bench_cli_commands.py``).
 """
 
 from __future__ import annotations
@@ -11,6 +16,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+OPERATIONS_DEFS = Path(__file__).resolve().parent / "defs" / "operations" / "defs.yaml"
+OPERATIONS_TYPE = "dw_dagster.app.components.OperationsComponent"
 
 
 @dataclass(frozen=True)
@@ -22,16 +31,36 @@ class Settings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """The settings under ``environ`` (default: this process's environment)."""
-        from dw_dagster.app.project import operations_component
-
         with _environment(environ):
-            component = operations_component()
+            attributes = operations_attributes()
             database = os.environ.get("SNOWFLAKE_DATABASE") or None
+        context_file, metrics_file = attributes.get("context_file"), attributes.get("metrics_file")
         return cls(
-            context_file=Path(component.context_file).resolve() if component.context_file else None,
-            metrics_file=Path(component.metrics_file).resolve() if component.metrics_file else None,
+            context_file=Path(context_file).resolve() if context_file else None,
+            metrics_file=Path(metrics_file).resolve() if metrics_file else None,
             database=database,
         )
+
+
+def operations_attributes(path: Path = OPERATIONS_DEFS) -> dict[str, Any]:
+    """The operations component's attributes in ``path``, their templates resolved against this process's
+    environment as the component loader resolves them."""
+    import yaml
+    from dagster.components.resolved.context import ResolutionContext
+
+    from dw_dagster.config import DwConfigError
+
+    try:
+        declared = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise DwConfigError(f"{path}: cannot read the operations component ({e})") from e
+    if not isinstance(declared, dict) or declared.get("type") != OPERATIONS_TYPE:
+        found = declared.get("type") if isinstance(declared, dict) else type(declared).__name__
+        raise DwConfigError(f"{path}: type: expected {OPERATIONS_TYPE}, got {found!r}")
+    attributes = declared.get("attributes") or {}
+    if not isinstance(attributes, dict):
+        raise DwConfigError(f"{path}: attributes: expected a mapping, got {type(attributes).__name__}")
+    return dict(ResolutionContext.default().resolve_value(attributes))
 
 
 @contextmanager

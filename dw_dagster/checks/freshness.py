@@ -15,6 +15,7 @@ import dagster as dg
 from croniter import croniter
 from sqlglot import exp
 
+from dw_dagster.checks.judge import figure
 from dw_dagster.checks.measure import Part, quoted_table
 from dw_dagster.checks.metrics import InputFreshness, JobSchedule, MetricsFile
 from dw_dagster.checks.tonight import Night
@@ -86,7 +87,7 @@ def _table_of(specs_by_path: Mapping[str, dg.AssetSpec], path: str) -> tuple[str
 
 
 def _utc(v: datetime | None) -> datetime | None:
-    # TIMESTAMP_NTZ load stamps are UTC by convention (the replication writes UTC).
+    # Read as TIMESTAMP_TZ (_latest), so aware; a naive one would be a UTC stamp, as replication writes them.
     return None if v is None else (v if v.tzinfo else v.replace(tzinfo=UTC))
 
 
@@ -118,7 +119,9 @@ def input_freshness_specs(metrics: MetricsFile, specs: Sequence[dg.AssetSpec]) -
 
 
 def _latest(table: tuple[str, str, str], column: str) -> exp.Expression:
-    query = exp.select(exp.Max(this=exp.column(exp.to_identifier(column, quoted=True))))
+    # As an instant: a TIMESTAMP_NTZ column read in the session's UTC, an LTZ or TZ one by its own zone.
+    latest = exp.Max(this=exp.column(exp.to_identifier(column, quoted=True)))
+    query = exp.select(exp.cast(latest, exp.DataType.build("TIMESTAMP_TZ", dialect="snowflake")))
     return query.from_(quoted_table(*table)).subquery()
 
 
@@ -185,7 +188,7 @@ def _judge(
         "built_at": built.isoformat(),
     }
     if latest is not None:
-        metadata["input_age_hours"] = dg.MetadataValue.float(float((built - latest).total_seconds() / 3600))
+        metadata["input_age_hours"] = figure((built - latest).total_seconds() / 3600, 1)
     if problems:
         night.report(INPUT_FRESHNESS_CHECK, rule.asset, "; ".join(problems), metadata)
     return dg.AssetCheckResult(

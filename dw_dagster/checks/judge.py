@@ -230,7 +230,7 @@ def judge(
         )
         pct = _effect_pct(effect, plain, absolute)
         notes.append(
-            f"{today.name}: compared with {len(measured)} past like night(s) "
+            f"{today.name}: compared with {len(measured)} past like night{'s' if len(measured) != 1 else ''} "
             f"({', '.join(d.isoformat() for d in measured)}; usual effect {pct:+.1f}%)"
         )
         out = _verdict(adjusted, notes=notes, level=level, calibration=calibration)
@@ -295,10 +295,16 @@ def _verdict(
     )
 
 
-def judgement_metadata(j: Judgement, prefix: str = "baseline") -> dict[str, object]:
-    """What the check shows of its judgement: the score, the calendar day and the level in force."""
+def figure(value: float, places: int = 2):
+    """A computed figure as the UI shows it: rounded to what a person reads (``-0.02``, not
+    ``-0.021805139580922107``); measured values are shown as measured."""
     import dagster as dg
 
+    return dg.MetadataValue.float(round(float(value), places))
+
+
+def judgement_metadata(j: Judgement, prefix: str = "baseline") -> dict[str, object]:
+    """What the check shows of its judgement: the score, the calendar day and the level in force."""
     r = j.result
     out: dict[str, object] = {
         f"{prefix}_status": "accepted_level" if j.accepted_tonight else r.status.value,
@@ -306,11 +312,11 @@ def judgement_metadata(j: Judgement, prefix: str = "baseline") -> dict[str, obje
         f"{prefix}_mode": "absolute (small count)" if r.absolute else "relative",
     }
     if r.expected is not None:
-        out[f"{prefix}_expected"] = dg.MetadataValue.float(float(r.expected))
-        out[f"{prefix}_relative_change_pct"] = dg.MetadataValue.float(float(100 * (r.relative_change or 0)))
-        out[f"{prefix}_robust_z"] = dg.MetadataValue.float(float(r.robust_z or 0))
+        out[f"{prefix}_expected"] = figure(r.expected)
+        out[f"{prefix}_relative_change_pct"] = figure(100 * (r.relative_change or 0))
+        out[f"{prefix}_robust_z"] = figure(r.robust_z or 0)
         if r.z_threshold is not None:
-            out[f"{prefix}_z_threshold"] = dg.MetadataValue.float(float(r.z_threshold))
+            out[f"{prefix}_z_threshold"] = figure(r.z_threshold)
     if j.calibration is not None:
         c = j.calibration
         out[f"{prefix}_threshold_from"] = (
@@ -319,7 +325,7 @@ def judgement_metadata(j: Judgement, prefix: str = "baseline") -> dict[str, obje
     if j.calendar_day is not None:
         out[f"{prefix}_calendar_day"] = j.calendar_day.name
         if j.calendar_effect_pct is not None:
-            out[f"{prefix}_calendar_effect_pct"] = dg.MetadataValue.float(float(j.calendar_effect_pct))
+            out[f"{prefix}_calendar_effect_pct"] = figure(j.calendar_effect_pct)
     if j.level is not None:
         out[f"{prefix}_level"] = j.level.describe()
     if j.notes:
@@ -331,7 +337,8 @@ def deviation(j: Judgement, unit: str) -> str:
     """The deviation as a person reads it: '9,012 rows against an expected 7,900 (+14.1%, robust z +9.3)'."""
     r = j.result
     z = f"robust z {r.robust_z:+.1f}" if r.robust_z is not None else ""
+    of = f" {unit}" if unit else ""
     if r.absolute and r.expected is not None:
-        moved = f"{r.value - r.expected:+,.0f} {unit}"
-        return f"{r.value:,.0f} {unit} against an expected {r.expected:,.0f} ({moved}, {z})"
-    return f"{r.value:,.0f} {unit} against an expected {r.expected or 0:,.0f} ({100 * (r.relative_change or 0):+.1f}%, {z})"
+        moved = f"{r.value - r.expected:+,.0f}{of}"
+        return f"{r.value:,.0f}{of} against an expected {r.expected:,.0f} ({moved}, {z})"
+    return f"{r.value:,.0f}{of} against an expected {r.expected or 0:,.0f} ({100 * (r.relative_change or 0):+.1f}%, {z})"

@@ -30,7 +30,7 @@ from pydantic import Field, ModelWrapValidatorHandler, PrivateAttr, field_valida
 
 from dw_dagster.checks.baseline import BaselineConfig, Direction
 from dw_dagster.checks.calendar import BusinessCalendar, timezone_country
-from dw_dagster.config import FileModel, load_yaml_model, validate_cron
+from dw_dagster.config import FileModel, load_yaml_model, validate_cron, validate_read_only_sql
 from dw_dagster.records.policy import IncidentPolicy
 
 _NAME = r"^[a-z][a-z0-9_]*$"
@@ -104,11 +104,7 @@ class RecordedTotal(FileModel):
     @field_validator("sql")
     @classmethod
     def _one_statement(cls, v: str) -> str:
-        if ";" in v.strip().rstrip(";"):
-            raise ValueError("expected one SELECT statement")
-        if not re.match(r"^\s*(with|select)\b", v, re.IGNORECASE):
-            raise ValueError("expected a SELECT (or WITH ... SELECT) statement returning VALUE")
-        return v.strip().rstrip(";")
+        return validate_read_only_sql(v)
 
     @field_validator("group_keys")
     @classmethod

@@ -20,7 +20,7 @@ from dw_dagster.checks import cumulative
 from dw_dagster.checks.attributes import MAX_VALUES, attribute_part, attribute_series
 from dw_dagster.checks.groups import GroupMove, judge_groups, null_groups_problem
 from dw_dagster.checks.history import Reading, total_series
-from dw_dagster.checks.judge import deviation, judge, judgement_metadata
+from dw_dagster.checks.judge import deviation, figure, judge, judgement_metadata
 from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
 from dw_dagster.checks.reconcile import Reconciled, reconcile
@@ -134,6 +134,12 @@ def value_columns(sql: str) -> list[str]:
         if isinstance(projection, exp.Alias) and projection.alias.upper() == "VALUE":
             return list(dict.fromkeys(c.name for c in projection.find_all(exp.Column)))
     return []
+
+
+def counted_unit(total: RecordedTotal) -> str:
+    """What the total's value counts: its items when its groups are the items it lists (no ``item_key``:
+    ``195 SKUs``); a summed measure carries no unit of ours (its name says what it sums)."""
+    return "" if total.item_key else total.item_noun
 
 
 def _fmt(v: float | None, unit: str = "") -> str:
@@ -337,14 +343,14 @@ def evaluate_total(
             {
                 "source_total": source_name,
                 "source_value": dg.MetadataValue.float(float(values[source_name].value)),
-                "gap_units": dg.MetadataValue.float(float(rec.gap_change)),
-                "tolerance_units": dg.MetadataValue.float(float(rec.tolerance)),
+                "gap_units": figure(rec.gap_change),
+                "tolerance_units": figure(rec.tolerance),
             }
         )
         if rec.target_change_pct is not None:
-            metadata["day_change_pct"] = dg.MetadataValue.float(float(rec.target_change_pct))
+            metadata["day_change_pct"] = figure(rec.target_change_pct)
         if rec.source_change_pct is not None:
-            metadata["source_day_change_pct"] = dg.MetadataValue.float(float(rec.source_change_pct))
+            metadata["source_day_change_pct"] = figure(rec.source_change_pct)
         if rec.groups:
             metadata["gap_by_group"] = dg.MetadataValue.md(_groups_table(rec))
         if not rec.passed:
@@ -359,9 +365,10 @@ def evaluate_total(
             )
 
     if carried and verdict.severity is None:
+        of = f" {counted_unit(total)}" if counted_unit(total) else ""
         for d, was, expected in carried:
             problems.append(
-                f"{total.name} ({value.value:,.0f}) still carries {d.isoformat()}'s increment of {was:,.0f} units "
+                f"{total.name} ({value.value:,.0f}) still carries {d.isoformat()}'s increment of {was:,.0f}{of} "
                 f"against the {expected:,.0f} expected ({was - expected:+,.0f}): a {period}-to-date total keeps a "
                 f"bad night until its {period} starts again or that night is rebuilt"
             )
@@ -370,7 +377,7 @@ def evaluate_total(
         moved = ", ".join(m.describe() for m in by_group.moves[:3])
         what = f"{total.name}'s increment tonight" if period is not None else total.name
         problems.append(
-            f"{what} = {deviation(verdict, 'units')}"
+            f"{what} = {deviation(verdict, counted_unit(total))}"
             + (f"; moved: {moved}" if moved else "")
             + (f" ({verdict.describe()})" if verdict.notes else "")
         )

@@ -6,14 +6,25 @@ that names the endpoint. The calls are sent, retried and checked by
 :class:`~dw_dagster.coalesce.http_client.CoalesceHTTPClient`.
 """
 
+import math
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, overload
 from urllib.parse import quote
 
-from dw_dagster.coalesce.errors import CoalesceRunTimeoutError
-from dw_dagster.coalesce.http_client import CoalesceHTTPClient
+import dagster as dg
+
+from dw_dagster.coalesce.errors import (
+    CoalesceAPIError,
+    CoalesceConfigError,
+    CoalesceError,
+    CoalesceResponseError,
+    CoalesceRunTimeoutError,
+    CoalesceTimeoutError,
+)
+from dw_dagster.coalesce.http_client import GATEWAY_TIMEOUT, CoalesceHTTPClient
 from dw_dagster.coalesce.models import (
     CoalesceCancelRunRequest,
     CoalescePage,
@@ -41,9 +52,65 @@ from dw_dagster.coalesce.workspace_models import (
 
 DEFAULT_POLL_INTERVAL = 5.0
 DEFAULT_POLL_TIMEOUT = 3600.0
-# The list-nodes and list-jobs page size: the API accepts 1-500.
+# The list-jobs page size, and the list-nodes one for summaries: the API accepts 1-500.
 DEFAULT_NODES_PAGE_SIZE = 100
 DEFAULT_JOBS_PAGE_SIZE = 100
+# How long a cancel may take once the Dagster run waiting on a Coalesce run is stopped.
+CANCEL_BUDGET_SECONDS = 20.0
+
+
+@dataclass(frozen=True)
+class CoalesceNodePaging:
+    """How pages of detailed nodes are read, sized and timed like Coalesce's own Catalog extractor
+    (castor-extractor 0.26.131, ``castor_extractor/transformation/coalesce/client/client.py``): 200 nodes a
+    page, a 4-minute timeout ("raising this value might end up in remote server disconnection"), and on a
+    timeout the page size divided by ten (200, 20, 2, 1) after a 5-minute wait, back to the full size once
+    the slow stretch has been read (``utils/client/api/smart_pagination.py``). A gateway's 504 counts as a
+    timeout. A page that times out at one node fails the call.
+
+    Args:
+        page_size (int): Nodes a page (1-500).
+        timeout (float): Seconds one page may take.
+        retry_wait (float): Seconds to wait after a timeout before asking for a smaller page.
+    """
+
+    page_size: int = 200
+    timeout: float = 240.0
+    retry_wait: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.page_size <= 500:
+            raise CoalesceConfigError(f"node_page_size: {self.page_size!r}; expected 1-500 (the API's limit)")
+        if not self.timeout > 0:
+            raise CoalesceConfigError(f"node_page_timeout: {self.timeout!r}; expected seconds above 0")
+        if not self.retry_wait >= 0:
+            raise CoalesceConfigError(
+                f"node_page_retry_wait: {self.retry_wait!r}; expected seconds, 0 or more"
+            )
+
+
+class _ShrinkingPages:
+    """The page size of :class:`CoalesceNodePaging`: a tenth after each timeout, the full size again once as
+    many nodes as a full page have been read at the smaller sizes."""
+
+    def __init__(self, size: int):
+        self.full = size
+        self.size = size
+        self._read_small = 0
+
+    def shrink(self) -> bool:
+        """False when the page is one node already."""
+        if self.size <= 1:
+            return False
+        self.size = math.ceil(self.size / 10)
+        return True
+
+    def read(self, count: int) -> None:
+        if self.size == self.full:
+            return
+        self._read_small += max(count, self.size)
+        if self._read_small >= self.full:
+            self.size, self._read_small = self.full, 0
 
 
 def _segment(value: str | int) -> str:
@@ -67,7 +134,20 @@ class CoalesceClient(CoalesceHTTPClient):
         max_retry_wait (float): The longest single wait before a retry, whatever ``Retry-After`` asks.
         transport (Optional[httpx.BaseTransport]): Replaces the network, e.g. ``httpx.MockTransport``
             replaying recorded responses in tests. By default httpx's own, which honours proxy variables.
+        node_paging (Optional[CoalesceNodePaging]): How detailed nodes are paged and timed.
+        org_id (Optional[str]): The organization id, which cancelling a run needs.
     """
+
+    def __init__(
+        self,
+        *args: Any,
+        node_paging: CoalesceNodePaging | None = None,
+        org_id: str | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(*args, **kwargs)
+        self.node_paging = node_paging or CoalesceNodePaging()
+        self.org_id = (org_id or "").strip() or None
 
     def __repr__(self) -> str:
         return f"CoalesceClient(base_url={self.base_url!r})"
@@ -77,8 +157,9 @@ class CoalesceClient(CoalesceHTTPClient):
     # ------------------
 
     def list_environments(self) -> list[CoalesceEnvironment]:
-        """All the environments the token can see."""
-        return list(self._paginate(CoalesceEnvironment, "/api/v1/environments", {}))
+        """All the environments the token can see. Ordered by id: a next page's ``startingFrom`` needs an
+        ``orderBy`` (https://docs.coalesce.io/docs/api/query-parameters)."""
+        return list(self._paginate(CoalesceEnvironment, "/api/v1/environments", {"orderBy": "id"}))
 
     def get_environment(self, environment_id: str) -> CoalesceEnvironment:
         return self._call(CoalesceEnvironment, "GET", f"/api/v1/environments/{_segment(environment_id)}")
@@ -88,7 +169,7 @@ class CoalesceClient(CoalesceHTTPClient):
         self,
         environment_id: str,
         detail: Literal[False] = ...,
-        limit: int = ...,
+        limit: int | None = ...,
         order_by: str = ...,
     ) -> list[CoalesceNodeSummary]: ...
 
@@ -97,7 +178,7 @@ class CoalesceClient(CoalesceHTTPClient):
         self,
         environment_id: str,
         detail: Literal[True],
-        limit: int = ...,
+        limit: int | None = ...,
         order_by: str = ...,
     ) -> list[CoalesceNode]: ...
 
@@ -105,7 +186,7 @@ class CoalesceClient(CoalesceHTTPClient):
         self,
         environment_id: str,
         detail: bool = False,
-        limit: int = DEFAULT_NODES_PAGE_SIZE,
+        limit: int | None = None,
         order_by: str = "id",
     ) -> list[CoalesceNodeSummary] | list[CoalesceNode]:
         """All the nodes deployed to an environment, every page followed.
@@ -113,18 +194,57 @@ class CoalesceClient(CoalesceHTTPClient):
         Args:
             environment_id (str): The Coalesce environment ID.
             detail (bool): Return full nodes (columns, lineage, source mapping, tests) instead of
-                summaries.
-            limit (int): Nodes per page (1-500).
+                summaries. Detailed pages are sized, timed and shrunk as ``node_paging`` says.
+            limit (Optional[int]): Nodes per page (1-500); by default ``node_paging.page_size`` for
+                detailed nodes, 100 for summaries.
             order_by (str): The field pages are ordered by; kept the same across pages.
         """
-        model = CoalesceNode if detail else CoalesceNodeSummary
-        return list(
-            self._paginate(
-                model,
-                f"/api/v1/environments/{_segment(environment_id)}/nodes",
-                {"detail": detail, "limit": limit, "orderBy": order_by},
-            )
-        )
+        path = f"/api/v1/environments/{_segment(environment_id)}/nodes"
+        if detail:
+            return list(self._detailed_nodes(path, limit or self.node_paging.page_size, order_by))
+        params = {"detail": False, "limit": limit or DEFAULT_NODES_PAGE_SIZE, "orderBy": order_by}
+        return list(self._paginate(CoalesceNodeSummary, path, params))
+
+    def _detailed_nodes(self, path: str, limit: int, order_by: str) -> Iterator[CoalesceNode]:
+        """Pages of detailed nodes, each with ``node_paging.timeout``; a page that times out is asked again,
+        after ``node_paging.retry_wait``, a tenth the size (:class:`CoalesceNodePaging`)."""
+        paging, pages = self.node_paging, _ShrinkingPages(limit)
+        endpoint = f"GET {path}"
+        starting_from: str | None = None
+        while True:
+            params: dict[str, Any] = {"detail": True, "limit": pages.size, "orderBy": order_by}
+            if starting_from is not None:
+                params["startingFrom"] = starting_from
+            try:
+                page = self._call(
+                    CoalescePage[CoalesceNode],
+                    "GET",
+                    path,
+                    params=params,
+                    timeout=paging.timeout,
+                    # The page itself, then the ordinary allowance for retrying a 429 or a 5xx.
+                    budget=paging.timeout + self.request_budget,
+                    retry_timeouts=False,
+                )
+            except (CoalesceTimeoutError, CoalesceAPIError) as e:
+                if isinstance(e, CoalesceAPIError) and e.status != GATEWAY_TIMEOUT:
+                    raise
+                was = pages.size
+                if not pages.shrink():
+                    raise
+                self._log.warning(
+                    f"Coalesce {endpoint}: a page of {was} detailed nodes took too long ({e}); asking for "
+                    f"{pages.size} at a time in {paging.retry_wait:g}s"
+                )
+                time.sleep(paging.retry_wait)
+                continue
+            yield from page.data
+            pages.read(len(page.data))
+            if not page.next:
+                return
+            if page.next == starting_from:
+                raise CoalesceResponseError(endpoint, [f"next: the cursor {page.next!r} did not advance"])
+            starting_from = page.next
 
     def get_node(self, environment_id: str, node_id: str) -> CoalesceNode:
         return self._call(
@@ -143,7 +263,9 @@ class CoalesceClient(CoalesceHTTPClient):
     def list_jobs(
         self, environment_id: str, limit: int = DEFAULT_JOBS_PAGE_SIZE, order_by: str = "id"
     ) -> list[CoalesceJob]:
-        """The jobs of an environment (``GET /api/v1/environments/{id}/jobs``), every page followed.
+        """The jobs of an environment (``GET /api/v1/environments/{id}/jobs``), every page followed. No public
+        description lists this endpoint and a Coalesce may answer 404:
+        :func:`~dw_dagster.coalesce.job_discovery.find_jobs` falls back to reading jobs by id.
 
         Args:
             environment_id (str): The Coalesce environment ID.
@@ -193,6 +315,19 @@ class CoalesceClient(CoalesceHTTPClient):
             ),
         )
 
+    def list_run_details(
+        self,
+        environment_id: str | None = None,
+        run_type: CoalesceRunType | str | None = None,
+        order_by: str | None = None,
+        order_by_direction: Literal["asc", "desc"] | None = None,
+        limit: int | None = None,
+    ) -> CoalescePage[CoalesceRun]:
+        """One page of runs in full (``detail=true``, OpenAPI v6.2 ``Runs_listInformation``): each with its
+        ``runDetails`` (the job it ran) and its parameters. Arguments as :meth:`list_runs`'."""
+        params = _run_filters(environment_id, run_type, None, None, order_by, order_by_direction, limit)
+        return self._call(CoalescePage[CoalesceRun], "GET", "/api/v1/runs", params={**params, "detail": True})
+
     def iter_runs(
         self,
         environment_id: str | None = None,
@@ -230,6 +365,7 @@ class CoalesceClient(CoalesceHTTPClient):
         parameters: Mapping[str, str] | None = None,
         parallelism: int = 16,
         confirm_run_all_nodes: bool = False,
+        keep_environment_parameters: bool = True,
     ) -> int:
         """Starts a refresh run and returns its run counter (the run's id).
 
@@ -239,10 +375,16 @@ class CoalesceClient(CoalesceHTTPClient):
             include_selector (Optional[str]): Nodes to run, e.g. ``{FCT_DAILY_TOTALS}+``.
             exclude_selector (Optional[str]): Nodes to leave out.
             user_credentials (CoalesceUserCredentials): The Snowflake credentials the run uses.
-            parameters (Optional[Mapping[str, str]]): Run-time parameters.
+            parameters (Optional[Mapping[str, str]]): Run-time parameters, set over the environment's own
+                (see ``keep_environment_parameters``). Without any, the run has the environment's.
             parallelism (int): How many nodes Coalesce builds at once.
             confirm_run_all_nodes (bool): Needed to start a run with neither a job nor an include
                 selector, which rebuilds every node of the environment.
+            keep_environment_parameters (bool): A run started with ``parameters`` gets those alone: "Keys
+                from environment-level parameters are not merged in automatically"
+                (https://docs.coalesce.io/docs/deploy-and-refresh/parameters/rtp-refresh). So by default the
+                environment's parameters (``GET /api/v1/environments/{id}``) are sent too, ``parameters``
+                over them; False sends ``parameters`` alone.
         """
         if job_id is None and not include_selector and not confirm_run_all_nodes:
             raise ValueError(
@@ -258,7 +400,7 @@ class CoalesceClient(CoalesceHTTPClient):
                 parallelism=parallelism,
             ),
             user_credentials=user_credentials,
-            parameters=dict(parameters) if parameters is not None else None,
+            parameters=self._run_parameters(environment_id, parameters, keep_environment_parameters),
         )
         run_counter = self._call(
             CoalesceStartRunResponse,
@@ -270,6 +412,27 @@ class CoalesceClient(CoalesceHTTPClient):
         self._log.info(f"Started Coalesce run {run_counter} in environment {environment_id}.")
         return run_counter
 
+    def _run_parameters(
+        self, environment_id: str, parameters: Mapping[str, Any] | None, keep_environment: bool
+    ) -> dict[str, str] | None:
+        """The ``parameters`` to send: ``parameters`` over the environment's own (when ``keep_environment``).
+        Coalesce takes string values here (its Transform MCP server's ``StartRunParams``: a record of
+        strings), so a value that is not a string is refused, naming it, rather than sent changed."""
+        if parameters is None:
+            return None
+        merged = dict(parameters)
+        if keep_environment:
+            defaults = self.get_environment(environment_id).run_time_parameters
+            merged = {**defaults, **merged}
+        wrong = sorted(key for key, value in merged.items() if not isinstance(value, str))
+        if wrong:
+            raise CoalesceConfigError(
+                f"Coalesce environment {environment_id}: run-time parameter(s) {wrong} are not strings; a run's "
+                "parameters are strings, and a run started with parameters gets those alone. Pass them as "
+                "strings in parameters, or start the run with keep_environment_parameters=False."
+            )
+        return merged
+
     def get_run_status(self, run_counter: int) -> CoalesceRunStatusResponse:
         return self._call(
             CoalesceRunStatusResponse, "GET", "/scheduler/runStatus", params={"runCounter": run_counter}
@@ -280,12 +443,31 @@ class CoalesceClient(CoalesceHTTPClient):
         run_id: int,
         user_credentials: CoalesceUserCredentials,
         parameters: Mapping[str, str] | None = None,
+        keep_environment_parameters: bool = True,
     ) -> int:
-        """Reruns a failed run from its point of failure; returns the new run counter."""
+        """Reruns a failed run from its point of failure; returns the new run counter.
+
+        A rerun, like a start, gets the ``parameters`` it is sent and no others. By default it is sent the
+        environment's parameters, then the ones the failed run had, then ``parameters``, each over the
+        last, so that it builds with what its run had; ``keep_environment_parameters=False`` sends
+        ``parameters`` alone.
+        """
+        merged: dict[str, str] | None = dict(parameters) if parameters is not None else None
+        if keep_environment_parameters:
+            run = self.get_run(run_id)
+            details = run.run_details
+            environment_id = (details.environment_id if details else None) or run.environment_id
+            if environment_id is None:
+                raise CoalesceResponseError(
+                    f"GET /api/v1/runs/{run_id}", ["environmentID: the run names no environment"]
+                )
+            merged = self._run_parameters(
+                environment_id, {**run.run_time_parameters, **(parameters or {})}, True
+            )
         request = CoalesceRerunRequest(
             run_details=CoalesceRerunDetails(run_id=str(run_id)),
             user_credentials=user_credentials,
-            parameters=dict(parameters) if parameters is not None else None,
+            parameters=merged or None,
         )
         run_counter = self._call(
             CoalesceStartRunResponse,
@@ -297,7 +479,7 @@ class CoalesceClient(CoalesceHTTPClient):
         self._log.info(f"Started Coalesce run {run_counter}, a rerun of run {run_id}.")
         return run_counter
 
-    def cancel_run(self, run_id: int, environment_id: str, org_id: str) -> None:
+    def cancel_run(self, run_id: int, environment_id: str, org_id: str, budget: float | None = None) -> None:
         """Cancels a run that has not finished. Coalesce wants the organization's id (``orgID``) too:
         it is in the Coalesce app's settings and in ``~/.coa/config``."""
         if not org_id or not str(org_id).strip():
@@ -306,7 +488,7 @@ class CoalesceClient(CoalesceHTTPClient):
                 "workspace (for example from COALESCE_ORG_ID)."
             )
         request = CoalesceCancelRunRequest(run_id=run_id, environment_id=environment_id, org_id=org_id)
-        self._request("POST", "/scheduler/cancelRun", body=request.to_request_body())
+        self._request("POST", "/scheduler/cancelRun", body=request.to_request_body(), budget=budget)
         self._log.info(f"Canceled Coalesce run {run_id}.")
 
     def wait_for_run(
@@ -314,23 +496,74 @@ class CoalesceClient(CoalesceHTTPClient):
         run_counter: int,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         timeout: float = DEFAULT_POLL_TIMEOUT,
+        cancel_on_stop: bool = True,
+        environment_id: str | None = None,
     ) -> CoalesceRun:
         """Polls a run's status until it is terminal (completed, failed or canceled), then returns the
         run. Raises :class:`CoalesceRunTimeoutError` after ``timeout`` seconds.
+
+        With ``cancel_on_stop``, a wait that ends before the run does (the timeout, or the Dagster run
+        terminated: Dagster interrupts its step) cancels the Coalesce run (``POST /scheduler/cancelRun``,
+        which needs ``org_id``) before raising, and says so in the log; where it cannot, the log says at
+        ERROR level that the Coalesce run was left going, and why. ``environment_id`` saves a call to
+        read the run's.
         """
         deadline = time.monotonic() + timeout
         last_status: CoalesceRunStatus | None = None
-        while True:
-            status = self.get_run_status(run_counter).run_status
-            if status != last_status:
-                self._log.info(f"Coalesce run {run_counter} is {status.value}.")
-                last_status = status
-            if status.is_terminal:
-                return self.get_run(run_counter)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise CoalesceRunTimeoutError(run_counter, timeout, last_status)
-            time.sleep(min(poll_interval, remaining))
+        try:
+            while True:
+                status = self.get_run_status(run_counter).run_status
+                if status != last_status:
+                    known = (
+                        "" if status.is_known else " (a status this integration does not know: waiting on)"
+                    )
+                    self._log.info(f"Coalesce run {run_counter} is {status.value}{known}.")
+                    last_status = status
+                if status.is_terminal:
+                    return self.get_run(run_counter)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise CoalesceRunTimeoutError(run_counter, timeout, last_status)
+                time.sleep(min(poll_interval, remaining))
+        except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError, CoalesceRunTimeoutError) as stop:
+            if cancel_on_stop:
+                self._cancel_stopped(run_counter, environment_id, stop)
+            raise
+
+    def _cancel_stopped(self, run_id: int, environment_id: str | None, stop: BaseException) -> None:
+        """Cancels the Coalesce run a stopped wait was following, or logs why it goes on. Never raises: the
+        stop itself is what the caller sees."""
+        why = (
+            "the wait timed out"
+            if isinstance(stop, CoalesceRunTimeoutError)
+            else "the Dagster run was stopped"
+        )
+        if self.org_id is None:
+            self._log.error(
+                f"Coalesce run {run_id} was left going ({why}): cancelling it needs the organization id; set "
+                "the workspace's org_id (COALESCE_ORG_ID), and cancel the run in Coalesce"
+            )
+            return
+        try:
+            if environment_id is None:
+                run = self.get_run(run_id)
+                environment_id = (
+                    run.run_details.environment_id if run.run_details else None
+                ) or run.environment_id
+            if environment_id is None:
+                raise CoalesceResponseError(f"GET /api/v1/runs/{run_id}", ["environmentID: missing"])
+            self.cancel_run(run_id, environment_id, self.org_id, budget=CANCEL_BUDGET_SECONDS)
+        except (CoalesceError, ValueError) as e:
+            try:
+                finished = self.get_run_status(run_id).run_status.is_terminal
+            except CoalesceError:
+                finished = False
+            if finished:
+                self._log.info(f"Coalesce run {run_id} had already finished ({why}).")
+            else:
+                self._log.error(f"Coalesce run {run_id} was left going ({why}): cancelling it failed: {e}")
+            return
+        self._log.warning(f"Canceled Coalesce run {run_id}: {why}.")
 
 
 def _run_filters(

@@ -22,11 +22,14 @@ that job when materialized.
 from __future__ import annotations
 
 import gc
+import ipaddress
 import logging
+import re
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import dagster as dg
 import pydantic
@@ -40,10 +43,12 @@ from dagster.components.utils.translation import (
 )
 from dagster_shared.serdes.objects.models.defs_state_info import DefsStateManagementType
 
-from dw_dagster.coalesce.errors import CoalesceConfigError
+from dw_dagster.coalesce.client import CoalesceNodePaging
+from dw_dagster.coalesce.errors import CoalesceAttributeError, CoalesceConfigError, describe_validation_errors
 from dw_dagster.coalesce.http_client import DEFAULT_REQUEST_BUDGET, MAX_RETRY_WAIT
 from dw_dagster.coalesce.job_assets import CoalesceJobAssets, CoalesceRunAs, build_job_assets
 from dw_dagster.coalesce.models import COALESCE_DEFAULT_BASE_URL
+from dw_dagster.coalesce.previous_state import read_previous_state
 from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.coalesce.sensor_builder import build_coalesce_polling_sensor
 from dw_dagster.coalesce.specs import load_coalesce_asset_specs
@@ -60,6 +65,9 @@ class CoalesceWorkspaceArgs(dg.Model, dg.Resolvable):
     # A template such as "{{ env.COALESCE_ENVIRONMENT_IDS }}" renders "2" as the number 2.
     model_config = pydantic.ConfigDict(coerce_numbers_to_str=True)
 
+    # Bounds are checked by validators, after templates are rendered: Dagster's YAML model lets each field
+    # also be a template string, and a ``gt`` constraint on that union fails on any string with a TypeError
+    # that names no attribute.
     base_url: str = pydantic.Field(
         default=COALESCE_DEFAULT_BASE_URL,
         description="The Coalesce host, e.g. https://app.eu.coalescesoftware.io for the EU region.",
@@ -76,27 +84,74 @@ class CoalesceWorkspaceArgs(dg.Model, dg.Resolvable):
     org_id: str | None = pydantic.Field(
         default=None, description="The organization id (orgID), which cancelling a run needs."
     )
-    request_timeout: float = pydantic.Field(default=30.0, gt=0)
-    request_max_retries: int = pydantic.Field(default=3, ge=0)
-    request_retry_delay: float = pydantic.Field(default=0.25, ge=0)
+    request_timeout: float = pydantic.Field(default=30.0, description="Seconds, above 0.")
+    request_max_retries: int = pydantic.Field(default=3, description="At least 0.")
+    request_retry_delay: float = pydantic.Field(default=0.25, description="Seconds, at least 0.")
     request_budget: float = pydantic.Field(
         default=DEFAULT_REQUEST_BUDGET,
-        gt=0,
-        description="Seconds one call may take, retries and waits included.",
+        description="Seconds one call may take, retries and waits included (above 0).",
     )
     max_retry_wait: float = pydantic.Field(
         default=MAX_RETRY_WAIT,
-        gt=0,
-        description="The longest single wait before a retry, whatever Retry-After asks.",
+        description="The longest single wait before a retry, whatever Retry-After asks (seconds, above 0).",
+    )
+    job_ids: list[str] | str = pydantic.Field(
+        default=[],
+        description="Where Coalesce has no jobs listing (404): the ids of the jobs to read, as a list or "
+        "comma-separated. Empty: the jobs the last refresh found, else probed by id.",
+    )
+    # No bounds here: a template ("{{ env(...) }}") is checked against them before it renders.
+    # CoalesceNodePaging refuses values out of range, naming the attribute.
+    node_page_size: int = pydantic.Field(
+        default=CoalesceNodePaging.page_size, description="Detailed nodes a page (1-500)."
+    )
+    node_page_timeout: float = pydantic.Field(
+        default=CoalesceNodePaging.timeout,
+        description="Seconds one page of detailed nodes may take; a page that takes longer is asked again "
+        "a tenth the size.",
+    )
+    node_page_retry_wait: float = pydantic.Field(
+        default=CoalesceNodePaging.retry_wait,
+        description="Seconds to wait after a page of detailed nodes timed out.",
     )
 
+    @pydantic.field_validator("base_url")
+    @classmethod
+    def _coalesce_host(cls, value: str) -> str:
+        return check_base_url(value)
+
+    @pydantic.field_validator("environment_ids")
+    @classmethod
+    def _numeric_ids(cls, value: list[str] | str) -> list[str] | str:
+        ids = value.split(",") if isinstance(value, str) else value
+        wrong = [i.strip() for i in ids if i.strip() and not re.fullmatch(r"[0-9]+", i.strip())]
+        if wrong:
+            raise ValueError(
+                f"expected Coalesce environment ids, the numbers in an environment's URL (e.g. '2' or '2,5'); "
+                f"not ids: {wrong}"
+            )
+        return value
+
+    @pydantic.field_validator("request_timeout", "request_budget", "max_retry_wait")
+    @classmethod
+    def _above_zero(cls, value: float) -> float:
+        if not value > 0:
+            raise ValueError(f"expected a number of seconds above 0, got {value!r}")
+        return value
+
+    @pydantic.field_validator("request_max_retries", "request_retry_delay")
+    @classmethod
+    def _not_negative(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError(f"expected a number at least 0, got {value!r}")
+        return value
+
     def ids(self) -> list[str]:
-        raw = (
-            self.environment_ids.split(",") if isinstance(self.environment_ids, str) else self.environment_ids
-        )
-        return [i.strip() for i in raw if i.strip()]
+        return _id_list(self.environment_ids)
 
     def to_workspace(self) -> CoalesceWorkspace:
+        # Refused at load, naming the attribute, rather than at the first refresh.
+        CoalesceNodePaging(self.node_page_size, self.node_page_timeout, self.node_page_retry_wait)
         return CoalesceWorkspace(
             base_url=self.base_url.rstrip("/"),
             api_token=dg.EnvVar(self.api_token_env_var),
@@ -107,14 +162,72 @@ class CoalesceWorkspaceArgs(dg.Model, dg.Resolvable):
             request_retry_delay=self.request_retry_delay,
             request_budget=self.request_budget,
             max_retry_wait=self.max_retry_wait,
+            job_ids=_id_list(self.job_ids),
+            node_page_size=self.node_page_size,
+            node_page_timeout=self.node_page_timeout,
+            node_page_retry_wait=self.node_page_retry_wait,
         )
+
+
+_LOOPBACK_NAMES = {"localhost"}
+
+
+def check_base_url(value: str) -> str:
+    """The Coalesce host as an https URL (http only for this machine: the token goes with every call)."""
+    url = urlsplit(value.strip())
+    host = url.hostname or ""
+    if url.scheme not in ("https", "http") or not host:
+        raise ValueError(f"expected the Coalesce host as an https URL, such as {COALESCE_DEFAULT_BASE_URL}")
+    if url.scheme == "http" and not _is_loopback(host):
+        raise ValueError(
+            "expected https: the access token goes with every call (http is accepted for this machine only)"
+        )
+    if url.username or url.password or url.query or url.fragment:
+        raise ValueError(
+            "expected the scheme and host (and port) only, without credentials, query or fragment"
+        )
+    return value.strip()
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host in _LOOPBACK_NAMES
+
+
+def attribute_error(context: dg.ResolutionContext, problems: Sequence[str]) -> CoalesceAttributeError:
+    """The error for ``problems`` (each ``<path under the context's attribute>: <what was wrong>``), naming
+    the ``defs.yaml`` file and the line of each, with the first shown in its file."""
+    tree = context.source_position_tree
+    lines, snippet = [], ""
+    for problem in problems:
+        field, _, what = problem.partition(": ")
+        path: list[str | int] = [*context.path, *(p for p in field.split(".") if p)]
+        if tree is None:  # attributes given in Python rather than read from a file
+            lines.append(f"{'.'.join(map(str, path))}: {what}")
+            continue
+        source = tree.source_error(yaml_path=path, inline_error_message=what, value_error=True)
+        lines.append(f"{source.file_name}:{source.start_line_no}: {source.location}: {what}")
+        snippet = snippet or source.snippet
+    return CoalesceAttributeError("\n".join(lines) + (f"\n{snippet}" if snippet else ""))
+
+
+def _id_list(ids: list[str] | str) -> list[str]:
+    raw = ids.split(",") if isinstance(ids, str) else ids
+    return [i.strip() for i in raw if i.strip()]
 
 
 def _resolve_workspace(context: dg.ResolutionContext, model: Any) -> CoalesceWorkspace:
     resolved = context.resolve_value(model)
     if isinstance(resolved, CoalesceWorkspace):
         return resolved
-    return CoalesceWorkspaceArgs.resolve_from_model(context, model).to_workspace()
+    try:
+        args = CoalesceWorkspaceArgs.resolve_from_model(context, model)
+    except pydantic.ValidationError as e:
+        problems = [p.replace(": Value error, ", ": ", 1) for p in describe_validation_errors(e)]
+        raise attribute_error(context, problems) from None
+    return args.to_workspace()
 
 
 class CoalesceDefsStateArgs(dg.Model, dg.Resolvable):
@@ -138,8 +251,8 @@ def _resolve_defs_state(context: dg.ResolutionContext, model: Any) -> DefsStateC
         management_type = DefsStateManagementType(str(args.management_type).strip())
     except ValueError:
         expected = ", ".join(t.value for t in DefsStateManagementType)
-        raise CoalesceConfigError(
-            f"defs_state.management_type: {args.management_type!r}; expected one of {expected}"
+        raise attribute_error(
+            context, [f"management_type: expected one of {expected}, got {args.management_type!r}"]
         ) from None
     return DefsStateConfigArgs(
         key=args.key, management_type=management_type, refresh_if_dev=args.refresh_if_dev
@@ -231,7 +344,8 @@ class CoalesceComponent(StateBackedComponent, dg.Model, dg.Resolvable):
                 "workspace.environment_ids: empty; name the Coalesce environments to load (for example "
                 "COALESCE_ENVIRONMENT_IDS=2)"
             )
-        state_path.write_text(self.workspace.fetch_workspace_data().serialize())
+        previous = read_previous_state(self.defs_state_config.key, state_path)
+        state_path.write_text(self.workspace.fetch_workspace_data(previous).serialize())
 
     def load_state(self, state_path: Path) -> CoalesceWorkspaceData:
         source = f"Coalesce state {self.defs_state_config.key}"

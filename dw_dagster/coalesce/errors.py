@@ -1,8 +1,11 @@
 """The errors of the Coalesce integration: each names the endpoint, the file or the field concerned."""
 
+import copy
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from dagster.components.resolved.errors import ResolutionException
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
@@ -59,6 +62,11 @@ class CoalesceConnectionError(CoalesceError):
         super().__init__(f"Coalesce {endpoint} failed: {reason}" + _gave_up(retries, gave_up))
 
 
+class CoalesceTimeoutError(CoalesceConnectionError):
+    """Coalesce did not answer one request in time, and the call was not retried at the same size: the
+    caller asks again for less (a smaller page of detailed nodes)."""
+
+
 class CoalesceResponseError(CoalesceError):
     """A Coalesce response did not have the documented shape."""
 
@@ -88,6 +96,12 @@ class CoalesceRunTimeoutError(CoalesceError):
 class CoalesceConfigError(CoalesceError, ValueError):
     """The workspace is not configured enough to call Coalesce: a variable it reads is not set, or it names
     no environment."""
+
+
+class CoalesceAttributeError(CoalesceConfigError, ResolutionException):
+    """An attribute of the component in ``defs.yaml`` is invalid: the message names the file, the line and
+    the attribute's path, and says what was expected. Dagster reports a ``ResolutionException`` raised by a
+    resolver as it is (any other error it rewraps in the resolver's traceback)."""
 
 
 class CoalesceStateError(CoalesceError, ValueError):
@@ -126,8 +140,46 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 def parse_response(model: type[ModelT], payload: Any, endpoint: str) -> ModelT:
     """Validates a decoded response body, raising a :class:`CoalesceResponseError` naming
     ``endpoint`` (method and path) and each offending field.
+
+    A ``null`` where the model has a default (a column's ``transform``, a join's ``joinCondition``, a node's
+    ``overrideSQL``: fields Coalesce's OpenAPI description types without null, which a real response may
+    still leave empty) reads as that default, with a warning naming the fields, rather than refusing the
+    whole page. Only when every problem is such a null: a required field that is null, or any other
+    problem, still refuses the response.
     """
     try:
         return model.model_validate(payload)
     except ValidationError as e:
-        raise CoalesceResponseError.from_validation_error(endpoint, e) from e
+        errors = e.errors(include_url=False)
+        nulls = [err["loc"] for err in errors if err["input"] is None and err["type"] != "missing"]
+        if not nulls or len(nulls) != len(errors):
+            raise CoalesceResponseError.from_validation_error(endpoint, e) from e
+        cleaned = copy.deepcopy(payload)
+        if not all(_drop(cleaned, loc) for loc in nulls):
+            raise CoalesceResponseError.from_validation_error(endpoint, e) from e
+        try:
+            parsed = model.model_validate(cleaned)
+        except ValidationError:
+            # A null in a field it cannot do without: the original problems say which.
+            raise CoalesceResponseError.from_validation_error(endpoint, e) from e
+        fields = ", ".join(_format_loc(loc) for loc in nulls[:5])
+        more = f" and {len(nulls) - 5} more" if len(nulls) > 5 else ""
+        logging.getLogger(__name__).warning(
+            f"Coalesce {endpoint} sent null for {fields}{more}; read as the field's default"
+        )
+        return parsed
+
+
+def _drop(payload: Any, loc: tuple[int | str, ...]) -> bool:
+    """Removes the key ``loc`` points to, so that the field takes its default; False when ``loc`` is not a
+    path in ``payload`` (a location inside a union, say)."""
+    target = payload
+    try:
+        for part in loc[:-1]:
+            target = target[part]
+    except (KeyError, IndexError, TypeError):
+        return False
+    if not isinstance(target, dict) or loc[-1] not in target:
+        return False
+    del target[loc[-1]]
+    return True

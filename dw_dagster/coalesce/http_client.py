@@ -22,6 +22,7 @@ from dw_dagster.coalesce.errors import (
     CoalesceAPIError,
     CoalesceConnectionError,
     CoalesceResponseError,
+    CoalesceTimeoutError,
     parse_response,
 )
 from dw_dagster.coalesce.models import COALESCE_DEFAULT_BASE_URL, CoalesceErrorBody, CoalescePage
@@ -29,6 +30,8 @@ from dw_dagster.coalesce.models import COALESCE_DEFAULT_BASE_URL, CoalesceErrorB
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+# A gateway's answer to a request that took too long: for a call that shrinks on timeouts, a timeout too.
+GATEWAY_TIMEOUT = 504
 # A request that starts a run is repeated only when the server surely did not act on it: a 500, 502 or
 # 504 (or a lost answer) may come after the run was started, and a second start would build twice.
 NOT_PROCESSED_STATUSES = frozenset({429, 503})
@@ -118,23 +121,37 @@ class CoalesceHTTPClient:
         params: Mapping[str, Any] | None = None,
         body: Mapping[str, Any] | None = None,
         starts_work: bool = False,
+        timeout: float | None = None,
+        budget: float | None = None,
+        retry_timeouts: bool = True,
     ) -> httpx.Response:
         """Sends one call, retrying what is safe to retry, and returns its successful response.
 
         ``starts_work`` marks a call that must not run twice (startRun, rerun): it is retried only when
         the request never reached Coalesce (a failed connect) or on a status saying it was not processed.
+        ``timeout`` and ``budget`` replace the client's for this call. Without ``retry_timeouts``, a request
+        that times out (or a gateway's 504) is not repeated as it was: :class:`CoalesceTimeoutError` or the
+        504 is raised at once, for the caller to ask for less.
         """
         endpoint = f"{method} {path}"
         retryable = NOT_PROCESSED_STATUSES if starts_work else RETRYABLE_STATUSES
+        if not retry_timeouts:
+            retryable = retryable - {GATEWAY_TIMEOUT}
+        request_timeout = self.request_timeout if timeout is None else timeout
         attempt = 0
-        deadline = time.monotonic() + self.request_budget
+        budget = self.request_budget if budget is None else budget
+        deadline = time.monotonic() + budget
         capped: float | None = None  # the longest Retry-After cut to max_retry_wait, said in the error
         while True:
             # No single request outlives the call's budget either.
-            timeout = max(0.1, min(self.request_timeout, deadline - time.monotonic()))
+            timeout = max(0.1, min(request_timeout, deadline - time.monotonic()))
             try:
                 response = self._http.request(method, path, params=params, json=body, timeout=timeout)
             except httpx.TransportError as e:
+                if not retry_timeouts and isinstance(e, httpx.TimeoutException):
+                    raise CoalesceTimeoutError(
+                        endpoint, f"no answer within {timeout:g}s ({type(e).__name__})", retries=attempt
+                    ) from e
                 # A failed connect never reached Coalesce: safe to repeat, even a run start.
                 never_sent = isinstance(e, httpx.ConnectError | httpx.ConnectTimeout)
                 reason = (
@@ -149,7 +166,9 @@ class CoalesceHTTPClient:
                 asked = self._backoff(attempt)
                 delay = self._wait(asked, deadline)
                 if delay is None:
-                    raise CoalesceConnectionError(endpoint, reason, attempt, self._no_time(asked)) from e
+                    raise CoalesceConnectionError(
+                        endpoint, reason, attempt, self._no_time(budget, asked)
+                    ) from e
             else:
                 self._log.debug(f"Coalesce {endpoint} -> {response.status_code}")
                 if response.is_success:
@@ -161,7 +180,9 @@ class CoalesceHTTPClient:
                 asked = retry_after if retry_after is not None else self._backoff(attempt)
                 delay = self._wait(asked, deadline)
                 if delay is None:
-                    raise self._api_error(response, endpoint, attempt, self._no_time(asked, retry_after))
+                    raise self._api_error(
+                        response, endpoint, attempt, self._no_time(budget, asked, retry_after)
+                    )
                 if retry_after is not None and retry_after > delay:
                     capped = max(capped or 0.0, retry_after)
                 reason = str(self._api_error(response, endpoint, retries=0))
@@ -184,14 +205,14 @@ class CoalesceHTTPClient:
     def _capped(self, retry_after: float) -> str:
         return f"Coalesce asked to wait up to {retry_after:g}s (Retry-After), each wait was capped at {self.max_retry_wait:g}s"
 
-    def _no_time(self, asked: float, retry_after: float | None = None) -> str:
+    def _no_time(self, budget: float, asked: float, retry_after: float | None = None) -> str:
         wanted = (
             f"Retry-After asked {retry_after:g}s"
             if retry_after is not None
             else f"the next wait is {asked:g}s"
         )
         return (
-            f"no time left in the call's {self.request_budget:g}s budget for another wait ({wanted}, "
+            f"no time left in the call's {budget:g}s budget for another wait ({wanted}, "
             f"each wait capped at {self.max_retry_wait:g}s)"
         )
 
@@ -225,9 +246,13 @@ class CoalesceHTTPClient:
         params: Mapping[str, Any] | None = None,
         body: Mapping[str, Any] | None = None,
         starts_work: bool = False,
+        **request_options: Any,
     ) -> ModelT:
+        """One call (see :meth:`_request` for ``request_options``), its response validated into ``model``."""
         endpoint = f"{method} {path}"
-        response = self._request(method, path, params=params, body=body, starts_work=starts_work)
+        response = self._request(
+            method, path, params=params, body=body, starts_work=starts_work, **request_options
+        )
         try:
             payload = response.json()
         except ValueError:
@@ -244,7 +269,9 @@ class CoalesceHTTPClient:
         while True:
             page = self._call(CoalescePage[model], "GET", path, params=params)
             yield from page.data
-            if page.next is None:
+            # An empty cursor ends a listing too, as Coalesce's Transform MCP server reads it
+            # (src/services/cache/snapshots.ts).
+            if not page.next:
                 return
             if page.next == params.get("startingFrom"):
                 raise CoalesceResponseError(

@@ -110,8 +110,17 @@ def _job_multi_asset(
         with workspace.new_client() as client:
             run_id = client.start_run(environment_id, job_id=job_id, user_credentials=run_as.credentials())
             context.log.info(f"Started Coalesce run {run_id} of job {job_name}.")
+            if client.org_id is None:
+                context.log.warning(
+                    f"No Coalesce organization id (org_id, COALESCE_ORG_ID): if this run is stopped, Coalesce "
+                    f"run {run_id} cannot be canceled and goes on."
+                )
+            # Stopping this Dagster run (or its timeout) cancels the Coalesce run (wait_for_run).
             run = client.wait_for_run(
-                run_id, poll_interval=config.poll_seconds, timeout=config.timeout_seconds
+                run_id,
+                poll_interval=config.poll_seconds,
+                timeout=config.timeout_seconds,
+                environment_id=environment_id,
             )
             report = fetch_coalesce_run_report(client, run, index)
         yield from _results(report.materializations, {s.key for s in job_specs})

@@ -8,9 +8,10 @@ from dagster import Config, ConfigurableResource, EnvVar, get_dagster_logger
 from dagster._utils.cached_method import cached_method
 from pydantic import Field
 
-from dw_dagster.coalesce.client import CoalesceClient
+from dw_dagster.coalesce.client import CoalesceClient, CoalesceNodePaging
 from dw_dagster.coalesce.errors import CoalesceConfigError
 from dw_dagster.coalesce.http_client import DEFAULT_REQUEST_BUDGET, MAX_RETRY_WAIT
+from dw_dagster.coalesce.job_discovery import find_jobs
 from dw_dagster.coalesce.models import COALESCE_DEFAULT_BASE_URL, CoalesceUserCredentials
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
 
@@ -137,7 +138,32 @@ class CoalesceWorkspace(ConfigurableResource):
     )
     org_id: str | None = Field(
         default=None,
-        description="The Coalesce organization id (orgID), which cancelling a run needs.",
+        description=(
+            "The Coalesce organization id (orgID), which cancelling a run needs: without it a Dagster run "
+            "that is stopped while it waits on a Coalesce run leaves that run going."
+        ),
+    )
+    job_ids: list[str] = Field(
+        default=[],
+        description=(
+            "The ids of the jobs to read, by id, where Coalesce has no jobs listing (404). Empty: the jobs "
+            "the last refresh found, else probed by id as Coalesce's Transform MCP server does."
+        ),
+    )
+    node_page_size: int = Field(
+        default=CoalesceNodePaging.page_size,
+        description="Detailed nodes a page (1-500); 200 as Coalesce's own Catalog extractor.",
+    )
+    node_page_timeout: float = Field(
+        default=CoalesceNodePaging.timeout,
+        description=(
+            "Seconds one page of detailed nodes may take (the extractor's 4 minutes); on a timeout the page "
+            "is asked again a tenth the size."
+        ),
+    )
+    node_page_retry_wait: float = Field(
+        default=CoalesceNodePaging.retry_wait,
+        description="Seconds to wait after a page of detailed nodes timed out (the extractor's 5 minutes).",
     )
 
     @property
@@ -154,10 +180,11 @@ class CoalesceWorkspace(ConfigurableResource):
         """The workspace's client, made once; see :meth:`new_client` for one to close after use."""
         return self.new_client()
 
-    def new_client(self) -> CoalesceClient:
+    def new_client(self, in_sensor_tick: bool = False) -> CoalesceClient:
         """A new client (a context manager) for this host and token. A workspace handed to a sensor builder
         is not resolved by Dagster: its EnvVars are read here, so the token is the variable's value and
-        never its name."""
+        never its name. ``in_sensor_tick``: a page of detailed nodes gets the ordinary ``request_budget``,
+        not the minutes a refresh allows, and a slow one is asked again smaller at once."""
         resolved = self._resolved()
         return CoalesceClient(
             api_token=resolved.api_token,
@@ -168,6 +195,16 @@ class CoalesceWorkspace(ConfigurableResource):
             request_backoff_factor=resolved.request_backoff_factor,
             request_budget=resolved.request_budget,
             max_retry_wait=resolved.max_retry_wait,
+            node_paging=CoalesceNodePaging(
+                page_size=resolved.node_page_size,
+                timeout=(
+                    min(resolved.node_page_timeout, resolved.request_budget)
+                    if in_sensor_tick
+                    else resolved.node_page_timeout
+                ),
+                retry_wait=0 if in_sensor_tick else resolved.node_page_retry_wait,
+            ),
+            org_id=resolved.org_id,
         )
 
     @cached_method
@@ -192,22 +229,37 @@ class CoalesceWorkspace(ConfigurableResource):
             )
         return credentials[owner].to_user_credentials()
 
-    def fetch_workspace_data(self) -> CoalesceWorkspaceData:
+    def fetch_workspace_data(self, previous: CoalesceWorkspaceData | None = None) -> CoalesceWorkspaceData:
         """Reads each configured environment with its nodes (full detail) and its jobs. Each call asks
         Coalesce afresh.
+
+        Args:
+            previous (Optional[CoalesceWorkspaceData]): The last state read from this host: where Coalesce
+                has no jobs listing, the jobs it found are read again by id instead of probing from id 1
+                (:mod:`~dw_dagster.coalesce.job_discovery`).
         """
         client = self.get_client()
+        resolved = self._resolved()
         fetched_at = datetime.now(UTC)
+        known: dict[str, list[str]] = {}
+        if previous is not None and previous.base_url.rstrip("/") == resolved.base_url.rstrip("/"):
+            known = {e.environment.id: [j.id for j in e.jobs] for e in previous.environments}
         environments = []
-        for environment_id in self._resolved().environment_ids:
+        for environment_id in resolved.environment_ids:
             environment = client.get_environment(environment_id)
             nodes = client.list_nodes(environment_id, detail=True)
-            jobs = client.list_jobs(environment_id)
+            jobs, found_by = find_jobs(
+                client, environment_id, resolved.job_ids, known.get(environment_id, []), self._log
+            )
             self._log.info(
                 f"Read Coalesce environment {environment.name} ({environment_id}): "
-                f"{len(nodes)} nodes, {len(jobs)} jobs."
+                f"{len(nodes)} nodes, {len(jobs)} jobs (found by {found_by.replace('_', ' ')})."
             )
-            environments.append(CoalesceEnvironmentData(environment=environment, nodes=nodes, jobs=jobs))
+            environments.append(
+                CoalesceEnvironmentData(
+                    environment=environment, nodes=nodes, jobs=jobs, jobs_found_by=found_by
+                )
+            )
         return CoalesceWorkspaceData(
-            base_url=self._resolved().base_url, fetched_at=fetched_at, environments=environments
+            base_url=resolved.base_url, fetched_at=fetched_at, environments=environments
         )

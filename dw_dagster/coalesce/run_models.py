@@ -2,7 +2,7 @@
 full, its per-node query results (tests among them), and the scheduler's answers to a start and a status."""
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Self
 
 from pydantic import ConfigDict
 
@@ -12,7 +12,25 @@ from dw_dagster.coalesce.models import CoalesceErrorInfo, CoalesceModel, UtcDate
 SQL_TEST_TYPE = "sqlTest"
 
 
-class CoalesceRunStatus(StrEnum):
+class _OpenEnum(StrEnum):
+    """An enum that reads a value it does not know as a member named UNKNOWN holding that value, so that one
+    new value from Coalesce does not refuse a whole page of runs. ``is_known`` tells them apart."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> Self | None:
+        if not isinstance(value, str):
+            return None
+        member = str.__new__(cls, value)
+        member._name_ = "UNKNOWN"
+        member._value_ = value
+        return member
+
+    @property
+    def is_known(self) -> bool:
+        return self.value in type(self)._value2member_map_
+
+
+class CoalesceRunStatus(_OpenEnum):
     WAITING_TO_RUN = "waitingToRun"
     INITIALIZING = "initializing"
     RENDERING = "rendering"
@@ -23,10 +41,11 @@ class CoalesceRunStatus(StrEnum):
 
     @property
     def is_terminal(self) -> bool:
+        """Finished. A status this integration does not know is not: the run is looked at again later."""
         return self in (CoalesceRunStatus.COMPLETED, CoalesceRunStatus.FAILED, CoalesceRunStatus.CANCELED)
 
 
-class CoalesceRunType(StrEnum):
+class CoalesceRunType(_OpenEnum):
     DEPLOY = "deploy"
     REFRESH = "refresh"
 

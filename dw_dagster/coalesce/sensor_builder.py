@@ -14,13 +14,19 @@ them as the ``SensorResult``'s ``asset_events`` for the daemon to store.
 The cursor (:class:`~dw_dagster.coalesce.cursor.CoalesceRunSensorCursor`) is exact: per environment, a
 high-water run id and the runs seen but not reported yet. A run whose report or hook fails stays pending and
 is tried again on the next tick.
+
+A tick has an overall time budget: every call to Coalesce is held to what is left of it (a call that hangs
+ends with the budget, not after its own), no new work starts once it is spent, and what the tick could not
+read stays in the cursor for the next tick, named in the skip message.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import dagster as dg
 from dagster._grpc.client import DEFAULT_SENSOR_GRPC_TIMEOUT
@@ -53,6 +59,8 @@ DEFAULT_PAGE_SIZE = 100
 BOOTSTRAP_PAGE_SIZE = 1000
 # After this many failed calls in a row the tick stops: Coalesce (or what the hook calls) is down.
 MAX_CONSECUTIVE_ERRORS = 3
+# A call started when (almost) nothing is left of the tick's budget still gets this long.
+MIN_CALL_SECONDS = 1.0
 # A crash between storing a tick's events and the daemon storing its cursor replays the tick: an event
 # already among an asset's latest few records with the same run is not reported again.
 DEDUP_LOOKBACK_RECORDS = 25
@@ -106,6 +114,32 @@ def _reported(instance: dg.DagsterInstance, event: AssetEvent, lookback: int) ->
     )
 
 
+class _TickClient:
+    """The tick's client: before each call, its budget (retries and waits included) is cut to what is left
+    of the tick's, so that two hanging calls cost the tick's budget once, not their own budget each."""
+
+    def __init__(self, client: CoalesceClient, deadline: float) -> None:
+        self._client = client
+        self._deadline = deadline
+        self._call_budget = client.request_budget
+
+    def bound(self) -> None:
+        left = self._deadline - time.monotonic()
+        self._client.request_budget = max(MIN_CALL_SECONDS, min(self._call_budget, left))
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._client, name)
+        if not callable(attribute):
+            return attribute
+
+        @functools.wraps(attribute)
+        def bounded(*args: Any, **kwargs: Any) -> Any:
+            self.bound()
+            return attribute(*args, **kwargs)
+
+        return bounded
+
+
 @dataclass
 class _EnvState:
     high_water: int
@@ -137,9 +171,13 @@ class _Tick:
     errors: list[Exception] = field(default_factory=list)
     consecutive_errors: int = 0
     stopped: str | None = None
+    unread: dict[str, list[str]] = field(default_factory=dict)
+    """Per environment, what this tick did not read (failed, or left when it stopped): for the next tick."""
 
     def __post_init__(self) -> None:
         self.deadline = time.monotonic() + self.budget_seconds
+        self.calls = _TickClient(self.client, self.deadline)
+        self.client = cast(CoalesceClient, self.calls)
         self.states = {env: _EnvState.of(c) for env, c in self.cursor.environments.items()}
 
     @property
@@ -150,10 +188,15 @@ class _Tick:
         if self.stopped is None:
             if self.consecutive_errors >= MAX_CONSECUTIVE_ERRORS:
                 self.stopped = f"{self.consecutive_errors} calls failed in a row"
-            # Every tick reads at least one run, so that even a tiny budget makes progress.
-            elif self.finished and time.monotonic() >= self.deadline:
+            # Every tick tries at least one run, so that even a tiny budget makes progress.
+            elif (self.finished or self.errors) and time.monotonic() >= self.deadline:
                 self.stopped = f"the tick's time budget ({self.budget_seconds:g} s) is spent"
+        # A page of the listing is fetched lazily, right after this.
+        self.calls.bound()
         return self.stopped is not None
+
+    def left(self, env_id: str, what: str) -> None:
+        self.unread.setdefault(env_id, []).append(what)
 
     def error(self, what: str, exc: Exception) -> None:
         self.errors.append(exc)
@@ -164,7 +207,8 @@ class _Tick:
     def run(self, environment_ids: Sequence[str]) -> None:
         for env_id in environment_ids:
             if self.should_stop():
-                break
+                self.left(env_id, "not polled")
+                continue
             try:
                 self.poll(env_id)
             except Exception as e:  # noqa: BLE001 - the listing failed: this environment waits for the next tick
@@ -177,7 +221,8 @@ class _Tick:
             state = self.states[env_id] = self.bootstrap(env_id)
         for run_id in sorted(state.pending):
             if self.should_stop():
-                return
+                self.left(env_id, f"run {run_id}")
+                continue
             try:
                 run = self.client.get_run(run_id)
             except CoalesceAPIError as e:
@@ -186,14 +231,17 @@ class _Tick:
                     state.pending.discard(run_id)
                     continue
                 self.error(f"Reading Coalesce run {run_id} failed", e)
+                self.left(env_id, f"run {run_id}")
                 continue
             except Exception as e:  # noqa: BLE001 - the run stays pending for the next tick
                 self.error(f"Reading Coalesce run {run_id} failed", e)
+                self.left(env_id, f"run {run_id}")
                 continue
             self.consecutive_errors = 0
-            if run.run_status.is_terminal and self.read(state, run):
+            if run.run_status.is_terminal and self.read(env_id, state, run):
                 state.pending.discard(run_id)
         if self.should_stop():
+            self.left(env_id, f"the runs after {state.high_water}")
             return
         runs = self.client.iter_runs(
             environment_id=env_id,
@@ -207,10 +255,11 @@ class _Tick:
             self.consecutive_errors = 0
             if summary.id <= state.high_water:
                 continue
-            if not (summary.run_status.is_terminal and self.read(state, summary.id)):
+            if not (summary.run_status.is_terminal and self.read(env_id, state, summary.id)):
                 state.pending.add(summary.id)
             state.high_water = summary.id
             if self.should_stop():
+                self.left(env_id, f"the runs after {state.high_water}")
                 return
 
     def bootstrap(self, env_id: str) -> _EnvState:
@@ -231,7 +280,7 @@ class _Tick:
         )
         return _EnvState(high_water, pending)
 
-    def read(self, state: _EnvState, run: int | CoalesceRun) -> bool:
+    def read(self, env_id: str, state: _EnvState, run: int | CoalesceRun) -> bool:
         """Reads one finished run for :meth:`hand_over`; False (and nothing kept) when that fails."""
         run_id = run if isinstance(run, int) else run.id
         try:
@@ -239,6 +288,7 @@ class _Tick:
             events = unreported_asset_events(self.context.instance, report.asset_events)
         except Exception as e:  # noqa: BLE001 - the run stays pending for the next tick
             self.error(f"Reading Coalesce run {run_id} failed; it stays pending", e)
+            self.left(env_id, f"run {run_id}")
             return False
         self.consecutive_errors = 0
         self.finished.append((state, report, events))
@@ -258,6 +308,7 @@ class _Tick:
                     else f"the tick's time budget ({self.budget_seconds:g} s) is spent"
                 )
                 state.pending.add(report.run.id)
+                self.left(report.environment_id, f"run {report.run.id}")
                 continue
             try:
                 requested = (
@@ -287,19 +338,38 @@ class _Tick:
             line += f"; nodes without an asset: {list(report.unmapped_nodes)}"
         (self.log.warning if report.failed else self.log.info)(line)
 
+    @property
+    def out_of_time(self) -> bool:
+        return self.stopped is not None and self.stopped.startswith("the tick's time budget")
+
+    def leftover(self) -> str:
+        """What the tick stopped before or could not read, for the next tick; empty when nothing."""
+        if not (self.stopped or self.unread):
+            return ""
+        parts = [f"environment {env}: {', '.join(dict.fromkeys(what))}" for env, what in self.unread.items()]
+        text = f"Stopped early: {self.stopped}. " if self.stopped else ""
+        if parts:
+            text += f"Left for the next tick: {'; '.join(parts)}."
+        if self.errors:
+            text += (
+                f" {len(self.errors)} calls failed, the last: {type(self.errors[-1]).__name__}: "
+                f"{self.errors[-1]}"
+            )
+        return text.strip()
+
     def result(self) -> dg.SensorResult:
         environments = dict(self.cursor.environments)
         environments.update({env: s.freeze() for env, s in self.states.items()})
         new_cursor = CoalesceRunSensorCursor(environments=environments)
-        if self.errors and not self.reported and new_cursor == self.cursor:
+        # Out of time is not a failure of the tick: what it could not read waits for the next one.
+        if self.errors and not self.reported and new_cursor == self.cursor and not self.out_of_time:
             raise CoalesceRunSensorError(
                 f"No progress this tick ({len(self.errors)} errors); the cursor is unchanged. Last error: "
                 f"{type(self.errors[-1]).__name__}: {self.errors[-1]}"
             ) from self.errors[-1]
-        if self.stopped:
-            self.log.info(f"Stopped early: {self.stopped}; the next tick resumes where this one ended.")
-        if self.errors:
-            self.log.warning(f"{len(self.errors)} errors this tick; the runs concerned stay pending.")
+        leftover = self.leftover()
+        if leftover:
+            (self.log.warning if self.errors else self.log.info)(leftover)
         events = sort_asset_events(self.events)
         # Stored here, before the daemon saves the cursor, when the storage allows it in a few transactions
         # (the daemon stores asset_events one at a time: 22 s for 2,000); a replay skips what is stored.
@@ -312,8 +382,11 @@ class _Tick:
                 f"Reported Coalesce runs {self.reported}"
                 + (f" ({len(self.events)} events stored)" if self.events else " (no new events)")
                 if self.reported
+                else "No Coalesce refresh run read this tick."
+                if leftover
                 else "No Coalesce refresh run finished since the last tick."
             )
+            reason += f" {leftover}" if leftover else ""
             return dg.SensorResult(skip_reason=reason, cursor=new_cursor.serialize())
         return dg.SensorResult(
             asset_events=events, run_requests=self.run_requests, cursor=new_cursor.serialize()
@@ -378,8 +451,9 @@ def build_coalesce_polling_sensor(
     )
     def _coalesce_run_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         cursor = CoalesceRunSensorCursor.parse(context.cursor)
-        # A client per tick: its connections do not outlive the tick.
-        with workspace.new_client() as client:
+        # A client per tick: its connections do not outlive the tick. A hook that lists detailed nodes (the
+        # governance review) gets pages that fit a call's ordinary budget, not the minutes a refresh allows.
+        with workspace.new_client(in_sensor_tick=True) as client:
             tick = _Tick(
                 context=context,
                 client=client,

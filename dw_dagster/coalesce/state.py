@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Literal
 
 import pydantic
 
@@ -24,6 +25,9 @@ class CoalesceEnvironmentData(CoalesceModel):
     environment: CoalesceEnvironment
     nodes: list[CoalesceNode]
     jobs: list[CoalesceJob]
+    # How the jobs were found (dw_dagster.coalesce.job_discovery): a state from before this field was
+    # written by the jobs collection.
+    jobs_found_by: Literal["collection", "job_ids", "probe"] = "collection"
 
 
 class CoalesceWorkspaceData(CoalesceModel):

@@ -232,17 +232,19 @@ class DagsterCoalesceTranslator:
 def column_sources_markdown(
     node: CoalesceNode, lineage: dg.TableColumnLineage | None
 ) -> dg.MarkdownMetadataValue | None:
-    """Each column with the columns it is built from and its transform, as a markdown table: the
-    open-source UI renders it, while its column-lineage view (``dagster/column_lineage``) is Dagster+ only."""
+    """Each column with the columns it is built from and its transform, one list item a column: the
+    open-source UI renders it (its column-lineage view, ``dagster/column_lineage``, is Dagster+ only), and a
+    list item wraps where a table's last column would be cut off at the panel's edge."""
     if lineage is None:
         return None
-    rows = ["| Column | Built from | Transform |", "| --- | --- | --- |"]
+    items = []
     for column in node.metadata.columns:
         deps = lineage.deps_by_column.get(column.name, [])
-        sources = ", ".join(f"`{d.asset_key.to_user_string()}`.`{d.column_name}`" for d in deps) or "-"
-        transform = f"`{_cell(column.transform)}`" if column.transform.strip() else "-"
-        rows.append(f"| `{column.name}` | {sources} | {transform} |")
-    return dg.MetadataValue.md("\n".join(rows))
+        sources = ", ".join(f"`{d.asset_key.to_user_string()}`.`{d.column_name}`" for d in deps)
+        built = f" from {sources}" if sources else " (no source column)"
+        transform = f"; transform `{_cell(column.transform)}`" if column.transform.strip() else ""
+        items.append(f"- **`{column.name}`**{built}{transform}")
+    return dg.MetadataValue.md("\n".join(items))
 
 
 def _cell(text: str) -> str:

@@ -1,7 +1,7 @@
 """The models of what a Coalesce environment holds, as the API returns them: the environment, its nodes (as
 listed, and in full detail with columns, column lineage, source mapping and node tests) and its jobs."""
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
@@ -23,6 +23,9 @@ class CoalesceEnvironment(CoalesceModel):
     # Deleting, Deploying, Failed Deploy, Failed Dev Run, Failed Refresh, Initializing, Refreshing,
     # Running Dev Run, Waiting: informative only, so a new value must not break loading.
     status: str | None = None
+    # The environment's default run-time parameters (GET /api/v1/environments/{id} only; any JSON values).
+    # A run started with `parameters` gets those alone, so the client merges its own over these.
+    run_time_parameters: dict[str, Any] = {}
 
 
 class CoalesceNodeSummary(CoalesceModel):
@@ -94,8 +97,8 @@ class CoalesceNodeTest(CoalesceModel):
     description: str | None = None
     # Whether the run goes on when the test fails (the node is still not vouched for).
     continue_on_failure: bool
-    # Before or after the node's build.
-    run_order: Literal["Before", "After"]
+    # "Before" or "After" the node's build (v6.2); informative, so a new value does not refuse the page.
+    run_order: str
     # The test's SQL, with {{ ref(...) }} templates.
     template_string: str
 

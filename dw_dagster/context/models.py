@@ -29,7 +29,13 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from dw_dagster.config import FileModel, load_yaml_model, validate_cron, validate_timezone
+from dw_dagster.config import (
+    FileModel,
+    load_yaml_model,
+    validate_cron,
+    validate_read_only_sql,
+    validate_timezone,
+)
 from dw_dagster.context.governance import GovernanceConfig
 
 _KEY_PATTERN = r"^[a-z0-9_\-]+(/[a-z0-9_\-]+)*$"
@@ -171,6 +177,11 @@ class ReferenceTable(FileModel):
     audit_columns: dict[Literal["by", "at"], str] = Field(
         default_factory=dict, description="Columns that record who added a row and when."
     )
+
+    @field_validator("draft_sql")
+    @classmethod
+    def _one_read_only_statement(cls, v: str | None) -> str | None:
+        return None if v is None else validate_read_only_sql(v)
 
 
 class ContextFile(FileModel):

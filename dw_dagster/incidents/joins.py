@@ -46,6 +46,8 @@ class ParsedJoin:
     """Other conditions on the right side alone, in the ON clause or the WHERE clause, written on the
     alias ``R`` (e.g. ``R."ACTIVE" = TRUE``): a right row that fails them matches nothing."""
     right_alias: str = ""
+    left_alias: str = ""
+    """The aliases the node's SQL gives the two sides (``"STG_ONHAND"``), as its ON clause names them."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,15 @@ def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], st
         extra += [s for s in (_on_alias(c, right_alias, "R") for c in where) if s]
         if pairs and left_alias and right_alias in tables:
             out.joins.append(
-                ParsedJoin(kind, tables[left_alias], tables[right_alias], pairs, tuple(extra), right_alias)
+                ParsedJoin(
+                    kind,
+                    tables[left_alias],
+                    tables[right_alias],
+                    pairs,
+                    tuple(extra),
+                    right_alias,
+                    left_alias,
+                )
             )
     if from_alias and from_alias in tables:
         for cond in where:
@@ -303,12 +313,18 @@ def measure_join(
         join_type=join.kind,
         left=join.left_table,
         right=join.right_table,
-        on=[f"{lc} = {r}" for lc, r in join.on] + shown,
+        # Each side on its own table, as the node's ON clause writes it (never ``ORGANIZATION_ID = ORGANIZATION_ID``).
+        on=[f"{_qualified(join.left_alias, lc)} = {_qualified(join.right_alias, r)}" for lc, r in join.on]
+        + shown,
         dropped_rows=sum(g.rows for g in unmatched),
         dropped_units=sum(g.units for g in unmatched),
         duplicated_rows=fanout,
         unmatched=unmatched,
     )
+
+
+def _qualified(alias: str, column: str) -> str:
+    return f"{alias}.{column}" if alias else column
 
 
 def _fanout(cur: Any, join: ParsedJoin) -> int:

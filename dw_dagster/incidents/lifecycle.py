@@ -245,7 +245,8 @@ def related_text(settlement: Settlement) -> str:
         f"{i.incident_id} ({(d.describe() if (d := dedup_of_incident(i)) else i.title)})"
         for i in settlement.related
     )
-    return f":link: Another cause than the incident(s) already open on these tables: {links}."
+    already = "the incidents" if len(settlement.related) != 1 else "the incident"
+    return f":link: Another cause than {already} already open on these tables: {links}."
 
 
 def owner_teams(context: ContextFile, findings: Sequence[Finding], diagnosis: Diagnosis | None) -> list[str]:

@@ -178,7 +178,7 @@ def lifecycle_due(
         return Due(
             "stale",
             night.night,
-            f"no new finding for {len(nights)} reported night(s), yet its checks have not all passed again "
+            f"no new finding for {len(nights)} reported night{'s' if len(nights) != 1 else ''}, yet its checks have not all passed again "
             f"({nights[-1].night}: {nights[-1].describe()})",
         )
     return None

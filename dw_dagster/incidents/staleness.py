@@ -4,8 +4,9 @@ Every Source table upstream of the asset is read once, reference tables included
 each of its time columns, the latest value and on how many distinct days it was loaded. A table loaded on
 several days (replicated, appended) whose latest row is older than the allowed input age stopped; a table
 loaded once (a hand-kept map, a catalogue loaded at set-up) is not stale for being old, unless a freshness
-rule of the metrics file names it. Time columns are read as UTC, as replication stamps are; a column in
-local time shifts an age by the zone's offset, which is far inside a day.
+rule of the metrics file names it. Time columns are compared as instants, cast to TIMESTAMP_TZ in the
+session's UTC: a TIMESTAMP_NTZ column is read as UTC, as replication stamps are; an LTZ or TZ column by its
+own zone.
 """
 
 from __future__ import annotations
@@ -61,11 +62,11 @@ def source_ages(ctx: DiagnosisContext, asset: str, built_at: datetime) -> list[S
         for c in columns:
             q = quote_identifier(c)
             parts.append(
-                f"SELECT {len(meta)} AS I, MAX(CAST({q} AS TIMESTAMP)) AS LATEST,"
-                f" COUNT(DISTINCT CASE WHEN CAST({q} AS TIMESTAMP) >= %s THEN CAST({q} AS DATE) END) AS DAYS"
+                f"SELECT {len(meta)} AS I, MAX(CAST({q} AS TIMESTAMP_TZ)) AS LATEST,"
+                f" COUNT(DISTINCT CASE WHEN CAST({q} AS TIMESTAMP_TZ) >= %s THEN CAST({q} AS DATE) END) AS DAYS"
                 f" FROM {tbl}"
             )
-            params.append(since.replace(tzinfo=None))
+            params.append(since)
             meta.append((key, c))
     if not parts:
         return []

@@ -192,9 +192,9 @@ def _through_joins(
         if join is not None
         else f"{effect.asset_key} filters {effect.left} with {', '.join(effect.on)}"
     )
-    also = f" ({len(keys) - 1} more key(s) listed)" if len(keys) > 1 else ""
+    also = f" ({len(keys) - 1} more key{'s' if len(keys) > 2 else ''} listed)" if len(keys) > 1 else ""
     cause = (
-        f"{where}; {top.key.label}: {top.story}, so its {top.key.units:,.0f} units{items} drop out of "
+        f"{where}; {top.key.label} {top.story}, so its {top.key.units:,.0f} units{items} drop out of "
         f"{total.name}{also}. The load is complete and fresh: the loss is in values."
     )
     owners = ctx.graph.owners_on(
@@ -213,7 +213,7 @@ def _through_joins(
         evidence=evidence,
         keys=keys,
         joins=[effect],
-        upstream_change=top.story,
+        upstream_change=f"{top.key.label} {top.story}",  # the key is the sentence's subject
         path=path,
         test_query=_unmatched_rows(ctx, total, join, left_key),
         owners=owners,

@@ -24,7 +24,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from dw_dagster.incidents.store import IncidentStore
-from dw_dagster.notifications.outbox import OutboxMessage, SlackOutbox
+from dw_dagster.notifications.outbox import OutboxBusy, OutboxMessage, SlackOutbox
 
 METADATA_EVENT_TYPE = "dw_incident_message"
 AUTONOMOUS_KINDS = frozenset({"hold"})
@@ -155,7 +155,12 @@ class Delivery:
         if not self._due(msg, now, force):
             return "waiting"
         claim_id = uuid.uuid4().hex
-        if not self.outbox.claim(cur, msg, claim_id, now):
+        try:
+            if not self.outbox.claim(cur, msg, claim_id, now):
+                return "waiting"
+        except OutboxBusy as e:
+            # Nothing was claimed: the message waits for the next flush, as when another process holds it.
+            self.log.warning("Slack post %s not attempted: %s", msg.message_key, e)
             return "waiting"
         attempt = msg.attempts + 1
         thread_ts = root.slack_ts if root else None
@@ -165,7 +170,7 @@ class Delivery:
             found = self._find_posted(cur, msg, channel, thread_ts)
             if found:
                 channel_id, ts = found
-                self.outbox.mark_sent(cur, msg.message_key, claim_id, channel_id, ts, thread_ts, self.now())
+                self._mark_sent(cur, msg, claim_id, channel_id, ts, thread_ts)
                 self._record(msg, attempt, "reconciled", ts=ts, channel_id=channel_id, thread_ts=thread_ts)
                 return "reconciled"
         try:
@@ -185,7 +190,11 @@ class Delivery:
             error = self.redact(_describe(e))[:2000]
             delay = min(self.backoff_seconds[1], self.backoff_seconds[0] * 2 ** max(0, attempt - 1))
             next_at = self.now() + timedelta(seconds=delay)
-            self.outbox.mark_failed(cur, msg.message_key, claim_id, outcome, error, next_at)
+            try:
+                self.outbox.mark_failed(cur, msg.message_key, claim_id, outcome, error, next_at)
+            except OutboxBusy as busy:
+                # The row stays claimed: once its lease ends, the next flush looks for it and posts it.
+                self.log.warning("Slack post %s: its failure was not recorded: %s", msg.message_key, busy)
             # An outage fixes itself; a refusal (unknown channel, bad auth) needs a person.
             (self.log.warning if outage else self.log.error)(
                 "Slack post %s to %s failed (attempt %d, %s); pending, next attempt after %s: %s",
@@ -194,10 +203,21 @@ class Delivery:
             self._record(msg, attempt, outcome, error=error, next_attempt_at=next_at)
             return "outage" if outage else "failed"
         ts, channel_id = resp["ts"], resp.get("channel") or channel
-        if not self.outbox.mark_sent(cur, msg.message_key, claim_id, channel_id, ts, thread_ts, self.now()):
-            self.log.warning("Slack post %s: claim lost before its ts %s was recorded", msg.message_key, ts)
+        self._mark_sent(cur, msg, claim_id, channel_id, ts, thread_ts)
         self._record(msg, attempt, "sent", ts=ts, channel_id=channel_id, thread_ts=thread_ts)
         return "sent"
+
+    def _mark_sent(
+        self, cur: Any, msg: OutboxMessage, claim_id: str, channel_id: str, ts: str, thread_ts: str | None
+    ) -> None:
+        try:
+            if self.outbox.mark_sent(cur, msg.message_key, claim_id, channel_id, ts, thread_ts, self.now()):
+                return
+            why = "claim lost"
+        except OutboxBusy as e:
+            why = str(e)
+        # Posted, not recorded: once the claim's lease ends, a flush finds the post by its metadata.
+        self.log.warning("Slack post %s: its ts %s was not recorded (%s)", msg.message_key, ts, why)
 
     def _find_posted(
         self, cur: Any, msg: OutboxMessage, channel: str, thread_ts: str | None

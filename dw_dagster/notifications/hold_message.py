@@ -67,9 +67,11 @@ def _hold_body(incident: Incident, blast: BlastRadius, wording: Wording) -> str:
     on = f" on *{escape(asset_label(where[0]))}*" if where else ""
     changed = fmt_change(where[0].change, skip=("newly_flagged", "rows_affected")) if where else ""
     changed = f" ({escape(changed)})" if changed else ""
+    # For the people who act on the list: what it means for them, not the statistics that found it (the
+    # owners' message and Dagster hold those).
     return (
-        f"A data incident ({escape(incident.title)}) put *{n} {noun}*{on} tonight that the data does not "
-        f"support{changed}.\n*{escape(wording.hold_action)} on these {noun}* until this thread says the "
+        f"A data incident ({escape(incident.incident_id)}) put *{n} {noun}*{on} tonight that the data does "
+        f"not support{changed}.\n*{escape(wording.hold_action)} on these {noun}* until this thread says the "
         "incident is resolved."
     )
 
@@ -102,7 +104,8 @@ def hold_notice(
     ]
     first, rest = blast.newly_flagged[:10], len(blast.newly_flagged) - 10
     text = fallback(
-        f"{wording.hold_action} on {n} newly flagged {noun} ({incident.incident_id}): {incident.title}.",
+        f"{wording.hold_action} on {n} newly flagged {noun} ({incident.incident_id}): the data does not support "
+        "them until this incident is resolved.",
         f"{', '.join(first)}{f' and {fmt_count(rest)} more' if rest > 0 else ''}.",
         f"In Dagster: {links.best(incident.incident_id, run_id)}",
     )

@@ -37,6 +37,7 @@ from dw_dagster.notifications.text import (
     fmt_count,
     fmt_number,
     fmt_value,
+    humanise_names,
     more_line,
     slack_date,
     truncate,
@@ -133,14 +134,17 @@ def incident_message(
     links = links or DagsterLinks(dagster_ui_url())
     wording = wording or Wording()
     emoji = SEVERITY_EMOJI.get(incident.severity.upper(), ":warning:")
-    title = incident.title or diagnosis.cause
+    title = humanise_names(incident.title or diagnosis.cause)
     severity = incident.severity.upper()
     prefix = ":arrows_counterclockwise: Diagnosis refined" if refined else f"{emoji} {severity}"
     blocks: list[Block] = [header(f"{prefix} · {incident.incident_id} · {title}")]
 
-    cause = [f"*Cause* ({escape(diagnosis.classification.value.replace('_', ' '))})", escape(diagnosis.cause)]
+    cause = [
+        f"*Cause* ({escape(diagnosis.classification.value.replace('_', ' '))})",
+        escape(humanise_names(diagnosis.cause)),
+    ]
     if diagnosis.upstream_change:
-        cause.append(f"*Upstream change:* {escape(diagnosis.upstream_change)}")
+        cause.append(f"*Upstream change:* {escape(humanise_names(diagnosis.upstream_change))}")
     blocks.append(section("\n".join(cause)))
 
     if diagnosis.evidence:

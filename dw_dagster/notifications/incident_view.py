@@ -17,6 +17,7 @@ import dagster as dg
 from dw_dagster.incidents.events import diagnosis_of
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.receipt_text import receipt_markdown
+from dw_dagster.notifications.text import humanise_names, rounded
 from dw_dagster.records.incidents import BlastRadius, Diagnosis, Incident, IncidentEvent
 from dw_dagster.records.remediation import Receipt
 
@@ -137,7 +138,8 @@ def incident_materialization(
     )
     return dg.AssetMaterialization(
         asset_key=INCIDENTS_KEY,
-        description=f"{incident.title} ({status_label(incident)})",
+        # The event list of dw/incidents shows the description: it says which incident the event is about.
+        description=f"{incident.incident_id}: {humanise_names(incident.title)} ({status_label(incident)})",
         metadata={
             **({"receipt": dg.MetadataValue.md(receipt)} if receipt else {}),
             "incident_id": incident.incident_id,
@@ -146,13 +148,15 @@ def incident_materialization(
             "findings": len(findings),
             "incident": dg.MetadataValue.md(markdown),
             "incident_json": dg.MetadataValue.json(
-                {
-                    **incident.model_dump(mode="json"),
-                    "findings": [f.detail for f in findings],
-                    "explained": [e.detail for e in explained],
-                    "diagnosis": diagnosis.model_dump(mode="json") if diagnosis else None,
-                    "blast_radius": radius.model_dump(mode="json") if radius else None,
-                }
+                rounded(
+                    {
+                        **incident.model_dump(mode="json"),
+                        "findings": [f.detail for f in findings],
+                        "explained": [e.detail for e in explained],
+                        "diagnosis": diagnosis.model_dump(mode="json") if diagnosis else None,
+                        "blast_radius": radius.model_dump(mode="json") if radius else None,
+                    }
+                )
             ),
             **({"classification": diagnosis.classification.value} if diagnosis else {}),
             **({"proposed_fix": dg.MetadataValue.md(proposed_fix)} if proposed_fix else {}),
@@ -195,7 +199,10 @@ class IncidentView:
         messages = self.of_kind("slack_message")
         if messages:
             channels = sorted({e.detail.get("channel", "?") for e in messages})
-            lines += ["", f"Slack: {len(messages)} message(s) in {', '.join(channels)}"]
+            lines += [
+                "",
+                f"Slack: {len(messages)} message{'s' if len(messages) != 1 else ''} in {', '.join(channels)}",
+            ]
         if self.receipt:
             lines += ["", self.receipt]
         return "\n".join(lines)
@@ -205,7 +212,7 @@ class IncidentView:
         s = self.summary()
         nights = s["nights"]
         shown = "-" if not nights else nights[0] if len(nights) == 1 else f"{nights[0]}..{nights[-1]}"
-        return f"{s['incident_id']}  {s['state']:<28} {shown:<22} {s['classification'] or '-':<22} {s['title'][:90]}"
+        return f"{s['incident_id']}  {s['state']:<28} {shown:<22} {s['classification'] or '-':<22} {humanise_names(s['title'])[:90]}"
 
     def summary(self) -> dict[str, Any]:
         """One line of ``incidents list --json``."""

@@ -10,12 +10,17 @@ Two tables (``dw_dagster/warehouse/ops.py``):
   first message enqueued for a channel wins the MERGE; every other message in that channel is a reply to
   the root's recorded ``ts``.
 
-Claims are compare-and-set on ``(STATUS, ATTEMPTS)``: of two processes flushing at once, one posts.
+Claims are compare-and-set on ``(STATUS, ATTEMPTS)``: of two processes flushing at once, one posts. A
+state change the warehouse refuses because others hold the row (Snowflake queues concurrent DML on a table
+lock and aborts a statement once too many wait; the local DuckDB refuses a concurrent update as a conflict)
+is tried again; if it still fails, :class:`OutboxBusy` says so and the row is as it was.
 """
 
 from __future__ import annotations
 
 import json
+import random
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -31,6 +36,16 @@ COLUMNS = (
     " LAST_ERROR, CREATED_AT, NEXT_ATTEMPT_AT, CLAIM_ID, CLAIMED_AT, SENT_AT, SLACK_CHANNEL_ID, SLACK_TS,"
     " THREAD_TS"
 )
+
+
+# A state change is tried this many times, waiting a little longer each time (with jitter, so that the
+# processes that collided do not collide again).
+STATE_CHANGE_TRIES = 4
+STATE_CHANGE_WAIT_SECONDS = 0.1
+
+
+class OutboxBusy(RuntimeError):
+    """A state change of a message failed on every try; the row is unchanged."""
 
 
 def thread_key(incident_id: str, channel: str) -> str:
@@ -201,14 +216,33 @@ class SlackOutbox:
 
     # -- state transitions -----------------------------------------------------------------------
 
+    def _change(self, cur: Any, key: str, sql: str, params: tuple) -> bool:
+        """Runs one compare-and-set ``UPDATE`` of the row ``key``; True if it changed the row. A statement
+        the warehouse refuses is tried again (it changed nothing), then :class:`OutboxBusy`."""
+        from snowflake.connector.errors import ProgrammingError  # imported with a connection, not at load
+
+        attempt = 1
+        while True:
+            try:
+                cur.execute(sql, params)
+                return cur.rowcount == 1
+            except ProgrammingError as e:
+                if attempt == STATE_CHANGE_TRIES:
+                    raise OutboxBusy(
+                        f"outbox message {key}: the warehouse refused {attempt} times: {e}"
+                    ) from e
+            time.sleep(STATE_CHANGE_WAIT_SECONDS * 2 ** (attempt - 1) * (1 + random.random()))
+            attempt += 1
+
     def claim(self, cur: Any, msg: OutboxMessage, claim_id: str, now: datetime) -> bool:
         """Takes the message for one attempt if nobody changed it since it was read (compare-and-set)."""
-        cur.execute(
+        return self._change(
+            cur,
+            msg.message_key,
             f"UPDATE {self._outbox} SET STATUS = 'sending', CLAIM_ID = %s, CLAIMED_AT = %s,"
             " ATTEMPTS = ATTEMPTS + 1 WHERE MESSAGE_KEY = %s AND STATUS = %s AND ATTEMPTS = %s",
             (claim_id, now, msg.message_key, msg.status, msg.attempts),
         )
-        return cur.rowcount == 1
 
     def mark_sent(
         self,
@@ -220,20 +254,22 @@ class SlackOutbox:
         thread_ts: str | None,
         now: datetime,
     ) -> bool:
-        cur.execute(
+        return self._change(
+            cur,
+            key,
             f"UPDATE {self._outbox} SET STATUS = 'sent', LAST_OUTCOME = 'sent', LAST_ERROR = NULL,"
             " SENT_AT = %s, SLACK_CHANNEL_ID = %s, SLACK_TS = %s, THREAD_TS = %s, NEXT_ATTEMPT_AT = NULL"
             " WHERE MESSAGE_KEY = %s AND CLAIM_ID = %s",
             (now, channel_id, ts, thread_ts, key, claim_id),
         )
-        return cur.rowcount == 1
 
     def mark_failed(
         self, cur: Any, key: str, claim_id: str, outcome: str, error: str, next_attempt_at: datetime
     ) -> bool:
-        cur.execute(
+        return self._change(
+            cur,
+            key,
             f"UPDATE {self._outbox} SET STATUS = 'pending', LAST_OUTCOME = %s, LAST_ERROR = %s,"
             " NEXT_ATTEMPT_AT = %s, CLAIM_ID = NULL WHERE MESSAGE_KEY = %s AND CLAIM_ID = %s",
             (outcome, error, next_attempt_at, key, claim_id),
         )
-        return cur.rowcount == 1

@@ -33,7 +33,7 @@ from dw_dagster.notifications.kit import (
 )
 from dw_dagster.notifications.links import DagsterLinks, dagster_ui_url, short_run
 from dw_dagster.notifications.owners import owners_text
-from dw_dagster.notifications.text import escape, fmt_count, fmt_datum, slack_date
+from dw_dagster.notifications.text import counted, escape, fmt_datum, slack_date
 from dw_dagster.records.incidents import Incident
 from dw_dagster.records.remediation import Proposal, RemediationPlan
 
@@ -83,7 +83,7 @@ def _proposal_blocks(i: int, p: Proposal, context: ContextFile | None) -> list[B
                 )
     if p.rerun:
         lines.append(
-            f"• Coalesce run of `{escape(p.rerun.include_selector)}` in environment {escape(p.rerun.environment_id)}:"
+            f"• Coalesce run of `{escape(p.rerun.include_selector)}` in {escape(p.rerun.environment)}:"
             f" {escape(p.rerun.reason)}"
         )
     blocks: list[Block] = line_sections(head, lines)
@@ -113,7 +113,7 @@ def _decision_buttons(plan: RemediationPlan, run_id: str, links: DagsterLinks) -
 
 
 def _steps(n: int) -> str:
-    return f"{fmt_count(n)} step" + ("" if n == 1 else "s")
+    return counted(n, "step")
 
 
 def proposal_messages(
@@ -147,8 +147,9 @@ def proposal_messages(
     body: list[Block] = []
     for i, p in enumerate(plan.proposals, 1):
         body += _proposal_blocks(i, p, context)
-    how = ["Click *Approve* or *Reject* below, or from a terminal:", *approve_commands(plan, approvers),
-           f"To reject: {reject_command(plan)}"]  # fmt: skip
+    # The commands are terminal text (`--as "<name>"`); in mrkdwn a raw `<...>` is a link or a mention.
+    how = ["Click *Approve* or *Reject* below, or from a terminal:",
+           *(escape(c) for c in approve_commands(plan, approvers)), f"To reject: {escape(reject_command(plan))}"]  # fmt: skip
     body += line_sections("*How to decide*", how)
     tail: list[Block] = [
         _decision_buttons(plan, run_id, links),

@@ -45,7 +45,7 @@ def _change_blocks(r: Receipt) -> list[Block]:
                 else "The Coalesce rerun (not started)"
             )
             who = f", as {escape(r.coalesce_run_as)}" if r.coalesce_run_as else ""
-            selector = f"`{escape(p.rerun.include_selector)}` in environment {escape(p.rerun.environment_id)}"
+            selector = f"`{escape(p.rerun.include_selector)}` in {escape(p.rerun.environment)}"
             lines.append(f"• {run} {selector}{who}")
     lines += [f"• {escape(c.what)}, {slack_date(c.at)}" for c in r.changes]
     diffs = [p for p in r.proposals if p.kind is ProposalKind.NODE_CHANGE and p.node_change]

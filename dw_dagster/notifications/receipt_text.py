@@ -63,8 +63,8 @@ def receipt_markdown(r: Receipt) -> str:
             ]
         elif p.kind is ProposalKind.SCOPED_RERUN and p.rerun:
             lines.append(
-                f"- Coalesce rerun {r.coalesce_run_id} `{p.rerun.include_selector}` in environment "
-                f"{p.rerun.environment_id}, as {r.coalesce_run_as}"
+                f"- Coalesce rerun {r.coalesce_run_id} `{p.rerun.include_selector}` in {p.rerun.environment}, "
+                f"as {r.coalesce_run_as}"
             )
     lines += [f"- {c.what} at {c.at:%Y-%m-%d %H:%M:%S} UTC" for c in r.changes]
     lines += [

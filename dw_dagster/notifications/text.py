@@ -47,6 +47,11 @@ def fmt_count(n: int) -> str:
     return f"{n:,}"
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 row``, ``3 rows``: a count with its noun, as a person writes it (never ``row(s)``)."""
+    return f"{fmt_count(n)} {noun if n == 1 else plural or noun + 's'}"
+
+
 def fmt_number(value: float) -> str:
     """``41800.0`` -> ``41,800``; ``2.35`` -> ``2.4``; ``0.0312`` -> ``0.031``; ``1234.56`` -> ``1,235``."""
     if not math.isfinite(value):
@@ -114,6 +119,29 @@ def humanise(name: str) -> str:
         words = words[:-1]
     text = " ".join(w.lower() for w in words)
     return (text[:1].upper() + text[1:]) or name
+
+
+# A snake_case name standing alone in a sentence (a total, a metric key), not part of an asset key path
+# (``mart/mart_orders``), a dotted or quoted identifier, or a word in capitals.
+_SNAKE_NAME = re.compile(r"(?<![\w/.\"'`])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w/.\"'`])")
+
+
+def humanise_names(text: str) -> str:
+    """The snake_case names in a sentence from the data read as words: ``open_order_amount fell 1.8%``
+    -> ``open order amount fell 1.8%``; asset keys, identifiers in capitals and quoted names are left."""
+    return _SNAKE_NAME.sub(lambda m: m.group().replace("_", " "), text)
+
+
+def rounded(value: Any) -> Any:
+    """Figures in a JSON document as a person reads them: floats to two decimals (two significant digits
+    below 0.01), recursively; everything else as it is."""
+    if isinstance(value, float) and math.isfinite(value):
+        return round(value, 2) if abs(value) >= 0.01 or value == 0 else float(f"{value:.2g}")
+    if isinstance(value, Mapping):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [rounded(v) for v in value]
+    return value
 
 
 def fmt_change(change: Mapping[str, Any], skip: Sequence[str] = ()) -> str:

@@ -42,7 +42,7 @@ class Wording:
         """An evidence key in words, the compared totals by their own names."""
         for prefix, total in (("target_", self.target_total), ("source_", self.source_total)):
             if total and key.startswith(prefix):
-                return f"{total} {humanise(key[len(prefix) :]).lower()}"
+                return f"{humanise(total)} {humanise(key[len(prefix) :]).lower()}"
         return humanise(key)
 
 

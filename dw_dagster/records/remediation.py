@@ -15,6 +15,11 @@ SYSTEM_ACTOR = "dw-dagster"
 """Who proposes; never a valid approver."""
 
 
+def environment_label(environment_id: str, name: str | None) -> str:
+    """A Coalesce environment as a person reads it: ``PROD``, or ``environment 2`` when its name is unknown."""
+    return name or f"environment {environment_id}"
+
+
 class ProposalKind(str, Enum):
     REFERENCE_ROW = "reference_row"
     """Add a missing key's row to a hand-maintained reference table (applied by the remediation job)."""
@@ -63,6 +68,8 @@ class NodeChange(BaseModel):
     node_id: str
     node_name: str
     asset_key: str
+    environment_name: str | None = None
+    """The environment as people know it (PROD); the id is what Coalesce's API takes."""
     before: dict[str, Any]
     """The node's editable definition as read from Coalesce: join, columns' transforms, node tests."""
     after: dict[str, Any]
@@ -72,6 +79,10 @@ class NodeChange(BaseModel):
     """keep_unmatched: the (location, node name) the join now keeps unmatched rows of."""
     test_name: str
     """The node test the change adds; it must pass in the rerun."""
+
+    @property
+    def environment(self) -> str:
+        return environment_label(self.environment_id, self.environment_name)
 
 
 class Dedupe(BaseModel):
@@ -119,6 +130,12 @@ class ScopedRerun(BaseModel):
     environment_id: str
     include_selector: str
     reason: str
+    environment_name: str | None = None
+    """The environment as people know it (PROD); the id is what Coalesce's API takes."""
+
+    @property
+    def environment(self) -> str:
+        return environment_label(self.environment_id, self.environment_name)
 
 
 class Proposal(BaseModel):

@@ -5,9 +5,15 @@ events hold plans (sealed by the deployment, :mod:`~dw_dagster.remediation.signi
 ``binding`` events the run the system submitted for each (:mod:`~dw_dagster.remediation.submission`),
 ``approval`` events one approval per owning team with its proof (:mod:`~dw_dagster.remediation.identity`),
 ``decision`` events a rejection, an expiry or a newer plan, ``refused`` events every attempt that was turned
-down. The run tag ``dw/approval`` only holds the run in the queue; :meth:`ApprovalBook.validate` is what
-every changing step of the remediation job asks, so a tag, a typed name, a written row or a run launched by
-hand approves nothing.
+down; each also goes on the audit trail (:mod:`~dw_dagster.remediation.audit`). The run tag ``dw/approval``
+only holds the run in the queue; :meth:`ApprovalBook.validate` is what every changing step of the remediation
+job asks, so a tag, a typed name, a written row or a run launched by hand approves nothing.
+
+An approval is the approver's proof over exactly what it approves: the plan's id and digest, the run's id,
+the digest of the run's whole configuration as bound (op config, resources, the tags that matter), the
+values they set and the plan's expiry. A row is only its transport: the gate verifies every proof when the
+run starts and compares each field with the plan and the run in hand, so an approval copied from another
+run, or signed for another run and stored under this one's key, is refused.
 
 Approvers are the members of the owning teams in the context file; dw-dagster itself never is.
 """
@@ -24,18 +30,29 @@ from dagster._core.events import EngineEventData
 from dagster._core.storage.tags import PARENT_RUN_ID_TAG
 from pydantic import TypeAdapter, ValidationError
 
+from dw_dagster.config import DwConfigError
 from dw_dagster.context.models import ContextFile, Person
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.records.incidents import IncidentEvent
 from dw_dagster.records.remediation import SYSTEM_ACTOR, Approval, Decision, ProposalKind, RemediationPlan
-from dw_dagster.remediation.identity import IdentityError, Proof, verify_proof
+from dw_dagster.remediation.audit import TrailSigner, audited
+from dw_dagster.remediation.identity import IdentityError, Proof, SlackProof, verify_proof
 from dw_dagster.remediation.signing import Seal, digest, unsealed
 from dw_dagster.remediation.slack_request import APPROVE_ACTION
-from dw_dagster.remediation.submission import Binding, RunRecordError, RunRecords, check_run, incident_of
+from dw_dagster.remediation.submission import (
+    Binding,
+    RunRecordError,
+    RunRecords,
+    check_run,
+    config_digest,
+    incident_of,
+)
 from dw_dagster.tags import INCIDENT_ID, PLAN_ID
 
 REMEDIATION_JOB = "remediate_incident"
 _PLAN = "proposal"
 _PROOF = TypeAdapter(Proof)
+_TIME = TypeAdapter(datetime)
 
 Prove = Callable[[Mapping[str, Any]], Any]
 """Makes the proof of a record (a signature with the person's key, the Slack request of their click)."""
@@ -45,13 +62,31 @@ class ApprovalError(Exception):
     """An approval, rejection or launch the record does not allow; the message says why and what to do."""
 
 
+class ReleaseCheck:
+    """What the gate will find when the run starts, as far as this process can tell."""
+
+    def __init__(self) -> None:
+        self.approvals: list[Approval] = []
+        self.refused: list[str] = []
+        """Approval records that do not verify (their teams count as missing)."""
+        self.blocked: str | None = None
+        """Why the gate will refuse the run whoever approves."""
+        self.unchecked: list[str] = []
+        """What only the code location can verify (its seal, Slack's signing secret)."""
+
+
 class ApprovalBook:
-    def __init__(self, store: IncidentStore, context: ContextFile, seal: Seal | None = None):
-        self.store = store
+    def __init__(
+        self, store: IncidentStore, context: ContextFile, seal: Seal | None = None,
+        trail_signer: TrailSigner | None = None,
+    ):  # fmt: skip
+        # Everything the book records goes on the audit trail, signed by the code location's key when this
+        # process holds it, else by ``trail_signer`` (the person running a command).
+        self.store = audited(store, trail_signer)
         self.context = context
         # The code location holds the deployment's key; a person's shell does not, and reads unverified.
         self.seal = seal if seal is not None else Seal.optional()
-        self.runs = RunRecords(store, self.seal)
+        self.runs = RunRecords(self.store, self.seal)
 
     def _required_seal(self) -> Seal:
         if self.seal is None:
@@ -97,47 +132,125 @@ class ApprovalBook:
 
     # -- approvals and decisions -----------------------------------------------------------------
 
-    def _approval_events(self, plan: RemediationPlan, run_id: str | None) -> list[dict[str, Any]]:
+    def _approval_events(self, plan: RemediationPlan, run_id: str | None) -> list[IncidentEvent]:
         prefix = f"approval|{plan.plan_id}|" + (f"{run_id}|" if run_id else "")
         return [
-            e.detail
-            for e in self.store.events(plan.incident_id, kind="approval")
-            if e.event_key.startswith(prefix)
+            e for e in self.store.events(plan.incident_id, kind="approval") if e.event_key.startswith(prefix)
         ]
 
     def approvals(self, plan: RemediationPlan, run_id: str | None = None) -> list[Approval]:
         """The plan's approvals as recorded (for one run when given), not verified: for showing."""
-        return [Approval.model_validate(d) for d in self._approval_events(plan, run_id)]
+        return [Approval.model_validate(e.detail) for e in self._approval_events(plan, run_id)]
 
-    def verified_approvals(self, plan: RemediationPlan, run_id: str, plan_digest: str) -> list[Approval]:
-        """The run's approvals, each proven by its approver; any record that is not fails the whole check
-        (a forged row is reported, never skipped quietly)."""
-        out = []
-        for detail in self._approval_events(plan, run_id):
+    def _verified(
+        self, event: IncidentEvent, plan: RemediationPlan, run_id: str, plan_digest: str, bound_config: str
+    ) -> Approval:
+        """The approval an event transports, once its proof verifies and every field it approves is this
+        plan's and this run's; else :class:`ApprovalError` naming what does not fit."""
+        detail = event.detail
+        try:
+            approval = Approval.model_validate(detail)
+            proof = _PROOF.validate_python(detail.get("proof"))
+        except ValidationError:
+            raise ApprovalError(
+                f"approval record {detail.get('approver')!r} for run {run_id}: no valid proof"
+            ) from None
+        who = f"approval by {approval.approver} for {approval.team}"
+        record = {k: v for k, v in detail.items() if k != "proof"}
+        try:
+            person = verify_proof(record, proof, self.context, APPROVE_ACTION)
+        except IdentityError as e:
+            raise ApprovalError(f"{who}: {e}") from None
+        if (record.get("plan_id"), record.get("run_id")) != (plan.plan_id, run_id):
+            raise ApprovalError(
+                f"{who}: given for plan {record.get('plan_id')}, run {record.get('run_id')}, not run {run_id}: an "
+                "approval copied or addressed to another run approves nothing here"
+            )
+        if record.get("plan_digest") != plan_digest:
+            raise ApprovalError(f"{who}: given for another version of plan {plan.plan_id}")
+        if record.get("config_digest") != bound_config:
+            raise ApprovalError(
+                f"{who}: given for another configuration of run {run_id} (op config, resources, tags) than the one "
+                "dw-dagster bound"
+            )
+        if record.get("expires_at") != _expiry(plan):
+            raise ApprovalError(f"{who}: given with another expiry than plan {plan.plan_id}'s")
+        if event.event_key != f"approval|{plan.plan_id}|{run_id}|{approval.team}":
+            raise ApprovalError(f"{who}: recorded under another team's key ({event.event_key})")
+        if approval.team not in self.context.teams_of(person) or approval.team not in plan.required_teams:
+            raise ApprovalError(f"{who}: not a member of that team (any more)")
+        if approval.at >= plan.expires_at:
+            raise ApprovalError(f"approval by {approval.approver} came after the plan expired")
+        return approval
+
+    def verified_approvals(
+        self, plan: RemediationPlan, run_id: str, plan_digest: str, binding: Binding
+    ) -> list[Approval]:
+        """The run's approvals, each proven by its approver for exactly this plan, run and configuration; any
+        record that is not fails the whole check (a forged or copied row is reported, never skipped quietly)."""
+        return [
+            self._verified(e, plan, run_id, plan_digest, binding.config_digest)
+            for e in self._approval_events(plan, run_id)
+        ]
+
+    def release_check(self, plan: RemediationPlan, run: dg.DagsterRun, binding: Binding) -> ReleaseCheck:
+        """What the gate will find when ``run`` starts, checked here as far as this process can (a person's
+        shell holds neither the code location's key nor Slack's signing secret): so that ``approve`` never
+        calls a run released that the gate will refuse."""
+        out = ReleaseCheck()
+        decision = self.decision(plan)
+        parent = run.parent_run_id or run.tags.get(PARENT_RUN_ID_TAG)
+        incident = self.store.get(plan.incident_id)
+        if decision is not None:
+            out.blocked = f"plan {plan.plan_id} was {decision.kind} by {decision.by}"
+        elif parent:
+            out.blocked = f"run {run.run_id} re-executes run {parent}"
+        elif incident is None or incident.status != "open":
+            out.blocked = (
+                f"incident {plan.incident_id} is {incident.status if incident else 'missing'}, not open"
+            )
+        if self.seal is None:
+            out.unchecked.append("the plan's and the run's seals (DW_SIGNING_KEY)")
+            plan_digest = self.plan_digest(plan.plan_id)
+        else:
             try:
-                approval = Approval.model_validate(detail)
-                proof = _PROOF.validate_python(detail.get("proof"))
-            except ValidationError:
-                raise ApprovalError(
-                    f"approval record {detail.get('approver')!r} for run {run_id}: no valid proof"
-                ) from None
-            record = {k: v for k, v in detail.items() if k != "proof"}
-            try:
-                person = verify_proof(record, proof, self.context, APPROVE_ACTION)
-            except IdentityError as e:
-                raise ApprovalError(f"approval by {approval.approver} for {approval.team}: {e}") from None
-            if record.get("plan_digest") != plan_digest:
-                raise ApprovalError(
-                    f"approval by {approval.approver}: given for another version of plan {plan.plan_id}"
+                _, plan_digest = self.verified_plan(plan.plan_id)
+            except ApprovalError as e:
+                out.blocked = out.blocked or str(e)
+                return out
+            if not binding.config_digest or config_digest(run, binding, self.seal) != binding.config_digest:
+                out.blocked = out.blocked or (
+                    f"run {run.run_id}: its configuration is not the one bound for plan {plan.plan_id}"
                 )
-            if approval.team not in self.context.teams_of(person) or approval.team not in plan.required_teams:
-                raise ApprovalError(
-                    f"approval by {approval.approver} for {approval.team}: not a member of that team (any more)"
-                )
-            if approval.at >= plan.expires_at:
-                raise ApprovalError(f"approval by {approval.approver} came after the plan expired")
-            out.append(approval)
+        approvals, refused, unchecked = self._checked_approvals(plan, binding, plan_digest)
+        out.approvals, out.refused, out.unchecked = (
+            approvals,
+            list(refused.values()),
+            out.unchecked + unchecked,
+        )
         return out
+
+    def _checked_approvals(
+        self, plan: RemediationPlan, binding: Binding, plan_digest: str
+    ) -> tuple[list[Approval], dict[str, str], list[str]]:
+        """The bound run's approvals checked as far as this process can: those that verify (or that only the
+        code location can verify, Slack's), why each other team's record does not, and what was left unchecked."""
+        approvals: list[Approval] = []
+        refused: dict[str, str] = {}
+        unchecked: list[str] = []
+        for event in self._approval_events(plan, binding.run_id):
+            try:
+                approvals.append(
+                    self._verified(event, plan, binding.run_id, plan_digest, binding.config_digest)
+                )
+            except ApprovalError as e:
+                refused[event.event_key.rsplit("|", 1)[-1]] = str(e)
+            except DwConfigError:  # Slack's signing secret is the code location's, not a person's
+                if not isinstance(_PROOF.validate_python(event.detail.get("proof")), SlackProof):
+                    raise
+                approvals.append(Approval.model_validate(event.detail))
+                unchecked.append(f"the Slack approval by {event.detail.get('approver')}")
+        return approvals, refused, unchecked
 
     def decision(self, plan: RemediationPlan) -> Decision | None:
         # Any decision row stops the plan, proven or not: a forged rejection can delay a fix, never run one.
@@ -179,11 +292,12 @@ class ApprovalBook:
         return teams
 
     def approve(
-        self, plan: RemediationPlan, run_id: str, person: Person, prove: Prove, via: str,
+        self, plan: RemediationPlan, binding: Binding, person: Person, prove: Prove, via: str,
         values: Mapping[str, str] | None = None, at: datetime | None = None,
     ) -> list[Approval]:  # fmt: skip
-        """Records ``person``'s approval of ``run_id`` for each owning team of theirs that has not approved
-        it yet, each with the proof ``prove`` makes of it."""
+        """Records ``person``'s approval of the bound run for each owning team of theirs that has not approved
+        it yet, each with the proof ``prove`` makes of exactly what it approves (:func:`approval_record`)."""
+        run_id = binding.run_id
         values = dict(values or {})
         teams = self._teams(plan, person)
         decision = self.decision(plan)
@@ -196,7 +310,16 @@ class ApprovalBook:
             raise ApprovalError(
                 f"plan {plan.plan_id} expired at {plan.expires_at:%Y-%m-%d %H:%M} UTC; it is never granted late"
             )
-        done = {a.team for a in self.approvals(plan, run_id)}
+        plan_digest = self.plan_digest(plan.plan_id)
+        approvals, refused, _ = self._checked_approvals(plan, binding, plan_digest)
+        spoiled = [t for t in teams if t in refused]
+        if spoiled:
+            # Its key is taken by a record that does not verify: the gate will refuse this run whatever is added.
+            raise ApprovalError(
+                f"run {run_id}: the approval recorded for {spoiled[0]} does not verify ({refused[spoiled[0]]}); the "
+                "gate will refuse this run: cancel it (dw-dagster submits the plan again) and approve the new run"
+            )
+        done = {a.team for a in approvals}
         new = [t for t in teams if t not in done]
         if not new:
             missing = [t for t in plan.required_teams if t not in done]
@@ -211,18 +334,17 @@ class ApprovalBook:
                     f"{person.name} has no run_as in the context file: an approved rerun runs under the "
                     "approver's own Coalesce credentials, so another owner must approve it"
                 )
-        plan_digest = self.plan_digest(plan.plan_id)
         out = []
         for team in new:
             approval = Approval(
                 plan_id=plan.plan_id, team=team, approver=person.name, email=person.email, at=now, run_id=run_id,
                 values=values if any(self._owns_row(plan, team)) else {}, via=via,
             )  # fmt: skip
-            record = {**approval.model_dump(mode="json"), "plan_digest": plan_digest}
+            record = approval_record(approval, plan, plan_digest, binding)
             proof = prove(record)
             if getattr(proof, "kind", None) == "local":
                 approval = approval.model_copy(update={"os_user": proof.os_user})
-                record = {**approval.model_dump(mode="json"), "plan_digest": plan_digest}
+                record = approval_record(approval, plan, plan_digest, binding)
             key = f"approval|{plan.plan_id}|{run_id}|{team}"
             self.store.append_event(
                 plan.incident_id, "approval", key, {**record, "proof": proof.model_dump()}
@@ -313,7 +435,7 @@ class ApprovalBook:
         if binding is None:
             raise ApprovalError(f"plan {plan_id}: no run of it was submitted and bound by dw-dagster")
         try:
-            check_run(binding, run.run_id, run.job_name, run.run_config, resources, self._required_seal())
+            check_run(binding, run, resources, self._required_seal())
         except RunRecordError as e:
             raise ApprovalError(str(e)) from None
         incident = self.store.get(plan.incident_id)
@@ -321,7 +443,7 @@ class ApprovalBook:
             raise ApprovalError(
                 f"incident {plan.incident_id} is {incident.status if incident else 'missing'}, not open"
             )
-        approvals = self.verified_approvals(plan, run.run_id, plan_digest)
+        approvals = self.verified_approvals(plan, run.run_id, plan_digest, binding)
         missing = self.missing(plan, approvals)
         if missing:
             raise ApprovalError(
@@ -329,6 +451,19 @@ class ApprovalBook:
                 "approval (approvals are given in Slack or with `dw-dagster approve`, for the run dw-dagster submitted)"
             )
         return plan, approvals, binding
+
+
+def _expiry(plan: RemediationPlan) -> str:
+    return str(_TIME.dump_python(plan.expires_at, mode="json"))
+
+
+def approval_record(
+    approval: Approval, plan: RemediationPlan, plan_digest: str, binding: Binding
+) -> dict[str, Any]:
+    """What an approver's proof covers: the approval (team, person, time, run, values) with the plan's digest,
+    the digest of the run's whole configuration as bound, and the plan's expiry."""
+    return {**approval.model_dump(mode="json"), "plan_digest": plan_digest, "config_digest": binding.config_digest,
+            "expires_at": _expiry(plan)}  # fmt: skip
 
 
 def cancel_run(instance: dg.DagsterInstance, run: dg.DagsterRun, decision: Decision) -> None:

@@ -94,7 +94,7 @@ def undo_statement(change: Change) -> tuple[str, tuple[Any, ...]]:
 def undo_steps(plan: RemediationPlan, changes: Sequence[Change]) -> list[str]:
     added = [c for c in changes if c.added and c.kind == "reference_row"]
     steps = [
-        f"`dw-dagster undo {plan.incident_id} --as <owner>` deletes the row(s) added: "
+        f"`dw-dagster undo {plan.incident_id} --as <owner>` deletes the {'row' if len(added) == 1 else 'rows'} added: "
         + "; ".join(f"{c.key_column} {c.key_value} from {table_reference(*c.table_parts)}" for c in added)
     ] if added else []  # fmt: skip
     for c in changes:
@@ -111,7 +111,7 @@ def undo_steps(plan: RemediationPlan, changes: Sequence[Change]) -> list[str]:
     for p in plan.of_kind(ProposalKind.SCOPED_RERUN):
         if p.rerun:
             steps.append(
-                f"Rerun `{p.rerun.include_selector}` in environment {p.rerun.environment_id} to rebuild the tables."
+                f"Rerun `{p.rerun.include_selector}` in {p.rerun.environment} to rebuild the tables."
             )
     return steps
 

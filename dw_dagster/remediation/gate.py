@@ -9,7 +9,7 @@ the job's steps then check the record again themselves.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import dagster as dg
@@ -24,6 +24,7 @@ from dw_dagster.remediation.approvals import (
     Prove,
     cancel_run,
 )
+from dw_dagster.remediation.control import OrgControl
 from dw_dagster.remediation.submission import Binding
 from dw_dagster.tags import (
     APPROVAL,
@@ -44,10 +45,28 @@ class GateOutcome:
     given: list[Approval]
     """The approvals this call recorded."""
     missing: list[str]
+    """The owning teams without an approval of this run that verifies."""
+    blocked: str | None = None
+    """Why the gate will refuse the run whoever approves (then it is not released)."""
+    refused: list[str] = field(default_factory=list)
+    """Approval records of this run that do not verify (their teams are missing)."""
+    unchecked: list[str] = field(default_factory=list)
+    """What only the run itself can verify (the code location's seal, Slack's signing secret)."""
 
     @property
     def released(self) -> bool:
-        return not self.missing
+        return not self.missing and self.blocked is None
+
+    @property
+    def status(self) -> str:
+        """What the person who approved is told: released only when the gate will let the run through."""
+        if self.blocked:
+            return f"not released: the gate will refuse the run ({self.blocked})"
+        if self.missing:
+            bad = f" (refused: {'; '.join(self.refused)})" if self.refused else ""
+            return f"waiting for {', '.join(self.missing)}{bad}"
+        checks = f"; its first step also verifies {', '.join(self.unchecked)}" if self.unchecked else ""
+        return f"every owner has approved: the run is released{checks}"
 
 
 def _latest_open_plan(book: ApprovalBook, incident_id: str) -> RemediationPlan:
@@ -59,9 +78,50 @@ def _latest_open_plan(book: ApprovalBook, incident_id: str) -> RemediationPlan:
     if decision is not None:
         raise ApprovalError(
             f"incident {incident_id}: no remediation run is waiting for approval (plan {plan.plan_id} was "
-            f"{decision.kind} by {decision.by})"
+            f"{decision.kind} by {decision.by}{_no_resubmission(decision.kind)})"
         )
     return plan
+
+
+def _no_resubmission(kind: str) -> str:
+    """A decided plan is never submitted again: a new diagnosis proposes a new one."""
+    return (
+        "; it is not submitted again: a new diagnosis of the incident proposes a new plan"
+        if kind != "superseded"
+        else ""
+    )
+
+
+def _why_no_run(book: ApprovalBook, plan: RemediationPlan, state: str) -> str:
+    """What happens next to an undecided plan whose run is ``state`` (gone, canceled, failed, not bound yet):
+    the sensor submits it again, unless the org-wide stop holds every submission."""
+    if state in ("CANCELED", "FAILURE", "gone", "unbound"):
+        control = OrgControl(book.store.warehouse, book.store.ops, book.context).state()
+        if control.stopped:
+            return f"; nothing is submitted while {control.describe()}"
+        return "; the remediation_proposals sensor submits the plan again on its next tick, within a minute"
+    return ""
+
+
+def _waiting(run: dg.DagsterRun | None, plan: RemediationPlan) -> bool:
+    return (
+        run is not None and run.status == dg.DagsterRunStatus.QUEUED
+        and run.tags.get(APPROVAL) == APPROVAL_PENDING and run.tags.get(PLAN_ID) == plan.plan_id
+    )  # fmt: skip
+
+
+def _current_binding(
+    instance: dg.DagsterInstance, book: ApprovalBook, plan: RemediationPlan
+) -> Binding | None:
+    """The plan's bound run. Where this process cannot check the seals (a person's shell holds no
+    ``DW_SIGNING_KEY``) it reads records anyone could have written, so of the bindings it takes the latest
+    whose run still waits for approval: the sensor cancels every other queued run carrying the plan's tags.
+    Either way the run's first step checks the sealed binding itself."""
+    if book.seal is None:
+        for b in sorted(book.runs.bindings(plan.plan_id), key=lambda b: -b.seq):
+            if _waiting(instance.get_run_by_id(b.run_id), plan):
+                return b
+    return book.binding(plan)
 
 
 def remediation_run(
@@ -82,11 +142,17 @@ def remediation_run(
             raise ApprovalError(
                 f"run {ref}: its plan {found.tags.get(PLAN_ID)} is not in the approval record"
             )
-    binding = book.binding(plan)
+    decision = book.decision(plan)
+    if decision is not None:
+        raise ApprovalError(
+            f"plan {plan.plan_id} was {decision.kind} by {decision.by}: its run is not waiting for approval"
+            + _no_resubmission(decision.kind)
+        )
+    binding = _current_binding(instance, book, plan)
     if binding is None:
         raise ApprovalError(
-            f"plan {plan.plan_id}: its run is being submitted (or submitted again after a cancel); the "
-            "remediation_proposals sensor binds it on its next tick, within a minute: try again then"
+            f"plan {plan.plan_id}: its run is being submitted (or submitted again after a cancel) and is not bound "
+            f"yet{_why_no_run(book, plan, 'unbound')}: try again then"
         )
     if not ref.startswith("INC-") and ref != binding.run_id:
         raise ApprovalError(
@@ -94,11 +160,11 @@ def remediation_run(
             f"approved (the plan's run is {binding.run_id})"
         )
     run = instance.get_run_by_id(binding.run_id)
-    if run is None or run.status != dg.DagsterRunStatus.QUEUED or run.tags.get(APPROVAL) != APPROVAL_PENDING:
+    if run is None or not _waiting(run, plan):
         state = "gone" if run is None else run.status.value
         raise ApprovalError(
             f"run {binding.run_id} of plan {plan.plan_id} is {state}, not waiting for approval"
-            + ("; dw-dagster submits the plan again within a minute" if state == "CANCELED" else "")
+            + _why_no_run(book, plan, state)
         )
     return run, plan, binding
 
@@ -108,10 +174,16 @@ def approve_run(
     values: Mapping[str, str] | None = None, at: datetime | None = None,
 ) -> GateOutcome:  # fmt: skip
     """Records ``person``'s approval of the held run ``ref`` names, and releases the run once every owning
-    team has approved it (the queue launches it on its next iteration)."""
-    run, plan, _ = remediation_run(instance, book, ref)
-    given = book.approve(plan, run.run_id, person, prove, via, values, at=at)
-    missing = book.missing(plan, book.approvals(plan, run.run_id))
+    team has approved it and nothing the gate checks will refuse it (the queue launches it on its next
+    iteration); an approval record that does not verify counts for nothing and is reported."""
+    run, plan, binding = remediation_run(instance, book, ref)
+    given = book.approve(plan, binding, person, prove, via, values, at=at)
+    check = book.release_check(plan, run, binding)
+    missing = book.missing(plan, check.approvals)
+    for reason in check.refused:
+        book.refuse(plan.incident_id, "approval", reason, run_id=run.run_id, plan_id=plan.plan_id)
+    if check.blocked:
+        book.refuse(plan.incident_id, "release", check.blocked, run_id=run.run_id, plan_id=plan.plan_id)
     for a in given:
         instance.report_engine_event(
             f"Approved by {a.approver} for {a.team} (verified: {a.via}) at {a.at:%Y-%m-%d %H:%M:%S} UTC"
@@ -121,9 +193,10 @@ def approve_run(
                                       **a.values}),
         )  # fmt: skip
     instance.add_run_tags(run.run_id, {APPROVALS_NEEDED: ",".join(missing) or "none"})
-    if not missing:
+    outcome = GateOutcome(run.run_id, plan, given, missing, check.blocked, check.refused, check.unchecked)
+    if outcome.released:
         instance.add_run_tags(run.run_id, {APPROVAL: APPROVAL_APPROVED})
-    return GateOutcome(run.run_id, plan, given, missing)
+    return outcome
 
 
 def reject_run(

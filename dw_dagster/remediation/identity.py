@@ -157,6 +157,12 @@ class Signer:
     def via(self) -> str:
         return VIA["key" if self._key else "local"]
 
+    @property
+    def key(self) -> Ed25519PrivateKey | None:
+        """Their approver key (None: ``--as`` alone, the local world's way): it also signs the audit trail's
+        entries of what they do where the code location's key is not held."""
+        return self._key
+
     def prove(self, record: Mapping[str, Any]) -> KeyProof | LocalProof:
         if self._key is not None:
             return sign_record(self._key, record)

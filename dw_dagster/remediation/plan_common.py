@@ -54,11 +54,12 @@ def source_owner_teams(key: str, ctx: PlanContext) -> list[str]:
     return list(dict.fromkeys(found)) or asset_teams(key, ctx)
 
 
-def environment_of(key: str, ctx: PlanContext) -> str:
+def environment_of(key: str, ctx: PlanContext) -> tuple[str, str | None]:
+    """The Coalesce environment a node is in: its id and its name."""
     env = ctx.metadata(key, "coalesce/environment") or {}
     if not env.get("id"):
         raise NoPlan(f"{key}: not a Coalesce node (no coalesce/environment metadata)")
-    return str(env["id"])
+    return str(env["id"]), env.get("name")
 
 
 def node_name(key: str, ctx: PlanContext) -> str | None:
@@ -77,7 +78,7 @@ def built_children(key: str, ctx: PlanContext) -> list[str]:
 
 
 def rerun_proposal(
-    environment_id: str,
+    environment: tuple[str, str | None],
     roots: Sequence[str],
     reason: str,
     owners: list[str],
@@ -92,12 +93,18 @@ def rerun_proposal(
     selector = " OR ".join(
         [*(f"{{name: {n}}}" for n in dict.fromkeys(extra)), *(f"{{name: {n}}}+" for n in names)]
     )
+    rerun = ScopedRerun(
+        environment_id=environment[0],
+        environment_name=environment[1],
+        include_selector=selector,
+        reason=reason,
+    )
     return Proposal(
         proposal_id=f"rerun-{'-'.join(names)}",
         kind=ProposalKind.SCOPED_RERUN,
-        title=f"Rerun {selector} in environment {environment_id}",
+        title=f"Rerun {selector} in {rerun.environment}",
         owners=owners,
-        rerun=ScopedRerun(environment_id=environment_id, include_selector=selector, reason=reason),
+        rerun=rerun,
     )
 
 

@@ -85,7 +85,7 @@ def normalise_plan(
     numeric = is_numeric(g, src, key_src)
     node_id = ctx.metadata(reader, "coalesce/node_id")
     env = environment_of(reader, ctx)
-    node = ctx.coalesce.get_node(env, node_id)
+    node = ctx.coalesce.get_node(env[0], node_id)
     # The test names the subset by the node's own key column: one that carries the key as it is.
     carried = {c["name"]: c["transform"] for c in definition(node)["columns"]}
     plain_key = f"{quote_identifier(alias)}.{quote_identifier(key_src)}"
@@ -103,7 +103,8 @@ def normalise_plan(
     sign = diagnosis.classification is CauseClass.SIGN_CHANGE
     what = "restores the sign of" if sign else f"divides by {factor:g}"
     change = NodeChange(
-        kind="normalise", environment_id=env, node_id=node_id, node_name=node.name, asset_key=reader,
+        kind="normalise", environment_id=env[0], environment_name=env[1], node_id=node_id, node_name=node.name,
+        asset_key=reader,
         before=before, after=after, diff=unified_diff(before, after, f"{node.location_name}/{node.name}"),
         test_name=test_name,
     )  # fmt: skip

@@ -209,6 +209,7 @@ def _node_change(join: JoinEffect, right_key: str, ctx: PlanContext) -> Proposal
     name = f"{node.location_name}/{node.name}"
     change = NodeChange(
         environment_id=env["id"],
+        environment_name=env.get("name"),
         node_id=node_id,
         node_name=node.name,
         asset_key=key,
@@ -243,10 +244,11 @@ def _scoped_rerun(change: NodeChange, reference_keys: Sequence[str], ctx: PlanCo
     return Proposal(
         proposal_id=f"rerun-{change.node_name}",
         kind=ProposalKind.SCOPED_RERUN,
-        title=f"Rerun {selector} in environment {change.environment_id}",
+        title=f"Rerun {selector} in {change.environment}",
         owners=teams(graph.info(change.asset_key).owners, ctx),
         rerun=ScopedRerun(
             environment_id=change.environment_id,
+            environment_name=change.environment_name,
             include_selector=selector,
             reason=reason,
         ),

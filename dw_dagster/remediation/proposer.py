@@ -1,10 +1,13 @@
 """The work of the sensors around the remediation job (wired in ``app/remediation_sensors.py``).
 
 - ``Proposer``: submits one held run per plan (``dw/approval=pending``: dagster.yaml's tag concurrency limit
-  of 0 keeps it QUEUED, using no compute), binds the plan to that very run on its next tick, tells the owners
-  how to approve it, submits the plan again when its run was canceled, writes the receipt of a run that
-  failed part-way (``crash_receipt.py``), escalates it and submits the plan again for a new approval, and
-  cancels (and reports) any other run someone launched with the plan's tags.
+  of 0 keeps it QUEUED, using no compute) with the run config the deployment sets, binds the plan to that
+  very run on its next tick (only if it is exactly the run requested: a run someone else launched, re-executed
+  or relaunched with its tags is refused, canceled and reported, and the plan submitted again), tells the
+  owners how to approve it, submits the plan again when its run was canceled, writes the receipt of a run that
+  stopped part-way after changing something (failed, or canceled; ``crash_receipt.py``), escalates it and
+  submits the plan again for a new approval, and cancels (and reports) any other run someone launched with the
+  plan's tags.
 - ``expire_pending``: cancels a run whose plan expired unanswered and escalates on Slack; it never grants.
 """
 
@@ -27,37 +30,50 @@ from dw_dagster.remediation.approvals import (
     ApprovalError,
     cancel_run,
 )
+from dw_dagster.remediation.change_log import APPLYING
 from dw_dagster.remediation.control import escalate, gated_notifier, owner_channels
 from dw_dagster.remediation.crash_receipt import crash_receipt, mark_retryable
 from dw_dagster.remediation.gate import explain_held_run, held_tags, how_to_approve
-from dw_dagster.remediation.submission import submitted_run
+from dw_dagster.remediation.submission import RunRecordError, submitted_run
 from dw_dagster.tags import APPROVAL, APPROVAL_PENDING, PLAN_ID, SUBMISSION
 
 SUBMIT_GRACE = timedelta(minutes=10)
 """How long a submission may wait for the daemon to create its run before the plan is submitted again."""
-_CHANGE_KINDS = ("change", "rerun", "awaiting_deploy", "receipt")
+_CHANGE_KINDS = (APPLYING, "change", "rerun", "awaiting_deploy", "receipt")
+"""What a run records as it changes something: a change about to be made (its intent) counts, since a run
+killed between the change and its record leaves only that."""
 
 
 class Proposer:
     """One tick of the ``remediation_proposals`` sensor: what it submits, binds, refuses and retries."""
 
     def __init__(self, instance: dg.DagsterInstance, book: ApprovalBook, resources: Mapping[str, Any],
-                 notifier: IncidentNotifier, context_file: ContextFile):  # fmt: skip
+                 notifier: IncidentNotifier, context_file: ContextFile, job: dg.JobDefinition,
+                 run_config: Mapping[str, Any]):  # fmt: skip
         self.instance = instance
         self.book = book
         self.resources = resources
         self.notifier = notifier
         self.context_file = context_file
+        self.job = job
+        self.run_config = dict(run_config)
+        """The run config of every remediation run (the deployment's): the binding compares it, op config included."""
         self.requests: list[dg.RunRequest] = []
         self.due: datetime | None = None
         """When a submission the daemon has not created a run for yet is to be looked at again."""
 
     def submit(self, plan: RemediationPlan, seq: int) -> None:
-        sub, nonce = self.book.runs.submit(plan.plan_id, seq, REMEDIATION_JOB, self.resources)
-        self._look_again(sub.at + SUBMIT_GRACE)
         how = how_to_approve(plan, None, owner_channels(self.notifier, plan.incident_id))
-        tags = {**held_tags(plan, plan.required_teams, how), SUBMISSION: nonce}
-        self.requests.append(dg.RunRequest(run_key=f"{plan.plan_id}:{sub.seq}", tags=tags))
+        tags = held_tags(plan, plan.required_teams, how)
+        sub, nonce = self.book.runs.submit(plan.plan_id, seq, self.job, self.resources, self.run_config, tags)
+        self._look_again(sub.at + SUBMIT_GRACE)
+        self.requests.append(
+            dg.RunRequest(
+                run_key=f"{plan.plan_id}:{sub.seq}",
+                run_config=self.run_config,
+                tags={**tags, SUBMISSION: nonce},
+            )  # fmt: skip
+        )
 
     def _look_again(self, at: datetime) -> None:
         self.due = at if self.due is None else min(self.due, at)
@@ -79,11 +95,20 @@ class Proposer:
         if mark_retryable(self.book, plan, run, "its run failed after changing something"):
             self.submit(plan, seq + 1)
 
-    def bind(self, incident: Incident, plan: RemediationPlan, run: dg.DagsterRun, seq: int) -> None:
+    def bind(self, incident: Incident, plan: RemediationPlan, run: dg.DagsterRun, seq: int) -> bool:
         """Binds the plan to the run the daemon created for its submission; the run explains itself in the
-        UI, and the owners get the proposal with Approve / Reject buttons that name this very run."""
+        UI, and the owners get the proposal with Approve / Reject buttons that name this very run. A run that
+        is not exactly the one requested is refused, canceled and reported (False): the plan is submitted
+        again."""
         subs = self.book.runs.submissions(plan.plan_id)
-        self.book.runs.bind(subs[-1], run.run_id, run.job_name, run.run_config)
+        try:
+            self.book.runs.bind(subs[-1], run)
+        except RunRecordError as e:
+            reason = f"{e}: not the run dw-dagster submitted; canceled, and the plan is submitted again"
+            self.book.refuse(incident.incident_id, "run", reason, run_id=run.run_id, plan_id=plan.plan_id)
+            self.instance.report_engine_event(f"Refused by dw-dagster: {reason}", run)
+            self.instance.run_coordinator.cancel_run(run.run_id)
+            return False
         explain_held_run(
             self.instance, run, plan, self.context_file, owner_channels(self.notifier, incident.incident_id)
         )
@@ -94,6 +119,7 @@ class Proposer:
                 kind="resubmitted", version=run.run_id, run_id=run.run_id,
             )  # fmt: skip
         self.notifier.post_proposal(incident, plan, run_id=run.run_id)
+        return True
 
     def propose(self, incident: Incident) -> None:
         plans = self.book.plans(incident.incident_id)
@@ -114,13 +140,10 @@ class Proposer:
             self.submit(plan, 1)
         elif binding is None:
             run = submitted_run(subs[-1], runs)
-            if (
-                run is not None
-                and run.status == dg.DagsterRunStatus.QUEUED
-                and run.job_name == REMEDIATION_JOB
-            ):
-                self.bind(incident, plan, run, subs[-1].seq)
-                legit.add(run.run_id)
+            if run is not None and run.status == dg.DagsterRunStatus.QUEUED:
+                legit.add(run.run_id)  # bound, or refused and canceled here
+                if not self.bind(incident, plan, run, subs[-1].seq):
+                    self.submit(plan, subs[-1].seq + 1)
             elif run is not None or datetime.now(UTC) - subs[-1].at > SUBMIT_GRACE:
                 # Canceled before it was bound, or never created: the system submits the plan again.
                 self.submit(plan, subs[-1].seq + 1)
@@ -129,13 +152,16 @@ class Proposer:
         else:
             bound = self.instance.get_run_by_id(binding.run_id)
             legit.add(binding.run_id)
-            canceled = bound is None or bound.status == dg.DagsterRunStatus.CANCELED
-            refused = bound is not None and bound.status == dg.DagsterRunStatus.FAILURE
-            if canceled or (refused and not self._changed_anything(incident.incident_id, binding.run_id)):
+            ended = bound is None or bound.status in (
+                dg.DagsterRunStatus.CANCELED,
+                dg.DagsterRunStatus.FAILURE,
+            )
+            if ended and bound is not None and self._changed_anything(incident.incident_id, binding.run_id):
+                # Stopped part-way (failed, killed, or canceled mid-run) after changing something.
+                self.retry_failed(incident, plan, bound, binding.seq)
+            elif ended:
                 # Canceled by someone, or refused before it changed anything: the system proposes it again.
                 self.submit(plan, binding.seq + 1)
-            elif refused and bound is not None:
-                self.retry_failed(incident, plan, bound, binding.seq)
         for key in dict.fromkeys(self.book.runs.forged):
             self.book.store.append_event(incident.incident_id, "refused", f"refused|record|{key}",
                                          {"what": "record", "event_key": key, "reason": "not sealed by this deployment: forged or altered; ignored"})  # fmt: skip

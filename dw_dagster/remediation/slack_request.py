@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import parse_qs
 
 from slack_sdk.signature import Clock, SignatureVerifier
@@ -101,12 +101,33 @@ class SlackClick:
     """What the clicker typed into the message's ``dw_set:<COLUMN>`` inputs."""
 
 
-def parse_click(body: str) -> SlackClick:
-    """The click in a form-encoded interactive request; :class:`SlackRequestError` ("malformed") if it is
-    not a click on an Approve or Reject button of a proposal."""
+def interaction_payload(body: str) -> dict[str, Any]:
+    """The JSON payload of a form-encoded interactive request (``payload=<json>``, as Slack posts every
+    interaction); :class:`SlackRequestError` ("malformed") if the body is not one."""
     try:
         (raw,) = parse_qs(body, strict_parsing=True)["payload"]
         payload = json.loads(raw)
+    except (KeyError, TypeError, ValueError) as e:
+        raise SlackRequestError("malformed", f"not a Slack interaction payload: {e}") from None
+    if not isinstance(payload, dict):
+        raise SlackRequestError("malformed", "not a Slack interaction payload: not a JSON object")
+    return payload
+
+
+def is_decision(payload: Mapping[str, Any]) -> bool:
+    """Whether an interaction clicks a proposal's Approve or Reject button. Slack posts the other clicks too
+    (a link button's, e.g. "Open run in Dagster"): those are acknowledged and nothing else."""
+    actions = payload.get("actions") if payload.get("type") == "block_actions" else None
+    return any(
+        isinstance(a, dict) and a.get("action_id") in (APPROVE_ACTION, REJECT_ACTION) for a in actions or []
+    )
+
+
+def parse_click(body: str) -> SlackClick:
+    """The click in a form-encoded interactive request; :class:`SlackRequestError` ("malformed") if it is
+    not a click on an Approve or Reject button of a proposal."""
+    payload = interaction_payload(body)
+    try:
         if payload.get("type") != "block_actions":
             raise ValueError(f"type {payload.get('type')!r}, expected 'block_actions'")
         actions = [a for a in payload["actions"] if a.get("action_id") in (APPROVE_ACTION, REJECT_ACTION)]

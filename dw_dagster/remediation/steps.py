@@ -20,8 +20,10 @@ from dw_dagster.context.models import ContextFile
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.receipt_text import receipt_markdown
 from dw_dagster.notifications.resources import SlackNotifier
+from dw_dagster.notifications.text import counted
 from dw_dagster.records.remediation import Change, ProposalKind, VerificationResult
 from dw_dagster.remediation.approvals import REMEDIATION_JOB, ApprovalBook, ApprovalError
+from dw_dagster.remediation.audit import audited
 from dw_dagster.remediation.change_log import intent_recorder, record_change
 from dw_dagster.remediation.changes import ChangeConflict, apply_row
 from dw_dagster.remediation.control import OrgControl, gated_notifier
@@ -62,7 +64,8 @@ class RemediationSteps:
         self.receipts = JobReceipts(metrics, context_file)
 
     def store(self, snowflake: WarehouseResource, context: dg.OpExecutionContext) -> IncidentStore:
-        return IncidentStore(snowflake, self.ops, run_id=context.run_id)
+        # What the run records (its intents, changes, refusals, receipt) goes on the audit trail too.
+        return audited(IncidentStore(snowflake, self.ops, run_id=context.run_id))
 
     def refuse(
         self, context: dg.OpExecutionContext, store: IncidentStore, slack: SlackNotifier, reason: str
@@ -91,7 +94,7 @@ class RemediationSteps:
             plan, approvals, binding = book.validate(context.run, resources)
         except (ApprovalError, SealError) as e:
             self.refuse(context, store, resources["slack"], str(e))
-        control = OrgControl(store.warehouse, self.ops)
+        control = OrgControl(store.warehouse, self.ops, self.context_file)
         deadline = time.monotonic() + config.stop_wait_seconds
         while (state := control.state()).stopped:
             if time.monotonic() > deadline:
@@ -180,7 +183,7 @@ class RemediationSteps:
                     approval = approved.approver_for(p.owners)
                     gated_notifier(slack, store, self.context_file).post_update(
                         approved.incident,
-                        f"Approved. {sum(c.added for c in changes)} reference row(s) added. Waiting for {approval.approver} to "
+                        f"Approved. {counted(sum(c.added for c in changes), 'reference row')} added. Waiting for {approval.approver} to "
                         f"apply the {nc.node_name} change in Coalesce and deploy it; the rerun starts once it is deployed.",
                         kind="awaiting_deploy", version=f"{approved.plan.plan_id}|{context.run_id}",
                         run_id=context.run_id,
@@ -193,9 +196,7 @@ class RemediationSteps:
                     )
                     told = True
                 time.sleep(config.poll_seconds)
-            context.log.info(
-                f"{nc.node_name}: the proposed change is deployed in environment {nc.environment_id}"
-            )
+            context.log.info(f"{nc.node_name}: the proposed change is deployed in {nc.environment}")
             deployed.append(nc.node_name)
         return deployed
 

@@ -5,6 +5,16 @@ shares it: a check step no longer pays a login per query or per history write. R
 statement's own query tag: the tag travels with the statement (``QUERY_TAG`` as a statement parameter,
 which Snowflake applies to that statement only), so a query still names the check, the asset and the run.
 
+Time zone. Every session's TIMEZONE is UTC (Snowflake's default is America/Los_Angeles,
+https://docs.snowflake.com/en/sql-reference/parameters#timezone): a time without an offset is read, and a
+TIMESTAMP_LTZ/TZ cast, in UTC; and every time the product reads comes back time-zone aware (a
+TIMESTAMP_NTZ, which has no zone, as UTC, the convention of the product's sources).
+
+Binding. A statement's values are bound client-side (pyformat, ``%s``: the connector writes them into the
+text, which Snowflake then keeps in QUERY_HISTORY) unless its connection binds server-side
+(``paramstyle="qmark"``: ``?`` placeholders, the values sent beside the text as the request's bindings,
+https://docs.snowflake.com/en/developer-guide/python-connector/python-connector-example#binding-data).
+
 Timeouts. The connector's socket timeout (60 s by default) bounds each single request, and its login and
 network timeouts bound only the retries around them: with Snowflake hung, one login request alone waits
 60 s whatever ``login_timeout`` says. So the socket timeout is held to the login timeout while logging in
@@ -20,12 +30,18 @@ import functools
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 # The connector's own default for one request; Snowflake holds a running query's request up to 45 s.
 CONNECTOR_SOCKET_TIMEOUT = 60
 # A connection the warehouse stopped answering is closed without waiting for it again.
 CLOSE_BROKEN_TIMEOUT = 2
+# SQLSTATE of a refused sign-in (wrong credentials, or a method the user's authentication policy refuses).
+INVALID_AUTHORIZATION = "28000"
+# The product reads and writes every time in UTC.
+SESSION_TIMEZONE = "UTC"
+Paramstyle = Literal["pyformat", "qmark"]
 
 
 class WarehouseUnavailable(RuntimeError):
@@ -48,8 +64,8 @@ class Breaker:
         if self.failure is not None:
             raise WarehouseUnavailable(f"{self.failure} (earlier in this run; not tried again)")
 
-    def trip(self, error: Exception, what: str) -> WarehouseUnavailable:
-        self.failure = WarehouseUnavailable(f"Snowflake at {self.where} did not answer {what}: {error}")
+    def trip(self, error: Exception, what: str, happened: str = "did not answer") -> WarehouseUnavailable:
+        self.failure = WarehouseUnavailable(f"Snowflake at {self.where} {happened} {what}: {error}")
         return self.failure
 
 
@@ -63,6 +79,7 @@ def tagged_cursor_class() -> type:
     class TaggedCursor(SnowflakeCursor):
         query_tag: str | None = None
         breaker: Breaker | None = None
+        server_side_binding: bool = False
 
         def execute(self, command: str, params: Any = None, *args: Any, **kwargs: Any):
             if self.breaker is not None:
@@ -70,6 +87,10 @@ def tagged_cursor_class() -> type:
             statement_params = dict(kwargs.pop("_statement_params", None) or {})
             if self.query_tag:
                 statement_params.setdefault("QUERY_TAG", self.query_tag)
+            if self.server_side_binding:
+                # The connector's own switch to qmark for one statement on a pyformat connection: one
+                # session serves statements of both styles.
+                kwargs["_force_qmark_paramstyle"] = True
             try:
                 return super().execute(command, params, *args, _statement_params=statement_params, **kwargs)
             except OperationalError as e:
@@ -78,21 +99,35 @@ def tagged_cursor_class() -> type:
                     raise
                 raise self.breaker.trip(e, "a statement") from e
 
+        def fetchone(self):
+            # fetchall, fetchmany and iteration read through fetchone.
+            row = super().fetchone()
+            return None if row is None else tuple(_aware(v) for v in row)
+
     return TaggedCursor
 
 
-class TaggedConnection:
-    """What ``tagged_connection`` yields: the connector's connection, whose cursors tag each statement."""
+def _aware(value: Any) -> Any:
+    if type(value) is datetime and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
 
-    def __init__(self, conn: Any, query_tag: str, breaker: Breaker):
+
+class TaggedConnection:
+    """What ``tagged_connection`` yields: the connector's connection, whose cursors tag each statement and,
+    with ``paramstyle="qmark"``, bind its values server-side (``?`` placeholders, parameters a sequence)."""
+
+    def __init__(self, conn: Any, query_tag: str, breaker: Breaker, paramstyle: Paramstyle | None = None):
         self.raw = conn
         self.query_tag = query_tag
+        self.paramstyle = paramstyle
         self._breaker = breaker
 
     def cursor(self) -> Any:
         cur = self.raw.cursor(tagged_cursor_class())
         cur.query_tag = self.query_tag
         cur.breaker = self._breaker
+        cur.server_side_binding = self.paramstyle == "qmark"
         return cur
 
     def __getattr__(self, name: str) -> Any:
@@ -123,11 +158,15 @@ class Connector:
         params: dict[str, Any] = dict(args.pop("session_parameters", None) or {})
         # The session's tag names the first purpose; each statement's own tag overrides it.
         params["QUERY_TAG"] = query_tag
+        # The connector sends its ``timezone`` as the session's TIMEZONE (over session_parameters').
+        args["timezone"] = SESSION_TIMEZONE
         if not self._socket_fixed:
             args["socket_timeout"] = _bounded(self.login_timeout)
         try:
             conn = snowflake.connector.connect(**args, session_parameters=params)
         except Exception as e:  # noqa: BLE001 - any failed login; repeating it could lock the user
+            if getattr(e, "sqlstate", None) == INVALID_AUTHORIZATION:
+                raise breaker.trip(e, "the sign-in", happened="refused") from e
             seconds = f" within the login timeout of {self.login_timeout} s" if self.login_timeout else ""
             raise breaker.trip(e, f"at login{seconds} (SNOWFLAKE_LOGIN_TIMEOUT)") from e
         if not self._socket_fixed:

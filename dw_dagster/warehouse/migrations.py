@@ -11,6 +11,10 @@ folded into another (``RETIRED``) has its rows moved, then is dropped, by the mi
 
 Version 2: ``VOLUME_HISTORY``'s row counts became the series ``volume:<asset>`` of ``METRIC_HISTORY`` (with
 its new column ``SOURCE``), so that a checks run writes its night in one statement.
+
+Version 3: the audit trail (``AUDIT_TRAIL``), and the org-wide stop's events signed and chained
+(``CONTROL_EVENTS``' new columns ``SEQ``, ``PREV_HASH``, ``EMAIL``, ``SIGNED_AT``, ``PROOF``; a row from before has
+none of them and is ignored as unsigned).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from dw_dagster.warehouse.ops import TABLES, OpsSchema, OpsSchemaError, table_co
 if TYPE_CHECKING:
     from dw_dagster.warehouse.resources import WarehouseResource
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 VERSION_TABLE = "SCHEMA_VERSION"
 VERSION_COLUMNS = """
     VERSION INTEGER NOT NULL,

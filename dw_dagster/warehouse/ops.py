@@ -101,12 +101,33 @@ TABLES: dict[str, str] = {
         ROOT_KEY VARCHAR NOT NULL,
         CREATED_AT TIMESTAMP_TZ NOT NULL
     """,
-    # Append-only: each org-wide stop and resume of autonomous dispatch; the latest row is in force.
+    # Append-only: each org-wide stop and resume of autonomous dispatch (dw_dagster/remediation/control.py),
+    # signed by the person who gave it (PROOF) and chained: the event in force is the last of the chain of
+    # SEQ 1, 2, ... each naming the hash of the one before (PREV_HASH), never the latest EVENT_AT.
     "CONTROL_EVENTS": """
         EVENT_AT TIMESTAMP_TZ NOT NULL,
         ACTION VARCHAR NOT NULL,
         ACTOR VARCHAR NOT NULL,
-        REASON VARCHAR
+        REASON VARCHAR,
+        SEQ INTEGER,
+        PREV_HASH VARCHAR,
+        EMAIL VARCHAR,
+        SIGNED_AT VARCHAR,
+        PROOF VARCHAR
+    """,
+    # Append-only: the audit trail (dw_dagster/remediation/audit.py), one entry per audited record, each with
+    # the hash of the one before and a signature; RECORDED_AT is the text the entry's hash covers.
+    "AUDIT_TRAIL": """
+        SEQ INTEGER NOT NULL,
+        PREV_HASH VARCHAR NOT NULL,
+        SUBJECT VARCHAR NOT NULL,
+        KIND VARCHAR NOT NULL,
+        EVENT_KEY VARCHAR NOT NULL,
+        EVENT_DIGEST VARCHAR NOT NULL,
+        RECORDED_AT VARCHAR NOT NULL,
+        SIGNER VARCHAR NOT NULL,
+        SIGNATURE VARCHAR NOT NULL,
+        ENTRY_HASH VARCHAR NOT NULL
     """,
 }
 
@@ -125,10 +146,24 @@ def table_columns(columns: str) -> list[tuple[str, str]]:
     return out
 
 
+def resolved_name(name: str) -> str:
+    """A database or schema name as a user writes it to the connector (SNOWFLAKE_DATABASE, the metrics file's
+    ops_schema), as Snowflake resolves it: unquoted upper case, ``"quoted"`` exactly as written
+    (https://docs.snowflake.com/en/sql-reference/identifiers-syntax). Statements quote the resolved name, so
+    ``dw_prod`` names DW_PROD there as it does at login (quoted as written, it would name no database)."""
+    if len(name) > 1 and name.startswith('"') and name.endswith('"'):
+        return name[1:-1].replace('""', '"')
+    return name.upper()
+
+
 @dataclass(frozen=True)
 class OpsSchema:
     database: str
     schema: str = "DW_OPS"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "database", resolved_name(self.database))
+        object.__setattr__(self, "schema", resolved_name(self.schema))
 
     def table(self, name: str) -> str:
         return f"{quote(self.database)}.{quote(self.schema)}.{quote(name)}"
@@ -185,7 +220,8 @@ class OpsSchema:
         """A tagged connection whose current schema is this one (reused within a run)."""
         from snowflake.connector.errors import ProgrammingError  # imported with a connection, not at load
 
-        with warehouse.tagged_connection(purpose, schema=self.schema, **tag_fields) as conn:
+        # Quoted: the session's schema is the resolved name exactly (the connector passes it to Snowflake).
+        with warehouse.tagged_connection(purpose, schema=quote(self.schema), **tag_fields) as conn:
             try:
                 yield conn
             except ProgrammingError as e:

@@ -272,7 +272,7 @@ def install(app: Any, fs: Any, data_dir: Path) -> AccountUsage:
         response = await login_endpoint(request)
         token = (json.loads(response.body).get("data") or {}).get("token")
         if token:
-            usage.login(token, json.loads(await _body(request)), request.query_params.get("warehouse"))
+            usage.login(token, json.loads(await request_body(request)), request.query_params.get("warehouse"))
         return response
 
     async def query_request(request: Request):
@@ -280,7 +280,7 @@ def install(app: Any, fs: Any, data_dir: Path) -> AccountUsage:
         conn = fakesnow.server.sessions.get(token) if token else None
         if conn is None:
             return await query_endpoint(request)
-        body = json.loads(await _body(request))
+        body = json.loads(await request_body(request))
         if body.get("describeOnly"):
             return await query_endpoint(request)
         sql = body.get("sqlText", "")
@@ -315,8 +315,69 @@ def install(app: Any, fs: Any, data_dir: Path) -> AccountUsage:
     return usage
 
 
-async def _body(request: Any) -> bytes:
+async def request_body(request: Any) -> bytes:
+    """A request's JSON body as the connector sent it (gzip or not)."""
     import gzip
 
     body = await request.body()
     return gzip.decompress(body) if request.headers.get("Content-Encoding") == "gzip" else body
+
+
+def statement_shapes(data_dir: Path, app: str = "dw-dagster") -> list[dict[str, Any]]:
+    """The distinct statements an application (its query tags' ``app``) sent to a stopped local Snowflake
+    whose data is in ``data_dir``: each text parsed as Snowflake SQL with its literals and placeholders made
+    ``?`` and its VALUES and IN lists cut to one item; with how often it ran and for which purposes
+    (docs/snowflake-contract.md lists the product's)."""
+    import duckdb
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import ParseError
+
+    with duckdb.connect(str(Path(data_dir) / f"{DATABASE}.db"), read_only=True) as con:
+        rows = con.execute(f"SELECT QUERY_TEXT, QUERY_TAG FROM {SCHEMA}.QUERY_HISTORY").fetchall()
+
+    def shape(text: str) -> str:
+        try:
+            tree = sqlglot.parse_one(text, read="snowflake")
+        except ParseError:
+            return text
+        tree = tree.transform(
+            lambda n: (
+                exp.Placeholder()
+                if isinstance(n, (exp.Literal, exp.Placeholder, exp.Boolean, exp.Null))
+                else n
+            )
+        )
+        for listed in (*tree.find_all(exp.Values), *tree.find_all(exp.In)):
+            if len(listed.expressions) > 1:
+                listed.set("expressions", listed.expressions[:1])
+        return tree.sql(dialect="snowflake")
+
+    found: dict[str, dict[str, Any]] = {}
+    for text, raw_tag in rows:
+        try:
+            tag = json.loads(raw_tag or "{}")
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(tag, dict) or tag.get("app") != app:
+            continue
+        entry = found.setdefault(shape(text), {"executions": 0, "purposes": set()})
+        entry["executions"] += 1
+        entry["purposes"].add(tag.get("purpose"))
+    return [
+        {"shape": s, "executions": e["executions"], "purposes": sorted(p for p in e["purposes"] if p)}
+        for s, e in sorted(found.items())
+    ]
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="The product's distinct statements in a local Snowflake.")
+    parser.add_argument("data_dir", type=Path, help="a stopped world's snowflake/ folder")
+    args = parser.parse_args()
+    print(json.dumps(statement_shapes(args.data_dir), indent=1))
+
+
+if __name__ == "__main__":
+    main()

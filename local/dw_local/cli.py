@@ -10,6 +10,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,20 @@ DEFAULT_CACHE = Path(".dw/cache")
 DEFAULT_PORTS = {"snowflake": 47101, "coalesce": 47102, "slack": 47103}
 
 
-@click.group()
+class WorldCommands(click.Group):
+    """The local world's commands: a ``WorldError`` (no world running, a server that did not start) is one
+    line naming what went wrong, never a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        from dw_local.world import WorldError
+
+        try:
+            return super().invoke(ctx)
+        except WorldError as e:
+            raise CommandError(str(e)) from None
+
+
+@click.group(cls=WorldCommands)
 def world() -> None:
     """The embedded local world: local Snowflake, Coalesce simulator, Slack stand-in."""
 
@@ -43,12 +57,41 @@ def world() -> None:
 )
 @click.option("--free-ports", is_flag=True, help="Pick free ports instead of the defaults (47101-47103).")
 def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, free_ports: bool) -> None:
-    """Start the servers, seed 60 nights of history once, run tonight's job, then open the Dagster UI."""
-    from dw_local.seeding import clone_world, play_tonight, seeded_template
+    """Start the servers, seed 60 nights of history once, run tonight's job, then open the Dagster UI.
+    Ctrl-C, or `dw-dagster world down` from another shell (for a `world up` in the background too), stops
+    the UI and the servers."""
+    from dw_local.world import PortInUse
 
-    root = root.resolve()
+    try:
+        _world_up(root.resolve(), ui_port, no_ui, fresh, cache.resolve(), free_ports)
+    except PortInUse as e:
+        if e.what == UI_SERVICE:
+            advice = "`--ui-port PORT` picks another port for the UI"
+        elif e.holder_root is not None:
+            advice = (
+                f"`dw-dagster world down --root {e.holder_root}` stops it, or `--free-ports` picks free ports"
+            )
+        else:
+            advice = "stop it, or `dw-dagster world up --free-ports` picks free ports"
+        raise CommandError(f"{e}; {advice}") from None
+
+
+UI_SERVICE = "the Dagster UI"
+
+
+def _world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, free_ports: bool) -> None:
+    from dw_local.seeding import clone_world, play_tonight, seeded_template
+    from dw_local.world import check_port
+
     if LocalWorld.read_state(root):
         LocalWorld.stop_running(root)
+    ports = WorldPorts() if free_ports else WorldPorts(**DEFAULT_PORTS)
+    # clock: every process the world starts reads the world's clock (world_clock.py), not today's.
+    lw = LocalWorld(root, ports=ports, scheduler=True, outlive_parent=no_ui, command="world up", clock=True)
+    # Before minutes of seeding: a port another process holds is named now.
+    lw.check_ports()
+    if not no_ui:
+        check_port(ui_port, UI_SERVICE)
     if fresh and root.exists():
         shutil.rmtree(root)
     if not (root / "seeded.json").exists():
@@ -57,9 +100,7 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, fr
             "(about 7 minutes on 2 cores, once; cached under .dw/cache) ..."
         )
         shutil.rmtree(root, ignore_errors=True)
-        clone_world(seeded_template(cache.resolve()), root)
-    ports = WorldPorts() if free_ports else WorldPorts(**DEFAULT_PORTS)
-    lw = LocalWorld(root, ports=ports, scheduler=True, outlive_parent=no_ui)
+        clone_world(seeded_template(cache.resolve(), progress=click.echo), root)
     click.echo(f"starting the local world under {root} ...")
     lw.start()
     try:
@@ -79,7 +120,7 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, fr
             f"for dw-dagster commands in another shell (approve, proposals, stop): set -a; . {env_file}; set +a"
         )
         if no_ui:
-            click.echo("servers are up; `dw-dagster world down` stops them")
+            click.echo(f"servers are up; `dw-dagster world down --root {root}` stops them")
             return
         _run_dagster_dev(lw, ui_port)
     except BaseException:
@@ -91,8 +132,9 @@ def world_up(root: Path, ui_port: int, no_ui: bool, fresh: bool, cache: Path, fr
 def _start_approvals_endpoint(lw: LocalWorld) -> None:
     from dw_local.daemon import dagster_home
     from dw_local.interactivity import start_endpoint
+    from dw_local.world_clock import clock_env
 
-    url = start_endpoint(lw, dagster_home(lw.root))
+    url = start_endpoint(lw, dagster_home(lw.root), env=clock_env(lw.root))
     click.echo(f"Slack interactivity endpoint (the Approve and Reject buttons): {url}")
 
 
@@ -111,9 +153,11 @@ def _write_env_file(lw: LocalWorld) -> Path:
     a file only this user can read, so a second shell can run dw-dagster against it without the secrets
     ever being printed."""
     from dw_local.daemon import dagster_home
+    from dw_local.world_clock import clock_env
 
     path = lw.root / "world.env"
-    env = {**lw.env(), **_UI_ONLY_ENV, "DAGSTER_HOME": str(dagster_home(lw.root))}
+    # The world's clock too: the commands of that shell read the world's time, as its daemon does.
+    env = {**lw.env(), **_UI_ONLY_ENV, "DAGSTER_HOME": str(dagster_home(lw.root)), **clock_env(lw.root, {})}
     path.touch(mode=0o600)
     path.write_text("".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()))
     return path
@@ -121,20 +165,43 @@ def _write_env_file(lw: LocalWorld) -> Path:
 
 def _run_dagster_dev(lw: LocalWorld, ui_port: int) -> None:
     from dw_local.daemon import dagster_home
+    from dw_local.world_clock import clock_env
 
     # The same instance the seeding wrote: the UI shows every night's runs, checks and incidents, and its
     # sensor daemon resumes from the cursor the seeding and tonight's tick left there.
     home = dagster_home(lw.root)
-    env = {**os.environ, **lw.env(), **_UI_ONLY_ENV, "DAGSTER_HOME": str(home)}
-    click.echo(f"Dagster UI: http://localhost:{ui_port}  (Ctrl-C stops the UI and the local world)")
+    # On the world's clock: Dagster's freshness policies and dw-dagster's checks judge the world's night.
+    env = {**os.environ, **lw.env(), **_UI_ONLY_ENV, "DAGSTER_HOME": str(home), **clock_env(lw.root)}
+    click.echo(
+        f"Dagster UI: http://localhost:{ui_port}  (Ctrl-C, or `dw-dagster world down --root {lw.root}` from "
+        "another shell, stops the UI and the local world)"
+    )
     # `dg dev` (what supersedes `dagster dev`) on workspace.yaml, which names the code location `dw_dagster`
     # as the UI shows it; started in DAGSTER_HOME, the instance's own dagster.yaml is the one in sight.
     dg = Path(sys.executable).parent / "dg"
-    cmd = [str(dg), "dev", "-w", str(WORKSPACE_YAML), "-p", str(ui_port)]
+    # The daemon logs every sensor tick at INFO (dozens of lines a minute): the console shows warnings and
+    # errors; each tick is in the UI (Automation → the sensor's ticks).
+    cmd = [str(dg), "dev", "-w", str(WORKSPACE_YAML), "-p", str(ui_port), "--log-level", "warning"]
+    run_ui(lw, cmd, env, home)
+
+
+def run_ui(lw: LocalWorld, cmd: list[str], env: dict[str, str], cwd: Path) -> None:
+    """Runs the world's UI (``cmd``) until it ends, in a process group of its own recorded in world.json as
+    ``dagster-ui``: `world down` stops it with everything it started, and it dies with this process."""
+    from dw_local.forkserver import child_setup
+    from dw_local.world import stop_groups
+
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, start_new_session=True, preexec_fn=child_setup(die=True))
+    lw.add_process("dagster-ui", proc)
     try:
-        subprocess.run(cmd, env=env, cwd=home, check=False)
+        code = proc.wait()
+        click.echo(f"the Dagster UI ended (exit code {code}); stopping the local world")
     except KeyboardInterrupt:
-        pass
+        # Ctrl-C reaches this process only (the UI has a process group of its own): passed on, as the
+        # terminal would have.
+        stop_groups([proc.pid], signal.SIGINT)
+    finally:
+        stop_groups([proc.pid])  # nothing of the UI outlives it
 
 
 @world.command("night")
@@ -185,8 +252,10 @@ def world_deploy_fix(incident_id: str, root: Path) -> None:
 @world.command("down")
 @click.option("--root", type=click.Path(path_type=Path), default=DEFAULT_ROOT, show_default=True)
 def world_down(root: Path) -> None:
-    """Stop the servers of a world started with ``world up --no-ui``."""
-    click.echo("stopped" if LocalWorld.stop_running(root.resolve()) else f"no world running under {root}")
+    """Stop the world under ROOT however it was started: the Dagster UI of a `world up` (in a terminal or in
+    the background; that `world up` then ends) and every server, or the servers `world up --no-ui` left."""
+    stopped = LocalWorld.stop_running(root.resolve())
+    click.echo(f"stopped: {', '.join(stopped)}" if stopped is not None else f"no world running under {root}")
 
 
 @world.command("status")
@@ -196,7 +265,7 @@ def world_status(root: Path) -> None:
     click.echo(json.dumps(state, indent=2) if state else f"no world running under {root}")
 
 
-@click.group()
+@click.group(cls=WorldCommands)
 def slack() -> None:
     """The local Slack stand-in."""
 
@@ -226,7 +295,7 @@ def slack_log(root: Path, channel: str | None, tz_name: str | None, as_json: boo
         ) from None
     # Read the store itself, so the log is there whether or not the world is running.
     sink = SlackSink(root.resolve() / "slack")
-    messages = sink.messages("channel = ?", (channel,)) if channel else sink.messages()
+    messages = sink.messages(channel)
     if as_json:
         click.echo(json.dumps([{**m, "rendered": render_message(m, tz)} for m in messages], indent=2))
         return
@@ -241,21 +310,40 @@ def slack_log(root: Path, channel: str | None, tz_name: str | None, as_json: boo
 @click.option("--button", default="Approve", show_default=True, help="The button's text or action id.")
 @click.option("--root", type=click.Path(path_type=Path), default=DEFAULT_ROOT, show_default=True)
 def slack_click(message_ts: str, user: str, button: str, root: Path) -> None:
-    """Play USER's click on a button of the message MESSAGE_TS (its ts in `slack log`): the stand-in sends
-    the request Slack would, signed with the app's signing secret, to dw-dagster's endpoint."""
+    """Play USER's click on a button of the message MESSAGE_TS (the ts `slack log` prints beside it): the
+    stand-in sends the request Slack would, signed with the app's signing secret, to dw-dagster's endpoint,
+    and counts it failed, as Slack does, unless the endpoint answers 200 within 3 seconds."""
+    from dw_local.interactivity import ClickRefused
     from dw_local.interactivity import click as play_click
 
-    out = play_click(LocalWorld.attach(root.resolve()), message_ts, user, button)
-    sent = out["interaction"]
-    click.echo(f"{user} clicked {sent['action_id']} on {message_ts}: the endpoint answered {sent['status']}"
-               + (f" {sent['answer']}" if sent["answer"] else ""))  # fmt: skip
+    try:
+        out = play_click(LocalWorld.attach(root.resolve()), message_ts, user, button)
+    except ClickRefused as e:
+        raise CommandError(str(e), exit_code=2) from None
+    sent, pressed = out["interaction"], out["button"]
+    answered = "no answer" if sent["status"] is None else f"answered {sent['status']}"
+    click.echo(f'{user} clicked "{pressed["text"]}" ({pressed["action_id"]}) on {message_ts}: the endpoint '
+               f"{answered} in {sent['elapsed_ms']:.0f} ms" + (f": {sent['answer']}" if sent["answer"] else ""))  # fmt: skip
+    if pressed.get("url"):
+        click.echo(f"the link opens in the browser: {pressed['url']}")
     for reply in out["replies"]:
         click.echo(reply.get("text", ""))
-    if sent["status"] != 200 or not out["replies"]:
-        raise click.ClickException("the click was not acted on")
+    if not sent["acknowledged"]:
+        raise CommandError(f"the click failed as Slack shows it: {sent['user_sees']}")
+    if not pressed.get("url") and not out["replies"]:
+        raise CommandError("the endpoint acknowledged the click but sent no reply through its response_url")
 
 
-@click.group()
+class CommandError(click.ClickException):
+    """A command's failure in one line (``Error: ...``), no traceback; exit code 2 for a mistake in what was
+    asked, 1 for what went wrong."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@click.group(cls=WorldCommands)
 def demo() -> None:
     """The reference night, played end to end on the local world."""
 
@@ -281,6 +369,7 @@ def demo_replay(as_json: bool, root: Path, cache: Path) -> None:
         click.echo(
             "preparing the seeded world (built once, about 7 minutes on 2 cores; cached under .dw/cache) ..."
         )
-    events = replay(root.resolve(), seeded_template(cache.resolve()), echo=None if as_json else click.echo)
+    echo = None if as_json else click.echo
+    events = replay(root.resolve(), seeded_template(cache.resolve(), progress=echo), echo=echo)
     if as_json:
         click.echo(json.dumps(events, indent=2, default=str))

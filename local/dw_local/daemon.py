@@ -13,6 +13,7 @@ does, at the end of that night's day.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import shutil
@@ -47,6 +48,7 @@ from dagster._utils.tags import TagConcurrencyLimitsCounter
 from dw_dagster.app.commands.ops import migrate_deployment
 from dw_dagster.app.definitions import load_definitions
 from dw_dagster.app.project import refresh_coalesce_state
+from dw_dagster.app.remediation import REMEDIATION_RUN_CONFIG_ENV
 from dw_dagster.app.settings import Settings
 from dw_local.instance_storage import EVENT_BATCH_SIZE, deployment_instance
 from dw_local.world import LocalWorld
@@ -57,7 +59,9 @@ REMEDIATION_SENSOR = "remediation_proposals"
 EXPIRY_SENSOR = "approval_expiry"
 # execute_in_process logs every event to the console at DEBUG; keep warnings and worse.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-# The local world answers in seconds, not hours: poll it often.
+# The local world answers in seconds, not hours: poll it often. The proposals sensor requests this run config
+# for every remediation run (DW_REMEDIATION_RUN_CONFIG, as a deployment sets its own) and binds a plan only
+# to a run of exactly that configuration.
 REMEDIATION_RUN_CONFIG = {
     **QUIET,
     "ops": {op: {"config": {"poll_seconds": 0.2}} for op in ("await_node_deploy", "scoped_rerun")},
@@ -133,7 +137,7 @@ def _repository_origin() -> RemoteRepositoryOrigin:
     here is the state its sensor daemon reads (both find it by location, repository and name)."""
     target = LoadableTargetOrigin(
         executable_path=sys.executable,
-        module_name="dw_dagster.app.definitions",
+        module_name="dw_dagster.definitions",
         working_directory=str(REPO_DAGSTER_YAML.parent),
     )
     location = ManagedGrpcPythonEnvCodeLocationOrigin(target, location_name="dw_dagster")
@@ -157,7 +161,8 @@ class LocalDaemon:
         self.lw = lw
         # This process is the product's deployment now: the variables a deployment sets (the event batch
         # size where runs are created: here, as in its daemon).
-        os.environ.update({**lw.env(), "DAGSTER_EVENT_BATCH_SIZE": EVENT_BATCH_SIZE, **(env or {})})
+        os.environ.update({**lw.env(), "DAGSTER_EVENT_BATCH_SIZE": EVENT_BATCH_SIZE,
+                           REMEDIATION_RUN_CONFIG_ENV: json.dumps(REMEDIATION_RUN_CONFIG), **(env or {})})  # fmt: skip
         # execute_in_process logs every event at DEBUG to the console; keep warnings and worse.
         logging.getLogger("dagster").setLevel(logging.WARNING)
         self.settings = Settings.from_env()
@@ -288,7 +293,7 @@ class LocalDaemon:
                 continue
             run = self.instance.create_run_for_job(
                 job,
-                run_config=request.run_config or REMEDIATION_RUN_CONFIG,
+                run_config=request.run_config,  # as Dagster's sensor daemon creates it
                 tags=self._run_tags(REMEDIATION_SENSOR, request),
                 remote_job_origin=_job_origin(job.name),
             )

@@ -4,7 +4,8 @@ Everything runs for real: the Coalesce simulator runs the nightly job against th
 code location's sensors, checks, diagnosis and remediation job run in this process on the local world's
 Dagster instance (:class:`LocalDaemon`), Slack messages land in the stand-in, and the owners approve with
 the same ``dw-dagster approve`` command a person types. The times are the world's: the simulator's clock,
-moved to the reference night's hours as the story goes (the approvals at 07:40, the deploy at 08:05).
+moved to the reference night's hours as the story goes (the approvals at 07:40, the deploy at 08:05), which
+this process, the commands it runs and the Slack stand-in read too (``world_clock.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon, dagster_home
 from dw_local.engineer import apply_and_deploy
 from dw_local.world import LOCAL_COALESCE_TOKEN, LocalWorld, WorldError, WorldPorts, sim_control
+from dw_local.world_clock import clock_env, on_world_clock
 from dw_local.worlds.distributor.generator import DistributorWorld
 
 NODE_OWNER = "Priya Raman"
@@ -65,7 +67,7 @@ class Timeline:
 
 def _cli(lw: LocalWorld, *args: str) -> str:
     """Runs ``dw-dagster ...`` as a person would, against this world; returns its output."""
-    env = {**os.environ, **lw.env(), "DAGSTER_HOME": str(dagster_home(lw.root))}
+    env = {**os.environ, **lw.env(), "DAGSTER_HOME": str(dagster_home(lw.root)), **clock_env(lw.root)}
     script = Path(sys.executable).with_name("dw-dagster")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "dw_dagster"]
     done = subprocess.run([*command, *args], env=env, capture_output=True, text=True, timeout=300)
@@ -82,7 +84,8 @@ def replay(root: Path, template: Path, echo: Callable[[str], None] | None = None
     clone_world(template, root)
     world = DistributorWorld()
     tz = ZoneInfo(world.spec.timezone)
-    with LocalWorld(root, ports=WorldPorts()) as lw:
+    # One clock: this process, the commands it runs and the Slack stand-in read the world's time.
+    with LocalWorld(root, ports=WorldPorts(), clock=True) as lw, on_world_clock(lw.root):
         coalesce = lw.coalesce_client()
 
         def sim_now() -> datetime:

@@ -15,9 +15,11 @@ it starts with OpenBLAS and pyarrow's jemalloc told not to start their own. Run 
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import runpy
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,6 +28,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,25 @@ def die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
+def default_signals() -> None:
+    """SIGINT and SIGTERM as a fresh process has them. A process started in the background by a shell
+    ignores SIGINT, and Dagster maps SIGTERM onto SIGINT's handler: a requester that ran a Dagster job hands
+    both down ignored, and a child that ignores SIGTERM outlives ``dw-dagster world down``."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def child_setup(die: bool) -> Callable[[], None]:
+    """A ``preexec_fn`` for the world's processes: default signals, and dying with this process if ``die``."""
+
+    def setup() -> None:
+        default_signals()
+        if die:
+            die_with_parent()
+
+    return setup
+
+
 # -- the fork server -----------------------------------------------------------------------------
 
 
@@ -57,6 +79,7 @@ def _run_child(request: dict[str, Any]) -> int:
     """In the forked child: become the server ``request`` asks for; returns its exit code."""
     os.setsid()
     die_with_parent()  # the fork server dies with the process that started it, its children with it
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the fork server's own (it removes its folder)
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -130,8 +153,13 @@ def _answer(conn: socket.socket, listener: socket.socket, children: Children) ->
 def serve(path: Path) -> None:
     # A process started in the background by a shell ignores SIGINT, and Dagster maps SIGTERM onto SIGINT's
     # handler: a requester that ran a Dagster job hands down SIGTERM ignored. The fork server must die with
-    # its requester (PR_SET_PDEATHSIG) and its servers stop on SIGTERM.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # its requester (PR_SET_PDEATHSIG, a SIGTERM) and its servers stop on SIGTERM; it takes its folder (the
+    # socket, its log) with it, however its requester ended.
+    def leave(*_: object) -> None:
+        shutil.rmtree(path.parent, ignore_errors=True)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, leave)
     for name in PRELOAD:
         __import__(name)
     children = Children()
@@ -161,10 +189,11 @@ def serve(path: Path) -> None:
 
 
 class ForkServer:
-    """A running fork server, a child of this process."""
+    """A running fork server, a child of this process; it and its folder go when this process ends."""
 
     def __init__(self) -> None:
         folder = Path(tempfile.mkdtemp(prefix="dw-forkserver-"))
+        self.folder = folder
         self.path = folder / "socket"
         env = {**os.environ, **SINGLE_THREADED}
         self.proc = subprocess.Popen(
@@ -182,6 +211,18 @@ class ForkServer:
                     f"the local world's fork server did not start; see {folder / 'forkserver.log'}"
                 )
             time.sleep(0.02)
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        """Stops the fork server (its servers die with it) and removes its folder."""
+        if self.alive():
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -244,6 +285,8 @@ def spawn(cmd: list[str], env: dict[str, str], log: Path) -> ForkedProcess:
         raise ValueError(f"the fork server runs modules (python -m ...), not {cmd!r}")
     with _lock:
         if _server is None or not _server.alive():
+            if _server is not None:
+                _server.close()  # a fork server that was killed left its folder
             _server = ForkServer()
         server = _server
     request = {"op": "spawn", "module": module, "argv": argv, "env": env, "log": str(log), "cwd": os.getcwd()}

@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 import shutil
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
     from dw_local.worlds.night_world import NightWorld
 
 HISTORY_NIGHTS = 60
+SHARED_TEMPLATE_SECONDS = 24 * 3600
+"""How long a template of other code is kept beside the current one: checkouts of other branches may share
+the cache (``DW_WORLD_CACHE``) and still be copying it."""
 _LOCAL_DIR = Path(__file__).resolve().parent
 _PRODUCT_DIR = Path(dw_dagster.__file__).resolve().parent
 # Seeding runs the product's sensor and checks each night, so the code that writes their history shapes
@@ -34,7 +38,7 @@ _PRODUCT_DIR = Path(dw_dagster.__file__).resolve().parent
 _SHAPING = [
     *(_LOCAL_DIR / name for name in (
         "worlds", "scenarios/*.py", "coalesce_sim", "snowflake_server.py", "snowflake_statements.py",
-        "account_usage.py", "seeding.py", "daemon.py",
+        "snowflake_rules.py", "snowflake_auth.py", "account_usage.py", "seeding.py", "daemon.py",
     )),
     *(_PRODUCT_DIR / name for name in (
         "checks", "warehouse", "coalesce", "governance", "records", "sql.py", "config.py", "tags.py",
@@ -59,11 +63,15 @@ def play_tonight(lw: LocalWorld):
     return tonight, outcome
 
 
-def seed_history(world: NightWorld, lw: LocalWorld, nights: int, env: dict[str, str] | None = None) -> None:
+def seed_history(
+    world: NightWorld, lw: LocalWorld, nights: int, env: dict[str, str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> None:  # fmt: skip
     """Installs ``world`` and plays ``nights`` nights, each watched as production would: the run sensor
     reports the night's Coalesce run and its checks record the night's totals and row counts (the baselines'
     history). Each night's tick runs on that night's business time, so the stored events read night by
-    night. ``env`` points the product at the world's files (``ScenarioWorld.env``)."""
+    night. ``env`` points the product at the world's files (``ScenarioWorld.env``); ``progress`` hears one
+    line a night ("night n of N")."""
     from dw_local.daemon import LocalDaemon
 
     world.install(lw.snowflake)
@@ -77,6 +85,10 @@ def seed_history(world: NightWorld, lw: LocalWorld, nights: int, env: dict[str, 
             raise WorldError(
                 f"{world.where}: history night {night}: Coalesce run {result.run_id} {result.status}, "
                 f"{outcome.runs_requested} checks runs, errored {[c.check for c in outcome.errored()]}"
+            )
+        if progress:
+            progress(
+                f"  night {night + 1} of {nights} ({result.business_date}): run {result.status}, watched"
             )
     (lw.root / "seeded.json").write_text(json.dumps({"nights_played": nights}))
 
@@ -113,12 +125,14 @@ class Template:
         env: dict[str, str] | None = None,
         files: Sequence[Path] = (),
         servers: Callable[[Path], LocalWorld] = LocalWorld,
+        progress: Callable[[str], None] | None = None,
     ):
         if world is None:
             from dw_local.worlds.distributor.generator import DistributorWorld
 
             world = DistributorWorld()
         self.world, self.nights, self.env, self.files, self.servers = world, nights, env, files, servers
+        self.progress = progress
         self.folder = Path(cache_dir).resolve() / "worlds" / world.name
 
     def path(self) -> Path:
@@ -150,20 +164,26 @@ class Template:
             return template
         shutil.rmtree(template, ignore_errors=True)
         with self.servers(template) as lw:
-            seed_history(self.world, lw, self.nights, self.env)
-        # Each is about 100 MB: keep only the one that matches the code (of this world and history length).
+            seed_history(self.world, lw, self.nights, self.env, self.progress)
+        # Each is about 100 MB: keep the one that matches the code (of this world and history length), and
+        # others only while another checkout sharing the cache may still be using them (a day).
         stale_name = re.compile(rf"^{re.escape(prefix)}[0-9a-f]{{16}}$")
         with open(self.folder / ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             for stale in self.folder.iterdir():
-                if stale != template and stale_name.match(stale.name) and (stale / "seeded.json").exists():
-                    shutil.rmtree(stale, ignore_errors=True)
+                marker = stale / "seeded.json"
+                if stale != template and stale_name.match(stale.name) and marker.exists():
+                    if time.time() - marker.stat().st_mtime > SHARED_TEMPLATE_SECONDS:
+                        shutil.rmtree(stale, ignore_errors=True)
         return template
 
 
-def seeded_template(cache_dir: Path, nights: int = HISTORY_NIGHTS) -> Path:
-    """The distributor's seeded template under ``cache_dir`` (``Template``)."""
-    return Template(cache_dir, nights=nights).path()
+def seeded_template(
+    cache_dir: Path, nights: int = HISTORY_NIGHTS, progress: Callable[[str], None] | None = None
+) -> Path:
+    """The distributor's seeded template under ``cache_dir`` (``Template``); ``progress`` hears each night
+    played if it has to be seeded."""
+    return Template(cache_dir, nights=nights, progress=progress).path()
 
 
 def clone_world(template: Path, dest: Path) -> Path:

@@ -110,13 +110,14 @@ def render_log(messages: Sequence[dict[str, Any]], tz: tzinfo | None = None) -> 
         threads = [(m["ts"], m) for m in roots if m["channel"] == channel]
         threads += [(k[1], None) for k in orphans if k[0] == channel]
         for ts, root in sorted(threads, key=lambda t: t[0]):
+            # Each message's ts: what `dw-dagster slack click` takes to press one of its buttons.
             if root is not None:
-                out += [f"[{_when(root['ts'], tz)}]", render_message(root, tz), ""]
+                out += [f"[{_when(root['ts'], tz)}] ts {root['ts']}", render_message(root, tz), ""]
             else:
                 out.append(f"(thread {ts}: its first message is not in this log)")
             for reply in replies.get((channel, ts), []):
                 body = render_message(reply, tz).replace("\n", "\n    ")
-                out += [f"  ↳ [{_when(reply['ts'], tz)}] reply", f"    {body}", ""]
+                out += [f"  ↳ [{_when(reply['ts'], tz)}] reply · ts {reply['ts']}", f"    {body}", ""]
     return "\n".join(out)
 
 

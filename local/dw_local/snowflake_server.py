@@ -1,4 +1,5 @@
-"""Local Snowflake: fakesnow's Snowflake-protocol HTTP server, persisted on disk.
+"""Local Snowflake: fakesnow's Snowflake-protocol HTTP server, persisted on disk, as strict as Snowflake
+where the product could rely on the difference (``snowflake_rules.py``, ``snowflake_auth.py``).
 
 Run as ``python -m dw_local.snowflake_server --port 8765 --data-dir .dw/local/snowflake``.
 """
@@ -84,11 +85,15 @@ def serve(port: int, data_dir: Path, host: str = "127.0.0.1") -> None:
         from dw_local import snowflake_statements
 
         snowflake_statements.install()
-    from dw_local.account_usage import install
+    from dw_local import account_usage, snowflake_auth, snowflake_rules
 
-    install(fakesnow.server.app, fakesnow.server.shared_fs, data_dir)
+    # Strict where Snowflake is (snowflake_rules.py), signing in as Snowflake does (snowflake_auth.py); the
+    # account usage wraps both, so a refused statement is in QUERY_HISTORY as it is in Snowflake's.
+    snowflake_rules.install(fakesnow.server.app, fakesnow.server.shared_fs)
+    snowflake_auth.install(fakesnow.server.app, data_dir)
+    account_usage.install(fakesnow.server.app, fakesnow.server.shared_fs, data_dir)
     logging.getLogger("fakesnow.server").setLevel(logging.WARNING)
-    # The server binds with no auth and keeps every session: loopback only.
+    # The server keeps every session: loopback only.
     uvicorn.run(fakesnow.server.app, host=host, port=port, log_level="warning", access_log=False)
 
 

@@ -20,10 +20,12 @@ from typing import Any
 
 import httpx
 
-from dw_local.forkserver import die_with_parent, spawn
+from dw_local.forkserver import child_setup, spawn
+from dw_local.world_clock import CLOCK_FILE_ENV, clock_env, without_clock
 
 DISTRIBUTOR_DIR = Path(__file__).parent / "worlds" / "distributor"
-# The local servers accept any credentials; these values are not secrets.
+# The local servers accept these credentials (any password, unless a world requires key pair); they are
+# not secrets.
 LOCAL_COALESCE_TOKEN = "local-coalesce-token"
 # The organization of the simulator's project (a project file's `project.orgID`, "1" unless it says).
 LOCAL_COALESCE_ORG_ID = "1"
@@ -76,6 +78,8 @@ class SnowflakeTarget:
     password: str = LOCAL_SNOWFLAKE_PASSWORD
     account: str = "fakesnow"
     protocol: str = "http"
+    private_key_path: str | None = None
+    """Set on a world that requires key pair (``LocalWorld(snowflake_sign_in="key_pair")``)."""
 
     def connect(self, database: str | None = LOCAL_DATABASE, schema: str | None = None, **kwargs: Any):
         import snowflake.connector
@@ -84,9 +88,11 @@ class SnowflakeTarget:
         # metadata endpoints. Set when connecting, not when this module is imported.
         os.environ.setdefault("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
 
+        key = self.private_key_path
+        sign_in = {"private_key_file": key} if key else {"password": self.password}
         conn = snowflake.connector.connect(
             user=self.user,
-            password=self.password,
+            **sign_in,
             account=self.account,
             host=self.host,
             port=self.port,
@@ -101,6 +107,14 @@ class SnowflakeTarget:
         return conn
 
 
+SERVICE_NAMES = {
+    "snowflake": "the local Snowflake",
+    "coalesce": "the Coalesce simulator",
+    "slack": "the Slack stand-in",
+}
+STOP_SECONDS = 30.0  # how long a process has to stop on SIGTERM before it is killed
+
+
 @dataclass
 class WorldPorts:
     snowflake: int = field(default_factory=free_port)
@@ -110,6 +124,117 @@ class WorldPorts:
 
 class WorldError(RuntimeError):
     pass
+
+
+class PortInUse(WorldError):
+    """A port the world needs is taken: which, by what (when this machine says), and the world it belongs
+    to if it is a local world's server."""
+
+    def __init__(self, port: int, what: str):
+        self.port, self.what = port, what
+        holder = port_holder(port)
+        self.holder_root: Path | None = None
+        by = ""
+        if holder is not None:
+            pid, command = holder
+            by = f" by pid {pid} ({command[:100]})"
+            if "dw_local." in command:
+                # A local world's server writes its log to <root>/logs/<server>.log (see _start_one).
+                try:
+                    log = Path(os.readlink(f"/proc/{pid}/fd/1"))
+                except OSError:
+                    log = None
+                if log is not None and log.parent.name == "logs" and log.stem in SERVICE_NAMES:
+                    self.holder_root = log.parent.parent
+                    by += f", a server of the local world under {self.holder_root}"
+        super().__init__(f"port {port} ({what}) is in use{by}")
+
+
+def port_holder(port: int) -> tuple[int, str] | None:
+    """The process listening on ``port`` and its command line, if this machine says (Linux's /proc; only
+    this user's processes are visible)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            # local address "0100007F:B7AD", state 0A = LISTEN, inode in column 10.
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return None
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                return int(proc.name), command.strip()
+        except OSError:
+            continue
+    return None
+
+
+def check_port(port: int, what: str) -> None:
+    """Raises :class:`PortInUse` unless ``port`` is free on the loopback interface."""
+    with socket.socket() as s:
+        # As uvicorn binds: a port in TIME_WAIT after a world stopped is free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            raise PortInUse(port, what) from None
+
+
+def process_start(pid: int) -> str | None:
+    """When ``pid`` started (clock ticks since boot), or ``None`` if no such process runs (a zombie has
+    ended): with the pid, it names one process, not whichever later process the kernel gave that pid."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # Its members may be zombies their parents have yet to reap: alive only if one still runs.
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
+
+
+def stop_groups(pgids: list[int], sig: int = signal.SIGTERM, timeout: float = STOP_SECONDS) -> None:
+    """Sends ``sig`` to each process group (a server and whatever it started) and waits for them to end;
+    what is still running after ``timeout`` is killed."""
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + timeout
+    while any(_group_alive(g) for g in pgids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pgid in pgids:
+        if _group_alive(pgid):
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 class LocalWorld:
@@ -127,15 +252,24 @@ class LocalWorld:
         scheduler: bool = False,
         services: tuple[str, ...] = ("snowflake", "coalesce", "slack"),
         outlive_parent: bool = False,
+        command: str | None = None,
+        clock: bool = False,
+        snowflake_sign_in: str = "password",
     ):
         self.root = Path(root).resolve()
         self.services = services
         # By default the servers die with the process that started them (a test run killed by a timeout
         # leaves no orphans); `world up --no-ui` keeps them for other shells.
         self.outlive_parent = outlive_parent
+        # The command that runs the world in its own process (`world up`), if one does: `world down` stops it.
+        self.command = command
         self.ports = ports or WorldPorts()
         self.project_file = Path(project_file or DISTRIBUTOR_DIR / "project.yaml").resolve()
         self.scheduler = scheduler
+        # The world's one clock (world_clock.py): the Slack stand-in stamps its messages with it.
+        self.clock = clock
+        # "key_pair": the product's Snowflake user signs in only with its key pair (snowflake_auth.py).
+        self.snowflake_sign_in = snowflake_sign_in
         self._procs: dict[str, Any] = {}
         """Each server's process: a ``subprocess.Popen``, or a ``ForkedProcess`` of the fork server."""
 
@@ -143,7 +277,12 @@ class LocalWorld:
 
     @property
     def snowflake(self) -> SnowflakeTarget:
-        return SnowflakeTarget(host="127.0.0.1", port=self.ports.snowflake)
+        key = str(self._private_key_path) if self.snowflake_sign_in == "key_pair" else None
+        return SnowflakeTarget(host="127.0.0.1", port=self.ports.snowflake, private_key_path=key)
+
+    @property
+    def _private_key_path(self) -> Path:
+        return self.root / "keys" / "snowflake_rsa_key.p8"
 
     @property
     def coalesce_url(self) -> str:
@@ -187,6 +326,9 @@ class LocalWorld:
         env.update(
             {name: LOCAL_SNOWFLAKE_PASSWORD for name in password_variables(Path(env["DW_CONTEXT_FILE"]))}
         )
+        if self.snowflake_sign_in == "key_pair":
+            del env["SNOWFLAKE_PASSWORD"]
+            env["SNOWFLAKE_PRIVATE_KEY_PATH"] = str(self._private_key_path)
         return env
 
     def coalesce_client(self):
@@ -221,20 +363,34 @@ class LocalWorld:
             ],
         }  # fmt: skip
 
+    def check_ports(self) -> None:
+        """Raises :class:`PortInUse` for the first of the world's ports another process holds."""
+        for name in self.services:
+            check_port(getattr(self.ports, name), SERVICE_NAMES[name])
+
     def start(self, timeout: float = 60.0) -> LocalWorld:
+        # Before anything starts: a taken port is named, not found in a server's log after it died.
+        self.check_ports()
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "SNOWFLAKE_DISABLE_PLATFORM_DETECTION": "true"}
+        if self.snowflake_sign_in == "key_pair" and "snowflake" in self.services:
+            from dw_local import snowflake_auth
+
+            public_key = snowflake_auth.new_key_pair(self._private_key_path)
+            snowflake_auth.register_user(
+                self.root / "snowflake", LOCAL_SNOWFLAKE_USER, ["KEYPAIR"], public_key
+            )
         try:
             # The simulator connects to Snowflake as it starts: it starts once Snowflake answers, the others
             # start together (each server's start is mostly its imports).
             commands = self._commands()
             first = [n for n in self.services if n != "coalesce"]
             for name in first:
-                self._start_one(name, commands[name], env)
+                self._start_one(name, commands[name], self._server_env(name, env))
             if "snowflake" in first:
                 self._wait("snowflake", self._probe("snowflake"), timeout)
             if "coalesce" in self.services:
-                self._start_one("coalesce", commands["coalesce"], env)
+                self._start_one("coalesce", commands["coalesce"], self._server_env("coalesce", env))
             for name in self.services:
                 self._wait(name, self._probe(name), timeout)
         except BaseException:
@@ -249,7 +405,7 @@ class LocalWorld:
         proc.kill()
         proc.wait()
         env = {**os.environ, "SNOWFLAKE_DISABLE_PLATFORM_DETECTION": "true"}
-        self._start_one(name, self._commands()[name], env)
+        self._start_one(name, self._commands()[name], self._server_env(name, env))
         self._wait(name, self._probe(name), timeout)
         self._write_state()
 
@@ -257,6 +413,13 @@ class LocalWorld:
         """Another process of the world (e.g. the product's approvals endpoint): stopped with the servers."""
         self._procs[name] = proc
         self._write_state()
+
+    def _server_env(self, name: str, env: dict[str, str]) -> dict[str, str]:
+        """The simulator and the Snowflake keep the world's clock themselves (an offset from real time);
+        the Slack stand-in follows it when the world runs on its clock."""
+        if name in ("snowflake", "coalesce") or not self.clock:
+            return without_clock(env)
+        return {**env, **clock_env(self.root, env)}
 
     def _probe(self, name: str):
         return {
@@ -267,7 +430,9 @@ class LocalWorld:
 
     def _start_one(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
         path = self.root / "logs" / f"{name}.log"
-        if not self.outlive_parent and env.get("DW_LOCAL_FORK_SERVER", "1") != "0":
+        # A fork server's child skips Python's start-up, and with it the world clock's hook.
+        forked = env.get("DW_LOCAL_FORK_SERVER", "1") != "0" and CLOCK_FILE_ENV not in env
+        if not self.outlive_parent and forked:
             # Forked from a process that imported the servers once: a world starts without their imports.
             self._procs[name] = spawn(cmd, env, path)
             return
@@ -278,7 +443,7 @@ class LocalWorld:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=None if self.outlive_parent else die_with_parent,
+                preexec_fn=child_setup(die=not self.outlive_parent),
             )
 
     def _wait(self, name: str, probe, timeout: float) -> None:
@@ -286,6 +451,10 @@ class LocalWorld:
         while time.monotonic() < deadline:
             proc = self._procs[name]
             if proc.poll() is not None:
+                port = getattr(self.ports, name)
+                log = (self.root / "logs" / f"{name}.log").read_text(errors="replace")
+                if "address already in use" in log.lower() and port_holder(port):
+                    raise PortInUse(port, SERVICE_NAMES[name])  # taken since the check
                 raise WorldError(
                     f"the local {name} server exited with code {proc.returncode}; "
                     f"see {self.root / 'logs' / (name + '.log')}"
@@ -317,9 +486,14 @@ class LocalWorld:
             return False
 
     def _write_state(self) -> None:
+        pids = {name: p.pid for name, p in self._procs.items()}
         state = {
             "ports": asdict(self.ports),
-            "pids": {name: p.pid for name, p in self._procs.items()},
+            "pids": pids,
+            # Each process's start, so that `world down` never signals a later process given the same pid.
+            "started": {name: process_start(pid) for name, pid in pids.items()},
+            # The process that started the world; a command (`world up`) is stopped with it.
+            "owner": {"pid": os.getpid(), "started": process_start(os.getpid()), "command": self.command},
             "project_file": str(self.project_file),
         }
         (self.root / "world.json").write_text(json.dumps(state, indent=2))
@@ -359,14 +533,36 @@ class LocalWorld:
         return cls(root, ports=WorldPorts(**state["ports"]), project_file=Path(state["project_file"]))
 
     @classmethod
-    def stop_running(cls, root: Path) -> bool:
+    def stop_running(cls, root: Path, timeout: float = STOP_SECONDS) -> list[str] | None:
+        """Stops the world another process started under ``root`` and returns what was stopped (``None``
+        when no world is recorded there): the Dagster UI of ``world up`` first, after which that ``world up``
+        ends by itself (one still setting up is told to end), then every server left, each with whatever it
+        started. Only processes that are the very ones recorded (pid and start time) are signalled."""
         state = cls.read_state(root)
         if state is None:
-            return False
-        for pid in state["pids"].values():
-            try:
-                os.killpg(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            return None
+        started = state.get("started", {})
+        running = {
+            name: pid for name, pid in state["pids"].items()
+            if process_start(pid) is not None and process_start(pid) == started.get(name, process_start(pid))
+        }  # fmt: skip
+        stopped = sorted(running, key=lambda name: name != "dagster-ui")
+        owner = state.get("owner") or {}
+        pid = owner.get("pid")
+        command = bool(
+            owner.get("command") and pid and pid != os.getpid() and process_start(pid) == owner.get("started")
+        )
+        if "dagster-ui" in running:
+            stop_groups([running.pop("dagster-ui")], timeout=timeout)  # it stops its webserver and daemon
+        elif command:
+            os.kill(pid, signal.SIGTERM)
+        if command:
+            deadline = time.monotonic() + timeout
+            while process_start(pid) is not None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if process_start(pid) is not None:
+                os.kill(pid, signal.SIGKILL)
+            stopped.append(owner["command"])
+        stop_groups(list(running.values()), timeout=timeout)
         (Path(root) / "world.json").unlink(missing_ok=True)
-        return True
+        return stopped

@@ -138,7 +138,7 @@ def test_ecommerce_a_holiday_period_is_at_most_warn_and_a_fault_in_it_an_error(t
     )
     fault = played.check(1, "total_daily_revenue", "sales/fct_sales")
     assert fault.severity == "ERROR" and fault.passed is False
-    assert "compared with 1 past like night(s) (2025-05-27" in fault.metadata["baseline_judgement"]
+    assert "compared with 1 past like night (2025-05-27" in fault.metadata["baseline_judgement"]
     assert played.incidents and all(i.business_date.isoformat() == "2025-05-28" for i in played.incidents)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -124,12 +125,18 @@ def test_an_ordinary_ecommerce_night_is_three_statements(tmp_path):
     assert_three_statements(checks_run, outcome)
 
 
-def test_a_missing_table_errors_its_own_volume_check_only_named(daemon):
+def test_a_missing_table_errors_its_own_volume_check_only_named(daemon, tmp_path):
+    # Counted (count mode): in the world's metadata mode the Coalesce run's row count stands in, unread.
+    metrics = yaml.safe_load(Path(daemon.settings.metrics_file).read_text())
+    metrics["volume"]["row_counts"] = "count"
+    (tmp_path / "metrics.yaml").write_text(yaml.safe_dump(metrics))
+    counting = ChecksRunDaemon(daemon.lw, env={"DW_METRICS_FILE": str(tmp_path / "metrics.yaml")})
+    counting.instance = daemon.instance
     DistributorWorld().play_night(daemon.lw.snowflake, daemon.lw.coalesce_client(), 61)
     with daemon.lw.snowflake.connect() as conn:
         conn.cursor().execute('ALTER TABLE "DW_PROD"."MART"."MART_DAYS_OF_SUPPLY" RENAME TO "MART_DAYS_GONE"')
     try:
-        outcome = daemon.tick()
+        outcome = counting.tick()
     finally:
         with daemon.lw.snowflake.connect() as conn:
             conn.cursor().execute(

@@ -42,7 +42,7 @@ def test_month_end_is_compared_with_past_month_ends_and_passes():
     # ... against past month-ends it is an ordinary month-end.
     assert j.severity is None and j.calendar_day.kind == "month_end"
     assert len(j.like_days) == 4 and 20 < j.calendar_effect_pct < 40
-    assert "compared with 4 past like night(s)" in j.describe()
+    assert "compared with 4 past like nights" in j.describe()
 
 
 def test_a_fault_on_a_month_end_survives_the_calendar():
@@ -212,3 +212,31 @@ def test_a_fault_inside_a_holiday_period_still_raises_error():
     for day in (date(2025, 12, 26), date(2026, 1, 5)):
         series = _intake(day, fault=(day, 0.0))
         assert judge(series, day, series[day], config, Direction.DOWN, calendar=DE).severity == "ERROR"
+
+
+def test_the_ui_shows_computed_figures_rounded():
+    from dw_dagster.checks.judge import judgement_metadata
+
+    hist = _orders(date(2025, 3, 1), date(2025, 5, 30))
+    j = judge(hist, date(2025, 5, 31), 2500 * 0.8 * 1.3 * 0.5, CFG, Direction.DOWN, calendar=CAL)
+    shown = {k: v.value for k, v in judgement_metadata(j).items() if hasattr(v, "value")}
+    floats = {k: v for k, v in shown.items() if isinstance(v, float)}
+    assert {"baseline_expected", "baseline_relative_change_pct", "baseline_robust_z"} <= set(floats)
+    # Two decimals at most: -43.27, never -43.27119341564.
+    assert all(round(v, 2) == v for v in floats.values()), floats
+
+
+def test_a_deviation_counts_the_totals_own_items_and_a_measure_carries_no_unit_of_ours():
+    from dw_dagster.checks.judge import deviation
+    from dw_dagster.checks.metrics import RecordedTotal
+    from dw_dagster.checks.recorded_totals import counted_unit
+
+    listed = RecordedTotal(name="reorder_candidates", owner="buyers", asset="mart/m", sql="select 1",
+                           group_keys=["SKU"], item_noun="SKUs")  # fmt: skip
+    summed = RecordedTotal(name="onhand_units", owner="a", asset="inv/f", sql="select 1",
+                           item_key="ITEM_ID", item_noun="SKUs")  # fmt: skip
+    assert (counted_unit(listed), counted_unit(summed)) == ("SKUs", "")
+    hist = _orders(date(2025, 3, 1), date(2025, 5, 30))
+    j = judge(hist, date(2025, 5, 31), 2500 * 0.8 * 1.3 * 0.5, CFG, Direction.DOWN, calendar=CAL)
+    assert deviation(j, "SKUs").split(" against")[0].endswith(" SKUs")
+    assert " units" not in deviation(j, "") and "  " not in deviation(j, "")

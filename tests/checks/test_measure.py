@@ -5,7 +5,7 @@ small tables' keys are parts of it (no world)."""
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 
 import dagster as dg
 import pytest
@@ -85,7 +85,8 @@ def test_every_part_comes_back_from_one_statement_with_its_types(tables):
     with tables.tagged_connection("test") as conn, statements() as sent:
         measured = measure(conn.cursor(), parts, binds)
     assert len(sent) == 1 and "UNION ALL" in sent[0]
-    assert measured[("freshness", "sales")] == [(datetime(2026, 3, 10, 1, 30),)]
+    # A TIMESTAMP_NTZ comes back aware, as UTC (warehouse/connections.py).
+    assert measured[("freshness", "sales")] == [(datetime(2026, 3, 10, 1, 30, tzinfo=UTC),)]
     assert measured[("count", "SALES")] == [(3,)] and measured[("count", "STORES")] == [(3,)]
     assert sorted(measured[("keys", "stores")]) == [(1,), (2,), (3,)]
     value = total_value(total, query.sql, query.columns, measured[query.part.key])  # type: ignore[arg-type]

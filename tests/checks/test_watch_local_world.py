@@ -42,7 +42,10 @@ def test_sixty_clean_nights_open_no_incident(daemon):
     assert len(totals) == 60
     assert not any(r[7] for r in _history(daemon)), "no night was flagged"
     volumes = [r for r in _history(daemon) if r[0] == "volume:inventory/fct_inventory_position"]
-    assert len(volumes) == 60 and all(r[8] == "count" for r in volumes), "row counts, with their source"
+    # The world judges volume in production's metadata mode: the Coalesce run's row counts.
+    assert len(volumes) == 60 and all(r[8] == "coalesce_run_results" for r in volumes), (
+        "row counts, with their source"
+    )
     # The history covers weekends and month-ends.
     days = [r[1] for r in totals]
     assert any(d.weekday() >= 5 for d in days) and any((d.day >= 28) for d in days)

@@ -1,8 +1,10 @@
 """The code location's asset graph, loaded from its components (dw_dagster/app/defs) over the local world:
-Coalesce nodes and the systems around them, one connected graph, on two worlds."""
+Coalesce nodes and the systems around them, one connected graph, on two worlds; and refreshed, loaded and
+watched through a strict Coalesce."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -18,18 +20,21 @@ import pytest
 from coalesce_state import environ, state_key, write_state
 from dagster._core.definitions.definitions_load_context import DefinitionsLoadContext, DefinitionsLoadType
 from dagster._core.definitions.repository_definition import RepositoryLoadData
+from strict_proxy import JOBS_COLLECTION, StrictProxy
 
 from dw_dagster.app.components import asset_specs_of
 from dw_dagster.app.definitions import load_definitions
 from dw_dagster.app.project import refresh_coalesce_state
-from dw_dagster.coalesce import CoalesceWorkspace
+from dw_dagster.coalesce import CoalesceUserCredentials, CoalesceWorkspace, build_coalesce_polling_sensor
 from dw_dagster.coalesce.component import CoalesceComponent
+from dw_dagster.coalesce.metadata import CoalesceRunMetadataSet
 from dw_dagster.coalesce.specs import load_coalesce_asset_specs
 from dw_dagster.coalesce.translator import DagsterCoalesceTranslator
 from dw_dagster.config import DwConfigError
-from dw_local.world import LOCAL_COALESCE_TOKEN, LocalWorld
+from dw_local.world import LOCAL_COALESCE_TOKEN, LocalWorld, sim_control
 
 REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
 ECOMMERCE = REPO / "local" / "dw_local" / "scenarios" / "worlds" / "ecommerce"
 
 
@@ -150,11 +155,13 @@ def test_fact_node_spec(specs):
         ("stage/stg_onhand", "ONHAND_QTY")
     }
     assert {d.asset_key.to_user_string() for d in lineage["REGION"]} == {"inventory/dim_warehouse"}
-    # What the open-source UI shows of the same lineage: a table, one row per column.
-    table = md["coalesce/column_sources"].value.splitlines()
-    assert table[0] == "| Column | Built from | Transform |"
-    assert "| `ONHAND_QTY` | `stage/stg_onhand`.`ONHAND_QTY` | - |" in table
-    assert len(table) == 2 + len(columns)
+    # What the open-source UI shows of the same lineage: one list item a column (it wraps; a table's last
+    # column was cut off at the panel's edge), the transform whole.
+    items = md["coalesce/column_sources"].value.splitlines()
+    assert "- **`ONHAND_QTY`** from `stage/stg_onhand`.`ONHAND_QTY`" in items
+    assert len(items) == len(columns) and all(i.startswith("- **`") for i in items)
+    transforms = [i for i in items if "; transform `" in i]
+    assert transforms and all(i.endswith("`") and "…" not in i for i in transforms)
     assert fct.freshness_policy is not None  # from the metrics file: the job's schedule
 
 
@@ -369,10 +376,7 @@ def test_a_second_world_gets_its_own_graph_and_groups(ecommerce):
     groups = {spec.group_name for key, spec in specs.items() if "coalesce/node_id" not in spec.metadata}
     assert {"shopify", "fivetran", "looker", "marketing_ops"} <= groups and "context" not in groups
     facts = [s for s in specs.values() if s.metadata.get("coalesce/node_type") == "Fact"]
-    assert facts and all(
-        f.metadata["coalesce/column_sources"].value.startswith("| Column | Built from | Transform |")
-        for f in facts
-    )
+    assert facts and all(f.metadata["coalesce/column_sources"].value.startswith("- **`") for f in facts)
 
 
 @pytest.mark.parametrize("which", ["distributor", "ecommerce"])
@@ -389,3 +393,75 @@ def test_loading_the_code_location_warns_nothing_of_dagster(which, request):
     ] == []
     assert jobs["diagnose_incident"] == ["coalesce", "io_manager", "slack", "snowflake"]
     assert all(job.executor_def.name == "in_process" for job in repository.get_all_jobs())
+
+
+# ------------------
+# Judged by a strict Coalesce (docs/coalesce-contract.md): no jobs collection, no startingFrom without orderBy
+# ------------------
+
+
+@pytest.fixture
+def proxy(world) -> Iterator[StrictProxy]:
+    proxy = StrictProxy(world.coalesce_url)
+    # The simulator would answer the collection: only the proxy's strictness is in play.
+    sim_control(world.coalesce_client(), "POST", "api", {"jobsCollection": True})
+    try:
+        yield proxy
+    finally:
+        sim_control(world.coalesce_client(), "POST", "api", {"jobsCollection": False})
+        proxy.close()
+
+
+def refresh(env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(VENV_BIN / "dw-dagster"), "coalesce", "refresh"], env={**os.environ, **env},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_the_refresh_the_load_and_the_sensor_pass_a_strict_coalesce(
+    world, proxy: StrictProxy, tmp_path: Path
+) -> None:
+    env = {**world.env(), "COALESCE_BASE_URL": proxy.url, "DAGSTER_HOME": str(tmp_path)}
+    out = refresh(env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"refreshed CoalesceComponent[{proxy.url}|2]" in out.stdout
+    # The collection was asked once and refused; the jobs were then read by id, from 1.
+    assert proxy.refused == ["/api/v1/environments/2/jobs"]
+    assert proxy.job_ids_read() == list(range(1, 51))
+
+    instance = dg.DagsterInstance.from_config(str(tmp_path))
+    with environ(env):
+        specs = [s for s in asset_specs_of(load_definitions(instance)) if "coalesce/node_id" in s.metadata]
+    fct = next(s for s in specs if s.key.to_user_string() == "inventory/fct_inventory_position")
+    assert [j["name"] for j in fct.metadata["coalesce/jobs"].data] == ["inventory_nightly"]
+
+    # The next refresh (in process, as `dg utils refresh-defs-state` would) reads the job it found and the ten
+    # ids past it, not 50 from 1.
+    proxy.clear()
+    with environ(env):
+        refresh_coalesce_state(instance)
+    assert proxy.refused == ["/api/v1/environments/2/jobs"]
+    assert proxy.job_ids_read() == list(range(1, 12))
+
+    # The run sensor, through the proxy, reports a run under its job's name without listing jobs.
+    proxy.clear()
+    workspace = CoalesceWorkspace(base_url=proxy.url, api_token=LOCAL_COALESCE_TOKEN, environment_ids=["2"])
+    sensor = build_coalesce_polling_sensor(workspace=workspace, asset_specs=specs)
+    first = sensor(dg.build_sensor_context(instance=instance))
+    client = workspace.get_client()
+    credentials = CoalesceUserCredentials(snowflake_username="DW_DAGSTER", snowflake_password="local")
+    run_id = client.start_run("2", job_id=1, user_credentials=credentials)
+    client.wait_for_run(run_id, 0.05, 120)
+    second = sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor))
+    assert json.loads(second.cursor)["environments"]["2"]["high_water"] == run_id
+    reported = set()
+    for spec in specs:
+        records = [*instance.fetch_observations(spec.key, limit=5).records,
+                   *instance.fetch_materializations(spec.key, limit=5).records]  # fmt: skip
+        for record in records:
+            if record.asset_event is not None:
+                ours = CoalesceRunMetadataSet.extract(record.asset_event.metadata)
+                reported.add((ours.run_id, ours.job_name))
+    assert reported == {(run_id, "inventory_nightly")}
+    assert proxy.refused == [] and not any(JOBS_COLLECTION.match(path) for _, path, _ in proxy.requests)

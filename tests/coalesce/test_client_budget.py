@@ -112,3 +112,42 @@ def test_the_client_refuses_a_ceiling_that_is_not_positive():
     workspace = CoalesceWorkspace(api_token="t0ken", environment_ids=["2"], request_budget=0)
     with pytest.raises(ValueError, match=r"request_budget: 0.*expected a number of seconds above 0"):
         workspace.new_client()
+
+
+def test_the_node_pages_the_job_ids_and_the_org_are_settings_of_the_component(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setenv("COALESCE_API_TOKEN", "t0ken")
+    from dw_dagster.coalesce import CoalesceComponent
+
+    declared = (
+        "workspace: {environment_ids: '2', org_id: acme, job_ids: '3, 7', node_page_size: '50', "
+        "node_page_timeout: '90', node_page_retry_wait: 0}\n"
+    )
+    workspace = CoalesceComponent.resolve_from_yaml(declared).workspace
+    client = workspace.new_client()
+    assert workspace.job_ids == ["3", "7"] and client.org_id == "acme"
+    assert (client.node_paging.page_size, client.node_paging.timeout, client.node_paging.retry_wait) == (
+        50,
+        90,
+        0,
+    )
+    # Coalesce's own extractor's sizes unless set.
+    paging = (
+        CoalesceComponent.resolve_from_yaml("workspace: {environment_ids: '2'}\n")
+        .workspace.new_client()
+        .node_paging
+    )
+    assert (paging.page_size, paging.timeout, paging.retry_wait) == (200, 240.0, 300.0)
+    with pytest.raises(Exception) as raised:
+        CoalesceComponent.resolve_from_yaml("workspace: {environment_ids: '2', node_page_size: 900}\n")
+    assert "node_page_size: 900; expected 1-500" in f"{raised.value} {raised.value.__cause__}"
+
+
+def test_a_sensor_ticks_client_reads_detailed_pages_within_a_calls_budget():
+    from dw_dagster.coalesce import CoalesceWorkspace
+
+    workspace = CoalesceWorkspace(api_token="t0ken", environment_ids=["2"], request_budget=20)
+    refresh, tick = workspace.new_client().node_paging, workspace.new_client(in_sensor_tick=True).node_paging
+    assert (refresh.timeout, refresh.retry_wait) == (240.0, 300.0)
+    assert (tick.page_size, tick.timeout, tick.retry_wait) == (200, 20.0, 0)

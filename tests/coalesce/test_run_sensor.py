@@ -259,7 +259,7 @@ def test_a_completed_run_is_materialized_with_its_metadata_and_its_checks_reques
     assert all(isinstance(e, dg.AssetMaterialization) for e in sensor.events)
     calendar = sensor.events[0].metadata
     assert calendar["coalesce/run_id"] == dg.IntMetadataValue(run_id)
-    assert calendar["coalesce/run_link"] == dg.MetadataValue.url(f"{world.coalesce_url}/api/v1/runs/{run_id}")
+    assert calendar["coalesce/run_link"] == dg.MetadataValue.url(f"{world.coalesce_url}/runs/{run_id}")
     assert calendar["coalesce/environment_id"].value == ENV
     assert calendar["coalesce/job_id"].value == "1"
     assert calendar["coalesce/job_name"].value == "customers_nightly"
@@ -340,7 +340,7 @@ def test_a_failed_run_reports_its_failed_node_and_opens_one_incident(
     assert finding.detail["check_name"] == "coalesce_run"
     assert finding.detail["asset_key"] == "stage/stg_orders"
     assert finding.detail["coalesce_run_id"] == str(run_id)
-    assert finding.detail["evidence"]["run_link"].endswith(f"/api/v1/runs/{run_id}")
+    assert finding.detail["evidence"]["run_link"].endswith(f"/runs/{run_id}")
 
     # The tick replayed (its events stored, the daemon dead before the cursor): nothing doubles.
     replay = sensor.tick(cursor=before)

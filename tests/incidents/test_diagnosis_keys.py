@@ -98,6 +98,12 @@ def test_each_column_that_fails_to_match_is_named_on_its_own(measured):
     assert split_labels("SITE IS NULL, TAG=B, 2") == ["SITE IS NULL", "TAG=B, 2"]
 
 
+def test_the_join_names_each_side_on_its_own_table(measured):
+    # Never "SITE = SITE": each column on the alias the node's ON clause gives its table.
+    _, effect = measured
+    assert effect.on[:2] == ["RD.SITE = U.SITE", "RD.TAG = U.TAG"]
+
+
 def test_a_deleted_or_excluded_row_is_told_from_a_new_key_by_the_whole_tuple(conn, cur, measured):
     join, effect = measured
     graph = LineageGraph(

@@ -104,7 +104,7 @@ def test_an_incident_whose_checks_keep_failing_without_a_finding_goes_stale_and_
         judge(date(2025, 6, day), "errored")
     due = lifecycle_due(instance, store, incident, findings, IncidentPolicy())
     assert (due.action, due.night) == ("stale", date(2025, 6, 19))
-    assert "no new finding for 3 reported night(s)" in due.reason and "volume@inv/fct: errored" in due.reason
+    assert "no new finding for 3 reported nights" in due.reason and "volume@inv/fct: errored" in due.reason
     job = build_lifecycle_job(store.ops, IncidentPolicy(), None)
     result = job.execute_in_process(
         instance=instance,

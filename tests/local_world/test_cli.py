@@ -4,43 +4,28 @@ environment file with `stop` / `resume`, `world night`, `world down`."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import subprocess
-import sys
 
 import pytest
+from cli_runner import run_cli
 from world_cache import WORLD_CACHE
 
 pytestmark = pytest.mark.world
 
 
-def _cli(*args: str, cwd, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    clean = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("COALESCE_", "SNOWFLAKE_", "SLACK_", "DW_", "DAGSTER_"))
-    }
-    env = {**clean, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-c", "from dw_dagster.app.cli import run; run()", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-
-
 def test_world_up_runs_tonight_and_leaves_the_servers_up(seeded_template, tmp_path):
     cache = WORLD_CACHE.resolve()  # where the fixture built the template
     root = tmp_path / "local"
-    up = _cli(
+    up = run_cli(
         "world", "up", "--no-ui", "--free-ports", "--root", str(root), "--cache", str(cache), cwd=tmp_path
     )
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         assert "night 60" in up.stdout and "completed" in up.stdout and "0 failed" in up.stdout
         assert "local-coalesce-token" not in up.stdout + up.stderr, "tokens are never printed"
-        status = _cli("world", "status", "--root", str(root), cwd=tmp_path)
+        status = run_cli("world", "status", "--root", str(root), cwd=tmp_path)
         assert json.loads(status.stdout)["ports"]["coalesce"] > 0
-        log = _cli("slack", "log", "--root", str(root), cwd=tmp_path)
+        log = run_cli("slack", "log", "--root", str(root), cwd=tmp_path)
         assert log.returncode == 0 and "message(s)" in log.stdout
         env_file = root / "world.env"
         assert f". {env_file}" in up.stdout and env_file.stat().st_mode & 0o077 == 0, (
@@ -51,26 +36,26 @@ def test_world_up_runs_tonight_and_leaves_the_servers_up(seeded_template, tmp_pa
             for k, v in (line.split("=", 1) for line in env_file.read_text().splitlines())
         }
         assert env["DW_COST_LATENCY_HOURS"] == "0", "the local usage views have no lag to wait out"
-        stop = _cli("stop", "--as", "Omar Haddad", "--reason", "test", cwd=tmp_path, env=env)
+        stop = run_cli("stop", "--as", "Omar Haddad", "--reason", "test", cwd=tmp_path, env=env)
         assert stop.returncode == 0 and "STOPPED by Omar Haddad" in stop.stdout, stop.stderr
-        resume = _cli("resume", "--as", "Omar Haddad", cwd=tmp_path, env=env)
+        resume = run_cli("resume", "--as", "Omar Haddad", cwd=tmp_path, env=env)
         assert "running (resumed by Omar Haddad" in resume.stdout
-        night = _cli("world", "night", "--root", str(root), cwd=tmp_path)
+        night = run_cli("world", "night", "--root", str(root), cwd=tmp_path)
         assert (
             night.returncode == 0 and "night 61 (2025-06-16)" in night.stdout and "completed" in night.stdout
         )
     finally:
-        down = _cli("world", "down", "--root", str(root), cwd=tmp_path)
+        down = run_cli("world", "down", "--root", str(root), cwd=tmp_path)
     assert down.returncode == 0 and "stopped" in down.stdout
-    assert "no world running" in _cli("world", "status", "--root", str(root), cwd=tmp_path).stdout
+    assert "no world running" in run_cli("world", "status", "--root", str(root), cwd=tmp_path).stdout
 
 
 def test_refresh_without_a_token_names_the_variable(tmp_path):
     home = {"DAGSTER_HOME": str(tmp_path)}
-    out = _cli("coalesce", "refresh", cwd=tmp_path, env={**home, "COALESCE_ENVIRONMENT_IDS": "2"})
+    out = run_cli("coalesce", "refresh", cwd=tmp_path, env={**home, "COALESCE_ENVIRONMENT_IDS": "2"})
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "error: COALESCE_API_TOKEN: not set" in out.stderr
-    out = _cli("coalesce", "refresh", cwd=tmp_path, env=home)
+    out = run_cli("coalesce", "refresh", cwd=tmp_path, env=home)
     assert out.returncode == 2 and "workspace.environment_ids: empty" in out.stderr
-    out = _cli("coalesce", "refresh", cwd=tmp_path)
+    out = run_cli("coalesce", "refresh", cwd=tmp_path)
     assert out.returncode == 2 and "DAGSTER_HOME: not set" in out.stderr

@@ -31,7 +31,7 @@ from dw_dagster.coalesce import (
 )
 from dw_dagster.coalesce.run_models import CoalesceRunType
 from dw_dagster.coalesce.workspace_models import CoalesceNode
-from dw_local.world import LOCAL_COALESCE_ORG_ID, LocalWorld, free_port
+from dw_local.world import LOCAL_COALESCE_ORG_ID, LocalWorld, free_port, sim_control
 from dw_local.world import LOCAL_COALESCE_TOKEN as TOKEN
 
 NOT_FOUND = {"error": {"errorString": "404: not found"}}
@@ -317,15 +317,25 @@ def test_nodes_are_followed_to_the_last_page(sim: CoalesceClient) -> None:
 
 
 @pytest.mark.world
-def test_jobs_are_listed_page_by_page(sim: CoalesceClient) -> None:
-    jobs = sim.list_jobs("2")
-    one_by_one = sim.list_jobs("2", limit=1)
-    assert len(jobs) >= 2 and [j.id for j in one_by_one] == [j.id for j in jobs]
-    assert sim.get_job("2", 1) == jobs[0]
+def test_jobs_are_read_by_id_and_listed_only_where_the_listing_exists(
+    sim: CoalesceClient, coalesce_world: LocalWorld
+) -> None:
+    with pytest.raises(CoalesceAPIError) as absent:
+        sim.list_jobs("2")
+    assert (absent.value.status, absent.value.endpoint) == (404, "GET /api/v1/environments/2/jobs")
+    assert [sim.get_job("2", i).name for i in (1, 2)] == ["customers_nightly", "sales_nightly"]
     with pytest.raises(CoalesceAPIError) as info:
-        sim.get_job("2", len(jobs) + 1)
+        sim.get_job("2", 3)
     assert info.value.status == 404
-    assert info.value.endpoint == f"GET /api/v1/environments/2/jobs/{len(jobs) + 1}"
+    assert info.value.endpoint == "GET /api/v1/environments/2/jobs/3"
+    sim_control(sim, "POST", "api", {"jobsCollection": True})
+    try:
+        jobs = sim.list_jobs("2")
+        one_by_one = sim.list_jobs("2", limit=1)
+    finally:
+        sim_control(sim, "POST", "api", {"jobsCollection": False})
+    assert [j.id for j in one_by_one] == [j.id for j in jobs] == ["1", "2"]
+    assert sim.get_job("2", 1) == jobs[0]
 
 
 @pytest.mark.world
@@ -523,7 +533,9 @@ def test_workspace_data_snapshot_round_trips(coalesce_world: LocalWorld) -> None
     assert data.base_url == coalesce_world.coalesce_url and data.fetched_at.tzinfo is not None
     (prod,) = data.environments
     assert prod.environment.name == "PROD"
+    # No jobs listing here: found by reading ids, as Coalesce's Transform MCP server does.
     assert [j.name for j in prod.jobs] == ["customers_nightly", "sales_nightly"]
+    assert prod.jobs_found_by == "probe"
     fct_sales = next(n for n in prod.nodes if n.name == "FCT_SALES")
     assert fct_sales.metadata.applied_node_tests[0].name == "NO_NEGATIVE_AMOUNT"
     assert "{{ ref('MART', 'FCT_SALES') }}" in fct_sales.metadata.applied_node_tests[0].template_string

@@ -123,7 +123,9 @@ def assert_error(response: httpx.Response, status: int, *fragments: str) -> dict
 
 
 def follow(api: httpx.Client, path: str, **params: Any) -> list[dict[str, Any]]:
-    """Every item of a list endpoint, page after page."""
+    """Every item of a list endpoint, page after page, with the same orderBy on every page (Coalesce
+    requires one with startingFrom)."""
+    params.setdefault("orderBy", "id")
     items, cursor = [], None
     for _ in range(1000):
         page = api.get(path, params={**params, **({"startingFrom": cursor} if cursor else {})})
@@ -135,7 +137,8 @@ def follow(api: httpx.Client, path: str, **params: Any) -> list[dict[str, Any]]:
         cursor = body["next"]
         if cursor is None:
             return items
-        assert isinstance(cursor, str)
+        # Opaque: not the last item's id.
+        assert isinstance(cursor, str) and cursor not in {str(item.get("id")) for item in body["data"]}
     raise AssertionError("the cursor never ended")
 
 
@@ -170,7 +173,8 @@ def test_environments(api: httpx.Client) -> None:
         "status": env["status"],
     }
     assert env["status"] in ("Waiting", "Refreshing", "Failed Refresh")
-    assert api.get("/api/v1/environments/2").json() == env
+    # One environment in full also has its default run-time parameters (none in this project).
+    assert api.get("/api/v1/environments/2").json() == {**env, "runTimeParameters": {}}
     assert api.get("/api/v1/environments", params={"project": "7"}).json()["data"] == []
     assert_error(api.get("/api/v1/environments/9"), 404, "Environment 9")
     assert_error(api.get("/api/v1/environments", params={"limit": 0}), 400, "limit")
@@ -192,6 +196,24 @@ def test_nodes_are_paged_to_the_end(api: httpx.Client) -> None:
     for params in [{"limit": 501}, {"startingFrom": "nope"}, {"orderByDirection": "up"}, {"orderBy": "size"}]:
         assert_error(api.get("/api/v1/environments/2/nodes", params=params), 400, *params)
     assert_error(api.get("/api/v1/environments/9/nodes"), 404)
+
+
+def test_a_cursor_needs_the_order_it_was_given_for(api: httpx.Client) -> None:
+    path = "/api/v1/environments/2/nodes"
+    first = api.get(path, params={"limit": 2, "orderBy": "id"}).json()
+    cursor = first["next"]
+    # https://docs.coalesce.io/docs/api/query-parameters: startingFrom requires orderBy.
+    assert_error(api.get(path, params={"limit": 2, "startingFrom": cursor}), 400, "orderBy is required")
+    for other in [{"orderBy": "name"}, {"orderBy": "id", "orderByDirection": "desc"}]:
+        assert_error(api.get(path, params={"startingFrom": cursor, **other}), 400, "keep the orderBy")
+    # The node id the cursor stands for is no cursor, nor is another listing's cursor.
+    last = first["data"][-1]["id"]
+    assert_error(api.get(path, params={"startingFrom": last, "orderBy": "id"}), 400, "not a cursor")
+    by_name = api.get(path, params={"limit": 1, "orderBy": "name"}).json()["next"]
+    other = api.get("/api/v1/environments/9/nodes", params={"startingFrom": by_name, "orderBy": "name"})
+    assert_error(other, 404, "Environment 9")
+    second = api.get(path, params={"limit": 2, "orderBy": "id", "startingFrom": cursor}).json()
+    assert second["data"][0]["id"] > last
 
 
 def test_a_full_node(api: httpx.Client) -> None:
@@ -250,16 +272,29 @@ def test_jobs_are_found_by_id_and_404_past_the_last(api: httpx.Client) -> None:
     assert_error(api.get("/api/v1/environments/9/jobs/1"), 404, "Environment 9")
 
 
-def test_jobs_are_listed_in_pages_with_their_total(api: httpx.Client) -> None:
-    first = api.get("/api/v1/environments/2/jobs", params={"limit": 1}).json()
-    assert set(first) == {"data", "next", "total"} and first["total"] == 2
-    assert [j["name"] for j in first["data"]] == ["customers_nightly"] and first["next"] == "1"
-    second = api.get("/api/v1/environments/2/jobs", params={"limit": 1, "startingFrom": first["next"]}).json()
-    assert [j["name"] for j in second["data"]] == ["sales_nightly"] and second["next"] is None
-    by_name = api.get("/api/v1/environments/2/jobs", params={"orderBy": "name", "orderByDirection": "desc"})
-    assert [j["name"] for j in by_name.json()["data"]] == ["sales_nightly", "customers_nightly"]
-    assert_error(api.get("/api/v1/environments/2/jobs", params={"limit": 501}), 400, "limit")
-    assert_error(api.get("/api/v1/environments/9/jobs"), 404, "Environment 9")
+def test_there_is_no_jobs_collection_unless_turned_on(api: httpx.Client) -> None:
+    # No public evidence the real API has it (the Transform MCP server probes /jobs/{id} instead).
+    assert_error(api.get("/api/v1/environments/2/jobs"), 404, "no such endpoint")
+    assert api.post("/_sim/api", json={"jobsCollection": True}).json() == {"jobsCollection": True}
+    try:
+        first = api.get("/api/v1/environments/2/jobs", params={"limit": 1, "orderBy": "id"}).json()
+        assert set(first) == {"data", "next", "total"} and first["total"] == 2
+        assert [j["name"] for j in first["data"]] == ["customers_nightly"] and first["next"] not in (
+            "1",
+            None,
+        )
+        params = {"limit": 1, "startingFrom": first["next"]}
+        assert_error(api.get("/api/v1/environments/2/jobs", params=params), 400, "orderBy is required")
+        second = api.get("/api/v1/environments/2/jobs", params={**params, "orderBy": "id"}).json()
+        assert [j["name"] for j in second["data"]] == ["sales_nightly"] and second["next"] is None
+        order = {"orderBy": "name", "orderByDirection": "desc"}
+        by_name = api.get("/api/v1/environments/2/jobs", params=order)
+        assert [j["name"] for j in by_name.json()["data"]] == ["sales_nightly", "customers_nightly"]
+        assert_error(api.get("/api/v1/environments/2/jobs", params={"limit": 501}), 400, "limit")
+        assert_error(api.get("/api/v1/environments/9/jobs"), 404, "Environment 9")
+    finally:
+        api.post("/_sim/api", json={"jobsCollection": False})
+    assert api.get("/api/v1/environments/2/jobs").status_code == 404
 
 
 # ------------------
@@ -299,7 +334,8 @@ def test_a_job_run_builds_what_snowflake_then_holds(api: httpx.Client, sf: Any) 
     assert run["userID"] == "local-user"
     status = api.get("/scheduler/runStatus", params={"runCounter": run_id}).json()
     assert status["runStatus"] == "completed" and status["runType"] == "refresh"
-    assert status["runLink"].endswith(f"/api/v1/runs/{run_id}")
+    # The run's page in the app (OpenAPI v6.2's example: https://app.coalescesoftware.io/runs/1).
+    assert status["runLink"].endswith(f"/runs/{run_id}") and "/api/" not in status["runLink"]
 
     built = results(api, run_id)
     # Dependency order, Sources never built.
@@ -433,11 +469,14 @@ def test_runs_are_listed_filtered_and_paged_to_the_end(api: httpx.Client) -> Non
     assert follow(api, "/api/v1/runs", limit=3) == everything
     assert [r["id"] for r in follow(api, "/api/v1/runs", limit=4, orderByDirection="asc")] == ids[::-1]
     assert [r["id"] for r in follow(api, "/api/v1/runs", limit=2, startingFrom=str(ids[2]))] == ids[3:]
+    # A run id is a documented startingFrom for runs, but only with orderBy.
+    assert_error(api.get("/api/v1/runs", params={"startingFrom": str(ids[2])}), 400, "orderBy is required")
     by_start = follow(api, "/api/v1/runs", limit=2, orderBy="runStartTime", orderByDirection="asc")
     assert [r["runStartTime"] for r in by_start] == sorted(r["runStartTime"] for r in everything)
     middle = by_start[len(by_start) // 2]["runStartTime"]
     ascending = {"orderBy": "runStartTime", "orderByDirection": "asc"}
     later = api.get("/api/v1/runs", params={**ascending, "startingFrom": middle}).json()["data"]
+    assert_error(api.get("/api/v1/runs", params={"startingFrom": middle}), 400, "orderBy is required")
     assert later and all(r["runStartTime"] > middle for r in later)
     failed = follow(api, "/api/v1/runs", limit=1, runStatus="failed")
     assert failed and all(r["runStatus"] == "failed" for r in failed)
@@ -445,6 +484,9 @@ def test_runs_are_listed_filtered_and_paged_to_the_end(api: httpx.Client) -> Non
         r for r in everything if r["runType"] == "refresh"
     ]
     assert follow(api, "/api/v1/runs", environmentID="9") == []
+    cursor = api.get("/api/v1/runs", params={"limit": 1, "orderBy": "id"}).json()["next"]
+    nodes = api.get("/api/v1/environments/2/nodes", params={"startingFrom": cursor, "orderBy": "id"})
+    assert_error(nodes, 400, "another listing")
     detailed = api.get("/api/v1/runs", params={"detail": "true", "limit": 2}).json()["data"]
     assert detailed == [api.get(f"/api/v1/runs/{r['id']}").json() for r in detailed]
     for params, field in [
@@ -452,7 +494,7 @@ def test_runs_are_listed_filtered_and_paged_to_the_end(api: httpx.Client) -> Non
         ({"orderBy": "name"}, "orderBy"),
         ({"runStatus": "cancelled"}, "runStatus"),
         ({"runType": "dev"}, "runType"),
-        ({"startingFrom": "yesterday"}, "startingFrom"),
+        ({"startingFrom": "yesterday", "orderBy": "id"}, "startingFrom"),
         ({"startingFrom": "yesterday", "orderBy": "runEndTime"}, "startingFrom"),
     ]:
         assert_error(api.get("/api/v1/runs", params=params), 400, field)
@@ -534,9 +576,29 @@ def test_injected_rate_limits_and_outages(api: httpx.Client) -> None:
     api.post("/_sim/faults", json={"status": 429, "count": 1})
     assert api.get("/api/v1/runs").headers["Retry-After"] == "1"
     api.post("/_sim/faults", json={"status": 503, "count": 5})
-    assert api.delete("/_sim/faults").json() == {"http": None, "queryDelaySeconds": 0.0}
+    assert api.delete("/_sim/faults").json() == {"http": None, "queryDelaySeconds": 0.0, "nodePages": None}
     assert api.get("/api/v1/environments").status_code == 200
     assert_error(api.post("/_sim/faults", json={"status": 418, "count": 1}), 400, "status")
+
+
+def test_detailed_node_pages_can_be_slow_and_fail_by_size(api: httpx.Client) -> None:
+    path, detail = "/api/v1/environments/2/nodes", {"detail": "true", "orderBy": "id"}
+    fault = {"secondsPerNode": 0.1, "failAbove": 3, "count": 3}
+    assert api.post("/_sim/nodepages", json=fault).json()["nodePages"]["failAbove"] == 3
+    try:
+        assert_error(api.get(path, params={**detail, "limit": 5}), 504, "504: Gateway timeout")
+        started = time.monotonic()
+        small = api.get(path, params={**detail, "limit": 2})
+        assert small.status_code == 200 and len(small.json()["data"]) == 2
+        assert time.monotonic() - started >= 0.2  # 0.1 s a node
+        # Summaries are never slowed, nor counted.
+        assert api.get(path, params={"limit": 5}).status_code == 200
+        assert api.get(path, params={**detail, "limit": 2}).status_code == 200
+        # Three detailed pages met it: the next is whole again.
+        assert api.get(path, params={**detail, "limit": 5}).status_code == 200
+    finally:
+        api.delete("/_sim/faults")
+    assert_error(api.post("/_sim/nodepages", json={"secondsPerNode": -1}), 400, "secondsPerNode")
 
 
 def test_the_clock_sets_run_times(api: httpx.Client) -> None:

@@ -71,6 +71,7 @@ def test_a_dead_fork_server_is_started_again(tmp_path: Path) -> None:
         orphan = lw._procs["slack"]
         old.proc.kill()
         old.proc.wait()
+        assert old.folder.exists()
         # Its servers die with it, and say so.
         assert orphan.wait(timeout=10) == -signal.SIGTERM
         deadline = time.monotonic() + 10
@@ -80,6 +81,7 @@ def test_a_dead_fork_server_is_started_again(tmp_path: Path) -> None:
     with LocalWorld(tmp_path / "b", services=("slack",)) as lw:
         assert forkserver._server is not old
         assert httpx.get(f"{lw.slack_url}/_sink/health", timeout=5).status_code == 200
+    assert not old.folder.exists(), "a killed fork server's folder is removed when it is replaced"
 
 
 def test_a_pid_forked_again_has_no_exit_until_its_own(tmp_path: Path) -> None:
@@ -137,13 +139,14 @@ signal.signal(signal.SIGTERM, signal.SIG_IGN)
 from dw_local import forkserver
 from dw_local.world import LocalWorld
 lw = LocalWorld(__import__("pathlib").Path({str(tmp_path / "w")!r}), services=("slack",)).start()
-print(forkserver._server.proc.pid, lw._procs["slack"].pid, flush=True)
+print(forkserver._server.proc.pid, lw._procs["slack"].pid, forkserver._server.folder, flush=True)
 os._exit(0)  # gone without stopping anything, as a killed requester
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    server, slack = map(int, done.stdout.split())
+    server, slack, folder = done.stdout.split()
     deadline = time.monotonic() + 20
-    while (_running(server) or _running(slack)) and time.monotonic() < deadline:
+    while (_running(int(server)) or _running(int(slack))) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _running(server) and not _running(slack)
+    assert not _running(int(server)) and not _running(int(slack))
+    assert Path(folder).name.startswith("dw-forkserver-") and not Path(folder).exists(), "its temp folder too"

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import anyio
+import dagster as dg
+import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 
@@ -35,6 +37,7 @@ def calls(seeded_world):
     env = {**lw.env(), "DAGSTER_HOME": str(dagster_home(lw.root))}
     params = StdioServerParameters(command=DW_DAGSTER, args=["mcp"], env=env, cwd=str(lw.root.parent))
     iid = incident.incident_id
+    caller = "Claude Code for Priya Raman"
 
     async def session() -> dict:
         out = {}
@@ -55,24 +58,69 @@ def calls(seeded_world):
                     {"asset": "inventory/fct_inventory_position", "column": "NO_SUCH"},
                 ),  # fmt: skip
                 "unknown_check": ("check_history", {"check": "total_nothing"}),
-            }
+                # The actions, within the gates.
+                "quality": ("run_quality_check", {"assets": ["inventory/fct_inventory_position"], "caller": caller}),
+                "quality_none": ("run_quality_check", {"assets": ["ref_planning/region_map"], "caller": caller}),
+                "radius": ("blast_radius", {"asset": "ref_planning/region_map"}),
+                "note": ("send_slack_alert", {"incident_id": iid, "caller": caller,
+                                              "message": "Looking at the <@U0ALL> DC7 mapping now"}),
+                "diagnose": ("diagnose_incident", {"incident_id": iid, "caller": caller}),
+                "fix": ("propose_fix", {"incident_id": iid, "caller": caller}),
+            }  # fmt: skip
             for name, (tool, args) in todo.items():
                 out[name] = await client.call_tool(tool, args)
         return out
 
-    return anyio.run(session), incident
+    out = anyio.run(session)
+    # What the actions left: the runs held for approval, and what the Slack stand-in received.
+    pending = daemon.instance.get_runs(dg.RunsFilter(tags={"dw/approval": "pending"}))
+    out["held"] = [r.status for r in pending]
+    out["slack"] = httpx.get(f"{lw.slack_url}/_sink/messages").json()["messages"]
+    return out, incident
 
 
 def test_the_tools_are_listed_with_typed_schemas_and_none_approves(calls):
     out, _ = calls
     tools = {t.name: t for t in out["tools"]}
+    acting = {"run_quality_check", "diagnose_incident", "send_slack_alert", "propose_fix"}
     assert set(tools) == {"list_incidents", "show_incident", "trace_lineage", "check_history",
-                          "incident_proposals"}  # fmt: skip
+                          "incident_proposals", "blast_radius", *acting}  # fmt: skip
     for t in tools.values():
         assert t.output_schema and t.output_schema["type"] == "object", t.name
-        assert t.annotations.read_only_hint, t.name
+        assert bool(t.annotations.read_only_hint) is (t.name not in acting), t.name
+        assert not t.annotations.destructive_hint, t.name
     assert tools["list_incidents"].input_schema["properties"]["status"]["enum"] == ["open", "all"]
-    assert "approve" not in " ".join(tools)
+    assert not any(word in " ".join(tools) for word in ("approve", "reject", "release", "deploy"))
+
+
+def test_the_actions_stay_within_the_gates(calls):
+    out, incident = calls
+    for name in ("quality", "radius", "note", "diagnose", "fix"):
+        assert not out[name].is_error, (name, out[name].content)
+    # The checks ran now as a Dagster run, tagged with who asked, and each reports its result.
+    quality = out["quality"].structured_content
+    assert quality["run_id"] and quality["status"] == "SUCCESS"
+    assert {r["check"] for r in quality["results"]} >= {"volume", "total_network_onhand_units"}
+    assert all(r["passed"] is not None for r in quality["results"]), quality["results"]
+    assert (
+        out["quality_none"].is_error
+        and "no checks on ref_planning/region_map" in out["quality_none"].content[0].text
+    )
+    # The blast radius of any asset: who it reaches and when they read it next.
+    radius = out["radius"].structured_content["blast_radius"]
+    reached = {a["asset_key"]: a for a in radius["assets"]}
+    assert "inventory/fct_inventory_position" in reached
+    assert reached["thoughtspot/network_days_of_supply"]["next_read"]
+    # Diagnosed again: the same cause.
+    assert out["diagnose"].structured_content["diagnosis"]["classification"] == "value_loss"
+    # The fix asked for is the plan waiting for the owners: nothing approved, the run still held.
+    plan = out["fix"].structured_content["plan"]
+    assert plan["state"] == "waiting for approval" and plan["approved"] == []
+    assert out["held"] and all(status == dg.DagsterRunStatus.QUEUED for status in out["held"])
+    # The note is in the incident's owner threads, naming who sent it; its text cannot mention anyone.
+    notes = [m for m in out["slack"] if "Note from Claude Code for Priya Raman" in str(m.get("blocks"))]
+    assert notes and all(m["thread_ts"] for m in notes)
+    assert "<@U0ALL>" not in str(notes[0]["blocks"]) and "&lt;@U0ALL&gt;" in str(notes[0]["blocks"])
 
 
 def test_list_and_show_the_incident_with_its_diagnosis_and_blast_radius(calls):

@@ -113,7 +113,7 @@ def test_the_server_starts_with_nothing_configured_and_a_tool_says_what_is_missi
             return listed, await client.call_tool("list_incidents", {"status": "all"})
 
     listed, result = anyio.run(call)
-    assert len(listed.tools) == 5
+    assert len(listed.tools) == 10
     assert result.is_error and "SNOWFLAKE_DATABASE and DW_CONTEXT_FILE must be set" in result.content[0].text
 
 
@@ -145,3 +145,22 @@ def test_an_unreachable_warehouse_is_a_tool_error_without_the_password(monkeypat
     message = result.content[0].text
     assert result.is_error and "could not read the incident from the warehouse" in message, message
     assert password not in message and "Traceback" not in message
+
+
+def test_no_tool_reaches_what_approves_deploys_or_releases():
+    # The approval gate (approve, reject, release a held run) and a deploy belong to people: the server's
+    # modules import none of it, lazily or not.
+    import ast
+
+    mcp_dir = Path(__file__).resolve().parents[2] / "dw_dagster" / "app" / "mcp"
+    forbidden = {"dw_dagster.remediation.gate", "dw_dagster.remediation.identity", "dw_local"}
+    for module in sorted(mcp_dir.glob("*.py")):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+            elif isinstance(node, ast.Import):
+                names = {a.name for a in node.names}
+            else:
+                continue
+            assert not {n for n in names for f in forbidden if n == f or n.startswith(f + ".")}, module.name
+            assert not {n for n in names if n.rsplit(".", 1)[-1] in {"approve_run", "reject_run", "release"}}

@@ -86,7 +86,7 @@ def test_incident_message_carries_the_reference_numbers_in_the_pipelines_words(c
         "Planning operations (#planning-ops)", "<@U0INVAN01>", "<@U0PLANOP1>", "value loss",
         "164 newly flagged SKUs", "Buyers (#buyers) told to hold expedite orders on these SKUs",
         # The evidence names the totals it compares, as the metrics file does.
-        "network_onhand_units change", "ebs_onhand_units change",
+        "Network onhand units change", "Ebs onhand units change",
     ]:  # fmt: skip
         assert needle in text, needle
     # The test query in a code block, escaped for mrkdwn (its "<>" would otherwise read as a link).
@@ -260,10 +260,10 @@ def test_the_receipt_is_whole_and_reads_like_slack(context, metrics):
     shown = render_message(payload, ZoneInfo("America/Chicago"))
     for needle in [
         "Receipt · INC-20250616-dc7a01 · verified", "Verification passed", "Cause", "7120",
-        "network_onhand_units change: -1.8%", "Gap units: 41,800",
+        "Network onhand units change: -1.8%", "Gap units: 41,800",
         "Priya Raman for Inventory analytics (#inventory-analytics), Jun 17, 2025 02:40 CDT",
         "Dana Ortiz for Planning operations (#planning-ops), Jun 17, 2025 02:42 CDT, set WAREHOUSE_NAME = Dallas",
-        "Coalesce run 17 `{name: DIM_WAREHOUSE} {name: FCT_INVENTORY_POSITION}+` in environment 2, as PRIYA_RAMAN",
+        "Coalesce run 17 `{name: DIM_WAREHOUSE} {name: FCT_INVENTORY_POSITION}+` in PROD, as PRIYA_RAMAN",
         "+  LEFT JOIN {{ ref('INVENTORY', 'DIM_WAREHOUSE') }}", "NO_UNMATCHED_DIM_WAREHOUSE passed",
         f"run {receipt.dagster_run_id[:8]} (http://localhost:3000/runs/{receipt.dagster_run_id})",
         "1. `dw-dagster undo INC --as <owner>`", "2. In Coalesce, revert",
@@ -325,6 +325,11 @@ def test_the_proposal_carries_approve_and_reject_for_the_held_run(context):
         "Planning operations (#planning-ops) <@U0PLANOP1>", "+  LEFT JOIN",
     ]:  # fmt: skip
         assert needle in text, needle
+    # The terminal commands' placeholder is escaped: a raw <name> is a link or a mention in mrkdwn. Without a
+    # context file no approver is known, and the approve line carries the placeholder too.
+    assert '--as \\"&lt;name&gt;\\" --reason' in text
+    unnamed = _texts(proposal_messages(inc, plan, run_id=RUN)[0].payload())
+    assert unnamed.count("&lt;name&gt;") == 3 and "<name>" not in unnamed and "<name>" not in text
     # A plan too long for one message: split, the buttons once, on the last part.
     long = reference_plan(inc.incident_id, diff="\n".join(f"+  COL_{i}: 1" for i in range(4000)))
     parts = [m.payload() for m in proposal_messages(inc, long, run_id=RUN, context=context)]
@@ -451,3 +456,31 @@ def test_routing_from_the_context_file(context):
         route_incident(context, stray, blast)
     r = route_incident(context, stray, blast, fallback_channel="#data-platform")
     assert r.owner_channels == ("#data-platform",) and r.unrouted == ("nobody",)
+
+
+def test_what_people_read_has_subjects_words_and_no_statistics_for_business_readers(context, metrics):
+    from dw_dagster.notifications.hold_message import hold_notice
+    from dw_dagster.notifications.incident_view import incident_materialization
+    from dw_dagster.notifications.text import humanise_names
+
+    inc, diagnosis, blast, wording = _reference(context, metrics)
+    technical = inc.model_copy(update={"title": "reorder_candidates = 195 SKUs against an expected 31 "
+                                                 "(+164 SKUs, robust z +29.3); moved: share 2.1% -> 9.8%"})  # fmt: skip
+    # The headline reads the metric's name as words; asset keys and identifiers stay as the data spells them.
+    header = incident_message(technical, diagnosis, blast, context=context, wording=wording).blocks[0]
+    assert (
+        "reorder candidates = 195 SKUs" in header.text.text and "reorder_candidates" not in header.text.text
+    )
+    assert humanise_names("mart/mart_reorder_candidates and ORGANIZATION_ID") == (
+        "mart/mart_reorder_candidates and ORGANIZATION_ID"
+    )
+    # The hold notice goes to the people who act on the list: what it means for them, not the statistics.
+    held = json.dumps(hold_notice(technical, blast, wording=wording).payload())
+    assert "robust z" not in held and "share" not in held and inc.incident_id in held
+    # Each dw/incidents event says which incident it is about; its JSON figures are rounded.
+    event = incident_materialization(technical, [], diagnosis, blast)
+    assert event.description.startswith(f"{inc.incident_id}: reorder candidates = 195 SKUs")
+    floats = re.findall(r"-?\d+\.\d+", json.dumps(event.metadata["incident_json"].value))
+    assert floats and all(len(f.split(".")[1]) <= 2 or f.startswith(("0.00", "-0.00")) for f in floats), (
+        floats
+    )

@@ -208,7 +208,7 @@ def test_updates_refinements_and_resolution_are_replies_in_each_thread(world, co
         assert "Resolved" in replies[3]["text"]
         # The stand-in's thread view agrees.
         client = _slack(world).get_client()
-        assert len(client.conversations_replies(channel=channel, ts=root["ts"])["messages"]) == 5
+        assert len(client.conversations_replies(channel=root["channel_id"], ts=root["ts"])["messages"]) == 5
 
 
 def test_an_outage_delays_and_never_loses(world, context, caplog):
@@ -306,15 +306,22 @@ def test_concurrent_flushes_post_once(world, context):
     seed.notify(inc, reference_diagnosis(inc.incident_id), reference_blast(), _recipients(context, inc))
     _fault(world, 0)
     seed.post_update(inc, "An update racing its root.")
-    flushers = [_notifier(world, "NTF_RACE") for _ in range(4)]
+    flushers = [_notifier(world, "NTF_RACE") for _ in range(8)]
     results = []
-    threads = [
-        threading.Thread(target=lambda n=n: results.append(n.flush_pending(force=True))) for n in flushers
-    ]
+    start = threading.Barrier(len(flushers))
+
+    def flush(notifier: IncidentNotifier) -> None:
+        start.wait()
+        results.append(notifier.flush_pending(force=True))
+
+    threads = [threading.Thread(target=flush, args=(n,)) for n in flushers]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    # Claims collide in the warehouse (the local one refuses concurrent updates of a row as conflicts):
+    # each collision is tried again or left waiting, and no flusher dies of one.
+    assert len(results) == len(flushers)
     # Whatever a losing flusher left waiting, one more pass finishes; nothing is posted twice.
     seed.flush_pending(force=True)
     posted = _posted(world, inc.incident_id)

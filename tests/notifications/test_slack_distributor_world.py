@@ -166,7 +166,7 @@ def test_slack_log_shows_what_a_person_sees(night):
     shown = out.output
     assert shown.startswith("##### #planning-ops")
     for needle in [
-        f"ERROR · {night.incident.incident_id}", "Gap units: 41,800", "network_onhand_units change: -1.8%",
+        f"ERROR · {night.incident.incident_id}", "Gap units: 41,800", "Network onhand units change: -1.8%",
         "[Approve] [Reject]", f"Receipt · {night.incident.incident_id} · verified", "Resolved",
         "  ↳ [",
     ]:  # fmt: skip

@@ -88,8 +88,16 @@ def test_its_messages_speak_its_own_words(shop):
     # Its items are products, its totals are its own.
     key = next(k for k in diagnosis.keys if k.distinct_items)
     assert f"over {key.distinct_items:,} products" in whole
-    assert "daily_revenue change" in whole and "shop_revenue change" in whole
+    assert "Daily revenue change" in whole and "Shop revenue change" in whole
     assert "E-commerce analytics (#ecom-analytics)" in whole
+    # Words a person reads without decoding: the headline's metric names as words, the upstream change with
+    # its subject (the key), each side of a join on its own table.
+    headline = roots[0]["blocks"][0]["text"]["text"].split(" · ", 2)[-1]
+    assert not re.search(r"(?<![/\w])[a-z0-9]+_[a-z0-9_]+", headline), headline
+    assert diagnosis.upstream_change and diagnosis.upstream_change.startswith(diagnosis.keys[0].label)
+    for join in diagnosis.joins:
+        left, _, right = join.on[0].partition(" = ")
+        assert "." in left and "." in right and left != right, join.on
     for m in messages:
         check_limits(m)
         check_reads_like_slack(m)
@@ -168,7 +176,7 @@ def test_a_receipt_reaches_its_threads_whole_then_the_resolution(shop, columns):
         )
         assert "Ana Souza for E-commerce analytics (#ecom-analytics)" in sections
         fields = [f["text"] for p in parts for b in p["blocks"] for f in b.get("fields", [])]
-        assert "*daily_revenue change*" in "\n".join(fields), "the evidence in this world's words"
+        assert "*Daily revenue change*" in "\n".join(fields), "the evidence in this world's words"
         for m in thread:
             check_limits(m)
             check_reads_like_slack(m)

@@ -19,6 +19,7 @@ import dagster as dg
 import httpx
 import yaml
 from dagster._core.scheduler.instigation import InstigatorType
+from image import Image
 
 from dw_local.instance_storage import EVENT_BATCH_SIZE, deployment_storage
 from dw_local.world import LocalWorld, free_port
@@ -31,10 +32,15 @@ T = TypeVar("T")
 class Deployment:
     """The code server, daemon and webserver of one Dagster instance, each its own process group."""
 
-    def __init__(self, root: Path, lw: LocalWorld, postgres_url: str | None = None, home: Path | None = None):
+    def __init__(
+        self, root: Path, lw: LocalWorld, postgres_url: str | None = None, home: Path | None = None,
+        image: Image | None = None,
+    ):  # fmt: skip
         """On Postgres storage at ``postgres_url`` (a new home under ``root``), or on the instance at ``home``
-        (a private copy: its dagster.yaml is rewritten); either with the deployment's event log storage."""
+        (a private copy: its dagster.yaml is rewritten); either with the deployment's event log storage.
+        ``image``: the processes run from what its steps installed (else from this venv)."""
         self.root = root
+        self.bin = image.bin if image is not None else BIN
         self.lw = lw
         self.logs = root / "logs"
         self.logs.mkdir(parents=True)
@@ -61,17 +67,18 @@ class Deployment:
             )
         )
         # A retried run waits 2 s, 4 s, ... before logging in, instead of 30 s, 60 s, ...
-        self.env = {**os.environ, **lw.env(), "DAGSTER_HOME": str(self.home), "DW_RETRY_BACKOFF_SECONDS": "2",
+        base = image.env() if image is not None else dict(os.environ)
+        self.env = {**base, **lw.env(), "DAGSTER_HOME": str(self.home), "DW_RETRY_BACKOFF_SECONDS": "2",
                     "DAGSTER_EVENT_BATCH_SIZE": EVENT_BATCH_SIZE}  # fmt: skip
         self.procs: dict[str, subprocess.Popen] = {}
         self.instance = dg.DagsterInstance.from_config(str(self.home))
 
     def commands(self) -> dict[str, list[str]]:
         return {
-            "code-server": [str(BIN / "dagster"), "api", "grpc", "-m", "dw_dagster.app.definitions",
+            "code-server": [str(self.bin / "dagster"), "api", "grpc", "-m", "dw_dagster.definitions",
                             "-h", "127.0.0.1", "-p", str(self.grpc_port)],
-            "daemon": [str(BIN / "dagster-daemon"), "run", "-w", str(self.workspace)],
-            "webserver": [str(BIN / "dagster-webserver"), "-w", str(self.workspace), "-h", "127.0.0.1",
+            "daemon": [str(self.bin / "dagster-daemon"), "run", "-w", str(self.workspace)],
+            "webserver": [str(self.bin / "dagster-webserver"), "-w", str(self.workspace), "-h", "127.0.0.1",
                           "-p", str(self.web_port)],
         }  # fmt: skip
 
@@ -87,6 +94,13 @@ class Deployment:
         )
         self.procs[name] = proc
         return proc
+
+    def command(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        """An operator's ``dw-dagster`` command, from the deployment's venv, in its environment."""
+        return subprocess.run(
+            [str(self.bin / "dw-dagster"), *args], cwd=self.root, env=self.env, capture_output=True, text=True,
+            timeout=timeout,
+        )  # fmt: skip
 
     def kill(self, name: str) -> None:
         """SIGKILL, as a crash would: the process group, nothing cleaned up."""

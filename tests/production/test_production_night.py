@@ -1,21 +1,24 @@
 """The production shape, end to end: Postgres storage, webserver, daemon and gRPC code server as separate
-processes, the default run launcher; the night before the reference night survives the daemon and the
-checks run's worker killed with SIGKILL, and the reference night plays through the real daemon down to
-the receipt. Nothing is lost, nothing is reported or sent twice."""
+processes, the default run launcher, all from the product's wheel as the image's own steps install it; the
+night before the reference night survives the daemon and the checks run's worker killed with SIGKILL, and
+the reference night plays through the real daemon down to the receipt. Nothing is lost, nothing is reported
+or sent twice."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import zipfile
 from collections import Counter
+from pathlib import Path
 
 import dagster as dg
 import httpx
 import pytest
-from click.testing import CliRunner
 from dagster._core.storage.tags import PARENT_RUN_ID_TAG, RETRY_NUMBER_TAG
+from image import EXPECTED
 
 from dw_dagster import tags
-from dw_dagster.app.cli import main
 from dw_dagster.app.commands.ops import deployment as ops_deployment
 from dw_dagster.app.settings import Settings
 from dw_dagster.context.models import load_context_file
@@ -65,6 +68,27 @@ def _reported_runs(d) -> Counter:
             if run_id is not None:
                 counts[(key.to_user_string(), run_id.value)] += 1
     return counts
+
+
+def test_the_image_steps_ran_in_the_dockerfiles_order_and_installed_the_product_only(prod):
+    image = prod.image
+    assert image.ran == EXPECTED
+    (wheel,) = image.wheels.glob("dw_dagster-*.whl")
+    assert not [n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("dw_local")]
+    site = image.python("import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    # The product from the venv's site-packages, not the checkout; the local world not installed at all.
+    assert image.python("import dw_dagster; print(dw_dagster.__file__)").startswith(site)
+    assert image.python("import importlib.util; print(importlib.util.find_spec('dw_local'))") == "None"
+    # The Coalesce state, baked into the installed package at build time.
+    assert list(Path(site, "dw_dagster", "app", "defs", ".local_defs_state").glob("*/state"))
+    # The code server is the venv's, and answers its health check.
+    cmdline = Path(f"/proc/{prod.procs['code-server'].pid}/cmdline").read_bytes().split(b"\0")
+    assert cmdline[0].decode().startswith(str(image.venv)) or cmdline[1].decode().startswith(str(image.venv))
+    health = subprocess.run(
+        [str(image.bin / "dagster"), "api", "grpc-health-check", "-p", str(prod.grpc_port)],
+        env=image.env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert health.returncode == 0, health.stdout + health.stderr
 
 
 def test_storage_is_postgres_and_the_processes_are_separate(prod):
@@ -149,8 +173,8 @@ def test_the_reference_night_through_the_real_daemon_down_to_the_receipt(prod):
     # The owners approve from the proposal, posted once the sensor has bound the run the daemon created.
     prod.wait("the held run bound to its plan", lambda: book.binding(book.plans(incident.incident_id)[-1]))
     for who, extra in ((NODE_OWNER, []), (MAP_OWNER, ["--set", "WAREHOUSE_NAME=Dallas"])):
-        result = CliRunner().invoke(main, ["approve", incident.incident_id, "--as", who, *extra])
-        assert result.exit_code == 0, result.output
+        result = prod.command("approve", incident.incident_id, "--as", who, *extra)
+        assert result.returncode == 0, result.stdout + result.stderr
     (plan,) = book.plans(incident.incident_id)
     (node,) = [p.node_change for p in plan.proposals if p.kind is ProposalKind.NODE_CHANGE and p.node_change]
     apply_and_deploy(lw.coalesce_url, LOCAL_COALESCE_TOKEN, node)

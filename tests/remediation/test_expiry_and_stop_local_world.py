@@ -28,11 +28,13 @@ def stopped_night(seeded_world):
     """The reference night played while an org-wide stop is in force."""
     daemon = LocalDaemon(seeded_world)
     ops = OpsSchema("DW_PROD", "DW_OPS")
-    control = OrgControl(daemon.defs.resources["snowflake"], ops)
+    context = load_context_file(daemon.settings.context_file)
+    control = OrgControl(daemon.defs.resources["snowflake"], ops, context)
     world = DistributorWorld()
     world.play_night(seeded_world.snowflake, seeded_world.coalesce_client(), 60)
     daemon.tick()
-    state = control.set("stop", "Omar Haddad", "warehouse migration tonight")
+    # Omar (data-platform, the domain's escalation team) stops it: --as alone, the local world's way.
+    state = control.set("stop", command_signer(context, "Omar Haddad"), "warehouse migration tonight")
     assert state.stopped
     world.play_reference_night(seeded_world.snowflake, seeded_world.coalesce_client())
     outcome = daemon.tick()
@@ -77,7 +79,7 @@ def test_a_hold_queued_before_the_stop_waits_in_the_outbox(stopped_night):
     with daemon._sensor_context() as sensor_context:
         daemon.defs.get_sensor_def("slack_outbox")(sensor_context)
     assert _messages(daemon.lw, "#buyers") == [], "the outbox sensor holds it too"
-    control.set("resume", "Omar Haddad")
+    control.set("resume", command_signer(load_context_file(daemon.settings.context_file), "Omar Haddad"))
     assert notifier.flush_pending(incident_id=incident.incident_id).sent
     assert len(_messages(daemon.lw, "#buyers")) == 1
 
@@ -111,7 +113,9 @@ def test_an_unanswered_approval_expires_cancels_and_escalates(stopped_night):
     priya = command_signer(context, "Priya Raman")
     with pytest.raises(ApprovalError, match="no remediation run is waiting for approval"):
         approve_run(daemon.instance, book, incident.incident_id, priya.person, priya.prove, priya.via)
-    with pytest.raises(ApprovalError, match="not waiting for approval"):
+    with pytest.raises(ApprovalError, match="not waiting for approval") as refused:
         approve_run(daemon.instance, book, run_id, priya.person, priya.prove, priya.via)
+    # An expired plan is not submitted again (issue #29: the message promised it "within a minute").
+    assert "within a minute" not in str(refused.value) and "it is not submitted again" in str(refused.value)
     assert daemon.tick().launched == [], "an expired request is never granted"
     assert daemon.tick().submitted == [], "an expired plan is not proposed again"

@@ -235,9 +235,9 @@ def test_re_executing_steps_of_the_approved_run_changes_nothing(gate: Gate):
         reconstruction_metadata={},
         defs_state_info=storage.get_latest_defs_state_info(),
     )
-    repo = ReconstructableRepository.for_module(
-        "dw_dagster.app.definitions", "defs"
-    ).with_repository_load_data(load_data)
+    repo = ReconstructableRepository.for_module("dw_dagster.definitions", "defs").with_repository_load_data(
+        load_data
+    )
     # Loading the code location here installs a process-wide load context holding this world's state:
     # scope it, so later worlds in this worker load their own, as a fresh run worker would.
     with set_defs_state_storage(storage), DefinitionsLoadContext.scoped(DefinitionsLoadContext.get()):

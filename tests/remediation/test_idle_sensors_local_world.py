@@ -16,6 +16,7 @@ from warehouse_statements import statements
 from world_cache import running_copy
 
 from dw_dagster.app.incidents import DIAGNOSE_JOB
+from dw_dagster.app.remediation import remediation_run_config
 from dw_dagster.app.remediation_sensors import build_remediation_sensors
 from dw_dagster.checks import load_metrics_file
 from dw_dagster.context.models import load_context_file
@@ -23,7 +24,7 @@ from dw_dagster.incidents.events import latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.approvals import REMEDIATION_JOB, ApprovalBook
 from dw_dagster.warehouse.ops import OpsSchema
-from dw_local.daemon import QUIET, REMEDIATION_RUN_CONFIG, LocalDaemon, _job_origin, business_clock
+from dw_local.daemon import QUIET, LocalDaemon, _job_origin, business_clock
 from dw_local.scenarios.suite import SUITE_DIR
 from dw_local.scenarios.worlds import FileScenarioWorld
 from dw_local.worlds.distributor.generator import DistributorWorld
@@ -47,7 +48,12 @@ class Ticks:
         # The deployed sensors, but acting at ``self.now`` (an approval expires when its plan says).
         self.sensors = {s.name: s for s in daemon.defs.sensors or [] if s.name in GATED}
         self.sensors.update(
-            {s.name: s for s in build_remediation_sensors(job, self.ops, context, clock=lambda: self.now)}
+            {
+                s.name: s
+                for s in build_remediation_sensors(
+                    job, self.ops, context, remediation_run_config(), clock=lambda: self.now
+                )
+            }
         )
 
     def tick(self, name: str) -> tuple[list[dg.RunRequest], str | None]:
@@ -117,7 +123,7 @@ def test_an_incident_a_checks_run_opens_is_diagnosed_and_its_fix_expires_on_time
     (request,) = requests
     job = daemon.repo.get_job(REMEDIATION_JOB)
     run = daemon.instance.create_run_for_job(
-        job, run_config=REMEDIATION_RUN_CONFIG, tags=daemon._run_tags("remediation_proposals", request),
+        job, run_config=request.run_config, tags=daemon._run_tags("remediation_proposals", request),
         remote_job_origin=_job_origin(job.name),
     )  # fmt: skip
     daemon.instance.run_coordinator.submit_run(SubmitRunContext(run, workspace=None))

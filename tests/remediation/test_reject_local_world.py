@@ -4,6 +4,8 @@ owner rejects with the Reject button in the local Slack (the stand-in signs the 
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import dagster as dg
@@ -112,3 +114,24 @@ def test_a_rejection_in_slack_cancels_the_run_and_changes_nothing(proposed):
             'SELECT COUNT(*) FROM "DW_PROD"."REF_PLANNING"."REGION_MAP" WHERE "ORGANIZATION_ID" = 7120'
         )
         assert cur.fetchone()[0] == 0
+
+
+# Slack posts a click on a link button to the Request URL too, and shows the person an error mark unless the
+# app answers 200 within 3 seconds (the Slack stand-in holds the endpoint to both).
+def test_a_link_button_click_is_acknowledged(proposed):
+    daemon, *_ = proposed
+    out = click(daemon.lw, _held_message(daemon, "#planning-ops")["ts"], "U0PLANOP1", "dw_open_run")
+    assert out["interaction"]["acknowledged"] == 1, out["interaction"]["user_sees"]
+
+
+def test_a_click_is_acknowledged_while_the_warehouse_is_slow(proposed):
+    daemon, *_ = proposed
+    snowflake = daemon.lw._procs["snowflake"].pid
+    os.kill(snowflake, signal.SIGSTOP)  # a warehouse resuming, or a slow login: no answer for a while
+    try:
+        out = click(
+            daemon.lw, _held_message(daemon, "#planning-ops")["ts"], "U0SOPPLN1", "Reject", wait_seconds=0
+        )
+    finally:
+        os.kill(snowflake, signal.SIGCONT)
+    assert out["interaction"]["acknowledged"] == 1, out["interaction"]["user_sees"]

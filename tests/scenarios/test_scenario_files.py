@@ -19,6 +19,7 @@ from dw_local.scenarios.suite import SUITE_DIR, scenario_files
 from dw_local.scenarios.worlds import FileScenarioWorld
 
 ECOMMERCE = SUITE_DIR.parent / "worlds" / "ecommerce" / "world.yaml"
+BILLPAY = SUITE_DIR.parent / "worlds" / "billpay" / "world.yaml"
 FAULTS = {
     "new_key_unmapped", "reference_row_deleted", "reference_row_remapped", "duplicate_load", "partial_load",
     "replication_stalled", "unit_change", "null_join_key", "column_renamed", "column_dropped", "node_failure",
@@ -26,12 +27,12 @@ FAULTS = {
 }  # fmt: skip
 
 
-def test_the_public_suite_covers_the_vocabulary_on_three_worlds():
+def test_the_public_suite_covers_the_vocabulary_on_four_worlds():
     scenarios = [load_scenario(p) for p in scenario_files(SUITE_DIR)]
-    assert len(scenarios) >= 30
-    assert {s.world.name for s in scenarios} == {"distributor", "ecommerce", "adspend"}
+    assert len(scenarios) >= 40
+    assert {s.world.name for s in scenarios} == {"distributor", "ecommerce", "adspend", "billpay"}
     kinds = {e["kind"] for s in scenarios for n in s.file.nights for e in n.events}
-    assert FAULTS <= kinds
+    assert FAULTS | {"new_key_parent_unmapped"} <= kinds
     assert {"new_key_mapped", "steady_growth"} <= kinds
     # The third world plays the whole vocabulary on its own, a subset unit change and a sign flip included.
     third = [s for s in scenarios if s.world.name == "adspend"]
@@ -46,6 +47,18 @@ def test_the_public_suite_covers_the_vocabulary_on_three_worlds():
     assert {date(2025, 12, 25), date(2025, 12, 26), date(2026, 1, 1)} <= dates  # bank holidays, played clean
     names = [s.name for s in scenarios]
     assert len(set(names)) == len(names)
+    # The fourth world: a subdivision's own holiday, a quarter-end and Canada Day played clean; a fault on the
+    # quarter-end night; one that stays in its month-to-date total on the nights after.
+    fourth = [s for s in scenarios if s.world.name == "billpay"]
+    dates = {s.world.business_date(s.night_index(k)) for s in fourth for k in range(len(s.file.nights))}
+    assert {date(2026, 6, 24), date(2026, 6, 30), date(2026, 7, 1)} <= dates
+    faulted = {s.world.business_date(s.night_index(k)) for s in fourth for k in range(len(s.file.nights))
+               if s.is_fault_night(k)}  # fmt: skip
+    assert date(2026, 6, 30) in faulted
+    lasting = [s for s in fourth for night in s.events for e in night if e.stays_in]
+    assert lasting and all(
+        n.expect.joins for s in lasting for k, n in enumerate(s.file.nights) if not s.is_fault_night(k)
+    )
 
 
 def _scenario(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
@@ -184,6 +197,88 @@ def test_a_bad_scenario_file_names_the_file_and_the_field(tmp_path, text, fragme
     assert str(path) in message
     for fragment in fragments:
         assert fragment in message, message
+
+
+_PAYEE = (
+    "{kind: new_key_parent_unmapped, table: BILL_PAYMENTS, column: PAYEE_CODE, value: NEWCODE, reference: "
+    "PAYEE_CODES, row: {PAYEE_CODE: NEWCODE, PAYEE_NAME: n, BILLER_ID: %BILLER%}, parent: %PARENT%}"
+)
+_LASTING = "{kind: duplicate_load, table: BILL_PAYMENTS, stays_in: [MART_REMITTANCE_MTD]}"
+
+
+@pytest.mark.parametrize(
+    ("nights", "fragments"),
+    [
+        (
+            f"[{{events: [{_PAYEE.replace('%BILLER%', '104').replace('%PARENT%', 'BILLERS.BILLER_ID')}]}}]",
+            ["nights.0.events.0 (new_key_parent_unmapped)", "parent: BILLERS has a row for BILLER_ID=104",
+             "that is new_key_mapped"],
+        ),
+        (
+            f"[{{events: [{_PAYEE.replace('%BILLER%', '110').replace('%PARENT%', 'BILL_PAYMENTS.PAYEE_CODE')}]}}]",
+            ["parent: BILL_PAYMENTS is not a load: once (reference) source of world billpay"],
+        ),
+        (
+            f"[{{events: [{_PAYEE.replace('BILLER_ID: %BILLER%', 'UPDATED_AT: null').replace('%PARENT%', 'BILLERS.BILLER_ID')}]}}]",
+            ["row: names no BILLER_ID, the key of the parent BILLERS it points at"],
+        ),
+        (
+            "[{events: [{kind: reference_row_remapped, table: BILLERS, where: {BILLER_ID: 101}, "
+            "set: {SETTLEMENT_NETWORK: ACSS}, stays_in: [DIM_BILLER]}]}]",
+            ["nights.0.events.0 (reference_row_remapped)",
+             "stays_in: reference_row_remapped does not leave one night's rows behind"],
+        ),
+        (
+            "[{events: [{kind: duplicate_load, table: BILL_PAYMENTS, stays_in: [BILLERS]}]}]",
+            ["stays_in[0]: BILLERS is not a built node of"],
+        ),
+        (
+            f"[{{events: [{_LASTING}], expect: {{class: [duplication]}}}}, {{repair: true}}]",
+            ["nights.1.repair: duplicate_load stays_in nodes with its rows, and world billpay cannot reload"],
+        ),
+    ],
+)  # fmt: skip
+def test_a_bad_event_on_the_fourth_world_names_the_file_and_the_field(tmp_path, nights, fragments):
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: x\nworld: {BILLPAY}\nnights: {nights}\n")
+    with pytest.raises(DwConfigError) as err:
+        load_scenario(path)
+    for fragment in [str(path), *fragments]:
+        assert fragment in str(err.value), str(err.value)
+
+
+def test_a_fault_that_stays_in_a_cumulative_node_is_in_force_there_only_on_the_nights_after(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        f"name: x\nworld: {BILLPAY}\nnights: [{{events: [{_LASTING}], expect: {{class: [duplication]}}}}, "
+        "{expect: {incident: true, class: [duplication], joins: true}}]\n"
+    )
+    scenario = load_scenario(path)
+    world, (event,) = scenario.world, scenario.events[0]
+    assert world.persists(event) and not event.persists
+    assert world.targets(event) == ["payhub_raw/bill_payments"]
+    assert world.lasting_targets(event) == ["mart/mart_remittance_mtd"]
+    # A fault in force everywhere until repaired is in force everywhere on the nights after, too.
+    unmapped = world.parse_event(
+        {"kind": "new_key_unmapped", "table": "BILL_PAYMENTS", "column": "PAYEE_CODE", "value": "X"}, 0
+    )
+    assert world.lasting_targets(unmapped) == world.targets(unmapped) == ["payhub_raw/bill_payments"]
+
+
+def test_a_new_key_whose_parent_is_unmapped_carries_the_new_key_in_tonights_rows():
+    scenario_world = FileScenarioWorld(BILLPAY)
+    world = scenario_world.world
+    night = world.spec.history_nights
+    event = scenario_world.parse_event(
+        {"kind": "new_key_parent_unmapped", "table": "BILL_PAYMENTS", "column": "PAYEE_CODE", "value": "VIDEOBUS",
+         "fraction": 0.06, "reference": "PAYEE_CODES", "parent": "BILLERS.BILLER_ID",
+         "row": {"PAYEE_CODE": "VIDEOBUS", "PAYEE_NAME": "Videotron Affaires", "BILLER_ID": 110}},
+        night,
+    )  # fmt: skip
+    assert not event.benign and event.persists and event.tables() == ["BILL_PAYMENTS", "PAYEE_CODES"]
+    clean = world.night_frames(night)["BILL_PAYMENTS"]
+    rows = event.transform(world, {"BILL_PAYMENTS": clean}, night)["BILL_PAYMENTS"]
+    assert (rows["PAYEE_CODE"] == "VIDEOBUS").sum() == round(0.06 * len(clean))
 
 
 @pytest.mark.parametrize(
@@ -415,6 +510,19 @@ def test_scoring_counts_related_detections_false_alarms_and_root_causes():
     )
     dw, base, _ = score_night(benign)
     assert (dw.faults, dw.false_alarms, dw.table_nights) == (0, 1, 3)
+
+
+def test_the_baselines_repeat_of_last_nights_point_is_no_detection_but_can_be_a_false_alarm():
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    repeat = {"asset": "inventory/fct", "recorded_at": at, "rescored": True}
+    fault = _night(baseline_alarms=[repeat, {**repeat, "asset": "inventory/dim"}])
+    _, base, _ = score_night(fault)
+    assert (base.detected, base.false_alarms, base.ttd) == (0, 1, [])
+    tonight = _night(
+        baseline_alarms=[{**repeat, "rescored": False, "recorded_at": at + timedelta(seconds=4)}]
+    )
+    assert (score_night(tonight)[1].detected, score_night(tonight)[1].ttd) == (1, [4.0])
+    assert BASELINE == "Elementary 0.25.1 defaults"
 
 
 def test_a_sign_change_names_an_expected_unit_change_and_a_key_of_several_columns_any_of_its_labels():

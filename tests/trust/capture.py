@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import http.server
 import threading
+import time
 
 
 class Capture(http.server.ThreadingHTTPServer):
     """The attacker's server: records every request that reaches it."""
 
-    def __init__(self):
+    def __init__(self, status: int = 200, delay: float = 0.0):
+        """``status`` and ``delay`` (seconds before answering): how the app behind the URL answers."""
         self.requests: list[tuple[str, str, bytes]] = []
         capture = self
 
@@ -17,9 +19,13 @@ class Capture(http.server.ThreadingHTTPServer):
             def _record(self):
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 capture.requests.append((self.command, self.path, body))
-                self.send_response(200)
-                self.end_headers()
-                self.wfile.write(b"{}")
+                time.sleep(delay)
+                try:
+                    self.send_response(status)
+                    self.end_headers()
+                    self.wfile.write(b"{}")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the caller stopped waiting (a Slack stand-in past its 3 seconds)
 
             do_GET = do_POST = do_PUT = _record
 

@@ -28,7 +28,8 @@ from dw_dagster.context.models import load_context_file
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.records.remediation import ProposalKind, Receipt
 from dw_dagster.remediation.approvals import ApprovalBook, ApprovalError
-from dw_dagster.remediation.identity import new_key_pair
+from dw_dagster.remediation.audit import AuditTrail
+from dw_dagster.remediation.identity import load_private_key, new_key_pair, sign_record
 from dw_dagster.tags import APPROVAL, APPROVAL_APPROVED, APPROVALS_NEEDED, APPROVE_BY, APPROVE_HOW
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon, _job_origin, dagster_home
@@ -80,9 +81,13 @@ class Trust:
     def run(self, run_id: str | None = None) -> dg.DagsterRun:
         return self.daemon.instance.get_run_by_id(run_id or self.run_id())
 
-    def cli(self, *args: str, key: str | None = None) -> Result:
+    def cli(self, *args: str, key: str | None = None, persons_shell: bool = False) -> Result:
+        """``persons_shell``: as a person's own shell runs it in production, without the code location's
+        secrets (``DW_SIGNING_KEY``, Slack's signing secret)."""
         env = {**self.lw.env(), "DAGSTER_HOME": str(dagster_home(self.lw.root)), **self.env,
                "DW_APPROVER_KEY_FILE": str(self.keys[key]) if key else ""}  # fmt: skip
+        if persons_shell:
+            env.update({"DW_SIGNING_KEY": "", "SLACK_SIGNING_SECRET": ""})
         return CliRunner().invoke(main, list(args), env=env)
 
     def refused(self) -> list[dict]:
@@ -184,8 +189,11 @@ def test_a_slack_request_that_slack_did_not_sign_is_refused(trust: Trust):
     stale = trust.post_to_endpoint(body, {"X-Slack-Request-Timestamp": old,
                                           "X-Slack-Signature": sign(LOCAL_SLACK_SIGNING_SECRET, old, body)})  # fmt: skip
     assert stale.status_code == 401 and "refused as a replay" in stale.text
-    reasons = [r["reason"] for r in trust.refused() if r["what"] == "slack"]
-    assert {r.split(" Slack request")[0] for r in reasons} >= {"unsigned", "forged", "stale"}
+    # Refused before anything is read: logged, never a row per request in the warehouse.
+    assert not [r for r in trust.refused() if r["what"] == "slack"]
+    log = (trust.lw.root / "logs" / "approvals.log").read_text()
+    for problem in ("unsigned", "forged", "stale"):
+        assert f"refused a Slack request from 127.0.0.1: {problem}" in log
     assert trust.book.approvals(trust.plan) == []
 
 
@@ -200,10 +208,10 @@ def test_a_slack_user_who_is_nobody_in_the_context_file_is_refused_and_a_replay_
     again = trust.post_to_endpoint(sent["body"], {"X-Slack-Request-Timestamp": sent["timestamp"],
                                                   "X-Slack-Signature": sent["signature"]})  # fmt: skip
     assert again.status_code == 401 and "replayed" in again.text
+    # The stranger's verified click is recorded on the incident; the replay, refused from memory, is logged.
     reasons = [r["reason"] for r in trust.refused()]
-    assert any("U0STRANGR is nobody's" in r for r in reasons) and any(
-        "replayed Slack request" in r for r in reasons
-    )
+    assert any("U0STRANGR is nobody's" in r for r in reasons)
+    assert "replayed" in (trust.lw.root / "logs" / "approvals.log").read_text()
     assert trust.book.approvals(trust.plan) == []
 
 
@@ -236,7 +244,7 @@ def test_forged_approval_rows_and_a_tag_flip_release_nothing(trust: Trust):
     for name, row in forgeries.items():
         trust.insert_event("approval", key, row)
         with pytest.raises(ApprovalError, match=expected[name]):
-            book.verified_approvals(plan, run_id, digest)
+            book.verified_approvals(plan, run_id, digest, book.binding(plan))
         trust.delete_event(key)
     trust.insert_event("approval", key, forgeries["Priya's signature on Dana's name"])
     trust.daemon.instance.add_run_tags(run_id, {APPROVAL: APPROVAL_APPROVED})
@@ -323,6 +331,106 @@ def test_a_run_launched_by_hand_while_the_plan_waits_is_canceled_and_reported(tr
     assert out.exit_code != 0 and "was not submitted by dw-dagster" in out.output
 
 
+def test_a_run_relaunched_with_the_held_runs_tags_and_other_op_config_is_refused_and_the_plan_kept(
+    trust: Trust,
+):
+    """Issue #29's relaunch, with what GraphQL gives any UI user: terminate the held run; the sensor submits the
+    plan again; launch a run carrying the new run's tags (its visible one-time value included) with changed
+    op config; delete the sensor's run. The plan never binds to it, and is submitted again."""
+    instance = trust.daemon.instance
+    instance.run_coordinator.cancel_run(trust.run_id())
+    (resubmitted,) = trust.daemon.tick().submitted
+    real = trust.run(resubmitted)
+    job = trust.daemon.defs.resolve_job_def("remediate_incident")
+    ops_config = {
+        **real.run_config.get("ops", {}),
+        "await_node_deploy": {"config": {"deploy_timeout_seconds": 1e9}},
+    }
+    swapped = instance.create_run_for_job(job, run_config={**real.run_config, "ops": ops_config}, tags=dict(real.tags),
+                                          remote_job_origin=_job_origin(job.name))  # fmt: skip
+    instance.run_coordinator.submit_run(SubmitRunContext(swapped, workspace=None))  # type: ignore[arg-type]
+    instance.delete_run(real.run_id)
+
+    outcome = trust.daemon.tick()
+    assert trust.run(swapped.run_id).status == dg.DagsterRunStatus.CANCELED
+    refused = [r for r in trust.refused() if r.get("run_id") == swapped.run_id]
+    assert (
+        refused
+        and "its run config (op config, resources) is not the one dw-dagster requested"
+        in refused[0]["reason"]
+    )
+    (again,) = outcome.submitted  # never lost: submitted again
+    trust.daemon.tick()
+    assert trust.run_id() == again and trust.run().status == dg.DagsterRunStatus.QUEUED
+    out = trust.cli("approve", swapped.run_id, key="Priya Raman")
+    assert out.exit_code != 0 and "was not submitted by dw-dagster" in out.output
+
+
+def test_approvals_copied_from_another_run_or_signed_for_another_run_release_nothing(trust: Trust):
+    """Issue #29: both owners approved run R1, R1 was canceled, their rows copied under R2's key; and an
+    approval validly signed by an owner for another run id, stored under the held run's key."""
+    first = trust.run_id()
+    for who, more in (("Priya Raman", ()), ("Dana Ortiz", ("--set", "WAREHOUSE_NAME=Dallas"))):
+        out = trust.cli("approve", trust.iid, *more, key=who)
+        assert out.exit_code == 0, out.output
+    trust.daemon.instance.run_coordinator.cancel_run(first)  # before the queue launches it
+    (second,) = trust.daemon.tick().submitted
+    trust.daemon.tick()
+    assert trust.run_id() == second
+    before = trust.region_map()
+    plan = trust.plan
+    copied = [e for e in trust.store.events(trust.iid, kind="approval") if f"|{first}|" in e.event_key]
+    assert len(copied) == 2
+    for e in copied:
+        trust.insert_event("approval", e.event_key.replace(first, second), e.detail)
+    out = trust.cli("approve", trust.iid, key="Priya Raman")
+    assert (
+        out.exit_code != 0 and "the approval recorded for inventory-analytics does not verify" in out.output
+    )
+    assert f"not run {second}" in out.output and "the gate will refuse this run" in out.output
+    with pytest.raises(ApprovalError, match=f"given for plan {plan.plan_id}, run {first}, not run {second}"):
+        trust.book.validate(trust.run(), trust.daemon.defs.resources)
+    # The insider releases it by hand: the run's first step refuses it, nothing changes.
+    trust.daemon.instance.add_run_tags(second, {APPROVAL: APPROVAL_APPROVED})
+    assert trust.daemon.dequeue() == [dg.DagsterRunStatus.FAILURE]
+    assert trust.region_map() == before
+    refused = [r for r in trust.refused() if r.get("run_id") == second and r["what"] == "run"]
+    assert (
+        refused
+        and f"not run {second}: an approval copied or addressed to another run" in refused[0]["reason"]
+    )
+
+    # Dana signs, with her own key, an approval of another run, and it is stored under the new run's key.
+    (third,) = trust.daemon.tick().submitted
+    trust.daemon.tick()
+    (dana,) = [e.detail for e in copied if e.detail["team"] == "planning-ops"]
+    record = {k: v for k, v in dana.items() if k != "proof"} | {"run_id": "another-run"}
+    proof = sign_record(load_private_key(trust.keys["Dana Ortiz"]), record)
+    trust.insert_event(
+        "approval", f"approval|{plan.plan_id}|{third}|planning-ops", {**record, "proof": proof.model_dump()}
+    )
+    out = trust.cli("approve", trust.iid, key="Priya Raman")
+    assert out.exit_code == 0, out.output
+    assert "every owner has approved" not in out.output and "the run is released" not in out.output
+    assert (
+        "waiting for planning-ops (refused: approval by Dana Ortiz for planning-ops: given for plan"
+        in out.output
+    )
+    assert trust.run().tags[APPROVAL] != APPROVAL_APPROVED, (
+        "approve does not release a run the gate would refuse"
+    )
+    with pytest.raises(ApprovalError, match=f"run another-run, not run {third}"):
+        trust.book.validate(trust.run(), trust.daemon.defs.resources)
+    # Start the last story on a clean run: canceled (as any UI user can), the plan is submitted again.
+    trust.delete_event(f"approval|{plan.plan_id}|{third}|planning-ops")
+    trust.daemon.instance.run_coordinator.cancel_run(third)
+    trust.daemon.tick()
+    trust.daemon.tick()
+    assert (
+        trust.run().status == dg.DagsterRunStatus.QUEUED and trust.book.approvals(plan, trust.run_id()) == []
+    )
+
+
 def test_the_owners_approve_by_clicking_in_slack_and_with_a_signed_command_and_the_fix_runs(trust: Trust):
     message = trust.held_message()
     out = click(trust.lw, message["ts"], PRIYA, "Approve")
@@ -338,9 +446,14 @@ def test_the_owners_approve_by_clicking_in_slack_and_with_a_signed_command_and_t
     )
     assert trust.run().tags[APPROVAL] != APPROVAL_APPROVED
     out = trust.cli(
-        "approve", trust.iid, "--as", "Dana Ortiz", "--set", "WAREHOUSE_NAME=Dallas", key="Dana Ortiz"
-    )
+        "approve", trust.iid, "--as", "Dana Ortiz", "--set", "WAREHOUSE_NAME=Dallas", key="Dana Ortiz",
+        persons_shell=True,
+    )  # fmt: skip
     assert out.exit_code == 0 and "every owner has approved" in out.output, out.output
+    assert "its first step also verifies the plan's and the run's seals" in out.output, (
+        "what a person's shell cannot check is said, not claimed"
+    )
+    assert "the Slack approval by Priya Raman" in out.output
     (node,) = [p.node_change for p in trust.plan.of_kind(ProposalKind.NODE_CHANGE)]
     apply_and_deploy(trust.lw.coalesce_url, LOCAL_COALESCE_TOKEN, node)
     assert trust.daemon.tick().launched == [dg.DagsterRunStatus.SUCCESS]
@@ -352,6 +465,39 @@ def test_the_owners_approve_by_clicking_in_slack_and_with_a_signed_command_and_t
         ("Priya Raman", "Slack"),
         ("Dana Ortiz", "their approver key"),
     }
+
+
+def test_audit_verify_finds_every_row_written_by_hand_and_an_edited_receipt(trust: Trust):
+    """The night's audit trail: what dw-dagster recorded verifies; the rows the attempts above wrote into the
+    ops schema by hand are named; then a receipt edited in the warehouse is the first event that does not."""
+    out = trust.cli("audit", "verify", "--all")
+    assert out.exit_code == 1
+    by_hand = [
+        line
+        for line in out.output.splitlines()
+        if "not on the audit trail: written outside dw-dagster" in line
+    ]
+    assert len(by_hand) == len(out.output.splitlines()) == 5, out.output
+    for forged in (f"submission|{trust.plan.plan_id}|99", f"binding|{trust.plan.plan_id}|99"):
+        assert any(forged in line for line in by_hand), "the forged submission and binding"
+    assert sum("approval|" in line for line in by_hand) == 3, "the forged approval and the two copied ones"
+    signers = {e.signer for e in AuditTrail(trust.store.warehouse, trust.store.ops).entries()}
+    assert signers == {"code-location", "person:dana.ortiz@distributor.example"}, (
+        "Dana's approval from her own shell is on the trail under her key"
+    )
+    (receipt,) = trust.store.events(trust.iid, kind="receipt")
+    with trust.lw.snowflake.connect() as conn:
+        conn.cursor().execute(
+            f"UPDATE {EVENTS} SET DETAIL = %s WHERE INCIDENT_ID = %s AND EVENT_KEY = %s",
+            (json.dumps({**receipt.detail, "verified": True, "failure": None, "changes": []}), trust.iid,
+             receipt.event_key),
+        )  # fmt: skip
+    out = trust.cli("audit", "verify")
+    assert out.exit_code == 1
+    assert (
+        f"(receipt {receipt.event_key!r} of {trust.iid}): the record in the warehouse is not the one appended: edited"
+        in (out.output.splitlines()[0])
+    )
 
 
 def _click_body(message: dict, user: str, plan_id: str, run_id: str) -> str:

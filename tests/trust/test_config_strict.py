@@ -10,6 +10,7 @@ line) and what was expected.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import dagster as dg
@@ -17,10 +18,11 @@ import pytest
 import yaml
 from coalesce_state import environ, state_key, write_state_text
 
-from dw_dagster.app.components import asset_specs_of
+from dw_dagster.app.components import asset_specs_of, check_defs_files
 from dw_dagster.app.definitions import load_definitions
 from dw_dagster.app.project import refresh_coalesce_state
-from dw_dagster.coalesce.errors import CoalesceStateError
+from dw_dagster.coalesce.errors import CoalesceAttributeError, CoalesceStateError
+from dw_dagster.coalesce.metadata import coalesce_specs
 from dw_dagster.config import QUOTE_LIMIT, DwConfigError
 from dw_dagster.context.models import load_context_file
 from dw_local.world import DISTRIBUTOR_DIR, LOCAL_COALESCE_TOKEN, LocalWorld
@@ -269,3 +271,111 @@ def test_the_context_file_loader_names_the_line_of_a_duplicate_member_key(tmp_pa
     )
     with pytest.raises(DwConfigError, match=r"context.yaml: line 6: duplicate key 'email'"):
         load_context_file(path)
+
+
+# -- SQL in the files: exactly one statement that only reads, checked by sqlglot when the file loads -------
+
+
+def test_a_second_statement_in_a_draft_sql_is_refused_naming_file_and_field(world: World):
+    """The issue's hole: ``...; DELETE FROM X`` in a context file's draft_sql loaded, and would have run with
+    the code location's role when a key went missing."""
+    context, metrics = world.copy()
+    ref = context["reference_tables"][0]
+    ((_, node),) = coalesce_specs([world.specs[ref["asset"]]])
+    table = f"{{{{ ref('{node.location}', '{node.node_name}') }}}}"
+    ref["draft_sql"] = f'SELECT "{ref["key_column"]}" FROM {table} WHERE "{ref["key_column"]}" = %(key)s'
+    world.load(context=context)  # one SELECT with a bound key loads
+    ref["draft_sql"] += "; DELETE FROM X"
+    message = world.refused(context=context)
+    assert "context.yaml: reference_tables.0.draft_sql: Value error, expected one read-only SELECT" in message
+    assert "got 2 statements" in message
+
+
+def test_a_write_or_a_system_call_disguised_as_a_select_is_refused_in_both_files(world: World):
+    context, metrics = world.copy()
+    context["reference_tables"][0]["draft_sql"] = "SELECT * INTO STOLEN FROM X WHERE K = %(key)s"
+    message = world.refused(context=context)
+    assert "reference_tables.0.draft_sql" in message and "SELECT ... INTO creates a table" in message
+    context, metrics = world.copy()
+    metrics["totals"][0]["sql"] = 'SELECT SYSTEM$ABORT_SESSION(1) AS "VALUE"'
+    message = world.refused(metrics=metrics)
+    assert "metrics.yaml: totals.0.sql" in message and "it calls SYSTEM$ABORT_SESSION" in message
+
+
+def test_a_total_that_is_not_valid_snowflake_sql_is_refused_at_load_not_at_night(world: World):
+    context, metrics = world.copy()
+    metrics["totals"][0]["sql"] = metrics["totals"][0]["sql"].replace("SELECT", "SELECT SUM(", 1)
+    message = world.refused(metrics=metrics)
+    assert "metrics.yaml: totals.0.sql" in message and "not valid Snowflake SQL at line" in message
+
+
+# -- defs.yaml: the components' attributes, refused naming the file, the line and the attribute ----------
+
+DEFS = Path(__file__).resolve().parents[2] / "dw_dagster" / "app" / "defs"
+COALESCE_DEFS = DEFS / "coalesce" / "defs.yaml"
+
+
+def _refused_in_defs(world: World, **env: str) -> str:
+    """The message of the error loading raised with ``env`` over the world's, from the component's error
+    up (Dagster's own exception only names the component)."""
+    with pytest.raises(Exception) as e, environ({**world.env(), **env}):
+        load_definitions(world.instance)
+    cause = e.value
+    while not isinstance(cause, CoalesceAttributeError) and cause.__cause__ is not None:
+        cause = cause.__cause__
+    assert isinstance(cause, CoalesceAttributeError), e.value
+    return str(cause)
+
+
+def test_a_coalesce_base_url_without_a_scheme_is_refused_naming_defs_yaml_and_the_attribute(world: World):
+    message = _refused_in_defs(world, COALESCE_BASE_URL="app.coalescesoftware.io")
+    line = (
+        COALESCE_DEFS.read_text()
+        .splitlines()
+        .index(next(x for x in COALESCE_DEFS.read_text().splitlines() if "base_url:" in x))
+    )
+    assert (
+        f"{COALESCE_DEFS}:{line + 1}: attributes.workspace.base_url: expected the Coalesce host as an https URL"
+        in message
+    )
+    assert "got 'app.coalescesoftware.io'" in message
+    # The token goes with every call: plain http only to this machine.
+    message = _refused_in_defs(world, COALESCE_BASE_URL="http://coalesce.example.com")
+    assert "attributes.workspace.base_url: expected https" in message
+
+
+def test_a_coalesce_environment_id_that_is_not_a_number_is_refused_naming_defs_yaml(world: World):
+    message = _refused_in_defs(world, COALESCE_ENVIRONMENT_IDS="2,PROD")
+    assert f"{COALESCE_DEFS}:" in message and "attributes.workspace.environment_ids:" in message
+    assert "not ids: ['PROD']" in message
+
+
+def _defs_copy(tmp_path: Path, edit) -> Path:
+    folder = tmp_path / "defs"
+    shutil.copytree(DEFS, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    path = folder / "coalesce" / "defs.yaml"
+    path.write_text(edit(path.read_text()))
+    return folder
+
+
+def test_a_key_given_twice_in_defs_yaml_is_refused_naming_file_and_line(tmp_path: Path):
+    """Dagster keeps the last of two keys: a second base_url would quietly send the token elsewhere."""
+    check_defs_files(DEFS)  # the product's own files pass
+    folder = _defs_copy(tmp_path, lambda text: text.replace(
+        "    api_token_env_var:", "    base_url: https://elsewhere.example\n    api_token_env_var:", 1))  # fmt: skip
+    with pytest.raises(DwConfigError) as e:
+        check_defs_files(folder)
+    lines = (folder / "coalesce" / "defs.yaml").read_text().splitlines()
+    second = lines.index("    base_url: https://elsewhere.example") + 1
+    assert f"coalesce/defs.yaml: line {second}: duplicate key 'base_url' (first given on line" in str(e.value)
+
+
+def test_an_unknown_component_type_is_refused_naming_file_and_field(tmp_path: Path):
+    folder = _defs_copy(tmp_path, lambda text: text.replace("CoalesceComponent", "CoalesceComponnt", 1))
+    with pytest.raises(DwConfigError) as e:
+        check_defs_files(folder)
+    assert (
+        f"{folder / 'coalesce' / 'defs.yaml'}: type: no component 'dw_dagster.coalesce.CoalesceComponnt'"
+        in str(e.value)
+    )
+    assert "did you mean dw_dagster.coalesce.CoalesceComponent?" in str(e.value)

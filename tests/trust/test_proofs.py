@@ -36,9 +36,13 @@ from dw_dagster.remediation.slack_request import SlackRequestError, parse_click,
 from dw_dagster.remediation.submission import (
     Binding,
     RunRecordError,
+    Submission,
     check_credential_host,
     check_run,
+    check_submitted,
+    config_digest,
     credential_hosts,
+    nonce_hash,
     origin,
     resource_digests,
 )
@@ -244,28 +248,80 @@ def _resources(base_url: str = "http://127.0.0.1:47102", token: str = "t") -> di
     }
 
 
-def _binding(seal: Seal, run_config: dict | None = None) -> Binding:
+def _run(run_id: str = "r1", job: str = "remediate_incident", run_config: dict | None = None, **tags: str):
+    return dg.DagsterRun(job_name=job, run_id=run_id, run_config=run_config or {},
+                         tags={"dw/plan_id": "INC-1-p1", "dw/approval": "pending", **tags})  # fmt: skip
+
+
+def _binding(seal: Seal, run: dg.DagsterRun | None = None) -> Binding:
     resources = _resources()
-    return Binding(plan_id="INC-1-p1", seq=1, run_id="r1", job="remediate_incident",
-                   run_config_digest=seal.keyed_digest(run_config or {}), resources=resource_digests(seal, resources),
-                   credential_hosts=credential_hosts(resources["coalesce"]), at=datetime.now(UTC))  # fmt: skip
+    run = run or _run()
+    tags = sorted(k for k in run.tags if k != "dw/approval")
+    binding = Binding(plan_id="INC-1-p1", seq=1, run_id=run.run_id, job=run.job_name, tag_keys=tags,
+                      resources=resource_digests(seal, resources), credential_hosts=credential_hosts(resources["coalesce"]),
+                      at=datetime.now(UTC))  # fmt: skip
+    return binding.model_copy(update={"config_digest": config_digest(run, binding, seal)})
 
 
 def test_only_the_bound_run_as_submitted_passes():
     seal = Seal(KEY)
     binding = _binding(seal)
-    check_run(binding, "r1", "remediate_incident", {}, _resources(), seal)
+    check_run(binding, _run(), _resources(), seal)
+    # The gate's own tag and Dagster's hidden ones change while the run waits: still the bound run.
+    check_run(binding, _run(**{"dw/approval": "approved", ".dagster/grpc_info": "{}"}), _resources(), seal)
     with pytest.raises(RunRecordError, match="is not the run dw-dagster submitted"):
-        check_run(binding, "r2", "remediate_incident", {}, _resources(), seal)
+        check_run(binding, _run("r2"), _resources(), seal)
     with pytest.raises(RunRecordError, match="is of job"):
-        check_run(binding, "r1", "other_job", {}, _resources(), seal)
-    with pytest.raises(RunRecordError, match="run config is not the one submitted"):
-        check_run(binding, "r1", "remediate_incident", {"resources": {"coalesce": {"config": {"base_url": "http://evil"}}}},
+        check_run(binding, _run(job="other_job"), _resources(), seal)
+    with pytest.raises(RunRecordError, match="configuration .* is not the one bound"):
+        check_run(binding, _run(run_config={"resources": {"coalesce": {"config": {"base_url": "http://evil"}}}}),
                   _resources(), seal)  # fmt: skip
+    with pytest.raises(RunRecordError, match="configuration .* is not the one bound"):
+        check_run(binding, _run(run_config={"ops": {"scoped_rerun": {"config": {"poll_seconds": 1}}}}),
+                  _resources(), seal)  # fmt: skip
+    with pytest.raises(RunRecordError, match="configuration .* is not the one bound"):
+        check_run(binding, _run(**{"dw/plan_id": "INC-1-p2"}), _resources(), seal)
     with pytest.raises(RunRecordError, match="resources coalesce are not configured"):
-        check_run(binding, "r1", "remediate_incident", {}, _resources(base_url="http://evil.example"), seal)
+        check_run(binding, _run(), _resources(base_url="http://evil.example"), seal)
     with pytest.raises(RunRecordError, match="resources coalesce are not configured"):
-        check_run(binding, "r1", "remediate_incident", {}, _resources(token="another"), seal)
+        check_run(binding, _run(), _resources(token="another"), seal)
+
+
+def test_a_plan_binds_only_to_a_run_of_exactly_the_configuration_requested():
+    """Issue #29's relaunch: a run launched through GraphQL with the held run's tags, its visible one-time
+    value included, and changed op config; re-executions and selections; extra tags."""
+    seal = Seal(KEY)
+    requested = {"ops": {"scoped_rerun": {"config": {"poll_seconds": 15}}}}
+    tags = {"dw/plan_id": "INC-1-p1", "dw/approval": "pending"}
+    sub = Submission(plan_id="INC-1-p1", seq=2, nonce_sha256=nonce_hash("n0nce"), job="remediate_incident",
+                     run_config_digest=seal.keyed_digest(requested), tags=tags, job_tags={"dw/kind": "remediation"},
+                     steps=["check_approval", "scoped_rerun"], resources={}, credential_hosts=[],
+                     at=datetime.now(UTC))  # fmt: skip
+    daemon = {"dw/submission": "n0nce", "dagster/sensor_name": "remediation_proposals", "dagster/run_key": "k",
+              "dagster/tick": "7", "dw/kind": "remediation"}  # fmt: skip
+
+    def run(run_config=requested, **more):
+        fields = {k: more.pop(k) for k in ("parent_run_id", "root_run_id", "op_selection", "step_keys_to_execute")
+                  if k in more}  # fmt: skip
+        return dg.DagsterRun(job_name="remediate_incident", run_id="r3", run_config=run_config,
+                             tags={**tags, **daemon, **more}, **fields)  # fmt: skip
+
+    check_submitted(sub, run(), seal)
+    check_submitted(sub, run(step_keys_to_execute=["check_approval", "scoped_rerun"]), seal)  # every step
+    changed = {"ops": {"scoped_rerun": {"config": {"poll_seconds": 15, "rerun_timeout_seconds": 1}}}}
+    refusals = {
+        "its run config (op config, resources) is not the one dw-dagster requested": run(changed),
+        "its tags differ from the ones requested: dagster/max_retries": run(**{"dagster/max_retries": "3"}),
+        "its tags differ from the ones requested: dw/approval": run(**{"dw/approval": "approved"}),
+        "re-executes run r1": run(parent_run_id="r1", root_run_id="r1"),
+        "(op_selection)": run(op_selection=["scoped_rerun"]),
+        "(step_keys_to_execute)": run(step_keys_to_execute=["scoped_rerun"]),
+        "does not carry the one-time value": run(**{"dw/submission": "guessed"}),
+    }
+    for why, relaunched in refusals.items():
+        with pytest.raises(RunRecordError) as refused:
+            check_submitted(sub, relaunched, seal)
+        assert why in str(refused.value)
 
 
 def test_credentials_go_only_to_the_configured_coalesce():

@@ -30,7 +30,7 @@ def values(tmp_path_factory) -> dict[str, str]:
 
 def _der(settings: dict, values: dict[str, str]) -> bytes:
     """The key a case names, as unencrypted PKCS#8 DER."""
-    if "private_key_path" in settings:
+    if "private_key_path" in settings or settings.get("private_key") == "$ENCRYPTED_KEY":
         pem, password = Path(values["$ENCRYPTED_KEY_PATH"]).read_bytes(), b"s3cret"
     else:
         pem, password = values["$PLAIN_KEY"].encode(), None

@@ -30,6 +30,7 @@ def accept(asset: str, check: str | None, who: str, reason: str) -> None:
     """Accept the latest recorded level of ASSET's checks as its new baseline level."""
     from datetime import date
 
+    from dw_dagster.app.commands.lookup import no_such
     from dw_dagster.app.operations import Operations
     from dw_dagster.app.settings import Settings
     from dw_dagster.checks.history import HistoryStore, Rebase, total_series, volume_series
@@ -40,13 +41,19 @@ def accept(asset: str, check: str | None, who: str, reason: str) -> None:
     metrics = load_metrics_file(settings.metrics_file) if settings.metrics_file else MetricsFile()
     person = ops.person(who)
     totals = [t for t in metrics.totals if t.asset == asset]
+    store = HistoryStore(ops.warehouse, ops.ops, check="baseline_accept")
+    if not totals:
+        with store.session("cli.baseline.accept") as history:
+            recorded = recorded_assets(history, ops.ops)
+        if asset not in recorded:
+            known = sorted(recorded | {t.asset for t in metrics.totals})
+            raise no_such("asset with recorded checks", asset, known)
     owners = set(ops.context.owners_for(asset)) | {t.owner for t in totals}
     teams = set(ops.context.teams_of(person))
     if not teams & owners:
         raise click.ClickException(
             f"{person.name} is not an owner of {asset} (owners: {', '.join(sorted(owners)) or 'none'})"
         )
-    store = HistoryStore(ops.warehouse, ops.ops, check="baseline_accept")
     accepted: list[tuple[str, date]] = []
     with store.session("cli.baseline.accept") as history:
         volume_night = history.latest_volume(asset)
@@ -80,6 +87,17 @@ def accept(asset: str, check: str | None, who: str, reason: str) -> None:
     _note_on_open_incidents(ops, asset, person.name, reason, accepted)
     for name, night in accepted:
         click.echo(f"{asset} {name}: new level from {night.isoformat()} accepted by {person.name}: {reason}")
+
+
+def recorded_assets(history, ops) -> set[str]:
+    """The assets whose row counts the checks have recorded (their volume series)."""
+    from dw_dagster.checks.history import volume_series
+
+    prefix = volume_series("")
+    history.cur.execute(
+        f"SELECT DISTINCT METRIC FROM {ops.table('METRIC_HISTORY')} WHERE STARTSWITH(METRIC, %s)", (prefix,)
+    )
+    return {row[0][len(prefix) :] for row in history.cur.fetchall()}
 
 
 def _note_on_open_incidents(ops, asset: str, by: str, reason: str, accepted) -> None:

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import click
 
+from dw_dagster.app.commands.lookup import require_incident
 from dw_dagster.app.operations import Operations
 
 
@@ -41,9 +42,7 @@ def show(incident_id: str) -> None:
     from dw_dagster.notifications.incident_view import view_of
 
     ops = Operations()
-    incident = ops.store.get(incident_id)
-    if incident is None:
-        raise click.ClickException(f"{incident_id}: no such incident in {ops.ops.table('INCIDENTS')}")
+    incident = require_incident(ops, incident_id)
     click.echo(view_of(ops.store, incident).markdown())
 
 
@@ -62,9 +61,7 @@ def resolve_incident(incident_id: str, who: str, reason: str) -> None:
 
     ops = Operations()
     person = ops.person(who)
-    incident = ops.store.get(incident_id)
-    if incident is None:
-        raise click.ClickException(f"{incident_id}: no such incident in {ops.ops.table('INCIDENTS')}")
+    incident = require_incident(ops, incident_id)
     if incident.status == "merged":
         raise click.ClickException(f"{incident_id} continues {incident.merged_into}: resolve that incident")
     if incident.status == "resolved":

@@ -7,21 +7,38 @@ import click
 
 @click.command("mcp")
 @click.option("--http", "http", default=None, metavar="HOST:PORT",
-              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio.")  # fmt: skip
-def mcp(http: str | None) -> None:
+              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (:PORT: loopback). Requires "
+                   "DW_MCP_TOKEN, the bearer token every request must carry.")  # fmt: skip
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME[:PORT]",
+              help="A Host header the HTTP server accepts besides loopback (NAME:* for any port); repeat for "
+                   "more. Default: DW_MCP_ALLOWED_HOSTS (comma-separated). Required with a 0.0.0.0 bind.")  # fmt: skip
+@click.option("--allowed-origin", "allowed_origins", multiple=True, metavar="ORIGIN",
+              help="An Origin header accepted besides those of the allowed hosts (e.g. https://ide.example); "
+                   "default: DW_MCP_ALLOWED_ORIGINS.")  # fmt: skip
+def mcp(http: str | None, allowed_hosts: tuple[str, ...], allowed_origins: tuple[str, ...]) -> None:
     """Serve dw-dagster's incidents, lineage, check history and proposals to a coding agent (docs/mcp.md)."""
-    from dw_dagster.app.mcp.server import build_server, parse_http
+    from dw_dagster.app.mcp.server import (
+        HttpSettings,
+        HttpSettingsError,
+        build_server,
+        parse_http,
+        serve_http,
+    )
 
-    address = None
-    if http is not None:
-        try:
-            address = parse_http(http)
-        except ValueError as e:
-            raise click.BadParameter(str(e), param_hint="--http") from None
-    server = build_server()
-    if address is None:
-        server.run("stdio")
+    if http is None:
+        build_server().run("stdio")
         return
-    host, port = address
-    click.echo(f"dw-dagster MCP server at http://{host}:{port}/mcp", err=True)
-    server.run("streamable-http", host=host, port=port)
+    try:
+        host, port = parse_http(http)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--http") from None
+    try:
+        settings = HttpSettings.resolve(host, port, allowed_hosts, allowed_origins)
+    except HttpSettingsError as e:
+        raise click.UsageError(str(e)) from None
+    click.echo(
+        f"dw-dagster MCP server at {settings.url}/mcp; bearer token from DW_MCP_TOKEN; "
+        f"Host headers accepted: {', '.join(settings.allowed_hosts)}",
+        err=True,
+    )
+    serve_http(settings)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import click
 
+from dw_dagster.app.commands.lookup import require_ref
 from dw_dagster.app.operations import Operations
 
 
@@ -36,7 +38,18 @@ def _signer(ops: Operations, who: str | None, ref: str, command: str):
         raise click.ClickException(str(e)) from None
 
 
-def _refused(ops: Operations, ref: str, command: str, who: str | None, reason: str) -> None:
+def _book(ops: Operations, signer=None):
+    """The approval record as this command writes it: what it records goes on the audit trail, signed by the
+    code location's key where this process holds it, else by the person's own approver key (unsigned only
+    for the refused attempt of someone who proved nothing)."""
+    from dw_dagster.remediation.approvals import ApprovalBook
+    from dw_dagster.remediation.audit import TrailSigner
+
+    key, email = (signer.key, signer.person.email) if signer is not None else (None, None)
+    return ApprovalBook(ops.store, ops.context, trail_signer=TrailSigner.of_process(key, email))
+
+
+def _refused(ops: Operations, ref: str, command: str, who: str | None, reason: str, signer=None) -> None:
     """Every refused attempt is recorded on its incident (when the reference names one)."""
     if not ref:
         return
@@ -45,7 +58,7 @@ def _refused(ops: Operations, ref: str, command: str, who: str | None, reason: s
         run = ops.instance.get_run_by_id(ref)
         incident_id = run.tags.get("dw/incident_id") if run else None
     if incident_id and ops.store.get(incident_id) is not None:
-        ops.book().refuse(incident_id, command, reason, ref=ref, claimed=who or "")
+        _book(ops, signer).refuse(incident_id, command, reason, ref=ref, claimed=who or "")
 
 
 @click.command("approve")
@@ -58,26 +71,31 @@ def approve(ref: str, who: str | None, values: tuple[str, ...]) -> None:
     from dw_dagster.remediation.gate import approve_run
 
     ops = Operations()
+    require_ref(ops, ref)  # a mistyped id is "no such incident/run", with the closest names
     signer = _signer(ops, who, ref, "approve")
     try:
         out = approve_run(
-            ops.instance, ops.book(), ref, signer.person, signer.prove, signer.via, _set_values(values)
+            ops.instance,
+            _book(ops, signer),
+            ref,
+            signer.person,
+            signer.prove,
+            signer.via,
+            _set_values(values),
         )
     except ApprovalError as e:
-        _refused(ops, ref, "approve", signer.person.name, str(e))
+        _refused(ops, ref, "approve", signer.person.name, str(e), signer)
         raise click.ClickException(str(e)) from None
     teams = ", ".join(a.team for a in out.given)
     approver = out.given[0].approver
-    status = (
-        "every owner has approved: the run is released"
-        if out.released
-        else f"waiting for {', '.join(out.missing)}"
-    )
     ops.tell_owners(
-        out.plan.incident_id, f":white_check_mark: {approver} approved {out.plan.plan_id} for {teams}; {status}.",
+        out.plan.incident_id, f":white_check_mark: {approver} approved {out.plan.plan_id} for {teams}; {out.status}.",
         "approval", f"{out.plan.plan_id}|{teams}|{out.run_id}", run_id=out.run_id,
     )  # fmt: skip
-    click.echo(f"run {out.run_id}: approved by {approver} for {teams} (verified: {signer.via}); {status}")
+    line = f"run {out.run_id}: approved by {approver} for {teams} (verified: {signer.via}); {out.status}"
+    if out.blocked:
+        raise click.ClickException(line)
+    click.echo(line)
 
 
 @click.command("reject")
@@ -90,34 +108,44 @@ def reject(ref: str, who: str | None, reason: str) -> None:
     from dw_dagster.remediation.gate import reject_run
 
     ops = Operations()
+    require_ref(ops, ref)
     signer = _signer(ops, who, ref, "reject")
     try:
-        decision = reject_run(ops.instance, ops.book(), ref, signer.person, signer.prove, reason)
+        decision = reject_run(ops.instance, _book(ops, signer), ref, signer.person, signer.prove, reason)
     except ApprovalError as e:
-        _refused(ops, ref, "reject", signer.person.name, str(e))
+        _refused(ops, ref, "reject", signer.person.name, str(e), signer)
         raise click.ClickException(str(e)) from None
     ops.tell_owners(incident_of(decision.plan_id), f":no_entry: {decision.by} rejected {decision.plan_id}: {reason}",
                     "rejection", decision.plan_id, run_id=decision.run_id)  # fmt: skip
     click.echo(f"run {decision.run_id}: rejected by {decision.by} and canceled")
 
 
+def _control(action: Literal["stop", "resume"], who: str | None, reason: str | None) -> None:
+    from dw_dagster.remediation.control import ControlError
+
+    ops = Operations()
+    signer = _signer(ops, who, "", action)
+    try:
+        state = ops.control().set(action, signer, reason)
+    except ControlError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(state.describe())
+
+
 @click.command("stop")
 @click.option("--as", "who", default=None, help=AS_HELP)
 @click.option("--reason", default=None)
 def stop(who: str | None, reason: str | None) -> None:
-    """Org-wide stop: halt every autonomous dispatch now (durable until `dw-dagster resume`)."""
-    ops = Operations()
-    person = _signer(ops, who, "", "stop").person
-    click.echo(ops.control().set("stop", person.name, reason).describe())
+    """Org-wide stop: halt every autonomous dispatch now (durable until `dw-dagster resume`). Signed with your
+    approver key; given by a member of the governing team (the teams the domains escalate to)."""
+    _control("stop", who, reason)
 
 
 @click.command("resume")
 @click.option("--as", "who", default=None, help=AS_HELP)
 def resume(who: str | None) -> None:
     """Lift the org-wide stop: autonomous dispatch resumes (held hold notices go out at the next flush)."""
-    ops = Operations()
-    person = _signer(ops, who, "", "resume").person
-    click.echo(ops.control().set("resume", person.name).describe())
+    _control("resume", who, None)
 
 
 @click.command("undo")
@@ -129,17 +157,18 @@ def undo(incident_id: str, who: str | None) -> None:
     from dw_dagster.remediation.changes import undo as undo_rows
 
     ops = Operations()
-    person = _signer(ops, who, incident_id, "undo").person
+    signer = _signer(ops, who, incident_id, "undo")
+    person = signer.person
     changes = pending_undo(ops.store, incident_id)
     if not changes:
         raise click.ClickException(f"{incident_id}: no change to undo")
-    book = ops.book()
+    book = _book(ops, signer)
     teams = set(ops.context.teams_of(person))
     foreign = [c.what for c in changes if not teams & set(book.owners_of_change(incident_id, c.proposal_id))]
     if foreign:
         raise click.ClickException(f"{person.name} does not own what these changed: {'; '.join(foreign)}")
     with ops.warehouse.tagged_connection("cli.undo", job="undo") as conn:
-        done = undo_rows(conn.cursor(), ops.store, incident_id, changes, person.name)
+        done = undo_rows(conn.cursor(), book.store, incident_id, changes, person.name)
     ops.tell_owners(incident_id, f":leftwards_arrow_with_hook: {person.name}: " + "; ".join(done), "undo",
                     changes[-1].at.isoformat())  # fmt: skip
     click.echo("\n".join(done))

@@ -61,7 +61,7 @@ def history_answer(
         Night(business_date=d, value=r.value, groups=r.groups, left_out=r.flagged, incident_night=d in incident_days)
         for d, r in sorted(recorded.items())
     ]  # fmt: skip
-    lines = [f"### {check} on {asset}: {len(nights)} night(s) recorded", ""]
+    lines = [f"### {check} on {asset}: {len(nights)} night{'s' if len(nights) != 1 else ''} recorded", ""]
     if nights:
         groups = sorted({g for n in nights for g in n.groups})[:8]
         lines.append(table(

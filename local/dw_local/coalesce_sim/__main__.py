@@ -19,6 +19,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--scheduler", action="store_true", help="start scheduled Jobs on the simulator clock"
     )
+    parser.add_argument(
+        "--jobs-collection",
+        action="store_true",
+        help="serve GET /api/v1/environments/{id}/jobs (no public evidence the real API has it)",
+    )
     args = parser.parse_args(argv)
 
     import uvicorn
@@ -40,6 +45,7 @@ def main(argv: list[str] | None = None) -> None:
         args.data_dir,
         SnowflakeAddress(args.snowflake_host, args.snowflake_port),
         scheduler=args.scheduler,
+        jobs_collection=args.jobs_collection,
     )
     # No auth beyond the token and a port anyone on the machine can reach: loopback only.
     uvicorn.run(create_app(sim, args.token), host="127.0.0.1", port=args.port, log_level="warning")

@@ -15,8 +15,11 @@ ENVIRONMENT_CREATED_AT = "2024-01-08T15:00:00.000Z"
 ENVIRONMENT_CREATED_BY = {"id": "1", "firstName": "Local", "lastName": "Simulator"}
 
 
-def environment_to_api(env: EnvironmentSpec, project: ProjectInfo, status: str) -> dict[str, Any]:
-    return {
+def environment_to_api(env: EnvironmentSpec, project: ProjectInfo, status: str, full: bool) -> dict[str, Any]:
+    """An environment as listed, or in full (``full``) as ``GET /api/v1/environments/{id}`` answers, with
+    its default ``runTimeParameters`` (https://docs.coalesce.io/docs/api/coalesce/get-environment lists
+    them; the listing's fields are the OpenAPI v6.2 ``BaseEnvironment``'s)."""
+    shape = {
         "id": env.id,
         "name": env.name,
         "project": project.id,
@@ -24,6 +27,9 @@ def environment_to_api(env: EnvironmentSpec, project: ProjectInfo, status: str) 
         "createdBy": dict(ENVIRONMENT_CREATED_BY),
         "status": status,
     }
+    if full:
+        shape["runTimeParameters"] = dict(env.runTimeParameters)
+    return shape
 
 
 def node_summary(node: NodeSpec, env: EnvironmentSpec) -> dict[str, Any]:

@@ -1,11 +1,20 @@
 """The simulator's HTTP surface: Coalesce's REST API (``/api/v1``) and Scheduler (``/scheduler``) in the
 shapes ``docs/coalesce-api.md`` records, plus the simulator's own control endpoints (``/_sim``).
 
-Every request carries ``Authorization: Bearer <token>``; every error answers Coalesce's error body.
+It serves only what public evidence shows, and takes the stricter reading where the evidence is unclear
+(``docs/coalesce-contract.md`` lists each rule, its source and the test that holds the simulator to it):
+
+- Every request carries ``Authorization: Bearer <token>``; any other token is a 401 with Coalesce's body
+  (OpenAPI v6.2 ``securitySchemes: BearerAuth`` and its 401 example; https://docs.coalesce.io/docs/api/authentication/).
+- Every error answers Coalesce's error body ``{"error": {"errorString", "errorDetail"}}`` (v6.2 ``ErrorResponse``).
+- Listings page as :mod:`~dw_local.coalesce_sim.paging` says: ``startingFrom`` needs ``orderBy``; ``next``
+  is opaque.
+- No jobs collection unless turned on (:class:`~dw_local.coalesce_sim.simulator.CoalesceSimulator`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 from collections.abc import AsyncIterator
@@ -23,8 +32,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dw_local.coalesce_sim.api_shapes import node_detail, node_summary
 from dw_local.coalesce_sim.clock import format_time, parse_time
-from dw_local.coalesce_sim.faults import HttpFault, WarehouseFault, fault_response
+from dw_local.coalesce_sim.faults import HttpFault, NodePageFault, WarehouseFault, error_body, fault_response
+from dw_local.coalesce_sim.paging import ORDER_REQUIRED, decode_cursor, encode_cursor, page
 from dw_local.coalesce_sim.schemas import (
+    ApiFeatures,
     CancelRunRequest,
     ClockRequest,
     DeployRequest,
@@ -32,7 +43,7 @@ from dw_local.coalesce_sim.schemas import (
     StartRunRequest,
     describe_validation_error,
 )
-from dw_local.coalesce_sim.simulator import ApiError, CoalesceSimulator, page
+from dw_local.coalesce_sim.simulator import ApiError, CoalesceSimulator
 from dw_local.coalesce_sim.store import RUN_ORDER_COLUMNS, RUN_STATUSES, RunQuery
 
 UNAUTHENTICATED = "Unable to authenticate, please ensure your token is valid."
@@ -116,6 +127,18 @@ def _choice_param(request: Request, name: str, choices: tuple[str, ...], default
     return raw
 
 
+def _order(
+    request: Request, order_by: tuple[str, ...], default_direction: str = "asc"
+) -> tuple[str, bool, str | None]:
+    """``orderBy``, whether descending, and ``startingFrom``, which is refused without ``orderBy``."""
+    starting_from = request.query_params.get("startingFrom")
+    if starting_from is not None and request.query_params.get("orderBy") is None:
+        raise ApiError(400, ORDER_REQUIRED)
+    order = _choice_param(request, "orderBy", order_by, "id") or "id"
+    direction = _choice_param(request, "orderByDirection", ("asc", "desc"), default_direction)
+    return order, direction == "desc", starting_from
+
+
 def _listing(data: list[Any], next_cursor: str | None, limit: int) -> JSONResponse:
     return JSONResponse({"data": data, "next": next_cursor, "limit": limit})
 
@@ -132,18 +155,23 @@ def _sim(request: Request) -> CoalesceSimulator:
 async def list_environments(request: Request) -> Response:
     sim = _sim(request)
     limit = _int_param(request, "limit", 100, 1, 1000)
-    order_by = _choice_param(request, "orderBy", ("id", "name"), "id")
+    order_by, descending, starting_from = _order(request, ("id", "name"))
     project = request.query_params.get("project")
     listed = project in (None, sim.project.file.project.id)
     environments = list(sim.project.file.environments) if listed else []
-    environments.sort(key=lambda e: (int(e.id), e.id) if order_by == "id" else (e.name, e.id))
-    chunk, next_cursor = page(environments, lambda e: e.id, limit, request.query_params.get("startingFrom"))
+    environments.sort(
+        key=lambda e: (int(e.id), e.id) if order_by == "id" else (e.name, e.id), reverse=descending
+    )
+    chunk, next_cursor = page(
+        "environments", environments, lambda e: e.id, limit, order_by, descending, starting_from
+    )
     return _listing([sim.environment_to_api(e) for e in chunk], next_cursor, limit)
 
 
 async def get_environment(request: Request) -> Response:
     sim = _sim(request)
-    return JSONResponse(sim.environment_to_api(sim.environment(request.path_params["environmentID"])))
+    env = sim.environment(request.path_params["environmentID"])
+    return JSONResponse(sim.environment_to_api(env, full=True))
 
 
 async def list_nodes(request: Request) -> Response:
@@ -152,11 +180,18 @@ async def list_nodes(request: Request) -> Response:
     env, graph = sim.environment(env_id), sim.graph(env_id)
     detail = _bool_param(request, "detail")
     limit = _int_param(request, "limit", 100, 1, 500)
-    order_by = _choice_param(request, "orderBy", ("id", "name"), "id")
-    descending = _choice_param(request, "orderByDirection", ("asc", "desc"), "asc") == "desc"
+    order_by, descending, starting_from = _order(request, ("id", "name"))
     key = (lambda n: (n.id,)) if order_by == "id" else (lambda n: (n.name, n.id))
     nodes = sorted(graph.nodes.values(), key=key, reverse=descending)
-    chunk, next_cursor = page(nodes, lambda n: n.id, limit, request.query_params.get("startingFrom"))
+    listing = f"environments/{env.id}/nodes"
+    chunk, next_cursor = page(listing, nodes, lambda n: n.id, limit, order_by, descending, starting_from)
+    if detail:
+        # Detailed pages are the slow ones on a large project (faults.NodePageFault).
+        delay, failure = sim.faults.take_node_page(limit, len(chunk))
+        if delay:
+            await asyncio.sleep(delay)
+        if failure is not None:
+            return JSONResponse(error_body(failure), status_code=failure)
     shape = node_detail if detail else node_summary
     return _listing([shape(n, env) for n in chunk], next_cursor, limit)
 
@@ -168,14 +203,18 @@ async def get_node(request: Request) -> Response:
 
 async def list_jobs(request: Request) -> Response:
     sim = _sim(request)
+    if not sim.jobs_collection:
+        # Answered as any path the API does not have (see CoalesceSimulator.jobs_collection).
+        raise HTTPException(404)
     env_id = request.path_params["environmentID"]
     sim.environment(env_id)
     limit = _int_param(request, "limit", 100, 1, 500)
-    order_by = _choice_param(request, "orderBy", ("id", "name"), "id")
-    descending = _choice_param(request, "orderByDirection", ("asc", "desc"), "asc") == "desc"
+    order_by, descending, starting_from = _order(request, ("id", "name"))
     key = (lambda j: (int(j.id), j.id)) if order_by == "id" else (lambda j: (j.name, j.id))
     jobs = sorted(sim.project.file.jobs, key=key, reverse=descending)
-    chunk, next_cursor = page(jobs, lambda j: j.id, limit, request.query_params.get("startingFrom"))
+    listing = f"environments/{env_id}/jobs"
+    chunk, next_cursor = page(listing, jobs, lambda j: j.id, limit, order_by, descending, starting_from)
+    # The shape the Transform MCP server's one version that calls it documents: { data, next?, total? }.
     return JSONResponse({"data": [j.to_api() for j in chunk], "next": next_cursor, "total": len(jobs)})
 
 
@@ -187,25 +226,22 @@ async def get_job(request: Request) -> Response:
 async def list_runs(request: Request) -> Response:
     sim = _sim(request)
     limit = _int_param(request, "limit", 25, 1, 1000)
-    order_by = _choice_param(request, "orderBy", tuple(RUN_ORDER_COLUMNS), "id")
-    descending = _choice_param(request, "orderByDirection", ("asc", "desc"), "desc") == "desc"
-    starting_from = request.query_params.get("startingFrom")
+    # Newest first unless asked (OpenAPI v6.2: orderByDirection defaults to desc).
+    order_by, descending, starting_from = _order(request, tuple(RUN_ORDER_COLUMNS), "desc")
     from_id = from_time = None
     if starting_from is not None:
         if starting_from.isdigit():
             from_id = int(starting_from)
+        elif not _looks_like_time(starting_from):
+            from_id = int(decode_cursor(starting_from, "runs", order_by, descending))
         elif order_by == "id":
             raise ApiError(400, f"startingFrom: expected a run id with orderBy=id, got {starting_from!r}")
         else:
-            try:
-                from_time = format_time(parse_time(starting_from))
-            except ValueError:
-                problem = f"startingFrom: expected a run id or an ISO-8601 time, got {starting_from!r}"
-                raise ApiError(400, problem) from None
+            from_time = format_time(parse_time(starting_from))
     project = request.query_params.get("projectID")
     query = RunQuery(
         limit=limit,
-        order_by=order_by or "id",
+        order_by=order_by,
         descending=descending,
         starting_from_id=from_id,
         starting_from_time=from_time,
@@ -218,7 +254,16 @@ async def list_runs(request: Request) -> Response:
         runs, more = [], False
     detail = _bool_param(request, "detail")
     data = [r.detail() if detail else r.summary() for r in runs]
-    return _listing(data, str(runs[-1].id) if more and runs else None, limit)
+    next_cursor = encode_cursor("runs", order_by, descending, str(runs[-1].id)) if more and runs else None
+    return _listing(data, next_cursor, limit)
+
+
+def _looks_like_time(text: str) -> bool:
+    try:
+        parse_time(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _run_id(request: Request) -> int:
@@ -251,7 +296,9 @@ async def run_status(request: Request) -> Response:
     if raw is None or not raw.isdigit():
         raise ApiError(400, f"runCounter: expected a run id, got {raw!r}")
     run = _sim(request).run(int(raw))
-    link = f"{str(request.base_url).rstrip('/')}/api/v1/runs/{run.id}"
+    # The run's page in the Coalesce app, not an API path: OpenAPI v6.2's example is
+    # "https://app.coalescesoftware.io/runs/1".
+    link = f"{str(request.base_url).rstrip('/')}/runs/{run.id}"
     return JSONResponse({"runStatus": run.status, "runType": run.run_type, "runLink": link})
 
 
@@ -302,6 +349,20 @@ async def faults(request: Request) -> Response:
     elif request.method == "DELETE":
         sim.faults.clear()
     return JSONResponse(sim.faults.describe())
+
+
+async def node_pages(request: Request) -> Response:
+    sim = _sim(request)
+    sim.faults.set_node_pages(await _body(request, NodePageFault))
+    return JSONResponse(sim.faults.describe())
+
+
+async def api_features(request: Request) -> Response:
+    """Turns on (or off) what the real API may not have; today the jobs collection."""
+    sim = _sim(request)
+    if request.method == "POST":
+        sim.jobs_collection = (await _body(request, ApiFeatures)).jobsCollection
+    return JSONResponse({"jobsCollection": sim.jobs_collection})
 
 
 async def warehouse(request: Request) -> Response:
@@ -360,6 +421,8 @@ ROUTES = [
     Route("/_sim/clock", clock, methods=["GET", "POST"]),
     Route("/_sim/faults", faults, methods=["GET", "POST", "DELETE"]),
     Route("/_sim/warehouse", warehouse, methods=["POST"]),
+    Route("/_sim/nodepages", node_pages, methods=["POST"]),
+    Route("/_sim/api", api_features, methods=["GET", "POST"]),
     Route("/_sim/workspace/nodes/{nodeID}", workspace_node, methods=["GET", "PUT"]),
     Route("/_sim/deploy", deploy, methods=["POST"]),
 ]

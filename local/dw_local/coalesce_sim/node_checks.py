@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dw_dagster.coalesce.sql import RefSyntaxError, find_refs, resolve_refs
 from dw_local.coalesce_sim.node_graph import NodeGraph
 from dw_local.coalesce_sim.problems import Problem
-from dw_local.coalesce_sim.project_specs import EnvironmentSpec, NodeSpec
+from dw_local.coalesce_sim.project_specs import PARAMETER_TEMPLATE, EnvironmentSpec, NodeSpec
 
 _LEFTOVER_TEMPLATE = re.compile(r"\{\{|\{%")
 
@@ -25,8 +25,9 @@ def _ref_problems(text: str, field: str, subject: str, known: set[tuple[str, str
         for loc, name in refs
         if (loc, name) not in known
     ]
-    if _LEFTOVER_TEMPLATE.search(resolve_refs(text, lambda loc, name: "_")):
-        problems.append(Problem(subject, field, "only {{ ref('LOCATION', 'NODE') }} templates are supported"))
+    if _LEFTOVER_TEMPLATE.search(PARAMETER_TEMPLATE.sub("_", resolve_refs(text, lambda loc, name: "_"))):
+        supported = "{{ ref('LOCATION', 'NODE') }} and {{ parameters.NAME }}"
+        problems.append(Problem(subject, field, f"only {supported} templates are supported"))
     return problems
 
 

@@ -5,10 +5,11 @@ ids, derived from names.
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints
 
 # Ids must survive restarts and edits: derived from names, never random.
 _ID_NAMESPACE = uuid.NAMESPACE_URL
@@ -23,6 +24,9 @@ def node_id(location: str, name: str) -> str:
 def column_id(location: str, name: str, column: str) -> str:
     return str(uuid.uuid5(_ID_NAMESPACE, f"{location}.{name}.{column}"))
 
+
+# `{{ parameters.my_var }}` in a transform, a join or a test: https://docs.coalesce.io/docs/rtp-default.
+PARAMETER_TEMPLATE = re.compile(r"\{\{\s*parameters\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 DigitId = Annotated[str, StringConstraints(pattern=r"^\d+$")]
 Text = Annotated[str, StringConstraints(min_length=1)]
@@ -51,6 +55,9 @@ class EnvironmentSpec(_FileModel):
     id: DigitId
     name: Text
     storageMappings: dict[str, StorageLocation] = Field(min_length=1)
+    # The environment's default run-time parameters (Build Settings > Environments > Parameters): any JSON,
+    # as the docs' example holds a list and a number (https://docs.coalesce.io/docs/rtp-default).
+    runTimeParameters: dict[Text, JsonValue] = {}
 
     def table(self, location: str, name: str) -> tuple[str, str, str]:
         mapping = self.storageMappings[location]

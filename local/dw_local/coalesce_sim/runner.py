@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
+from collections.abc import Mapping
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import snowflake.connector
@@ -25,7 +27,7 @@ from dw_dagster.sql import quote_identifier, table_reference
 from dw_local.coalesce_sim.clock import SimClock, format_time
 from dw_local.coalesce_sim.faults import Faults
 from dw_local.coalesce_sim.node_graph import NodeGraph
-from dw_local.coalesce_sim.project_specs import ColumnSpec, EnvironmentSpec, NodeSpec
+from dw_local.coalesce_sim.project_specs import PARAMETER_TEMPLATE, ColumnSpec, EnvironmentSpec, NodeSpec
 from dw_local.coalesce_sim.store import RunRecord, RunStore
 
 logger = logging.getLogger(__name__)
@@ -55,6 +57,25 @@ class Statement:
         return f"SELECT COUNT(*) FROM (\n{self.sql}\n)" if self.kind == "test" else self.sql
 
 
+class RenderError(ValueError):
+    """A node's SQL names a parameter its run does not have."""
+
+
+def render_parameters(sql: str, parameters: Mapping[str, Any]) -> str:
+    """``sql`` with each ``{{ parameters.NAME }}`` replaced by the run's value. A parameter the run lacks is
+    an error rather than an empty string: the stricter reading of a template Coalesce renders with the run's
+    parameters only (a run's ``parameters`` replace the environment's defaults, they are not merged)."""
+
+    def value(match: re.Match[str]) -> str:
+        name = match[1]
+        if name not in parameters:
+            raise RenderError(f"parameters.{name} is not defined for this run")
+        v = parameters[name]
+        return v if isinstance(v, str) else json.dumps(v)
+
+    return PARAMETER_TEMPLATE.sub(value, sql)
+
+
 def _column_expression(column: ColumnSpec) -> str:
     if column.transform is not None:
         return column.transform
@@ -62,8 +83,11 @@ def _column_expression(column: ColumnSpec) -> str:
     return f"{quote_identifier(node)}.{quote_identifier(source_column)}"
 
 
-def render_node(node: NodeSpec, env: EnvironmentSpec) -> list[Statement]:
-    """The statements that build and then test a node in an environment."""
+def render_node(
+    node: NodeSpec, env: EnvironmentSpec, parameters: Mapping[str, Any] | None = None
+) -> list[Statement]:
+    """The statements that build and then test a node in an environment, with the run's ``parameters``;
+    raises :class:`RenderError` for a parameter the run lacks."""
 
     def resolve(text: str) -> str:
         return resolve_refs(text, lambda loc, name: table_reference(*env.table(loc, name)))
@@ -101,7 +125,7 @@ def render_node(node: NodeSpec, env: EnvironmentSpec) -> list[Statement]:
     for node_test in node.tests:
         sql = resolve(node_test.sql).strip().rstrip(";").strip()
         statements.append(Statement(node_test.name, sql, "test", node_test.description or sql))
-    return statements
+    return [replace(s, sql=render_parameters(s.sql, parameters or {})) for s in statements]
 
 
 def coalesce_query_tag(
@@ -255,8 +279,22 @@ class RunExecutor:
             self.store.save_node_result(run.id, position, node.id, node.name, state, results)
 
         warehouse = run.user_credentials.get("snowflakeWarehouse")
+        try:
+            statements = render_node(node, env, run.parameters)
+        except RenderError as e:
+            results.append(
+                {
+                    **self._running(Statement("Render", "", "ddl"), warehouse),
+                    "isRunning": False,
+                    "status": "failed",
+                    "endTime": self.now(),
+                    "error": _error(f"Rendering failed: {e}", str(e)),
+                }
+            )
+            save("failed")
+            return "failed", results[-1]["error"]["errorString"]
         failure: str | None = None
-        for statement in render_node(node, env):
+        for statement in statements:
             if statement.kind != "test" and failure is not None:
                 break
             # A slow warehouse (POST /_sim/warehouse); a cancel cuts the wait short.

@@ -87,6 +87,12 @@ class CancelRunRequest(_Request):
     orgID: StrictStr
 
 
+class ApiFeatures(_Request):
+    """Body of ``POST /_sim/api``."""
+
+    jobsCollection: bool
+
+
 class ClockRequest(_Request):
     now: StrictStr
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from dw_dagster.coalesce.selectors import Selector, SelectorError, SelectorNode, parse_selector, select_nodes
 from dw_local.account_usage import set_clock as set_snowflake_clock
@@ -48,8 +47,6 @@ ENVIRONMENT_CREDENTIALS = {
     "snowflakeWarehouse": None,
 }
 
-T = TypeVar("T")
-
 
 class ApiError(Exception):
     """An error answer: ``{"error": {"errorString": "<status>: <message>", "errorDetail": ...}}``."""
@@ -64,21 +61,6 @@ class ApiError(Exception):
         return {"error": {"errorString": f"{self.status}: {self.message}", "errorDetail": self.detail}}
 
 
-def page(
-    items: Sequence[T], cursor: Callable[[T], str], limit: int, starting_from: str | None
-) -> tuple[list[T], str | None]:
-    """One page of an in-memory list; ``next`` (and ``startingFrom``) is the last item's cursor, exclusive."""
-    start = 0
-    if starting_from is not None:
-        cursors = [cursor(item) for item in items]
-        if starting_from not in cursors:
-            raise ApiError(400, f"startingFrom: {starting_from!r} is not a cursor of this listing")
-        start = cursors.index(starting_from) + 1
-    chunk = list(items[start : start + limit])
-    more = start + limit < len(items)
-    return chunk, (cursor(chunk[-1]) if more and chunk else None)
-
-
 @dataclass(frozen=True)
 class _Plan:
     job_id: str | None
@@ -89,9 +71,20 @@ class _Plan:
 
 class CoalesceSimulator:
     def __init__(
-        self, project: Project, data_dir: Path, snowflake: SnowflakeAddress, scheduler: bool = False
+        self,
+        project: Project,
+        data_dir: Path,
+        snowflake: SnowflakeAddress,
+        scheduler: bool = False,
+        jobs_collection: bool = False,
     ):
         self.project = project
+        # `GET /api/v1/environments/{id}/jobs` is in neither Coalesce's OpenAPI description (v6.2) nor its
+        # docs, and Coalesce's Transform MCP server lists an environment's jobs by probing `GET .../jobs/1`,
+        # `/2`, ... "when the API lacks a collection GET endpoint" (jessemarshall/coalesce-transform-mcp
+        # `src/coalesce/api/scan.ts`, `jobs.ts` `listEnvironmentJobs`, from its first commit to 110539a).
+        # So it answers 404 unless a world or a test turns it on (`--jobs-collection`, `POST /_sim/api`).
+        self.jobs_collection = jobs_collection
         self.store = RunStore(data_dir / "coalesce.sqlite3")
         offset = self.store.get_setting(CLOCK_OFFSET_SETTING)
         self.clock = SimClock(timedelta(seconds=float(offset)) if offset else timedelta(0))
@@ -182,14 +175,14 @@ class CoalesceSimulator:
             raise ApiError(404, f"Node {node_id} was not found in environment {environment_id}.")
         return node_detail(graph.nodes[node_id], env)
 
-    def environment_to_api(self, env: EnvironmentSpec) -> dict[str, Any]:
+    def environment_to_api(self, env: EnvironmentSpec, full: bool = False) -> dict[str, Any]:
         latest = self.store.latest_refresh(env.id)
         status = "Waiting"
         if latest is not None and latest.status == "running":
             status = "Refreshing"
         elif latest is not None and latest.status == "failed":
             status = "Failed Refresh"
-        return environment_to_api(env, self.project.file.project, status)
+        return environment_to_api(env, self.project.file.project, status, full)
 
     def job(self, environment_id: str, job_id: str) -> JobSpec:
         self.environment(environment_id)
@@ -311,8 +304,21 @@ class CoalesceSimulator:
             nodes = self._select(env, include, exclude, False, "runDetails.jobID")
         plan = _Plan(details.jobID, details.includeNodesSelector, details.excludeNodesSelector, nodes)
         return self._submit(
-            env, plan, request.userCredentials, API_USER_ID, details.parallelism, request.parameters
+            env,
+            plan,
+            request.userCredentials,
+            API_USER_ID,
+            details.parallelism,
+            self._run_parameters(env, request.parameters),
         )
+
+    @staticmethod
+    def _run_parameters(env: EnvironmentSpec, given: dict[str, str] | None) -> dict[str, Any]:
+        """A run's parameters: the request's ``parameters`` when it has them, whole, and the environment's
+        defaults only when it has none. "When you include parameters, Coalesce treats it as the complete set
+        of runtime parameters for that Run. Keys from environment-level parameters are not merged in
+        automatically" (https://docs.coalesce.io/docs/deploy-and-refresh/parameters/rtp-refresh)."""
+        return dict(given) if given is not None else dict(env.runTimeParameters)
 
     def _submit(
         self,
@@ -321,7 +327,7 @@ class CoalesceSimulator:
         credentials: UserCredentials | dict[str, Any],
         user_id: str,
         parallelism: int = 16,
-        parameters: dict[str, str] | None = None,
+        parameters: dict[str, Any] | None = None,
         rerun_of: RunRecord | None = None,
     ) -> int:
         run = self.store.create_run(
@@ -361,13 +367,14 @@ class CoalesceSimulator:
             [i for i in original.plan if i not in done],
         )
         env = self.environment(original.environment_id)
+        # The same rule as a start: the original run's parameters are not carried over either.
         return self._submit(
             env,
             plan,
             request.userCredentials,
             API_USER_ID,
             original.parallelism,
-            request.parameters,
+            self._run_parameters(env, request.parameters),
             rerun_of=original,
         )
 
@@ -404,5 +411,11 @@ class CoalesceSimulator:
             logger.warning("schedule of job %s at %s: %s", job.id, format_time(due), e.message)
             return
         plan = _Plan(job.id, None, None, nodes)
-        run_id = self._submit(env, plan, dict(ENVIRONMENT_CREDENTIALS), SCHEDULER_USER_ID)
+        run_id = self._submit(
+            env,
+            plan,
+            dict(ENVIRONMENT_CREDENTIALS),
+            SCHEDULER_USER_ID,
+            parameters=dict(env.runTimeParameters),
+        )
         logger.info("schedule of job %s at %s started run %s", job.id, format_time(due), run_id)

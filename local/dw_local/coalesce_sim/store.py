@@ -72,7 +72,7 @@ class RunRecord:
     plan: list[str]
     rerun_of: int | None
     run_history: list[int]
-    parameters: dict[str, str]
+    parameters: dict[str, Any]
     user_credentials: dict[str, Any]
     user_id: str
     start_time: str | None
@@ -193,7 +193,7 @@ class RunStore:
         parallelism: int = 16,
         rerun_of: int | None = None,
         run_history: Sequence[int] = (),
-        parameters: dict[str, str] | None = None,
+        parameters: dict[str, Any] | None = None,
         start_time: str | None = None,
         end_time: str | None = None,
     ) -> RunRecord:

@@ -9,46 +9,15 @@ from pydantic import Field
 
 from dw_dagster.sql import quote_identifier
 from dw_local.coalesce_sim.project_specs import column_id, node_id
-from dw_local.scenarios.event_base import Event, Fraction, Ident
-from dw_local.scenarios.event_rows import with_new_key
+from dw_local.scenarios.event_base import Event, Ident, NewKeyWithRow
 from dw_local.world import sim_control
 
 
-class NewKeyMapped(Event):
+class NewKeyMapped(NewKeyWithRow):
     """Benign: a new key appears in a source and its owners added its reference row the same day."""
 
     kind: Literal["new_key_mapped"]
-    table_load: ClassVar[Literal["night", "once"] | None] = "night"
-    table: Ident
-    column: Ident
-    value: Any
-    fraction: Fraction = 0.1
-    where: dict[str, Any] | None = None
-    reference: Ident
-    row: dict[str, Any] = Field(min_length=1)
     benign: ClassVar[bool] = True
-    persists: ClassVar[bool] = True
-
-    def edits_reference(self):
-        return self.reference
-
-    def check(self, world):
-        super().check(world)
-        if world.source_load(self.reference) != "once":
-            raise ValueError(f"reference: {self.reference} is not a load: once (reference) source")
-        if wrong := sorted(set(self.row) - set(world.tables[self.reference].columns)):
-            raise ValueError(f"row: {self.reference} has no column {wrong[0]}")
-
-    def before_load(self, world, cur, night):
-        columns = ", ".join(quote_identifier(c) for c in self.row)
-        marks = ", ".join(["%s"] * len(self.row))
-        cur.execute(
-            f"INSERT INTO {world.tables[self.reference].qualified} ({columns}) VALUES ({marks})",
-            tuple(self.row.values()),
-        )
-
-    def transform(self, world, frames, night):
-        return with_new_key(self, world, frames, night)
 
 
 class SteadyGrowth(Event):

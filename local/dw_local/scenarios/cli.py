@@ -59,7 +59,7 @@ def scenario_run(path: Path, as_json: bool, cache: Path) -> None:
 @_CACHE
 def scenario_score(directory: Path, as_json: bool, cache: Path) -> None:
     """Play every scenario under DIRECTORY (*.yaml, recursively) and print recall, false alarms, root-cause
-    accuracy and time to detect, beside an Elementary-default baseline on the same nights."""
+    accuracy and time to detect, beside the Elementary 0.25.1 defaults on the same nights."""
     from dw_local.scenarios.model import load_scenario
     from dw_local.scenarios.runner import run_scenario
     from dw_local.scenarios.score import format_score, score_reports
@@ -125,5 +125,8 @@ def format_report(report: ScenarioReport) -> str:
         if not n.alarms:
             lines.append("  nothing detected")
         for b in n.baseline_alarms:
-            lines.append(f"  baseline (Elementary default): {b['series']} z={b['z']:+.2f}")
+            score = f" z={b['z']:+.2f}" if b.get("z") is not None else ""
+            again = " (last night's point, scored again)" if b.get("rescored") else ""
+            detail = f": {b['detail']}" if b.get("detail") else ""
+            lines.append(f"  baseline ({b['monitor']}): {b['series']}{score}{again}{detail}")
     return "\n".join(lines)

@@ -1,6 +1,6 @@
 """The base of every event a night of a world can play: its hooks, in the order a night runs them, and the
-checks of its parameters against the world; and the types of the parameters that name the world's tables
-and columns."""
+checks of its parameters against the world; the types of the parameters that name the world's tables and
+columns; and the base of the new-key kinds (a new key in a night's rows, with or without its reference row)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 from pydantic import Field
 
 from dw_dagster.config import FileModel
-from dw_local.scenarios.event_rows import matching, values_of
+from dw_local.scenarios.event_rows import add_row, check_row, matching, values_of, with_new_key
 from dw_local.worlds.night_world import Frames, NightWorld, rng_for
 
 if TYPE_CHECKING:
@@ -27,6 +27,12 @@ class Event(FileModel):
     ``once_frame``, ``possible_values``, ``load``, ``edit_stamp``, ``spec.seed`` and ``spec.environment_id``."""
 
     kind: str
+    stays_in: list[Ident] = Field(
+        default_factory=list,
+        description="Built nodes that read the night's rows again on later nights (a month-to-date total): "
+        "the fault's rows stay in the append source, so it stays in force in these nodes, and only there, on "
+        "the nights after it, until repaired.",
+    )
     benign: ClassVar[bool] = False
     loads_source: ClassVar[bool] = True
     runs_job: ClassVar[bool] = True
@@ -73,6 +79,7 @@ class Event(FileModel):
         for name in where | (getattr(self, "set", None) or {}):
             if table in world.tables and name not in world.tables[table].columns:
                 raise ValueError(f"where/set: {table} has no column {name}")
+        self._check_stays_in(world)
         if table not in world.tables:
             return
         load = world.source_load(table)
@@ -97,6 +104,25 @@ class Event(FileModel):
                     f"where: {table}.{name} never holds {value!r} (its values: {', '.join(shown)})"
                 )
 
+    def _check_stays_in(self, world: NightWorld) -> None:
+        if not self.stays_in:
+            return
+        table = getattr(self, "table", None)
+        if self.persists or not self.changes_load() or table not in world.tables:
+            raise ValueError(
+                f"stays_in: {self.kind} does not leave one night's rows behind: expected an event that changes "
+                "a night's new rows and is not in force until repaired anyway"
+            )
+        if world.source_load(table) != "append":
+            raise ValueError(
+                f"stays_in: {table} is load: {world.source_load(table)}; only an append source keeps a night's "
+                "rows for the nights after"
+            )
+        built = {n.name for n in world.project.file.nodes if not n.is_source}
+        for i, node in enumerate(self.stays_in):
+            if node not in built:
+                raise ValueError(f"stays_in[{i}]: {node} is not a built node of {world.project_file}")
+
     def growth(self, night: int) -> float:
         return 1.0
 
@@ -114,3 +140,37 @@ class Event(FileModel):
 
     def rng(self, world: NightWorld, night: int) -> np.random.Generator:
         return rng_for(world.spec.seed, f"event/{self.kind}", night)
+
+
+class NewKey(Event):
+    """A new key appears in a source: ``fraction`` of the night's rows matching ``where`` carry ``value`` in
+    ``column``. In force until repaired (the key keeps arriving)."""
+
+    table_load: ClassVar[Literal["night", "once"] | None] = "night"
+    table: Ident
+    column: Ident
+    value: Any
+    fraction: Fraction = 0.1
+    where: dict[str, Any] | None = None
+    persists: ClassVar[bool] = True
+
+    def transform(self, world, frames, night):
+        return with_new_key(self, world, frames, night)
+
+
+class NewKeyWithRow(NewKey):
+    """A new key whose owners added its ``row`` to the ``reference`` table the same day (once, however many
+    nights the event is listed)."""
+
+    reference: Ident
+    row: dict[str, Any] = Field(min_length=1)
+
+    def edits_reference(self):
+        return self.reference
+
+    def check(self, world):
+        super().check(world)
+        check_row(world, self.reference, self.row)
+
+    def before_load(self, world, cur, night):
+        add_row(world, cur, self.reference, self.row)

@@ -1,5 +1,6 @@
 """The rows an event changes: the rows its ``where`` matches (in a night's new rows, or in SQL), a fraction
-of them picked, a reference table's rows put back as installed, and a new key written into a night's rows."""
+of them picked, a reference table's rows put back as installed or added once, and a new key written into a
+night's rows."""
 
 from __future__ import annotations
 
@@ -63,9 +64,32 @@ def restore_rows(world: NightWorld, cur: Any, table: str, where: dict[str, Any])
     world.load(cur, table, original[matching(original, where)])
 
 
+def check_row(world: NightWorld, table: str, row: dict[str, Any]) -> None:
+    """``row`` can be added to ``table`` (named by ``reference``): a load: once source with every column the
+    row names."""
+    if world.source_load(table) != "once":
+        raise ValueError(f"reference: {table} is not a load: once (reference) source")
+    if wrong := sorted(set(row) - set(world.tables[table].columns)):
+        raise ValueError(f"row: {table} has no column {wrong[0]}")
+
+
+def add_row(world: NightWorld, cur: Any, table: str, row: dict[str, Any]) -> None:
+    """Adds ``row`` to a once table unless a row with exactly its values is there: an event listed on each
+    night its key keeps arriving adds its reference row once, not once a night."""
+    clause, args = where_sql({k: v for k, v in row.items() if v is not None})  # NULL never matches
+    cur.execute(f"SELECT COUNT(*) FROM {world.tables[table].qualified} WHERE {clause}", args)
+    if cur.fetchone()[0]:
+        return
+    columns = ", ".join(quote_identifier(c) for c in row)
+    marks = ", ".join(["%s"] * len(row))
+    cur.execute(
+        f"INSERT INTO {world.tables[table].qualified} ({columns}) VALUES ({marks})", tuple(row.values())
+    )
+
+
 def with_new_key(event: Any, world: NightWorld, frames: Frames, night: int) -> Frames:
     """``fraction`` of the night's rows matching ``where`` now carry the new key (orders on a new storefront);
-    ``event`` is a ``new_key_unmapped`` or a ``new_key_mapped``."""
+    ``event`` is a ``new_key_unmapped``, a ``new_key_mapped`` or a ``new_key_parent_unmapped``."""
     frame = frames[event.table].copy()
     rows = pick_matching(event, frame, event.rng(world, night))
     frame.loc[rows, event.column] = event.value

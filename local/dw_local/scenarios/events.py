@@ -25,6 +25,7 @@ from dw_local.scenarios.fault_events import (
     ColumnDropped,
     ColumnRenamed,
     DuplicateLoad,
+    NewKeyParentUnmapped,
     NewKeyUnmapped,
     NodeFailure,
     NullJoinKey,
@@ -39,6 +40,7 @@ from dw_local.scenarios.fault_events import (
 
 KINDS: tuple[type, ...] = (
     NewKeyUnmapped,
+    NewKeyParentUnmapped,
     ReferenceRowDeleted,
     ReferenceRowRemapped,
     DuplicateLoad,

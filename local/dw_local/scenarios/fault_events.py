@@ -10,30 +10,45 @@ import pandas as pd
 from pydantic import Field, field_validator
 
 from dw_dagster.sql import quote_identifier
-from dw_local.scenarios.event_base import Event, Fraction, Ident
-from dw_local.scenarios.event_rows import matching, pick_matching, restore_rows, where_sql, with_new_key
+from dw_local.scenarios.event_base import Event, Fraction, Ident, NewKey, NewKeyWithRow
+from dw_local.scenarios.event_rows import matching, pick_matching, restore_rows, where_sql
 from dw_local.world import WorldError, sim_control
 
 # A column a node_failure adds to a node carries this description, so repair finds exactly it.
 NODE_FAILURE_MARKER = "dw_local scenario: node_failure"
 
 
-class NewKeyUnmapped(Event):
+class NewKeyUnmapped(NewKey):
     """The reference night: a new key appears in a source (a storefront, an org) and the reference table the
     pipeline inner-joins to has no row for it. ``fraction`` of the night's rows (those matching ``where``)
     carry the new ``value`` in ``column``."""
 
     kind: Literal["new_key_unmapped"]
-    table_load: ClassVar[Literal["night", "once"] | None] = "night"
-    table: Ident
-    column: Ident
-    value: Any
-    fraction: Fraction = 0.1
-    where: dict[str, Any] | None = None
-    persists: ClassVar[bool] = True
 
-    def transform(self, world, frames, night):
-        return with_new_key(self, world, frames, night)
+
+class NewKeyParentUnmapped(NewKeyWithRow):
+    """A new key one join further up: a new key appears in a source and its owners add its reference row the
+    same day (as ``new_key_mapped``), but that row names a key of the next reference table up (``parent``,
+    ``TABLE.COLUMN``: a new biller for a new payee code) that table has no row for, so a join on it drops
+    the new key's rows. List it on every night the key keeps arriving; its row is added once."""
+
+    kind: Literal["new_key_parent_unmapped"]
+    parent: str = Field(pattern=r"^[A-Z_][A-Z0-9_$]*\.[A-Z_][A-Z0-9_$]*$", description="TABLE.COLUMN")
+
+    def check(self, world):
+        super().check(world)
+        table, column = self.parent.split(".")
+        if table not in world.tables or world.source_load(table) != "once":
+            raise ValueError(f"parent: {table} is not a load: once (reference) source of world {world.name}")
+        if column not in world.tables[table].columns:
+            raise ValueError(f"parent: {table} has no column {column}")
+        if column not in self.row:
+            raise ValueError(f"row: names no {column}, the key of the parent {table} it points at")
+        if self.row[column] in set(world.once_frame(table)[column]):
+            raise ValueError(
+                f"parent: {table} has a row for {column}={self.row[column]!r}: the new key would be mapped "
+                "all the way up (that is new_key_mapped)"
+            )
 
 
 class ReferenceRowDeleted(Event):
@@ -170,8 +185,9 @@ class UnitChange(Event):
 
 
 class NullJoinKey(Event):
-    """A surge of NULLs in a join key: ``fraction`` of the night's rows arrive with ``column`` NULL (the
-    column made nullable first, as a replication target often is; it stays nullable)."""
+    """A surge of NULLs in a join key (its rows drop out of an inner join), or in any column (a value: a
+    group whose values are all NULL): ``fraction`` of the night's rows arrive with ``column`` NULL (the column
+    made nullable first, as a replication target often is; it stays nullable)."""
 
     kind: Literal["null_join_key"]
     table_load: ClassVar[Literal["night", "once"] | None] = "night"

@@ -143,14 +143,14 @@ def load_scenario(path: Path) -> Scenario:
     scenario = Scenario(path, file, world, events, before)
     in_force: list[Any] = []  # persistent faults not yet repaired, as the runner keeps them
     faulted = False  # an earlier night played a fault: an incident tonight's may continue
-    for night, played in zip(file.before, before, strict=True):
-        in_force = [] if night.repair else in_force
+    for k, (night, played) in enumerate(zip(file.before, before, strict=True)):
+        in_force = _repaired(path, f"before.{k}", world, in_force) if night.repair else in_force
         faults = [e for e in played if not world.is_benign(e)]
         faulted = faulted or bool(faults)
         in_force = [e for e in [*in_force, *faults] if world.persists(e)]
     for k, night in enumerate(file.nights):
         if night.repair:
-            in_force = []
+            in_force = _repaired(path, f"nights.{k}", world, in_force)
         faults = [e for e in events[k] if not world.is_benign(e)]
         where = f"{path}: nights.{k}.expect"
         if night.expect.incident and not (faults or in_force):
@@ -182,3 +182,15 @@ def load_scenario(path: Path) -> Scenario:
         faulted = faulted or bool(faults)
         in_force = [e for e in [*in_force, *faults] if world.persists(e)]
     return scenario
+
+
+def _repaired(path: Path, where: str, world: ScenarioWorld, in_force: list[Any]) -> list[Any]:
+    """Nothing stays in force after a repair, which must be one the world can play: a fault whose rows stay
+    in an append source (``stays_in``) is repaired only by a world that reloads them."""
+    lasting = [e.kind for e in in_force if e.stays_in and not e.persists]
+    if lasting and not world.repairs_rows:
+        raise DwConfigError(
+            f"{path}: {where}.repair: {lasting[0]} stays_in nodes with its rows, and world {world.name} cannot "
+            "reload an append source's rows: expected no repair while it is in force"
+        )
+    return []

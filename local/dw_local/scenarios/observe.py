@@ -1,6 +1,7 @@
 """A night played and watched on one running world, and what it showed: the Coalesce run, the checks'
-tables, the incidents the product opened, continued and resolved, its alarms and the Elementary-default
-baseline's. What a night shows depends on the world and the night's events, not on the scenario playing it.
+tables, the incidents the product opened, continued and resolved, its alarms and the Elementary baseline's
+(``baseline.py``). What a night shows depends on the world and the night's events, not on the scenario
+playing it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dw_dagster.incidents.events import latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.records.incidents import Finding, Incident
 from dw_dagster.warehouse.ops import OpsSchema
-from dw_local.scenarios.baseline import elementary_alarms
+from dw_local.scenarios.baseline import ElementaryBaseline
 
 if TYPE_CHECKING:
     from dw_local.scenarios.worlds import ScenarioWorld
@@ -37,7 +38,8 @@ class IncidentReport:
     owners: list[str]
     time_to_detect_s: float
     assets: list[str]
-    """The tables the incident's findings are on (root cause is scored right only on a related one)."""
+    """The tables the incident's findings are on (root cause is scored right only on a related one); for an
+    incident tonight continued, those of tonight's findings."""
     continued: bool = False
     """An incident opened on an earlier night that tonight's findings continue (a reply in its thread)."""
     related_to: list[str] = field(default_factory=list)
@@ -84,7 +86,8 @@ def _gap(evidence: dict[str, Any]) -> dict[str, float]:
 
 class Observer:
     """What a night is played and watched through on one running world: the local daemon's tick, then what
-    the product recorded (incidents, findings, freshness alarms) and the Elementary-default baseline."""
+    the product recorded (incidents, findings, freshness alarms) and the Elementary baseline, whose tests
+    remember the schemas of the previous night's run (as they stand when the observer starts)."""
 
     def __init__(self, world: ScenarioWorld, lw: LocalWorld):
         from dw_local.daemon import LocalDaemon
@@ -98,6 +101,9 @@ class Observer:
         self.graph = LineageGraph(specs)
         self.volume_assets = [s.key.to_user_string() for s in monitored_specs(self.metrics, specs)]
         self.seen = {i.incident_id: i.status for i in self.store.list()}
+        self.baseline = ElementaryBaseline(self.metrics, self.ops, self.graph, self.volume_assets)
+        with self.lw.snowflake.connect(database=self.world.database) as conn:
+            self.baseline.snapshot(conn.cursor())
 
     def play(self, night: int, events: list[Any]) -> Observed:
         """Plays the world's ``night`` with ``events`` and returns what was seen of it."""
@@ -117,13 +123,14 @@ class Observer:
             Alarm(a, "freshness_policy", "not built in its schedule's window", datetime.now(UTC))
             for a in outcome.stale()
         ]
+        if result.run_id is None:
+            return observed  # Elementary runs with the job: no run, no tests
+        # The tests run right after the job: what they read themselves is stamped from the run's end.
         with self.lw.snowflake.connect(database=self.world.database) as conn:
-            observed.baseline_alarms = [
-                asdict(a)
-                for a in elementary_alarms(
-                    conn.cursor(), self.ops, self.metrics, self.volume_assets, business_date
-                )
-            ]
+            alarms = self.baseline.alarms(
+                conn.cursor(), business_date, result.watched_at, ended, untested=set(outcome.stale())
+            )
+        observed.baseline_alarms = [asdict(a) for a in alarms]
         return observed
 
 
@@ -133,6 +140,7 @@ def _collect(
     """Tonight's findings (on any incident, new or already open, explained ones at WARN), the incidents tonight
     opened, the earlier ones it continued, and those it resolved."""
     continued: dict[str, list[tuple[datetime, Finding]]] = {}
+    earlier = set(seen)  # the incidents opened before tonight
     incidents = store.list()
     for incident in incidents:
         events = store.events(incident.incident_id)
@@ -160,11 +168,14 @@ def _collect(
     by_id = {i.incident_id: i for i in incidents}
     for incident_id, findings in continued.items():
         target = by_id.get(incident_id)
-        if target is None:
+        # An incident opened tonight is reported as opened, with the findings merged into it: it continues
+        # nothing.
+        if target is None or incident_id not in earlier:
             continue
         first = min((at for at, _ in findings), default=target.updated_at)
-        own = [(e.at, Finding.model_validate(e.detail)) for e in store.events(incident_id, kind="finding")]
-        observed.incidents.append(_incident_report(store, target, own, first, ended, continued=True))
+        # Its tables are tonight's findings' (what continued it), not those of the nights before: a night
+        # continues a fault's incident only with a finding on a table that fault can make wrong.
+        observed.incidents.append(_incident_report(store, target, findings, first, ended, continued=True))
 
 
 def _incident_report(

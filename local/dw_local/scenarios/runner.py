@@ -71,8 +71,12 @@ def _describe(event: dict[str, Any]) -> str:
     return f"{event['kind']}({shown})"
 
 
-def _related(scenario: Scenario, in_force: list[Any], graph: LineageGraph) -> list[str]:
-    targets = {t for e in in_force for t in scenario.world.targets(e)}
+def _related(scenario: Scenario, in_force: list[Any], tonight: list[Any], graph: LineageGraph) -> list[str]:
+    """What the night's faults and those still in force from earlier nights can make wrong, and everything
+    downstream of it."""
+    world = scenario.world
+    targets = {t for e in in_force for t in world.lasting_targets(e)}
+    targets |= {t for e in tonight for t in world.targets(e)}
     if "*" in targets:
         return ["*"]
     related = set(targets)
@@ -127,7 +131,7 @@ def run_scenario(scenario: Scenario | Path, cache: Path = DEFAULT_CACHE) -> Scen
                     expects_incident=scenario.expects_incident(k) if k >= 0 else bool(tonight),
                     expected_classes=[c.value for c in expect.classes] if expect else [],
                     expected_keys=list(expect.cause_keys) if expect else [],
-                    related=_related(scenario, [*in_force, *tonight], observer.graph),
+                    related=_related(scenario, in_force, tonight, observer.graph),
                     expected_joins=expect.joins if expect else None,
                     max_severity=expect.max_severity if expect else None,
                     **{f.name: getattr(observed, f.name) for f in fields(Observed)},

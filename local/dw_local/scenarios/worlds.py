@@ -46,6 +46,9 @@ class ScenarioWorld(ABC):
     name: str
     history_nights: int
     world: NightWorld
+    repairs_rows: bool = False
+    """Whether ``repair`` reloads the rows a night's fault left in an append source (the distributor's Qlik
+    reload does); on a world file they stay, so a fault that ``stays_in`` a node cannot be repaired."""
 
     @property
     def project(self) -> Project:
@@ -111,14 +114,21 @@ class ScenarioWorld(ABC):
         return event.benign
 
     def persists(self, event: Event) -> bool:
-        """Stays in force on later nights until repaired."""
-        return event.persists
+        """Stays in force on later nights until repaired (everywhere, or in the nodes it ``stays_in``)."""
+        return event.persists or bool(event.stays_in)
 
     def targets(self, event: Event) -> list[str]:
         """Asset keys the event changes directly (sources, reference tables, a node); ``["*"]``: all."""
         if event.kind in ("scheduler_skip", "replication_stalled"):
             return ["*"]
         return [self.node_key(n) for n in event.tables()]
+
+    def lasting_targets(self, event: Event) -> list[str]:
+        """What an event played on an earlier night and still in force changes tonight: the nodes it
+        ``stays_in`` (its rows read again), else what it changes (``targets``)."""
+        if event.persists or not event.stays_in:
+            return self.targets(event)
+        return [self.node_key(n) for n in event.stays_in]
 
     def node_key(self, name: str) -> str:
         node = next((n for n in self.project.file.nodes if n.name == name), None)
@@ -133,6 +143,7 @@ class DistributorScenarioWorld(ScenarioWorld):
 
     name = DISTRIBUTOR
     history_nights = HISTORY_NIGHTS
+    repairs_rows = True
 
     def __init__(self) -> None:
         self.world = DistributorWorld()
