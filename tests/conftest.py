@@ -50,7 +50,7 @@ def _compile_the_project() -> None:
         compileall.compile_dir(root / package, quiet=1, workers=0)
 
 
-# The longest files, longest first, as measured on 2 cores (benchmarks/README.md, "The whole suite"). A file
+# The longest files, longest first, as measured on 2 cores (benchmarks/HISTORY.md, "The whole suite"). A file
 # missing here only loses its place in the queue.
 LONGEST = [
     "scenarios/test_suite_distributor.py", "scenarios/test_suite_ecommerce_faults.py",

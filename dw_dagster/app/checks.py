@@ -44,7 +44,7 @@ def _checks_op(check_specs: Sequence[dg.AssetCheckSpec], executable: Collection[
 
     The decorator gives the op an input per checked asset, and Dagster's job build scans every check key of
     the op for each input (``build_node_deps``): quadratic, 1.3 s for 2,000 checks, paid by the code server
-    at each checks run's job subset and execution plan (benchmarks/README.md, "2026-12-04 (tick)"). The
+    at each checks run's job subset and execution plan (benchmarks/HISTORY.md, "2026-12-04 (tick)"). The
     Coalesce assets are external: an input on one orders nothing. The checks' lineage is their specs'."""
     deps = {k for s in check_specs for k in (s.asset_key, *(d.asset_key for d in s.additional_deps))}
     inputs = {k.to_python_identifier(): k for k in sorted(k for k in deps if k in executable)}

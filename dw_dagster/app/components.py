@@ -106,10 +106,10 @@ def ref_resolver(specs: Sequence[dg.AssetSpec]) -> Callable[[str, str], str]:
             tables[(meta.location, meta.node_name)] = table_reference(*parts)
 
     def resolve(location: str, name: str) -> str:
-        try:
-            return tables[(location, name)]
-        except KeyError:
-            raise ValueError(f"ref('{location}', '{name}'): no such Coalesce node in the workspace") from None
+        table = tables.get((location, name))
+        if table is None:
+            raise ValueError(f"ref('{location}', '{name}'): no such Coalesce node in the workspace")
+        return table
 
     return resolve
 

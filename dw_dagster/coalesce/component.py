@@ -136,7 +136,7 @@ class CoalesceWorkspaceArgs(dg.Model, dg.Resolvable):
     @classmethod
     def _above_zero(cls, value: float) -> float:
         if not value > 0:
-            raise ValueError(f"expected a number of seconds above 0, got {value!r}")
+            raise ValueError("expected a number of seconds above 0")
         return value
 
     @pydantic.field_validator("request_max_retries", "request_retry_delay")
@@ -367,7 +367,7 @@ class CoalesceComponent(StateBackedComponent, dg.Model, dg.Resolvable):
             return dg.Definitions()
         # Loading builds hundreds of thousands of small, long-lived objects and no cycles worth collecting.
         # The cyclic collector would rescan them all, again and again (two thirds of the load at 10,000
-        # nodes: benchmarks/README.md): pause it, then freeze what was built so later collections skip it.
+        # nodes: benchmarks/HISTORY.md): pause it, then freeze what was built so later collections skip it.
         collecting = gc.isenabled()
         gc.disable()
         try:

@@ -266,6 +266,9 @@ class CoalesceHTTPClient:
         ``startingFrom``, the other parameters (``orderBy`` included) unchanged.
         """
         params = dict(params)
+        # Coalesce refuses a cursor without the order it was given for ("When using startingFrom, you
+        # must also include the orderBy parameter", docs.coalesce.io/docs/api/query-parameters).
+        params.setdefault("orderBy", "id")
         while True:
             page = self._call(CoalescePage[model], "GET", path, params=params)
             yield from page.data
@@ -281,8 +284,11 @@ class CoalesceHTTPClient:
 
 
 def _retry_after_seconds(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
     try:
-        return max(0.0, float(response.headers["Retry-After"]))
-    except (KeyError, ValueError):
-        # Absent, or an HTTP date: fall back to the backoff.
+        return max(0.0, float(value))
+    except ValueError:
+        # An HTTP date: fall back to the backoff.
         return None

@@ -1,7 +1,7 @@
 """Stores a tick's runless asset events in a few transactions, where Dagster's storage allows it.
 
 Dagster's sensor daemon stores a ``SensorResult``'s ``asset_events`` one ``report_runless_asset_event`` at a
-time: about 11 ms each, 22 s for a 2,000-node run (benchmarks/README.md, "2026-12-02 (tick)"), past the
+time: about 11 ms each, 22 s for a 2,000-node run (benchmarks/HISTORY.md, "2026-12-02 (tick)"), past the
 daemon's tick budget. :func:`store_runless_asset_events` writes the same ``EventLogEntry`` rows that call
 builds, with the same asset index rows (tags, the asset table's latest materialization or observation), in
 one transaction on dagster-postgres and in one run-shard and one index transaction on Dagster's sqlite

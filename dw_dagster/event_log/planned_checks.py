@@ -4,7 +4,7 @@ Dagster's ``create_run`` logs one ``ASSET_CHECK_EVALUATION_PLANNED`` event per c
 UI shows as the check "in progress"), one ``store_event`` each: an ``event_logs`` row (on sqlite twice, in
 the run's shard and in the index) and the check's execution record (an ``asset_check_executions`` row,
 PLANNED), each on a connection and commit of its own. For the checks run of a 2,000-node Coalesce run that is
-2,001 events, 29-37 s on this machine (benchmarks/README.md), most of the run sensor's tick.
+2,001 events, 29-37 s on this machine (benchmarks/HISTORY.md), most of the run sensor's tick.
 
 The events carry batch metadata, so with ``DAGSTER_EVENT_BATCH_SIZE`` set Dagster hands them to the
 storage's ``store_event_batch``, which Dagster's own storages still store one at a time; the storages of

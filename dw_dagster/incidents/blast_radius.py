@@ -127,5 +127,6 @@ def _rows_for_items(
     try:
         ctx.cursor.execute(f"SELECT COUNT(*) FROM {table} WHERE {quote_identifier(column)} IN ({items_sql})")
         return int(ctx.cursor.fetchone()[0])
-    except Exception:  # noqa: BLE001 - a count that cannot be taken is left out of the radius, not the alert
+    except Exception as e:  # noqa: BLE001 - a count that cannot be taken is left out of the radius, not the alert
+        ctx.note(f"{key}: its rows about the items could not be counted: {e}")
         return None

@@ -1,7 +1,7 @@
 """The night's checks step depends on the checked assets a Dagster run can materialize, and only on those: a
 run materializing a mirrored Coalesce job's node checks it after the build, and the external Coalesce
 assets give the step no input, so building a checks run's job does not scan the op's check keys once per
-checked asset (benchmarks/README.md, "2026-12-04 (tick)"). No world: the plans are built, not run."""
+checked asset (benchmarks/HISTORY.md, "2026-12-04 (tick)"). No world: the plans are built, not run."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The local world's stores commit without waiting for the disk (an fsync per commit was more than half of a
-local night's time; benchmarks/README.md, "Seeding a world template"): the Dagster instance's sqlite storage,
+local night's time; benchmarks/HISTORY.md, "Seeding a world template"): the Dagster instance's sqlite storage,
 the local Snowflake's DuckDB (asked over its socket), the simulator's run store and the Slack stand-in's."""
 
 from __future__ import annotations

@@ -152,7 +152,8 @@ def test_world_up_on_a_taken_port_says_which_by_what_and_what_to_do(tmp_path):
     finally:
         if snowflake:
             snowflake.close()
-    (line,) = out.stderr.splitlines()
+    assert len(out.stderr.splitlines()) == 1, out.stderr
+    line = out.stderr.strip()
     assert (
         out.returncode == 1
         and out.stdout == ""

@@ -128,3 +128,14 @@ def test_the_http_server_refuses_to_start_without_a_token_or_with_any_host_allow
     )
     assert out.exit_code == 2 and expected in out.output
     assert TOKEN not in out.output, "the token is never printed"
+
+
+def test_without_the_mcp_extra_the_command_says_which_extra_to_install():
+    """A wheel installed without the ``mcp`` extra: the command names the extra, not a traceback (as if the
+    SDK were absent: ``sys.modules['mcp'] = None`` makes importing it fail as a missing module does)."""
+    code = "import sys; sys.modules['mcp'] = None; from dw_dagster.app.cli import run; sys.argv[0] = 'dw-dagster'; run()"
+    out = subprocess.run([sys.executable, "-c", code, "mcp"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stderr
+    assert out.stderr == (
+        "Error: the MCP server needs the 'mcp' extra, not installed here: pip install 'dw-dagster[mcp]'\n"
+    ), out.stderr

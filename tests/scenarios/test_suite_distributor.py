@@ -49,9 +49,12 @@ def test_every_fault_is_detected_and_diagnosed(played):
     # Seven one-night faults, a new fault under an open incident, a stall over two nights.
     assert (total["faults"], total["detected"], total["root_cause_correct"]) == (10, 10, 10)
     assert (total["lifecycle_scored"], total["lifecycle_correct"]) == (2, 2)
-    # The baseline scored the same table-nights and missed what no statistic on a total can see.
-    assert score["total"][BASELINE]["table_nights"] == total["table_nights"]
-    assert score["total"][BASELINE]["detected"] < total["detected"]
+    # The baseline (Elementary 0.25.1's defaults: volume, totals, freshness, join-key null rates and schema
+    # changes) scored the same table-nights; it may see every fault here, but it raises more on the benign
+    # nights and names no cause.
+    baseline = score["total"][BASELINE]
+    assert baseline["table_nights"] == total["table_nights"]
+    assert total["false_alarms"] <= baseline["false_alarms"], (total, baseline)
 
 
 def test_each_cause_is_traced_to_its_table_with_the_query_that_proves_it(played):

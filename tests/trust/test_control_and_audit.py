@@ -78,7 +78,7 @@ def test_a_forged_resume_row_dated_2099_lifts_no_stop_and_a_later_stop_takes_eff
     state = control.state()
     assert state.stopped and state.actor == "Omar Haddad", "the 2099 row lifts nothing"
     assert any("resume by 'Omar Haddad' dated 2099-01-01" in i and "unsigned" in i for i in state.ignored)
-    assert "ignored 1 control row(s)" in state.describe(), "and it is reported"
+    assert "ignored 1 control row: resume by" in state.describe(), "and it is reported"
     assert control.set("resume", signers["omar"]).stopped is False
     again = control.set("stop", signers["omar"], "again")
     assert again.stopped and again.seq == 3, "a genuine stop after the forged row takes effect"

@@ -17,13 +17,21 @@ import click
                    "default: DW_MCP_ALLOWED_ORIGINS.")  # fmt: skip
 def mcp(http: str | None, allowed_hosts: tuple[str, ...], allowed_origins: tuple[str, ...]) -> None:
     """Serve dw-dagster's incidents, lineage, check history and proposals to a coding agent (docs/mcp.md)."""
-    from dw_dagster.app.mcp.server import (
-        HttpSettings,
-        HttpSettingsError,
-        build_server,
-        parse_http,
-        serve_http,
-    )
+    try:
+        from dw_dagster.app.mcp.server import (
+            HttpSettings,
+            HttpSettingsError,
+            build_server,
+            parse_http,
+            serve_http,
+        )
+    except ModuleNotFoundError as e:
+        # The MCP SDK is an extra (pyproject.toml): a wheel installed without it says how to get it.
+        if e.name != "mcp" and not (e.name or "").startswith("mcp."):
+            raise
+        raise click.ClickException(
+            "the MCP server needs the 'mcp' extra, not installed here: pip install 'dw-dagster[mcp]'"
+        ) from None
 
     if http is None:
         build_server().run("stdio")

@@ -13,7 +13,7 @@ What is played for real and what is seeded:
 
 Time to detect is measured in wall-clock seconds from the moment the Coalesce run was seen ended to the
 moment the first finding on a related table was written. The local daemon ticks at once; a deployed sensor
-adds its polling wait (``benchmarks/README.md``: 27.7 s end to end through the real daemon).
+adds its polling wait (``benchmarks/HISTORY.md``: 27.7 s end to end through the real daemon).
 """
 
 from __future__ import annotations
