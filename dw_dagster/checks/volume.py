@@ -273,7 +273,7 @@ class Volumes:
         excluded = {d for d, r in past.items() if r.flagged} | night.incident_days
         verdict = judge(
             values, night.day, count, config.baseline, calendar=self.metrics.calendar,
-            excluded_days=excluded, rebases=levels,
+            excluded_days=excluded, rebases=levels, share=night.share(path),
         )  # fmt: skip
         if verdict.severity == "ERROR" and verdict.result.direction == "up":
             explained = self._explained_by_new_keys(night, spec, count, values, excluded, levels, changes)
@@ -281,7 +281,7 @@ class Volumes:
                 night.history.record_rebase(explained)
                 verdict = judge(
                     values, night.day, count, config.baseline, calendar=self.metrics.calendar,
-                    excluded_days=excluded, rebases=[*levels, explained],
+                    excluded_days=excluded, rebases=[*levels, explained], share=night.share(path),
                 )  # fmt: skip
         metadata = {
             "row_count": dg.MetadataValue.int(int(count)),
@@ -352,7 +352,7 @@ class Volumes:
             )
             return None
         rest = judge(values, night.day, count - rows, self.config.baseline, calendar=self.metrics.calendar,
-                     excluded_days=excluded, rebases=levels)  # fmt: skip
+                     excluded_days=excluded, rebases=levels, share=night.share(path))  # fmt: skip
         if rows == 0 or rest.severity == "ERROR":
             return None
         return Rebase(

@@ -224,6 +224,12 @@ class ReferenceTable(FileModel):
 
 class ContextFile(FileModel):
     teams: dict[str, Team]
+    country: str | None = Field(
+        default=None,
+        description="Where the business is, as ISO 3166: 'DE', or 'DE-NW' with its subdivision (a state, a "
+        "province). Its public holidays are the metrics file's calendar's unless that names its own "
+        "(docs/watch.md).",
+    )
     systems: list[ContextSystem] = Field(default_factory=list)
     coalesce_owners: list[OwnerRule] = Field(default_factory=list)
     domains: dict[str, Domain] = Field(default_factory=dict)
@@ -231,6 +237,29 @@ class ContextFile(FileModel):
     governance: GovernanceConfig | None = Field(
         default=None, description="Who owns sensitive data and what looks sensitive (docs/governance.md)."
     )
+
+    @field_validator("country")
+    @classmethod
+    def _country(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        import holidays
+
+        code, _, subdivision = v.partition("-")
+        try:
+            holidays.country_holidays(code, years=2025)
+        except NotImplementedError as e:
+            raise ValueError(
+                f"expected an ISO 3166 country code the holidays package knows ('DE', or 'DE-NW' with a "
+                f"subdivision), got {v!r}"
+            ) from e
+        if subdivision:
+            try:
+                holidays.country_holidays(code, subdiv=subdivision, years=2025)
+            except (NotImplementedError, ValueError) as e:
+                known = ", ".join(holidays.list_supported_countries().get(code, [])[:20])
+                raise ValueError(f"{code} has no subdivision {subdivision!r} (it has {known})") from e
+        return v
 
     @model_validator(mode="after")
     def _references(self) -> ContextFile:

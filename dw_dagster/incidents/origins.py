@@ -208,7 +208,12 @@ def key_origins(
             story = (
                 f"is new in {where} since {day.isoformat()} and has no match in {effect.right or effect.left}"
             )
+            # A new key whose row the reference's Source table has (it was mapped) yet the lookup node lacks:
+            # the lookup's own join dropped it, one table further up (``chain.py`` walks there).
+            mapped = not k.change and present is not None and bool(present.get(k.values))
             out.append(
-                KeyOrigin(k.model_copy(update={"change": story, "new_in_source_since": day}), False, story)
+                KeyOrigin(
+                    k.model_copy(update={"change": story, "new_in_source_since": day}), False, story, mapped
+                )
             )
     return out

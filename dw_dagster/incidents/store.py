@@ -314,6 +314,37 @@ class IncidentStore:
                 (json.dumps({**incident.detail, **fields}, default=str), incident_id),
             )
 
+    def downgrade(self, incident_id: str, title: str, reason: str) -> bool:
+        """Makes an incident a WARN with ``title`` (its cause could not be told: thin evidence is no ERROR),
+        its findings WARN with it; a ``severity`` event says why. Returns whether it changed."""
+        with self._connect("incident.severity") as conn:
+            cur = conn.cursor()
+            incident = self._get(cur, incident_id)
+            if incident is None:
+                return False
+            now = datetime.now(UTC)
+            changed = incident.severity != "WARN"
+            if changed:
+                self._append(
+                    cur, incident_id, "severity|WARN", "severity",
+                    {"from": incident.severity, "to": "WARN", "by": SYSTEM, "reason": reason}, now,
+                )  # fmt: skip
+                cur.execute(
+                    f"UPDATE {self.ops.table('INCIDENTS')} SET SEVERITY = 'WARN', TITLE = %s, UPDATED_AT = %s"
+                    " WHERE INCIDENT_ID = %s",
+                    (title, now, incident_id),
+                )
+            # Findings that joined since (the same night's later checks) take the incident's severity too.
+            for e in self._events(cur, incident_id, ("finding",)):
+                if e.detail.get("severity") == "WARN":
+                    continue
+                cur.execute(
+                    f"UPDATE {self.ops.table('INCIDENT_EVENTS')} SET DETAIL = %s"
+                    " WHERE INCIDENT_ID = %s AND EVENT_KEY = %s",
+                    (json.dumps({**e.detail, "severity": "WARN"}, default=str), incident_id, e.event_key),
+                )
+            return changed
+
     # -- reads -------------------------------------------------------------------------------------
 
     def get(self, incident_id: str) -> Incident | None:
