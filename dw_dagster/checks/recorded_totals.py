@@ -126,20 +126,33 @@ def total_query(total: RecordedTotal, resolve_table: TableResolver) -> TotalQuer
 
 def value_columns(sql: str) -> list[str]:
     """The columns VALUE is computed from, read with sqlglot (none when the SQL does not parse)."""
-    try:
-        tree = sqlglot.parse_one(sql, read="snowflake")
-    except sqlglot.errors.ParseError:
-        return []
-    for projection in getattr(tree, "expressions", []):
-        if isinstance(projection, exp.Alias) and projection.alias.upper() == "VALUE":
-            return list(dict.fromkeys(c.name for c in projection.find_all(exp.Column)))
-    return []
+    value = _value_expression(sql)
+    return [] if value is None else list(dict.fromkeys(c.name for c in value.find_all(exp.Column)))
 
 
 def counted_unit(total: RecordedTotal) -> str:
-    """What the total's value counts: its items when its groups are the items it lists (no ``item_key``:
-    ``195 SKUs``); a summed measure carries no unit of ours (its name says what it sums)."""
-    return "" if total.item_key else total.item_noun
+    """What the total's value counts: its items when VALUE counts rows and its groups are the items it lists
+    (``COUNT(*)`` by SKU, no ``item_key``: ``195 SKUs``); a summed measure carries no unit of ours (its name
+    says what it sums: ``carrier_cost_eur``, never ``13,958,451 invoicing groups``)."""
+    if total.item_key:
+        return ""
+    try:
+        sql = resolve_refs(total.sql, lambda location, name: '"T"')
+    except ValueError:
+        return ""
+    return total.item_noun if isinstance(_value_expression(sql), exp.Count) else ""
+
+
+def _value_expression(sql: str) -> exp.Expression | None:
+    """The expression VALUE is computed by, read with sqlglot (None when the SQL does not parse)."""
+    try:
+        tree = sqlglot.parse_one(sql, read="snowflake")
+    except sqlglot.errors.ParseError:
+        return None
+    for projection in getattr(tree, "expressions", []):
+        if isinstance(projection, exp.Alias) and projection.alias.upper() == "VALUE":
+            return projection.this
+    return None
 
 
 def _fmt(v: float | None, unit: str = "") -> str:

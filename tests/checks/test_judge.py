@@ -231,11 +231,16 @@ def test_a_deviation_counts_the_totals_own_items_and_a_measure_carries_no_unit_o
     from dw_dagster.checks.metrics import RecordedTotal
     from dw_dagster.checks.recorded_totals import counted_unit
 
-    listed = RecordedTotal(name="reorder_candidates", owner="buyers", asset="mart/m", sql="select 1",
-                           group_keys=["SKU"], item_noun="SKUs")  # fmt: skip
+    listed = RecordedTotal(name="reorder_candidates", owner="buyers", asset="mart/m", group_keys=["SKU"],
+                           sql="""SELECT "SKU", COUNT(*) AS "VALUE" FROM {{ ref('MART', 'M') }} GROUP BY 1""",
+                           item_noun="SKUs")  # fmt: skip
     summed = RecordedTotal(name="onhand_units", owner="a", asset="inv/f", sql="select 1",
                            item_key="ITEM_ID", item_noun="SKUs")  # fmt: skip
-    assert (counted_unit(listed), counted_unit(summed)) == ("SKUs", "")
+    # A sum grouped by its groups counts none of them, whatever they are called.
+    money = RecordedTotal(name="carrier_cost_eur", owner="a", asset="f/c", group_keys=["GROUP_ID"],
+                          sql='SELECT "GROUP_ID", SUM("COST") AS "VALUE" FROM "F" GROUP BY 1',
+                          item_noun="invoicing groups")  # fmt: skip
+    assert (counted_unit(listed), counted_unit(summed), counted_unit(money)) == ("SKUs", "", "")
     hist = _orders(date(2025, 3, 1), date(2025, 5, 30))
     j = judge(hist, date(2025, 5, 31), 2500 * 0.8 * 1.3 * 0.5, CFG, Direction.DOWN, calendar=CAL)
     assert deviation(j, "SKUs").split(" against")[0].endswith(" SKUs")
