@@ -223,7 +223,7 @@ def _resolve_workspace(context: dg.ResolutionContext, model: Any) -> CoalesceWor
     if isinstance(resolved, CoalesceWorkspace):
         return resolved
     try:
-        args = CoalesceWorkspaceArgs.resolve_from_model(context, model)
+        args: CoalesceWorkspaceArgs = CoalesceWorkspaceArgs.resolve_from_model(context, model)
     except pydantic.ValidationError as e:
         problems = [p.replace(": Value error, ", ": ", 1) for p in describe_validation_errors(e)]
         raise attribute_error(context, problems) from None
@@ -402,8 +402,10 @@ class CoalesceComponent(StateBackedComponent, dg.Model, dg.Resolvable):
         )
 
 
+# Dagster's way to let a component subclass's get_asset_spec reach the translator (as dagster-dbt's
+# component does): a class made at run time, which mypy cannot take as a base.
 class CoalesceComponentTranslator(
-    create_component_translator_cls(CoalesceComponent, DagsterCoalesceTranslator),
+    create_component_translator_cls(CoalesceComponent, DagsterCoalesceTranslator),  # type: ignore[misc]
     ComponentTranslator[CoalesceComponent],
 ):
     """Applies a subclass's ``get_asset_spec``, then the YAML ``translation``."""
@@ -413,6 +415,5 @@ class CoalesceComponentTranslator(
 
     def get_asset_spec(self, props: CoalesceNodeProps) -> dg.AssetSpec:
         spec = super().get_asset_spec(props)
-        if self.component.translation is None:
-            return spec
-        return self.component.translation(spec, props)
+        translation = self._component.translation
+        return spec if translation is None else translation(spec, props)

@@ -5,6 +5,7 @@ the run sensor writes on each event. Read them back with ``CoalesceMetadataSet.e
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any, Self
 
 import dagster as dg
 
@@ -22,8 +23,8 @@ class _CoalesceNamespace(NamespacedMetadataSet):
         return "coalesce"
 
     @classmethod
-    def extract(cls, values: Mapping[str, object]):  # type: ignore[override]
-        kwargs = {}
+    def extract(cls, values: Mapping[str, Any]) -> Self:
+        kwargs: dict[str, Any] = {}
         for field in cls.model_fields:
             value = values.get(f"coalesce/{field}")
             if value is not None:
@@ -80,7 +81,9 @@ class CoalesceMetadataSet(_CoalesceNamespace):
     def job_refs(self) -> list[tuple[str, str]]:
         """``(job id, job name)`` of the jobs that build the node."""
         jobs = self.jobs.data if self.jobs is not None else None
-        return [(str(j["id"]), str(j["name"])) for j in jobs or []]  # type: ignore[union-attr]
+        if not isinstance(jobs, Sequence):  # none, or not the list the translator writes
+            return []
+        return [(str(j["id"]), str(j["name"])) for j in jobs]
 
 
 class CoalesceRunMetadataSet(_CoalesceNamespace):
