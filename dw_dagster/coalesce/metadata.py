@@ -26,10 +26,27 @@ class _CoalesceNamespace(NamespacedMetadataSet):
     def extract(cls, values: Mapping[str, Any]) -> Self:
         kwargs: dict[str, Any] = {}
         for field in cls.model_fields:
-            value = values.get(f"coalesce/{field}")
+            value = cls.read(values, field)
             if value is not None:
-                kwargs[field] = cls._coerce(field, value)
+                kwargs[field] = value
         return cls(**kwargs)
+
+    @classmethod
+    def read(cls, values: Mapping[str, Any], field: str) -> Any:
+        """One field of ``extract(values)``, without building the set (whose model checks every field's
+        annotation on each instance: a reader of one or two fields of 10,000 specs pays for all)."""
+        value = values.get(f"coalesce/{field}")
+        return None if value is None else cls._coerce(field, value)
+
+    @classmethod
+    def entries(cls, **fields: Any) -> dict[str, Any]:
+        """The metadata entries that ``{**cls(**fields)}`` gives, the fields that are not None in the set's
+        order, without building the set: the translator writes one a node, and values of the declared
+        types pass the model's validation unchanged."""
+        unknown = fields.keys() - cls.model_fields.keys()
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no field(s) {sorted(unknown)}")
+        return {f"coalesce/{f}": v for f in cls.model_fields if (v := fields.get(f)) is not None}
 
     @classmethod
     def _coerce(cls, field: str, value: object) -> object:
