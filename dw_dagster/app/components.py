@@ -149,7 +149,9 @@ def _replace_specs(
     for asset in assets:
         if isinstance(asset, dg.AssetSpec):
             out.append(by_key.get(asset.key, asset))
-        elif isinstance(asset, dg.AssetsDefinition) and any(k in by_key for k in asset.keys):
+        elif isinstance(asset, dg.AssetsDefinition) and any(
+            by_key.get(s.key, s) is not s for s in asset.specs
+        ):
             out.append(asset.map_asset_specs(lambda s: by_key.get(s.key, s)))
         else:
             out.append(asset)
