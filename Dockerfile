@@ -40,7 +40,7 @@ COPY --from=wheel /wheels /wheels
 # The run launcher's package, at the integration libraries' version that goes with dagster 1.13.27
 # (dagster-docker==0.29.27 for the DockerRunLauncher; empty for the default launcher).
 ARG RUN_LAUNCHER_PACKAGE="dagster-k8s==0.29.27"
-RUN RUN_LAUNCHER_PACKAGE="${RUN_LAUNCHER_PACKAGE}" dw-image-step install /wheels
+RUN --mount=type=cache,target=/root/.cache/uv RUN_LAUNCHER_PACKAGE="${RUN_LAUNCHER_PACKAGE}" dw-image-step install /wheels
 RUN dw-image-step home
 
 # Loading the code location never calls Coalesce: the node graph is the Coalesce component's state, refreshed

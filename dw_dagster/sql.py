@@ -1,8 +1,13 @@
-"""Snowflake SQL text the whole product writes: quoted identifiers and table references. Every identifier
-that comes from metadata (a node's table, a column, the ops schema) is quoted here: it keeps its case and
-cannot inject SQL."""
+"""Snowflake SQL text the whole product writes: quoted identifiers, table references and placeholders. Every
+identifier that comes from metadata (a node's table, a column, the ops schema) is quoted here: it keeps its
+case and cannot inject SQL. Every value is bound server-side (``?``, ``warehouse/connections.py``): never
+written into the text."""
 
 from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
 
 
 def quote_identifier(name: str) -> str:
@@ -19,3 +24,35 @@ def table_parts(table_name: object) -> tuple[str, str, str] | None:
 def table_reference(database: str, schema: str, name: str) -> str:
     """The fully quoted ``"DATABASE"."SCHEMA"."NAME"``."""
     return ".".join(quote_identifier(part) for part in (database, schema, name))
+
+
+def placeholders(count: int) -> str:
+    """``?, ?, ?``: one placeholder per value (an IN list, a VALUES row); a list bound to one ``?`` would be
+    an array binding."""
+    if count < 1:
+        raise ValueError("expected at least one value to bind")
+    return ", ".join(["?"] * count)
+
+
+_PYFORMAT = re.compile(r"%(\((\w+)\)s|%)?")
+
+
+def positional(text: str, values: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
+    """A statement a person wrote with named placeholders (``%(name)s``, and ``%%`` for a literal ``%``, the
+    connector's pyformat, as configuration files take it) made positional for server-side binding: each
+    placeholder a ``?``, its value in that order. A bare ``%`` or an unknown name is a ValueError naming it."""
+    bound: list[Any] = []
+
+    def replace(m: re.Match[str]) -> str:
+        if m[1] is None:
+            raise ValueError(f"a % at {m.start()} that is neither %(name)s nor %% (write a literal % as %%)")
+        if m[1] == "%":
+            return "%"
+        if m[2] not in values:
+            raise ValueError(
+                f"%({m[2]})s: no such value to bind; expected one of {', '.join(sorted(values))}"
+            )
+        bound.append(values[m[2]])
+        return "?"
+
+    return _PYFORMAT.sub(replace, text), tuple(bound)

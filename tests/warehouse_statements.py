@@ -24,3 +24,27 @@ def statements() -> Iterator[list[str]]:
         yield sent
     finally:
         SnowflakeConnection.cmd_query = original  # type: ignore[method-assign]
+
+
+@contextmanager
+def bound_statements() -> Iterator[list[tuple[str, list[str | None]]]]:
+    """``with bound_statements() as sent:``: each statement sent inside the block, with the values bound to
+    it beside its text (server-side binding: the request's bindings, each value as the connector sends it,
+    text)."""
+    sent: list[tuple[str, list[str | None]]] = []
+    original = SnowflakeConnection.cmd_query
+
+    def recording(self, sql, *args, binding_params=None, **kwargs):
+        values = (
+            [b.get("value") for b in (binding_params or {}).values()]
+            if isinstance(binding_params, dict)
+            else []
+        )
+        sent.append((sql, values))
+        return original(self, sql, *args, binding_params=binding_params, **kwargs)
+
+    SnowflakeConnection.cmd_query = recording  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        SnowflakeConnection.cmd_query = original  # type: ignore[method-assign]

@@ -201,7 +201,9 @@ class OperationsComponent(dg.Component, dg.Model, dg.Resolvable):
 
     @cached_property
     def _metrics(self) -> MetricsFile:
-        return load_metrics_file(Path(self.metrics_file)) if self.metrics_file else MetricsFile()
+        metrics = load_metrics_file(Path(self.metrics_file)) if self.metrics_file else MetricsFile()
+        # The business's country (the context file's) gives the calendar its holidays where it names none.
+        return metrics.with_country(self._context.country) if self._context is not None else metrics
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         coalesce = context.load_component(self.coalesce, CoalesceComponent)

@@ -68,9 +68,14 @@ def build_cost_definitions(
         except ValueError as e:
             raise dg.Failure(f"config night: expected YYYY-MM-DD, got {config.night!r}") from e
         attribution, jumps, findings = attribute_night(
-            snowflake, ops, metrics, assets_by_node, night,
-            backfill_nights=config.backfill_nights, run_id=context.run_id,
-        )  # fmt: skip
+            snowflake,
+            ops,
+            metrics,
+            assets_by_node,
+            night,
+            backfill_nights=config.backfill_nights,
+            run_id=context.run_id,
+        )
         store = IncidentStore(snowflake, ops, run_id=context.run_id)
         incidents = [record_finding(context, store, f).incident.incident_id for f in findings]
         metadata = cost_metadata(attribution, jumps, assets_by_node)

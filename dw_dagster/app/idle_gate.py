@@ -78,8 +78,9 @@ class Gate:
     def skip(self, what: str) -> dg.SkipReason:
         """The idle tick's answer: nothing read from the warehouse, the cursor kept."""
         due = f"; next due {self.previous.due:%Y-%m-%d %H:%M:%S} UTC" if self.previous.due else ""
-        return dg.SkipReason(f"{what}: nothing new in Dagster's storage since the last look{due}; "
-                             "the warehouse was not read")  # fmt: skip
+        return dg.SkipReason(
+            f"{what}: nothing new in Dagster's storage since the last look{due}; the warehouse was not read"
+        )
 
     def done(self, context: dg.SensorEvaluationContext, due: datetime | None = None) -> None:
         """Records that the work for this mark is done; ``due``: when to look again even if nothing happens

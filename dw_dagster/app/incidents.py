@@ -14,7 +14,7 @@ import dagster as dg
 
 from dw_dagster.app.checks_not_run import build_checks_not_run_definitions
 from dw_dagster.app.idle_gate import open_gate, utc_now
-from dw_dagster.app.lifecycle import LIFECYCLE_JOB, build_lifecycle_job
+from dw_dagster.app.lifecycle import LIFECYCLE_JOB, build_lifecycle_job, open_incident
 from dw_dagster.app.outbox_sensor import build_slack_outbox_sensor
 from dw_dagster.app.remediation import build_remediation_definitions
 from dw_dagster.app.skipped_run import build_skipped_run_job, skipped_run_requests
@@ -78,11 +78,8 @@ def build_incident_definitions(
         if not incident_id:
             raise dg.Failure(f"run tag {INCIDENT_ID}: missing; this job diagnoses one incident")
         store = IncidentStore(snowflake, ops, run_id=context.run_id, policy=policy)
-        incident = store.get(incident_id)
+        incident = open_incident(context, store, ops, incident_id, "nothing to diagnose")
         if incident is None:
-            raise dg.Failure(f"incident {incident_id}: not found in {ops.table('INCIDENTS')}")
-        if incident.status != "open":
-            context.log.info(f"{incident_id} is {incident.status}: nothing to diagnose")
             return
         findings = findings_of(store, incident_id)
         start = by_priority(findings)[0].asset_key
@@ -104,9 +101,11 @@ def build_incident_definitions(
                 )
                 if context_file is not None:
                     gated_notifier(slack, store, context_file).post_update(
-                        target, continuation_text(settlement, incident, findings), kind="continued",
+                        target,
+                        continuation_text(settlement, incident, findings),
+                        kind="continued",
                         version=incident_id,
-                    )  # fmt: skip
+                    )
                 return
             if context_file is not None:
                 plan_ctx = PlanContext(ctx, context_file, specs_by_key(), coalesce.get_client())

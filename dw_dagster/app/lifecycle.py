@@ -51,6 +51,20 @@ def resolve(
     return done
 
 
+def open_incident(
+    context: dg.OpExecutionContext, store: IncidentStore, ops: OpsSchema, incident_id: str, idle: str
+) -> Incident | None:
+    """The open incident a run was launched for; None (and ``idle`` logged) if it is no longer open, a
+    failure if it does not exist."""
+    incident = store.get(incident_id)
+    if incident is None:
+        raise dg.Failure(f"incident {incident_id}: not found in {ops.table('INCIDENTS')}")
+    if incident.status != "open":
+        context.log.info(f"{incident_id} is {incident.status}: {idle}")
+        return None
+    return incident
+
+
 def build_lifecycle_job(
     ops: OpsSchema,
     policy: IncidentPolicy,
@@ -71,11 +85,8 @@ def build_lifecycle_job(
                 f"run tags {INCIDENT_ID} and {LIFECYCLE_ACTION} (resolve or stale): expected both"
             )
         store = IncidentStore(snowflake, ops, run_id=context.run_id, policy=policy)
-        incident = store.get(incident_id)
+        incident = open_incident(context, store, ops, incident_id, "nothing to do")
         if incident is None:
-            raise dg.Failure(f"incident {incident_id}: not found in {ops.table('INCIDENTS')}")
-        if incident.status != "open":
-            context.log.info(f"{incident_id} is {incident.status}: nothing to do")
             return
         due = lifecycle_due(context.instance, store, incident, findings_of(store, incident_id), policy)
         if due is None or due.action != action:
@@ -84,9 +95,16 @@ def build_lifecycle_job(
         if action == "resolve":
             passed = {s: "passed" for s in sorted({f.signature for f in findings_of(store, incident_id)})}
             resolve(
-                store, incident, by=SYSTEM, reason=due.reason.capitalize() + ".", key=f"auto|{due.night}",
-                how="auto", slack=slack, context_file=context_file, verification=passed,
-            )  # fmt: skip
+                store,
+                incident,
+                by=SYSTEM,
+                reason=due.reason.capitalize() + ".",
+                key=f"auto|{due.night}",
+                how="auto",
+                slack=slack,
+                context_file=context_file,
+                verification=passed,
+            )
         else:
             store.update_detail(incident_id, stale_since=str(due.night))
             store.append_event(
@@ -94,9 +112,11 @@ def build_lifecycle_job(
             )
             if context_file is not None:
                 gated_notifier(slack, store, context_file).post_update(
-                    incident, f":hourglass: Stale: {due.reason}. New findings open incidents of their own.",
-                    kind="stale", version=str(due.night),
-                )  # fmt: skip
+                    incident,
+                    f":hourglass: Stale: {due.reason}. New findings open incidents of their own.",
+                    kind="stale",
+                    version=str(due.night),
+                )
         context.log.info(f"{incident_id}: {action} ({due.reason})")
         context.log_event(view_of(store, store.get(incident_id) or incident).materialization())
 

@@ -49,9 +49,12 @@ def build_slack_outbox_sensor(
         if gate.work is None:
             return gate.skip("Slack outbox")
         notifier = IncidentNotifier(
-            slack, IncidentStore(snowflake, ops), logger=context.log, clock=clock,
+            slack,
+            IncidentStore(snowflake, ops),
+            logger=context.log,
+            clock=clock,
             autonomous_dispatch_allowed=dispatch_gate(snowflake) if dispatch_gate else None,
-        )  # fmt: skip
+        )
         result = notifier.flush_pending(time_budget_seconds=time_budget_seconds)
         pending = result.failed or result.waiting or result.stopped
         # A Slack outage, a reply behind its root or a stop: look again next tick; the outbox's own backoff

@@ -59,51 +59,80 @@ def build_remediation_definitions(
 
     @dg.op(description="Refuses to go on unless the project's own approval record approves this very run.")
     def check_approval(
-        context: dg.OpExecutionContext, config: RemediationConfig, snowflake: WarehouseResource,
-        coalesce: CoalesceWorkspace, slack: SlackNotifier,
-    ) -> Approved:  # fmt: skip
+        context: dg.OpExecutionContext,
+        config: RemediationConfig,
+        snowflake: WarehouseResource,
+        coalesce: CoalesceWorkspace,
+        slack: SlackNotifier,
+    ) -> Approved:
         return steps.check_approval(context, config, snowflake, coalesce, slack)
 
     @dg.op(description="Adds the approved reference-data rows, recording how to undo each.")
     def apply_reference_rows(
-        context: dg.OpExecutionContext, config: RemediationConfig, snowflake: WarehouseResource, slack: SlackNotifier,
-        coalesce: CoalesceWorkspace, approved: Approved,
-    ) -> list[Change]:  # fmt: skip
+        context: dg.OpExecutionContext,
+        config: RemediationConfig,
+        snowflake: WarehouseResource,
+        slack: SlackNotifier,
+        coalesce: CoalesceWorkspace,
+        approved: Approved,
+    ) -> list[Change]:
         return steps.apply_reference_rows(context, config, snowflake, slack, coalesce, approved)
 
     @dg.op(
         description="Waits until the node owner has applied and deployed the proposed node change in Coalesce."
     )
     def await_node_deploy(
-        context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, changes: list[Change],
-        coalesce: CoalesceWorkspace, snowflake: WarehouseResource, slack: SlackNotifier,
-    ) -> list[str]:  # fmt: skip
+        context: dg.OpExecutionContext,
+        config: RemediationConfig,
+        approved: Approved,
+        changes: list[Change],
+        coalesce: CoalesceWorkspace,
+        snowflake: WarehouseResource,
+        slack: SlackNotifier,
+    ) -> list[str]:
         return steps.await_node_deploy(context, config, approved, changes, coalesce, snowflake, slack)
 
     @dg.op(
         description="Starts the scoped Coalesce rerun under the approving owner's own credentials and follows it."
     )
     def scoped_rerun(
-        context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, changes: list[Change],
-        deployed: list[str], coalesce: CoalesceWorkspace, snowflake: WarehouseResource, slack: SlackNotifier,
-    ) -> Rerun:  # fmt: skip
+        context: dg.OpExecutionContext,
+        config: RemediationConfig,
+        approved: Approved,
+        changes: list[Change],
+        deployed: list[str],
+        coalesce: CoalesceWorkspace,
+        snowflake: WarehouseResource,
+        slack: SlackNotifier,
+    ) -> Rerun:
         return steps.scoped_rerun(context, config, approved, changes, deployed, coalesce, snowflake, slack)
 
     @dg.op(description="Verifies the fix: totals reconcile, the new node test passed, moved totals are back.")
     def verify_fix(
-        context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, rerun: Rerun,
-        coalesce: CoalesceWorkspace, snowflake: WarehouseResource, slack: SlackNotifier,
-    ) -> list[VerificationResult]:  # fmt: skip
+        context: dg.OpExecutionContext,
+        config: RemediationConfig,
+        approved: Approved,
+        rerun: Rerun,
+        coalesce: CoalesceWorkspace,
+        snowflake: WarehouseResource,
+        slack: SlackNotifier,
+    ) -> list[VerificationResult]:
         return steps.verify_fix(context, config, approved, rerun, coalesce, snowflake, slack)
 
     @dg.op(
         description="Writes the receipt (append-only), shows it in the UI and posts it to the incident's threads."
     )
     def write_receipt(
-        context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, changes: list[Change],
-        rerun: Rerun, verification: list[VerificationResult], snowflake: WarehouseResource, slack: SlackNotifier,
+        context: dg.OpExecutionContext,
+        config: RemediationConfig,
+        approved: Approved,
+        changes: list[Change],
+        rerun: Rerun,
+        verification: list[VerificationResult],
+        snowflake: WarehouseResource,
+        slack: SlackNotifier,
         coalesce: CoalesceWorkspace,
-    ) -> None:  # fmt: skip
+    ) -> None:
         steps.write_receipt(
             context, config, approved, changes, rerun, verification, snowflake, slack, coalesce
         )

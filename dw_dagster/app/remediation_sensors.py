@@ -22,9 +22,12 @@ from dw_dagster.warehouse.resources import WarehouseResource
 
 
 def build_remediation_sensors(
-    job: dg.JobDefinition, ops: OpsSchema, context_file: ContextFile, run_config: Mapping[str, Any],
+    job: dg.JobDefinition,
+    ops: OpsSchema,
+    context_file: ContextFile,
+    run_config: Mapping[str, Any],
     clock: Clock = utc_now,
-) -> list[dg.SensorDefinition]:  # fmt: skip
+) -> list[dg.SensorDefinition]:
     """``run_config``: every remediation run's (the deployment's); ``clock``: the time the sensors act at (an
     approval expires when it says so)."""
 
@@ -37,9 +40,11 @@ def build_remediation_sensors(
         " and posts the plan with its Approve / Reject buttons.",
     )
     def remediation_proposals(
-        context: dg.SensorEvaluationContext, snowflake: WarehouseResource, coalesce: CoalesceWorkspace,
+        context: dg.SensorEvaluationContext,
+        snowflake: WarehouseResource,
+        coalesce: CoalesceWorkspace,
         slack: SlackNotifier,
-    ):  # fmt: skip
+    ):
         # A plan is recorded by a diagnosis run, its held run created, canceled or failed: each ends in a
         # run status change; a submission the daemon has not turned into a run yet is looked at on time.
         gate = open_gate(context, clock())
@@ -53,8 +58,15 @@ def build_remediation_sensors(
             # The cursor is kept: the work is still due once the stop is lifted.
             return dg.SkipReason(f"{state.describe()}: no run is submitted")
         resources = {"coalesce": coalesce, "snowflake": snowflake, "slack": slack}
-        proposer = Proposer(context.instance, ApprovalBook(store, context_file), resources,
-                            gated_notifier(slack, store, context_file), context_file, job, run_config)  # fmt: skip
+        proposer = Proposer(
+            context.instance,
+            ApprovalBook(store, context_file),
+            resources,
+            gated_notifier(slack, store, context_file),
+            context_file,
+            job,
+            run_config,
+        )
         for incident in store.list(status="open"):
             if not gate.out_of_time(incident.incident_id):
                 proposer.propose(incident)

@@ -160,12 +160,22 @@ class ClickHandler:
             return f":no_entry: Not recorded: incident {incident_id} not found."
         # One Slack request is one click: the same signed request again, to another process, is a replay.
         first = self.ops.store.append_event(
-            incident_id, "slack_request", f"slack_request|{signature}",
-            {"timestamp": timestamp, "user": click_.user_id, "action": click_.action_id, "run_id": click_.run_id},
-        )  # fmt: skip
+            incident_id,
+            "slack_request",
+            f"slack_request|{signature}",
+            {
+                "timestamp": timestamp,
+                "user": click_.user_id,
+                "action": click_.action_id,
+                "run_id": click_.run_id,
+            },
+        )
         if not first:
-            self._refuse(click_.plan_id, "replayed Slack request: this signed request was received before",
-                         claimed_user=click_.user_id)  # fmt: skip
+            self._refuse(
+                click_.plan_id,
+                "replayed Slack request: this signed request was received before",
+                claimed_user=click_.user_id,
+            )
             return ":no_entry: Not recorded: this click was received before."
         person = self.ops.context.person_by_slack_id(click_.user_id)
         if person is None:
@@ -180,8 +190,16 @@ class ClickHandler:
                 raise ApprovalError(f"run {click_.run_id} carries plan {plan.plan_id}, not {click_.plan_id}")
             if click_.action_id == APPROVE_ACTION:
                 at = datetime.fromtimestamp(int(timestamp), UTC)
-                out = approve_run(self.ops.instance, book, click_.run_id, person, lambda _: proof, VIA["slack"],
-                                  click_.values, at=at)  # fmt: skip
+                out = approve_run(
+                    self.ops.instance,
+                    book,
+                    click_.run_id,
+                    person,
+                    lambda _: proof,
+                    VIA["slack"],
+                    click_.values,
+                    at=at,
+                )
                 teams = ", ".join(a.team for a in out.given)
                 status = (
                     "every owner has approved: the run is released"
@@ -197,8 +215,14 @@ class ClickHandler:
                     run_id=out.run_id,
                 )
                 return text
-            decision = reject_run(self.ops.instance, book, click_.run_id, person, lambda _: proof,
-                                  f"rejected with the Reject button in Slack by {person.name}")  # fmt: skip
+            decision = reject_run(
+                self.ops.instance,
+                book,
+                click_.run_id,
+                person,
+                lambda _: proof,
+                f"rejected with the Reject button in Slack by {person.name}",
+            )
             text = f":no_entry: {decision.by} rejected {decision.plan_id} in Slack; the run is canceled and nothing changes."
             self.ops.tell_owners(
                 plan.incident_id, text, "rejection", decision.plan_id, run_id=decision.run_id
@@ -214,8 +238,11 @@ def respond(response_url: str | None, text: str) -> None:
     if not response_url:
         return
     try:
-        httpx.post(response_url, json={"response_type": "ephemeral", "replace_original": False, "text": text},
-                   timeout=10.0).raise_for_status()  # fmt: skip
+        httpx.post(
+            response_url,
+            json={"response_type": "ephemeral", "replace_original": False, "text": text},
+            timeout=10.0,
+        ).raise_for_status()
     except httpx.HTTPError as e:
         log.warning("could not answer the click through its response_url: %s", e)
 
@@ -269,9 +296,14 @@ def build_app(handler: ClickHandler):
 @click.command("serve-approvals")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option("--port", type=int, default=8780, show_default=True)
-@click.option("--max-requests-per-minute", type=click.IntRange(min=1), default=DEFAULT_REQUESTS_PER_MINUTE,
-              show_default=True, help="Requests one source address may send a minute (in a burst, or spread); "
-              "beyond it the endpoint answers 429 without reading the request.")  # fmt: skip
+@click.option(
+    "--max-requests-per-minute",
+    type=click.IntRange(min=1),
+    default=DEFAULT_REQUESTS_PER_MINUTE,
+    show_default=True,
+    help="Requests one source address may send a minute (in a burst, or spread); "
+    "beyond it the endpoint answers 429 without reading the request.",
+)
 def serve(host: str, port: int, max_requests_per_minute: int) -> None:
     """Serve Slack's interactivity endpoint (POST /slack/actions): approvals and rejections by button."""
     import uvicorn

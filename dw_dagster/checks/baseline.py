@@ -13,10 +13,11 @@ in a table of six is +1 against a spread of about 2.4, not a robust z of 100.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date, timedelta
 from enum import Enum
-from statistics import median
+from statistics import NormalDist, median
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -65,6 +66,15 @@ class BaselineConfig(BaseModel):
     calendar: bool = Field(
         default=True, description="Compare calendar days (the metrics file's calendar) with days like them."
     )
+    false_alarm_rate: float = Field(
+        default=0.005,
+        gt=0,
+        lt=0.5,
+        description="The false alarms an ordinary night may raise on a table, as a probability (0.005: 0.5 "
+        "per 100 table-nights), shared by the series judged on the table. Each series' threshold is read "
+        "from its own history of one-step errors at that rate (docs/watch.md, 'Thresholds from the series' "
+        "own errors').",
+    )
 
 
 class BaselineStatus(str, Enum):
@@ -88,6 +98,10 @@ class BaselineResult(BaseModel):
     relative_change: float | None = None
     """(value - expected) / expected."""
     robust_z: float | None = None
+    z_threshold: float | None = None
+    """The |robust z| an anomaly needs: the series' calibrated one, or the fixed ``z_threshold``."""
+    calibrated: bool = False
+    """The threshold was read from the series' own errors (``Calibration``)."""
     direction: Literal["down", "up", "flat"] | None = None
 
     @property
@@ -118,6 +132,178 @@ def untransform(absolute: bool):
     return _identity if absolute else math.expm1
 
 
+@dataclass(frozen=True)
+class _Reference:
+    """What the predictor compares a night with: the reference values (levels, or changes per day), the
+    night's own value in the same terms, and what the expectation is built on."""
+
+    refs: list[float]
+    target: float
+    level: float
+    """The usual level in the value's units (the small-count scale's floor)."""
+    prev: date | None = None
+    """Day over day: the night the change is measured from."""
+    gap_days: int = 1
+
+
+def _reference(
+    usable: Mapping[date, float], day: date, value: float, config: BaselineConfig, absolute: bool
+) -> _Reference | None:
+    """The reference for ``day`` from ``usable`` (nights before it); None when a day-over-day series has no
+    night close enough to measure a change from."""
+    f = transform(absolute)
+    if config.method is BaselineMethod.SAME_WEEKDAY:
+        days = [day - timedelta(weeks=w) for w in range(1, config.weeks + 1)]
+        refs = [f(usable[d]) for d in days if d in usable]
+        level = median(usable[d] for d in days if d in usable) if refs else 0.0
+        return _Reference(refs, f(value), level)
+    # Changes per day between consecutive usable days: a gap left by an excluded (incident) day is bridged,
+    # so the night after an incident is compared with the last good night, not the bad one.
+    days = sorted(d for d in usable if d < day and (day - d).days <= config.days)
+    if not days or (day - days[-1]).days > MAX_BRIDGE_DAYS:
+        return None
+    refs = [
+        (f(usable[b]) - f(usable[a])) / (b - a).days
+        for a, b in zip(days, days[1:], strict=False)
+        if (b - a).days <= MAX_BRIDGE_DAYS
+    ]
+    prev = days[-1]
+    gap = (day - prev).days
+    return _Reference(refs, (f(value) - f(usable[prev])) / gap, usable[prev], prev, gap)
+
+
+def _inflation(points: int) -> float:
+    """How much wider a night's error from a median of ``points`` reference values is than the noise of one
+    night: the median's own variance is sigma^2 / m for m <= 2 (a mean) and about pi sigma^2 / 2m beyond."""
+    return math.sqrt(1 + (1 / points if points <= 2 else math.pi / (2 * points)))
+
+
+class Calibration(BaseModel):
+    """A series' own record of how far its nights stray from what the baseline expected of them: tonight is
+    an anomaly when it strays further than the series does once in ``1 / alpha`` ordinary nights.
+
+    The errors are one-step: each past ordinary night against the baseline built from the nights before it,
+    as tonight is judged, divided by how much the median of that many references widens an error
+    (``_inflation``), so a night predicted from two references and one predicted from eight are alike."""
+
+    residuals: int
+    bias: float
+    """The median error: a trend the median lags (a steadily growing series runs above its past weeks)."""
+    sigma: float
+    """1.4826 x the median absolute deviation of the errors from ``bias``."""
+    threshold: float
+    """Beyond ``bias``, in either direction, by more than this is an anomaly (units of the errors)."""
+    alpha: float
+    """The probability per ordinary night of a false alarm on the side (or sides) that hurt."""
+    level: float = 0.0
+    """The series' usual level (the median of its ordinary nights): a night's spread is scaled from it."""
+
+
+MIN_RESIDUALS = 10
+"""Fewer one-step errors than this calibrate nothing: the fixed robust z (``z_threshold``) judges."""
+TAIL_FRACTION = 0.2
+"""The share of the largest errors the tail beyond the attainable quantile is fitted on."""
+
+
+def relative_noise(level: float, usual: float) -> float:
+    """How much wider a night's relative spread is at ``level`` than at the series' ``usual`` level: a sum
+    of many independent items (rows, orders, consignments) spreads as one over the square root of its size,
+    so a Sunday at a third of a weekday spreads 1.7 times as much. Kept within a factor of 3."""
+    if level <= 0 or usual <= 0:
+        return 1.0
+    return min(3.0, max(1 / 3, math.sqrt(usual / level)))
+
+
+def usual_level(points: Mapping[date, float]) -> float:
+    return median(points.values()) if points else 0.0
+
+
+def one_step_errors(points: Mapping[date, float], config: BaselineConfig, absolute: bool) -> list[float]:
+    """Each night of ``points`` against the baseline of the nights before it (at least two references),
+    divided by the median's widening for that many references and by the relative spread of its level
+    (``relative_noise``), as ``score`` builds them, each value transformed once."""
+    f = transform(absolute)
+    values = {d: f(v) for d, v in points.items()}
+    usual = usual_level(points)
+    days = sorted(values)
+    out = []
+    if config.method is BaselineMethod.SAME_WEEKDAY:
+        for d in days:
+            raw = [points[r] for w in range(1, config.weeks + 1) if (r := d - timedelta(weeks=w)) in points]
+            if len(raw) >= 2:
+                refs = [f(v) for v in raw]
+                spread = _inflation(len(refs)) * (1.0 if absolute else relative_noise(median(raw), usual))
+                out.append((values[d] - median(refs)) / spread)
+        return out
+    # (the later night, its change per day) for consecutive nights close enough to measure a change
+    changes = [
+        (b, a, (values[b] - values[a]) / (b - a).days)
+        for a, b in zip(days, days[1:], strict=False)
+        if (b - a).days <= MAX_BRIDGE_DAYS
+    ]
+    for i, d in enumerate(days[1:], start=1):
+        prev = days[i - 1]
+        gap = (d - prev).days
+        if gap > MAX_BRIDGE_DAYS:
+            continue
+        refs = [c for b, a, c in changes if b < d and (d - a).days <= config.days]
+        if len(refs) >= 2:
+            spread = _inflation(len(refs)) * (1.0 if absolute else relative_noise(points[prev], usual))
+            out.append(((values[d] - values[prev]) / gap - median(refs)) / spread)
+    return out
+
+
+def tail_threshold(deviations: Sequence[float], p: float) -> float:
+    """The deviation exceeded with probability ``p``: the split-conformal quantile (the
+    ``ceil((n + 1)(1 - p))``-th smallest of the ``n`` deviations) where ``n`` is large enough, else the
+    largest deviations' tail extrapolated to ``p`` (Weissman's estimator with Hill's tail index over the
+    largest ``TAIL_FRACTION`` of them), never below a Gaussian tail of the same spread."""
+    a = sorted(deviations)
+    n = len(a)
+    rank = math.ceil((n + 1) * (1 - p))
+    if rank <= n:
+        return a[rank - 1]
+    k = max(3, round(n * TAIL_FRACTION))
+    u = a[n - k - 1]
+    gaussian = MAD_TO_SIGMA * median(a) * NormalDist().inv_cdf(1 - p / 2)
+    if u <= 0:
+        return max(a[-1], gaussian)
+    # Weissman's extrapolation with Hill's tail index: a tail as heavy as the largest errors show.
+    index = sum(math.log(x / u) for x in a[n - k :]) / k
+    extrapolated = u * (k / (n * p)) ** index
+    return max(extrapolated, gaussian)
+
+
+def false_alarm_alpha(config: BaselineConfig, share: int = 1) -> float:
+    """The false-alarm probability one series may spend per ordinary night: the table's rate, split between
+    the ``share`` series judged on it."""
+    return config.false_alarm_rate / max(1, share)
+
+
+def calibrate(
+    points: Mapping[date, float], config: BaselineConfig, absolute: bool, alpha: float, hurts: Direction
+) -> Calibration | None:
+    """The series' calibration from its ordinary nights ``points``; None for a small count (judged on
+    absolute change) or too short a record."""
+    if absolute:
+        return None
+    errors = one_step_errors(points, config, absolute)
+    if len(errors) < MIN_RESIDUALS:
+        return None
+    bias = median(errors)
+    deviations = [abs(e - bias) for e in errors]
+    # Deviations are taken as symmetric: a side that alone hurts may spend alpha on its own.
+    p = min(0.5, alpha if hurts is Direction.BOTH else 2 * alpha)
+    return Calibration(
+        residuals=len(errors),
+        bias=bias,
+        sigma=MAD_TO_SIGMA * median(deviations),
+        threshold=tail_threshold(deviations, p),
+        alpha=alpha,
+        level=usual_level(points),
+    )
+
+
 def score(
     history: Mapping[date, float],
     day: date,
@@ -129,69 +315,60 @@ def score(
     absolute: bool | None = None,
     offset: float = 0.0,
     scale_factor: float = 1.0,
+    calibration: Calibration | None = None,
 ) -> BaselineResult:
     """Scores ``value`` on ``day`` against ``history`` (which may contain ``day``: it is never used).
 
     ``absolute``: judge on absolute change (None: when the series is a small count). ``offset`` moves the
     expected level (in the space judged: log units, or units of a small count; a calendar day's effect),
-    ``scale_factor`` widens the scale.
+    ``scale_factor`` widens the scale. ``calibration``: the series' own errors set the threshold (else the
+    fixed robust z, ``z_threshold``).
     """
     usable = {d: v for d, v in history.items() if d < day and d not in excluded_days and v is not None}
     if absolute is None:
         absolute = is_small(usable, day, value, config)
+    if absolute:
+        calibration = None
     f = transform(absolute)
-    if config.method is BaselineMethod.SAME_WEEKDAY:
-        days = [day - timedelta(weeks=w) for w in range(1, config.weeks + 1)]
-        refs = [f(usable[d]) for d in days if d in usable]
-        target = f(value)
-        level = median(usable[d] for d in days if d in usable) if refs else 0.0
-    else:
-        # Changes per day between consecutive usable days: a gap left by an excluded (incident) day is
-        # bridged, so the night after an incident is compared with the last good night, not the bad one.
-        days = sorted(d for d in usable if (day - d).days <= config.days)
-        if not days or (day - days[-1]).days > MAX_BRIDGE_DAYS:
-            return BaselineResult(
-                status=BaselineStatus.INSUFFICIENT,
-                method=config.method,
-                value=value,
-                points=0,
-                absolute=absolute,
-            )
-        refs = [
-            (f(usable[b]) - f(usable[a])) / (b - a).days
-            for a, b in zip(days, days[1:], strict=False)
-            if (b - a).days <= MAX_BRIDGE_DAYS
-        ]
-        prev = days[-1]
-        gap_days = (day - prev).days
-        target = (f(value) - f(usable[prev])) / gap_days
-        level = usable[prev]
-    if len(refs) < config.min_points:
+    ref = _reference(usable, day, value, config, absolute)
+    if ref is None or len(ref.refs) < config.min_points:
         return BaselineResult(
             status=BaselineStatus.INSUFFICIENT,
             method=config.method,
             value=value,
-            points=len(refs),
+            points=len(ref.refs) if ref else 0,
             absolute=absolute,
         )
+    refs, target, gap_days = ref.refs, ref.target, ref.gap_days
+    same_weekday = config.method is BaselineMethod.SAME_WEEKDAY
     # The offset is on the level; a day-over-day centre is a change per day.
-    centre = median(refs) + (offset if config.method is BaselineMethod.SAME_WEEKDAY else offset / gap_days)
-    mad = median(abs(x - median(refs)) for x in refs)
-    floor = max(config.small_scale_floor, math.sqrt(max(level, 0.0))) if absolute else config.scale_floor
-    scale = max(MAD_TO_SIGMA * mad, floor) * scale_factor
+    centre = median(refs) + (offset if same_weekday else offset / gap_days)
+    threshold = config.z_threshold
+    if calibration is not None:
+        # In the errors' units: tonight's error, less the series' usual one, against its own tail.
+        widen = _inflation(len(refs)) * relative_noise(ref.level, calibration.level)
+        centre += calibration.bias * widen
+        scale = max(calibration.sigma * widen, config.scale_floor) * scale_factor
+        limit = max(calibration.threshold * widen * scale_factor, config.z_threshold * config.scale_floor)
+        threshold = limit / scale
+    else:
+        mad = median(abs(x - median(refs)) for x in refs)
+        floor = (
+            max(config.small_scale_floor, math.sqrt(max(ref.level, 0.0))) if absolute else config.scale_floor
+        )
+        scale = max(MAD_TO_SIGMA * mad, floor) * scale_factor
     z = (target - centre) / scale
-    if config.method is BaselineMethod.SAME_WEEKDAY:
+    if same_weekday:
         expected = untransform(absolute)(centre)
     else:
-        expected = untransform(absolute)(f(usable[prev]) + centre * gap_days)
+        assert ref.prev is not None
+        expected = untransform(absolute)(f(usable[ref.prev]) + centre * gap_days)
     rel = (value - expected) / expected if expected else (0.0 if value == 0 else math.inf)
     direction: Literal["down", "up", "flat"] = "down" if z < 0 else "up" if z > 0 else "flat"
     hurts_here = hurts is Direction.BOTH or hurts.value == direction
     # An empty table or a zero total where the usual level is not zero is an anomaly whatever the spread.
     emptied = absolute and value <= 0 < expected
-    anomalous = (
-        (abs(z) >= config.z_threshold or emptied) and abs(rel) >= config.min_relative_change and hurts_here
-    )
+    anomalous = (abs(z) >= threshold or emptied) and abs(rel) >= config.min_relative_change and hurts_here
     return BaselineResult(
         status=BaselineStatus.ANOMALY if anomalous else BaselineStatus.OK,
         method=config.method,
@@ -203,5 +380,7 @@ def score(
         expected=expected,
         relative_change=rel,
         robust_z=z,
+        z_threshold=threshold,
+        calibrated=calibration is not None,
         direction=direction,
     )

@@ -110,6 +110,13 @@ class HolidayPeriod(CalendarEffect):
 
 class PeriodEnd(CalendarEffect):
     last_business_days: int = Field(ge=0, le=10, description="0 turns the window off.")
+    # Period ends bring closing, invoicing and ordering pushes: a fall on one with no like night on record
+    # is not explained by the day (a partial load on a quarter-end is a fault). A team whose month-ends dip
+    # says `down` or `both`.
+    direction: Literal["up", "down", "both"] = Field(
+        default="up",
+        description="The way this kind of day moves the numbers, when it explains a deviation.",
+    )
 
 
 class DayOfMonth(CalendarEffect):
@@ -130,7 +137,8 @@ class DayOfMonth(CalendarEffect):
 class CalendarDay(BaseModel):
     """What makes a day not ordinary."""
 
-    kind: Literal["holiday", "holiday_period", "quarter_end", "month_end", "day_of_month"]
+    kind: Literal["holiday", "holiday_period", "quarter_end", "month_end", "day_of_month", "recurring"]
+    """``recurring``: learned from the series' own history (``recurring.py``), not configured."""
     name: str
     like_keys: tuple[str, ...]
     """Compared with past days that share the first of these keys that has any (a quarter-end with past
@@ -201,7 +209,7 @@ class BusinessCalendar(FileModel):
     def is_business_day(self, day: date) -> bool:
         return WEEKDAYS[day.weekday()] in self.business_days and self.holiday(day) is None
 
-    def _from_period_end(self, day: date, last_month_of_period: bool) -> int | None:
+    def business_days_left(self, day: date, last_month_of_period: bool) -> int | None:
         """How many business days after ``day`` remain in its month (0: the last one); None when ``day`` is
         not a business day or, for quarters, not in a quarter's last month."""
         if not self.is_business_day(day) or (last_month_of_period and day.month % 3):
@@ -235,7 +243,7 @@ class BusinessCalendar(FileModel):
             ("month_end", self.month_end, False),
         ):
             if window and window.last_business_days:
-                left = self._from_period_end(day, quarter)
+                left = self.business_days_left(day, quarter)
                 if left is not None and left < window.last_business_days:
                     label = "quarter-end" if quarter else "month-end"
                     keys = ("quarter_end", "month_end") if quarter else ("month_end",)

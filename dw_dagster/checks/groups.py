@@ -38,6 +38,12 @@ MAX_GROUPS_JUDGED = 500
 """Beyond this many groups a night (a total grouped by item), groups are not judged one by one."""
 MIN_SHARE_OF_TOTAL = 0.01
 """A group's move matters from 1% of the total: a one-unit group doubling is not a finding."""
+CANDIDATE_RATE = 0.02
+"""The rate at which a group's own move counts as a candidate (its own errors' 95th percentile): the rules on
+top, not one group's noise, keep the findings at the table's rate."""
+SHARE_UNITS = 10_000
+"""A group's share of its total is judged in basis points, in log space like any series (never as a small
+count): 12% to 3% is the fall it is."""
 
 
 class GroupMove(BaseModel):
@@ -87,6 +93,7 @@ def judge_groups(
     calendar: BusinessCalendar,
     excluded_days: set[date],
     rebases: Mapping[str, Sequence[Rebase]],
+    share: int = 1,
 ) -> GroupVerdict:
     if not total.group_keys:
         return GroupVerdict(moves=[])
@@ -101,6 +108,12 @@ def judge_groups(
                 first_seen.setdefault(g, d)
     expected_total = total_verdict.result.expected or value
     floor = abs(expected_total) * MIN_SHARE_OF_TOTAL
+    # Each group's move is a candidate at a looser rate than a finding: a shift needs two groups moving
+    # opposite ways at once, materially, while the total holds; a fall alone is judged again on its share at
+    # the table's own rate (below).
+    candidate = total.baseline.model_copy(
+        update={"false_alarm_rate": max(total.baseline.false_alarm_rate, CANDIDATE_RATE)}
+    )
     moves = []
     for g in names:
         tonight = groups.get(g, 0.0)
@@ -113,7 +126,7 @@ def judge_groups(
                 {d: v for d, v in group_series(own, g).items() if d >= since},
                 day,
                 tonight,
-                total.baseline,
+                candidate,
                 calendar=calendar,
                 excluded_days=excluded_days,
                 rebases=rebases.get(total_series(total.name, g), ()),
@@ -158,26 +171,69 @@ def judge_groups(
     moved = total_verdict.result.status is BaselineStatus.ANOMALY or (
         change is not None and abs(change) >= total.baseline.min_relative_change
     )
-    if moved or not lost:
+    if moved or not (lost or gained):
         # The total moved (an ERROR, a WARN the calendar explains, or a move in the direction that does not
         # hurt): its judgement speaks; the groups only name where.
         return GroupVerdict(moves=moves)
     said = lambda ms: ", ".join(m.describe() for m in ms[:5])  # noqa: E731
     held = f"{total.name} held ({100 * (total_verdict.result.relative_change or 0):+.1f}%)"
-    if gained:
+    if gained and lost:
         return GroupVerdict(
             moves=moves,
             problem=f"a shift between groups while {held}: lost {said(lost)}; gained {said(gained)}",
         )
     loss = -sum(m.change for m in lost)
-    if new and sum(m.change for m in new) >= loss - floor:
+    if lost and new and sum(m.change for m in new) >= loss - floor:
         return GroupVerdict(moves=moves, note=f"moved to groups new tonight: {said(new)}, from {said(lost)}")
     went = [m for m in lost if m.status == "went"]
     if went:
         return GroupVerdict(moves=moves, problem=f"{said(went)} went to nothing while {held}")
-    # A group that fell with nothing gaining elsewhere is too often one group's own noise (seen on the
-    # seeded history): shown on the check, not raised.
-    return GroupVerdict(moves=moves, note=f"fell while {held}: {said(lost)}")
+    # A group that fell alone while the others held: its values changed (a unit, a scale), or its rows went
+    # missing. One group's noise often looks like it, so its share of the total must have moved beyond its
+    # own errors at the table's rate split over every group (a share cancels the day's common level). A
+    # group that rose alone is noted only: a new key mapped into it (a new store of a channel) is benign.
+    alone = [
+        m for m in lost
+        if _share_moved(total, day, m.value / value if value else None, own, m.group, calendar, excluded_days,
+                        share * len(names))
+    ]  # fmt: skip
+    if alone:
+        return GroupVerdict(
+            moves=moves,
+            problem=f"{said(alone)} fell alone while {held} and the other groups held: its share of the "
+            "total moved beyond its own record",
+        )
+    return GroupVerdict(
+        moves=moves, note=f"{'fell' if lost else 'rose'} while {held}: {said(lost or gained)}"
+    )
+
+
+def _share_moved(
+    total: RecordedTotal, day: date, tonight: float | None, own: Mapping[date, Recorded], group: str,
+    calendar: BusinessCalendar, excluded_days: set[date], share: int,
+) -> bool:  # fmt: skip
+    """Whether the group's share of the total tonight is an ERROR against its own shares of earlier nights."""
+    if tonight is None:
+        return False
+    series = {
+        d: SHARE_UNITS * (r.groups.get(group) or 0.0) / r.value
+        for d, r in own.items()
+        if r.value and r.groups and not (group in r.groups and r.groups[group] is None)
+    }
+    config = total.baseline.model_copy(update={"small_below": 0})
+    verdict = judge(
+        series,
+        day,
+        SHARE_UNITS * tonight,
+        config,
+        calendar=calendar,
+        excluded_days=excluded_days,
+        share=share,
+    )
+    return (
+        verdict.severity == "ERROR"
+        and abs(SHARE_UNITS * tonight - (verdict.result.expected or 0)) >= SHARE_UNITS * MIN_SHARE_OF_TOTAL
+    )
 
 
 def null_groups_problem(total: str, groups: Mapping[str, float | None], rows: Mapping[str, int],

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from dw_dagster.sql import placeholders
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
@@ -147,7 +148,7 @@ class HistorySession:
         if not readings:
             return
         now = datetime.now(UTC)
-        rows = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(readings))
+        rows = ", ".join([f"({placeholders(9)})"] * len(readings))
         params = [
             v
             for series, r in readings.items()
@@ -183,7 +184,7 @@ class HistorySession:
             return out
         self.cur.execute(
             f"SELECT METRIC, BUSINESS_DATE, VALUE, GROUPS, FLAGGED FROM {self.ops.table('METRIC_HISTORY')}"
-            f" WHERE METRIC IN ({', '.join(['%s'] * len(out))}) AND BUSINESS_DATE < %s AND BUSINESS_DATE >= %s",
+            f" WHERE METRIC IN ({placeholders(len(out))}) AND BUSINESS_DATE < ? AND BUSINESS_DATE >= ?",
             (*out, before, before - timedelta(days=days)),
         )
         for metric, day, value, groups, flagged in self.cur.fetchall():
@@ -192,7 +193,7 @@ class HistorySession:
 
     def flag_metric(self, metric: str, day: date, flagged: bool = True) -> None:
         self.cur.execute(
-            f"UPDATE {self.ops.table('METRIC_HISTORY')} SET FLAGGED = %s WHERE METRIC = %s AND BUSINESS_DATE = %s",
+            f"UPDATE {self.ops.table('METRIC_HISTORY')} SET FLAGGED = ? WHERE METRIC = ? AND BUSINESS_DATE = ?",
             (flagged, metric, day),
         )
 
@@ -200,7 +201,7 @@ class HistorySession:
         """Business dates with an incident (open or resolved): left out of every baseline, so neither the
         bad night nor the recovery after it trains or triggers anything."""
         self.cur.execute(
-            f"SELECT DISTINCT BUSINESS_DATE FROM {self.ops.table('INCIDENTS')} WHERE BUSINESS_DATE >= %s",
+            f"SELECT DISTINCT BUSINESS_DATE FROM {self.ops.table('INCIDENTS')} WHERE BUSINESS_DATE >= ?",
             (since,),
         )
         return {_as_date(r[0]) for r in self.cur.fetchall() if r[0] is not None}
@@ -214,7 +215,7 @@ class HistorySession:
     def latest_metric(self, metric: str) -> Recorded | None:
         """The last night a series was recorded, whenever that was."""
         self.cur.execute(
-            f"SELECT MAX(BUSINESS_DATE) FROM {self.ops.table('METRIC_HISTORY')} WHERE METRIC = %s", (metric,)
+            f"SELECT MAX(BUSINESS_DATE) FROM {self.ops.table('METRIC_HISTORY')} WHERE METRIC = ?", (metric,)
         )
         last = self.cur.fetchone()[0]
         return (
@@ -231,10 +232,10 @@ class HistorySession:
         """Records an accepted level once per series and date (a re-tick changes nothing); returns whether
         it is new."""
         self.cur.execute(
-            f"MERGE INTO {self.ops.table('BASELINE_LEVELS')} t USING (SELECT %s AS SERIES, %s AS FROM_DATE) s"
+            f"MERGE INTO {self.ops.table('BASELINE_LEVELS')} t USING (SELECT ? AS SERIES, ? AS FROM_DATE) s"
             " ON t.SERIES = s.SERIES AND t.FROM_DATE = s.FROM_DATE"
             " WHEN NOT MATCHED THEN INSERT (SERIES, FROM_DATE, KIND, REASON, ACCEPTED_BY, RECORDED_AT)"
-            " VALUES (%s, %s, %s, %s, %s, %s)",
+            " VALUES (?, ?, ?, ?, ?, ?)",
             (rebase.series, rebase.from_date, rebase.series, rebase.from_date, rebase.kind, rebase.reason,
              rebase.accepted_by, datetime.now(UTC)),
         )  # fmt: skip
@@ -256,13 +257,13 @@ class HistorySession:
         sql = (
             "SELECT 'level' AS ROW_KIND, SERIES AS NAME, FROM_DATE AS DAY, KIND, REASON AS TEXT, ACCEPTED_BY,"
             " RECORDED_AT AS AT, CAST(NULL AS DOUBLE) AS VALUE, CAST(NULL AS BOOLEAN) AS FLAGGED"
-            f" FROM {levels} WHERE FROM_DATE >= %s"
+            f" FROM {levels} WHERE FROM_DATE >= ?"
             f" UNION ALL SELECT DISTINCT 'incident_day', {null}, BUSINESS_DATE, {null}, {null}, {null},"
-            f" CAST(NULL AS TIMESTAMP_TZ), NULL, NULL FROM {incidents} WHERE BUSINESS_DATE >= %s"
+            f" CAST(NULL AS TIMESTAMP_TZ), NULL, NULL FROM {incidents} WHERE BUSINESS_DATE >= ?"
             " UNION ALL SELECT 'fix_event', i.INCIDENT_ID, i.BUSINESS_DATE, e.KIND, e.DETAIL,"
             f" {null}, i.UPDATED_AT, NULL, NULL FROM {incidents} i JOIN {events} e"
             " ON e.INCIDENT_ID = i.INCIDENT_ID AND e.KIND IN ('receipt', 'finding')"
-            " WHERE i.BUSINESS_DATE < %s AND EXISTS (SELECT 1 FROM"
+            " WHERE i.BUSINESS_DATE < ? AND EXISTS (SELECT 1 FROM"
             f" {events} r WHERE r.INCIDENT_ID = i.INCIDENT_ID AND r.KIND = 'receipt')"
         )
         params: list[Any] = [since, since, day]
@@ -271,14 +272,14 @@ class HistorySession:
             by_first.setdefault(first, []).append(series)
         if by_first:
             which = " OR ".join(
-                f"(METRIC IN ({', '.join(['%s'] * len(names))}) AND BUSINESS_DATE >= %s)"
+                f"(METRIC IN ({placeholders(len(names))}) AND BUSINESS_DATE >= ?)"
                 for names in by_first.values()
             )
             # SOURCE is not used here: an ops schema older than this dw-dagster fails on it at once (the
             # step then says to migrate), before anything is judged.
             sql += (
                 f" UNION ALL SELECT 'history', METRIC, BUSINESS_DATE, SOURCE, GROUPS, {null},"
-                f" CAST(NULL AS TIMESTAMP_TZ), VALUE, FLAGGED FROM {history} WHERE BUSINESS_DATE < %s AND ({which})"
+                f" CAST(NULL AS TIMESTAMP_TZ), VALUE, FLAGGED FROM {history} WHERE BUSINESS_DATE < ? AND ({which})"
             )
             params += [day, *(v for first, names in by_first.items() for v in (*names, first))]
         self.cur.execute(sql, tuple(params))
@@ -308,7 +309,7 @@ class HistorySession:
         """Every accepted level from ``since`` on, by series, oldest first."""
         self.cur.execute(
             f"SELECT SERIES, FROM_DATE, KIND, REASON, ACCEPTED_BY, RECORDED_AT FROM {self.ops.table('BASELINE_LEVELS')}"
-            " WHERE FROM_DATE >= %s ORDER BY FROM_DATE",
+            " WHERE FROM_DATE >= ? ORDER BY FROM_DATE",
             (since,),
         )
         out: dict[str, list[Rebase]] = {}

@@ -30,7 +30,10 @@ from dw_dagster.checks.baseline import (
     BaselineConfig,
     BaselineResult,
     BaselineStatus,
+    Calibration,
     Direction,
+    calibrate,
+    false_alarm_alpha,
     is_small,
     score,
     transform,
@@ -38,6 +41,7 @@ from dw_dagster.checks.baseline import (
 )
 from dw_dagster.checks.calendar import WEEKDAYS, BusinessCalendar, CalendarDay
 from dw_dagster.checks.history import Rebase
+from dw_dagster.checks.recurring import MATERIAL, Recurring, learn, moves_like_once
 
 
 class Judgement(BaseModel):
@@ -54,6 +58,8 @@ class Judgement(BaseModel):
     level: Rebase | None = None
     """The accepted level in force tonight."""
     accepted_tonight: bool = False
+    calibration: Calibration | None = None
+    """The series' own errors the threshold was read from (None: too short a record, or a small count)."""
     notes: list[str] = Field(default_factory=list)
 
     @property
@@ -95,7 +101,10 @@ def judge(
     calendar: BusinessCalendar | None = None,
     excluded_days: Collection[date] = (),
     rebases: Sequence[Rebase] = (),
+    share: int = 1,
 ) -> Judgement:
+    """Tonight's ``value`` of a series against its ``history``. ``share``: how many series are judged on the
+    same table, which share its false-alarm rate (``BaselineConfig.false_alarm_rate``)."""
     active = sorted((r for r in rebases if r.from_date <= day), key=lambda r: r.from_date)
     # The night an owner accepted (or the check explained) is the new level's first point, even if it was
     # flagged; a remediation's level starts after the bad night, which stays out.
@@ -134,37 +143,86 @@ def judge(
     usable = rebased(usable, active, config, absolute)
     notes = [*unsettled, *([level.describe()] if level else [])]
 
-    cal = calendar if calendar is not None and config.calendar and not calendar.empty else None
-    kinds = {d: cal.day(d) for d in usable} if cal else {}
-    ordinary = {d: v for d, v in usable.items() if kinds.get(d) is None}
+    cal = calendar if calendar is not None and config.calendar else None
+    configured = cal if cal is not None and not cal.empty else None
+    kinds = {d: configured.day(d) for d in usable} if configured else {}
+    named = {d: v for d, v in usable.items() if kinds.get(d) is None}
+    alpha = false_alarm_alpha(config, share)
+    # The threshold from the series' own one-step errors on ordinary nights, at the false-alarm rate.
+    calibration = calibrate(named, config, absolute, alpha, hurts)
+    f = transform(absolute)
+    # A like night early in the history has few ordinary nights before it: its effect is measured against
+    # as few as one (the effects are pooled, and the scale widened for how few there are).
+    lenient = config.model_copy(update={"min_points": 1})
+
+    def effect_of(d: date, points: Mapping[date, float]) -> float | None:
+        s = score({k: v for k, v in points.items() if k < d}, d, usable[d], lenient, absolute=absolute)
+        if s.expected is None or s.status is BaselineStatus.INSUFFICIENT:
+            return None
+        return f(usable[d]) - f(max(s.expected, 0.0))
+
+    today = configured.day(day) if configured else None
+    # Recurring days the file's calendar says nothing about, learned from the series' own history.
+    recurring = (
+        learn(named, day, cal, effect_of, calibration.sigma)
+        if cal is not None and calibration
+        else Recurring()
+    )
+    ordinary = {d: v for d, v in named.items() if d not in recurring.nights}
+    if recurring.nights:
+        calibration = calibrate(ordinary, config, absolute, alpha, hurts)
 
     def plain_score(d: date, v: float, points: Mapping[date, float], cfg: BaselineConfig = config, **kw):
+        kw.setdefault("calibration", calibration)
         s = score(points, d, v, cfg, hurts, absolute=absolute, **kw)
         if s.status is BaselineStatus.INSUFFICIENT and len(points) < len(usable):
             # Too few ordinary nights: every night, calendar ones included, rather than no judgement.
             s = score({k: x for k, x in usable.items() if k < d}, d, v, cfg, hurts, absolute=absolute, **kw)
         return s
 
-    today = cal.day(day) if cal else None
     plain = plain_score(day, value, ordinary)
+    today = today or recurring.tonight
     if today is None:
-        return _verdict(plain, notes=notes, level=level)
+        out = _verdict(plain, notes=notes, level=level, calibration=calibration)
+        once = recurring.once
+        if out.severity == "ERROR" and once and plain.expected is not None:
+            if moves_like_once(f(value) - f(max(plain.expected, 0.0)), once):
+                name, night, earlier = once
+                notes.append(
+                    f"{name}: moved like the only earlier one on record ({night.isoformat()}, "
+                    f"{_effect_pct(earlier, plain, absolute):+.1f}%); a second occurrence makes it a pattern"
+                )
+                out = out.model_copy(update={"severity": "WARN", "notes": notes})
+        return out
 
-    f = transform(absolute)
-    like: list[date] = []
-    for key in today.like_keys:
-        like = sorted(d for d, k in kinds.items() if k is not None and key in k.like_keys)
-        if like:
-            break
-    # A like night early in the history has few ordinary nights before it: its effect is measured against
-    # as few as one (the effects are pooled, and the scale widened for how few there are).
-    lenient = config.model_copy(update={"min_points": 1})
+    if today.kind == "recurring":
+        like = recurring.like
+    else:
+        like = []
+        for key in today.like_keys:
+            like = sorted(d for d, k in kinds.items() if k is not None and key in k.like_keys)
+            if like:
+                break
+        if not like and today.kind in ("quarter_end", "month_end"):
+            # No configured like night: the same business day from the end of earlier months.
+            position = configured.business_days_left(day, False) if configured else None
+            like = sorted(
+                d for d in ordinary if configured and configured.business_days_left(d, False) == position
+            )
     effects, measured = [], []
     for d in like:
         s = plain_score(d, usable[d], {k: v for k, v in ordinary.items() if k < d}, lenient)
         if s.expected is not None and s.status is not BaselineStatus.INSUFFICIENT:
             effects.append(f(usable[d]) - f(max(s.expected, 0.0)))
             measured.append(d)
+    if today.kind in ("holiday", "month_end", "quarter_end") and effects:
+        # Like nights only when they behaved alike: the same holiday in an earlier year, else the holidays
+        # (or period ends) on which the series itself moved; one on which activity was ordinary says this
+        # business does not keep it.
+        same = [i for i, d in enumerate(measured) if today.kind == "holiday" and kinds[d].name == today.name]  # type: ignore[union-attr]
+        noise = calibration.sigma if calibration else (plain.scale or 0.0)
+        keep = same or [i for i, e in enumerate(effects) if abs(e) >= MATERIAL * noise]
+        effects, measured = [effects[i] for i in keep], [measured[i] for i in keep]
     if effects:
         effect = median(effects)
         adjusted = plain_score(
@@ -175,13 +233,15 @@ def judge(
             f"{today.name}: compared with {len(measured)} past like night{'s' if len(measured) != 1 else ''} "
             f"({', '.join(d.isoformat() for d in measured)}; usual effect {pct:+.1f}%)"
         )
-        out = _verdict(adjusted, notes=notes, level=level)
+        out = _verdict(adjusted, notes=notes, level=level, calibration=calibration)
         return out.model_copy(
             update={"plain": plain, "calendar_day": today, "like_days": measured, "calendar_effect_pct": pct}
         )
-    out = _verdict(plain, notes=notes, level=level)
+    out = _verdict(plain, notes=notes, level=level, calibration=calibration)
     closed = (
-        _closed_day_floor(usable, day, cal, config) if today.kind in ("holiday", "holiday_period") else None
+        _closed_day_floor(usable, day, configured, config)
+        if configured and today.kind in ("holiday", "holiday_period")
+        else None
     )
     if out.severity == "ERROR" and today.explains(plain.relative_change or 0.0):
         notes.append(
@@ -223,11 +283,14 @@ def _effect_pct(effect: float, plain: BaselineResult, absolute: bool) -> float:
     return 100 * effect / plain.expected if plain.expected else 0.0
 
 
-def _verdict(result: BaselineResult, *, notes: list[str], level: Rebase | None) -> Judgement:
+def _verdict(
+    result: BaselineResult, *, notes: list[str], level: Rebase | None, calibration: Calibration | None
+) -> Judgement:
     return Judgement(
         severity="ERROR" if result.status is BaselineStatus.ANOMALY else None,
         result=result,
         level=level,
+        calibration=calibration,
         notes=list(notes),
     )
 
@@ -252,6 +315,13 @@ def judgement_metadata(j: Judgement, prefix: str = "baseline") -> dict[str, obje
         out[f"{prefix}_expected"] = figure(r.expected)
         out[f"{prefix}_relative_change_pct"] = figure(100 * (r.relative_change or 0))
         out[f"{prefix}_robust_z"] = figure(r.robust_z or 0)
+        if r.z_threshold is not None:
+            out[f"{prefix}_z_threshold"] = figure(r.z_threshold)
+    if j.calibration is not None:
+        c = j.calibration
+        out[f"{prefix}_threshold_from"] = (
+            f"{c.residuals} past nights' one-step errors, at {100 * c.alpha:.2g} false alarms per 100 nights"
+        )
     if j.calendar_day is not None:
         out[f"{prefix}_calendar_day"] = j.calendar_day.name
         if j.calendar_effect_pct is not None:

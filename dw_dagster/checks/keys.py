@@ -23,7 +23,7 @@ from sqlglot import exp
 from dw_dagster.checks.history import Reading, Recorded
 from dw_dagster.checks.measure import Part, quoted_table
 from dw_dagster.checks.recorded_totals import plain_value
-from dw_dagster.sql import quote_identifier, table_reference
+from dw_dagster.sql import placeholders, quote_identifier, table_reference
 
 KEYS_LOOKBACK_DAYS = 14
 
@@ -97,9 +97,8 @@ def key_change(column: str, raw: Mapping[str, Any], past: Mapping[date, Recorded
 
 
 def rows_with_keys(cur: Any, table: tuple[str, str, str], column: str, values: Sequence[Any]) -> int:
-    marks = ", ".join(["%s"] * len(values))
     cur.execute(
-        f"SELECT COUNT(*) FROM {table_reference(*table)} WHERE {quote_identifier(column)} IN ({marks})",
+        f"SELECT COUNT(*) FROM {table_reference(*table)} WHERE {quote_identifier(column)} IN ({placeholders(len(values))})",
         tuple(values),
     )
     return int(cur.fetchone()[0])

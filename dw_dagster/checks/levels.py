@@ -68,6 +68,9 @@ class LazyLineage:
             self._graph = LineageGraph(self._specs)
         return self._graph
 
+    def graph(self):
+        return self._get()
+
     def upstream(self, key: str) -> set[str]:
         graph = self._get()
         return graph.upstream(key) if key in graph else set()

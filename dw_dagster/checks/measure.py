@@ -25,7 +25,7 @@ _MARKED = re.compile(rf"{_MARK}(b\d+)__")
 
 class Binds:
     """The values bound to the statements of one checks run: ``binds(value)`` is a placeholder to put in a
-    sqlglot tree, rendered as ``%(name)s`` and bound by the connector."""
+    sqlglot tree, rendered as ``?`` and bound server-side, in the order the placeholders stand in the text."""
 
     def __init__(self) -> None:
         self.values: dict[str, Any] = {}
@@ -35,8 +35,9 @@ class Binds:
         self.values[name] = value
         return exp.Placeholder(this=name)
 
-    def render(self, tree: exp.Expression) -> tuple[str, dict[str, Any] | None]:
-        """The Snowflake SQL of ``tree`` and the values its placeholders bind (None when it binds none)."""
+    def render(self, tree: exp.Expression) -> tuple[str, tuple[Any, ...] | None]:
+        """The Snowflake SQL of ``tree`` and the values its placeholders bind, in their order in the text
+        (None when it binds none)."""
         used: list[str] = []
 
         def mark(node: exp.Expression) -> exp.Expression:
@@ -50,9 +51,9 @@ class Binds:
             return sql, None
         if len(_MARKED.findall(sql)) != len(used):
             raise ValueError(f"a query's text holds {_MARK!r}, which marks bound values")
-        # pyformat binding: a literal % is written %%.
-        sql = _MARKED.sub(lambda m: f"%({m[1]})s", sql.replace("%", "%%"))
-        return sql, {name: self.values[name] for name in used}
+        # Positional: each value in the order its mark stands in the rendered text.
+        order = [m[1] for m in _MARKED.finditer(sql)]
+        return _MARKED.sub("?", sql), tuple(self.values[name] for name in order)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ModelWrapValidatorHandler, PrivateAttr, field_validator, model_validator
 
 from dw_dagster.checks.baseline import BaselineConfig, Direction
 from dw_dagster.checks.calendar import BusinessCalendar, timezone_country
@@ -95,6 +95,11 @@ class RecordedTotal(FileModel):
     hurts: Direction = Direction.BOTH
     baseline: BaselineConfig = Field(default_factory=BaselineConfig)
     reconcile_with: Reconciliation | None = None
+    cumulative: Literal["auto", "no", "week", "month", "quarter", "year"] = Field(
+        default="auto",
+        description="A total that grows through a period and starts again at the next (month to date: "
+        "month) is judged on its increment; auto: when its history shows it; no: never.",
+    )
 
     @field_validator("sql")
     @classmethod
@@ -118,8 +123,9 @@ class Bounds(FileModel):
 class VolumeMonitoring(FileModel):
     row_counts: Literal["metadata", "count"] = Field(
         default="metadata",
-        description="metadata: Coalesce run results and INFORMATION_SCHEMA.TABLES (no scans; production). "
-        "count: COUNT(*), for warehouses whose metadata is unreliable (the local server).",
+        description="metadata: Coalesce run results and INFORMATION_SCHEMA.TABLES (no scan of a table; "
+        "production), views counted with COUNT(*) as they have no row count there. count: COUNT(*) of every "
+        "table, where the metadata cannot be trusted.",
     )
     assets: list[str] = Field(default_factory=list, description="Globs over asset key paths, e.g. 'mart/*'.")
     bounds: dict[str, Bounds] = Field(default_factory=dict, description="Static bounds by asset key path.")
@@ -158,6 +164,15 @@ class FreshnessMonitoring(FileModel):
     inputs: list[InputFreshness] = Field(default_factory=list)
 
 
+def _undeclared(country: str, subdivision: str | None) -> list[dict[str, object]]:
+    """Holidays nobody wrote in the metrics file explain a dip only: a doubled total on one is still news."""
+    import holidays
+
+    if country not in holidays.list_supported_countries():
+        return []
+    return [{"country": country, "subdivision": subdivision, "direction": "down"}]
+
+
 class MetricsFile(FileModel):
     business_day: BusinessDay = Field(default_factory=BusinessDay)
     calendar: BusinessCalendar = Field(
@@ -170,28 +185,38 @@ class MetricsFile(FileModel):
     volume: VolumeMonitoring = Field(default_factory=VolumeMonitoring)
     freshness: FreshnessMonitoring = Field(default_factory=FreshnessMonitoring)
     incidents: IncidentPolicy = Field(default_factory=IncidentPolicy)
+    _holidays_declared: bool = PrivateAttr(default=True)
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _default_holidays(cls, data: object) -> object:
+    def _default_holidays(cls, data: object, handler: ModelWrapValidatorHandler[MetricsFile]) -> MetricsFile:
         """A calendar that names no holidays takes the public holidays of the business day's country (its
-        time zone's, in the tz database): a team that set none still gets Christmas as a holiday, not as a
-        fault. ``holidays: []`` says there are none."""
-        if not isinstance(data, dict):
-            return data
-        calendar = data.get("calendar") or {}
-        day = data.get("business_day") or {}
-        if not isinstance(calendar, dict) or "holidays" in calendar or not isinstance(day, dict):
-            return data
-        country = timezone_country(str(day.get("timezone", "UTC")))
-        if country is None:
-            return data
-        import holidays
+        time zone's, in the tz database), until the context file says where the business is
+        (:meth:`with_country`): a team that set none still gets Christmas as a holiday, not as a fault.
+        ``holidays: []`` says there are none."""
+        declared = True
+        if isinstance(data, dict):
+            calendar = data.get("calendar") or {}
+            day = data.get("business_day") or {}
+            if isinstance(calendar, dict) and "holidays" not in calendar and isinstance(day, dict):
+                declared = False
+                country = timezone_country(str(day.get("timezone", "UTC")))
+                if country is not None:
+                    data = {**data, "calendar": {**calendar, "holidays": _undeclared(country, None)}}
+        metrics = handler(data)
+        metrics._holidays_declared = declared
+        return metrics
 
-        if country not in holidays.list_supported_countries():
-            return data
-        # Holidays nobody declared explain a dip only: a doubled total on one is still news.
-        return {**data, "calendar": {**calendar, "holidays": [{"country": country, "direction": "down"}]}}
+    def with_country(self, country: str | None) -> MetricsFile:
+        """The metrics with the public holidays of ``country`` (ISO 3166, 'DE' or 'DE-NW': the context file's)
+        where the file names none; the file's own holidays, ``[]`` included, override."""
+        if country is None or self._holidays_declared:
+            return self
+        code, _, subdivision = country.partition("-")
+        calendar = BusinessCalendar.model_validate(
+            {**self.calendar.model_dump(), "holidays": _undeclared(code, subdivision or None)}
+        )
+        return self.model_copy(update={"calendar": calendar})
 
     @model_validator(mode="after")
     def _references(self) -> MetricsFile:

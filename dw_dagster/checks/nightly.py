@@ -22,15 +22,24 @@ from datetime import timedelta
 
 import dagster as dg
 
+from dw_dagster.checks.attributes import carried_attributes
 from dw_dagster.checks.freshness import INPUT_FRESHNESS_CHECK, InputFreshnessChecks, input_freshness_specs
 from dw_dagster.checks.history import HistoryStore, NightContext, total_series, volume_series
 from dw_dagster.checks.levels import LazyLineage, remediation_levels
 from dw_dagster.checks.measure import Binds, measure
 from dw_dagster.checks.metrics import MetricsFile
-from dw_dagster.checks.recorded_totals import HISTORY_DAYS, TableResolver, Totals, check_name, total_specs
+from dw_dagster.checks.recorded_totals import (
+    HISTORY_DAYS,
+    TableResolver,
+    Totals,
+    check_name,
+    total_specs,
+    value_columns,
+)
 from dw_dagster.checks.run_context import check_run
 from dw_dagster.checks.tonight import Night, Reporter
 from dw_dagster.checks.volume import VOLUME_CHECK, Volumes, monitored_specs, volume_specs
+from dw_dagster.coalesce.sql import resolve_refs
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
@@ -63,6 +72,25 @@ class NightlyChecks:
         self.lineage = LazyLineage(specs)
         self._total_checks = {check_name(t) for t in metrics.totals}
         self._monitored_paths = {k.to_user_string() for k in self.monitored}
+        self._attributes: dict[str, list[str]] | None = None
+        # The series judged on each table share its false-alarm rate (BaselineConfig.false_alarm_rate).
+        self.shares: dict[str, int] = {p: 1 for p in self._monitored_paths}
+        for t in metrics.totals:
+            self.shares[t.asset] = self.shares.get(t.asset, 0) + 1
+
+    def attributes(self) -> dict[str, list[str]]:
+        """Each total -> the dimension attributes its table carries from a reference table (found once, from
+        the column lineage: ``attributes.py``)."""
+        if self._attributes is None:
+            graph = self.lineage.graph()
+            self._attributes = {}
+            for t in self.metrics.totals:
+                try:
+                    measures = value_columns(resolve_refs(t.sql, self.resolve_table))
+                except ValueError:
+                    continue  # a ref the resolver does not know: the total's own check says so
+                self._attributes[t.name] = carried_attributes(graph, t, measures)
+        return self._attributes
 
     def series_of(self, asset: str) -> list[str]:
         """The series kept for an asset, which a verified fix of it re-bases."""
@@ -81,15 +109,16 @@ class NightlyChecks:
             metrics, self.specs, [k.asset_key for k in selected if k.name == INPUT_FRESHNESS_CHECK]
         )
         totals = Totals(
-            metrics, self.resolve_table, [k.name for k in selected if k.name in self._total_checks]
-        )
+            metrics, self.resolve_table, [k.name for k in selected if k.name in self._total_checks],
+            self.attributes(),
+        )  # fmt: skip
         volumes = Volumes(
             metrics, self.monitored, [k.asset_key for k in selected if k.name == VOLUME_CHECK], lineage
         )
         day = run.business_date
         since = day - timedelta(days=HISTORY_DAYS)
         series = {
-            **dict.fromkeys(totals.needed, since),
+            **dict.fromkeys(totals.series(), since),
             **{s: day - timedelta(days=n) for s, n in volumes.series(HISTORY_DAYS).items()},
         }
         store = HistoryStore(warehouse, self.ops, check=NIGHTLY_CHECKS, dagster_run_id=run.dagster_run_id)
@@ -99,7 +128,7 @@ class NightlyChecks:
             night = Night(
                 context=context, run=run, warehouse=warehouse, ops=self.ops, history=history,
                 cause_scopes=self.cause_scopes, calendar=metrics.calendar, levels=read.with_levels(fixed, since),
-                incident_days=read.incident_days, past=read.past, reporter=reporter,
+                incident_days=read.incident_days, past=read.past, reporter=reporter, shares=self.shares,
             )  # fmt: skip
             binds = Binds()
             parts = [

@@ -57,9 +57,13 @@ def reconcile(
     clean = sorted(
         d
         for d in target_history
-        if d < day and d in source_history and not target_history[d].flagged and not source_history[d].flagged
-        and target_history[d].value is not None and source_history[d].value is not None
-    )[-GAP_BASELINE_DAYS:]  # fmt: skip
+        if d < day
+        and d in source_history
+        and not target_history[d].flagged
+        and not source_history[d].flagged
+        and target_history[d].value is not None
+        and source_history[d].value is not None
+    )[-GAP_BASELINE_DAYS:]
     usual_gap = median(source_history[d].value - target_history[d].value for d in clean) if clean else 0.0  # type: ignore[operator]
     gap = source.value - target.value
     tolerance = rule.tolerance(source.value)

@@ -9,12 +9,15 @@ groups with a NULL value). A baseline with too little history says so.
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 
 import dagster as dg
 import sqlglot
 from sqlglot import exp
 
+from dw_dagster.checks import cumulative
+from dw_dagster.checks.attributes import MAX_VALUES, attribute_part, attribute_series
 from dw_dagster.checks.groups import GroupMove, judge_groups, null_groups_problem
 from dw_dagster.checks.history import Reading, total_series
 from dw_dagster.checks.judge import deviation, figure, judge, judgement_metadata
@@ -162,7 +165,13 @@ class Totals:
     """The recorded totals of one checks run: each queried once even when another total reconciles
     against it, in the night's statement unless sqlglot cannot name its columns."""
 
-    def __init__(self, metrics: MetricsFile, resolve_table: TableResolver, checks: Sequence[str]):
+    def __init__(
+        self,
+        metrics: MetricsFile,
+        resolve_table: TableResolver,
+        checks: Sequence[str],
+        attributes: Mapping[str, Sequence[str]] = {},  # noqa: B006 - read only
+    ):
         by_check = {check_name(t): t for t in metrics.totals}
         # Reconciled totals first: on a bad night the gap to the source is the finding that opens (and
         # titles) the incident, whatever order Dagster hands the selection in.
@@ -182,9 +191,24 @@ class Totals:
                 self.queries[name] = total_query(total, resolve_table)
             except Exception as e:  # noqa: BLE001 - reported as an errored check, never as passed
                 self.errors[name] = f"{type(e).__name__}: {e}"
+        # Dimension attributes each selected total's table carries from a reference table (attributes.py).
+        self.attribute_parts: dict[tuple[str, str], Part] = {}
+        for t in self.selected:
+            q = self.queries.get(t.name)
+            for column in attributes.get(t.name, ()) if q is not None else ():
+                part = attribute_part(t, q.sql, column)
+                if part is not None:
+                    self.attribute_parts[(t.name, column)] = part
+        self.attribute_values: dict[tuple[str, str], tuple[float, dict[str, float | None]]] = {}
+
+    def series(self) -> list[str]:
+        """The series these totals judge against: their own, and their attributes'."""
+        return [*self.needed, *(attribute_series(t, c) for t, c in self.attribute_parts)]
 
     def parts(self) -> list[Part]:
-        return [q.part for q in self.queries.values() if q.part is not None]
+        return [q.part for q in self.queries.values() if q.part is not None] + list(
+            self.attribute_parts.values()
+        )
 
     def take(self, measured: Mapping[Hashable, list[tuple] | Exception], cur: Any) -> None:
         """Tonight's value of each total from the night's statement (``cur`` runs alone those not in it)."""
@@ -199,6 +223,13 @@ class Totals:
                 self.values[name] = total_value(q.total, q.sql, q.columns, rows)
             except Exception as e:  # noqa: BLE001 - reported as an errored check, never as passed
                 self.errors[name] = f"{type(e).__name__}: {e}"
+        for (name, column), part in self.attribute_parts.items():
+            rows = measured.get(part.key)
+            # An attribute that could not be measured is not judged tonight; the total still is.
+            if rows is None or isinstance(rows, Exception) or len(rows) > MAX_VALUES:
+                continue
+            groups = {f"{column}={plain_value(v)}": (None if x is None else float(x)) for v, x in rows}
+            self.attribute_values[(name, column)] = (sum(x for x in groups.values() if x is not None), groups)
 
     def evaluate(self, night: Night) -> list[dg.AssetCheckResult]:
         for name, v in self.values.items():
@@ -210,8 +241,10 @@ class Totals:
                     tags={"dw/business_date": night.day.isoformat()},
                 )
             )
+        for (name, column), (value, groups) in self.attribute_values.items():
+            night.record(attribute_series(name, column), Reading(value=value, groups=groups))
         return [
-            evaluate_total(night, t, self.values)
+            evaluate_total(night, t, self.values, self.attribute_values)
             for t in self.selected
             if t.name in self.values and not (t.reconcile_with and t.reconcile_with.total in self.errors)
         ]
@@ -227,25 +260,53 @@ class Totals:
 
 
 def evaluate_total(
-    night: Night, total: RecordedTotal, values: Mapping[str, TotalValue]
+    night: Night,
+    total: RecordedTotal,
+    values: Mapping[str, TotalValue],
+    attributes: Mapping[tuple[str, str], tuple[float, dict[str, float | None]]] = {},  # noqa: B006 - read only
 ) -> dg.AssetCheckResult:
     day = night.day
     value = values[total.name]
     own = night.past[total.name]
     excluded = {d for d, r in own.items() if r.flagged} | night.incident_days
-    verdict = judge(
-        {d: r.value for d, r in own.items()}, day, value.value, total.baseline, total.hurts,
-        calendar=night.calendar, excluded_days=excluded, rebases=night.levels.get(total_series(total.name), ()),
-    )  # fmt: skip
+    # A month-to-date total is judged on tonight's increment, as an ordinary daily number (cumulative.py).
+    period = cumulative.period_of(
+        total.cumulative, {d: r.value for d, r in own.items() if r.value is not None}
+    )
+    judged, judged_value, judged_groups = own, value.value, value.groups
+    if period is not None:
+        judged = cumulative.increments(own, period)
+        tonight = cumulative.tonight(own, day, value.value, value.groups, period)
+        judged_value, judged_groups = tonight if tonight is not None else (value.value, {})
+        if tonight is None:
+            judged = {}  # no comparable night before tonight: nothing to judge the increment against
+
+    def verdict_on(d: date, v: float):
+        return judge(
+            {k: r.value for k, r in judged.items() if k < d}, d, v, total.baseline, total.hurts,
+            calendar=night.calendar, excluded_days=excluded, rebases=night.levels.get(total_series(total.name), ()),
+            share=night.share(total.asset),
+        )  # fmt: skip
+
+    verdict = verdict_on(day, judged_value)
     by_group = judge_groups(
-        total, day, value.value, value.groups, own, verdict, calendar=night.calendar, excluded_days=excluded,
-        rebases=night.levels,
+        total, day, judged_value, judged_groups, judged, verdict, calendar=night.calendar, excluded_days=excluded,
+        rebases=night.levels, share=night.share(total.asset),
     )  # fmt: skip
     metadata: dict[str, Any] = {
         "value": dg.MetadataValue.float(float(value.value)),
         "business_date": day.isoformat(),
         **judgement_metadata(verdict),
     }
+    carried: list[tuple[date, float, float]] = []
+    if period is not None:
+        metadata["baseline_judged_on"] = f"the increment ({period} to date): {judged_value:,.0f}"
+        # A bad night of this period whose increment is still in tonight's total: the same fault.
+        for d in cumulative.flagged_in_period(day, period, own):
+            if d in judged and (was := judged[d].value) is not None:
+                then = verdict_on(d, was)
+                if then.severity == "ERROR" and then.result.expected is not None:
+                    carried.append((d, was, then.result.expected))
     if by_group.moves:
         metadata["groups_moved"] = dg.MetadataValue.md(_moves_table(by_group.moves))
     if by_group.note:
@@ -303,15 +364,44 @@ def evaluate_total(
                 f"units (tolerance {_fmt(rec.tolerance)})" + (f"; held by {where}" if where else "")
             )
 
+    if carried and verdict.severity is None:
+        of = f" {counted_unit(total)}" if counted_unit(total) else ""
+        for d, was, expected in carried:
+            problems.append(
+                f"{total.name} ({value.value:,.0f}) still carries {d.isoformat()}'s increment of {was:,.0f}{of} "
+                f"against the {expected:,.0f} expected ({was - expected:+,.0f}): a {period}-to-date total keeps a "
+                f"bad night until its {period} starts again or that night is rebuilt"
+            )
+        evidence["carried_from"] = [d.isoformat() for d, _, _ in carried]
     if verdict.severity is not None:
         moved = ", ".join(m.describe() for m in by_group.moves[:3])
+        what = f"{total.name}'s increment tonight" if period is not None else total.name
         problems.append(
-            f"{total.name} = {deviation(verdict, counted_unit(total))}"
+            f"{what} = {deviation(verdict, counted_unit(total))}"
             + (f"; moved: {moved}" if moved else "")
             + (f" ({verdict.describe()})" if verdict.notes else "")
         )
     if by_group.problem:
         problems.append(by_group.problem)
+    fixed = any(r.kind == "remediation" for r in night.levels.get(total_series(total.name), ()))
+    if period is None and verdict.severity is None and not by_group.problem and not fixed:
+        # Money moved between the values of an attribute no total groups by (a reference row re-pointed).
+        for (name, column), (total_of_values, groups) in attributes.items():
+            past = night.past.get(attribute_series(name, column), {})
+            if name != total.name or not past:
+                continue
+            by = total.model_copy(update={"name": f"{total.name} by {column}", "group_keys": [column]})
+            shifted = judge_groups(
+                by, day, total_of_values, groups, past, verdict, calendar=night.calendar, excluded_days=excluded,
+                rebases={}, share=night.share(total.asset),
+            )  # fmt: skip
+            # Only a shift: a value that gained alone is a new key mapped to it, one that fell alone lost
+            # rows the total's own check sees.
+            if shifted.problem and shifted.problem.startswith("a shift between groups"):
+                problems.append(f"{shifted.problem} ({column} is carried from a reference table)")
+                evidence["attribute_shift"] = {"column": column, "series": attribute_series(name, column),
+                                               "moves": [m.model_dump(mode="json") for m in shifted.moves]}  # fmt: skip
+                break
     # Only a deviation the calendar explains is a WARN; reconciliation, shifts and NULLs are ERRORs.
     severity = (
         "WARN" if verdict.severity == "WARN" and len(problems) == 1 else ("ERROR" if problems else None)

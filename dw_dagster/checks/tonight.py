@@ -39,12 +39,18 @@ class Night:
     past: Mapping[str, dict[date, Recorded]]
     """Each series' history before tonight, read once for the run."""
     reporter: Reporter
+    shares: Mapping[str, int] = field(default_factory=dict)
+    """Asset key path -> how many series are judged on it (its volume, the totals on it): they share the
+    table's false-alarm rate."""
     readings: dict[str, Reading] = field(default_factory=dict)
     """What tonight records, by series."""
 
     @property
     def day(self) -> date:
         return self.run.business_date
+
+    def share(self, asset: str) -> int:
+        return max(1, self.shares.get(asset, 1))
 
     def record(self, series: str, reading: Reading) -> None:
         self.readings[series] = reading

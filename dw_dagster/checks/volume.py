@@ -4,10 +4,13 @@ that appeared or went, and the new keys that explain a bigger table's new level 
 
 Row counts come from the cheapest source. In ``metadata`` mode (production): the row count the Coalesce
 run reported for the node (carried on the materialization the run sensor recorded), else
-``INFORMATION_SCHEMA.TABLES`` (one part of the night's statement per schema); never a scan. In ``count``
-mode: ``COUNT(*)`` per table, for warehouses whose metadata is unreliable (the local server's ROW_COUNT is
-an estimate). Either way the counts are parts of the checks run's one measurement statement
-(``measure.py``), with the small keyed tables' keys.
+``INFORMATION_SCHEMA.TABLES`` (one part of the night's statement per schema); never a scan of a table. A
+view has no row count there (ROW_COUNT is NULL for views,
+https://docs.snowflake.com/en/sql-reference/info-schema/tables): a node the Coalesce metadata says is a
+view is counted with ``COUNT(*)`` (which runs the view's query), and a table the metadata reading finds to
+be a view after all is reported as not measured, saying so, never passed. In ``count`` mode: ``COUNT(*)``
+per table, where the metadata cannot be trusted. Either way the counts are parts of the checks run's one
+measurement statement (``measure.py``), with the small keyed tables' keys.
 """
 
 import fnmatch
@@ -36,6 +39,7 @@ from dw_dagster.checks.measure import Binds, Part, quoted_table
 from dw_dagster.checks.metrics import Bounds, MetricsFile
 from dw_dagster.checks.run_context import CheckRun
 from dw_dagster.checks.tonight import Night
+from dw_dagster.coalesce.metadata import CoalesceMetadataSet
 from dw_dagster.sql import table_parts
 
 VOLUME_CHECK = "volume"
@@ -53,6 +57,11 @@ def monitored_specs(metrics: MetricsFile, specs: Sequence[dg.AssetSpec]) -> list
         for s in specs
         if _table(s) and any(fnmatch.fnmatchcase(s.key.to_user_string(), g) for g in metrics.volume.assets)
     ]
+
+
+def _is_view(spec: dg.AssetSpec) -> bool:
+    """A node materialized as a view (``coalesce/materialization``): no row count in the metadata."""
+    return CoalesceMetadataSet.extract(spec.metadata).materialization == "view"
 
 
 def _from_run_results(instance: dg.DagsterInstance, key: dg.AssetKey, run: CheckRun) -> float | None:
@@ -92,9 +101,9 @@ def volume_specs(metrics: MetricsFile, monitored: Sequence[dg.AssetKey]) -> list
 
 
 def _rows_in_metadata(database: str, schema: str, names: Sequence[str], binds: Binds) -> exp.Select:
-    """``INFORMATION_SCHEMA.TABLES``' row count of tables of one schema: no scan."""
+    """``INFORMATION_SCHEMA.TABLES``' row count of tables of one schema, and their type: no scan."""
     return (
-        exp.select(exp.column("TABLE_NAME"), exp.column("ROW_COUNT"))
+        exp.select(exp.column("TABLE_NAME"), exp.column("ROW_COUNT"), exp.column("TABLE_TYPE"))
         .from_(
             exp.table_("TABLES", db="INFORMATION_SCHEMA", catalog=exp.to_identifier(database, quoted=True))
         )
@@ -136,11 +145,14 @@ class Volumes:
         return _table(self.monitored[key])  # type: ignore[return-value]
 
     def _counted(self, key: dg.AssetKey, binds: Binds) -> exp.Select:
-        """The query of a table's row count in this mode."""
-        if self.config.row_counts == "metadata":
+        """The query of a table's row count in this mode (a view's is always ``COUNT(*)``)."""
+        if self._from_metadata(key):
             db, schema, name = self._table(key)
             return _rows_in_metadata(db, schema, [name], binds).select("ROW_COUNT", append=False)
         return exp.select(exp.Count(this=exp.Star())).from_(quoted_table(*self._table(key)))
+
+    def _from_metadata(self, key: dg.AssetKey) -> bool:
+        return self.config.row_counts == "metadata" and not _is_view(self.monitored[key])
 
     def _small(self, count: float | None) -> bool:
         return count is not None and count < self.config.baseline.small_below
@@ -163,7 +175,7 @@ class Volumes:
                     self.counts[key] = (rows, "coalesce_run_results")
             by_schema: dict[tuple[str, str], list[str]] = {}
             for key in self.keys:
-                if key not in self.counts:
+                if key not in self.counts and self._from_metadata(key):
                     db, schema, name = self._table(key)
                     by_schema.setdefault((db, schema), []).append(name)
             parts += [
@@ -172,8 +184,11 @@ class Volumes:
                 )
                 for (db, schema), names in by_schema.items()
             ]
-        else:
-            parts += [Part(("count", k), self._counted(k, binds), shape="count") for k in self.keys]
+        parts += [
+            Part(("count", k), self._counted(k, binds), shape="count")
+            for k in self.keys
+            if k not in self.counts and not self._from_metadata(k)
+        ]
         for key, column in self.keyed.items():
             if column is None:
                 continue
@@ -193,14 +208,19 @@ class Volumes:
         for (kind, *where), rows in measured.items():
             failed = f" ({type(rows).__name__}: {rows})" if isinstance(rows, Exception) else ""
             if kind == "metadata":
-                found = {} if failed else {r[0]: r[1] for r in rows}  # type: ignore[union-attr]
+                found = {} if failed else {r[0]: (r[1], r[2]) for r in rows}  # type: ignore[union-attr]
                 for key in self.keys:
                     db, schema, name = self._table(key)
                     if key not in self.counts and (db, schema) == tuple(where):
-                        n = found.get(name)
-                        self.counts[key] = (None if n is None else float(n), "information_schema" + failed)
+                        n, kind_of = found.get(name, (None, None))
+                        source = "information_schema" + failed
+                        if n is None and "VIEW" in str(kind_of or "").upper():
+                            # Not counted: nothing told the checks it is a view (the node says "table").
+                            source += f": a {kind_of}, which has no ROW_COUNT there"
+                        self.counts[key] = (None if n is None else float(n), source)
             elif kind == "count":
-                self.counts[where[0]] = (None, "count" + failed) if failed else (float(rows[0][0]), "count")  # type: ignore[index]
+                source = "count" if self.config.row_counts == "count" else "count (a view)"
+                self.counts[where[0]] = (None, source + failed) if failed else (float(rows[0][0]), source)  # type: ignore[index]
         self.take_keys(measured)
         return [
             keys_part(k, self._table(k), column)
@@ -253,7 +273,7 @@ class Volumes:
         excluded = {d for d, r in past.items() if r.flagged} | night.incident_days
         verdict = judge(
             values, night.day, count, config.baseline, calendar=self.metrics.calendar,
-            excluded_days=excluded, rebases=levels,
+            excluded_days=excluded, rebases=levels, share=night.share(path),
         )  # fmt: skip
         if verdict.severity == "ERROR" and verdict.result.direction == "up":
             explained = self._explained_by_new_keys(night, spec, count, values, excluded, levels, changes)
@@ -261,7 +281,7 @@ class Volumes:
                 night.history.record_rebase(explained)
                 verdict = judge(
                     values, night.day, count, config.baseline, calendar=self.metrics.calendar,
-                    excluded_days=excluded, rebases=[*levels, explained],
+                    excluded_days=excluded, rebases=[*levels, explained], share=night.share(path),
                 )  # fmt: skip
         metadata = {
             "row_count": dg.MetadataValue.int(int(count)),
@@ -332,7 +352,7 @@ class Volumes:
             )
             return None
         rest = judge(values, night.day, count - rows, self.config.baseline, calendar=self.metrics.calendar,
-                     excluded_days=excluded, rebases=levels)  # fmt: skip
+                     excluded_days=excluded, rebases=levels, share=night.share(path))  # fmt: skip
         if rows == 0 or rest.severity == "ERROR":
             return None
         return Rebase(

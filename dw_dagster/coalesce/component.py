@@ -260,10 +260,17 @@ def _resolve_defs_state(context: dg.ResolutionContext, model: Any) -> DefsStateC
 
 
 class CoalesceRunAsArgs(dg.Model, dg.Resolvable):
-    """The Snowflake identity the runs Dagster starts use; the password is read from its variable."""
+    """The Snowflake identity the runs Dagster starts use: a password (or programmatic access token)
+    variable, or a private key variable and, for an encrypted key, its passphrase's; read when a run starts."""
 
     snowflake_username: str
-    snowflake_password_env_var: str = pydantic.Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    snowflake_password_env_var: str | None = pydantic.Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    snowflake_private_key_env_var: str | None = pydantic.Field(
+        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"
+    )
+    snowflake_private_key_passphrase_env_var: str | None = pydantic.Field(
+        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"
+    )
     snowflake_warehouse: str | None = None
     snowflake_role: str | None = None
 

@@ -21,27 +21,115 @@ from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.coalesce.run_report import fetch_coalesce_run_report
 
 
+def user_credentials_from_env(
+    username: str,
+    *,
+    password_var: str | None = None,
+    private_key_var: str | None = None,
+    passphrase_var: str | None = None,
+    warehouse: str | None = None,
+    role: str | None = None,
+) -> CoalesceUserCredentials:
+    """startRun's ``userCredentials`` with the secret read now from its environment variable: a password (or
+    a Snowflake programmatic access token, which Snowflake takes wherever a password goes,
+    https://docs.snowflake.com/en/user-guide/programmatic-access-tokens) as ``snowflakeAuthType`` Basic, or
+    a private key, PEM text or its base64, with the passphrase of an encrypted one, as KeyPair
+    (``snowflakeKeyPairKey`` "The PEM-encoded private key", ``snowflakeKeyPairPass``: Coalesce's OpenAPI
+    ``JobsInitiateRunRequest``). The key is checked here, so a wrong one fails naming its variable instead of
+    failing the Coalesce run. Raises ValueError naming the variable and what it expected."""
+    if (password_var is None) == (private_key_var is None):
+        raise ValueError("give one of a password variable and a private key variable")
+    if private_key_var is None:
+        password = os.environ.get(password_var or "")
+        if not password:
+            raise ValueError(f"{password_var}: not set (a Snowflake password or programmatic access token)")
+        return CoalesceUserCredentials(
+            snowflake_username=username, snowflake_password=password, snowflake_warehouse=warehouse,
+            snowflake_role=role, snowflake_auth_type="Basic",
+        )  # fmt: skip
+    key = os.environ.get(private_key_var, "")
+    if not key.strip():
+        raise ValueError(f"{private_key_var}: not set (the PEM private key of {username}'s key pair)")
+    passphrase = os.environ.get(passphrase_var) if passphrase_var else None
+    if passphrase_var and not passphrase:
+        # Coalesce refuses a key encrypted with an empty passphrase (docs.coalesce.io, "Snowflake Key Pair
+        # Authentication").
+        raise ValueError(
+            f"{passphrase_var}: not set (the passphrase of the private key in {private_key_var})"
+        )
+    pem = _pem_private_key(key, private_key_var, passphrase, passphrase_var)
+    return CoalesceUserCredentials(
+        snowflake_username=username, snowflake_key_pair_key=pem, snowflake_key_pair_pass=passphrase,
+        snowflake_warehouse=warehouse, snowflake_role=role, snowflake_auth_type="KeyPair",
+    )  # fmt: skip
+
+
+def _pem_private_key(text: str, var: str, passphrase: str | None, passphrase_var: str | None) -> str:
+    """The PEM text of a private key given as PEM or as its base64 (one line), once it loads."""
+    import base64
+    import binascii
+
+    from cryptography.hazmat.primitives import serialization
+
+    pem = text
+    if not text.lstrip().startswith("-----BEGIN"):
+        try:
+            pem = base64.b64decode(text.strip(), validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            raise ValueError(f"{var}: expected a PEM private key or its base64, got neither") from None
+    try:
+        serialization.load_pem_private_key(pem.encode(), password=passphrase.encode() if passphrase else None)
+    except TypeError as e:
+        if passphrase is None:
+            raise ValueError(
+                f"{var}: the private key is encrypted; name the variable holding its passphrase"
+            ) from None
+        raise ValueError(
+            f"{var}: the private key is not encrypted; {passphrase_var} is not needed ({e})"
+        ) from None
+    except ValueError:
+        which = f" with the passphrase in {passphrase_var}" if passphrase else ""
+        raise ValueError(f"{var}: not a private key that loads{which} (PEM, PKCS#8 or PKCS#1)") from None
+    return pem
+
+
 @dataclass(frozen=True)
 class CoalesceRunAs:
-    """Who a Dagster-started run runs as in Snowflake; the password is read when the run starts."""
+    """Who a Dagster-started run runs as in Snowflake: a password (or programmatic access token) variable,
+    or a private key variable (and its passphrase's, for an encrypted key); the secret is read when the run
+    starts."""
 
     snowflake_username: str
-    snowflake_password_env_var: str
+    snowflake_password_env_var: str | None = None
     snowflake_warehouse: str | None = None
     snowflake_role: str | None = None
+    snowflake_private_key_env_var: str | None = None
+    snowflake_private_key_passphrase_env_var: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.snowflake_password_env_var is None) == (self.snowflake_private_key_env_var is None):
+            raise ValueError(
+                f"run_as of {self.snowflake_username}: set one of snowflake_password_env_var (a password or "
+                "programmatic access token) and snowflake_private_key_env_var (a key pair)"
+            )
+        if self.snowflake_private_key_passphrase_env_var and not self.snowflake_private_key_env_var:
+            raise ValueError(
+                f"run_as of {self.snowflake_username}: snowflake_private_key_passphrase_env_var goes with "
+                "snowflake_private_key_env_var"
+            )
 
     def credentials(self) -> CoalesceUserCredentials:
-        password = os.environ.get(self.snowflake_password_env_var)
-        if not password:
-            raise dg.Failure(
-                f"{self.snowflake_password_env_var}: not set; the Coalesce run needs its password"
+        try:
+            return user_credentials_from_env(
+                self.snowflake_username,
+                password_var=self.snowflake_password_env_var,
+                private_key_var=self.snowflake_private_key_env_var,
+                passphrase_var=self.snowflake_private_key_passphrase_env_var,
+                warehouse=self.snowflake_warehouse,
+                role=self.snowflake_role,
             )
-        return CoalesceUserCredentials(
-            snowflake_username=self.snowflake_username,
-            snowflake_password=password,
-            snowflake_warehouse=self.snowflake_warehouse,
-            snowflake_role=self.snowflake_role,
-        )
+        except ValueError as e:
+            raise dg.Failure(f"{e}; the Coalesce run needs it") from None
 
 
 class CoalesceJobRunConfig(dg.Config):

@@ -183,10 +183,13 @@ def build_coalesce_run_report(
     started = [n for n in results.data if n.query_results]
     last_started = max(
         range(len(started)),
-        key=lambda i: (min((q.start_time for q in started[i].query_results if q.start_time), default=None)
-                       or datetime.min.replace(tzinfo=UTC), i),
+        key=lambda i: (
+            min((q.start_time for q in started[i].query_results if q.start_time), default=None)
+            or datetime.min.replace(tzinfo=UTC),
+            i,
+        ),
         default=None,
-    )  # fmt: skip
+    )
     last_started_id = started[last_started].node_id if last_started is not None else None
 
     materializations: list[dg.AssetMaterialization] = []
@@ -245,7 +248,7 @@ def build_coalesce_run_report(
                 error=error,
                 error_detail=error_detail,
                 ended_at=ended_at,
-            )  # fmt: skip
+            )
         )
         failed = CoalesceRunMetadataSet(
             **common,

@@ -37,20 +37,52 @@ from dw_dagster.config import (
     validate_timezone,
 )
 from dw_dagster.context.governance import GovernanceConfig
+from dw_dagster.sql import positional
 
 _KEY_PATTERN = r"^[a-z0-9_\-]+(/[a-z0-9_\-]+)*$"
+_ENV_VAR = r"^[A-Z_][A-Z0-9_]*$"
 
 
 class RunAs(FileModel):
     """The Snowflake identity a person's approved Coalesce reruns start with (their own, never a shared
-    service identity). The secret stays in the environment: ``password_env`` names the variable."""
+    service identity). The secret stays in the environment: ``password_env`` names the variable holding a
+    password or, in its place, a programmatic access token; or ``private_key_env`` the one holding the
+    private key of the user's key pair (with ``private_key_passphrase_env`` for an encrypted key)."""
 
     snowflake_username: str
     snowflake_role: str | None = None
     snowflake_warehouse: str | None = None
-    password_env: str = Field(
-        pattern=r"^[A-Z_][A-Z0-9_]*$", description="Environment variable with the password."
+    password_env: str | None = Field(
+        default=None,
+        pattern=_ENV_VAR,
+        description="Environment variable with the password, or a programmatic access token in its place "
+        "(Snowflake takes one wherever a password goes); sent to Coalesce as snowflakeAuthType Basic.",
     )
+    private_key_env: str | None = Field(
+        default=None,
+        pattern=_ENV_VAR,
+        description="Environment variable with the PEM private key (or its base64) whose public key is set "
+        "on the Snowflake user; sent to Coalesce as snowflakeAuthType KeyPair (snowflakeKeyPairKey).",
+    )
+    private_key_passphrase_env: str | None = Field(
+        default=None,
+        pattern=_ENV_VAR,
+        description="Environment variable with the passphrase of an encrypted private key (snowflakeKeyPairPass).",
+    )
+
+    @model_validator(mode="after")
+    def _one_credential(self) -> RunAs:
+        if (self.password_env is None) == (self.private_key_env is None):
+            given = "both" if self.password_env else "neither"
+            raise ValueError(
+                f"expected one of password_env (a password or programmatic access token) and private_key_env "
+                f"(a key pair), got {given}"
+            )
+        if self.private_key_passphrase_env and not self.private_key_env:
+            raise ValueError(
+                "private_key_passphrase_env is the passphrase of private_key_env's key: set both"
+            )
+        return self
 
 
 class Person(FileModel):
@@ -181,11 +213,23 @@ class ReferenceTable(FileModel):
     @field_validator("draft_sql")
     @classmethod
     def _one_read_only_statement(cls, v: str | None) -> str | None:
-        return None if v is None else validate_read_only_sql(v)
+        if v is None:
+            return None
+        try:
+            positional(v, {"key": None})
+        except ValueError as e:
+            raise ValueError(f"binds only the missing key, written %(key)s: {e}") from None
+        return validate_read_only_sql(v)
 
 
 class ContextFile(FileModel):
     teams: dict[str, Team]
+    country: str | None = Field(
+        default=None,
+        description="Where the business is, as ISO 3166: 'DE', or 'DE-NW' with its subdivision (a state, a "
+        "province). Its public holidays are the metrics file's calendar's unless that names its own "
+        "(docs/watch.md).",
+    )
     systems: list[ContextSystem] = Field(default_factory=list)
     coalesce_owners: list[OwnerRule] = Field(default_factory=list)
     domains: dict[str, Domain] = Field(default_factory=dict)
@@ -193,6 +237,29 @@ class ContextFile(FileModel):
     governance: GovernanceConfig | None = Field(
         default=None, description="Who owns sensitive data and what looks sensitive (docs/governance.md)."
     )
+
+    @field_validator("country")
+    @classmethod
+    def _country(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        import holidays
+
+        code, _, subdivision = v.partition("-")
+        try:
+            holidays.country_holidays(code, years=2025)
+        except NotImplementedError as e:
+            raise ValueError(
+                f"expected an ISO 3166 country code the holidays package knows ('DE', or 'DE-NW' with a "
+                f"subdivision), got {v!r}"
+            ) from e
+        if subdivision:
+            try:
+                holidays.country_holidays(code, subdiv=subdivision, years=2025)
+            except (NotImplementedError, ValueError) as e:
+                known = ", ".join(holidays.list_supported_countries().get(code, [])[:20])
+                raise ValueError(f"{code} has no subdivision {subdivision!r} (it has {known})") from e
+        return v
 
     @model_validator(mode="after")
     def _references(self) -> ContextFile:

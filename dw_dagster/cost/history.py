@@ -74,8 +74,8 @@ class AccountUsage(BaseModel, frozen=True):
         qid, start = quote_identifier("QUERY_ID"), quote_identifier("START_TIME")
         return (
             f"SELECT {a}, {h} FROM {self.view(ATTRIBUTION_VIEW)} a"
-            f" LEFT JOIN {self.view(HISTORY_VIEW)} h ON h.{qid} = a.{qid} AND h.{start} >= %s"
-            f" WHERE a.{start} >= %s AND a.{start} < %s ORDER BY a.{start}, a.{qid}"
+            f" LEFT JOIN {self.view(HISTORY_VIEW)} h ON h.{qid} = a.{qid} AND h.{start} >= ?"
+            f" WHERE a.{start} >= ? AND a.{start} < ? ORDER BY a.{start}, a.{qid}"
         )
 
 

@@ -152,11 +152,15 @@ def attribute_night(
             past = history.metric_history(series, night, config.lookback_days)
             flagged = {d for d, r in past.items() if r.flagged}
             jump = judge_cost(
-                series, night, spend.credits, spend.by_stage,
+                series,
+                night,
+                spend.credits,
+                spend.by_stage,
                 {d: r.value for d, r in past.items()},
                 {d: {k: v for k, v in r.groups.items() if v is not None} for d, r in past.items()},
-                config, excluded_days=excluded | flagged,
-            )  # fmt: skip
+                config,
+                excluded_days=excluded | flagged,
+            )
             jumps.append(jump)
             if jump.is_jump and spend.credits >= config.min_credits:
                 history.flag_metric(series, night)

@@ -176,13 +176,13 @@ class SensitiveColumnWatch:
             return None
         column = quote_identifier(new.column.name)
         table = table_reference(node.database, node.schema_name, node.name)
-        sql = f"SELECT {column} FROM {table} WHERE {column} IS NOT NULL LIMIT %(limit)s"
+        sql = f"SELECT {column} FROM {table} WHERE {column} IS NOT NULL LIMIT ?"
         try:
             with self.warehouse.tagged_connection(
                 "governance.sample", asset=new.asset_key, column=new.column.name, **run_tag
             ) as conn:
                 cur = conn.cursor()
-                cur.execute(sql, {"limit": self.config.sample_rows})
+                cur.execute(sql, (self.config.sample_rows,))
                 values = [row[0] for row in cur.fetchall()]
         except Exception as e:  # noqa: BLE001 - judged by name only, and the review says so
             review.errors.append(f"{new.label}: sample not read ({type(e).__name__}: {e})")

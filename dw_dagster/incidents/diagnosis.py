@@ -43,8 +43,9 @@ from dw_dagster.incidents.evidence import (
     total_of,
 )
 from dw_dagster.incidents.failed_load import diagnose_failed
-from dw_dagster.incidents.group_shift import shift_diagnosis, trace_shift
+from dw_dagster.incidents.group_shift import attribute_shift_diagnosis, shift_diagnosis, trace_shift
 from dw_dagster.incidents.run_findings import RUN_FINDINGS
+from dw_dagster.incidents.shortfall import null_value_diagnosis, shortfall_keys
 from dw_dagster.incidents.staleness import stale_diagnosis
 from dw_dagster.incidents.structure import source_columns, sources_upstream, table
 from dw_dagster.incidents.value_loss import diagnose_fall, diagnose_gap
@@ -81,7 +82,14 @@ def diagnose(incident: Incident, findings: Sequence[Finding], ctx: DiagnosisCont
     actx = ctx.audited(trail)
     primary = by_priority(findings)[0]
     try:
-        diagnosis = _classify(incident, primary, actx)
+        # A group whose value is NULL and whose last good value explains the fall names the keys, whichever
+        # finding came first; a failed build or stale input still leads.
+        nulls = (
+            null_value_diagnosis(incident, findings, actx)
+            if primary.check_name.startswith("total_") or primary.check_name == "volume"
+            else None
+        )
+        diagnosis = nulls or _classify(incident, primary, actx)
     except Exception as e:  # noqa: BLE001 - a diagnosis that cannot finish must not cost the alert
         actx.note(f"the diagnosis stopped: {type(e).__name__}: {e}")
         known = primary.asset_key in actx.graph
@@ -119,16 +127,23 @@ def _classify(incident: Incident, primary: Finding, ctx: DiagnosisContext) -> Di
         extra = {"gap_units": float(rec["gap_change"])}
         return _total_anomaly(incident, primary, total, ctx, extra)
     if total is not None:
-        return _total_anomaly(incident, primary, total, ctx)
+        shifted = attribute_shift_diagnosis(incident, primary, total, ctx)
+        return shifted or _total_anomaly(incident, primary, total, ctx)
     return _volume(incident, primary, ctx)
 
 
 def _unknown(
-    incident: Incident, finding: Finding, ctx: DiagnosisContext, evidence=None, path=None
-) -> Diagnosis:
+    incident: Incident, finding: Finding, ctx: DiagnosisContext, evidence=None, path=None,
+    checked: Sequence[str] = (),
+) -> Diagnosis:  # fmt: skip
+    """No cause the evidence shows: an unexplained deviation, saying what was checked (the incident is then a
+    WARN, ``triage.py``)."""
     known = finding.asset_key in ctx.graph
+    cause = finding.summary
+    if checked:
+        cause = f"Unexplained deviation: {finding.summary}. Checked, and not the cause: {'; '.join(checked)}."
     return Diagnosis(
-        incident_id=incident.incident_id, classification=CauseClass.UNKNOWN, cause=finding.summary,
+        incident_id=incident.incident_id, classification=CauseClass.UNKNOWN, cause=cause,
         evidence=evidence or {}, path=path or ([*sorted(ctx.graph.upstream(finding.asset_key)), finding.asset_key] if known else []),
         owners=ctx.graph.owners_on([finding.asset_key]) if known else [],
     )  # fmt: skip
@@ -170,7 +185,10 @@ def _total_anomaly(
     expected = (finding.evidence.get("baseline") or {}).get("expected")
     if isinstance(expected, int | float):
         evidence["baseline_expected"] = float(expected)
-    copies = find_duplicates(ctx, _measure_sources(ctx, total))
+    checked: list[str] = []
+    sources = _measure_sources(ctx, total)
+    copies = find_duplicates(ctx, sources)
+    checked.append(f"exact duplicate rows in {', '.join(sources)}: none")
     if copies is not None:
         evidence.update({"duplicate_rows": copies.extra_rows, "duplicates_in": copies.asset})
         if copies.load:
@@ -203,9 +221,15 @@ def _total_anomaly(
         moved = drill_groups(tonight, before, held, total.asset)
     if moved is not None:
         return unit_or_sign_diagnosis(incident, finding, total, moved, ctx, evidence)
+    checked.append(
+        f"per-row values of {', '.join(measure_columns(total)) or 'the measure'} against the last good nights, "
+        "by every low-cardinality column of the source, and the recorded groups: no subset moved by a factor"
+    )
     shift = trace_shift(ctx, total, tonight, before)
     if shift is not None:
         return shift_diagnosis(incident, total, shift, ctx, evidence)
+    if total.group_keys:
+        checked.append("shares of the groups: no shift traced to a reference row")
     if held is None:
         held = rows_held(ctx, total.asset, day, before.business_date)
     fell = (tonight.value or 0) < (before.value or 0)
@@ -215,6 +239,7 @@ def _total_anomaly(
         stale = stale_diagnosis(incident, finding, ctx)
         if stale is not None:
             return stale
+        checked.append("the source tables' latest loads: none stopped")
     if held and fell and not evidence.get("gap_units"):
         # No source total to reconcile with, yet the rows held: a join on the path drops value.
         found = diagnose_fall(
@@ -222,19 +247,24 @@ def _total_anomaly(
         )
         if found is not None:
             return found
+        checked.append("every join and filter the total is built through: none drops the fall")
     missing = [g for g in before.groups if g not in tonight.groups]
     if missing or fell:
+        # The groups that hold the fall, ranked by how much of it each explains (a group gone counts all).
+        keys = shortfall_keys(tonight, before) if tonight.groups else []
+        held_by = ", ".join(f"{k.label} ({k.units:+,.0f})" for k in keys)
         return Diagnosis(
             incident_id=incident.incident_id,
             classification=CauseClass.VOLUME_LOSS,
             cause=f"{total.name} fell to {tonight.value:,.0f} from {before.value:,.0f}"
-            + (f"; keys missing tonight: {', '.join(missing[:5])}" if missing else ""),
+            + (f"; keys missing tonight: {', '.join(missing[:5])}" if missing else "")
+            + (f"; the fall is in {held_by}" if held_by else ""),
             evidence=evidence,
-            keys=[_gap(g, tonight, before) for g in missing[:5]],
+            keys=keys,
             path=path,
             owners=ctx.graph.owners_on([total.asset]),
         )
-    return _unknown(incident, finding, ctx, evidence, path)
+    return _unknown(incident, finding, ctx, evidence, path, checked)
 
 
 def _volume(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diagnosis:

@@ -40,7 +40,7 @@ from dw_dagster.incidents.structure import (
 )
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
 from dw_dagster.records.keys import plain, split_label
-from dw_dagster.sql import quote_identifier
+from dw_dagster.sql import placeholders, quote_identifier
 
 MAX_LEVELS = 50
 """A column with more distinct values than this is not a subset to drill into."""
@@ -88,10 +88,6 @@ def _log(r: float) -> float:
     return abs(math.log(abs(r))) if r else math.inf
 
 
-def _in(days: list[date]) -> str:
-    return ", ".join(["%s"] * len(days))
-
-
 def _texts(ctx: DiagnosisContext, src: str) -> list[str]:
     """The SQL that reads the source: its children's join text and the totals over it, refs resolved."""
     from dw_dagster.coalesce.sql import resolve_refs
@@ -121,9 +117,9 @@ def _profile(ctx: DiagnosisContext, src: str, measures: list[str], day: date, be
         return None
     parts, params = [], []
     for t in times:
-        parts.append(f"SUM(CASE WHEN CAST({quote_identifier(t)} AS DATE) = %s THEN 1 ELSE 0 END)")
+        parts.append(f"SUM(CASE WHEN CAST({quote_identifier(t)} AS DATE) = ? THEN 1 ELSE 0 END)")
         parts.append(
-            f"SUM(CASE WHEN CAST({quote_identifier(t)} AS DATE) IN ({_in(before)}) THEN 1 ELSE 0 END)"
+            f"SUM(CASE WHEN CAST({quote_identifier(t)} AS DATE) IN ({placeholders(len(before))}) THEN 1 ELSE 0 END)"
         )
         params += [day, *before]
     parts += [f"COUNT(DISTINCT {quote_identifier(c)})" for c in dims]
@@ -183,8 +179,8 @@ def _drill(ctx, src, time_col, dims, measures, day, before, group_keys):
     for i, d in enumerate(dims):
         parts.append(
             f"SELECT {i} AS DIM, CAST({quote_identifier(d)} AS VARCHAR) AS V,"
-            f" CASE WHEN {t} = %s THEN 1 ELSE 0 END AS TONIGHT, COUNT(*) AS N, {sums}"
-            f" FROM {tbl} WHERE {t} IN (%s, {_in(before)}) GROUP BY 1, 2, 3"
+            f" CASE WHEN {t} = ? THEN 1 ELSE 0 END AS TONIGHT, COUNT(*) AS N, {sums}"
+            f" FROM {tbl} WHERE {t} IN ({placeholders(1 + len(before))}) GROUP BY 1, 2, 3"
         )
         params += [day, day, *before]
     rows = ctx.rows(

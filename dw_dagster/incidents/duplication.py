@@ -80,11 +80,19 @@ def exact_duplicates(ctx: DiagnosisContext, key: str) -> Duplicates | None:
     if not extra:
         return None
     keys = (
-        [KeyGap(column=by, value=plain(r[0]), rows=int(r[1] or 0), units=0.0,
-                change=f"{int(r[1] or 0):,} rows there twice in {key}") for r in rows]
+        [
+            KeyGap(
+                column=by,
+                value=plain(r[0]),
+                rows=int(r[1] or 0),
+                units=0.0,
+                change=f"{int(r[1] or 0):,} rows there twice in {key}",
+            )
+            for r in rows
+        ]
         if by
         else []
-    )  # fmt: skip
+    )
     first, last = (
         min((r[3] for r in rows if r[3] is not None), default=None),
         max((r[4] for r in rows if r[4] is not None), default=None),
@@ -107,10 +115,15 @@ def duplicated_values(ctx: DiagnosisContext, key: str, column: str) -> list[KeyG
         f"SELECT {c}, COUNT(*) FROM {tbl} GROUP BY {c} HAVING COUNT(*) > 1 ORDER BY 2 DESC LIMIT {MAX_KEYS}",
     )
     return [
-        KeyGap(column=column, value=plain(r[0]), rows=int(r[1]) - 1, units=0.0,
-               change=f"{int(r[1])} rows in {key}")
+        KeyGap(
+            column=column,
+            value=plain(r[0]),
+            rows=int(r[1]) - 1,
+            units=0.0,
+            change=f"{int(r[1])} rows in {key}",
+        )
         for r in rows or []
-    ]  # fmt: skip
+    ]
 
 
 def find_duplicates(ctx: DiagnosisContext, candidates: list[str]) -> Duplicates | None:

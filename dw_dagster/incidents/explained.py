@@ -83,16 +83,30 @@ def explanations(
                 (v.get("expectation") or {}).get("kind") for v in receipt.get("verification") or []
             }
             direction: Literal["up", "down", "either"] = (
-                "up" if klass in _ROWS_BACK or "rows_restored" in expectations
-                else "down" if klass == "duplication" else "either"
-            )  # fmt: skip
+                "up"
+                if klass in _ROWS_BACK or "rows_restored" in expectations
+                else "down"
+                if klass == "duplication"
+                else "either"
+            )
             why = f"the verified fix {plan} of {incident.incident_id}"
-            out.append(Explanation(incident.incident_id, why, frozenset(path | changed | added_to), direction,
-                                   incident.business_date, last))  # fmt: skip
+            out.append(
+                Explanation(
+                    incident.incident_id,
+                    why,
+                    frozenset(path | changed | added_to),
+                    direction,
+                    incident.business_date,
+                    last,
+                )
+            )
         elif added_to:
             why = f"the reference rows {plan} of {incident.incident_id} added"
-            out.append(Explanation(incident.incident_id, why, frozenset(added_to), "up", incident.business_date,
-                                   last))  # fmt: skip
+            out.append(
+                Explanation(
+                    incident.incident_id, why, frozenset(added_to), "up", incident.business_date, last
+                )
+            )
     return out
 
 

@@ -123,10 +123,15 @@ def _duplication_behind_unique_test(
     return Diagnosis(
         classification=CauseClass.DUPLICATION,
         cause=cause,
-        evidence={**evidence, "duplicated_values": extra, "duplicate_rows": copies.extra_rows if copies else extra,
-                  "duplicates_in": where, **({"duplicate_load": copies.load} if copies and copies.load else {})},
+        evidence={
+            **evidence,
+            "duplicated_values": extra,
+            "duplicate_rows": copies.extra_rows if copies else extra,
+            "duplicates_in": where,
+            **({"duplicate_load": copies.load} if copies and copies.load else {}),
+        },
         keys=keys,
         upstream_change=f"duplicate rows loaded into {where}{load}",
         test_query=copies.query if copies else None,
         **base,
-    )  # fmt: skip
+    )

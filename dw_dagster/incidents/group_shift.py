@@ -18,7 +18,9 @@ from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.incidents.chain import Level, chain_keys
 from dw_dagster.incidents.evidence import (
+    HISTORY_DAYS,
     DiagnosisContext,
+    last_good_night,
     measure_column,
     measure_sum,
     reference_systems,
@@ -27,7 +29,7 @@ from dw_dagster.incidents.evidence import (
 from dw_dagster.incidents.joins import JoinParseError, ParsedJoin, parse_node
 from dw_dagster.incidents.origins import rows_on_table
 from dw_dagster.incidents.structure import derives_from, table
-from dw_dagster.records.incidents import CauseClass, Diagnosis, Incident, KeyGap
+from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
 from dw_dagster.records.keys import plain, split_label
 from dw_dagster.sql import quote_identifier
 
@@ -219,6 +221,28 @@ def _matching(
             change = f"its row in {where} no longer matches: it now has no {node_group}; it was in {total.group_keys[0]}={was}"
         keys.append(_key_gap(level, k, v, change))
     return keys
+
+
+def attribute_shift_diagnosis(
+    incident: Incident, finding: Finding, total: RecordedTotal, ctx: DiagnosisContext
+) -> Diagnosis | None:
+    """A shift between the values of a dimension attribute the check measured the total by (its table carries
+    it from a reference table; no total groups by it): traced like a shift between groups, on the attribute's
+    own recorded series. None when the finding names no attribute or the shift is not traced."""
+    named = finding.evidence.get("attribute_shift") or {}
+    column, series = named.get("column"), named.get("series")
+    if not column or not series:
+        return None
+    day = finding.business_date
+    history = ctx.history.metric_history(series, day + timedelta(days=1), HISTORY_DAYS)
+    tonight, before = history.get(day), last_good_night(ctx, history, day)
+    if tonight is None or before is None:
+        return None
+    by = total.model_copy(update={"group_keys": [column]})
+    shift = trace_shift(ctx, by, tonight, before)
+    if shift is None:
+        return None
+    return shift_diagnosis(incident, by, shift, ctx, {"total": total.name, "attribute": column})
 
 
 def shift_diagnosis(

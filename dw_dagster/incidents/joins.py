@@ -23,7 +23,7 @@ from sqlglot.errors import SqlglotError
 from dw_dagster.coalesce.sql import RefSyntaxError, resolve_refs
 from dw_dagster.records.incidents import JoinEffect, KeyGap
 from dw_dagster.records.keys import plain
-from dw_dagster.sql import quote_identifier
+from dw_dagster.sql import placeholders, quote_identifier
 
 _TEMPLATE = re.compile(r"\{\{|\{%|%\}|\}\}")
 MAX_KEYS = 20
@@ -244,9 +244,7 @@ def _measure_query(
         f" ON C{i}.{quote_identifier(r)} = L.{quote_identifier(lc)}"
         for i, r, lc in alone
     )
-    restrict = (
-        f" AND L.{quote_identifier(only[0])} IN ({', '.join(['%s'] * only[1])})" if only and only[1] else ""
-    )
+    restrict = f" AND L.{quote_identifier(only[0])} IN ({placeholders(only[1])})" if only and only[1] else ""
     return (
         f"SELECT {keys}, COUNT(*) AS UNMATCHED_ROWS, {units} AS UNMATCHED_UNITS, {items} AS UNMATCHED_ITEMS,"
         f" {present} AS ON_RIGHT, {fanout} AS FANOUT{each}\n"

@@ -31,12 +31,15 @@ from pydantic import BaseModel
 from dw_dagster.context.models import ContextFile
 from dw_dagster.incidents.events import findings_of
 from dw_dagster.incidents.store import SYSTEM, IncidentStore
-from dw_dagster.records.incidents import Diagnosis, Finding, Incident
+from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident
 from dw_dagster.records.policy import IncidentPolicy
 
 # Classes that name the same kind of wrong: a join that drops keys, whether the key is new in the source or
 # its reference row went away (tonight's diagnosis may tell them apart differently from last night's).
 _FAMILY = {"reference_data_change": "value_loss"}
+UNKNOWN = CauseClass.UNKNOWN.value
+RECENT_SLACK_DAYS = 2
+"""Days beyond ``stale_after_nights`` a last finding may be from (a weekend without runs)."""
 
 
 class Dedup(BaseModel):
@@ -52,12 +55,16 @@ class Dedup(BaseModel):
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
     def continues(self, older: Dedup) -> bool:
-        """Tonight's cause is the older incident's: same root and class family, no key it did not have."""
+        """Tonight's cause is the older incident's: same root and class family, and the same keys (none of
+        tonight's it did not have; no keys tonight only where it had none). A cause nobody could tell
+        (``unknown``) is no cause: it neither continues nor is continued."""
+        if UNKNOWN in (self.classification, older.classification):
+            return False
         return (
             self.root == older.root
             and _FAMILY.get(self.classification, self.classification)
             == _FAMILY.get(older.classification, older.classification)
-            and set(self.keys) <= set(older.keys)
+            and (set(self.keys) <= set(older.keys) if self.keys else not older.keys)
         )
 
     def describe(self) -> str:
@@ -108,7 +115,16 @@ def settle(
         and (i.opened_at, i.incident_id) < (incident.opened_at, incident.incident_id)
     ]
     keyed = [(i, d) for i in older if (d := dedup_of_incident(i)) is not None and dedup.continues(d)]
-    target = next((i for i, _ in keyed if i.status == "open" and not i.stale_since), None)
+    # Only a cause still going on absorbs tonight's: an open incident, not stale, with a finding of the last
+    # few nights (one whose record went quiet, like a false alarm of weeks ago, tells nothing of tonight).
+    target = next(
+        (
+            i
+            for i, _ in keyed
+            if i.status == "open" and not i.stale_since and _recent(store, i, night, policy)
+        ),
+        None,
+    )
     kind: Literal["stands", "continues", "reopens"] = "continues" if target else "stands"
     if target is None and policy.reopen_within_nights and night is not None:
         for i, _ in sorted(keyed, key=lambda pair: pair[0].updated_at, reverse=True):
@@ -152,6 +168,62 @@ def settle(
     store.transition(
         incident.incident_id, "merged", by=SYSTEM, key="settle",
         reason=f"the same cause as {target.incident_id}: {dedup.describe()}",
+        detail={"merged_into": target.incident_id},
+    )  # fmt: skip
+    return Settlement(kind, store.get(target.incident_id) or target, dedup)
+
+
+def _recent(store: IncidentStore, incident: Incident, night: date | None, policy: IncidentPolicy) -> bool:
+    last = last_night(findings_of(store, incident.incident_id))
+    if night is None or last is None:
+        return True
+    return 0 <= (night - last).days <= max(1, policy.stale_after_nights) + RECENT_SLACK_DAYS
+
+
+def carried_target(store: IncidentStore, findings: Sequence[Finding]) -> Incident | None:
+    """The incident a night's findings only carry: every finding names earlier nights whose effect a
+    cumulative total still holds (``evidence.carried_from``), and an incident has the same check's finding
+    on one of them. Followed to where it was merged; None when any finding is news of its own."""
+    if not findings or not all(f.evidence.get("carried_from") for f in findings):
+        return None
+    wanted = {(f.check_name, f.asset_key, d) for f in findings for d in f.evidence["carried_from"]}
+    for incident in reversed(store.list(status=("open", "resolved", "merged"))):
+        had = {
+            (f.check_name, f.asset_key, f.business_date.isoformat())
+            for f in findings_of(store, incident.incident_id)
+        }
+        if wanted & had:
+            seen = {incident.incident_id}
+            while incident.status == "merged" and incident.merged_into and incident.merged_into not in seen:
+                seen.add(incident.merged_into)
+                incident = store.get(incident.merged_into) or incident
+            return incident
+    return None
+
+
+def continue_carried(
+    store: IncidentStore, incident: Incident, findings: Sequence[Finding], target: Incident
+) -> Settlement:
+    """Tonight's provisional incident only carries ``target``'s bad night: the same fault, continued (or
+    reopened), never a cause of its own."""
+    night = last_night(findings) or incident.business_date
+    dedup = dedup_of_incident(target) or Dedup(root=findings[0].asset_key, classification=UNKNOWN, keys=[])
+    kind: Literal["continues", "reopens"] = "continues"
+    if target.status == "resolved":
+        kind = "reopens"
+        store.transition(
+            target.incident_id, "open", by=SYSTEM, key=f"reopen|{incident.incident_id}",
+            reason=f"a cumulative total still carries its night on {night}",
+            detail={"reopened": int(target.detail.get("reopened", 0)) + 1, "resolution": None},
+        )  # fmt: skip
+    store.update_detail(incident.incident_id, dedup={**dedup.model_dump(), "key": dedup.key})
+    store.add_findings(target.incident_id, findings)
+    store.append_event(target.incident_id, "continued", f"continued|{incident.incident_id}",
+                       {"incident_id": incident.incident_id, "night": str(night), "reopened": kind == "reopens",
+                        "carried": True, "summaries": [f.summary for f in findings]})  # fmt: skip
+    store.transition(
+        incident.incident_id, "merged", by=SYSTEM, key="settle",
+        reason=f"the same fault as {target.incident_id}: a cumulative total still carries its night",
         detail={"merged_into": target.incident_id},
     )  # fmt: skip
     return Settlement(kind, store.get(target.incident_id) or target, dedup)

@@ -27,7 +27,7 @@ from dw_dagster.incidents.joins import ParsedJoin
 from dw_dagster.incidents.structure import source_column, table, time_columns
 from dw_dagster.records.incidents import JoinEffect, KeyGap
 from dw_dagster.records.keys import plain, same_key, typed
-from dw_dagster.sql import quote_identifier
+from dw_dagster.sql import placeholders, quote_identifier
 
 
 @dataclass
@@ -67,9 +67,9 @@ def _matching(ctx: DiagnosisContext, key: str, columns: list[str], values: list[
     """``WHERE`` text and binds for the rows holding any of ``values`` (tuples, in ``columns``' order)."""
     info = ctx.graph.info(key)
     if len(columns) == 1:
-        text = f"{quote_identifier(columns[0])} IN ({', '.join(['%s'] * len(values))})"
+        text = f"{quote_identifier(columns[0])} IN ({placeholders(len(values))})"
     else:
-        one = " AND ".join(f"{quote_identifier(c)} = %s" for c in columns)
+        one = " AND ".join(f"{quote_identifier(c)} = ?" for c in columns)
         text = " OR ".join([f"({one})"] * len(values))
     binds = tuple(typed(v, info.type_of(c)) for t in values for c, v in zip(columns, t, strict=True))
     return text, binds
@@ -208,7 +208,12 @@ def key_origins(
             story = (
                 f"is new in {where} since {day.isoformat()} and has no match in {effect.right or effect.left}"
             )
+            # A new key whose row the reference's Source table has (it was mapped) yet the lookup node lacks:
+            # the lookup's own join dropped it, one table further up (``chain.py`` walks there).
+            mapped = not k.change and present is not None and bool(present.get(k.values))
             out.append(
-                KeyOrigin(k.model_copy(update={"change": story, "new_in_source_since": day}), False, story)
+                KeyOrigin(
+                    k.model_copy(update={"change": story, "new_in_source_since": day}), False, story, mapped
+                )
             )
     return out

@@ -63,7 +63,7 @@ def source_ages(ctx: DiagnosisContext, asset: str, built_at: datetime) -> list[S
             q = quote_identifier(c)
             parts.append(
                 f"SELECT {len(meta)} AS I, MAX(CAST({q} AS TIMESTAMP_TZ)) AS LATEST,"
-                f" COUNT(DISTINCT CASE WHEN CAST({q} AS TIMESTAMP_TZ) >= %s THEN CAST({q} AS DATE) END) AS DAYS"
+                f" COUNT(DISTINCT CASE WHEN CAST({q} AS TIMESTAMP_TZ) >= ? THEN CAST({q} AS DATE) END) AS DAYS"
                 f" FROM {tbl}"
             )
             params.append(since)

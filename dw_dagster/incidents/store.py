@@ -24,6 +24,7 @@ from typing import Any
 from dw_dagster.incidents.explained import explanation_for, explanations
 from dw_dagster.records.incidents import Finding, Incident, IncidentEvent, IncidentStatus, RecordOutcome
 from dw_dagster.records.policy import IncidentPolicy
+from dw_dagster.sql import placeholders
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
@@ -94,11 +95,11 @@ class IncidentStore:
                 cause_key += "|repeat"
             incident_id = incident_id_for(cause_key, finding.business_date)
             cur.execute(
-                f"MERGE INTO {self.ops.table('INCIDENTS')} t USING (SELECT %s AS INCIDENT_ID) s"
+                f"MERGE INTO {self.ops.table('INCIDENTS')} t USING (SELECT ? AS INCIDENT_ID) s"
                 " ON t.INCIDENT_ID = s.INCIDENT_ID"
                 " WHEN NOT MATCHED THEN INSERT (INCIDENT_ID, CAUSE_KEY, STATUS, BUSINESS_DATE, TITLE,"
                 " SEVERITY, OPENED_AT, UPDATED_AT, DETAIL)"
-                " VALUES (%s, %s, 'open', %s, %s, %s, %s, %s, %s)",
+                " VALUES (?, ?, 'open', ?, ?, ?, ?, ?, ?)",
                 (
                     incident_id, incident_id, cause_key, finding.business_date, finding.summary,
                     finding.severity, now, now, json.dumps({"cause_scope": finding.cause_scope, "lane": lane}),
@@ -137,9 +138,9 @@ class IncidentStore:
         cur.execute(
             f"SELECT 1 FROM {self.ops.table('INCIDENT_EVENTS')} e"
             f" JOIN {self.ops.table('INCIDENTS')} i ON i.INCIDENT_ID = e.INCIDENT_ID"
-            " WHERE i.STATUS = 'open' AND e.KIND = 'finding' AND SUBSTR(e.EVENT_KEY, 1, %s) = %s"
-            " AND e.EVENT_KEY < %s LIMIT 1",
-            (len(prefix), prefix, finding_key(finding)),
+            " WHERE i.STATUS = 'open' AND e.KIND = 'finding' AND STARTSWITH(e.EVENT_KEY, ?)"
+            " AND e.EVENT_KEY < ? LIMIT 1",
+            (prefix, finding_key(finding)),
         )
         return cur.fetchone() is not None
 
@@ -164,7 +165,7 @@ class IncidentStore:
             cur = conn.cursor()
             cur.execute(
                 f"SELECT DISTINCT EVENT_KEY FROM {self.ops.table('INCIDENT_EVENTS')} WHERE KIND = 'finding'"
-                f" AND EVENT_KEY IN ({', '.join(['%s'] * len(keys))})",
+                f" AND EVENT_KEY IN ({placeholders(len(keys))})",
                 tuple(keys),
             )
             return {r[0] for r in cur.fetchall()}
@@ -198,16 +199,16 @@ class IncidentStore:
     ) -> bool:
         cur.execute(
             f"MERGE INTO {self.ops.table('INCIDENT_EVENTS')} t"
-            " USING (SELECT %s AS INCIDENT_ID, %s AS EVENT_KEY) s"
+            " USING (SELECT ? AS INCIDENT_ID, ? AS EVENT_KEY) s"
             " ON t.INCIDENT_ID = s.INCIDENT_ID AND t.EVENT_KEY = s.EVENT_KEY"
-            " WHEN NOT MATCHED THEN INSERT (INCIDENT_ID, EVENT_KEY, KIND, EVENT_AT, DETAIL) VALUES (%s, %s, %s, %s, %s)",
+            " WHEN NOT MATCHED THEN INSERT (INCIDENT_ID, EVENT_KEY, KIND, EVENT_AT, DETAIL) VALUES (?, ?, ?, ?, ?)",
             (incident_id, event_key, incident_id, event_key, kind, now, json.dumps(detail, default=str)),
         )
         return cur.rowcount > 0
 
     def _touch(self, cur: Any, incident_id: str, now: datetime) -> None:
         cur.execute(
-            f"UPDATE {self.ops.table('INCIDENTS')} SET UPDATED_AT = %s WHERE INCIDENT_ID = %s",
+            f"UPDATE {self.ops.table('INCIDENTS')} SET UPDATED_AT = ? WHERE INCIDENT_ID = ?",
             (now, incident_id),
         )
 
@@ -218,10 +219,10 @@ class IncidentStore:
     def _events(self, cur: Any, incident_id: str, kinds: Sequence[str] = ()) -> list[IncidentEvent]:
         sql = (
             f"SELECT INCIDENT_ID, EVENT_KEY, KIND, EVENT_AT, DETAIL FROM {self.ops.table('INCIDENT_EVENTS')}"
-            " WHERE INCIDENT_ID = %s"
+            " WHERE INCIDENT_ID = ?"
         )
         if kinds:
-            sql += f" AND KIND IN ({', '.join(['%s'] * len(kinds))})"
+            sql += f" AND KIND IN ({placeholders(len(kinds))})"
         cur.execute(sql + " ORDER BY EVENT_AT, EVENT_KEY", (incident_id, *kinds))
         return [
             IncidentEvent(
@@ -236,7 +237,7 @@ class IncidentStore:
             cur = conn.cursor()
             cur.execute(
                 f"SELECT INCIDENT_ID, EVENT_KEY, KIND, EVENT_AT, DETAIL FROM {self.ops.table('INCIDENT_EVENTS')}"
-                " WHERE KIND = %s ORDER BY EVENT_AT DESC LIMIT %s",
+                " WHERE KIND = ? ORDER BY EVENT_AT DESC LIMIT ?",
                 (kind, limit),
             )
             return [
@@ -288,8 +289,8 @@ class IncidentStore:
             {"from": incident.status, "to": to, "by": by, "reason": reason, **(detail or {})}, now,
         )  # fmt: skip
         cur.execute(
-            f"UPDATE {self.ops.table('INCIDENTS')} SET STATUS = %s, UPDATED_AT = %s, DETAIL = %s"
-            " WHERE INCIDENT_ID = %s AND STATUS = %s",
+            f"UPDATE {self.ops.table('INCIDENTS')} SET STATUS = ?, UPDATED_AT = ?, DETAIL = ?"
+            " WHERE INCIDENT_ID = ? AND STATUS = ?",
             (to, now, json.dumps({**incident.detail, **(detail or {})}, default=str), incident.incident_id,
              incident.status),
         )  # fmt: skip
@@ -309,9 +310,40 @@ class IncidentStore:
             if incident is None:
                 raise KeyError(f"incident {incident_id}: not found in {self.ops.table('INCIDENTS')}")
             cur.execute(
-                f"UPDATE {self.ops.table('INCIDENTS')} SET DETAIL = %s WHERE INCIDENT_ID = %s",
+                f"UPDATE {self.ops.table('INCIDENTS')} SET DETAIL = ? WHERE INCIDENT_ID = ?",
                 (json.dumps({**incident.detail, **fields}, default=str), incident_id),
             )
+
+    def downgrade(self, incident_id: str, title: str, reason: str) -> bool:
+        """Makes an incident a WARN with ``title`` (its cause could not be told: thin evidence is no ERROR),
+        its findings WARN with it; a ``severity`` event says why. Returns whether it changed."""
+        with self._connect("incident.severity") as conn:
+            cur = conn.cursor()
+            incident = self._get(cur, incident_id)
+            if incident is None:
+                return False
+            now = datetime.now(UTC)
+            changed = incident.severity != "WARN"
+            if changed:
+                self._append(
+                    cur, incident_id, "severity|WARN", "severity",
+                    {"from": incident.severity, "to": "WARN", "by": SYSTEM, "reason": reason}, now,
+                )  # fmt: skip
+                cur.execute(
+                    f"UPDATE {self.ops.table('INCIDENTS')} SET SEVERITY = 'WARN', TITLE = %s, UPDATED_AT = %s"
+                    " WHERE INCIDENT_ID = %s",
+                    (title, now, incident_id),
+                )
+            # Findings that joined since (the same night's later checks) take the incident's severity too.
+            for e in self._events(cur, incident_id, ("finding",)):
+                if e.detail.get("severity") == "WARN":
+                    continue
+                cur.execute(
+                    f"UPDATE {self.ops.table('INCIDENT_EVENTS')} SET DETAIL = %s"
+                    " WHERE INCIDENT_ID = %s AND EVENT_KEY = %s",
+                    (json.dumps({**e.detail, "severity": "WARN"}, default=str), incident_id, e.event_key),
+                )
+            return changed
 
     # -- reads -------------------------------------------------------------------------------------
 
@@ -320,7 +352,7 @@ class IncidentStore:
             return self._get(conn.cursor(), incident_id)
 
     def _get(self, cur: Any, incident_id: str) -> Incident | None:
-        rows = self._select(cur, "INCIDENT_ID = %s", (incident_id,))
+        rows = self._select(cur, "INCIDENT_ID = ?", (incident_id,))
         return rows[0] if rows else None
 
     def list(self, status: str | Sequence[str] | None = None) -> list[Incident]:
@@ -328,7 +360,7 @@ class IncidentStore:
             if status is None:
                 return self._select(conn.cursor(), "1 = 1", ())
             statuses = (status,) if isinstance(status, str) else tuple(status)
-            return self._select(conn.cursor(), f"STATUS IN ({', '.join(['%s'] * len(statuses))})", statuses)
+            return self._select(conn.cursor(), f"STATUS IN ({placeholders(len(statuses))})", statuses)
 
     def _select(self, cur: Any, where: str, args: tuple) -> list[Incident]:
         cur.execute(

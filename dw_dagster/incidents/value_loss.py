@@ -166,13 +166,23 @@ def _through_joins(
     top = max(origins, key=lambda o: abs(o.key.units))
     evidence.update({"dropped_units": effect.dropped_units, "dropped_rows": effect.dropped_rows})
     right_key = ctx.graph.key_for_table(effect.right) if effect.right else None
-    kept = [o.key.value for o in origins if o.in_reference and o.reference_changed]
+    # Keys the lookup's Source table holds but the lookup node does not (a changed row, or a new key mapped
+    # to a parent the next table lacks): dropped by the lookup's own joins, further up.
+    kept = [o.key.value for o in origins if o.in_reference]
     upper = (
         dropped_upstream(ctx, right_key, join.on[0][1], kept)
         if right_key is not None and join is not None and len(join.on) == 1 and kept
         else None
     )
     if upper is not None:
+        if not any(o.reference_changed for o in origins if o.in_reference):
+            # New keys mapped to a parent the next table lacks: its row was never added, not deleted.
+            lower = ", ".join(o.key.label for o in origins if o.in_reference)
+            upper.keys = [
+                k.model_copy(update={"change": (k.change or "").replace("its row was deleted from", "no row in")
+                                     + f" ({lower}, new, point at it)"})
+                for k in upper.keys
+            ]  # fmt: skip
         return _upstream_diagnosis(incident, total, effect, join, keys, upper, evidence, path, ctx)
     klass = CauseClass.REFERENCE_DATA_CHANGE if top.reference_changed else CauseClass.VALUE_LOSS
     items = f" over {top.key.distinct_items:,} items" if top.key.distinct_items else ""

@@ -27,6 +27,10 @@ from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.outbox import OutboxBusy, OutboxMessage, SlackOutbox
 
 METADATA_EVENT_TYPE = "dw_incident_message"
+# Pages of conversations.history or .replies read to find a post whose answer was lost: Slack serves apps
+# outside its Marketplace at most 15 messages a call (since 2025-05-29,
+# https://docs.slack.dev/changelog/2025/05/29/rate-limit-changes-for-non-marketplace-apps), so 300 messages.
+RECONCILE_PAGES = 20
 AUTONOMOUS_KINDS = frozenset({"hold"})
 """Messages that act under a standing approval (not just inform): gated by ``dispatch_allowed``."""
 _TOKEN_PATTERN = re.compile(r"xox[a-zA-Z]-[A-Za-z0-9-]+")
@@ -226,39 +230,58 @@ class Delivery:
 
         def match(m: dict[str, Any]) -> bool:
             payload = (m.get("metadata") or {}).get("event_payload") or {}
-            return payload.get("message_key") == msg.message_key
+            return payload.get("message_key") == msg.message_key and m.get("ts") != thread_ts
 
         client = self.client()
         try:
             if thread_ts:
-                cursor = None
-                for _ in range(20):
-                    resp = client.conversations_replies(
-                        channel=channel, ts=thread_ts, include_all_metadata=True, cursor=cursor, limit=200
-                    )
-                    for m in resp.get("messages", []):
-                        if match(m) and m.get("ts") != thread_ts:
-                            return resp.get("channel") or channel, m["ts"]
-                    cursor = (resp.get("response_metadata") or {}).get("next_cursor")
-                    if not resp.get("has_more") or not cursor:
-                        return None
-                return None
+                found = self._find_in_pages(
+                    msg, match, client.conversations_replies, channel=channel, ts=thread_ts
+                )
+                return None if found is None else (found[0] or channel, found[1])
             channel_id = self.outbox.known_channel_id(cur, msg.channel)
             if not channel_id or msg.claimed_at is None:
                 return None
-            oldest = (msg.claimed_at - timedelta(minutes=5)).timestamp()
-            resp = client.conversations_history(
-                channel=channel_id, oldest=f"{oldest:.6f}", include_all_metadata=True, limit=200
-            )
-            for m in resp.get("messages", []):
-                if match(m):
-                    return channel_id, m["ts"]
+            # The post, if any, went out while the claim held: between the claim and the end of its lease
+            # (a margin either side for the clocks), newest first, page by page.
+            margin = timedelta(minutes=5)
+            oldest = msg.claimed_at - margin
+            latest = msg.claimed_at + timedelta(seconds=self.lease_seconds) + margin
+            found = self._find_in_pages(
+                msg, match, client.conversations_history, channel=channel_id,
+                oldest=f"{oldest.timestamp():.6f}", latest=f"{latest.timestamp():.6f}", inclusive=True,
+            )  # fmt: skip
+            return None if found is None else (channel_id, found[1])
         except Exception as e:  # noqa: BLE001 - cannot tell: post again rather than lose it
             self.log.warning(
                 "Slack post %s: could not check for an earlier post (%s)",
                 msg.message_key,
                 self.redact(str(e)),
             )
+        return None
+
+    def _find_in_pages(
+        self,
+        msg: OutboxMessage,
+        match: Callable[[dict[str, Any]], bool],
+        call: Callable[..., Any],
+        **params: Any,
+    ) -> tuple[str | None, str] | None:
+        """``(channel, ts)`` of the first message ``match`` accepts, following ``call``'s cursor for at most
+        ``RECONCILE_PAGES`` pages (Slack serves apps outside its Marketplace 15 messages a call)."""
+        cursor = None
+        for _ in range(RECONCILE_PAGES):
+            resp = call(**params, include_all_metadata=True, cursor=cursor, limit=200)
+            for m in resp.get("messages", []):
+                if match(m):
+                    return resp.get("channel"), m["ts"]
+            cursor = (resp.get("response_metadata") or {}).get("next_cursor")
+            if not resp.get("has_more") or not cursor:
+                return None
+        self.log.warning(
+            "Slack post %s: not in the first %d pages of the conversation, and more remain: posted again "
+            "rather than lost", msg.message_key, RECONCILE_PAGES,
+        )  # fmt: skip
         return None
 
     def _record(self, msg: OutboxMessage, attempt: int, outcome: str, **detail: Any) -> None:

@@ -85,11 +85,16 @@ class IncidentNotifier:
         self._now = clock or (lambda: datetime.now(UTC))
         self._client: Any = None
         self.delivery = Delivery(
-            client=lambda: self.client, store=store, outbox=self.outbox,
-            redact=Redactor(slack.token, os.environ.get("SLACK_BOT_TOKEN")), log=self.log, now=self._now,
-            backoff_seconds=backoff_seconds, lease_seconds=lease_seconds,
+            client=lambda: self.client,
+            store=store,
+            outbox=self.outbox,
+            redact=Redactor(slack.token, os.environ.get("SLACK_BOT_TOKEN")),
+            log=self.log,
+            now=self._now,
+            backoff_seconds=backoff_seconds,
+            lease_seconds=lease_seconds,
             dispatch_allowed=autonomous_dispatch_allowed,
-        )  # fmt: skip
+        )
 
     @property
     def client(self) -> Any:
@@ -136,22 +141,38 @@ class IncidentNotifier:
                 root = self.outbox.thread_root(cur, thread_key(iid, channel))
                 refined = root is not None and root != message_key(iid, channel, "incident", version)
                 msg = incident_message(
-                    incident, diagnosis, blast_radius, context=self.context, links=self.links, run_id=run_id,
-                    hold_note=note, refined=refined, wording=wording,
-                )  # fmt: skip
+                    incident,
+                    diagnosis,
+                    blast_radius,
+                    context=self.context,
+                    links=self.links,
+                    run_id=run_id,
+                    hold_note=note,
+                    refined=refined,
+                    wording=wording,
+                )
                 self.outbox.enqueue(cur, iid, channel, "incident", version, msg.payload(), next(times))
             if recipients.hold == "act":
                 msg = hold_notice(
-                    incident, blast_radius, wording=wording, standing_approval=standing_approval,
-                    links=self.links, run_id=run_id,
-                )  # fmt: skip
+                    incident,
+                    blast_radius,
+                    wording=wording,
+                    standing_approval=standing_approval,
+                    links=self.links,
+                    run_id=run_id,
+                )
                 for channel in recipients.consumer_channels:
                     self.outbox.enqueue(cur, iid, channel, "hold", hold_version, msg.payload(), next(times))
             elif recipients.hold == "propose":
                 msg = proposed_hold_notice(
-                    incident, blast_radius, consumer_channels=recipients.consumer_channels,
-                    autonomy=recipients.autonomy, wording=wording, links=self.links, run_id=run_id,
-                )  # fmt: skip
+                    incident,
+                    blast_radius,
+                    consumer_channels=recipients.consumer_channels,
+                    autonomy=recipients.autonomy,
+                    wording=wording,
+                    links=self.links,
+                    run_id=run_id,
+                )
                 for channel in recipients.owner_channels:
                     self.outbox.enqueue(
                         cur, iid, channel, "hold_proposed", hold_version, msg.payload(), next(times)

@@ -44,8 +44,10 @@ def lifecycle_lines(incident: Incident, status_events: Sequence[IncidentEvent] =
     dedup = detail.get("dedup")
     if dedup:
         keys = ", ".join(dedup.get("keys") or []) or "no keys"
-        lines.append(f"**Cause:** {dedup.get('classification')} at {dedup.get('root')} ({keys}), dedup key "
-                     f"`{dedup.get('key')}`  ")  # fmt: skip
+        lines.append(
+            f"**Cause:** {dedup.get('classification')} at {dedup.get('root')} ({keys}), dedup key "
+            f"`{dedup.get('key')}`  "
+        )
     if detail.get("related"):
         lines.append(f"**Related open incidents (other causes):** {', '.join(detail['related'])}  ")
     for e in status_events:
@@ -178,9 +180,15 @@ class IncidentView:
 
     def materialization(self, proposed_fix: str | None = None) -> dg.AssetMaterialization:
         return incident_materialization(
-            self.incident, self.of_kind("finding"), self.diagnosis, self.radius, proposed_fix,
-            receipt=self.receipt, status_events=self.of_kind("status"), explained=self.of_kind("explained"),
-        )  # fmt: skip
+            self.incident,
+            self.of_kind("finding"),
+            self.diagnosis,
+            self.radius,
+            proposed_fix,
+            receipt=self.receipt,
+            status_events=self.of_kind("status"),
+            explained=self.of_kind("explained"),
+        )
 
     def markdown(self) -> str:
         lines = [
@@ -191,7 +199,7 @@ class IncidentView:
                 self.radius,
                 status_events=self.of_kind("status"),
                 explained=self.of_kind("explained"),
-            )  # fmt: skip
+            )
         ]
         notes = [_note(e) for e in self.of_kind("continued", "linked", "stale")]
         if notes:

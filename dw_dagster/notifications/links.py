@@ -62,7 +62,7 @@ def dagster_buttons(
                 url=links.run(run_id),
                 action_id="dw_open_run",
                 style="primary",
-            )  # fmt: skip
+            )
         )
     buttons.append(
         ButtonElement(

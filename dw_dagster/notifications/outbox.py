@@ -28,6 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from dw_dagster.sql import placeholders
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
@@ -118,12 +119,12 @@ class SlackOutbox:
     # -- enqueue ---------------------------------------------------------------------------------
 
     def thread_root(self, cur: Any, key: str) -> str | None:
-        cur.execute(f"SELECT ROOT_KEY FROM {self._threads} WHERE THREAD_KEY = %s", (key,))
+        cur.execute(f"SELECT ROOT_KEY FROM {self._threads} WHERE THREAD_KEY = ?", (key,))
         row = cur.fetchone()
         return row[0] if row else None
 
     def exists(self, cur: Any, key: str) -> bool:
-        cur.execute(f"SELECT 1 FROM {self._outbox} WHERE MESSAGE_KEY = %s", (key,))
+        cur.execute(f"SELECT 1 FROM {self._outbox} WHERE MESSAGE_KEY = ?", (key,))
         return cur.fetchone() is not None
 
     def enqueue(
@@ -143,9 +144,9 @@ class SlackOutbox:
         key = message_key(incident_id, channel, kind, version)
         tkey = thread_key(incident_id, channel)
         cur.execute(
-            f"MERGE INTO {self._outbox} t USING (SELECT %s AS MESSAGE_KEY) s ON t.MESSAGE_KEY = s.MESSAGE_KEY"
+            f"MERGE INTO {self._outbox} t USING (SELECT ? AS MESSAGE_KEY) s ON t.MESSAGE_KEY = s.MESSAGE_KEY"
             " WHEN NOT MATCHED THEN INSERT (MESSAGE_KEY, INCIDENT_ID, CHANNEL, KIND, VERSION, THREAD_KEY,"
-            " PAYLOAD, STATUS, ATTEMPTS, CREATED_AT) VALUES (%s, %s, %s, %s, %s, %s, %s, 'pending', 0, %s)",
+            " PAYLOAD, STATUS, ATTEMPTS, CREATED_AT) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?)",
             (key, key, incident_id, channel, kind, version, tkey, json.dumps(payload), now),
         )
         new = cur.rowcount > 0
@@ -156,9 +157,9 @@ class SlackOutbox:
         self, cur: Any, tkey: str, incident_id: str, channel: str, root_key: str, now: datetime
     ) -> None:
         cur.execute(
-            f"MERGE INTO {self._threads} t USING (SELECT %s AS THREAD_KEY) s ON t.THREAD_KEY = s.THREAD_KEY"
+            f"MERGE INTO {self._threads} t USING (SELECT ? AS THREAD_KEY) s ON t.THREAD_KEY = s.THREAD_KEY"
             " WHEN NOT MATCHED THEN INSERT (THREAD_KEY, INCIDENT_ID, CHANNEL, ROOT_KEY, CREATED_AT)"
-            " VALUES (%s, %s, %s, %s, %s)",
+            " VALUES (?, ?, ?, ?, ?)",
             (tkey, tkey, incident_id, channel, root_key, now),
         )
 
@@ -169,12 +170,12 @@ class SlackOutbox:
     ) -> list[OutboxMessage]:
         where, args = ["1 = 1"], []
         if incident_id:
-            where.append("o.INCIDENT_ID = %s")
+            where.append("o.INCIDENT_ID = ?")
             args.append(incident_id)
         if unsent_only:
             where.append("o.STATUS <> 'sent'")
         if key:
-            where.append("o.MESSAGE_KEY = %s")
+            where.append("o.MESSAGE_KEY = ?")
             args.append(key)
         cols = ", ".join(f"o.{c.strip()}" for c in COLUMNS.split(","))
         cur.execute(
@@ -195,11 +196,11 @@ class SlackOutbox:
         """Channels with a thread for the incident, optionally only those whose root is of ``root_kinds``."""
         sql = (
             f"SELECT t.CHANNEL FROM {self._threads} t JOIN {self._outbox} o ON o.MESSAGE_KEY = t.ROOT_KEY"
-            " WHERE t.INCIDENT_ID = %s"
+            " WHERE t.INCIDENT_ID = ?"
         )
         args: list[Any] = [incident_id]
         if root_kinds:
-            sql += f" AND o.KIND IN ({', '.join(['%s'] * len(root_kinds))})"
+            sql += f" AND o.KIND IN ({placeholders(len(root_kinds))})"
             args += list(root_kinds)
         cur.execute(sql + " ORDER BY t.CREATED_AT, t.CHANNEL", tuple(args))
         return [r[0] for r in cur.fetchall()]
@@ -208,7 +209,7 @@ class SlackOutbox:
         """The Slack channel id an earlier post to ``channel`` returned, if any."""
         cur.execute(
             f"SELECT SLACK_CHANNEL_ID FROM {self._outbox}"
-            " WHERE CHANNEL = %s AND SLACK_CHANNEL_ID IS NOT NULL LIMIT 1",
+            " WHERE CHANNEL = ? AND SLACK_CHANNEL_ID IS NOT NULL LIMIT 1",
             (channel,),
         )
         row = cur.fetchone()
@@ -239,8 +240,8 @@ class SlackOutbox:
         return self._change(
             cur,
             msg.message_key,
-            f"UPDATE {self._outbox} SET STATUS = 'sending', CLAIM_ID = %s, CLAIMED_AT = %s,"
-            " ATTEMPTS = ATTEMPTS + 1 WHERE MESSAGE_KEY = %s AND STATUS = %s AND ATTEMPTS = %s",
+            f"UPDATE {self._outbox} SET STATUS = 'sending', CLAIM_ID = ?, CLAIMED_AT = ?,"
+            " ATTEMPTS = ATTEMPTS + 1 WHERE MESSAGE_KEY = ? AND STATUS = ? AND ATTEMPTS = ?",
             (claim_id, now, msg.message_key, msg.status, msg.attempts),
         )
 
@@ -258,8 +259,8 @@ class SlackOutbox:
             cur,
             key,
             f"UPDATE {self._outbox} SET STATUS = 'sent', LAST_OUTCOME = 'sent', LAST_ERROR = NULL,"
-            " SENT_AT = %s, SLACK_CHANNEL_ID = %s, SLACK_TS = %s, THREAD_TS = %s, NEXT_ATTEMPT_AT = NULL"
-            " WHERE MESSAGE_KEY = %s AND CLAIM_ID = %s",
+            " SENT_AT = ?, SLACK_CHANNEL_ID = ?, SLACK_TS = ?, THREAD_TS = ?, NEXT_ATTEMPT_AT = NULL"
+            " WHERE MESSAGE_KEY = ? AND CLAIM_ID = ?",
             (now, channel_id, ts, thread_ts, key, claim_id),
         )
 
@@ -269,7 +270,7 @@ class SlackOutbox:
         return self._change(
             cur,
             key,
-            f"UPDATE {self._outbox} SET STATUS = 'pending', LAST_OUTCOME = %s, LAST_ERROR = %s,"
-            " NEXT_ATTEMPT_AT = %s, CLAIM_ID = NULL WHERE MESSAGE_KEY = %s AND CLAIM_ID = %s",
+            f"UPDATE {self._outbox} SET STATUS = 'pending', LAST_OUTCOME = ?, LAST_ERROR = ?,"
+            " NEXT_ATTEMPT_AT = ?, CLAIM_ID = NULL WHERE MESSAGE_KEY = ? AND CLAIM_ID = ?",
             (outcome, error, next_attempt_at, key, claim_id),
         )

@@ -88,8 +88,10 @@ def _proposal_blocks(i: int, p: Proposal, context: ContextFile | None) -> list[B
         )
     blocks: list[Block] = line_sections(head, lines)
     if p.node_change:
-        blocks += code_sections(f"Change to `{escape(p.node_change.node_name)}` (its owner applies and deploys it in Coalesce):",
-                                p.node_change.diff)  # fmt: skip
+        blocks += code_sections(
+            f"Change to `{escape(p.node_change.node_name)}` (its owner applies and deploys it in Coalesce):",
+            p.node_change.diff,
+        )
     return blocks
 
 
@@ -99,17 +101,27 @@ def _decision_buttons(plan: RemediationPlan, run_id: str, links: DagsterLinks) -
         block_id=f"dw_decision|{plan.plan_id}",
         elements=[
             ButtonElement(
-                text=PlainTextObject(text="Approve"), action_id=APPROVE_ACTION, value=value, style="primary",
+                text=PlainTextObject(text="Approve"),
+                action_id=APPROVE_ACTION,
+                value=value,
+                style="primary",
                 confirm=ConfirmObject(
                     title="Approve this fix?",
                     text=f"You approve plan {plan.plan_id} for your team. The run starts once every owning team has approved.",
-                    confirm="Approve", deny="Cancel",
+                    confirm="Approve",
+                    deny="Cancel",
                 ),
             ),
-            ButtonElement(text=PlainTextObject(text="Reject"), action_id=REJECT_ACTION, value=value, style="danger"),
-            ButtonElement(text=PlainTextObject(text="Run waiting for approval"), url=links.run(run_id), action_id="dw_open_run"),
+            ButtonElement(
+                text=PlainTextObject(text="Reject"), action_id=REJECT_ACTION, value=value, style="danger"
+            ),
+            ButtonElement(
+                text=PlainTextObject(text="Run waiting for approval"),
+                url=links.run(run_id),
+                action_id="dw_open_run",
+            ),
         ],
-    )  # fmt: skip
+    )
 
 
 def _steps(n: int) -> str:
@@ -143,13 +155,16 @@ def proposal_messages(
             f"Autonomy {escape(plan.autonomy)}{domain}. Unanswered, it expires {slack_date(plan.expires_at)} and"
             " escalates; it is never granted by itself."
         ),
-    ]  # fmt: skip
+    ]
     body: list[Block] = []
     for i, p in enumerate(plan.proposals, 1):
         body += _proposal_blocks(i, p, context)
     # The commands are terminal text (`--as "<name>"`); in mrkdwn a raw `<...>` is a link or a mention.
-    how = ["Click *Approve* or *Reject* below, or from a terminal:",
-           *(escape(c) for c in approve_commands(plan, approvers)), f"To reject: {escape(reject_command(plan))}"]  # fmt: skip
+    how = [
+        "Click *Approve* or *Reject* below, or from a terminal:",
+        *(escape(c) for c in approve_commands(plan, approvers)),
+        f"To reject: {escape(reject_command(plan))}",
+    ]
     body += line_sections("*How to decide*", how)
     tail: list[Block] = [
         _decision_buttons(plan, run_id, links),

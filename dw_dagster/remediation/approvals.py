@@ -76,9 +76,12 @@ class ReleaseCheck:
 
 class ApprovalBook:
     def __init__(
-        self, store: IncidentStore, context: ContextFile, seal: Seal | None = None,
+        self,
+        store: IncidentStore,
+        context: ContextFile,
+        seal: Seal | None = None,
         trail_signer: TrailSigner | None = None,
-    ):  # fmt: skip
+    ):
         # Everything the book records goes on the audit trail, signed by the code location's key when this
         # process holds it, else by ``trail_signer`` (the person running a command).
         self.store = audited(store, trail_signer)
@@ -291,9 +294,15 @@ class ApprovalBook:
         return teams
 
     def approve(
-        self, plan: RemediationPlan, binding: Binding, person: Person, prove: Prove, via: str,
-        values: Mapping[str, str] | None = None, at: datetime | None = None,
-    ) -> list[Approval]:  # fmt: skip
+        self,
+        plan: RemediationPlan,
+        binding: Binding,
+        person: Person,
+        prove: Prove,
+        via: str,
+        values: Mapping[str, str] | None = None,
+        at: datetime | None = None,
+    ) -> list[Approval]:
         """Records ``person``'s approval of the bound run for each owning team of theirs that has not approved
         it yet, each with the proof ``prove`` makes of exactly what it approves (:func:`approval_record`)."""
         run_id = binding.run_id
@@ -336,9 +345,15 @@ class ApprovalBook:
         out = []
         for team in new:
             approval = Approval(
-                plan_id=plan.plan_id, team=team, approver=person.name, email=person.email, at=now, run_id=run_id,
-                values=values if any(self._owns_row(plan, team)) else {}, via=via,
-            )  # fmt: skip
+                plan_id=plan.plan_id,
+                team=team,
+                approver=person.name,
+                email=person.email,
+                at=now,
+                run_id=run_id,
+                values=values if any(self._owns_row(plan, team)) else {},
+                via=via,
+            )
             record = approval_record(approval, plan, plan_digest, binding)
             proof = prove(record)
             if getattr(proof, "kind", None) == "local":
@@ -375,9 +390,14 @@ class ApprovalBook:
                 )
 
     def decide(
-        self, plan: RemediationPlan, kind: str, by: Person | str, reason: str, run_id: str | None = None,
+        self,
+        plan: RemediationPlan,
+        kind: str,
+        by: Person | str,
+        reason: str,
+        run_id: str | None = None,
         prove: Prove | None = None,
-    ) -> Decision:  # fmt: skip
+    ) -> Decision:
         """Records that the plan will not run: a person's rejection (with its proof), or the system's expiry
         or supersession."""
         if kind == "rejected":
@@ -387,8 +407,14 @@ class ApprovalBook:
             if not reason.strip():
                 raise ApprovalError("a rejection needs a reason (--reason)")
         who = by.name if isinstance(by, Person) else by
-        decision = Decision(plan_id=plan.plan_id, kind=kind, by=who, at=datetime.now(UTC).replace(microsecond=0),
-                            reason=reason, run_id=run_id)  # type: ignore[arg-type]  # fmt: skip
+        decision = Decision(
+            plan_id=plan.plan_id,
+            kind=kind,
+            by=who,
+            at=datetime.now(UTC).replace(microsecond=0),
+            reason=reason,
+            run_id=run_id,
+        )  # type: ignore[arg-type]
         detail: dict[str, Any] = decision.model_dump(mode="json")
         if isinstance(by, Person) and prove is not None:
             detail = {**detail, "email": by.email, "plan_id": plan.plan_id, "run_id": run_id}
@@ -402,9 +428,11 @@ class ApprovalBook:
     def refuse(self, incident_id: str, what: str, reason: str, **detail: Any) -> None:
         """Records a refused attempt (who tried what, how, and why it was refused): refusals are reported."""
         self.store.append_event(
-            incident_id, "refused", f"refused|{what}|{uuid4().hex}",
+            incident_id,
+            "refused",
+            f"refused|{what}|{uuid4().hex}",
             {"what": what, "reason": reason, "at": datetime.now(UTC).isoformat(), **detail},
-        )  # fmt: skip
+        )
 
     # -- what every changing step asks ------------------------------------------------------------
 
@@ -461,8 +489,12 @@ def approval_record(
 ) -> dict[str, Any]:
     """What an approver's proof covers: the approval (team, person, time, run, values) with the plan's digest,
     the digest of the run's whole configuration as bound, and the plan's expiry."""
-    return {**approval.model_dump(mode="json"), "plan_digest": plan_digest, "config_digest": binding.config_digest,
-            "expires_at": _expiry(plan)}  # fmt: skip
+    return {
+        **approval.model_dump(mode="json"),
+        "plan_digest": plan_digest,
+        "config_digest": binding.config_digest,
+        "expires_at": _expiry(plan),
+    }
 
 
 def cancel_run(instance: dg.DagsterInstance, run: dg.DagsterRun, decision: Decision) -> None:

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from dw_dagster.context.models import ContextFile
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.signing import Seal, canonical, digest
+from dw_dagster.sql import placeholders
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
@@ -135,9 +136,9 @@ class AuditTrail:
                 signer, signature = self.signer.sign(content)
                 entry = Entry(**content, signature=signature, entry_hash=digest(content))  # type: ignore[arg-type]
                 cur.execute(
-                    f"MERGE INTO {table} t USING (SELECT %s AS SEQ) s ON t.SEQ = s.SEQ WHEN NOT MATCHED THEN INSERT"
+                    f"MERGE INTO {table} t USING (SELECT ? AS SEQ) s ON t.SEQ = s.SEQ WHEN NOT MATCHED THEN INSERT"
                     " (SEQ, PREV_HASH, SUBJECT, KIND, EVENT_KEY, EVENT_DIGEST, RECORDED_AT, SIGNER, SIGNATURE,"
-                    " ENTRY_HASH) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    " ENTRY_HASH) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (seq, seq, prev, subject, kind, event_key, event_digest, at, signer, signature, entry.entry_hash),
                 )  # fmt: skip
                 if cur.rowcount > 0:
@@ -162,7 +163,7 @@ class AuditTrail:
             cur = conn.cursor()
             cur.execute(
                 f"SELECT INCIDENT_ID, EVENT_KEY, KIND, EVENT_AT, DETAIL FROM {self.ops.table('INCIDENT_EVENTS')}"
-                f" WHERE KIND IN ({', '.join(['%s'] * len(kinds))})",
+                f" WHERE KIND IN ({placeholders(len(kinds))})",
                 tuple(kinds),
             )
             return {

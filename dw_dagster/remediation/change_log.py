@@ -18,13 +18,21 @@ def intent_recorder(
     """What the run records just before it adds a row: the change it is about to make."""
 
     def record(change: Change) -> None:
-        store.append_event(plan.incident_id, APPLYING, f"{APPLYING}|{plan.plan_id}|{proposal_id}|{run_id}",
-                           change.model_dump(mode="json"))  # fmt: skip
+        store.append_event(
+            plan.incident_id,
+            APPLYING,
+            f"{APPLYING}|{plan.plan_id}|{proposal_id}|{run_id}",
+            change.model_dump(mode="json"),
+        )
 
     return record
 
 
 def record_change(store: IncidentStore, plan: RemediationPlan, change: Change, run_id: str) -> None:
     """The change made, recorded for the run (``undo`` and the receipts read it); recording it twice is a no-op."""
-    store.append_event(plan.incident_id, "change", f"change|{plan.plan_id}|{change.proposal_id}|{run_id}",
-                       change.model_dump(mode="json"))  # fmt: skip
+    store.append_event(
+        plan.incident_id,
+        "change",
+        f"change|{plan.plan_id}|{change.proposal_id}|{run_id}",
+        change.model_dump(mode="json"),
+    )

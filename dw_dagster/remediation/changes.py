@@ -13,7 +13,7 @@ from typing import Any
 
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.records.remediation import Approval, Change, ProposalKind, ReferenceRow, RemediationPlan
-from dw_dagster.sql import quote_identifier, table_reference
+from dw_dagster.sql import placeholders, quote_identifier, table_reference
 
 
 class ChangeConflict(Exception):
@@ -45,7 +45,7 @@ def apply_row(
                   key_value=row.key_value, at=now)  # fmt: skip
     compared = [c for c in columns if c not in audit]
     cur.execute(
-        f"SELECT {', '.join(map(quote_identifier, compared))} FROM {row.table} WHERE {key} = %s",
+        f"SELECT {', '.join(map(quote_identifier, compared))} FROM {row.table} WHERE {key} = ?",
         (row.key_value,),
     )
     found = cur.fetchone()
@@ -66,7 +66,7 @@ def apply_row(
     )
     if before_insert is not None:
         before_insert(change)
-    sql = f"INSERT INTO {row.table} ({', '.join(map(quote_identifier, columns))}) VALUES ({', '.join(['%s'] * len(columns))})"
+    sql = f"INSERT INTO {row.table} ({', '.join(map(quote_identifier, columns))}) VALUES ({placeholders(len(columns))})"
     cur.execute(sql, tuple(values[c] for c in columns))
     return change
 
@@ -75,7 +75,7 @@ def row_present(cur: Any, change: Change) -> bool:
     """Whether the key of a reference-row change is in its table now."""
     table = table_reference(*change.table_parts)
     cur.execute(
-        f"SELECT COUNT(*) FROM {table} WHERE {quote_identifier(change.key_column)} = %s", (change.key_value,)
+        f"SELECT COUNT(*) FROM {table} WHERE {quote_identifier(change.key_column)} = ?", (change.key_value,)
     )
     return cur.fetchone()[0] > 0
 
@@ -86,7 +86,7 @@ def undo_statement(change: Change) -> tuple[str, tuple[Any, ...]]:
 
         return undo_dedupe(change)
     return (
-        f"DELETE FROM {table_reference(*change.table_parts)} WHERE {quote_identifier(change.key_column)} = %s",
+        f"DELETE FROM {table_reference(*change.table_parts)} WHERE {quote_identifier(change.key_column)} = ?",
         (change.key_value,),
     )
 

@@ -238,7 +238,7 @@ class OrgControl:
             with self.ops.connect(self.warehouse, f"control.{action}", job="control") as conn:
                 conn.cursor().execute(
                     f"INSERT INTO {self.ops.table('CONTROL_EVENTS')} (EVENT_AT, ACTION, ACTOR, REASON, SEQ,"
-                    " PREV_HASH, EMAIL, SIGNED_AT, PROOF) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    " PREV_HASH, EMAIL, SIGNED_AT, PROOF) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (datetime.now(UTC), action, person.name, reason, event.seq, event.prev, person.email,
                      event.at, json.dumps(proof.model_dump())),
                 )  # fmt: skip

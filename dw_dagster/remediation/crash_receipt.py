@@ -34,9 +34,9 @@ from dw_dagster.runs import failure_reason
 RETRYABLE = "retryable"
 
 
-def _unrecorded(store: IncidentStore, plan: RemediationPlan, run_id: str, intents: list[Change]) -> tuple[
-    list[Change], list[str]
-]:  # fmt: skip
+def _unrecorded(
+    store: IncidentStore, plan: RemediationPlan, run_id: str, intents: list[Change]
+) -> tuple[list[Change], list[str]]:
     """Of the changes the run was about to make when it stopped (a row to add, copies to remove), those in
     the warehouse now (recorded here as its changes) and a line for each that is not."""
     found: list[Change] = []
@@ -50,14 +50,20 @@ def _unrecorded(store: IncidentStore, plan: RemediationPlan, run_id: str, intent
             dedupe = dedupes.get(intent.proposal_id) if intent.kind == "dedupe" else None
             if dedupe is not None:
                 made = copies_left(cur, dedupe) == 0
-                missed = (f"the copies were not removed from {dedupe.table} (still in it; "
-                          f"kept in {dedupe.backup} too)")  # fmt: skip
+                missed = (
+                    f"the copies were not removed from {dedupe.table} (still in it; "
+                    f"kept in {dedupe.backup} too)"
+                )
             else:
                 made = row_present(cur, intent)
                 missed = f"{intent.key_column} {intent.key_value} was not added (not in the table)"
             if made:
-                change = intent.model_copy(update={"what": f"{intent.what} (recorded by this receipt: the run "
-                                                           "stopped before it recorded its change)"})  # fmt: skip
+                change = intent.model_copy(
+                    update={
+                        "what": f"{intent.what} (recorded by this receipt: the run "
+                        "stopped before it recorded its change)"
+                    }
+                )
                 record_change(store, plan, change, run_id)
                 found.append(change)
             else:
@@ -88,15 +94,22 @@ def crash_receipt(
     found = latest_diagnosis(store, plan.incident_id)
     incident = store.get(plan.incident_id)
     receipt = Receipt(
-        incident_id=plan.incident_id, plan_id=plan.plan_id,
+        incident_id=plan.incident_id,
+        plan_id=plan.plan_id,
         cause=found[0].cause if found else (incident.title if incident else plan.plan_id),
         evidence=dict(found[0].evidence) if found else {},
-        proposals=plan.proposals, approvals=book.approvals(plan, run.run_id), changes=changes,
-        dagster_run_id=run.run_id, coalesce_run_id=int(rerun["coalesce_run_id"]) if rerun else None,
-        coalesce_run_as=rerun.get("run_as") if rerun else None, verification=[], verified=False,
+        proposals=plan.proposals,
+        approvals=book.approvals(plan, run.run_id),
+        changes=changes,
+        dagster_run_id=run.run_id,
+        coalesce_run_id=int(rerun["coalesce_run_id"]) if rerun else None,
+        coalesce_run_as=rerun.get("run_as") if rerun else None,
+        verification=[],
+        verified=False,
         failure=f"run {run.run_id} stopped part-way ({failure_reason(instance, run)}) after: {applied}{started}",
-        undo=undo_steps(plan, changes), written_at=datetime.now(UTC),
-    )  # fmt: skip
+        undo=undo_steps(plan, changes),
+        written_at=datetime.now(UTC),
+    )
     if not store.append_event(plan.incident_id, "receipt", key, receipt.model_dump(mode="json")):
         return None  # another tick wrote it
     return receipt

@@ -105,9 +105,11 @@ def _why_no_run(book: ApprovalBook, plan: RemediationPlan, state: str) -> str:
 
 def _waiting(run: dg.DagsterRun | None, plan: RemediationPlan) -> bool:
     return (
-        run is not None and run.status == dg.DagsterRunStatus.QUEUED
-        and run.tags.get(APPROVAL) == APPROVAL_PENDING and run.tags.get(PLAN_ID) == plan.plan_id
-    )  # fmt: skip
+        run is not None
+        and run.status == dg.DagsterRunStatus.QUEUED
+        and run.tags.get(APPROVAL) == APPROVAL_PENDING
+        and run.tags.get(PLAN_ID) == plan.plan_id
+    )
 
 
 def _current_binding(
@@ -170,9 +172,15 @@ def remediation_run(
 
 
 def approve_run(
-    instance: dg.DagsterInstance, book: ApprovalBook, ref: str, person: Person, prove: Prove, via: str,
-    values: Mapping[str, str] | None = None, at: datetime | None = None,
-) -> GateOutcome:  # fmt: skip
+    instance: dg.DagsterInstance,
+    book: ApprovalBook,
+    ref: str,
+    person: Person,
+    prove: Prove,
+    via: str,
+    values: Mapping[str, str] | None = None,
+    at: datetime | None = None,
+) -> GateOutcome:
     """Records ``person``'s approval of the held run ``ref`` names, and releases the run once every owning
     team has approved it and nothing the gate checks will refuse it (the queue launches it on its next
     iteration); an approval record that does not verify counts for nothing and is reported."""
@@ -189,9 +197,16 @@ def approve_run(
             f"Approved by {a.approver} for {a.team} (verified: {a.via}) at {a.at:%Y-%m-%d %H:%M:%S} UTC"
             + (f"; waiting for {', '.join(missing)}" if missing else "; every owner has approved"),
             run,
-            EngineEventData(metadata={"approver": a.approver, "team": a.team, "via": a.via or "", "plan_id": plan.plan_id,
-                                      **a.values}),
-        )  # fmt: skip
+            EngineEventData(
+                metadata={
+                    "approver": a.approver,
+                    "team": a.team,
+                    "via": a.via or "",
+                    "plan_id": plan.plan_id,
+                    **a.values,
+                }
+            ),
+        )
     instance.add_run_tags(run.run_id, {APPROVALS_NEEDED: ",".join(missing) or "none"})
     outcome = GateOutcome(run.run_id, plan, given, missing, check.blocked, check.refused, check.unchecked)
     if outcome.released:

@@ -30,8 +30,15 @@ class JobReceipts:
     metrics: MetricsFile
     context_file: ContextFile
 
-    def publish(self, context: dg.OpExecutionContext, store: IncidentStore, slack: SlackNotifier, approved: Approved,
-                receipt: Receipt, problem: str) -> None:  # fmt: skip
+    def publish(
+        self,
+        context: dg.OpExecutionContext,
+        store: IncidentStore,
+        slack: SlackNotifier,
+        approved: Approved,
+        receipt: Receipt,
+        problem: str,
+    ) -> None:
         """Appends the receipt, shows it in the UI and posts it to the incident's threads. Verified, the
         incident is resolved; otherwise a person is told ``problem`` (the caller then fails the run)."""
         plan = approved.plan
@@ -54,8 +61,16 @@ class JobReceipts:
         if not receipt.verified:
             escalate(notifier, approved.incident, self.context_file, plan, problem, run_id=context.run_id)
 
-    def fail(self, context: dg.OpExecutionContext, store: IncidentStore, slack: SlackNotifier, approved: Approved,
-             changes: Sequence[Change], what: str, rerun: Rerun | None = None) -> NoReturn:  # fmt: skip
+    def fail(
+        self,
+        context: dg.OpExecutionContext,
+        store: IncidentStore,
+        slack: SlackNotifier,
+        approved: Approved,
+        changes: Sequence[Change],
+        what: str,
+        rerun: Rerun | None = None,
+    ) -> NoReturn:
         """A step failed after changes may have been made: the receipt says what was done and how to undo it."""
         receipt = run_receipt(context, store, approved, changes, rerun, [], failure=what)
         self.publish(context, store, slack, approved, receipt, what)
@@ -63,21 +78,33 @@ class JobReceipts:
 
 
 def run_receipt(
-    context: dg.OpExecutionContext, store: IncidentStore, approved: Approved, changes: Sequence[Change],
-    rerun: Rerun | None, verification: list[VerificationResult], failure: str | None = None,
-) -> Receipt:  # fmt: skip
+    context: dg.OpExecutionContext,
+    store: IncidentStore,
+    approved: Approved,
+    changes: Sequence[Change],
+    rerun: Rerun | None,
+    verification: list[VerificationResult],
+    failure: str | None = None,
+) -> Receipt:
     """The run's receipt: its approvals, changes, rerun and verification, the cause from the incident's latest
     diagnosis, and how to undo each change; verified only when nothing failed and everything verified."""
     plan = approved.plan
     found = latest_diagnosis(store, plan.incident_id)
     return Receipt(
-        incident_id=plan.incident_id, plan_id=plan.plan_id,
+        incident_id=plan.incident_id,
+        plan_id=plan.plan_id,
         cause=found[0].cause if found else approved.incident.title,
         evidence=dict(found[0].evidence) if found else {},
-        proposals=plan.proposals, approvals=approved.approvals, changes=list(changes),
-        dagster_run_id=context.run_id, coalesce_run_id=rerun.coalesce_run_id if rerun else None,
-        coalesce_run_as=rerun.run_as if rerun else None, verification=verification,
+        proposals=plan.proposals,
+        approvals=approved.approvals,
+        changes=list(changes),
+        dagster_run_id=context.run_id,
+        coalesce_run_id=rerun.coalesce_run_id if rerun else None,
+        coalesce_run_as=rerun.run_as if rerun else None,
+        verification=verification,
         # Nothing verified is not verified.
         verified=failure is None and bool(verification) and all(v.passed for v in verification),
-        failure=failure, undo=undo_steps(plan, changes), written_at=datetime.now(UTC),
-    )  # fmt: skip
+        failure=failure,
+        undo=undo_steps(plan, changes),
+        written_at=datetime.now(UTC),
+    )

@@ -162,13 +162,22 @@ def keep_unmatched(
     return {**before, "join": join, "columns": columns, "nodeTests": tests}, (location, name), test_name
 
 
+_NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][+-]?\d+)?")
+
+
 def _literal(value: str | None, numeric: bool) -> str:
+    """A key value from data as a literal of the node's SQL (a node definition binds nothing): a numeric key
+    only as a plain number, a text key as Snowflake reads a string constant, where a backslash escapes (so
+    doubling the quotes alone would let ``x\\' OR 1=1 --`` end the string)."""
+    from sqlglot import exp
+
     if value is None:
         return "NULL"
     if numeric:
-        float(value)  # a numeric key is written as a number; anything else is refused
+        if not _NUMBER.fullmatch(value):
+            raise ValueError(f"a numeric key written as a number, got {value!r}")
         return value
-    return "'" + value.replace("'", "''") + "'"
+    return exp.Literal.string(value).sql(dialect="snowflake")
 
 
 def normalise(

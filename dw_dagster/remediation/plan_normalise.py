@@ -141,7 +141,7 @@ def _band(ctx: PlanContext, reader: str, key_column: str, column: str, value: st
     """(low, high) of the subset's average over the other rows' once normalised; for a sign change, the
     sign the subset's values should have, twice. One statement on the node's table as built tonight."""
     k, m = quote_identifier(key_column), quote_identifier(column)
-    subset = f"{k} IS NULL" if value is None else f"{k} = %s"
+    subset = f"{k} IS NULL" if value is None else f"{k} = ?"
     params = () if value is None else (typed(value, "NUMBER" if numeric else ""),)
     cur = ctx.diagnosis.cursor
     cur.execute(

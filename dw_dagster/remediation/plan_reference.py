@@ -30,7 +30,7 @@ from dw_dagster.records.remediation import (
 )
 from dw_dagster.remediation.node_change import definition, keep_unmatched, unified_diff
 from dw_dagster.remediation.plan_common import NoPlan, PlanContext, back_to_baseline, reconciles, teams
-from dw_dagster.sql import quote_identifier, table_parts, table_reference
+from dw_dagster.sql import positional, quote_identifier, table_parts, table_reference
 
 
 def reference_plan(
@@ -129,7 +129,8 @@ def _draft_row(
     }
 
     if rule.draft_sql:
-        cur.execute(resolve_refs(rule.draft_sql, ctx.diagnosis.resolve_table), {"key": key})
+        # The file writes the key as %(key)s; it is bound server-side as a ?.
+        cur.execute(*positional(resolve_refs(rule.draft_sql, ctx.diagnosis.resolve_table), {"key": key}))
         found = cur.fetchone()
         if found is not None:
             for d, v in zip(cur.description, found, strict=True):
@@ -141,7 +142,7 @@ def _draft_row(
     if donor is not None and rule.copy_from_donor:
         cols = ", ".join(quote_identifier(c) for c in rule.copy_from_donor)
         cur.execute(
-            f"SELECT {cols} FROM {table} WHERE {quote_identifier(key_column)} = %s",
+            f"SELECT {cols} FROM {table} WHERE {quote_identifier(key_column)} = ?",
             (typed(donor, key_type),),
         )
         found = cur.fetchone()

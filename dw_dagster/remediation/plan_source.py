@@ -90,13 +90,23 @@ def dedupe_plan(
         + (f" ({load})" if load else "")
         + f", keeping one of each; the copies are kept in {table_reference(*backup)} for undo",
         owners=owners,
-        dedupe=Dedupe(asset_key=key, table_parts=parts, columns=columns, key_column=key_column,
-                      key_values=values, extra_rows=extra, backup_parts=backup),
-    )  # fmt: skip
+        dedupe=Dedupe(
+            asset_key=key,
+            table_parts=parts,
+            columns=columns,
+            key_column=key_column,
+            key_values=values,
+            extra_rows=extra,
+            backup_parts=backup,
+        ),
+    )
     rerun = rerun_proposal(
-        env, children, f"everything that reads {parts[2]}, rebuilt without the copies",
-        _rerun_owner(children, ctx) or owners, ctx,
-    )  # fmt: skip
+        env,
+        children,
+        f"everything that reads {parts[2]}, rebuilt without the copies",
+        _rerun_owner(children, ctx) or owners,
+        ctx,
+    )
     expectations = [
         Expectation(kind="no_duplicates", subject=key, table_parts=parts, columns=columns),
         *reconciles(diagnosis, ctx, [key]),
@@ -131,7 +141,7 @@ def stale_plan(
                 await_source=AwaitSource(
                     asset_key=key, table_parts=parts, column=column, stale_since=latest, system=system
                 ),
-            )  # fmt: skip
+            )
         )
     if not children:
         raise NoPlan(f"{', '.join(keys)}: no Coalesce node reads it; nothing to rebuild")
@@ -149,7 +159,7 @@ def stale_plan(
             columns=[r.column, r.input_column],
             source_parts=table_parts(graph.info(r.input).table_name),
             max_lag_minutes=r.max_lag_minutes,
-        )  # fmt: skip
+        )
         for r in rules
         if table_parts(graph.info(r.asset).table_name)
     ]

@@ -47,9 +47,16 @@ killed between the change and its record leaves only that."""
 class Proposer:
     """One tick of the ``remediation_proposals`` sensor: what it submits, binds, refuses and retries."""
 
-    def __init__(self, instance: dg.DagsterInstance, book: ApprovalBook, resources: Mapping[str, Any],
-                 notifier: IncidentNotifier, context_file: ContextFile, job: dg.JobDefinition,
-                 run_config: Mapping[str, Any]):  # fmt: skip
+    def __init__(
+        self,
+        instance: dg.DagsterInstance,
+        book: ApprovalBook,
+        resources: Mapping[str, Any],
+        notifier: IncidentNotifier,
+        context_file: ContextFile,
+        job: dg.JobDefinition,
+        run_config: Mapping[str, Any],
+    ):
         self.instance = instance
         self.book = book
         self.resources = resources
@@ -72,7 +79,7 @@ class Proposer:
                 run_key=f"{plan.plan_id}:{sub.seq}",
                 run_config=self.run_config,
                 tags={**tags, SUBMISSION: nonce},
-            )  # fmt: skip
+            )
         )
 
     def _look_again(self, at: datetime) -> None:
@@ -89,9 +96,14 @@ class Proposer:
         if receipt is not None:
             self.notifier.post_receipt(incident, receipt)
             undo = f" To undo instead: {' '.join(receipt.undo)}" if receipt.undo else ""
-            escalate(self.notifier, incident, self.context_file, plan,
-                     f"{receipt.failure}. The plan is submitted again: approve the new run to finish it.{undo}",
-                     run_id=run.run_id)  # fmt: skip
+            escalate(
+                self.notifier,
+                incident,
+                self.context_file,
+                plan,
+                f"{receipt.failure}. The plan is submitted again: approve the new run to finish it.{undo}",
+                run_id=run.run_id,
+            )
         if mark_retryable(self.book, plan, run, "its run failed after changing something"):
             self.submit(plan, seq + 1)
 
@@ -114,10 +126,13 @@ class Proposer:
         )
         if seq > 1:
             self.notifier.post_update(
-                incident, f"The earlier run of {plan.plan_id} was canceled, refused or failed; dw-dagster "
+                incident,
+                f"The earlier run of {plan.plan_id} was canceled, refused or failed; dw-dagster "
                 f"submitted it again as {run.run_id}. Approvals are given for one run: please approve this one.",
-                kind="resubmitted", version=run.run_id, run_id=run.run_id,
-            )  # fmt: skip
+                kind="resubmitted",
+                version=run.run_id,
+                run_id=run.run_id,
+            )
         self.notifier.post_proposal(incident, plan, run_id=run.run_id)
         return True
 
@@ -129,8 +144,12 @@ class Proposer:
         try:
             self.book.verified_plan(plan.plan_id)
         except ApprovalError as e:
-            self.book.store.append_event(incident.incident_id, "refused", f"refused|plan|{plan.plan_id}",
-                                         {"what": "plan", "plan_id": plan.plan_id, "reason": str(e)})  # fmt: skip
+            self.book.store.append_event(
+                incident.incident_id,
+                "refused",
+                f"refused|plan|{plan.plan_id}",
+                {"what": "plan", "plan_id": plan.plan_id, "reason": str(e)},
+            )
             return
         runs = self.instance.get_runs(dg.RunsFilter(tags={PLAN_ID: plan.plan_id}))
         subs = self.book.runs.submissions(plan.plan_id)
@@ -163,8 +182,16 @@ class Proposer:
                 # Canceled by someone, or refused before it changed anything: the system proposes it again.
                 self.submit(plan, binding.seq + 1)
         for key in dict.fromkeys(self.book.runs.forged):
-            self.book.store.append_event(incident.incident_id, "refused", f"refused|record|{key}",
-                                         {"what": "record", "event_key": key, "reason": "not sealed by this deployment: forged or altered; ignored"})  # fmt: skip
+            self.book.store.append_event(
+                incident.incident_id,
+                "refused",
+                f"refused|record|{key}",
+                {
+                    "what": "record",
+                    "event_key": key,
+                    "reason": "not sealed by this deployment: forged or altered; ignored",
+                },
+            )
         self.book.runs.forged.clear()
         for run in runs:
             if run.status != dg.DagsterRunStatus.QUEUED or run.run_id in legit:
@@ -176,9 +203,12 @@ class Proposer:
 
 
 def expire_pending(
-    instance: dg.DagsterInstance, book: ApprovalBook, slack: SlackNotifier, context_file: ContextFile,
+    instance: dg.DagsterInstance,
+    book: ApprovalBook,
+    slack: SlackNotifier,
+    context_file: ContextFile,
     now: datetime | None = None,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """Cancels every queued remediation run whose plan has expired; returns their run ids."""
     now = now or datetime.now(UTC)
     out = []
@@ -204,9 +234,14 @@ def expire_pending(
         cancel_run(instance, run, decision)
         incident = book.store.get(plan.incident_id)
         if incident is not None and decision.run_id == run.run_id:
-            escalate(gated_notifier(slack, book.store, context_file), incident, context_file, plan,
-                     f"the proposed fix {plan.plan_id} expired unapproved ({reason}); nothing was changed",
-                     run_id=run.run_id)  # fmt: skip
+            escalate(
+                gated_notifier(slack, book.store, context_file),
+                incident,
+                context_file,
+                plan,
+                f"the proposed fix {plan.plan_id} expired unapproved ({reason}); nothing was changed",
+                run_id=run.run_id,
+            )
         out.append(run.run_id)
     return out
 

@@ -1,9 +1,8 @@
 """Whose Snowflake credentials a remediation rerun starts Coalesce with: the approving owner's own."""
 
-import os
-
 import dagster as dg
 
+from dw_dagster.coalesce.job_assets import user_credentials_from_env
 from dw_dagster.coalesce.models import CoalesceUserCredentials
 from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.context.models import ContextFile
@@ -14,25 +13,27 @@ def run_credentials(
     coalesce: CoalesceWorkspace, context_file: ContextFile, approval: Approval
 ) -> CoalesceUserCredentials:
     """The approver's own credentials: the workspace's ``owner_credentials`` for their email, else their
-    ``run_as`` in the context file with the password read now (one approver's missing variable fails only
-    the rerun they approved)."""
-    try:
+    ``run_as`` in the context file, its password (or programmatic access token) or key pair read now (one
+    approver's missing or broken variable fails only the rerun they approved)."""
+    if approval.email in coalesce.owner_credentials:
         return coalesce.user_credentials_for(approval.email)
-    except KeyError:
-        pass
     person = context_file.person(approval.email)
     if person is None or person.run_as is None:
         raise dg.Failure(
             f"{approval.approver}: no run_as in the context file and no owner_credentials for {approval.email}"
         )
-    password = os.environ.get(person.run_as.password_env)
-    if not password:
-        raise dg.Failure(
-            f"{person.run_as.password_env}: not set; it holds {approval.approver}'s Snowflake password for Coalesce reruns"
+    run_as = person.run_as
+    try:
+        return user_credentials_from_env(
+            run_as.snowflake_username,
+            password_var=run_as.password_env,
+            private_key_var=run_as.private_key_env,
+            passphrase_var=run_as.private_key_passphrase_env,
+            warehouse=run_as.snowflake_warehouse,
+            role=run_as.snowflake_role,
         )
-    return CoalesceUserCredentials(
-        snowflake_username=person.run_as.snowflake_username,
-        snowflake_password=password,
-        snowflake_warehouse=person.run_as.snowflake_warehouse,
-        snowflake_role=person.run_as.snowflake_role,
-    )
+    except ValueError as e:
+        raise dg.Failure(
+            f"{e}: it holds {approval.approver}'s Snowflake credentials for Coalesce reruns (context file, "
+            f"run_as of {approval.email})"
+        ) from None

@@ -20,7 +20,7 @@ from typing import Any
 from dw_dagster.records.keys import typed
 from dw_dagster.records.remediation import Approval, AwaitSource, Change, Dedupe
 from dw_dagster.remediation.change_log import intent_recorder, record_change
-from dw_dagster.sql import quote_identifier, table_reference
+from dw_dagster.sql import placeholders, quote_identifier, table_reference
 
 
 class SourceStepFailed(Exception):
@@ -30,15 +30,14 @@ class SourceStepFailed(Exception):
 def _scope(d: Dedupe, types: dict[str, str]) -> tuple[str, tuple]:
     if not d.key_column or not d.key_values:
         return "", ()
-    marks = ", ".join(["%s"] * len(d.key_values))
     values = tuple(typed(v, types.get(d.key_column, "")) for v in d.key_values)
-    return f" WHERE {quote_identifier(d.key_column)} IN ({marks})", values
+    return f" WHERE {quote_identifier(d.key_column)} IN ({placeholders(len(values))})", values
 
 
 def _exists(cur: Any, parts: tuple[str, str, str]) -> bool:
     cur.execute(
         f"SELECT COUNT(*) FROM {quote_identifier(parts[0])}.INFORMATION_SCHEMA.TABLES"
-        " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+        " WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
         (parts[1], parts[2]),
     )
     return int(cur.fetchone()[0]) > 0

@@ -73,17 +73,27 @@ class RemediationSteps:
         """Records the refusal, tells the owners (a refused run is someone trying something) and fails."""
         incident = store.get(context.run.tags.get(INCIDENT_ID, ""))
         if incident is not None:
-            store.append_event(incident.incident_id, "refused", f"refused|{context.run_id}|{context.op.name}",
-                               {"what": "run", "run_id": context.run_id, "step": context.op.name, "reason": reason})  # fmt: skip
+            store.append_event(
+                incident.incident_id,
+                "refused",
+                f"refused|{context.run_id}|{context.op.name}",
+                {"what": "run", "run_id": context.run_id, "step": context.op.name, "reason": reason},
+            )
             gated_notifier(slack, store, self.context_file).post_update(
-                incident, f":no_entry: Refused run {context.run_id} at {context.op.name}: {reason}",
-                kind="refused", version=f"{context.run_id}|{context.op.name}",
-            )  # fmt: skip
+                incident,
+                f":no_entry: Refused run {context.run_id} at {context.op.name}: {reason}",
+                kind="refused",
+                version=f"{context.run_id}|{context.op.name}",
+            )
         raise dg.Failure(f"Not approved: {reason}", allow_retries=False)
 
     def require_approval(
-        self, context: dg.OpExecutionContext, config: RemediationConfig, store: IncidentStore, resources: Mapping[str, Any]
-    ) -> Approved:  # fmt: skip
+        self,
+        context: dg.OpExecutionContext,
+        config: RemediationConfig,
+        store: IncidentStore,
+        resources: Mapping[str, Any],
+    ) -> Approved:
         """Every step that changes something checks the record itself: a re-execution from failure, or of a
         single step, skips the first op but not this. While the org-wide stop is in force it waits."""
         book = ApprovalBook(store, self.context_file)
@@ -109,9 +119,13 @@ class RemediationSteps:
         return Approved(plan=plan, approvals=approvals, incident=incident, binding=binding)
 
     def check_approval(
-        self, context: dg.OpExecutionContext, config: RemediationConfig, snowflake: WarehouseResource,
-        coalesce: CoalesceWorkspace, slack: SlackNotifier,
-    ) -> Approved:  # fmt: skip
+        self,
+        context: dg.OpExecutionContext,
+        config: RemediationConfig,
+        snowflake: WarehouseResource,
+        coalesce: CoalesceWorkspace,
+        slack: SlackNotifier,
+    ) -> Approved:
         resources = {"coalesce": coalesce, "snowflake": snowflake, "slack": slack}
         approved = self.require_approval(context, config, self.store(snowflake, context), resources)
         for a in approved.approvals:
@@ -119,9 +133,14 @@ class RemediationSteps:
         return approved
 
     def apply_reference_rows(
-        self, context: dg.OpExecutionContext, config: RemediationConfig, snowflake: WarehouseResource, slack: SlackNotifier,
-        coalesce: CoalesceWorkspace, approved: Approved,
-    ) -> list[Change]:  # fmt: skip
+        self,
+        context: dg.OpExecutionContext,
+        config: RemediationConfig,
+        snowflake: WarehouseResource,
+        slack: SlackNotifier,
+        coalesce: CoalesceWorkspace,
+        approved: Approved,
+    ) -> list[Change]:
         store = self.store(snowflake, context)
         resources = {"coalesce": coalesce, "snowflake": snowflake, "slack": slack}
         approved = self.require_approval(context, config, store, resources)
@@ -148,9 +167,15 @@ class RemediationSteps:
         return changes
 
     def await_node_deploy(
-        self, context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, changes: list[Change],
-        coalesce: CoalesceWorkspace, snowflake: WarehouseResource, slack: SlackNotifier,
-    ) -> list[str]:  # fmt: skip
+        self,
+        context: dg.OpExecutionContext,
+        config: RemediationConfig,
+        approved: Approved,
+        changes: list[Change],
+        coalesce: CoalesceWorkspace,
+        snowflake: WarehouseResource,
+        slack: SlackNotifier,
+    ) -> list[str]:
         store = self.store(snowflake, context)
         # It sends the Coalesce token and posts to Slack: the same check as the steps that change something.
         approved = self.require_approval(
@@ -160,11 +185,20 @@ class RemediationSteps:
         # From the last approval, not from this step's start: a restarted run does not get a new allowance.
         deadline = max(a.at for a in approved.approvals).timestamp() + config.deploy_timeout_seconds
         try:  # a stopped source is waited for as long as a deploy
-            for line in await_sources(snowflake, approved, context.run_id, REMEDIATION_JOB,
-                                      time.monotonic() + deadline - time.time(), config.poll_seconds,
-                                      lambda text: gated_notifier(slack, store, self.context_file).post_update(
-                                          approved.incident, text, kind="awaiting_source",
-                                          version=f"{approved.plan.plan_id}|{context.run_id}")):  # fmt: skip
+            for line in await_sources(
+                snowflake,
+                approved,
+                context.run_id,
+                REMEDIATION_JOB,
+                time.monotonic() + deadline - time.time(),
+                config.poll_seconds,
+                lambda text: gated_notifier(slack, store, self.context_file).post_update(
+                    approved.incident,
+                    text,
+                    kind="awaiting_source",
+                    version=f"{approved.plan.plan_id}|{context.run_id}",
+                ),
+            ):
                 context.log.info(line)
         except SourceStepFailed as e:
             self.receipts.fail(context, store, slack, approved, changes, str(e))
@@ -176,18 +210,25 @@ class RemediationSteps:
             told = False
             while not is_deployed(definition(client.get_node(nc.environment_id, nc.node_id)), nc):
                 if time.time() > deadline:
-                    self.receipts.fail(context, store, slack, approved, changes,
-                                  f"the change to {nc.node_name} was not deployed within {config.deploy_timeout_seconds / 3600:.1f} h "
-                                  "of the approvals; the rerun did not start")  # fmt: skip
+                    self.receipts.fail(
+                        context,
+                        store,
+                        slack,
+                        approved,
+                        changes,
+                        f"the change to {nc.node_name} was not deployed within {config.deploy_timeout_seconds / 3600:.1f} h "
+                        "of the approvals; the rerun did not start",
+                    )
                 if not told:
                     approval = approved.approver_for(p.owners)
                     gated_notifier(slack, store, self.context_file).post_update(
                         approved.incident,
                         f"Approved. {counted(sum(c.added for c in changes), 'reference row')} added. Waiting for {approval.approver} to "
                         f"apply the {nc.node_name} change in Coalesce and deploy it; the rerun starts once it is deployed.",
-                        kind="awaiting_deploy", version=f"{approved.plan.plan_id}|{context.run_id}",
+                        kind="awaiting_deploy",
+                        version=f"{approved.plan.plan_id}|{context.run_id}",
                         run_id=context.run_id,
-                    )  # fmt: skip
+                    )
                     store.append_event(
                         approved.plan.incident_id,
                         "awaiting_deploy",
@@ -201,9 +242,16 @@ class RemediationSteps:
         return deployed
 
     def scoped_rerun(
-        self, context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, changes: list[Change],
-        deployed: list[str], coalesce: CoalesceWorkspace, snowflake: WarehouseResource, slack: SlackNotifier,
-    ) -> Rerun:  # fmt: skip
+        self,
+        context: dg.OpExecutionContext,
+        config: RemediationConfig,
+        approved: Approved,
+        changes: list[Change],
+        deployed: list[str],
+        coalesce: CoalesceWorkspace,
+        snowflake: WarehouseResource,
+        slack: SlackNotifier,
+    ) -> Rerun:
         store = self.store(snowflake, context)
         resources = {"coalesce": coalesce, "snowflake": snowflake, "slack": slack}
         approved = self.require_approval(context, config, store, resources)
@@ -234,7 +282,7 @@ class RemediationSteps:
                 parameters={
                     COALESCE_PARAM_INCIDENT_ID: approved.incident.incident_id,
                     COALESCE_PARAM_BUSINESS_DATE: day.isoformat() if day else "",
-                },  # fmt: skip
+                },
             )
             store.append_event(
                 approved.plan.incident_id,
@@ -250,14 +298,27 @@ class RemediationSteps:
         )
         result = Rerun(coalesce_run_id=run_id, run_as=credentials.snowflake_username)
         if run.run_status.value != "completed":
-            self.receipts.fail(context, store, slack, approved, changes,
-                          f"the scoped rerun (Coalesce run {run_id}) ended {run.run_status.value}: {run.run_failure_reason or ''}", result)  # fmt: skip
+            self.receipts.fail(
+                context,
+                store,
+                slack,
+                approved,
+                changes,
+                f"the scoped rerun (Coalesce run {run_id}) ended {run.run_status.value}: {run.run_failure_reason or ''}",
+                result,
+            )
         return result
 
     def verify_fix(
-        self, context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, rerun: Rerun,
-        coalesce: CoalesceWorkspace, snowflake: WarehouseResource, slack: SlackNotifier,
-    ) -> list[VerificationResult]:  # fmt: skip
+        self,
+        context: dg.OpExecutionContext,
+        config: RemediationConfig,
+        approved: Approved,
+        rerun: Rerun,
+        coalesce: CoalesceWorkspace,
+        snowflake: WarehouseResource,
+        slack: SlackNotifier,
+    ) -> list[VerificationResult]:
         resources = {"coalesce": coalesce, "snowflake": snowflake, "slack": slack}
         approved = self.require_approval(context, config, self.store(snowflake, context), resources)
         results = coalesce.get_client().get_run_results(rerun.coalesce_run_id)
@@ -268,9 +329,14 @@ class RemediationSteps:
             snowflake, "job.verify", job=REMEDIATION_JOB, dagster_run_id=context.run_id
         ) as conn:
             out = verify(
-                approved.plan.expectations, day=day, metrics=self.metrics, resolve_table=self.resolve_table,
-                cursor=conn.cursor(), history=HistorySession(conn, self.ops), run_results=results,
-            )  # fmt: skip
+                approved.plan.expectations,
+                day=day,
+                metrics=self.metrics,
+                resolve_table=self.resolve_table,
+                cursor=conn.cursor(),
+                history=HistorySession(conn, self.ops),
+                run_results=results,
+            )
         for v in out:
             context.log.info(
                 f"{'passed' if v.passed else 'FAILED' if v.passed is False else 'ERRORED'}: {v.detail}"
@@ -278,10 +344,17 @@ class RemediationSteps:
         return out
 
     def write_receipt(
-        self, context: dg.OpExecutionContext, config: RemediationConfig, approved: Approved, changes: list[Change],
-        rerun: Rerun, verification: list[VerificationResult], snowflake: WarehouseResource, slack: SlackNotifier,
+        self,
+        context: dg.OpExecutionContext,
+        config: RemediationConfig,
+        approved: Approved,
+        changes: list[Change],
+        rerun: Rerun,
+        verification: list[VerificationResult],
+        snowflake: WarehouseResource,
+        slack: SlackNotifier,
         coalesce: CoalesceWorkspace,
-    ) -> None:  # fmt: skip
+    ) -> None:
         store = self.store(snowflake, context)
         resources = {"coalesce": coalesce, "snowflake": snowflake, "slack": slack}
         approved = self.require_approval(context, config, store, resources)

@@ -195,21 +195,31 @@ class RunRecords:
         return self.seal
 
     def submit(
-        self, plan_id: str, seq: int, job: Any, resources: Mapping[str, Any], run_config: Mapping[str, Any],
+        self,
+        plan_id: str,
+        seq: int,
+        job: Any,
+        resources: Mapping[str, Any],
+        run_config: Mapping[str, Any],
         tags: Mapping[str, str],
-    ) -> tuple[Submission, str]:  # fmt: skip
+    ) -> tuple[Submission, str]:
         """Records a new submission of ``job`` (its definition) with ``run_config`` and ``tags``; returns it
         and the one-time value to tag its run with."""
         seal = self._required_seal()
         nonce = secrets.token_urlsafe(24)
         sub = Submission(
-            plan_id=plan_id, seq=seq, nonce_sha256=nonce_hash(nonce), job=job.name,
+            plan_id=plan_id,
+            seq=seq,
+            nonce_sha256=nonce_hash(nonce),
+            job=job.name,
             run_config_digest=seal.keyed_digest(dict(run_config)),
-            tags={k: v for k, v in tags.items() if k != SUBMISSION}, job_tags=dict(job.run_tags or {}),
+            tags={k: v for k, v in tags.items() if k != SUBMISSION},
+            job_tags=dict(job.run_tags or {}),
             steps=sorted(n.name for n in job.nodes),
-            resources=resource_digests(seal, resources), credential_hosts=credential_hosts(resources["coalesce"]),
+            resources=resource_digests(seal, resources),
+            credential_hosts=credential_hosts(resources["coalesce"]),
             at=datetime.now(UTC),
-        )  # fmt: skip
+        )
         detail = seal.seal(_SUBMISSION, sub.model_dump(mode="json"))
         self.store.append_event(incident_of(plan_id), _SUBMISSION, f"{_SUBMISSION}|{plan_id}|{seq}", detail)
         return sub, nonce
@@ -221,10 +231,16 @@ class RunRecords:
         check_submitted(sub, run, seal)
         tags = _configuration_tags(run.tags)
         binding = Binding(
-            plan_id=sub.plan_id, seq=sub.seq, run_id=run.run_id, job=run.job_name,
-            config_digest=seal.keyed_digest(run_configuration(run)), tag_keys=sorted(tags),
-            resources=sub.resources, credential_hosts=sub.credential_hosts, at=datetime.now(UTC),
-        )  # fmt: skip
+            plan_id=sub.plan_id,
+            seq=sub.seq,
+            run_id=run.run_id,
+            job=run.job_name,
+            config_digest=seal.keyed_digest(run_configuration(run)),
+            tag_keys=sorted(tags),
+            resources=sub.resources,
+            credential_hosts=sub.credential_hosts,
+            at=datetime.now(UTC),
+        )
         detail = seal.seal(_BINDING, binding.model_dump(mode="json"))
         key = f"{_BINDING}|{sub.plan_id}|{sub.seq}"
         if not self.store.append_event(incident_of(sub.plan_id), _BINDING, key, detail):
@@ -263,9 +279,10 @@ def check_submitted(sub: Submission, run: Any, seal: Seal) -> None:
     tags = _configuration_tags(run.tags)
     changed = sorted(k for k, v in sub.tags.items() if run.tags.get(k) != v)  # as requested, held included
     extra = sorted(
-        k for k, v in tags.items()
+        k
+        for k, v in tags.items()
         if k not in sub.tags and k not in CREATION_TAGS and k != SUBMISSION and sub.job_tags.get(k) != v
-    )  # fmt: skip
+    )
     if changed or extra:
         raise RunRecordError(
             f"{where} but its tags differ from the ones requested: {', '.join(changed + extra)}"
@@ -273,8 +290,11 @@ def check_submitted(sub: Submission, run: Any, seal: Seal) -> None:
     config = run_configuration(run)
     if config["step_keys_to_execute"] == sub.steps:
         config["step_keys_to_execute"] = None  # every step: the whole job
-    selected = [k for k in ("op_selection", "asset_selection", "asset_check_selection", "step_keys_to_execute")
-                if config[k]]  # fmt: skip
+    selected = [
+        k
+        for k in ("op_selection", "asset_selection", "asset_check_selection", "step_keys_to_execute")
+        if config[k]
+    ]
     if selected or run.parent_run_id or run.root_run_id:
         what = ", ".join(selected) or f"re-executes run {run.parent_run_id or run.root_run_id}"
         raise RunRecordError(f"{where} but is not the whole job as requested ({what})")

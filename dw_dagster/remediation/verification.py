@@ -82,18 +82,22 @@ def _one(e, day, metrics, resolve_table, cursor, history, run_results) -> Verifi
             )
         passed = all(q.success for q in results)
         return VerificationResult(
-            expectation=e, passed=passed, observed={"runs": len(results)},
+            expectation=e,
+            passed=passed,
+            observed={"runs": len(results)},
             detail=f"node test {e.subject} {'passed' if passed else 'failed'} in the rerun",
-        )  # fmt: skip
+        )
     if e.kind == "rows_restored":
         assert e.target is not None
         cursor.execute(f"SELECT COUNT(*) FROM {e.table}")
         rows = int(cursor.fetchone()[0])
         passed = abs(rows - e.target) <= (e.tolerance or 0)
         return VerificationResult(
-            expectation=e, passed=passed, observed={"value": rows, "expected": e.target},
+            expectation=e,
+            passed=passed,
+            observed={"value": rows, "expected": e.target},
             detail=f"{e.subject} has {rows:,} rows; the night's rows plus those the join dropped are {e.target:,.0f}",
-        )  # fmt: skip
+        )
     if e.kind == "no_duplicates":
         assert e.columns
         cols = ", ".join(quote_identifier(c) for c in e.columns)
@@ -102,9 +106,11 @@ def _one(e, day, metrics, resolve_table, cursor, history, run_results) -> Verifi
         )
         copies = int(cursor.fetchone()[0] or 0)
         return VerificationResult(
-            expectation=e, passed=copies == 0, observed={"value": copies},
+            expectation=e,
+            passed=copies == 0,
+            observed={"value": copies},
             detail=f"{e.subject} holds {copies:,} duplicate rows",
-        )  # fmt: skip
+        )
     if e.kind == "input_fresh":
         assert len(e.columns) == 2
         cursor.execute(
@@ -115,9 +121,11 @@ def _one(e, day, metrics, resolve_table, cursor, history, run_results) -> Verifi
         lag = (latest - held).total_seconds() / 60 if held is not None and latest is not None else None
         passed = lag is not None and lag <= (e.max_lag_minutes or 0)
         return VerificationResult(
-            expectation=e, passed=passed, observed={"value": str(held), "source_latest": str(latest)},
+            expectation=e,
+            passed=passed,
+            observed={"value": str(held), "source_latest": str(latest)},
             detail=f"{e.subject} holds loads up to {held}; its source's latest is {latest}",
-        )  # fmt: skip
+        )
     total = metrics.get(e.subject)
     now = compute_total(cursor, total, resolve_table).value
     assert e.target is not None and e.tolerance is not None

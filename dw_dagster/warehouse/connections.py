@@ -10,10 +10,16 @@ https://docs.snowflake.com/en/sql-reference/parameters#timezone): a time without
 TIMESTAMP_LTZ/TZ cast, in UTC; and every time the product reads comes back time-zone aware (a
 TIMESTAMP_NTZ, which has no zone, as UTC, the convention of the product's sources).
 
-Binding. A statement's values are bound client-side (pyformat, ``%s``: the connector writes them into the
-text, which Snowflake then keeps in QUERY_HISTORY) unless its connection binds server-side
-(``paramstyle="qmark"``: ``?`` placeholders, the values sent beside the text as the request's bindings,
-https://docs.snowflake.com/en/developer-guide/python-connector/python-connector-example#binding-data).
+Binding. Every connection binds server-side (``paramstyle="qmark"``): a statement's values stand as ``?``
+placeholders and travel beside its text as the request's bindings, so no value from data or a payload is
+ever in a statement's text, nor in Snowflake's QUERY_HISTORY
+(https://docs.snowflake.com/en/developer-guide/python-connector/python-connector-example#binding-data).
+The connector's client-side styles (pyformat ``%s``, which writes the values into the text) are never used:
+a statement still written with ``%s`` fails at Snowflake's compiler instead of sending its values as text.
+Parameters are a sequence with one value per placeholder: a list or tuple as one value would be an array
+binding (the connector's bulk insert), so an IN list has one placeholder per value (``dw_dagster.sql.placeholders``). A
+bound datetime is a TIMESTAMP_NTZ, an aware one its UTC wall clock, which the UTC session reads as the
+same instant.
 
 Timeouts. The connector's socket timeout (60 s by default) bounds each single request, and its login and
 network timeouts bound only the retries around them: with Snowflake hung, one login request alone waits
@@ -31,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 # The connector's own default for one request; Snowflake holds a running query's request up to 45 s.
 CONNECTOR_SOCKET_TIMEOUT = 60
@@ -41,7 +47,8 @@ CLOSE_BROKEN_TIMEOUT = 2
 INVALID_AUTHORIZATION = "28000"
 # The product reads and writes every time in UTC.
 SESSION_TIMEZONE = "UTC"
-Paramstyle = Literal["pyformat", "qmark"]
+# Server-side binding for every statement (module docstring).
+PARAMSTYLE = "qmark"
 
 
 class WarehouseUnavailable(RuntimeError):
@@ -79,18 +86,14 @@ def tagged_cursor_class() -> type:
     class TaggedCursor(SnowflakeCursor):
         query_tag: str | None = None
         breaker: Breaker | None = None
-        server_side_binding: bool = False
 
         def execute(self, command: str, params: Any = None, *args: Any, **kwargs: Any):
             if self.breaker is not None:
                 self.breaker.check()
+            _check_bindings(params)
             statement_params = dict(kwargs.pop("_statement_params", None) or {})
             if self.query_tag:
                 statement_params.setdefault("QUERY_TAG", self.query_tag)
-            if self.server_side_binding:
-                # The connector's own switch to qmark for one statement on a pyformat connection: one
-                # session serves statements of both styles.
-                kwargs["_force_qmark_paramstyle"] = True
             try:
                 return super().execute(command, params, *args, _statement_params=statement_params, **kwargs)
             except OperationalError as e:
@@ -107,6 +110,23 @@ def tagged_cursor_class() -> type:
     return TaggedCursor
 
 
+def _check_bindings(params: Any) -> None:
+    """Parameters as server-side binding takes them: a sequence, one value per ``?``."""
+    if params is None:
+        return
+    if not isinstance(params, (list, tuple)):
+        raise TypeError(
+            f"statement parameters: expected a list or tuple, one value per ? placeholder, got "
+            f"{type(params).__name__} (named %(name)s parameters are not bound server-side)"
+        )
+    for i, value in enumerate(params, 1):
+        if isinstance(value, (list, tuple, set, frozenset, dict)):
+            raise TypeError(
+                f"statement parameter {i}: a {type(value).__name__} would be bound as an array; give each "
+                "value its own ? (dw_dagster.sql.placeholders for an IN list)"
+            )
+
+
 def _aware(value: Any) -> Any:
     if type(value) is datetime and value.tzinfo is None:
         return value.replace(tzinfo=UTC)
@@ -114,20 +134,18 @@ def _aware(value: Any) -> Any:
 
 
 class TaggedConnection:
-    """What ``tagged_connection`` yields: the connector's connection, whose cursors tag each statement and,
-    with ``paramstyle="qmark"``, bind its values server-side (``?`` placeholders, parameters a sequence)."""
+    """What ``tagged_connection`` yields: the connector's connection, whose cursors tag each statement and
+    bind its values server-side (``?`` placeholders, parameters a sequence)."""
 
-    def __init__(self, conn: Any, query_tag: str, breaker: Breaker, paramstyle: Paramstyle | None = None):
+    def __init__(self, conn: Any, query_tag: str, breaker: Breaker):
         self.raw = conn
         self.query_tag = query_tag
-        self.paramstyle = paramstyle
         self._breaker = breaker
 
     def cursor(self) -> Any:
         cur = self.raw.cursor(tagged_cursor_class())
         cur.query_tag = self.query_tag
         cur.breaker = self._breaker
-        cur.server_side_binding = self.paramstyle == "qmark"
         return cur
 
     def __getattr__(self, name: str) -> Any:
@@ -160,6 +178,7 @@ class Connector:
         params["QUERY_TAG"] = query_tag
         # The connector sends its ``timezone`` as the session's TIMEZONE (over session_parameters').
         args["timezone"] = SESSION_TIMEZONE
+        args["paramstyle"] = PARAMSTYLE
         if not self._socket_fixed:
             args["socket_timeout"] = _bounded(self.login_timeout)
         try:

@@ -145,7 +145,7 @@ def migrate(warehouse: WarehouseResource, ops: OpsSchema) -> MigrationReport:
         report.changes = statements
         cur.execute(
             f"INSERT INTO {ops.table(VERSION_TABLE)} (VERSION, MIGRATED_AT, MIGRATED_BY, CHANGES)"
-            " VALUES (%s, %s, %s, %s)",
+            " VALUES (?, ?, ?, ?)",
             (report.version, datetime.now(UTC), _package_version(), json.dumps(report.changes)),
         )
         return report

@@ -176,7 +176,7 @@ class OpsSchema:
         """The ops schema's tables and their columns as the warehouse has them (empty: no schema)."""
         cur.execute(
             f"SELECT TABLE_NAME, COLUMN_NAME FROM {quote(self.database)}.INFORMATION_SCHEMA.COLUMNS"
-            " WHERE TABLE_SCHEMA = %s",
+            " WHERE TABLE_SCHEMA = ?",
             (self.schema,),
         )
         live: dict[str, set[str]] = {}

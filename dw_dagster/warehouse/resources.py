@@ -29,11 +29,11 @@ from pydantic import Field, PrivateAttr, field_validator
 from dw_dagster.config import DwConfigError, resolve_env_vars
 from dw_dagster.internals import RETRY_NUMBER_TAG, cached_method
 from dw_dagster.warehouse.connections import (
+    PARAMSTYLE,
     SESSION_TIMEZONE,
     Breaker,
     ConnectionScope,
     Connector,
-    Paramstyle,
     TaggedConnection,
     close,
 )
@@ -74,6 +74,16 @@ class WarehouseResource(SnowflakeConnectionResource):
             )
         return value
 
+    @field_validator("paramstyle")
+    @classmethod
+    def _server_side_binding_only(cls, value: str | None) -> str | None:
+        if value is not None and value != PARAMSTYLE:
+            raise ValueError(
+                f"paramstyle {value!r}: dw-dagster binds every value server-side ({PARAMSTYLE}: ? placeholders, "
+                "the values never in the statement's text); leave it unset"
+            )
+        return value
+
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         run = context.run
         retry = int(run.tags.get(RETRY_NUMBER_TAG, "0")) if run is not None else 0
@@ -89,20 +99,20 @@ class WarehouseResource(SnowflakeConnectionResource):
 
     @contextmanager
     def tagged_connection(
-        self, purpose: str, schema: str | None = None, paramstyle: Paramstyle | None = None, **tag_fields: Any
+        self, purpose: str, schema: str | None = None, **tag_fields: Any
     ) -> Iterator[TaggedConnection]:
         """A connection whose statements carry the query tag naming dw-dagster, ``purpose`` and the fields
-        (check, job, asset, run id); ``schema`` is the session's current schema. ``paramstyle="qmark"``:
-        its statements bind their values server-side (``?`` placeholders), on the same session."""
+        (check, job, asset, run id) and bind their values server-side (``?`` placeholders, the parameters a
+        sequence); ``schema`` is the session's current schema."""
         tag = query_tag(purpose, **tag_fields)
         if self._scope is not None:
-            yield TaggedConnection(self._scope.get(schema, tag), tag, self._scope.breaker, paramstyle)
+            yield TaggedConnection(self._scope.get(schema, tag), tag, self._scope.breaker)
             return
         connector = self._connector()
         breaker = Breaker(connector.where)
         conn = connector.connect(schema, tag, breaker)
         try:
-            yield TaggedConnection(conn, tag, breaker, paramstyle)
+            yield TaggedConnection(conn, tag, breaker)
         finally:
             close(conn, breaker)
 

@@ -25,10 +25,24 @@ APPLICATION = "DagsterLabs_Dagster"
 PARAMSTYLES = ("pyformat", "qmark", "numeric")
 # Passed to the connector as they are, when set.
 _CONNECT_FIELDS = (
-    "account", "user", "password", "database", "schema", "role", "warehouse", "autocommit",
-    "client_prefetch_threads", "client_session_keep_alive", "login_timeout", "network_timeout",
-    "ocsp_response_cache_filename", "validate_default_parameters", "paramstyle", "timezone", "authenticator",
-)  # fmt: skip
+    "account",
+    "user",
+    "password",
+    "database",
+    "schema",
+    "role",
+    "warehouse",
+    "autocommit",
+    "client_prefetch_threads",
+    "client_session_keep_alive",
+    "login_timeout",
+    "network_timeout",
+    "ocsp_response_cache_filename",
+    "validate_default_parameters",
+    "paramstyle",
+    "timezone",
+    "authenticator",
+)
 
 
 class SnowflakeConnectionResource(dg.ConfigurableResource):

@@ -65,7 +65,12 @@ def password_variables(context_file: Path) -> set[str]:
     from dw_dagster.context.models import load_context_file
 
     context = load_context_file(context_file)
-    return {m.run_as.password_env for team in context.teams.values() for m in team.members if m.run_as}
+    return {
+        m.run_as.password_env
+        for team in context.teams.values()
+        for m in team.members
+        if m.run_as and m.run_as.password_env
+    }
 
 
 @dataclass(frozen=True)

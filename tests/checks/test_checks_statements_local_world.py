@@ -12,7 +12,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
-from warehouse_statements import statements
+from warehouse_statements import bound_statements
 from world_cache import WORLD_CACHE
 
 from dw_dagster.checks import load_metrics_file
@@ -29,12 +29,13 @@ ECOMMERCE = SUITE_DIR.parent / "worlds" / "ecommerce"
 
 
 class ChecksRunDaemon(LocalDaemon):
-    """The local daemon, keeping the statements its last checks run sent (as bench_idle_warehouse counts)."""
+    """The local daemon, keeping the statements its last checks run sent (as bench_idle_warehouse counts) and
+    the values bound to each."""
 
-    checks_run: list[str]
+    checks_run: list[tuple[str, list[str | None]]]
 
     def _execute_checks(self, request):
-        with statements() as self.checks_run:
+        with bound_statements() as self.checks_run:
             return super()._execute_checks(request)
 
 
@@ -43,11 +44,12 @@ def daemon(seeded_world):
     return ChecksRunDaemon(seeded_world)
 
 
-def assert_three_statements(sent: list[str], outcome: TickOutcome) -> None:
+def assert_three_statements(sent: list[tuple[str, list[str | None]]], outcome: TickOutcome) -> None:
     """One read (levels, incident days, fixes and every series' history), one measurement (every part of
-    the night), one write (every series of the night)."""
+    the night), one write (every series of the night), each series a value bound to the read and the write,
+    never in their text."""
     assert len(sent) == 3, sent
-    read, measured, written = sent
+    (read, read_values), (measured, _), (written, written_values) = sent
     assert "BASELINE_LEVELS" in read and "'history'" in read and "METRIC_HISTORY" in read
     assert measured.startswith('SELECT 0 AS "PART"') and "DW_OPS" not in measured
     assert re.match(r'MERGE INTO "\w+"\."DW_OPS"\."METRIC_HISTORY" ', written)
@@ -56,7 +58,8 @@ def assert_three_statements(sent: list[str], outcome: TickOutcome) -> None:
         if check.check == "volume":
             series = f"volume:{check.asset}"
         if series:
-            assert f"'{series}'" in read and f"'{series}'" in written, series
+            assert series in read_values and series in written_values, series
+            assert series not in read and series not in written, series
 
 
 def assert_measured_as_the_tables_hold(
@@ -94,7 +97,7 @@ def test_an_ordinary_distributor_night_is_three_statements(daemon):
     assert all(c.passed is True for c in outcome.checks), [c for c in outcome.checks if not c.passed]
     assert_three_statements(checks_run, outcome)
     # The small keyed tables' keys are parts of the measurement; 5 tables, 0.6 statements each (was 3.00).
-    assert checks_run[1].count("SELECT DISTINCT") == 2
+    assert checks_run[1][0].count("SELECT DISTINCT") == 2
     specs = daemon.defs.resolve_all_asset_specs()
     assert_measured_as_the_tables_hold(daemon.lw, "DW_PROD", daemon.settings.metrics_file, outcome, specs)
 

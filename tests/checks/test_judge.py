@@ -189,9 +189,9 @@ def test_a_holiday_period_night_by_night_raises_nothing_above_warn():
     )
     # Boxing Day is compared with Christmas Day; the days between with each other once one is on record.
     assert severities[date(2025, 12, 26)] is None and severities[date(2025, 12, 30)] is None
-    # Without the calendar the same fortnight is a string of ERRORs.
+    # Without the calendar the same fortnight is a string of ERRORs, until its own dips widen its errors.
     plain = [judge(series, d, series[d], config).severity for d in sorted(severities)]
-    assert plain.count("ERROR") >= 5
+    assert plain.count("ERROR") >= 2
 
 
 def test_a_fault_inside_a_holiday_period_still_raises_error():

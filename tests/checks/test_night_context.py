@@ -21,7 +21,7 @@ DAY = date(2026, 3, 10)
 def _incident(cur, ops, incident_id: str, day: date | None, updated: datetime) -> None:
     cur.execute(
         f"INSERT INTO {ops.table('INCIDENTS')} (INCIDENT_ID, CAUSE_KEY, STATUS, BUSINESS_DATE, OPENED_AT,"
-        " UPDATED_AT) VALUES (%s, %s, 'resolved', %s, %s, %s)",
+        " UPDATED_AT) VALUES (?, ?, 'resolved', ?, ?, ?)",
         (incident_id, incident_id, day, updated, updated),
     )
 
@@ -29,7 +29,7 @@ def _incident(cur, ops, incident_id: str, day: date | None, updated: datetime) -
 def _event(cur, ops, incident_id: str, key: str, kind: str, detail: dict) -> None:
     cur.execute(
         f"INSERT INTO {ops.table('INCIDENT_EVENTS')} (INCIDENT_ID, EVENT_KEY, KIND, EVENT_AT, DETAIL)"
-        " VALUES (%s, %s, %s, %s, %s)",
+        " VALUES (?, ?, ?, ?, ?)",
         (incident_id, key, kind, datetime.now(UTC), json.dumps(detail)),
     )
 

@@ -30,7 +30,7 @@ def _as_version_1(wh, ops: OpsSchema) -> None:
         cur.execute(f"CREATE TABLE {ops.table('VOLUME_HISTORY')} ({V1_VOLUME_HISTORY})")
         for back in range(1, 4):
             cur.execute(
-                f"INSERT INTO {ops.table('VOLUME_HISTORY')} VALUES (%s, %s, %s, 'count', %s, %s)",
+                f"INSERT INTO {ops.table('VOLUME_HISTORY')} VALUES (?, ?, ?, 'count', ?, ?)",
                 ("mart/orders", DAY - timedelta(days=back), 100.0 + back, datetime.now(UTC), back == 2),
             )
         cur.execute(f"DELETE FROM {ops.table(VERSION_TABLE)}")

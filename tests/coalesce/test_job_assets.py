@@ -1,7 +1,8 @@
 """Coalesce jobs materializable from Dagster (the component's ``materialize_jobs``), against the simulator and
 the local Snowflake over sockets: materializing a job's nodes runs that job in Coalesce and reports what it
 built, once; a node of the job that the run did not build is not reported built; a failed run fails the
-step naming its node; and the polling sensor does not report the same Coalesce run a second time."""
+step naming its node; the polling sensor does not report the same Coalesce run a second time; and the run
+signs in to Snowflake with the identity it runs as, a key pair included."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from dw_dagster.coalesce.job_assets import CoalesceRunAs, build_job_assets
 from dw_dagster.coalesce.metadata import CoalesceRunMetadataSet
 from dw_dagster.coalesce.sensor_builder import build_coalesce_polling_sensor
 from dw_dagster.coalesce.specs import load_coalesce_asset_specs
+from dw_local import snowflake_auth
 from dw_local.world import LOCAL_COALESCE_TOKEN, LOCAL_SNOWFLAKE_PASSWORD, LOCAL_SNOWFLAKE_USER, LocalWorld
 
 FIXTURE_PROJECT = Path(__file__).resolve().parent.parent / "fixtures" / "sim_project.yaml"
@@ -23,6 +25,7 @@ FIXTURE_PROJECT = Path(__file__).resolve().parent.parent / "fixtures" / "sim_pro
 CUSTOMERS = {"stage/stg_calendar", "stage/stg_customers", "mart/dim_customer"}
 RUN_CONFIG = {"config": {"poll_seconds": 0.2, "timeout_seconds": 120}}
 PASSWORD_VAR = "DW_TEST_COALESCE_RUN_PASSWORD"
+KEY_VAR = "DW_TEST_COALESCE_RUN_KEY"
 
 
 @pytest.fixture(scope="module")
@@ -156,3 +159,47 @@ def test_a_password_variable_that_is_not_set_fails_before_any_run_starts(workspa
         assert PASSWORD_VAR in str(
             [e.step_failure_data.error for e in result.all_events if e.is_step_failure]
         )
+
+
+def test_a_run_as_by_key_pair_signs_the_coalesce_run_in_with_that_key(
+    workspace, specs, world, tmp_path, monkeypatch
+):
+    """The run's credentials reach Snowflake: a user who may sign in by key pair only builds the job with
+    its key, and the run of one whose key Snowflake does not hold fails the step with Snowflake's refusal."""
+    key = tmp_path / "job.p8"
+    snowflake_auth.register_user(
+        world.root / "snowflake", "JOB_RUNNER", ["KEYPAIR"], public_key_pem=snowflake_auth.new_key_pair(key)
+    )
+    monkeypatch.setenv(KEY_VAR, key.read_text())
+    run_as = CoalesceRunAs(snowflake_username="JOB_RUNNER", snowflake_private_key_env_var=KEY_VAR)
+    (assets_def,) = build_job_assets(workspace, specs, {"customers_nightly": run_as}).assets_defs
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [assets_def], instance=instance, run_config={"ops": {assets_def.op.name: RUN_CONFIG}}
+        )
+        assert result.success and set(_materialized(result)) == CUSTOMERS
+        snowflake_auth.new_key_pair(other := tmp_path / "other.p8")
+        monkeypatch.setenv(KEY_VAR, other.read_text())
+        refused = dg.materialize(
+            [assets_def],
+            instance=instance,
+            run_config={"ops": {assets_def.op.name: RUN_CONFIG}},
+            raise_on_error=False,
+        )
+        assert not refused.success
+        failure = str([e.step_failure_data.error for e in refused.all_events if e.is_step_failure])
+        assert "Cannot connect to Snowflake" in failure and "JWT token is invalid" in failure
+
+
+def test_a_run_as_needs_exactly_one_credential():
+    with pytest.raises(
+        ValueError, match="set one of snowflake_password_env_var .* and snowflake_private_key_env_var"
+    ):
+        CoalesceRunAs(snowflake_username="U")
+    with pytest.raises(ValueError, match="set one of"):
+        CoalesceRunAs(
+            snowflake_username="U", snowflake_password_env_var="P", snowflake_private_key_env_var="K"
+        )
+    with pytest.raises(ValueError, match="snowflake_private_key_passphrase_env_var goes with"):
+        CoalesceRunAs(snowflake_username="U", snowflake_password_env_var="P",
+                      snowflake_private_key_passphrase_env_var="S")  # fmt: skip

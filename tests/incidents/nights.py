@@ -90,7 +90,8 @@ class Nights:
         now = datetime.now(UTC)
         incident = Incident(incident_id="INC-TEST", cause_key="test", status="open", title=finding.summary,
                             business_date=finding.business_date, severity="ERROR", opened_at=now, updated_at=now)  # fmt: skip
-        with self.lw.snowflake.connect(database=self.world.database) as conn:
+        # Bound server-side, as the product's own connections bind (warehouse/connections.py).
+        with self.lw.snowflake.connect(database=self.world.database, paramstyle="qmark") as conn:
             ctx = DiagnosisContext(graph, load_metrics_file(self.daemon.settings.metrics_file), ref_resolver(specs),
                                    HistorySession(conn, self.ops), conn.cursor())  # fmt: skip
             return diagnose(incident, [finding], ctx)

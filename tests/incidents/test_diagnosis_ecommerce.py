@@ -89,4 +89,4 @@ def test_the_audit_trail(nights):
         assert 0 < len(queries) <= QUERY_BUDGET
         assert all(q.ms is not None and q.rows is not None for q in queries if q.error is None)
     drill = [q for q in out["unit"].diagnosis.queries if "tonight against the last good night" in q.purpose]
-    assert drill and "%s" in drill[0].sql and drill[0].params, "values are bound, not spliced"
+    assert drill and "?" in drill[0].sql and drill[0].params, "values are bound, not spliced"

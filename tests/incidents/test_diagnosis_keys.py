@@ -43,7 +43,9 @@ def _spec(key: str, table: str, columns: dict[str, str]) -> dg.AssetSpec:
 @pytest.fixture(scope="module")
 def conn():
     with fakesnow.patch():
-        conn = snowflake.connector.connect(database="DB", schema="RAW")
+        conn = snowflake.connector.connect(
+            database="DB", schema="RAW", paramstyle="qmark"
+        )  # as the product binds
         yield conn
         conn.close()
 

@@ -48,6 +48,12 @@ def adspend(tmp_path_factory):
         "sign": {"kind": "unit_change", "table": "AD_DELIVERY", "column": "SPEND", "factor": -1,
                  "where": {"PLACEMENT_TYPE": "audio"}},
         "agency_deleted": {"kind": "reference_row_deleted", "table": "AGENCIES", "where": {"AGENCY_ID": 13}},
+        # A new campaign the trading desk added, pointing at an advertiser nobody added: the row missing is
+        # one table further up than the fact's join.
+        "parent_missing": {"kind": "new_key_mapped", "table": "AD_DELIVERY", "column": "CAMPAIGN_ID", "value": 3099,
+                           "fraction": 0.06, "reference": "CAMPAIGNS",
+                           "row": {"CAMPAIGN_ID": 3099, "CAMPAIGN_NAME": "Halden spring", "ADVERTISER_ID": 299,
+                                   "CURRENCY": "GBP", "_SYNCED_AT": "2025-12-18 10:00:00"}},
     })  # fmt: skip
 
 
@@ -57,6 +63,10 @@ def meters(tmp_path_factory):
         "deleted": {"kind": "reference_row_deleted", "table": "ZONES", "where": {"ZONE_CODE": "W"}},
         "remapped": {"kind": "reference_row_remapped", "table": "ZONES", "where": {"ZONE_CODE": "W"},
                      "set": {"REGION": "Central"}},
+        "parent_missing": {"kind": "new_key_mapped", "table": "READINGS", "column": "METER_ID", "value": 1099,
+                           "fraction": 0.06, "reference": "METERS",
+                           "row": {"METER_ID": 1099, "ZONE_CODE": "Q", "STATUS": "ACTIVE",
+                                   "INSTALLED_AT": "2025-08-13 09:00:00"}},
     }, totals={"remapped": ("billed_kwh", "usage/fct_usage")})  # fmt: skip
 
 
@@ -81,6 +91,18 @@ def test_a_row_deleted_one_lookup_up_on_another_shape(meters):
     assert d.labels[0] == "ZONE_CODE=W", d.diagnosis.cause
     assert "deleted from" in d.diagnosis.keys[0].change and "ZONES" in d.diagnosis.keys[0].change
     assert d.diagnosis.evidence["lookup_node"] == "usage/dim_meter"
+
+
+@pytest.mark.parametrize("world", ["adspend", "meters"])
+def test_a_new_key_whose_parent_row_is_missing_up_the_chain_is_named_there(world, request):
+    found = request.getfixturevalue(world)["parent_missing"]
+    parent, table, child = {"adspend": ("ADVERTISER_ID=299", "ADVERTISERS", "CAMPAIGN_ID=3099"),
+                            "meters": ("ZONE_CODE=Q", "ZONES", "METER_ID=1099")}[world]  # fmt: skip
+    d = _one(found, CauseClass.REFERENCE_DATA_CHANGE)
+    assert d.labels[0] == parent, d.diagnosis.cause
+    change = d.diagnosis.keys[0].change or ""
+    assert "no row in" in change and table in change and child in change
+    assert child in d.labels, "the fact's new key, which points at it"
 
 
 def test_a_row_remapped_up_the_chain_is_a_reference_change_not_a_unit_change(adspend):

@@ -41,7 +41,9 @@ def _spec(key: str, table: str, columns: dict[str, str], **more) -> dg.AssetSpec
 @pytest.fixture(scope="module")
 def conn():
     with fakesnow.patch():
-        conn = snowflake.connector.connect(database="DB", schema="RAW")
+        conn = snowflake.connector.connect(
+            database="DB", schema="RAW", paramstyle="qmark"
+        )  # as the product binds
         c = conn.cursor()
         for schema in ("RAW", "REF", "DW_OPS"):
             c.execute(f'CREATE SCHEMA IF NOT EXISTS "DB"."{schema}"')

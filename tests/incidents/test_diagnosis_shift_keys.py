@@ -6,18 +6,21 @@ total sums weight and fee, so a key's units are read as the total's whole sum, n
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import UTC, date, datetime
 
 import dagster as dg
 import fakesnow
 import pytest
 import snowflake.connector
 
+from dw_dagster.checks.attributes import attribute_part, attribute_series, carried_attributes
 from dw_dagster.checks.history import HistorySession, Recorded
-from dw_dagster.checks.metrics import MetricsFile
+from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
+from dw_dagster.coalesce.sql import resolve_refs
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.incidents.evidence import DiagnosisContext
-from dw_dagster.incidents.group_shift import trace_shift
+from dw_dagster.incidents.group_shift import attribute_shift_diagnosis, trace_shift
+from dw_dagster.records.incidents import CauseClass, Finding, Incident
 from dw_dagster.warehouse.ops import TABLES, OpsSchema
 
 BEFORE, TONIGHT = date(2025, 9, 24), date(2025, 9, 25)
@@ -97,11 +100,14 @@ def _values(rows) -> str:
 @pytest.fixture
 def ctx():
     with fakesnow.patch():
-        conn = snowflake.connector.connect(database="DB", schema="RAW")
+        conn = snowflake.connector.connect(
+            database="DB", schema="RAW", paramstyle="qmark"
+        )  # as the product binds
         cur = conn.cursor()
         for schema in ("RAW", "REF", "CORE", "MART", "DW_OPS"):
             cur.execute(f'CREATE SCHEMA IF NOT EXISTS "DB"."{schema}"')
         cur.execute(f'CREATE TABLE "DB"."DW_OPS"."METRIC_HISTORY" ({TABLES["METRIC_HISTORY"]})')
+        cur.execute(f'CREATE TABLE "DB"."DW_OPS"."INCIDENTS" ({TABLES["INCIDENTS"]})')
         cur.execute('CREATE TABLE "DB"."RAW"."PICKUPS" (ORIGIN VARCHAR, DEST VARCHAR, KG NUMBER(38,0))')
         cur.execute(f'INSERT INTO "DB"."RAW"."PICKUPS" VALUES {_values(PICKUPS)}')
         cur.execute(
@@ -150,3 +156,34 @@ def test_a_carrier_deleted_behind_a_left_join_is_named_deleted_not_remapped(ctx)
     (key,) = shift.keys
     assert key.label == "CARRIER=C3" and key.units == 35
     assert "deleted from" in (key.change or "") and "it was in GRP=C" in (key.change or "")
+
+
+BY_ORIGIN = RecordedTotal.model_validate(
+    {"name": "kg_by_origin", "owner": "bi", "asset": "core/fct", "group_keys": ["ORIGIN"],
+     "sql": "SELECT \"ORIGIN\", SUM(\"KG\" + \"FEE\") AS \"VALUE\" FROM {{ ref('CORE', 'FCT') }} GROUP BY \"ORIGIN\""}
+)  # fmt: skip
+
+
+def test_an_attribute_no_total_groups_by_is_measured_and_its_shift_traced(ctx):
+    # The fact carries the carrier's invoicing group from the carriers' table (two joins up); the total
+    # groups by origin only. The lineage finds the attribute, with nothing configured.
+    assert carried_attributes(GRAPH, BY_ORIGIN, ["KG", "FEE"]) == ["GRP"]
+    part = attribute_part(BY_ORIGIN, resolve_refs(BY_ORIGIN.sql, _resolve), "GRP")
+    assert part is not None
+    series = attribute_series(BY_ORIGIN.name, "GRP")
+    for day, lanes in ((BEFORE, LANES), (TONIGHT, [("N", "Z1", "C2", 20), *LANES[1:]])):
+        _build(ctx, lanes, CARRIERS)
+        ctx.cursor.execute(part.query.sql(dialect="snowflake"))
+        groups = {f"GRP={g}": float(v) for g, v in ctx.cursor.fetchall()}
+        ctx.history.record_metric(series, day, sum(groups.values()), groups, None, None)
+    # The lane N -> Z1 now goes to carrier C2: 80 units moved from group A to group B, origin totals flat.
+    now = datetime.now(UTC)
+    incident = Incident(incident_id="INC-1", cause_key="k", status="open", business_date=TONIGHT, title="t",
+                        severity="ERROR", opened_at=now, updated_at=now)  # fmt: skip
+    finding = Finding(check_name="total_kg_by_origin", asset_key="core/fct", business_date=TONIGHT,
+                      summary="a shift between groups", cause_scope="job:x",
+                      evidence={"attribute_shift": {"column": "GRP", "series": series}})  # fmt: skip
+    d = attribute_shift_diagnosis(incident, finding, BY_ORIGIN, ctx)
+    assert d is not None and d.classification is CauseClass.REFERENCE_DATA_CHANGE, d
+    assert d.keys[0].label == "ORIGIN=N, DEST=Z1" and "now maps it to GRP=B" in (d.keys[0].change or "")
+    assert d.evidence["attribute"] == "GRP"

@@ -17,7 +17,9 @@ TABLE = '"DB"."RAW"."SHIPMENTS"'
 @pytest.fixture(scope="module")
 def cur():
     with fakesnow.patch():
-        conn = snowflake.connector.connect(database="DB", schema="RAW")
+        conn = snowflake.connector.connect(
+            database="DB", schema="RAW", paramstyle="qmark"
+        )  # as the product binds
         c = conn.cursor()
         c.execute('CREATE SCHEMA IF NOT EXISTS "DB"."RAW"')
         c.execute(f"CREATE TABLE {TABLE} (ZONE VARCHAR, STATE VARCHAR, QTY NUMBER(38,0))")

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from cryptography.hazmat.primitives import serialization
 
 from dw_dagster.coalesce import (
     CoalesceClient,
@@ -25,6 +26,7 @@ from dw_dagster.coalesce import (
     CoalesceUserCredentials,
     CoalesceWorkspace,
 )
+from dw_local import snowflake_auth
 from dw_local.world import LOCAL_COALESCE_TOKEN as TOKEN
 from dw_local.world import LocalWorld, sim_control
 
@@ -102,6 +104,72 @@ def test_a_runs_parameters_replace_the_environments_and_the_client_keeps_them(
     assert run.run_status is CoalesceRunStatus.COMPLETED and run.run_time_parameters == {
         "region": "NORTH", "currency": "EUR", "dw_incident_id": "inc-8", "dw_business_date": "2026-12-04"
     }  # fmt: skip
+
+
+def test_a_run_signs_in_to_snowflake_with_its_own_credentials_and_fails_with_snowflakes_refusal(
+    client: CoalesceClient, world: LocalWorld, tmp_path: Path
+) -> None:
+    """Coalesce passes a run's userCredentials to Snowflake, which refuses what it does not hold: the run
+    fails before any node, Snowflake's refusal in its runFailureReason. Users the local Snowflake's users
+    file names: one signing in by key pair only, one by password."""
+    data = world.root / "snowflake"
+    key = tmp_path / "runner.p8"
+    snowflake_auth.register_user(
+        data, "RUNNER_KEY", ["KEYPAIR"], public_key_pem=snowflake_auth.new_key_pair(key)
+    )
+    snowflake_auth.register_user(data, "RUNNER_PW", ["PASSWORD"], password="the-right-one")
+    pem = key.read_text()
+    snowflake_auth.new_key_pair(tmp_path / "other.p8")  # a key no user registered
+    encrypted = (
+        serialization.load_pem_private_key(pem.encode(), password=None)
+        .private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"open sesame"),
+        )
+        .decode()
+    )  # fmt: skip
+
+    def run(**given: Any) -> tuple[CoalesceRunStatus, str | None, int]:
+        run_id = client.start_run("2", job_id=4, user_credentials=CoalesceUserCredentials(**given))
+        done = client.wait_for_run(run_id, 0.05, 60)
+        return done.run_status, done.run_failure_reason, len(client.get_run_results(run_id).data)
+
+    key_pair = {"snowflake_username": "RUNNER_KEY", "snowflake_auth_type": "KeyPair"}
+    assert run(**key_pair, snowflake_key_pair_key=pem)[0] is CoalesceRunStatus.COMPLETED
+    assert run(**key_pair, snowflake_key_pair_key=encrypted, snowflake_key_pair_pass="open sesame")[0] is (
+        CoalesceRunStatus.COMPLETED
+    )
+    assert (
+        run(snowflake_username="RUNNER_PW", snowflake_password="the-right-one")[0]
+        is CoalesceRunStatus.COMPLETED
+    )
+    refused = {
+        "a key the user has not registered": (
+            run(**key_pair, snowflake_key_pair_key=(tmp_path / "other.p8").read_text()),
+            "JWT token is invalid",
+        ),
+        "a wrong passphrase": (
+            run(**key_pair, snowflake_key_pair_key=encrypted, snowflake_key_pair_pass="open barley"),
+            "the private key could not be read",
+        ),
+        "a password where the policy wants a key pair": (
+            run(snowflake_username="RUNNER_KEY", snowflake_password="local"),
+            "authentication policy",
+        ),
+        "a wrong password": (
+            run(snowflake_username="RUNNER_PW", snowflake_password="local"),
+            "Incorrect username or password",
+        ),
+        "OAuth, which no environment here has": (
+            run(snowflake_username="RUNNER_PW", snowflake_auth_type="OAuth"),
+            "no Snowflake OAuth connection",
+        ),
+    }
+    for what, ((status, reason, nodes), says) in refused.items():
+        assert status is CoalesceRunStatus.FAILED, what
+        assert reason and reason.startswith("Cannot connect to Snowflake") and says in reason, (what, reason)
+        assert nodes == 0, f"{what}: no node runs"
+        assert "the-right-one" not in reason and "PRIVATE KEY" not in reason, what
 
 
 def test_jobs_are_found_by_id_where_there_is_no_listing_and_kept_for_the_next_refresh(

@@ -34,6 +34,7 @@ from dw_dagster.records.incidents import Incident
 from dw_dagster.warehouse.migrations import migrate
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
+from dw_local.slack_server import HISTORY_LIMIT
 from dw_local.world import DISTRIBUTOR_DIR, LOCAL_SLACK_TOKEN, LocalWorld
 
 REPO = Path(__file__).resolve().parents[2]
@@ -354,6 +355,47 @@ def test_a_post_whose_answer_was_lost_is_not_posted_again(world, context):
     assert result.reconciled == [key] and result.sent == []
     assert [m["text"] for m in _posted(world, inc.incident_id)].count("posted, then the process died") == 1
     assert notifier.messages(inc.incident_id)[-1].status == "sent"
+
+
+def test_a_lost_root_post_behind_more_than_a_page_of_newer_messages_is_found_not_posted_again(world, context):
+    """A crash after Slack accepted a thread's root but before its ts was recorded, and the channel moved on:
+    Slack (and the stand-in) serve conversations.history 15 messages a call, so the post is found by cursor
+    on a later page, and recorded, not posted twice."""
+    notifier = _notifier(world, "NTF_LOSTROOT")
+    # An earlier incident's posts make the channel's id known: the root is looked for in its history.
+    earlier = reference_incident("INC-20250616-lostr1")
+    notifier.notify(
+        earlier, reference_diagnosis(earlier.incident_id), reference_blast(),
+        _recipients(context, earlier, "none"),
+    )  # fmt: skip
+    inc = reference_incident("INC-20250616-lostr2")
+    outbox = notifier.outbox
+    text = "a root posted, then the process died"
+    with outbox.connect("test") as cur:
+        key, _ = outbox.enqueue(
+            cur, inc.incident_id, "#planning-ops", "alert", "v1", {"text": text}, datetime.now(UTC)
+        )
+        msg = outbox.get(cur, key)
+        assert msg.is_root
+        assert outbox.claim(cur, msg, "crashed-process", datetime.now(UTC) - timedelta(minutes=2))
+        channel_id = outbox.known_channel_id(cur, "#planning-ops")
+    notifier.client.chat_postMessage(
+        channel=channel_id, text=text,
+        metadata={"event_type": "dw_incident_message",
+                  "event_payload": {"message_key": key, "incident_id": inc.incident_id}},
+    )  # fmt: skip
+    # More than a page of newer messages in the channel: the lost root is past the first 15.
+    for i in range(HISTORY_LIMIT + 5):
+        notifier.client.chat_postMessage(channel=channel_id, text=f"a later message {i}")
+    first_page = notifier.client.conversations_history(
+        channel=channel_id, include_all_metadata=True, limit=200
+    )
+    assert first_page["has_more"] and key not in json.dumps(first_page["messages"])
+    result = _notifier(world, "NTF_LOSTROOT", lease_seconds=60).flush_pending()
+    assert result.reconciled == [key] and result.sent == []
+    assert [m["text"] for m in _posted(world, inc.incident_id)].count(text) == 1
+    (recorded,) = notifier.messages(inc.incident_id)
+    assert recorded.status == "sent" and recorded.slack_channel_id == channel_id
 
 
 def test_the_token_never_appears_in_logs_errors_or_records(world, context, caplog, monkeypatch):

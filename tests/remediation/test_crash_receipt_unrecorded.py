@@ -139,7 +139,7 @@ def _loaded_twice(wh, day: date) -> Dedupe:
         cur.execute(f"DELETE FROM {LINES}")
         lines = [(1, 3, 10.5), (2, 3, 4.0), (3, 4, 7.25)]
         for row in [*lines, *lines[:2]]:
-            cur.execute(f"INSERT INTO {LINES} VALUES (%s, %s, %s)", row)
+            cur.execute(f"INSERT INTO {LINES} VALUES (?, ?, ?)", row)
     return Dedupe(asset_key="raw_shop/order_lines", table_parts=("DW_PROD", "RAW_SHOP", "ORDER_LINES"),
                   columns=["LINE_ID", "STORE_ID", "AMOUNT"], key_column="STORE_ID", key_values=["3"],
                   extra_rows=2, backup_parts=("DW_PROD", "OPS_CRASH", f"DEDUPE_{day:%Y%m%d}"))  # fmt: skip

@@ -1,20 +1,30 @@
-"""`dw-dagster demo replay --json`: the reference night end to end, numbers as PRODUCT.md tells them."""
+"""`dw-dagster demo replay --json`: the reference night end to end, numbers as PRODUCT.md tells them, and
+every value it wrote to Snowflake bound, never in a statement's text."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import duckdb
 import pytest
+import sqlglot
+from sqlglot.tokens import TokenType
 from world_cache import WORLD_CACHE
 
+from dw_local.world import DISTRIBUTOR_DIR
+
 pytestmark = pytest.mark.world
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def timeline(seeded_template, tmp_path_factory) -> list[dict]:
+def replayed(seeded_template, tmp_path_factory) -> tuple[Path, list[dict]]:
     root = tmp_path_factory.mktemp("replay") / "world"
     script = Path(sys.executable).with_name("dw-dagster")
     done = subprocess.run(
@@ -22,7 +32,12 @@ def timeline(seeded_template, tmp_path_factory) -> list[dict]:
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout)
+    return root, json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def timeline(replayed) -> list[dict]:
+    return replayed[1]
 
 
 def by_system(timeline, system):
@@ -114,3 +129,100 @@ def test_after_the_fix_nothing_opens_and_the_fix_explains_what_its_row_counts_di
         e for e in by_system(timeline, "Dagster") if e["what"].startswith("dw/incidents after the fix")
     ]
     assert shown["numbers"]["first_entry"] == "receipt"
+
+
+# -- every value bound --------------------------------------------------------------------------------------
+
+# The ops tables whose rows are the night's findings, diagnoses, incidents, Slack payloads and approvals.
+RECORDS = ("INCIDENTS", "INCIDENT_EVENTS", "SLACK_OUTBOX", "SLACK_THREADS", "AUDIT_TRAIL")
+WRITE = re.compile(r'^\s*(?:MERGE INTO|INSERT INTO|UPDATE) "[^"]+"\."DW_OPS"\."(\w+)"')
+
+
+def _sent(snowflake: Path, template: Path) -> list[tuple[str, str]]:
+    """``(text, status)`` of each statement dw-dagster sent during the replay: the local Snowflake's
+    QUERY_HISTORY, less what the seeded template already held."""
+    with duckdb.connect(str(template / "SNOWFLAKE.db"), read_only=True) as con:
+        before = {r[0] for r in con.execute("SELECT QUERY_ID FROM ACCOUNT_USAGE.QUERY_HISTORY").fetchall()}
+    with duckdb.connect(str(snowflake / "SNOWFLAKE.db"), read_only=True) as con:
+        rows = con.execute(
+            "SELECT QUERY_ID, QUERY_TEXT, QUERY_TAG, EXECUTION_STATUS FROM ACCOUNT_USAGE.QUERY_HISTORY"
+        ).fetchall()
+    return [
+        (text, status)
+        for qid, text, tag, status in rows
+        if qid not in before
+        and (json.loads(tag) if (tag or "").startswith("{") else {}).get("app") == "dw-dagster"
+    ]
+
+
+def _leaves(value: Any) -> Iterator[Any]:
+    """Every string and number in a value, JSON text included (a DETAIL, a PAYLOAD)."""
+    if isinstance(value, str):
+        yield value
+        if value[:1] in "[{":
+            try:
+                yield from _leaves(json.loads(value))
+            except json.JSONDecodeError:
+                pass
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _leaves(v)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield value
+
+
+def _records(snowflake: Path) -> dict[str, list[tuple]]:
+    with duckdb.connect(str(snowflake / "DW_PROD.db"), read_only=True) as con:
+        return {t: con.execute(f'SELECT * FROM DW_OPS."{t}"').fetchall() for t in RECORDS}
+
+
+def _literals(text: str) -> tuple[list[str], list[float]]:
+    tokens = sqlglot.Dialect.get_or_raise("snowflake").tokenize(text)
+    return (
+        [t.text for t in tokens if t.token_type == TokenType.STRING],
+        [float(t.text) for t in tokens if t.token_type == TokenType.NUMBER],
+    )
+
+
+def test_no_value_of_the_night_is_in_a_statements_text_and_every_write_ran_bound(replayed, seeded_template):
+    """The issue's test: every statement the local Snowflake received from dw-dagster during the reference
+    night (its QUERY_HISTORY holds the text as sent): no finding, diagnosis, incident id, Slack payload or
+    approval written into it, the writes of those records all run with their values bound."""
+    root, _ = replayed
+    sent = _sent(root / "snowflake", seeded_template / "snowflake")
+    records = _records(root / "snowflake")
+    assert records["INCIDENTS"] and records["SLACK_OUTBOX"], (
+        "the night opened an incident and posted to Slack"
+    )
+    kinds = {r[2] for r in records["INCIDENT_EVENTS"]}
+    assert {"finding", "diagnosis", "approval", "receipt"} <= kinds, kinds
+    values = {v for rows in records.values() for row in rows for cell in row for v in _leaves(cell)}
+    texts = {v for v in values if isinstance(v, str) and len(v) >= 3}
+    numbers = {float(v) for v in values if not isinstance(v, str) and abs(v) >= 100}
+    # A string literal the product writes itself ('open', 'sent') or takes from its configuration (a node's
+    # join condition) is part of the statement's shape; anything else would be a value written into it.
+    shapes = "\n".join(
+        [p.read_text() for p in (REPO / "dw_dagster").rglob("*.py")]
+        + [p.read_text() for p in DISTRIBUTOR_DIR.glob("*.yaml")]
+    )
+    written: list[tuple[str, str]] = []
+    for text, _status in sent:
+        strings, numeric = _literals(text)
+        written += [(s, text[:160]) for s in strings if f"'{s}'" not in shapes]
+        written += [(str(n), text[:160]) for n in numeric if n in numbers]
+        # Nothing of the night's records anywhere in the text, identifiers aside.
+        written += [(v, text[:160]) for v in texts if len(v) >= 12 and f"'{v}" in text]
+    assert not written, f"{len(written)} values written into statement texts, e.g. {written[:5]}"
+    # The records were written by statements that bound their values, and every statement ran.
+    targets: dict[str, list[tuple[str, str]]] = {}
+    for text, status in sent:
+        write = WRITE.match(text)
+        if write:
+            targets.setdefault(write[1], []).append((text, status))
+    assert set(RECORDS) <= set(targets), sorted(targets)
+    for table in RECORDS:
+        assert all("?" in text and status == "SUCCESS" for text, status in targets[table]), table
+    assert all(status == "SUCCESS" for _, status in sent), [t[:160] for t, s in sent if s != "SUCCESS"][:5]

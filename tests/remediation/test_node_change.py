@@ -227,3 +227,31 @@ def test_a_column_that_does_not_read_the_changed_source_column_is_refused():
     with pytest.raises(ValueError, match="does not read OL.UNIT_PRICE"):
         normalise(stage('"OL"."QUANTITY" * 2'), "REVENUE", ("OL", "UNIT_PRICE"), ("STORE_ID", "4", True), 100,
                   ("STORE_ID", "REVENUE", 0.1, 10.0))  # fmt: skip
+
+
+def test_a_key_value_from_data_stays_one_string_constant_in_the_column_and_the_test():
+    """A node definition binds nothing, so the key is a literal there: Snowflake reads a backslash in a string
+    constant as an escape, and a key ending its string would add SQL to the node and its test."""
+    import sqlglot
+    from sqlglot import exp
+
+    from dw_dagster.remediation.node_change import normalise
+
+    key = "x\\' OR 1=1 --"
+    after, _ = normalise(stage(), "REVENUE", ("OL", "REVENUE"), ("STORE_ID", key, False), -1,
+                         ("STORE_ID", "REVENUE", 1.0, 1.0))  # fmt: skip
+    revenue = next(c for c in after["columns"] if c["name"] == "REVENUE")["transform"]
+    test_sql = after["nodeTests"][0]["sql"].replace("{{ ref('STAGE', 'STG_ORDER_LINES') }}", "T")
+    for text in (revenue, test_sql):
+        tree = sqlglot.parse_one(text, read="snowflake")
+        assert [s.this for s in tree.find_all(exp.Literal) if s.is_string] == [key], text
+        assert not list(tree.find_all(exp.Or)), text
+
+
+@pytest.mark.parametrize("value", ["nan", "1_000", "4 OR 1=1", "inf"])
+def test_a_numeric_key_that_is_not_a_plain_number_is_refused(value):
+    from dw_dagster.remediation.node_change import normalise
+
+    with pytest.raises(ValueError, match=f"a numeric key written as a number, got {value!r}"):
+        normalise(stage(), "REVENUE", ("OL", "REVENUE"), ("STORE_ID", value, True), -1,
+                  ("STORE_ID", "REVENUE", 1.0, 1.0))  # fmt: skip

@@ -22,6 +22,7 @@ from dw_dagster.remediation.audit import AuditedStore, AuditTrail, TrailSigner
 from dw_dagster.remediation.control import ControlError, ControlEvent, OrgControl
 from dw_dagster.remediation.identity import Signer, load_private_key, new_key_pair, sign_record
 from dw_dagster.remediation.signing import Seal
+from dw_dagster.sql import placeholders
 
 __all__ = ["warehouse"]
 SEAL = Seal("s" * 40)
@@ -63,7 +64,7 @@ def _insert(wh, ops, **row) -> None:
     ]
     with ops.connect(wh, "test") as conn:
         conn.cursor().execute(
-            f"INSERT INTO {ops.table('CONTROL_EVENTS')} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})",
+            f"INSERT INTO {ops.table('CONTROL_EVENTS')} ({', '.join(columns)}) VALUES ({placeholders(len(columns))})",
             tuple(values),
         )
 
@@ -158,7 +159,7 @@ def test_audit_verify_names_an_edited_a_deleted_and_a_hand_written_record(wareho
     report = trail.verify(context, SEAL, control.records())
     assert report.entries == 4 and report.verified, report.problems
 
-    _rows(wh, ops, "UPDATE {events} SET DETAIL = %s WHERE EVENT_KEY = %s", json.dumps({"team": "x", "n": 1}),
+    _rows(wh, ops, "UPDATE {events} SET DETAIL = ? WHERE EVENT_KEY = ?", json.dumps({"team": "x", "n": 1}),
           "approval|p|r|team1")  # fmt: skip
     report = trail.verify(context, SEAL, control.records())
     assert report.problems[0] == (
@@ -169,7 +170,7 @@ def test_audit_verify_names_an_edited_a_deleted_and_a_hand_written_record(wareho
         "without the key: errored, never passed"
     )
 
-    _rows(wh, ops, "DELETE FROM {events} WHERE EVENT_KEY = %s", "approval|p|r|team0")
+    _rows(wh, ops, "DELETE FROM {events} WHERE EVENT_KEY = ?", "approval|p|r|team0")
     plain.append_event(incident, "approval", "approval|p|r|forged", {"team": "forged"})
     problems = trail.verify(context, SEAL, control.records()).problems
     assert problems[0].startswith("entry 1 (approval 'approval|p|r|team0'") and problems[0].endswith(

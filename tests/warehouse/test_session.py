@@ -1,10 +1,13 @@
-"""Every warehouse session is in UTC, every time read comes back time-zone aware, and a connection can bind its
+"""Every warehouse session is in UTC, every time read comes back time-zone aware, and every connection binds its
 values server-side so that they stay out of QUERY_HISTORY (dw_dagster/warehouse/connections.py), against the
 local Snowflake, whose sessions default to Snowflake's America/Los_Angeles."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+
+import pytest
+from snowflake.connector.errors import ProgrammingError
 
 from dw_dagster.warehouse.resources import WarehouseResource
 
@@ -36,23 +39,33 @@ def test_every_time_read_is_aware_a_wall_clock_one_as_utc(warehouse: WarehouseRe
     assert iterated[0].tzinfo is UTC
 
 
-def test_a_qmark_connection_binds_server_side_and_the_value_stays_out_of_query_history(
+def test_every_connection_binds_server_side_and_the_value_stays_out_of_query_history(
     warehouse: WarehouseResource, sent
 ):
-    secret = "slack-payload-8c41f0"
-    with warehouse.tagged_connection("test.binding", paramstyle="qmark") as conn:
+    secret = "slack-payload-8c41f0'); DROP TABLE T; --"
+    with warehouse.tagged_connection("test.binding") as conn:
         cur = conn.cursor()
         cur.execute("SELECT ? AS V, ? AS N", (secret, 3))
         assert cur.fetchall() == [(secret, 3)]
-    with warehouse.tagged_connection("test.binding") as conn:  # pyformat, client-side, as before
-        cur = conn.cursor()
-        cur.execute("SELECT %s AS V", ("inlined",))
-        assert cur.fetchall() == [("inlined",)]
         cur.execute(
-            "SELECT QUERY_TEXT FROM SNOWFLAKE.ACCOUNT_USAGE.QUERY_HISTORY WHERE QUERY_TAG LIKE %s",
+            "SELECT QUERY_TEXT FROM SNOWFLAKE.ACCOUNT_USAGE.QUERY_HISTORY WHERE QUERY_TAG LIKE ?",
             ('%"test.binding"%',),
         )
         texts = [t for (t,) in cur.fetchall()]
-    assert "SELECT ? AS V, ? AS N" in texts and not any(secret in t for t in texts)
-    assert "SELECT 'inlined' AS V" in texts
+    assert "SELECT ? AS V, ? AS N" in texts and not any("8c41f0" in t for t in texts)
     assert [s.sql for s in sent][:1] == ["SELECT ? AS V, ? AS N"]
+
+
+def test_a_statement_that_would_put_its_values_in_its_text_is_refused(warehouse: WarehouseResource, sent):
+    with warehouse.tagged_connection("test.binding") as conn:
+        cur = conn.cursor()
+        # The connector's client-side style: Snowflake's compiler refuses the %s, the value never sent.
+        with pytest.raises(ProgrammingError):
+            cur.execute("SELECT %s AS V", ("inlined-5d2e",))
+        with pytest.raises(
+            TypeError, match=r"expected a list or tuple, one value per \? placeholder, got dict"
+        ):
+            cur.execute("SELECT %(v)s AS V", {"v": "inlined-5d2e"})
+        with pytest.raises(TypeError, match="statement parameter 2: a list would be bound as an array"):
+            cur.execute("SELECT 1 WHERE 1 IN (?) AND ? = 1", (1, [1, 2]))
+    assert not any("inlined-5d2e" in s.sql for s in sent)

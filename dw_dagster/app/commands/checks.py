@@ -95,7 +95,7 @@ def recorded_assets(history, ops) -> set[str]:
 
     prefix = volume_series("")
     history.cur.execute(
-        f"SELECT DISTINCT METRIC FROM {ops.table('METRIC_HISTORY')} WHERE STARTSWITH(METRIC, %s)", (prefix,)
+        f"SELECT DISTINCT METRIC FROM {ops.table('METRIC_HISTORY')} WHERE STARTSWITH(METRIC, ?)", (prefix,)
     )
     return {row[0][len(prefix) :] for row in history.cur.fetchall()}
 

@@ -75,9 +75,16 @@ def resolve_incident(incident_id: str, who: str, reason: str) -> None:
         )
     now = datetime.now(UTC)
     done = resolve(
-        ops.store, incident, by=person.name, reason=reason, note=f"{person.name}: {reason}",
-        key=f"manual|{now.isoformat()}", how="manual", slack=ops.slack, context_file=ops.context,
-    )  # fmt: skip
+        ops.store,
+        incident,
+        by=person.name,
+        reason=reason,
+        note=f"{person.name}: {reason}",
+        key=f"manual|{now.isoformat()}",
+        how="manual",
+        slack=ops.slack,
+        context_file=ops.context,
+    )
     if done is None:
         raise click.ClickException(f"{incident_id} is no longer open")
     try:

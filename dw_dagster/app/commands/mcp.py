@@ -6,15 +6,30 @@ import click
 
 
 @click.command("mcp")
-@click.option("--http", "http", default=None, metavar="HOST:PORT",
-              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (:PORT: loopback). Requires "
-                   "DW_MCP_TOKEN, the bearer token every request must carry.")  # fmt: skip
-@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME[:PORT]",
-              help="A Host header the HTTP server accepts besides loopback (NAME:* for any port); repeat for "
-                   "more. Default: DW_MCP_ALLOWED_HOSTS (comma-separated). Required with a 0.0.0.0 bind.")  # fmt: skip
-@click.option("--allowed-origin", "allowed_origins", multiple=True, metavar="ORIGIN",
-              help="An Origin header accepted besides those of the allowed hosts (e.g. https://ide.example); "
-                   "default: DW_MCP_ALLOWED_ORIGINS.")  # fmt: skip
+@click.option(
+    "--http",
+    "http",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (:PORT: loopback). Requires "
+    "DW_MCP_TOKEN, the bearer token every request must carry.",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME[:PORT]",
+    help="A Host header the HTTP server accepts besides loopback (NAME:* for any port); repeat for "
+    "more. Default: DW_MCP_ALLOWED_HOSTS (comma-separated). Required with a 0.0.0.0 bind.",
+)
+@click.option(
+    "--allowed-origin",
+    "allowed_origins",
+    multiple=True,
+    metavar="ORIGIN",
+    help="An Origin header accepted besides those of the allowed hosts (e.g. https://ide.example); "
+    "default: DW_MCP_ALLOWED_ORIGINS.",
+)
 def mcp(http: str | None, allowed_hosts: tuple[str, ...], allowed_origins: tuple[str, ...]) -> None:
     """Serve dw-dagster's incidents, lineage, check history and proposals to a coding agent (docs/mcp.md)."""
     try:

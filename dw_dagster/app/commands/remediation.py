@@ -89,9 +89,12 @@ def approve(ref: str, who: str | None, values: tuple[str, ...]) -> None:
     teams = ", ".join(a.team for a in out.given)
     approver = out.given[0].approver
     ops.tell_owners(
-        out.plan.incident_id, f":white_check_mark: {approver} approved {out.plan.plan_id} for {teams}; {out.status}.",
-        "approval", f"{out.plan.plan_id}|{teams}|{out.run_id}", run_id=out.run_id,
-    )  # fmt: skip
+        out.plan.incident_id,
+        f":white_check_mark: {approver} approved {out.plan.plan_id} for {teams}; {out.status}.",
+        "approval",
+        f"{out.plan.plan_id}|{teams}|{out.run_id}",
+        run_id=out.run_id,
+    )
     line = f"run {out.run_id}: approved by {approver} for {teams} (verified: {signer.via}); {out.status}"
     if out.blocked:
         raise click.ClickException(line)
@@ -115,8 +118,13 @@ def reject(ref: str, who: str | None, reason: str) -> None:
     except ApprovalError as e:
         _refused(ops, ref, "reject", signer.person.name, str(e), signer)
         raise click.ClickException(str(e)) from None
-    ops.tell_owners(incident_of(decision.plan_id), f":no_entry: {decision.by} rejected {decision.plan_id}: {reason}",
-                    "rejection", decision.plan_id, run_id=decision.run_id)  # fmt: skip
+    ops.tell_owners(
+        incident_of(decision.plan_id),
+        f":no_entry: {decision.by} rejected {decision.plan_id}: {reason}",
+        "rejection",
+        decision.plan_id,
+        run_id=decision.run_id,
+    )
     click.echo(f"run {decision.run_id}: rejected by {decision.by} and canceled")
 
 
@@ -169,8 +177,12 @@ def undo(incident_id: str, who: str | None) -> None:
         raise click.ClickException(f"{person.name} does not own what these changed: {'; '.join(foreign)}")
     with ops.warehouse.tagged_connection("cli.undo", job="undo") as conn:
         done = undo_rows(conn.cursor(), book.store, incident_id, changes, person.name)
-    ops.tell_owners(incident_id, f":leftwards_arrow_with_hook: {person.name}: " + "; ".join(done), "undo",
-                    changes[-1].at.isoformat())  # fmt: skip
+    ops.tell_owners(
+        incident_id,
+        f":leftwards_arrow_with_hook: {person.name}: " + "; ".join(done),
+        "undo",
+        changes[-1].at.isoformat(),
+    )
     click.echo("\n".join(done))
 
 
@@ -217,8 +229,13 @@ def approver_key() -> None:
 
 
 @approver_key.command("new")
-@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="Where to write the private key (only you may read it); never share it.")  # fmt: skip
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Where to write the private key (only you may read it); never share it.",
+)
 def approver_key_new(out: Path) -> None:
     """Make a key pair: the private half for you (DW_APPROVER_KEY_FILE), the public half for the context file."""
     from dw_dagster.remediation.identity import APPROVER_KEY_FILE_ENV, new_key_pair

@@ -44,7 +44,7 @@ Caller = Annotated[
         max_length=120,
         description="Who is asking: your name (as in the context file's teams) "
         "or your agent's; shown on the run or the note.",
-    ),  # fmt: skip
+    ),
 ]
 
 
@@ -116,8 +116,9 @@ class Actions:
         stdout."""
         quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
         with contextlib.redirect_stdout(sys.stderr):
-            return job.execute_in_process(instance=self.instance, tags=tags, raise_on_error=False,
-                                          run_config=quiet)  # fmt: skip
+            return job.execute_in_process(
+                instance=self.instance, tags=tags, raise_on_error=False, run_config=quiet
+            )
 
 
 def _checks_of(defs, keys: list[str]) -> dict[str, list]:
@@ -173,14 +174,26 @@ def register(server: MCPServer, ws: Workspace) -> None:
         results = []
         for key in sorted(selection, key=lambda c: (c.asset_key.to_user_string(), c.name)):
             ev = evaluations.get(key)
-            results.append(CheckResult(
-                check=key.name, asset=key.asset_key.to_user_string(),
-                passed=None if ev is None else ev.passed, severity=None if ev is None else ev.severity.value,
-                description=None if ev is None else ev.description,
-            ))  # fmt: skip
+            results.append(
+                CheckResult(
+                    check=key.name,
+                    asset=key.asset_key.to_user_string(),
+                    passed=None if ev is None else ev.passed,
+                    severity=None if ev is None else ev.severity.value,
+                    description=None if ev is None else ev.description,
+                )
+            )
         status = result.dagster_run.status.value
-        rows = [[r.asset, r.check, {True: "passed", False: "FAILED", None: "errored"}[r.passed],
-                 r.severity if r.passed is False else "", r.description] for r in results]  # fmt: skip
+        rows = [
+            [
+                r.asset,
+                r.check,
+                {True: "passed", False: "FAILED", None: "errored"}[r.passed],
+                r.severity if r.passed is False else "",
+                r.description,
+            ]
+            for r in results
+        ]
         text = f"### Checks run {result.run_id} ({status}), asked by {caller}\n\n" + table(
             ["asset", "check", "result", "severity", "what it found"], rows
         )
@@ -209,8 +222,11 @@ def register(server: MCPServer, ws: Workspace) -> None:
             f"{diagnosis.classification.value}: {diagnosis.cause}" if diagnosis else "no diagnosis recorded"
         )
         text = f"### Diagnosis run {result.run_id} ({status}) of {incident_id}, asked by {caller}\n\n{cause}"
-        return answer(DiagnosisRun(run_id=result.run_id, status=status, diagnosis=diagnosis,
-                                   blast_radius=radius, text=text))  # fmt: skip
+        return answer(
+            DiagnosisRun(
+                run_id=result.run_id, status=status, diagnosis=diagnosis, blast_radius=radius, text=text
+            )
+        )
 
     @server.tool(annotations=READ_ONLY)
     def blast_radius(
@@ -271,8 +287,13 @@ def register(server: MCPServer, ws: Workspace) -> None:
         with ws.warehouse_read("the incident's threads"):
             ops = ws.ops
             notifier = gated_notifier(ops.slack, ops.store, ops.context)
-            note = update_message(incident, message, title=f"Note from {caller} (through dw-dagster's MCP server)",
-                                  emoji=":speech_balloon:", links=notifier.links)  # fmt: skip
+            note = update_message(
+                incident,
+                message,
+                title=f"Note from {caller} (through dw-dagster's MCP server)",
+                emoji=":speech_balloon:",
+                links=notifier.links,
+            )
             version = hashlib.sha256(f"{caller}\n{message}".encode()).hexdigest()[:16]
             notifier.post_update(incident, f"{caller}: {message}", note.blocks, kind="note", version=version)
             channels = owner_channels(notifier, incident_id)
@@ -303,17 +324,22 @@ def register(server: MCPServer, ws: Workspace) -> None:
                 run_id = result.run_id
                 plans = book.plans(incident_id)
         if not plans:
-            text = (f"The diagnosis of {incident_id} proposes no fix (run {run_id}: its log says why); a person "
-                    "decides what to do.")  # fmt: skip
+            text = (
+                f"The diagnosis of {incident_id} proposes no fix (run {run_id}: its log says why); a person "
+                "decides what to do."
+            )
             return answer(ProposedFix(incident_id=incident_id, plan=None, text=text))
         status = _status(book, plans[-1])
         waiting = "; ".join(f"{w.team} ({', '.join(w.members)})" for w in status.waiting_for) or "nobody"
-        text = "\n".join([
-            f"### {status.plan_id}: {status.state}",
-            *(f"- {p.title} (approve: {', '.join(p.owners)})" for p in status.proposals),
-            "", f"Waiting for: {waiting}. Approvals are given by the owners themselves: in Slack or with "
-            f"`dw-dagster approve {incident_id} --as NAME`.",
-        ])  # fmt: skip
+        text = "\n".join(
+            [
+                f"### {status.plan_id}: {status.state}",
+                *(f"- {p.title} (approve: {', '.join(p.owners)})" for p in status.proposals),
+                "",
+                f"Waiting for: {waiting}. Approvals are given by the owners themselves: in Slack or with "
+                f"`dw-dagster approve {incident_id} --as NAME`.",
+            ]
+        )
         return answer(ProposedFix(incident_id=incident_id, plan=status, text=text))
 
 

@@ -54,28 +54,51 @@ def resolve_check(metrics: MetricsFile, check: str, asset: str | None) -> tuple[
 
 
 def history_answer(
-    check: str, asset: str, series: str, recorded: dict[date, Recorded], rebases: list[Rebase],
+    check: str,
+    asset: str,
+    series: str,
+    recorded: dict[date, Recorded],
+    rebases: list[Rebase],
     incident_days: set[date],
-) -> CheckHistory:  # fmt: skip
+) -> CheckHistory:
     nights = [
-        Night(business_date=d, value=r.value, groups=r.groups, left_out=r.flagged, incident_night=d in incident_days)
+        Night(
+            business_date=d,
+            value=r.value,
+            groups=r.groups,
+            left_out=r.flagged,
+            incident_night=d in incident_days,
+        )
         for d, r in sorted(recorded.items())
-    ]  # fmt: skip
+    ]
     lines = [f"### {check} on {asset}: {len(nights)} night{'s' if len(nights) != 1 else ''} recorded", ""]
     if nights:
         groups = sorted({g for n in nights for g in n.groups})[:8]
-        lines.append(table(
-            ["night", "value", *groups, "note"],
-            [[n.business_date, _num(n.value), *(_num(n.groups.get(g)) for g in groups),
-              "incident night, left out of the baseline" if n.left_out
-              else "incident night" if n.incident_night else ""] for n in nights],
-        ))  # fmt: skip
+        lines.append(
+            table(
+                ["night", "value", *groups, "note"],
+                [
+                    [
+                        n.business_date,
+                        _num(n.value),
+                        *(_num(n.groups.get(g)) for g in groups),
+                        "incident night, left out of the baseline"
+                        if n.left_out
+                        else "incident night"
+                        if n.incident_night
+                        else "",
+                    ]
+                    for n in nights
+                ],
+            )
+        )
     else:
         lines.append("nothing recorded in these nights")
     if rebases:
         lines += ["", "New levels:", *(f"- {r.describe()}" for r in rebases)]
-    return CheckHistory(check=check, asset_key=asset, series=series, nights=nights, new_levels=rebases,
-                        text="\n".join(lines))  # fmt: skip
+    return CheckHistory(
+        check=check, asset_key=asset, series=series, nights=nights, new_levels=rebases, text="\n".join(lines)
+    )
 
 
 def _num(v: float | None) -> str:
@@ -117,7 +140,11 @@ def register(server: MCPServer, ws: Workspace) -> None:
                     else h.metric_history(total, before, nights)
                 )
                 since = before - timedelta(days=nights)
-                rebases = [r for s, rs in h.rebases(since).items() if s == series or s.startswith(f"{series}|")
-                           for r in rs]  # fmt: skip
+                rebases = [
+                    r
+                    for s, rs in h.rebases(since).items()
+                    if s == series or s.startswith(f"{series}|")
+                    for r in rs
+                ]
                 days = h.incident_days(since)
         return answer(history_answer(name, key, series, recorded, rebases, days))

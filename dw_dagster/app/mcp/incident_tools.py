@@ -84,7 +84,11 @@ def register(server: MCPServer, ws: Workspace) -> None:
             view = view_of(ws.ops.store, incident)
         findings = [Finding.model_validate(e.detail) for e in view.of_kind("finding")]
         detail = IncidentDetail(
-            incident=_summary(view), findings=findings, diagnosis=view.diagnosis, blast_radius=view.radius,
-            receipt=view.receipt, text=view.markdown(),
-        )  # fmt: skip
+            incident=_summary(view),
+            findings=findings,
+            diagnosis=view.diagnosis,
+            blast_radius=view.radius,
+            receipt=view.receipt,
+            text=view.markdown(),
+        )
         return answer(detail)

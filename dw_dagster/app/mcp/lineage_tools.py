@@ -74,9 +74,12 @@ def _column(graph: LineageGraph, key: str, column: str) -> str:
 
 
 def trace(
-    graph: LineageGraph, asset: str, column: str | None = None, direction: Direction = "downstream",
+    graph: LineageGraph,
+    asset: str,
+    column: str | None = None,
+    direction: Direction = "downstream",
     depth: int | None = None,
-) -> LineageTrace:  # fmt: skip
+) -> LineageTrace:
     key = resolve_asset(graph, asset)
     g = graph.assets if direction == "downstream" else graph.assets.reverse(copy=False)
     reached = nx.single_source_shortest_path_length(g, key, cutoff=depth)
@@ -96,8 +99,14 @@ def trace(
         reached = {k: d for k, d in reached.items() if k in kept}
         column = name
     assets = [_asset(graph, k, d) for k, d in sorted(reached.items(), key=lambda kv: (kv[1], kv[0]))]
-    return LineageTrace(asset_key=key, column=column, direction=direction, assets=assets, columns=columns,
-                        text=_text(key, column, direction, assets, columns))  # fmt: skip
+    return LineageTrace(
+        asset_key=key,
+        column=column,
+        direction=direction,
+        assets=assets,
+        columns=columns,
+        text=_text(key, column, direction, assets, columns),
+    )
 
 
 def _is_node(graph: LineageGraph, key: str) -> bool:
@@ -107,9 +116,14 @@ def _is_node(graph: LineageGraph, key: str) -> bool:
 def _asset(graph: LineageGraph, key: str, distance: int) -> LineageAsset:
     info = graph.info(key)
     return LineageAsset(
-        asset_key=key, distance=distance, name=(info.description or key).splitlines()[0].strip() or key,
-        kinds=sorted(info.kinds), owners=list(info.owners), table=info.table_name, reads=list(info.reads),
-    )  # fmt: skip
+        asset_key=key,
+        distance=distance,
+        name=(info.description or key).splitlines()[0].strip() or key,
+        kinds=sorted(info.kinds),
+        owners=list(info.owners),
+        table=info.table_name,
+        reads=list(info.reads),
+    )
 
 
 def _reads(reads: list[dict]) -> str:
@@ -119,11 +133,23 @@ def _reads(reads: list[dict]) -> str:
 def _text(key, column, direction, assets, columns) -> str:
     start = f"{key}.{column}" if column else key
     lines = [f"### {direction.capitalize()} of {start}", ""]
-    lines.append(table(
-        ["step", "asset", "name", "kind", "owners", "table", "read by"],
-        [[a.distance, a.asset_key, a.name, ", ".join(a.kinds), ", ".join(a.owners), a.table, _reads(a.reads)]
-         for a in assets],
-    ))  # fmt: skip
+    lines.append(
+        table(
+            ["step", "asset", "name", "kind", "owners", "table", "read by"],
+            [
+                [
+                    a.distance,
+                    a.asset_key,
+                    a.name,
+                    ", ".join(a.kinds),
+                    ", ".join(a.owners),
+                    a.table,
+                    _reads(a.reads),
+                ]
+                for a in assets
+            ],
+        )
+    )
     if column:
         lines += ["", "#### Column lineage", ""]
         lines.append(

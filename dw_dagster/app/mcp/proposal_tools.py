@@ -67,8 +67,11 @@ def register(server: MCPServer, ws: Workspace) -> None:
         if text is None:
             text = f"{incident_id}: no proposal (the diagnosis proposes a fix when it can name one)"
         else:
-            waiting = [f"{p.plan_id}: waiting for {', '.join(w.team for w in p.waiting_for)}"
-                       for p in plans if p.waiting_for and p.state == "waiting for approval"]  # fmt: skip
+            waiting = [
+                f"{p.plan_id}: waiting for {', '.join(w.team for w in p.waiting_for)}"
+                for p in plans
+                if p.waiting_for and p.state == "waiting for approval"
+            ]
             text = "\n".join([*waiting, "", text]) if waiting else text
         return answer(IncidentProposals(incident_id=incident_id, plans=plans, text=text))
 
@@ -88,11 +91,18 @@ def _status(book, plan) -> PlanStatus:
     else:
         state = "waiting for approval"
     return PlanStatus(
-        plan_id=plan.plan_id, state=state, autonomy=plan.autonomy, expires_at=plan.expires_at,
-        proposals=[ProposalLine(proposal_id=p.proposal_id, kind=p.kind.value, title=p.title, owners=p.owners)
-                   for p in plan.proposals],
-        approved=[GivenApproval(team=a.team, approver=a.approver, at=a.at, run_id=a.run_id, via=a.via)
-                  for a in approvals],
+        plan_id=plan.plan_id,
+        state=state,
+        autonomy=plan.autonomy,
+        expires_at=plan.expires_at,
+        proposals=[
+            ProposalLine(proposal_id=p.proposal_id, kind=p.kind.value, title=p.title, owners=p.owners)
+            for p in plan.proposals
+        ],
+        approved=[
+            GivenApproval(team=a.team, approver=a.approver, at=a.at, run_id=a.run_id, via=a.via)
+            for a in approvals
+        ],
         waiting_for=[WaitingFor(team=t, members=members.get(t, [])) for t in missing],
         run_id=binding.run_id if binding else None,
-    )  # fmt: skip
+    )

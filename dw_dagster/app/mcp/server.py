@@ -126,8 +126,13 @@ def build_server(workspace: Workspace | None = None, http: HttpSettings | None =
 
     ws = workspace or Workspace()
     auth = {"auth": http.auth(), "token_verifier": StaticTokenVerifier(http.token)} if http else {}
-    server = MCPServer(name="dw-dagster", instructions=INSTRUCTIONS, version=version("dw-dagster"),
-                       log_level="WARNING", **auth)  # fmt: skip
+    server = MCPServer(
+        name="dw-dagster",
+        instructions=INSTRUCTIONS,
+        version=version("dw-dagster"),
+        log_level="WARNING",
+        **auth,
+    )
     for concern in (incident_tools, lineage_tools, history_tools, proposal_tools, action_tools):
         concern.register(server, ws)
     return server

@@ -16,7 +16,7 @@ import re
 import threading
 from collections.abc import Mapping
 from contextlib import closing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import snowflake.connector
@@ -28,6 +28,7 @@ from dw_local.coalesce_sim.clock import SimClock, format_time
 from dw_local.coalesce_sim.faults import Faults
 from dw_local.coalesce_sim.node_graph import NodeGraph
 from dw_local.coalesce_sim.project_specs import PARAMETER_TEMPLATE, ColumnSpec, EnvironmentSpec, NodeSpec
+from dw_local.coalesce_sim.schemas import UserCredentials
 from dw_local.coalesce_sim.store import RunRecord, RunStore
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,76 @@ NETWORK_TIMEOUT_SECONDS = 2
 class SnowflakeAddress:
     host: str
     port: int
+
+
+# The environment's own Snowflake credentials, which Coalesce holds (an environment's "User Credentials" in
+# its settings, https://docs.coalesce.io/docs/setup-your-project/connection-guides/snowflake/snowflake-key-pair-authentication):
+# the Scheduler's runs sign in with them. Locally, a password the local Snowflake takes from a user its users
+# file does not name (``snowflake_auth.py``).
+ENVIRONMENT_PASSWORD = "local"
+
+
+@dataclass(frozen=True)
+class SignIn:
+    """How a run signs in to Snowflake: the connector's arguments from the run's ``userCredentials``, or
+    why it cannot (the run then fails with that reason, before any node).
+
+    Coalesce takes startRun's credentials without checking them (200 and a ``runCounter``; a 400 only for a
+    malformed request, Coalesce's OpenAPI ``Jobs_initiateRun``) and uses them "for connecting to Snowflake"
+    (``JobsInitiateRunRequest.userCredentials``): Snowflake refuses what it does not hold, and the run fails
+    with the cause in ``runFailureReason`` ("Information about the cause of a run failure", ``RunSummary``).
+    So the simulator signs in to the local Snowflake with exactly what the run was given, and the local
+    Snowflake's sign-in rules (``snowflake_auth.py``) refuse what Snowflake would."""
+
+    user: str
+    args: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    refused: str | None = None
+
+    @classmethod
+    def environment(cls, user: str) -> SignIn:
+        return cls(user, {"password": ENVIRONMENT_PASSWORD})
+
+    @classmethod
+    def of(cls, credentials: UserCredentials | None, user: str) -> SignIn:
+        if credentials is None:
+            # The secrets live in the simulator's memory only (never in its store or an answer): a run queued
+            # before a restart has none. Stricter than Coalesce, which keeps its queued runs' credentials.
+            return cls(user, refused="the run's Snowflake credentials were not kept across a restart")
+        if credentials.snowflakeAuthType == "Basic":
+            assert credentials.snowflakePassword is not None  # the request's validation
+            return cls(user, {"password": credentials.snowflakePassword.get_secret_value()})
+        if credentials.snowflakeAuthType == "OAuth":
+            # "If however, an OAuth connection has been established for the given environment ... Coalesce
+            # will use the OAuth connection" (JobsInitiateRunRequest): no environment here has one.
+            return cls(
+                user, refused="OAuth: no Snowflake OAuth connection is established for this environment"
+            )
+        assert credentials.snowflakeKeyPairKey is not None  # the request's validation
+        passphrase = credentials.snowflakeKeyPairPass
+        try:
+            der = _private_key_der(
+                credentials.snowflakeKeyPairKey.get_secret_value(),
+                passphrase.get_secret_value() if passphrase is not None else None,
+            )
+        except (TypeError, ValueError) as e:
+            return cls(user, refused=f"snowflakeKeyPairKey: the private key could not be read: {e}")
+        return cls(user, {"private_key": der, "authenticator": "SNOWFLAKE_JWT"})
+
+
+def _private_key_der(pem: str, passphrase: str | None) -> bytes:
+    """The key as the connector takes it. Coalesce reads a PEM private key, encrypted or not, and refuses an
+    empty passphrase ("keys ... encrypted with an empty passphrase ... not supported in Coalesce and will
+    result in an error", the key-pair page above)."""
+    from cryptography.hazmat.primitives import serialization
+
+    if passphrase == "":
+        raise ValueError("an empty passphrase is not supported")
+    key = serialization.load_pem_private_key(
+        pem.encode(), password=passphrase.encode() if passphrase else None
+    )
+    return key.private_bytes(
+        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 @dataclass(frozen=True)
@@ -183,7 +254,7 @@ class RunExecutor:
     def now(self) -> str:
         return format_time(self.clock.now())
 
-    def execute(self, run: RunRecord, env: EnvironmentSpec, graph: NodeGraph) -> None:
+    def execute(self, run: RunRecord, env: EnvironmentSpec, graph: NodeGraph, sign_in: SignIn) -> None:
         cancel = threading.Event()
         with self._lock:
             self._cancels[run.id] = cancel
@@ -192,7 +263,7 @@ class RunExecutor:
             if not self.store.claim(run.id, self.now()):
                 return
             try:
-                status, reason = self._build(run, env, graph, cancel)
+                status, reason = self._build(run, env, graph, cancel, sign_in)
             except Exception as e:  # a bug here must still end the run, not leave it running forever
                 logger.exception("run %s crashed", run.id)
                 status, reason = "failed", f"the local Coalesce simulator failed: {type(e).__name__}: {e}"
@@ -207,11 +278,11 @@ class RunExecutor:
             canceled=int(status == "canceled"),
         )
 
-    def _connect(self, run: RunRecord, env: EnvironmentSpec) -> Any:
+    def _connect(self, run: RunRecord, env: EnvironmentSpec, sign_in: SignIn) -> Any:
         databases = sorted({m.database for m in env.storageMappings.values()})
         conn = snowflake.connector.connect(
-            user=run.user_credentials.get("snowflakeUsername") or "COALESCE",
-            password="local",  # the local Snowflake takes any password; the run's own is never kept
+            user=sign_in.user,
+            **sign_in.args,
             account="fakesnow",
             host=self.snowflake.host,
             port=self.snowflake.port,
@@ -234,18 +305,20 @@ class RunExecutor:
         return conn
 
     def _build(
-        self, run: RunRecord, env: EnvironmentSpec, graph: NodeGraph, cancel: threading.Event
+        self, run: RunRecord, env: EnvironmentSpec, graph: NodeGraph, cancel: threading.Event, sign_in: SignIn
     ) -> tuple[str, str | None]:
         planned = set(run.plan)
         # The current definitions, in their current dependency order (a deploy may have come between).
         order = [i for i in graph.order if i in planned]
         if not order:
             return "completed", None
+        where = f"{self.snowflake.host}:{self.snowflake.port}"
+        if sign_in.refused is not None:
+            return "failed", f"Cannot connect to Snowflake at {where} as {sign_in.user}: {sign_in.refused}"
         try:
-            conn = self._connect(run, env)
+            conn = self._connect(run, env, sign_in)
         except snowflake.connector.Error as e:
-            where = f"{self.snowflake.host}:{self.snowflake.port}"
-            return "failed", f"Cannot connect to Snowflake at {where}: {e}"
+            return "failed", f"Cannot connect to Snowflake at {where} as {sign_in.user}: {e}"
         failed: set[str] = set()
         first_failure: str | None = None
         with closing(conn), closing(conn.cursor()) as cursor:

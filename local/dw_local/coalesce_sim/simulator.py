@@ -21,7 +21,7 @@ from dw_local.coalesce_sim.node_edit import NodeEditError, parse_api_node
 from dw_local.coalesce_sim.node_graph import NodeGraph
 from dw_local.coalesce_sim.project import Project
 from dw_local.coalesce_sim.project_specs import EnvironmentSpec, JobSpec, NodeSpec, ScheduleSpec
-from dw_local.coalesce_sim.runner import RunExecutor, SnowflakeAddress
+from dw_local.coalesce_sim.runner import RunExecutor, SignIn, SnowflakeAddress
 from dw_local.coalesce_sim.scheduler import CronScheduler, RunQueue
 from dw_local.coalesce_sim.schemas import (
     LOCAL_SNOWFLAKE_ACCOUNT,
@@ -93,6 +93,9 @@ class CoalesceSimulator:
             self.store, self.clock, snowflake, self.faults, {j.id: j.name for j in project.file.jobs}
         )
         self.queue = RunQueue(self._execute)
+        # Each queued API run's credentials, secrets included, until it starts: in memory only, never in the
+        # store or an answer (which keep ``UserCredentials.public()``).
+        self._credentials: dict[int, UserCredentials] = {}
         self._lock = threading.Lock()
         environments = project.file.environments
         self._workspace_edits = self._load_edits(WORKSPACE_SCOPE)
@@ -347,6 +350,8 @@ class CoalesceSimulator:
             ),
             user_id=user_id,
         )
+        if isinstance(credentials, UserCredentials):
+            self._credentials[run.id] = credentials
         logger.info("run %s queued: %d nodes in environment %s", run.id, len(plan.nodes), env.id)
         self.queue.submit(run.id)
         return run.id
@@ -391,12 +396,16 @@ class CoalesceSimulator:
         logger.info("run %s: cancel requested", run_id)
 
     def _execute(self, run_id: int) -> None:
+        given = self._credentials.pop(run_id, None)
         run = self.store.get(run_id)
         if run is None or run.status != "waitingToRun":
             return
         env = self.environment(run.environment_id)
         logger.info("run %s started", run_id)
-        self.executor.execute(run, env, self._graphs[env.id])
+        user = str(run.user_credentials.get("snowflakeUsername"))
+        # The Scheduler's runs sign in with the environment's own credentials; an API run with its own.
+        sign_in = SignIn.environment(user) if run.user_id == SCHEDULER_USER_ID else SignIn.of(given, user)
+        self.executor.execute(run, env, self._graphs[env.id], sign_in)
         finished = self.store.get(run_id)
         logger.info("run %s %s", run_id, finished.status if finished else "vanished")
 

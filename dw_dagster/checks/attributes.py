@@ -1,0 +1,99 @@
+"""Dimension attributes a total's table carries from a reference table, judged for shifts between their
+values though no recorded total groups by them.
+
+A reference row re-pointed to another value of an attribute (a biller's clearing network, a store's
+region) moves money between that attribute's values while every recorded total, grouped by something else,
+stays flat. The lineage says which columns of a total's table are such attributes, with nothing to
+configure: a text column whose column lineage leads to a table none of the measure's columns come from (it
+was brought by a join, from a reference table), that is neither a group key of the total nor declared
+unique. Each night the total's own aggregate is measured again grouped by each such attribute (a part of
+the night's one statement: the total's table is read anyway), recorded as the series
+``attribute:<total>:<COLUMN>``, and judged like the total's groups (``groups.py``): existing values that lost
+while others gained, with the total holding, is a shift between the attribute's values (an ERROR on the
+total's check, its evidence naming the attribute for the diagnosis). An attribute with more than
+``MAX_VALUES`` values is not judged value by value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import networkx as nx
+import sqlglot
+from sqlglot import exp
+
+from dw_dagster.checks.measure import Part
+from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.context.lineage import LineageGraph
+
+MAX_VALUES = 50
+_TEXT = ("VARCHAR", "TEXT", "STRING", "CHAR")
+
+
+def attribute_series(total: str, column: str) -> str:
+    return f"attribute:{total}:{column}"
+
+
+def _roots(graph: LineageGraph, column: tuple[str, str]) -> set[str]:
+    """The assets of the columns ``column`` is first derived from (those with no lineage above them)."""
+    if column not in graph.columns:
+        return set()
+    found = {a for a in nx.ancestors(graph.columns, column) if graph.columns.in_degree(a) == 0}
+    return {a[0] for a in found}
+
+
+def carried_attributes(graph: LineageGraph, total: RecordedTotal, measures: Sequence[str]) -> list[str]:
+    """The text columns of the total's table that a join brought from a reference table: their lineage leads
+    to tables the measure's columns do not come from. Neither group keys nor unique columns."""
+    if total.asset not in graph:
+        return []
+    info = graph.info(total.asset)
+    wanted = {m.upper() for m in measures}
+    by_upper = {c.upper(): c for c in info.columns}
+    measure_roots = set().union(*(_roots(graph, (total.asset, by_upper[m])) for m in wanted if m in by_upper))
+    if not measure_roots:
+        return []
+    keys = {k.upper() for k in total.group_keys}
+    out = []
+    for column in info.columns:
+        if column.upper() in keys | wanted or column in info.unique:
+            continue
+        if not info.type_of(column).upper().startswith(_TEXT):
+            continue
+        roots = _roots(graph, (total.asset, column))
+        if roots and not roots & measure_roots:
+            out.append(column)
+    return out
+
+
+def attribute_part(total: RecordedTotal, sql: str, column: str) -> Part | None:
+    """The total's aggregate grouped by ``column`` instead of its group keys, or None when its SQL is not one
+    SELECT over one table (a join, a CTE, a set operation: then it is not regrouped)."""
+    try:
+        tree = sqlglot.parse_one(sql, read="snowflake")
+    except sqlglot.errors.ParseError:
+        return None
+    if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("with"):
+        return None
+    source = tree.args.get("from_") or tree.args.get("from")  # the key sqlglot names it by, by version
+    table = source.this if source is not None else None
+    if not isinstance(table, exp.Table):
+        return None
+    value = next((p for p in tree.selects if isinstance(p, exp.Alias) and p.alias.upper() == "VALUE"), None)
+    if value is None:
+        return None
+    qualifier = table.alias_or_name if table.alias else None
+    attribute = exp.column(
+        exp.to_identifier(column, quoted=True), table=qualifier and exp.to_identifier(qualifier, quoted=True)
+    )
+    regrouped = tree.copy()
+    regrouped.set("expressions", [exp.alias_(attribute, "ATTRIBUTE", quoted=True), value.copy()])
+    regrouped.set("group", exp.Group(expressions=[attribute.copy()]))
+    for clause in ("order", "limit", "having", "qualify"):
+        regrouped.set(clause, None)
+    alias = exp.to_identifier("a", quoted=True)
+    query = exp.select(
+        exp.column(exp.to_identifier("ATTRIBUTE", quoted=True), table=alias),
+        exp.column(exp.to_identifier("VALUE", quoted=True), table=alias),
+    ).from_(regrouped.subquery(alias))
+    return Part(("attribute", total.name, column), query, shape="attribute")

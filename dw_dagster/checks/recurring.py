@@ -1,0 +1,156 @@
+"""Recurring calendar effects a series' own history holds, learned where the metrics file's calendar says
+nothing about them: the last business days (or the last days) of a month or a quarter, a day of the month.
+
+A team that wrote no ``month_end`` still invoices on the last business day; its history shows it. A kind of
+day is **learned** for a series when its past occurrences (at least two) each moved the series beyond its
+ordinary noise, the same way and by a like amount (the largest effect at most three times the smallest):
+those nights then leave the ordinary nights (they do not widen the spread of Tuesdays), and tonight, if it
+is such a day, is compared with them (``judge.py``'s like nights). One earlier occurrence only is not a
+pattern: on a month's or quarter's last days, a night that moves like it (same way, within half to twice its
+effect) is a WARN, not an ERROR, and stays in the history to make the second occurrence.
+
+What the file's calendar configures overrides: a ``month_end`` or ``quarter_end`` window turns off the
+learning of month- or quarter-ends, ``day_of_month`` entries the learning of days of the month.
+"""
+
+from __future__ import annotations
+
+import calendar as stdlib_calendar
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from statistics import median
+
+from dw_dagster.checks.calendar import BusinessCalendar, CalendarDay
+
+MIN_OCCURRENCES = 2
+"""Past occurrences, each beyond the noise and alike, that make a kind of day learned."""
+MATERIAL = 2.5
+"""An occurrence moved the series when its effect is beyond this many of the ordinary errors' spread."""
+ALIKE = math.log(3)
+"""Occurrences are alike when the largest effect is at most three times the smallest."""
+LIKE_ONE = math.log(2)
+"""Tonight moves like the only earlier occurrence within half to twice its effect."""
+WINDOW = 3
+"""The last days of a month (or quarter) considered: the last, the one before, the one before that."""
+
+
+def _ordinal(k: int) -> str:
+    return ("last", "second-to-last", "third-to-last")[k]
+
+
+def candidate_keys(day: date, calendar: BusinessCalendar) -> list[tuple[str, str]]:
+    """(key, name) of the recurring kinds ``day`` belongs to, the most specific first: a quarter's last
+    days, a month's, a day of the month. Kinds the calendar configures are left to it."""
+    out: list[tuple[str, str]] = []
+    last = date(day.year, day.month, stdlib_calendar.monthrange(day.year, day.month)[1])
+    left = (last - day).days
+    business = calendar.is_business_day(day)
+    business_left = (
+        sum(calendar.is_business_day(day + timedelta(days=k)) for k in range(1, left + 1))
+        if business
+        else None
+    )
+    windows = []
+    if calendar.quarter_end is None and day.month % 3 == 0:
+        windows.append(("quarter", "quarter"))
+    if calendar.month_end is None:
+        windows.append(("month", "month"))
+    for key, noun in windows:
+        if business_left is not None and business_left < WINDOW:
+            out.append(
+                (
+                    f"{key}_end:business:{business_left}",
+                    f"the {_ordinal(business_left)} business day of the {noun}",
+                )
+            )
+        if left < WINDOW:
+            out.append((f"{key}_end:day:{left}", f"the {_ordinal(left)} day of the {noun}"))
+    if not calendar.day_of_month:
+        out.append((f"day_of_month:{day.day}", f"day {day.day} of the month"))
+    return out
+
+
+@dataclass
+class Recurring:
+    """What a series' history says of recurring days, for tonight's judgement."""
+
+    learned: dict[str, list[date]] = field(default_factory=dict)
+    """Learned kinds -> their past occurrences (left out of the ordinary nights)."""
+    effects: dict[date, float] = field(default_factory=dict)
+    """Each occurrence's effect against its own ordinary expectation (log units, or units of a small count)."""
+    tonight: CalendarDay | None = None
+    """Tonight's learned kind, compared with its occurrences."""
+    like: list[date] = field(default_factory=list)
+    once: tuple[str, date, float] | None = None
+    """(name, night, effect) of the only earlier occurrence of a kind tonight belongs to."""
+
+    @property
+    def nights(self) -> set[date]:
+        return {d for days in self.learned.values() for d in days}
+
+
+Effect = Callable[[date, Mapping[date, float]], float | None]
+"""A night's effect against its ordinary expectation from the given nights (None: nothing to compare)."""
+
+
+def learn(
+    ordinary: Mapping[date, float], day: date, calendar: BusinessCalendar, effect: Effect, noise: float
+) -> Recurring:
+    """The recurring kinds the ``ordinary`` nights (those the calendar does not name) hold, and tonight's.
+    ``effect`` measures a night against the nights it is given; ``noise`` is the spread of an ordinary
+    night's error (the same units)."""
+    found = Recurring()
+    if noise <= 0:
+        return found
+    occurrences: dict[str, list[date]] = {}
+    names: dict[str, str] = {}
+    for d in sorted(ordinary):
+        for key, name in candidate_keys(d, calendar):
+            occurrences.setdefault(key, []).append(d)
+            names[key] = name
+    tonight = candidate_keys(day, calendar)
+    tonight_keys = {key for key, _ in tonight}
+    for key, days in occurrences.items():
+        if len(days) < MIN_OCCURRENCES and key not in tonight_keys:
+            continue
+        # Each occurrence against the ordinary nights before it that are not occurrences themselves.
+        mine = set(days)
+        others = {d: v for d, v in ordinary.items() if d not in mine}
+        effects = {d: e for d in days if (e := effect(d, others)) is not None}
+        material = [d for d, e in effects.items() if abs(e) >= MATERIAL * noise]
+        if len(material) != len(effects) or not effects:
+            continue
+        signs = {e > 0 for e in effects.values()}
+        sizes = [abs(e) for e in effects.values()]
+        if len(signs) != 1 or math.log(max(sizes) / min(sizes)) > ALIKE:
+            continue
+        found.effects.update(effects)
+        if len(effects) >= MIN_OCCURRENCES:
+            found.learned[key] = sorted(effects)
+        elif key in tonight_keys and found.once is None and not key.startswith("day_of_month"):
+            # A period's last days recur for every business; a day of the month moving once is as likely
+            # chance (31 of them), so only a period end on record once makes tonight's like move a WARN.
+            (only,) = effects
+            found.once = (names[key], only, effects[only])
+    for key, name in tonight:
+        if key in found.learned:
+            days = found.learned[key]
+            usual = median(found.effects[d] for d in days)
+            found.tonight = CalendarDay(
+                kind="recurring",
+                name=f"{name} (learned from {len(days)} past occurrences)",
+                like_keys=(key,),
+                max_effect_pct=100,
+                direction="up" if usual > 0 else "down",
+            )
+            found.like = days
+            break
+    return found
+
+
+def moves_like_once(tonight_effect: float, once: tuple[str, date, float]) -> bool:
+    """Tonight moved like the only earlier occurrence: the same way, within half to twice its effect."""
+    _, _, earlier = once
+    return tonight_effect * earlier > 0 and abs(math.log(abs(tonight_effect) / abs(earlier))) <= LIKE_ONE

@@ -1,0 +1,157 @@
+"""Calendar effects learned from a series' own history where the metrics file says nothing of them, holidays
+from the context file's country, like nights only when they behaved alike, and a fault on a calendar night
+still an ERROR. Two shapes: a German distributor's weekday shipments and a shop open every day."""
+
+from __future__ import annotations
+
+import random
+from datetime import date, timedelta
+
+import pytest
+import yaml
+
+from dw_dagster.checks.baseline import BaselineConfig, Direction
+from dw_dagster.checks.calendar import BusinessCalendar
+from dw_dagster.checks.judge import judge
+from dw_dagster.checks.metrics import MetricsFile, load_metrics_file
+from dw_dagster.config import DwConfigError
+from dw_dagster.context.models import load_context_file
+
+EVERY_DAY = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+CONFIG = BaselineConfig(weeks=6)
+
+
+def _last_business_day(d: date) -> bool:
+    nxt = d + timedelta(days=1)
+    while nxt.weekday() >= 5:
+        nxt += timedelta(days=1)
+    return nxt.month != d.month
+
+
+def _invoices(end: date, spike: float = 3.0, seed: int = 3) -> dict[date, float]:
+    """Weekday invoicing with the month's run on its last business day (x3); weekends a trickle."""
+    rng, out, d = random.Random(seed), {}, date(2025, 6, 2)
+    while d <= end:
+        v = 5000.0 if d.weekday() < 5 else 400.0
+        if d.weekday() < 5 and _last_business_day(d):
+            v *= spike
+        out[d] = v * (1 + rng.gauss(0, 0.04))
+        d += timedelta(days=1)
+    return out
+
+
+def _shop(end: date, seed: int = 8) -> dict[date, float]:
+    """A shop open every day whose last two days of a month sell 40% more."""
+    rng, out, d = random.Random(seed), {}, date(2025, 5, 1)
+    while d <= end:
+        v = 8000.0 * (0.8 if d.weekday() >= 5 else 1.0)
+        if (d + timedelta(days=2)).month != d.month:
+            v *= 1.4
+        out[d] = v * (1 + rng.gauss(0, 0.03))
+        d += timedelta(days=1)
+    return out
+
+
+NO_CALENDAR = MetricsFile.model_validate({"calendar": {"holidays": []}}).calendar
+SHOP_DAYS = MetricsFile.model_validate({"calendar": {"holidays": [], "business_days": EVERY_DAY}}).calendar
+
+
+@pytest.mark.parametrize(
+    ("make", "day", "calendar"),
+    [
+        (_invoices, date(2025, 9, 30), NO_CALENDAR),  # Tuesday 30 September
+        (_shop, date(2025, 8, 31), SHOP_DAYS),  # Sunday 31 August
+    ],
+    ids=["distributor-weekdays", "shop-every-day"],
+)
+def test_a_month_end_the_history_holds_twice_is_learned(make, day, calendar):
+    series = make(day)
+    history = {d: v for d, v in series.items() if d < day}
+    value = series[day]
+    j = judge(history, day, value, CONFIG, Direction.BOTH, calendar=calendar)
+    assert j.severity is None, j.describe()
+    assert j.calendar_day.kind == "recurring" and "learned from" in j.calendar_day.name
+    assert len(j.like_days) >= 2
+    # A fault on it is judged against what such a night does: half of it missing is an ERROR.
+    fault = judge(history, day, value * 0.5, CONFIG, Direction.DOWN, calendar=calendar)
+    assert fault.severity == "ERROR", fault.describe()
+
+
+def test_a_month_end_on_record_once_is_a_warn_and_a_different_move_an_error():
+    series = _invoices(date(2025, 7, 30))
+    day = date(2025, 7, 31)  # the second month-end: June 30 is the only one before it
+    history = {d: v for d, v in series.items() if d < day}
+    j = judge(history, day, 15_000, CONFIG, calendar=NO_CALENDAR)
+    assert j.severity == "WARN" and "moved like the only earlier one on record (2025-06-30" in j.describe()
+    assert judge(history, day, 1_500, CONFIG, Direction.DOWN, calendar=NO_CALENDAR).severity == "ERROR"
+
+
+def _holidays_us(end: date, columbus: float, thanksgiving: float) -> dict[date, float]:
+    rng, out, d = random.Random(5), {}, date(2025, 8, 4)
+    while d <= end:
+        v = 3000.0 * (0.7 if d.weekday() >= 5 else 1.0)
+        if d == date(2025, 10, 13):
+            v *= columbus
+        if d == date(2024, 11, 28) or d == date(2025, 11, 27):
+            v *= thanksgiving
+        out[d] = v * (1 + rng.gauss(0, 0.03))
+        d += timedelta(days=1)
+    return out
+
+
+US = BusinessCalendar.model_validate({"business_days": EVERY_DAY, "holidays": [{"country": "US"}]})
+
+
+def test_a_holiday_is_compared_only_with_holidays_that_behaved_alike():
+    # Columbus Day was an ordinary Monday for this business (Labor Day too); Thanksgiving halves it.
+    series = _holidays_us(date(2025, 11, 26), columbus=1.0, thanksgiving=0.5)
+    day = date(2025, 11, 27)
+    j = judge(series, day, 1500, CONFIG, Direction.DOWN, calendar=US)
+    assert j.severity == "WARN", j.describe()
+    assert "Thanksgiving Day: no past night like it on record" in j.describe()
+    # A holiday that did move the series is a like night: Columbus Day at half, Thanksgiving at half passes.
+    kept = _holidays_us(date(2025, 11, 26), columbus=0.5, thanksgiving=0.5)
+    alike = judge(kept, day, 1500, CONFIG, Direction.DOWN, calendar=US)
+    assert alike.severity is None and date(2025, 10, 13) in alike.like_days
+
+
+def test_a_fall_on_a_quarter_end_with_no_like_night_is_not_excused():
+    cal = BusinessCalendar.model_validate({"quarter_end": {"last_business_days": 3, "max_effect_pct": 80}})
+    series = _invoices(date(2025, 9, 29), spike=1.0)  # no month-end effect on record
+    history = {d: v for d, v in series.items() if d < date(2025, 9, 30)}
+    # A partial load loses 35% on the quarter's last business day: not what a quarter-end does.
+    fault = judge(history, date(2025, 9, 30), 5000 * 0.65, CONFIG, Direction.DOWN, calendar=cal)
+    assert fault.severity == "ERROR", fault.describe()
+    # A quarter-end push of +40% with nothing like it on record is at most a WARN.
+    push = judge(history, date(2025, 9, 30), 5000 * 1.4, CONFIG, calendar=cal)
+    assert push.severity in (None, "WARN"), push.describe()
+
+
+def _files(tmp_path, context_country: str | None, calendar: dict | None):
+    ctx = {"teams": {"ops": {"name": "Ops", "slack_channel": "#ops", "members": []}}}
+    if context_country is not None:
+        ctx["country"] = context_country
+    (tmp_path / "context.yaml").write_text(yaml.safe_dump(ctx))
+    metrics = {"business_day": {"timezone": "America/Toronto"}}
+    if calendar is not None:
+        metrics["calendar"] = calendar
+    (tmp_path / "metrics.yaml").write_text(yaml.safe_dump(metrics))
+    return load_context_file(tmp_path / "context.yaml"), load_metrics_file(tmp_path / "metrics.yaml")
+
+
+def test_holidays_default_from_the_context_files_country_and_subdivision(tmp_path):
+    fete = date(2025, 6, 24)  # Quebec's Fete nationale: not a holiday elsewhere in Canada
+    context, metrics = _files(tmp_path, "CA-QC", None)
+    assert metrics.calendar.day(fete) is None  # the time zone names Canada only
+    quebec = metrics.with_country(context.country).calendar
+    assert quebec.day(fete).kind == "holiday" and quebec.day(fete).direction == "down"
+    # The metrics file's own holidays override the context's, an empty list too.
+    context, declared = _files(tmp_path, "CA-QC", {"holidays": []})
+    assert declared.with_country(context.country).calendar.day(fete) is None
+
+
+def test_a_bad_country_names_the_file_and_the_field(tmp_path):
+    with pytest.raises(DwConfigError, match=r"country.*'XX'"):
+        _files(tmp_path, "XX", None)
+    with pytest.raises(DwConfigError, match=r"country: .*CA has no subdivision 'ZZ' \(it has .*QC"):
+        _files(tmp_path, "CA-ZZ", None)
