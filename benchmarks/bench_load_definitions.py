@@ -22,7 +22,8 @@ keeps it. Then, round after round, each in a fresh process (as a code server or 
 Each process imports its modules before the clock starts; the figures are the load alone. Rounds
 alternate the loads so that each round's ratio compares loads made under the same machine load; the
 summary gives each load's median and the median of the rounds' ratios, and the load average.
-``--profile`` prints the product load's profile (cProfile, cumulative) instead. Run:
+``--profile`` prints the product load's profile (cProfile, cumulative) instead; with ``--run-worker``, the
+run worker's. Run:
 
     .venv/bin/python benchmarks/bench_load_definitions.py [--nodes 10000] [--rounds 3] [--schedules]
         [--run-worker] [--profile]
@@ -280,6 +281,16 @@ def child(kind: str, home: Path, state: Path, profile: bool) -> dict:
         }
     load_data = deserialize_value((home / "load_data").read_text())
     checks = deserialize_value((home / "checks").read_text())
+    if profile:
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        run_worker_plan(instance, load_data, "__ASSET_JOB", checks)
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
+        return {}
     t0 = time.perf_counter()
     steps = run_worker_plan(instance, load_data, "__ASSET_JOB", checks)
     return {"seconds": time.perf_counter() - t0, "steps": steps}
@@ -315,7 +326,11 @@ def main() -> None:
         action="store_true",
         help="the production shape (warehouse, checks, schedules), and a run worker's load of the checks run",
     )
-    parser.add_argument("--profile", action="store_true", help="print the product load's profile")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="print the product load's profile (the worker's with --run-worker)",
+    )
     parser.add_argument("--child", choices=["bare", "product", "worker"], help=argparse.SUPPRESS)
     parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--state", type=Path, help=argparse.SUPPRESS)
@@ -360,7 +375,9 @@ def main() -> None:
                 component.defs_state_config.key, "bench", state
             )
         if args.profile:
-            run_child("product", home, state, env, profile=True)
+            if args.run_worker:  # the code server's load first: the worker reads the load data it wrote
+                run_child("product", home, state, env)
+            run_child("worker" if args.run_worker else "product", home, state, env, profile=True)
             return
         kinds = ["bare", "product", *(["worker"] if args.run_worker else [])]
         figures: dict[str, list[dict]] = {k: [] for k in kinds}

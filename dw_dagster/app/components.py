@@ -37,7 +37,7 @@ from dw_dagster.checks import load_metrics_file
 from dw_dagster.checks.freshness import apply_freshness_policies
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.coalesce.component import CoalesceComponent
-from dw_dagster.coalesce.metadata import coalesce_specs, is_coalesce_spec
+from dw_dagster.coalesce.metadata import CoalesceMetadataSet, is_coalesce_spec
 from dw_dagster.coalesce.sensor_builder import build_coalesce_polling_sensor
 from dw_dagster.coalesce.state import REFRESH_HINT
 from dw_dagster.config import DwConfigError, load_yaml_documents
@@ -100,10 +100,15 @@ def ref_resolver(specs: Sequence[dg.AssetSpec]) -> Callable[[str, str], str]:
     """Resolves ``{{ ref('LOCATION', 'NAME') }}`` to the node's fully quoted table, as Coalesce does, from
     the specs' ``coalesce/location``, ``coalesce/node_name`` and ``dagster/table_name``."""
     tables = {}
-    for spec, meta in coalesce_specs(specs):
+    for spec in specs:
+        if not is_coalesce_spec(spec):
+            continue
+        # Two fields of the set read, not the whole set built: one spec per node of the workspace.
+        location = CoalesceMetadataSet.read(spec.metadata, "location")
+        name = CoalesceMetadataSet.read(spec.metadata, "node_name")
         parts = table_parts(spec.metadata.get("dagster/table_name"))
-        if parts is not None and meta.location is not None and meta.node_name is not None:
-            tables[(meta.location, meta.node_name)] = table_reference(*parts)
+        if parts is not None and location is not None and name is not None:
+            tables[(location, name)] = table_reference(*parts)
 
     def resolve(location: str, name: str) -> str:
         table = tables.get((location, name))
@@ -144,7 +149,9 @@ def _replace_specs(
     for asset in assets:
         if isinstance(asset, dg.AssetSpec):
             out.append(by_key.get(asset.key, asset))
-        elif isinstance(asset, dg.AssetsDefinition) and any(k in by_key for k in asset.keys):
+        elif isinstance(asset, dg.AssetsDefinition) and any(
+            by_key.get(s.key, s) is not s for s in asset.specs
+        ):
             out.append(asset.map_asset_specs(lambda s: by_key.get(s.key, s)))
         else:
             out.append(asset)

@@ -43,9 +43,11 @@ def freshness_policy_for(schedule: JobSchedule) -> dg.FreshnessPolicy:
     return dg.FreshnessPolicy.time_window(fail_window=timedelta(days=1) + grace)
 
 
-def _weekdays(fields: str) -> set[int] | None:
+@functools.cache
+def _weekdays(fields: str) -> frozenset[int] | None:
     """The days of week (Sunday 0) a ``* * DOW`` cron tail runs on; None for a form a next-day shift cannot
-    follow (``5#2``, ``5L``)."""
+    follow (``5#2``, ``5L``). Once a schedule: croniter's expansion was a third of a 10,000-node load made
+    once a node (benchmarks/README.md, "load definitions")."""
     try:
         expanded, nth = croniter.expand(f"0 0 {fields}")
     except ValueError:
@@ -53,7 +55,7 @@ def _weekdays(fields: str) -> set[int] | None:
     days = expanded[4]
     if nth:
         return None
-    return set(range(7)) if days == ["*"] else {int(d) % 7 for d in days}
+    return frozenset(range(7)) if days == ["*"] else frozenset(int(d) % 7 for d in days)
 
 
 @functools.cache

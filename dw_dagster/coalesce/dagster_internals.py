@@ -39,8 +39,10 @@ from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID
 # component's ``defs_state.management_type`` values (component.py). ``StateBackedComponent`` is public;
 # the storage it writes to and the enum of its settings are not exported.
 from dagster._core.storage.defs_state.base import DefsStateStorage
+from dagster._core.storage.event_log.base import EventLogStorage
 from dagster._core.storage.event_log.migration import ASSET_KEY_INDEX_COLS
 from dagster._core.storage.event_log.schema import AssetKeyTable, SqlEventLogStorageTable
+from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 
 # What the daemon gives a sensor tick (60 s unless DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS says otherwise): the
@@ -65,7 +67,9 @@ __all__ = [
     "DefsStateManagementType",
     "DefsStateStorage",
     "EventLogEntry",
+    "EventLogStorage",
     "NamespacedMetadataSet",
+    "SqlEventLogStorage",
     "SqlEventLogStorageTable",
     "SqliteEventLogStorage",
     "StepMaterializationData",

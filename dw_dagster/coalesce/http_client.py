@@ -270,7 +270,9 @@ class CoalesceHTTPClient:
         # must also include the orderBy parameter", docs.coalesce.io/docs/api/query-parameters).
         params.setdefault("orderBy", "id")
         while True:
-            page = self._call(CoalescePage[model], "GET", path, params=params)
+            # pydantic parametrizes its generic model with the class given at run time (and caches it);
+            # mypy reads a subscript as a type expression, which a variable is not.
+            page = self._call(CoalescePage[model], "GET", path, params=params)  # type: ignore[valid-type]
             yield from page.data
             # An empty cursor ends a listing too, as Coalesce's Transform MCP server reads it
             # (src/services/cache/snapshots.ts).

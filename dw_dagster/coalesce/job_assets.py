@@ -194,7 +194,7 @@ def _job_multi_asset(
     )
     def _run_job(
         context: dg.AssetExecutionContext, config: CoalesceJobRunConfig
-    ) -> Iterator[dg.MaterializeResult]:
+    ) -> Iterator[dg.MaterializeResult[None]]:
         with workspace.new_client() as client:
             run_id = client.start_run(environment_id, job_id=job_id, user_credentials=run_as.credentials())
             context.log.info(f"Started Coalesce run {run_id} of job {job_name}.")
@@ -224,7 +224,7 @@ def _job_multi_asset(
 
 def _results(
     materializations: Sequence[dg.AssetMaterialization], keys: set[dg.AssetKey]
-) -> Iterator[dg.MaterializeResult]:
+) -> Iterator[dg.MaterializeResult[None]]:
     for m in materializations:
         if m.asset_key in keys:
             yield dg.MaterializeResult(asset_key=m.asset_key, metadata=dict(m.metadata))

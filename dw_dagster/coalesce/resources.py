@@ -3,6 +3,7 @@
 import logging
 from datetime import UTC, datetime
 from functools import cached_property
+from typing import Any
 
 from dagster import Config, ConfigurableResource, EnvVar, get_dagster_logger
 from pydantic import Field
@@ -16,7 +17,7 @@ from dw_dagster.coalesce.models import COALESCE_DEFAULT_BASE_URL, CoalesceUserCr
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
 
 
-def _env_value(value: object, field: str) -> object:
+def _env_value(value: Any, field: str) -> Any:
     if not isinstance(value, EnvVar):
         return value
     resolved = value.get_value()
@@ -61,7 +62,9 @@ class CoalesceCredentials(Config):
         )
 
 
-class CoalesceWorkspace(ConfigurableResource):
+# ConfigurableResource is generic in the value a resource yields, which for this one is itself; subscripting
+# it at run time would make pydantic build a parametrized subclass, so it stays bare, as Dagster's own are.
+class CoalesceWorkspace(ConfigurableResource):  # type: ignore[type-arg]
     """A Coalesce host, the token to reach it, and the environments to load from it.
 
     Examples:
@@ -212,12 +215,15 @@ class CoalesceWorkspace(ConfigurableResource):
         """A copy with each ``EnvVar`` replaced by the variable's value, read now. Dagster does this for a
         resource it initializes for a run; a sensor or a command uses the workspace directly, and Dagster's
         own way (``process_config_and_initialize``) opens an ephemeral instance, a second or more per tick."""
+        # Each value has its field's type: a field's value, or the variable's for an EnvVar.
         credentials = {
             owner: type(c)(**{name: _env_value(getattr(c, name), f"owner_credentials.{owner}.{name}")
                               for name in type(c).model_fields})
             for owner, c in self.owner_credentials.items()
         }  # fmt: skip
-        fields = {name: _env_value(getattr(self, name), name) for name in type(self).model_fields}
+        fields: dict[str, Any] = {
+            name: _env_value(getattr(self, name), name) for name in type(self).model_fields
+        }
         return type(self)(**{**fields, "owner_credentials": credentials})
 
     def user_credentials_for(self, owner: str) -> CoalesceUserCredentials:

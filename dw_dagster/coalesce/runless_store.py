@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import dagster as dg
+from sqlalchemy import Connection, Table
 from sqlalchemy.dialects import postgresql, sqlite
 
 from dw_dagster.coalesce.dagster_internals import (
@@ -43,6 +45,8 @@ from dw_dagster.coalesce.dagster_internals import (
     DagsterEvent,
     DagsterEventType,
     EventLogEntry,
+    EventLogStorage,
+    SqlEventLogStorage,
     SqlEventLogStorageTable,
     SqliteEventLogStorage,
     StepMaterializationData,
@@ -70,11 +74,14 @@ USED_METHODS = (
 
 logger = logging.getLogger(__name__)
 # Storages already told that the fast path is off on them: a daemon's instance is told once, not every tick.
-_warned_storages: weakref.WeakSet = weakref.WeakSet()
+_warned_storages: weakref.WeakSet[EventLogStorage] = weakref.WeakSet()
+# The two dialects' INSERT builders, each with its own ``on_conflict_*`` methods.
+DialectInsert = Callable[[Table], postgresql.Insert] | Callable[[Table], sqlite.Insert]
 
 
 def runless_entry(event: dg.AssetMaterialization | dg.AssetObservation) -> EventLogEntry:
     """The ``EventLogEntry`` that ``DagsterInstance.report_runless_asset_event`` stores for ``event``."""
+    payload: StepMaterializationData | AssetObservationData
     if isinstance(event, dg.AssetMaterialization):
         event_type, payload = DagsterEventType.ASSET_MATERIALIZATION, StepMaterializationData(event)
     elif isinstance(event, dg.AssetObservation):
@@ -84,7 +91,8 @@ def runless_entry(event: dg.AssetMaterialization | dg.AssetObservation) -> Event
     dagster_event = DagsterEvent(
         event_type_value=event_type.value, event_specific_data=payload, job_name=RUNLESS_JOB_NAME
     )
-    return EventLogEntry(
+    # Dagster's EventLogEntry.__new__ is unannotated (it checks each argument at run time instead).
+    return EventLogEntry(  # type: ignore[no-untyped-call]
         user_message="",
         level="INFO",
         job_name=RUNLESS_JOB_NAME,
@@ -114,12 +122,13 @@ def store_runless_asset_events(
     """Stores ``events`` in order as ``report_runless_asset_event`` would, in as few transactions as the
     storage allows. False, with nothing stored and a warning that the feature is off, when the storage is
     not one this was verified on."""
+    storage = instance.event_log_storage
     kind = batch_storage_kind(instance)
-    if kind is None:
-        storage = type(instance.event_log_storage)
-        name = f"{storage.__module__}.{storage.__qualname__}"
-        if instance.event_log_storage not in _warned_storages:
-            _warned_storages.add(instance.event_log_storage)
+    # Both verified storages are SqlEventLogStorage subclasses: the isinstance only tells mypy so.
+    if kind is None or not isinstance(storage, SqlEventLogStorage):
+        name = f"{type(storage).__module__}.{type(storage).__qualname__}"
+        if storage not in _warned_storages:
+            _warned_storages.add(storage)
             logger.warning(
                 "%s is off on this instance: its event log storage %s is not one they were verified on "
                 "(%s, or a subclass that overrides none of %s); the daemon stores the events one at a time",
@@ -131,11 +140,11 @@ def store_runless_asset_events(
         return False
     entries = [runless_entry(event) for event in events]
     if entries:
-        (_store_postgres if kind == "postgres" else _store_sqlite)(instance.event_log_storage, entries)
+        (_store_postgres if kind == "postgres" else _store_sqlite)(storage, entries)
     return True
 
 
-def _store_postgres(storage, entries: list[EventLogEntry]) -> None:
+def _store_postgres(storage: SqlEventLogStorage, entries: list[EventLogEntry]) -> None:
     # One database: the event rows, their tags and the asset rows commit together. store_event's NOTIFY is
     # left out: dagster-postgres no longer listens to it (kept there only for older versions' watchers).
     rows = _event_rows(storage, entries)
@@ -145,7 +154,7 @@ def _store_postgres(storage, entries: list[EventLogEntry]) -> None:
         _store_index_rows(storage, conn, entries, rows, ids, index_cols, postgresql.insert)
 
 
-def _store_sqlite(storage, entries: list[EventLogEntry]) -> None:
+def _store_sqlite(storage: SqlEventLogStorage, entries: list[EventLogEntry]) -> None:
     # The runless run's shard, then the index shard (another file) with the rows readers query.
     rows = _event_rows(storage, entries)
     with storage.run_connection(RUNLESS_RUN_ID) as conn:
@@ -156,12 +165,12 @@ def _store_sqlite(storage, entries: list[EventLogEntry]) -> None:
         _store_index_rows(storage, conn, entries, rows, ids, index_cols, sqlite.insert)
 
 
-def _event_rows(storage, entries: list[EventLogEntry]) -> list[dict]:
+def _event_rows(storage: SqlEventLogStorage, entries: list[EventLogEntry]) -> list[dict[str, Any]]:
     """The ``event_logs`` rows of ``entries`` (each event serialised once, however many tables get it)."""
     return [storage._event_to_row(entry) for entry in entries]  # noqa: SLF001
 
 
-def _insert_events(conn, rows: list[dict]) -> list[int]:
+def _insert_events(conn: Connection, rows: list[dict[str, Any]]) -> list[int]:
     """Inserts ``rows`` (SQLAlchemy sends multi-row INSERTs within the database's limits on bound
     parameters) and returns their ids in the rows' order."""
     table = SqlEventLogStorageTable
@@ -171,7 +180,15 @@ def _insert_events(conn, rows: list[dict]) -> list[int]:
     ]
 
 
-def _store_index_rows(storage, conn, entries, rows, ids, index_cols: bool, dialect_insert) -> None:
+def _store_index_rows(
+    storage: SqlEventLogStorage,
+    conn: Connection,
+    entries: list[EventLogEntry],
+    rows: list[dict[str, Any]],
+    ids: list[int],
+    index_cols: bool,
+    dialect_insert: DialectInsert,
+) -> None:
     """The asset tags and the asset table's rows that ``_store_asset_event`` writes for each entry, in a few
     multi-row statements: one ``INSERT .. ON CONFLICT`` per set of columns and per occurrence of an asset in
     the batch (a statement may not touch a row twice, and an asset's later event must win). Where an entry
@@ -179,13 +196,13 @@ def _store_index_rows(storage, conn, entries, rows, ids, index_cols: bool, diale
     if len(ids) != len(entries):
         raise RuntimeError(f"Stored {len(ids)} event rows for {len(entries)} events")
     storage._store_asset_event_tags(conn, entries, ids)  # noqa: SLF001 - see the module's docstring
-    rounds: list[dict[tuple[str, ...], list[dict]]] = []
+    rounds: list[dict[tuple[str, ...], list[dict[str, Any]]]] = []
     seen: dict[str, int] = {}
     keys_alone = dialect_insert is postgresql.insert
     for entry, values in zip(entries, _asset_values(storage, entries, rows, ids, index_cols), strict=True):
         if not values and not keys_alone:
             continue
-        key = entry.dagster_event.asset_key.to_string()  # type: ignore[union-attr] - runless events have one
+        key = _asset_key(entry)
         occurrence = seen[key] = seen.get(key, -1) + 1
         if occurrence == len(rounds):
             rounds.append({})
@@ -204,14 +221,27 @@ def _store_index_rows(storage, conn, entries, rows, ids, index_cols: bool, diale
                 )
 
 
-def _asset_values(storage, entries, rows, ids, index_cols: bool) -> list[dict]:
+def _asset_key(entry: EventLogEntry) -> str:
+    key = entry.get_dagster_event().asset_key
+    if key is None:  # runless_entry makes asset events only, which all name their asset
+        raise ValueError(f"Expected an asset event, got {entry.get_dagster_event().event_type_value}")
+    return key.to_string()
+
+
+def _asset_values(
+    storage: SqlEventLogStorage,
+    entries: list[EventLogEntry],
+    rows: list[dict[str, Any]],
+    ids: list[int],
+    index_cols: bool,
+) -> list[dict[str, Any]]:
     """``_get_asset_entry_values`` of each entry. A materialization's record is its event row's serialised
     event wrapped, rather than the event serialised a second time (half the cost of storing a tick's
     events), once the first materialization shows the two are the same string; else Dagster's for all."""
     same: bool | None = None
     out = []
     for entry, row, event_id in zip(entries, rows, ids, strict=True):
-        if same is not False and entry.dagster_event.is_step_materialization:  # type: ignore[union-attr]
+        if same is not False and entry.get_dagster_event().is_step_materialization:
             wrapped = {
                 "last_materialization": '{"__class__": "EventLogRecord", "event_log_entry": '
                 f'{row["event"]}, "storage_id": {event_id}}}',

@@ -200,12 +200,15 @@ def _glob(pattern: str) -> re.Pattern[str]:
     return re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.IGNORECASE)
 
 
+# A selector's attributes, as the node fields they match (``subgraph`` matches any of a node's subgraphs).
+_FIELDS = {"name": "name", "nodeID": "id", "location": "location", "nodeType": "node_type"}
+
+
 def _matches(node: SelectorNode, attribute: str, pattern: str) -> bool:
     regex = _glob(pattern)
     if attribute == "subgraph":
         return any(regex.fullmatch(s) for s in node.subgraphs)
-    value = {"name": node.name, "nodeID": node.id, "location": node.location, "nodeType": node.node_type}
-    return regex.fullmatch(value[attribute]) is not None
+    return regex.fullmatch(getattr(node, _FIELDS[attribute])) is not None
 
 
 def _closure(start: set[str], links: Mapping[str, set[str]]) -> set[str]:

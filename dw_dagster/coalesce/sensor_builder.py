@@ -24,6 +24,7 @@ read stays in the cursor for the next tick, named in the skip message.
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -183,7 +184,7 @@ class _Tick:
         self.states = {env: _EnvState.of(c) for env, c in self.cursor.environments.items()}
 
     @property
-    def log(self):
+    def log(self) -> logging.Logger:
         return self.context.log
 
     def should_stop(self) -> bool:

@@ -4,7 +4,7 @@ keys, groups or metadata."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import dagster as dg
 
@@ -36,6 +36,9 @@ class CoalesceWorkspaceIndex(NamedTuple):
     spec_cache: dict[tuple[int, str], dg.AssetSpec]
     """Each node's finished spec by (translator, node id), filled during one load: a node's dependencies
     and column lineage name its parents by the keys of their finished specs."""
+    json_cache: dict[object, dg.JsonMetadataValue]
+    """The JSON metadata values many nodes share (the environment, a set of jobs), each made once per
+    load: a JSON value is checked by a round trip through ``json``."""
 
     @classmethod
     def build(
@@ -52,7 +55,15 @@ class CoalesceWorkspaceIndex(NamedTuple):
             jobs_by_node=jobs_by_node or {},
             key_cache={},
             spec_cache={},
+            json_cache={},
         )
+
+    def shared_json(self, key: object, data: list[Any] | dict[str, Any]) -> dg.JsonMetadataValue:
+        """``MetadataValue.json(data)``, one value for every node whose ``key`` is the same."""
+        value = self.json_cache.get(key)
+        if value is None:
+            value = self.json_cache[key] = dg.MetadataValue.json(data)
+        return value
 
     def props(self, node: CoalesceNode) -> CoalesceNodeProps:
         """The props of one of the environment's nodes (a Source node is read, never built by a job)."""
@@ -151,14 +162,18 @@ class DagsterCoalesceTranslator:
             m.join.join_condition for m in node.metadata.source_mapping if m.join and m.join.join_condition
         ]
         lineage = self._column_lineage(props)
-        coalesce = CoalesceMetadataSet(
+        workspace = props.workspace
+        job_refs = tuple((j.id, j.name) for j in props.jobs)
+        coalesce = CoalesceMetadataSet.entries(
             node_id=node.id,
             node_name=node.name,
             location=node.location_name,
             node_type=node.node_type,
-            environment=dg.MetadataValue.json({"id": env.id, "name": env.name}),
+            environment=workspace.shared_json(
+                ("environment", env.id, env.name), {"id": env.id, "name": env.name}
+            ),
             selector=props.selector,
-            jobs=dg.MetadataValue.json([{"id": j.id, "name": j.name} for j in props.jobs]),
+            jobs=workspace.shared_json(("jobs", job_refs), [{"id": i, "name": n} for i, n in job_refs]),
             materialization=node.materialization_type,
             join=dg.MetadataValue.md("\n\n".join(f"```sql\n{j.strip()}\n```" for j in joins))
             if joins
@@ -212,18 +227,18 @@ class DagsterCoalesceTranslator:
     def _column_lineage(self, props: CoalesceNodeProps) -> dg.TableColumnLineage | None:
         nodes_by_id, column_names = props.workspace.nodes_by_id, props.workspace.column_names_by_id
         deps_by_column: dict[str, list[dg.TableColumnDep]] = {}
+        # A parent's key once per node, not once per column that reads it.
+        parent_keys: dict[str, dg.AssetKey] = {}
         for column in props.node.metadata.columns:
             deps: list[dg.TableColumnDep] = []
             for source in column.sources:
                 for ref in source.column_references:
-                    parent = nodes_by_id.get(ref.node_id)
                     name = column_names.get(ref.column_id)
-                    if parent is not None and name is not None:
-                        deps.append(
-                            dg.TableColumnDep(
-                                asset_key=self.spec_of(parent, props.workspace).key, column_name=name
-                            )
-                        )
+                    key = parent_keys.get(ref.node_id)
+                    if key is None and (parent := nodes_by_id.get(ref.node_id)) is not None:
+                        key = parent_keys[ref.node_id] = self.spec_of(parent, props.workspace).key
+                    if key is not None and name is not None:
+                        deps.append(dg.TableColumnDep(asset_key=key, column_name=name))
             if deps:
                 deps_by_column[column.name] = deps
         return dg.TableColumnLineage(deps_by_column=deps_by_column) if deps_by_column else None
@@ -238,9 +253,13 @@ def column_sources_markdown(
     if lineage is None:
         return None
     items = []
+    shown: dict[dg.AssetKey, str] = {}  # each parent's key as shown, once per node
     for column in node.metadata.columns:
         deps = lineage.deps_by_column.get(column.name, [])
-        sources = ", ".join(f"`{d.asset_key.to_user_string()}`.`{d.column_name}`" for d in deps)
+        for d in deps:
+            if d.asset_key not in shown:
+                shown[d.asset_key] = d.asset_key.to_user_string()
+        sources = ", ".join(f"`{shown[d.asset_key]}`.`{d.column_name}`" for d in deps)
         built = f" from {sources}" if sources else " (no source column)"
         transform = f"; transform `{_cell(column.transform)}`" if column.transform.strip() else ""
         items.append(f"- **`{column.name}`**{built}{transform}")

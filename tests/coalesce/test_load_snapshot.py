@@ -1,0 +1,61 @@
+"""What the code location's load hands Dagster for a synthetic workspace (``bench_load_definitions.py``'s,
+16 nodes, one environment, jobs by location selector) is exactly what it was: every asset node's snapshot
+(the key, deps both ways, description, group, kinds, tags, owners, metadata with the ``coalesce/*`` set,
+column schema and lineage, code references, the jobs it is in), as the code server sends it to the webserver
+and the daemon. Work done to make loading faster must not change it.
+
+A change meant to change the specs: ``DW_UPDATE_LOAD_SNAPSHOT=1`` rewrites the snapshot; review its diff."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import dagster as dg
+from coalesce_state import environ, state_key
+from dagster._core.remote_representation.external_data import RepositorySnap
+from dagster_shared.serdes import serialize_value
+
+from dw_dagster.app.definitions import load_definitions
+
+ROOT = Path(__file__).resolve().parents[2]
+SNAPSHOT = Path(__file__).parent / "data" / "load_snapshot.json"
+NODES = 16
+
+
+def _synthetic_workspace(n: int) -> str:
+    path = ROOT / "benchmarks" / "bench_load_definitions.py"
+    spec = importlib.util.spec_from_file_location("bench_load_definitions", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench.synthetic_workspace(n).serialize()
+
+
+def _asset_nodes(tmp_path: Path) -> dict[str, object]:
+    cleared = {k: "" for k in os.environ if k.startswith(("DW_", "COALESCE_", "SNOWFLAKE_"))}
+    with environ({**cleared, "COALESCE_ENVIRONMENT_IDS": "2"}), dg.instance_for_test() as instance:
+        state = tmp_path / "state"
+        state.write_text(_synthetic_workspace(NODES))
+        instance.defs_state_storage.upload_state_from_path(state_key(), "v1", state)
+        repo = load_definitions(instance).get_repository_def()
+    snap = RepositorySnap.from_def(repo)
+    nodes = {}
+    for node in snap.asset_nodes:
+        # Code references name files under the checkout: the same wherever it is.
+        text = serialize_value(node).replace(str(ROOT), "<root>")
+        nodes[node.asset_key.to_user_string()] = json.loads(text)
+    return nodes
+
+
+def test_the_load_hands_dagster_the_same_asset_nodes(tmp_path):
+    nodes = _asset_nodes(tmp_path)
+    assert len(nodes) == NODES + 1  # the nodes and the incidents asset
+    if os.environ.get("DW_UPDATE_LOAD_SNAPSHOT"):
+        SNAPSHOT.write_text(json.dumps(nodes, indent=1, sort_keys=True) + "\n")
+    expected = json.loads(SNAPSHOT.read_text())
+    assert sorted(nodes) == sorted(expected)
+    for key, node in nodes.items():
+        assert node == expected[key], f"{key}: its asset node differs from {SNAPSHOT.name}"
