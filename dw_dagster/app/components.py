@@ -226,8 +226,14 @@ class OperationsComponent(dg.Component, dg.Model, dg.Resolvable):
         systems = build_context_asset_specs(ctx) if ctx is not None else []
         resolve = ref_resolver(specs)
         # What the two files say about the graph must resolve: a misspelt asset is a check that never runs.
-        check_references([*pipeline, *systems], context=ctx, context_path=self.context_file, metrics=metrics,
-                         metrics_path=self.metrics_file, resolve_table=resolve)  # fmt: skip
+        check_references(
+            [*pipeline, *systems],
+            context=ctx,
+            context_path=self.context_file,
+            metrics=metrics,
+            metrics_path=self.metrics_file,
+            resolve_table=resolve,
+        )
         warehouse = warehouse_from_env()
         resources = {"snowflake": warehouse, "slack": slack_from_env(), "coalesce": coalesce.workspace}
         defs = dg.Definitions(

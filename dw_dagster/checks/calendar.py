@@ -297,9 +297,11 @@ class BusinessCalendar(FileModel):
                 )
                 if after < effect.after_business_days:
                     return _calendar_day(
-                        "holiday_period", f"the first business days after holidays ({span})",
-                        ("after_holidays",), effect,
-                    )  # fmt: skip
+                        "holiday_period",
+                        f"the first business days after holidays ({span})",
+                        ("after_holidays",),
+                        effect,
+                    )
         return None
 
 

@@ -130,21 +130,39 @@ def judge_groups(
                 calendar=calendar,
                 excluded_days=excluded_days,
                 rebases=rebases.get(total_series(total.name, g), ()),
-            )  # fmt: skip
+            )
             if since is not None
             else None
         )
         if (verdict is None or verdict.insufficient) and tonight >= max(floor, 1e-9) and _null_key(g):
             # Material as any gain is (1% of the total): a few rows without a group are not a shift.
-            moves.append(GroupMove(group=g, value=tonight, expected=0.0, change=tonight, share_before=None,
-                                   share_after=_share(tonight, value), status="gained"))  # fmt: skip
+            moves.append(
+                GroupMove(
+                    group=g,
+                    value=tonight,
+                    expected=0.0,
+                    change=tonight,
+                    share_before=None,
+                    share_after=_share(tonight, value),
+                    status="gained",
+                )
+            )
             continue
         if verdict is None or verdict.insufficient:
             # New, or too new for its own baseline (its first nights, some of them an incident's): a key
             # still arriving, like one new tonight.
             if tonight > 0:
-                moves.append(GroupMove(group=g, value=tonight, expected=0.0, change=tonight, share_before=None,
-                                       share_after=_share(tonight, value), status="new"))  # fmt: skip
+                moves.append(
+                    GroupMove(
+                        group=g,
+                        value=tonight,
+                        expected=0.0,
+                        change=tonight,
+                        share_before=None,
+                        share_after=_share(tonight, value),
+                        status="new",
+                    )
+                )
             continue
         r = verdict.result
         if verdict.severity != "ERROR" or r.expected is None:
@@ -161,7 +179,7 @@ def judge_groups(
                 share_before=_share(r.expected, expected_total),
                 share_after=_share(tonight, value),
                 status=status,
-            )  # fmt: skip
+            )
         )
     moves.sort(key=lambda m: -abs(m.change))
     lost = [m for m in moves if m.status in ("lost", "went")]
@@ -193,10 +211,19 @@ def judge_groups(
     # own errors at the table's rate split over every group (a share cancels the day's common level). A
     # group that rose alone is noted only: a new key mapped into it (a new store of a channel) is benign.
     alone = [
-        m for m in lost
-        if _share_moved(total, day, m.value / value if value else None, own, m.group, calendar, excluded_days,
-                        share * len(names))
-    ]  # fmt: skip
+        m
+        for m in lost
+        if _share_moved(
+            total,
+            day,
+            m.value / value if value else None,
+            own,
+            m.group,
+            calendar,
+            excluded_days,
+            share * len(names),
+        )
+    ]
     if alone:
         return GroupVerdict(
             moves=moves,
@@ -209,9 +236,15 @@ def judge_groups(
 
 
 def _share_moved(
-    total: RecordedTotal, day: date, tonight: float | None, own: Mapping[date, Recorded], group: str,
-    calendar: BusinessCalendar, excluded_days: set[date], share: int,
-) -> bool:  # fmt: skip
+    total: RecordedTotal,
+    day: date,
+    tonight: float | None,
+    own: Mapping[date, Recorded],
+    group: str,
+    calendar: BusinessCalendar,
+    excluded_days: set[date],
+    share: int,
+) -> bool:
     """Whether the group's share of the total tonight is an ERROR against its own shares of earlier nights."""
     if tonight is None:
         return False
@@ -236,8 +269,9 @@ def _share_moved(
     )
 
 
-def null_groups_problem(total: str, groups: Mapping[str, float | None], rows: Mapping[str, int],
-                        value_columns: Sequence[str]) -> str | None:  # fmt: skip
+def null_groups_problem(
+    total: str, groups: Mapping[str, float | None], rows: Mapping[str, int], value_columns: Sequence[str]
+) -> str | None:
     """Groups whose value is NULL: "N rows with no <column>", never counted as zero."""
     nulls = sorted(g for g, v in groups.items() if v is None)
     if not nulls:

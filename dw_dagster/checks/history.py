@@ -153,10 +153,17 @@ class HistorySession:
             v
             for series, r in readings.items()
             for v in (
-                series, day, r.value, None if r.groups is None else json.dumps(r.groups), r.source, now,
-                dagster_run_id, coalesce_run_id, r.flagged,
+                series,
+                day,
+                r.value,
+                None if r.groups is None else json.dumps(r.groups),
+                r.source,
+                now,
+                dagster_run_id,
+                coalesce_run_id,
+                r.flagged,
             )
-        ]  # fmt: skip
+        ]
         self.cur.execute(
             f"MERGE INTO {self.ops.table('METRIC_HISTORY')} t USING (SELECT column1 AS METRIC,"
             " column2::DATE AS BUSINESS_DATE, column3::FLOAT AS VALUE, column4 AS GROUPS, column5 AS SOURCE,"
@@ -236,9 +243,17 @@ class HistorySession:
             " ON t.SERIES = s.SERIES AND t.FROM_DATE = s.FROM_DATE"
             " WHEN NOT MATCHED THEN INSERT (SERIES, FROM_DATE, KIND, REASON, ACCEPTED_BY, RECORDED_AT)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            (rebase.series, rebase.from_date, rebase.series, rebase.from_date, rebase.kind, rebase.reason,
-             rebase.accepted_by, datetime.now(UTC)),
-        )  # fmt: skip
+            (
+                rebase.series,
+                rebase.from_date,
+                rebase.series,
+                rebase.from_date,
+                rebase.kind,
+                rebase.reason,
+                rebase.accepted_by,
+                datetime.now(UTC),
+            ),
+        )
         return self.cur.rowcount > 0
 
     def night_context(
@@ -322,8 +337,14 @@ def _rebase(
     series: str, from_date: Any, kind: str, reason: str, accepted_by: str | None, recorded_at: Any
 ) -> Rebase:
     """A ``BASELINE_LEVELS`` row, in its column order."""
-    return Rebase(series=series, from_date=_as_date(from_date), kind=kind, reason=reason, accepted_by=accepted_by,
-                  recorded_at=recorded_at)  # fmt: skip
+    return Rebase(
+        series=series,
+        from_date=_as_date(from_date),
+        kind=kind,
+        reason=reason,
+        accepted_by=accepted_by,
+        recorded_at=recorded_at,
+    )
 
 
 def _recorded(day: Any, value: float | None, groups: str | None, flagged: Any) -> Recorded:

@@ -109,9 +109,11 @@ class NightlyChecks:
             metrics, self.specs, [k.asset_key for k in selected if k.name == INPUT_FRESHNESS_CHECK]
         )
         totals = Totals(
-            metrics, self.resolve_table, [k.name for k in selected if k.name in self._total_checks],
+            metrics,
+            self.resolve_table,
+            [k.name for k in selected if k.name in self._total_checks],
             self.attributes(),
-        )  # fmt: skip
+        )
         volumes = Volumes(
             metrics, self.monitored, [k.asset_key for k in selected if k.name == VOLUME_CHECK], lineage
         )
@@ -126,10 +128,19 @@ class NightlyChecks:
             read = history.night_context(since, day, series) if series else NightContext({}, set(), [])
             fixed = remediation_levels(history, read.fixed, day, self.series_of, lineage.downstream)
             night = Night(
-                context=context, run=run, warehouse=warehouse, ops=self.ops, history=history,
-                cause_scopes=self.cause_scopes, calendar=metrics.calendar, levels=read.with_levels(fixed, since),
-                incident_days=read.incident_days, past=read.past, reporter=reporter, shares=self.shares,
-            )  # fmt: skip
+                context=context,
+                run=run,
+                warehouse=warehouse,
+                ops=self.ops,
+                history=history,
+                cause_scopes=self.cause_scopes,
+                calendar=metrics.calendar,
+                levels=read.with_levels(fixed, since),
+                incident_days=read.incident_days,
+                past=read.past,
+                reporter=reporter,
+                shares=self.shares,
+            )
             binds = Binds()
             parts = [
                 *freshness.parts(),

@@ -296,16 +296,30 @@ def evaluate_total(
 
     def verdict_on(d: date, v: float):
         return judge(
-            {k: r.value for k, r in judged.items() if k < d}, d, v, total.baseline, total.hurts,
-            calendar=night.calendar, excluded_days=excluded, rebases=night.levels.get(total_series(total.name), ()),
+            {k: r.value for k, r in judged.items() if k < d},
+            d,
+            v,
+            total.baseline,
+            total.hurts,
+            calendar=night.calendar,
+            excluded_days=excluded,
+            rebases=night.levels.get(total_series(total.name), ()),
             share=night.share(total.asset),
-        )  # fmt: skip
+        )
 
     verdict = verdict_on(day, judged_value)
     by_group = judge_groups(
-        total, day, judged_value, judged_groups, judged, verdict, calendar=night.calendar, excluded_days=excluded,
-        rebases=night.levels, share=night.share(total.asset),
-    )  # fmt: skip
+        total,
+        day,
+        judged_value,
+        judged_groups,
+        judged,
+        verdict,
+        calendar=night.calendar,
+        excluded_days=excluded,
+        rebases=night.levels,
+        share=night.share(total.asset),
+    )
     metadata: dict[str, Any] = {
         "value": dg.MetadataValue.float(float(value.value)),
         "business_date": day.isoformat(),
@@ -405,15 +419,26 @@ def evaluate_total(
                 continue
             by = total.model_copy(update={"name": f"{total.name} by {column}", "group_keys": [column]})
             shifted = judge_groups(
-                by, day, total_of_values, groups, past, verdict, calendar=night.calendar, excluded_days=excluded,
-                rebases={}, share=night.share(total.asset),
-            )  # fmt: skip
+                by,
+                day,
+                total_of_values,
+                groups,
+                past,
+                verdict,
+                calendar=night.calendar,
+                excluded_days=excluded,
+                rebases={},
+                share=night.share(total.asset),
+            )
             # Only a shift: a value that gained alone is a new key mapped to it, one that fell alone lost
             # rows the total's own check sees.
             if shifted.problem and shifted.problem.startswith("a shift between groups"):
                 problems.append(f"{shifted.problem} ({column} is carried from a reference table)")
-                evidence["attribute_shift"] = {"column": column, "series": attribute_series(name, column),
-                                               "moves": [m.model_dump(mode="json") for m in shifted.moves]}  # fmt: skip
+                evidence["attribute_shift"] = {
+                    "column": column,
+                    "series": attribute_series(name, column),
+                    "moves": [m.model_dump(mode="json") for m in shifted.moves],
+                }
                 break
     # Only a deviation the calendar explains is a WARN; reconciliation, shifts and NULLs are ERRORs.
     severity = (

@@ -68,11 +68,16 @@ class Night:
         )
         return self.reporter(
             Finding(
-                check_name=check, asset_key=asset, business_date=run.business_date, summary=summary,
-                evidence=evidence, cause_scope=scope, dagster_run_id=run.dagster_run_id,
+                check_name=check,
+                asset_key=asset,
+                business_date=run.business_date,
+                summary=summary,
+                evidence=evidence,
+                cause_scope=scope,
+                dagster_run_id=run.dagster_run_id,
                 coalesce_run_id=run.coalesce_run_id,
             )
-        )  # fmt: skip
+        )
 
     def write(self) -> None:
         self.history.record_night(self.day, self.readings, self.run.dagster_run_id, self.run.coalesce_run_id)

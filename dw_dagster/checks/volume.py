@@ -272,17 +272,29 @@ class Volumes:
         values = {d: r.value for d, r in past.items() if r.value is not None}
         excluded = {d for d, r in past.items() if r.flagged} | night.incident_days
         verdict = judge(
-            values, night.day, count, config.baseline, calendar=self.metrics.calendar,
-            excluded_days=excluded, rebases=levels, share=night.share(path),
-        )  # fmt: skip
+            values,
+            night.day,
+            count,
+            config.baseline,
+            calendar=self.metrics.calendar,
+            excluded_days=excluded,
+            rebases=levels,
+            share=night.share(path),
+        )
         if verdict.severity == "ERROR" and verdict.result.direction == "up":
             explained = self._explained_by_new_keys(night, spec, count, values, excluded, levels, changes)
             if explained is not None:
                 night.history.record_rebase(explained)
                 verdict = judge(
-                    values, night.day, count, config.baseline, calendar=self.metrics.calendar,
-                    excluded_days=excluded, rebases=[*levels, explained], share=night.share(path),
-                )  # fmt: skip
+                    values,
+                    night.day,
+                    count,
+                    config.baseline,
+                    calendar=self.metrics.calendar,
+                    excluded_days=excluded,
+                    rebases=[*levels, explained],
+                    share=night.share(path),
+                )
         metadata = {
             "row_count": dg.MetadataValue.int(int(count)),
             "row_count_source": source,
@@ -304,24 +316,51 @@ class Volumes:
         if severity == "ERROR":
             night.flag(volume_series(path))
             summary = f"volume of {path}: " + "; ".join(problems)
-            night.report(VOLUME_CHECK, path, summary, {"row_count": count, "rows_changed": named,
-                                                        "baseline": verdict.result.model_dump(mode="json")})  # fmt: skip
-            return dg.AssetCheckResult(check_name=VOLUME_CHECK, asset_key=key, passed=False,
-                                       severity=dg.AssetCheckSeverity.ERROR, description=summary, metadata=metadata)  # fmt: skip
+            night.report(
+                VOLUME_CHECK,
+                path,
+                summary,
+                {
+                    "row_count": count,
+                    "rows_changed": named,
+                    "baseline": verdict.result.model_dump(mode="json"),
+                },
+            )
+            return dg.AssetCheckResult(
+                check_name=VOLUME_CHECK,
+                asset_key=key,
+                passed=False,
+                severity=dg.AssetCheckSeverity.ERROR,
+                description=summary,
+                metadata=metadata,
+            )
         if severity == "WARN":
             # A deviation the calendar explains: shown, never an incident, and the night trains its like days.
-            return dg.AssetCheckResult(check_name=VOLUME_CHECK, asset_key=key, passed=False,
-                                       severity=dg.AssetCheckSeverity.WARN,
-                                       description=f"volume of {path}: " + "; ".join(problems), metadata=metadata)  # fmt: skip
+            return dg.AssetCheckResult(
+                check_name=VOLUME_CHECK,
+                asset_key=key,
+                passed=False,
+                severity=dg.AssetCheckSeverity.WARN,
+                description=f"volume of {path}: " + "; ".join(problems),
+                metadata=metadata,
+            )
         if verdict.insufficient and path not in config.bounds:
             return dg.AssetCheckResult(
-                check_name=VOLUME_CHECK, asset_key=key, passed=False, severity=dg.AssetCheckSeverity.WARN,
+                check_name=VOLUME_CHECK,
+                asset_key=key,
+                passed=False,
+                severity=dg.AssetCheckSeverity.WARN,
                 metadata=metadata,
                 description=f"insufficient baseline: {verdict.result.points} same-weekday nights, "
                 f"{config.baseline.min_points} needed",
-            )  # fmt: skip
-        return dg.AssetCheckResult(check_name=VOLUME_CHECK, asset_key=key, passed=True, metadata=metadata,
-                                   description=verdict.describe() or None)  # fmt: skip
+            )
+        return dg.AssetCheckResult(
+            check_name=VOLUME_CHECK,
+            asset_key=key,
+            passed=True,
+            metadata=metadata,
+            description=verdict.describe() or None,
+        )
 
     def _explained_by_new_keys(
         self, night: Night, spec: dg.AssetSpec, count: float, values, excluded, levels, changes
@@ -351,8 +390,16 @@ class Volumes:
                 f"{path}: could not count the rows of tonight's new keys ({type(e).__name__}: {e})"
             )
             return None
-        rest = judge(values, night.day, count - rows, self.config.baseline, calendar=self.metrics.calendar,
-                     excluded_days=excluded, rebases=levels, share=night.share(path))  # fmt: skip
+        rest = judge(
+            values,
+            night.day,
+            count - rows,
+            self.config.baseline,
+            calendar=self.metrics.calendar,
+            excluded_days=excluded,
+            rebases=levels,
+            share=night.share(path),
+        )
         if rows == 0 or rest.severity == "ERROR":
             return None
         return Rebase(

@@ -44,9 +44,12 @@ def user_credentials_from_env(
         if not password:
             raise ValueError(f"{password_var}: not set (a Snowflake password or programmatic access token)")
         return CoalesceUserCredentials(
-            snowflake_username=username, snowflake_password=password, snowflake_warehouse=warehouse,
-            snowflake_role=role, snowflake_auth_type="Basic",
-        )  # fmt: skip
+            snowflake_username=username,
+            snowflake_password=password,
+            snowflake_warehouse=warehouse,
+            snowflake_role=role,
+            snowflake_auth_type="Basic",
+        )
     key = os.environ.get(private_key_var, "")
     if not key.strip():
         raise ValueError(f"{private_key_var}: not set (the PEM private key of {username}'s key pair)")
@@ -59,9 +62,13 @@ def user_credentials_from_env(
         )
     pem = _pem_private_key(key, private_key_var, passphrase, passphrase_var)
     return CoalesceUserCredentials(
-        snowflake_username=username, snowflake_key_pair_key=pem, snowflake_key_pair_pass=passphrase,
-        snowflake_warehouse=warehouse, snowflake_role=role, snowflake_auth_type="KeyPair",
-    )  # fmt: skip
+        snowflake_username=username,
+        snowflake_key_pair_key=pem,
+        snowflake_key_pair_pass=passphrase,
+        snowflake_warehouse=warehouse,
+        snowflake_role=role,
+        snowflake_auth_type="KeyPair",
+    )
 
 
 def _pem_private_key(text: str, var: str, passphrase: str | None, passphrase_var: str | None) -> str:

@@ -217,10 +217,14 @@ class CoalesceWorkspace(ConfigurableResource):  # type: ignore[type-arg]
         own way (``process_config_and_initialize``) opens an ephemeral instance, a second or more per tick."""
         # Each value has its field's type: a field's value, or the variable's for an EnvVar.
         credentials = {
-            owner: type(c)(**{name: _env_value(getattr(c, name), f"owner_credentials.{owner}.{name}")
-                              for name in type(c).model_fields})
+            owner: type(c)(
+                **{
+                    name: _env_value(getattr(c, name), f"owner_credentials.{owner}.{name}")
+                    for name in type(c).model_fields
+                }
+            )
             for owner, c in self.owner_credentials.items()
-        }  # fmt: skip
+        }
         fields: dict[str, Any] = {
             name: _env_value(getattr(self, name), name) for name in type(self).model_fields
         }

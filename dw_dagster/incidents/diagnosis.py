@@ -133,9 +133,13 @@ def _classify(incident: Incident, primary: Finding, ctx: DiagnosisContext) -> Di
 
 
 def _unknown(
-    incident: Incident, finding: Finding, ctx: DiagnosisContext, evidence=None, path=None,
+    incident: Incident,
+    finding: Finding,
+    ctx: DiagnosisContext,
+    evidence=None,
+    path=None,
     checked: Sequence[str] = (),
-) -> Diagnosis:  # fmt: skip
+) -> Diagnosis:
     """No cause the evidence shows: an unexplained deviation, saying what was checked (the incident is then a
     WARN, ``triage.py``)."""
     known = finding.asset_key in ctx.graph
@@ -143,18 +147,23 @@ def _unknown(
     if checked:
         cause = f"Unexplained deviation: {finding.summary}. Checked, and not the cause: {'; '.join(checked)}."
     return Diagnosis(
-        incident_id=incident.incident_id, classification=CauseClass.UNKNOWN, cause=cause,
-        evidence=evidence or {}, path=path or ([*sorted(ctx.graph.upstream(finding.asset_key)), finding.asset_key] if known else []),
+        incident_id=incident.incident_id,
+        classification=CauseClass.UNKNOWN,
+        cause=cause,
+        evidence=evidence or {},
+        path=path or ([*sorted(ctx.graph.upstream(finding.asset_key)), finding.asset_key] if known else []),
         owners=ctx.graph.owners_on([finding.asset_key]) if known else [],
-    )  # fmt: skip
+    )
 
 
 def _gap(group: str, tonight, before) -> KeyGap:
     column, value = split_label(group)
     return KeyGap(
-        column=column, value=value, rows=0,
+        column=column,
+        value=value,
+        rows=0,
         units=tonight.groups.get(group, 0.0) - before.groups.get(group, 0.0),
-    )  # fmt: skip
+    )
 
 
 def _measure_sources(ctx: DiagnosisContext, total: RecordedTotal) -> list[str]:
@@ -212,7 +221,7 @@ def _total_anomaly(
             path=ctx.graph.path(copies.asset, total.asset) if copies.asset != total.asset else path,
             owners=ctx.graph.owners_on(feeders(ctx, copies.asset)),
             test_query=copies.query,
-        )  # fmt: skip
+        )
     group_keys = [g.upper() for t in ctx.metrics.totals for g in t.group_keys]
     moved = drill_source(ctx, total, day, good_nights(ctx, history, day), group_keys)
     held = None
@@ -277,15 +286,19 @@ def _volume(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diag
         if up and key in ctx.graph
         else None
     )
-    evidence = {"row_count": rows or 0, "expected_rows": expected or 0,
-                "duplicate_rows": copies.extra_rows if copies else 0}  # fmt: skip
+    evidence = {
+        "row_count": rows or 0,
+        "expected_rows": expected or 0,
+        "duplicate_rows": copies.extra_rows if copies else 0,
+    }
     return Diagnosis(
         incident_id=incident.incident_id,
         classification=CauseClass.DUPLICATION if copies else CauseClass.VOLUME_LOSS,
-        cause=finding.summary + (f"; {copies.asset} holds {copies.extra_rows:,} exact duplicate rows" if copies else ""),
+        cause=finding.summary
+        + (f"; {copies.asset} holds {copies.extra_rows:,} exact duplicate rows" if copies else ""),
         evidence=evidence,
         keys=copies.keys[:10] if copies else [],
         path=sorted(ctx.graph.upstream(key)) + [key] if key in ctx.graph else [key],
         owners=ctx.graph.owners_on([key]) if key in ctx.graph else [],
         test_query=copies.query if copies else None,
-    )  # fmt: skip
+    )

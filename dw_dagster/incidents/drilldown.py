@@ -123,8 +123,11 @@ def _profile(ctx: DiagnosisContext, src: str, measures: list[str], day: date, be
         )
         params += [day, *before]
     parts += [f"COUNT(DISTINCT {quote_identifier(c)})" for c in dims]
-    rows = ctx.rows(f"which columns of {src} partition by day and which are low-cardinality",
-                    f"SELECT COUNT(*), {', '.join(parts)} FROM {tbl}", tuple(params))  # fmt: skip
+    rows = ctx.rows(
+        f"which columns of {src} partition by day and which are low-cardinality",
+        f"SELECT COUNT(*), {', '.join(parts)} FROM {tbl}",
+        tuple(params),
+    )
     if not rows:
         return None
     row = rows[0]
@@ -185,17 +188,21 @@ def _drill(ctx, src, time_col, dims, measures, day, before, group_keys):
         params += [day, day, *before]
     rows = ctx.rows(
         f"{src}'s values by {', '.join(dims)}, tonight against the last good night",
-        "\nUNION ALL\n".join(parts), tuple(params),
-    )  # fmt: skip
+        "\nUNION ALL\n".join(parts),
+        tuple(params),
+    )
     if not rows:
         return None
     # cells[dim][value][tonight] = (rows, [(sum, negatives) per measure])
     cells: dict[int, dict[str | None, dict[int, tuple[int, list[tuple[float, int]]]]]] = {}
     for r in rows:
         per = [(float(r[4 + 2 * j] or 0), int(r[5 + 2 * j] or 0)) for j in range(len(measures))]
-        cells.setdefault(int(r[0]), {}).setdefault(plain(r[1]) if r[1] is not None else None, {})[int(r[2])] = (
-            int(r[3]), per,
-        )  # fmt: skip
+        cells.setdefault(int(r[0]), {}).setdefault(plain(r[1]) if r[1] is not None else None, {})[
+            int(r[2])
+        ] = (
+            int(r[3]),
+            per,
+        )
     best = None
     for i, values in cells.items():
         for j, measure in enumerate(measures):
@@ -282,9 +289,13 @@ def rows_held(ctx: DiagnosisContext, asset: str, day, before) -> bool | None:
 
 
 def unit_or_sign_diagnosis(
-    incident: Incident, finding: Finding, total: RecordedTotal, moved: Moved, ctx: DiagnosisContext,
+    incident: Incident,
+    finding: Finding,
+    total: RecordedTotal,
+    moved: Moved,
+    ctx: DiagnosisContext,
     evidence: dict[str, float | int | str],
-) -> Diagnosis:  # fmt: skip
+) -> Diagnosis:
     sign = moved.sign
     key_source = moved.column
     if moved.from_history:
@@ -296,14 +307,26 @@ def unit_or_sign_diagnosis(
             key_source = key_src[1] if key_src is not None and key_src[0] == src[0] else ""
     measure = moved.measure or measure_column(total) or "the measure"
     key = KeyGap(
-        column=moved.column, value=moved.value, rows=moved.rows, units=moved.after - moved.before,
+        column=moved.column,
+        value=moved.value,
+        rows=moved.rows,
+        units=moved.after - moved.before,
         factor=round(moved.factor, 4),
         change=f"{measure} {'flipped sign' if sign else 'scaled'} ({moved.shown}) for {moved.column}"
         f"{' IS NULL' if moved.value is None else '=' + moved.value}",
-    )  # fmt: skip
-    evidence = {**evidence, "total": total.name, "factor": round(moved.factor, 4), "key": key.label, "measure": measure,
-                "measure_source": moved.asset, "key_source_column": key_source, "subset_rows": moved.rows, "subset_before": moved.before,
-                "subset_after": moved.after}  # fmt: skip
+    )
+    evidence = {
+        **evidence,
+        "total": total.name,
+        "factor": round(moved.factor, 4),
+        "key": key.label,
+        "measure": measure,
+        "measure_source": moved.asset,
+        "key_source_column": key_source,
+        "subset_rows": moved.rows,
+        "subset_before": moved.before,
+        "subset_after": moved.after,
+    }
     where = moved.asset
     what = "flipped sign" if sign else f"moved by a factor of {moved.factor:.3g}"
     basis = (
@@ -311,9 +334,12 @@ def unit_or_sign_diagnosis(
     )
     cause = (
         f"{measure} in {where} {what} for {key.label} ({basis}) while every other {moved.column} held: "
-        + ("the source now posts that key's values with the opposite sign." if sign else
-           "the source now posts that key's values in another unit or scale.")
-    )  # fmt: skip
+        + (
+            "the source now posts that key's values with the opposite sign."
+            if sign
+            else "the source now posts that key's values in another unit or scale."
+        )
+    )
     source_feeders = sources_upstream(ctx.graph, where) if where in ctx.graph else []
     return Diagnosis(
         incident_id=incident.incident_id,
@@ -322,12 +348,14 @@ def unit_or_sign_diagnosis(
         evidence=evidence,
         keys=[key],
         upstream_change=f"{measure} {'sign' if sign else 'unit'} changed for {key.label} ({moved.shown})",
-        path=ctx.graph.path(where, total.asset) if where in ctx.graph and where != total.asset else
-        sorted(ctx.graph.upstream(total.asset)) + [total.asset],
+        path=ctx.graph.path(where, total.asset)
+        if where in ctx.graph and where != total.asset
+        else sorted(ctx.graph.upstream(total.asset)) + [total.asset],
         owners=ctx.graph.owners_on(feeders(ctx, source_feeders[0] if source_feeders else total.asset)),
         test_query=(
             f"SELECT {quote_identifier(moved.column)}, COUNT(*), AVG({quote_identifier(measure)}) FROM {table(ctx.graph, where)}"
             f" GROUP BY {quote_identifier(moved.column)}"
-            if moved.measure and table(ctx.graph, where) else None
+            if moved.measure and table(ctx.graph, where)
+            else None
         ),
-    )  # fmt: skip
+    )

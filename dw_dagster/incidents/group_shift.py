@@ -164,23 +164,41 @@ def trace_shift(
         reference, keys = levels[0].reference, []
     right = ctx.graph.key_for_table(join.right_table)
     owners = ctx.graph.owners_on(
-        [node, *([right] if right else []), *([reference] if reference != right else []),
-         *reference_systems(ctx, reference)]
-    )  # fmt: skip
+        [
+            node,
+            *([right] if right else []),
+            *([reference] if reference != right else []),
+            *reference_systems(ctx, reference),
+        ]
+    )
     return Shift(group_column, lost, gained, node, join, keys[:5], reference, owners)
 
 
 def _key_gap(level: Level, values: tuple, units: float, change: str) -> KeyGap:
     if len(level.columns) == 1:
         return KeyGap(column=level.columns[0], value=values[0], units=units, rows=0, change=change)
-    return KeyGap(column=level.columns[0], value=values[0], units=units, rows=0, change=change,
-                  parts=list(zip(level.columns, values, strict=True)), unmatched_columns=list(level.columns))  # fmt: skip
+    return KeyGap(
+        column=level.columns[0],
+        value=values[0],
+        units=units,
+        rows=0,
+        change=change,
+        parts=list(zip(level.columns, values, strict=True)),
+        unmatched_columns=list(level.columns),
+    )
 
 
 def _matching(
-    ctx: DiagnosisContext, level: Level, units: dict[tuple, float], lost: dict[str, float],
-    gained_groups: set, tonight: Recorded, before: Recorded, node_group: str, total: RecordedTotal,
-) -> list[KeyGap]:  # fmt: skip
+    ctx: DiagnosisContext,
+    level: Level,
+    units: dict[tuple, float],
+    lost: dict[str, float],
+    gained_groups: set,
+    tonight: Recorded,
+    before: Recorded,
+    node_group: str,
+    total: RecordedTotal,
+) -> list[KeyGap]:
     """The key (of one lookup) now wholly in a group that gained whose units tonight come closest to what a
     losing group lost (within 15%), one per losing group; or whose share on the last good night (a total
     grouped by the key) matches its share. The closest, not every one within 15%: the gaining group's own

@@ -152,24 +152,42 @@ def settle(
         if related:
             store.update_detail(incident.incident_id, related=[i.incident_id for i in related])
             for i in related:
-                store.append_event(i.incident_id, "linked", f"linked|{incident.incident_id}",
-                                   {"incident_id": incident.incident_id, "dedup": dedup.describe()})  # fmt: skip
+                store.append_event(
+                    i.incident_id,
+                    "linked",
+                    f"linked|{incident.incident_id}",
+                    {"incident_id": incident.incident_id, "dedup": dedup.describe()},
+                )
         return Settlement("stands", store.get(incident.incident_id) or incident, dedup, related)
     if kind == "reopens":
         store.transition(
-            target.incident_id, "open", by=SYSTEM, key=f"reopen|{incident.incident_id}",
+            target.incident_id,
+            "open",
+            by=SYSTEM,
+            key=f"reopen|{incident.incident_id}",
             reason=f"the same cause ({dedup.describe()}) is back on {night}",
             detail={"reopened": int(target.detail.get("reopened", 0)) + 1, "resolution": None},
-        )  # fmt: skip
+        )
     store.add_findings(target.incident_id, findings)
-    store.append_event(target.incident_id, "continued", f"continued|{incident.incident_id}",
-                       {"incident_id": incident.incident_id, "night": str(night), "reopened": kind == "reopens",
-                        "summaries": [f.summary for f in findings]})  # fmt: skip
+    store.append_event(
+        target.incident_id,
+        "continued",
+        f"continued|{incident.incident_id}",
+        {
+            "incident_id": incident.incident_id,
+            "night": str(night),
+            "reopened": kind == "reopens",
+            "summaries": [f.summary for f in findings],
+        },
+    )
     store.transition(
-        incident.incident_id, "merged", by=SYSTEM, key="settle",
+        incident.incident_id,
+        "merged",
+        by=SYSTEM,
+        key="settle",
         reason=f"the same cause as {target.incident_id}: {dedup.describe()}",
         detail={"merged_into": target.incident_id},
-    )  # fmt: skip
+    )
     return Settlement(kind, store.get(target.incident_id) or target, dedup)
 
 
@@ -212,20 +230,35 @@ def continue_carried(
     if target.status == "resolved":
         kind = "reopens"
         store.transition(
-            target.incident_id, "open", by=SYSTEM, key=f"reopen|{incident.incident_id}",
+            target.incident_id,
+            "open",
+            by=SYSTEM,
+            key=f"reopen|{incident.incident_id}",
             reason=f"a cumulative total still carries its night on {night}",
             detail={"reopened": int(target.detail.get("reopened", 0)) + 1, "resolution": None},
-        )  # fmt: skip
+        )
     store.update_detail(incident.incident_id, dedup={**dedup.model_dump(), "key": dedup.key})
     store.add_findings(target.incident_id, findings)
-    store.append_event(target.incident_id, "continued", f"continued|{incident.incident_id}",
-                       {"incident_id": incident.incident_id, "night": str(night), "reopened": kind == "reopens",
-                        "carried": True, "summaries": [f.summary for f in findings]})  # fmt: skip
+    store.append_event(
+        target.incident_id,
+        "continued",
+        f"continued|{incident.incident_id}",
+        {
+            "incident_id": incident.incident_id,
+            "night": str(night),
+            "reopened": kind == "reopens",
+            "carried": True,
+            "summaries": [f.summary for f in findings],
+        },
+    )
     store.transition(
-        incident.incident_id, "merged", by=SYSTEM, key="settle",
+        incident.incident_id,
+        "merged",
+        by=SYSTEM,
+        key="settle",
         reason=f"the same fault as {target.incident_id}: a cumulative total still carries its night",
         detail={"merged_into": target.incident_id},
-    )  # fmt: skip
+    )
     return Settlement(kind, store.get(target.incident_id) or target, dedup)
 
 

@@ -178,8 +178,13 @@ def key_origins(
     out = []
     for k in keys:
         if k.value is None:
-            out.append(KeyOrigin(k.model_copy(update={"change": k.change or f"{k.rows:,} rows arrive with {k.label}"}),
-                                 False, f"{k.rows:,} of {where}'s rows arrive with {k.label}, which matches nothing"))  # fmt: skip
+            out.append(
+                KeyOrigin(
+                    k.model_copy(update={"change": k.change or f"{k.rows:,} rows arrive with {k.label}"}),
+                    False,
+                    f"{k.rows:,} of {where}'s rows arrive with {k.label}, which matches nothing",
+                )
+            )
             continue
         first = seen.get(k.values)
         matched_before = _in_history(target_history, k.column, k.value)

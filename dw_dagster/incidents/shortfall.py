@@ -116,7 +116,7 @@ def null_value_diagnosis(
                     "last_good_value": before.value,
                     "null_units": lost,
                     "fall_units": fall,
-                },  # fmt: skip
+                },
                 keys=keys,
                 upstream_change=f"{what} arrives empty for {', '.join(k.label for k in keys)}",
                 path=ctx.graph.path(source, total.asset)

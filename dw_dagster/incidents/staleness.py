@@ -127,10 +127,17 @@ def stale_diagnosis(incident: Incident, finding: Finding, ctx: DiagnosisContext)
     path = ctx.graph.path(systems[0], finding.asset_key) if systems else [*keys, finding.asset_key]
     age = finding.evidence.get("input_age_hours")
     named = "; ".join(a.shown for a in stale)
-    cause = f"{finding.asset_key} was rebuilt on stale input: " + (
-        named if stale else f"the latest load of {keys[0]} is {age:.1f} h older than the build"
-        if isinstance(age, float) else finding.summary
-    ) + (f". {', '.join(systems)} has delivered nothing new (replication stalled?)." if systems else ".")  # fmt: skip
+    cause = (
+        f"{finding.asset_key} was rebuilt on stale input: "
+        + (
+            named
+            if stale
+            else f"the latest load of {keys[0]} is {age:.1f} h older than the build"
+            if isinstance(age, float)
+            else finding.summary
+        )
+        + (f". {', '.join(systems)} has delivered nothing new (replication stalled?)." if systems else ".")
+    )
     evidence = {k: v for k, v in finding.evidence.items() if isinstance(v, int | float | str)}
     evidence["stale_tables"] = ", ".join(a.asset for a in stale) or keys[0]
     if stale and stale[0].age_hours is not None:
@@ -152,7 +159,7 @@ def stale_diagnosis(incident: Incident, finding: Finding, ctx: DiagnosisContext)
             )
             for a in stale
             if a.latest is not None
-        ],  # fmt: skip
+        ],
         upstream_change=f"no new rows from {', '.join(systems or keys)}",
         path=path,
         owners=ctx.graph.owners_on(systems or keys),

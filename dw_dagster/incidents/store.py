@@ -101,10 +101,17 @@ class IncidentStore:
                 " SEVERITY, OPENED_AT, UPDATED_AT, DETAIL)"
                 " VALUES (?, ?, 'open', ?, ?, ?, ?, ?, ?)",
                 (
-                    incident_id, incident_id, cause_key, finding.business_date, finding.summary,
-                    finding.severity, now, now, json.dumps({"cause_scope": finding.cause_scope, "lane": lane}),
+                    incident_id,
+                    incident_id,
+                    cause_key,
+                    finding.business_date,
+                    finding.summary,
+                    finding.severity,
+                    now,
+                    now,
+                    json.dumps({"cause_scope": finding.cause_scope, "lane": lane}),
                 ),
-            )  # fmt: skip
+            )
             new_incident = cur.rowcount > 0
             target = self._get(cur, incident_id)
             assert target is not None
@@ -120,10 +127,14 @@ class IncidentStore:
                     # The same night's cause failing again after its resolution (a rerun the fix did not
                     # repair): the incident is not over.
                     self._transition(
-                        cur, target, "open", by=SYSTEM, key=f"reopen|{finding_key(finding)}",
+                        cur,
+                        target,
+                        "open",
+                        by=SYSTEM,
+                        key=f"reopen|{finding_key(finding)}",
                         reason=f"a new finding after its resolution: {finding.summary}",
                         detail={"reopened": int(target.detail.get("reopened", 0)) + 1},
-                    )  # fmt: skip
+                    )
                     reopened = True
                 else:
                     self._touch(cur, target.incident_id, now)
@@ -273,9 +284,16 @@ class IncidentStore:
             return self._transition(cur, incident, to, by=by, reason=reason, key=key, detail=detail)
 
     def _transition(
-        self, cur: Any, incident: Incident, to: str, *, by: str, reason: str, key: str | None,
+        self,
+        cur: Any,
+        incident: Incident,
+        to: str,
+        *,
+        by: str,
+        reason: str,
+        key: str | None,
         detail: Mapping[str, Any] | None,
-    ) -> Incident | None:  # fmt: skip
+    ) -> Incident | None:
         if incident.status == to:
             return None
         if to not in TRANSITIONS[incident.status]:
@@ -285,15 +303,24 @@ class IncidentStore:
             )
         now = datetime.now(UTC)
         self._append(
-            cur, incident.incident_id, f"status|{to}|{key or now.isoformat()}", "status",
-            {"from": incident.status, "to": to, "by": by, "reason": reason, **(detail or {})}, now,
-        )  # fmt: skip
+            cur,
+            incident.incident_id,
+            f"status|{to}|{key or now.isoformat()}",
+            "status",
+            {"from": incident.status, "to": to, "by": by, "reason": reason, **(detail or {})},
+            now,
+        )
         cur.execute(
             f"UPDATE {self.ops.table('INCIDENTS')} SET STATUS = ?, UPDATED_AT = ?, DETAIL = ?"
             " WHERE INCIDENT_ID = ? AND STATUS = ?",
-            (to, now, json.dumps({**incident.detail, **(detail or {})}, default=str), incident.incident_id,
-             incident.status),
-        )  # fmt: skip
+            (
+                to,
+                now,
+                json.dumps({**incident.detail, **(detail or {})}, default=str),
+                incident.incident_id,
+                incident.status,
+            ),
+        )
         return self._get(cur, incident.incident_id)
 
     def set_status(
@@ -326,9 +353,13 @@ class IncidentStore:
             changed = incident.severity != "WARN"
             if changed:
                 self._append(
-                    cur, incident_id, "severity|WARN", "severity",
-                    {"from": incident.severity, "to": "WARN", "by": SYSTEM, "reason": reason}, now,
-                )  # fmt: skip
+                    cur,
+                    incident_id,
+                    "severity|WARN",
+                    "severity",
+                    {"from": incident.severity, "to": "WARN", "by": SYSTEM, "reason": reason},
+                    now,
+                )
                 cur.execute(
                     f"UPDATE {self.ops.table('INCIDENTS')} SET SEVERITY = 'WARN', TITLE = %s, UPDATED_AT = %s"
                     " WHERE INCIDENT_ID = %s",
@@ -379,6 +410,6 @@ class IncidentStore:
                 opened_at=r[6],
                 updated_at=r[7],
                 detail=json.loads(r[8] or "{}"),
-            )  # fmt: skip
+            )
             for r in cur.fetchall()
         ]

@@ -82,9 +82,12 @@ def _measured_joins(
             with ctx.purpose(f"rows {key}'s condition {flt.condition} leaves out"):
                 try:
                     effect = measure_filter(
-                        ctx.cursor, key, flt, traced(ctx, total.asset, measure, from_key),
+                        ctx.cursor,
+                        key,
+                        flt,
+                        traced(ctx, total.asset, measure, from_key),
                         traced(ctx, total.asset, item, from_key),
-                    )  # fmt: skip
+                    )
                 except Exception as e:  # noqa: BLE001 - recorded in the trail
                     ctx.note(f"{key}: its condition {flt.condition} could not be measured: {e}")
                     continue
@@ -105,9 +108,10 @@ def _gap_keys(effect: JoinEffect, rec: dict, gap: float) -> list[KeyGap]:
     key of the reconciliation; else the largest, until they cover the gap."""
     groups = rec.get("groups") or []
     changed = [
-        g for g in effect.unmatched
+        g
+        for g in effect.unmatched
         if any(same_key(x["group"], g.column, g.value) and abs(x.get("gap_change") or 0) > 0 for x in groups)
-    ]  # fmt: skip
+    ]
     if changed:
         return changed[:MAX_NAMED_KEYS]
     out: list[KeyGap] = []
@@ -138,9 +142,13 @@ def diagnose_gap(
 
 
 def diagnose_fall(
-    incident: Incident, finding: Finding, total: RecordedTotal, ctx: DiagnosisContext, fall: float,
+    incident: Incident,
+    finding: Finding,
+    total: RecordedTotal,
+    ctx: DiagnosisContext,
+    fall: float,
     evidence: dict[str, float | int | str],
-) -> Diagnosis | None:  # fmt: skip
+) -> Diagnosis | None:
     """A total with no source total that fell while its rows held: the joins and filters of every node it
     is built from are measured the same way (the fall stands for the gap, in the total's units); None when
     none drops rows."""
@@ -151,9 +159,16 @@ def diagnose_fall(
 
 
 def _through_joins(
-    incident: Incident, day: date, total: RecordedTotal, source: RecordedTotal, ctx: DiagnosisContext,
-    path: list[str], gap: float, rec: dict, evidence: dict[str, float | int | str],
-) -> Diagnosis | None:  # fmt: skip
+    incident: Incident,
+    day: date,
+    total: RecordedTotal,
+    source: RecordedTotal,
+    ctx: DiagnosisContext,
+    path: list[str],
+    gap: float,
+    rec: dict,
+    evidence: dict[str, float | int | str],
+) -> Diagnosis | None:
     found = _explaining(_measured_joins(ctx, path, total), gap)
     if found is None:
         return None
@@ -179,10 +194,14 @@ def _through_joins(
             # New keys mapped to a parent the next table lacks: its row was never added, not deleted.
             lower = ", ".join(o.key.label for o in origins if o.in_reference)
             upper.keys = [
-                k.model_copy(update={"change": (k.change or "").replace("its row was deleted from", "no row in")
-                                     + f" ({lower}, new, point at it)"})
+                k.model_copy(
+                    update={
+                        "change": (k.change or "").replace("its row was deleted from", "no row in")
+                        + f" ({lower}, new, point at it)"
+                    }
+                )
                 for k in upper.keys
-            ]  # fmt: skip
+            ]
         return _upstream_diagnosis(incident, total, effect, join, keys, upper, evidence, path, ctx)
     klass = CauseClass.REFERENCE_DATA_CHANGE if top.reference_changed else CauseClass.VALUE_LOSS
     items = f" over {top.key.distinct_items:,} items" if top.key.distinct_items else ""
@@ -221,9 +240,16 @@ def _through_joins(
 
 
 def _upstream_diagnosis(
-    incident: Incident, total: RecordedTotal, effect: JoinEffect, join: ParsedJoin | None, lost: list[KeyGap],
-    upper: UpstreamDrop, evidence: dict, path: list[str], ctx: DiagnosisContext,
-) -> Diagnosis:  # fmt: skip
+    incident: Incident,
+    total: RecordedTotal,
+    effect: JoinEffect,
+    join: ParsedJoin | None,
+    lost: list[KeyGap],
+    upper: UpstreamDrop,
+    evidence: dict,
+    path: list[str],
+    ctx: DiagnosisContext,
+) -> Diagnosis:
     """A reference row deleted or changed further up the lookups: the fact's join drops keys its lookup no
     longer carries, because the lookup's own join drops them."""
     units = sum(k.units for k in lost)

@@ -202,8 +202,13 @@ class Delivery:
             # An outage fixes itself; a refusal (unknown channel, bad auth) needs a person.
             (self.log.warning if outage else self.log.error)(
                 "Slack post %s to %s failed (attempt %d, %s); pending, next attempt after %s: %s",
-                msg.kind, msg.channel, attempt, outcome, next_at.isoformat(timespec="seconds"), error,
-            )  # fmt: skip
+                msg.kind,
+                msg.channel,
+                attempt,
+                outcome,
+                next_at.isoformat(timespec="seconds"),
+                error,
+            )
             self._record(msg, attempt, outcome, error=error, next_attempt_at=next_at)
             return "outage" if outage else "failed"
         ts, channel_id = resp["ts"], resp.get("channel") or channel
@@ -248,9 +253,14 @@ class Delivery:
             oldest = msg.claimed_at - margin
             latest = msg.claimed_at + timedelta(seconds=self.lease_seconds) + margin
             found = self._find_in_pages(
-                msg, match, client.conversations_history, channel=channel_id,
-                oldest=f"{oldest.timestamp():.6f}", latest=f"{latest.timestamp():.6f}", inclusive=True,
-            )  # fmt: skip
+                msg,
+                match,
+                client.conversations_history,
+                channel=channel_id,
+                oldest=f"{oldest.timestamp():.6f}",
+                latest=f"{latest.timestamp():.6f}",
+                inclusive=True,
+            )
             return None if found is None else (channel_id, found[1])
         except Exception as e:  # noqa: BLE001 - cannot tell: post again rather than lose it
             self.log.warning(
@@ -280,14 +290,19 @@ class Delivery:
                 return None
         self.log.warning(
             "Slack post %s: not in the first %d pages of the conversation, and more remain: posted again "
-            "rather than lost", msg.message_key, RECONCILE_PAGES,
-        )  # fmt: skip
+            "rather than lost",
+            msg.message_key,
+            RECONCILE_PAGES,
+        )
         return None
 
     def _record(self, msg: OutboxMessage, attempt: int, outcome: str, **detail: Any) -> None:
         base = {
-            "message_key": msg.message_key, "channel": msg.channel, "kind": msg.kind, "version": msg.version,
-        }  # fmt: skip
+            "message_key": msg.message_key,
+            "channel": msg.channel,
+            "kind": msg.kind,
+            "version": msg.version,
+        }
         detail = {
             k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in detail.items() if v is not None
         }

@@ -36,9 +36,21 @@ from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
 AUDITED = frozenset(
-    {"proposal", "submission", "binding", "approval", "decision", "refused", "applying", "change", "rerun",
-     "undo", "receipt", "retryable"}
-)  # fmt: skip
+    {
+        "proposal",
+        "submission",
+        "binding",
+        "approval",
+        "decision",
+        "refused",
+        "applying",
+        "change",
+        "rerun",
+        "undo",
+        "receipt",
+        "retryable",
+    }
+)
 """The incident events that go on the trail: what was proposed, submitted, approved, refused, changed and
 undone, and the receipts."""
 CONTROL = "control"
@@ -103,9 +115,16 @@ class Entry:
     entry_hash: str
 
     def content(self) -> dict[str, Any]:
-        return {"seq": self.seq, "prev": self.prev, "subject": self.subject, "kind": self.kind,
-                "event_key": self.event_key, "event_digest": self.event_digest, "at": self.at,
-                "signer": self.signer}  # fmt: skip
+        return {
+            "seq": self.seq,
+            "prev": self.prev,
+            "subject": self.subject,
+            "kind": self.kind,
+            "event_key": self.event_key,
+            "event_digest": self.event_digest,
+            "at": self.at,
+            "signer": self.signer,
+        }
 
     def names(self) -> str:
         return f"entry {self.seq} ({self.kind} {self.event_key!r} of {self.subject})"
@@ -131,16 +150,36 @@ class AuditTrail:
                 last = cur.fetchone()
                 seq, prev = (int(last[0]) + 1, str(last[1])) if last else (1, GENESIS)
                 at = datetime.now(UTC).isoformat()
-                content = {"seq": seq, "prev": prev, "subject": subject, "kind": kind, "event_key": event_key,
-                           "event_digest": event_digest, "at": at, "signer": self.signer.signer}  # fmt: skip
+                content = {
+                    "seq": seq,
+                    "prev": prev,
+                    "subject": subject,
+                    "kind": kind,
+                    "event_key": event_key,
+                    "event_digest": event_digest,
+                    "at": at,
+                    "signer": self.signer.signer,
+                }
                 signer, signature = self.signer.sign(content)
                 entry = Entry(**content, signature=signature, entry_hash=digest(content))  # type: ignore[arg-type]
                 cur.execute(
                     f"MERGE INTO {table} t USING (SELECT ? AS SEQ) s ON t.SEQ = s.SEQ WHEN NOT MATCHED THEN INSERT"
                     " (SEQ, PREV_HASH, SUBJECT, KIND, EVENT_KEY, EVENT_DIGEST, RECORDED_AT, SIGNER, SIGNATURE,"
                     " ENTRY_HASH) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (seq, seq, prev, subject, kind, event_key, event_digest, at, signer, signature, entry.entry_hash),
-                )  # fmt: skip
+                    (
+                        seq,
+                        seq,
+                        prev,
+                        subject,
+                        kind,
+                        event_key,
+                        event_digest,
+                        at,
+                        signer,
+                        signature,
+                        entry.entry_hash,
+                    ),
+                )
                 if cur.rowcount > 0:
                     return entry
         raise AuditError(f"{table}: could not append after {_APPEND_TRIES} tries (other writers kept ahead)")
@@ -246,9 +285,11 @@ def _signature_problem(entry: Entry, context: ContextFile | None, seal: Seal | N
 
 
 def verify_entries(
-    entries: Iterable[Entry], records: Mapping[tuple[str, str], Record], context: ContextFile | None,
+    entries: Iterable[Entry],
+    records: Mapping[tuple[str, str], Record],
+    context: ContextFile | None,
     seal: Seal | None,
-) -> AuditReport:  # fmt: skip
+) -> AuditReport:
     entries = list(entries)
     report = AuditReport(entries=len(entries))
     began = datetime.fromisoformat(entries[0].at) if entries else None

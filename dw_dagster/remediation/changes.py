@@ -41,8 +41,13 @@ def apply_row(
     columns = [c for c in values if values[c] is not None]
     key = quote_identifier(row.key_column)
     shown = ", ".join(f"{c}={values[c]}" for c in columns if c != row.key_column and c not in audit)
-    common = dict(proposal_id=proposal_id, table_parts=row.table_parts, key_column=row.key_column,
-                  key_value=row.key_value, at=now)  # fmt: skip
+    common = dict(
+        proposal_id=proposal_id,
+        table_parts=row.table_parts,
+        key_column=row.key_column,
+        key_value=row.key_value,
+        at=now,
+    )
     compared = [c for c in columns if c not in audit]
     cur.execute(
         f"SELECT {', '.join(map(quote_identifier, compared))} FROM {row.table} WHERE {key} = ?",
@@ -93,10 +98,14 @@ def undo_statement(change: Change) -> tuple[str, tuple[Any, ...]]:
 
 def undo_steps(plan: RemediationPlan, changes: Sequence[Change]) -> list[str]:
     added = [c for c in changes if c.added and c.kind == "reference_row"]
-    steps = [
-        f"`dw-dagster undo {plan.incident_id} --as <owner>` deletes the {'row' if len(added) == 1 else 'rows'} added: "
-        + "; ".join(f"{c.key_column} {c.key_value} from {table_reference(*c.table_parts)}" for c in added)
-    ] if added else []  # fmt: skip
+    steps = (
+        [
+            f"`dw-dagster undo {plan.incident_id} --as <owner>` deletes the {'row' if len(added) == 1 else 'rows'} added: "
+            + "; ".join(f"{c.key_column} {c.key_value} from {table_reference(*c.table_parts)}" for c in added)
+        ]
+        if added
+        else []
+    )
     for c in changes:
         if c.added and c.kind == "dedupe" and c.backup_parts:
             steps.append(

@@ -120,8 +120,9 @@ def _row_event(row: tuple[Any, ...]) -> tuple[ControlEvent | None, str | None]:
     if seq is None or not prev or not email or not signed_at or not proof:
         return None, None
     try:
-        event = ControlEvent(seq=int(seq), prev=prev, action=action, actor=actor, email=email, reason=reason,
-                             at=signed_at)  # fmt: skip
+        event = ControlEvent(
+            seq=int(seq), prev=prev, action=action, actor=actor, email=email, reason=reason, at=signed_at
+        )
     except ValidationError:
         return None, None
     return event, proof
@@ -194,8 +195,15 @@ class OrgControl:
         if not chain:
             return ControlState(stopped=False, ignored=ignored)
         last = chain[-1]
-        return ControlState(stopped=last.action == "stop", actor=last.actor, reason=last.reason,
-                            at=datetime.fromisoformat(last.at), seq=last.seq, head=last.hash, ignored=ignored)  # fmt: skip
+        return ControlState(
+            stopped=last.action == "stop",
+            actor=last.actor,
+            reason=last.reason,
+            at=datetime.fromisoformat(last.at),
+            seq=last.seq,
+            head=last.hash,
+            ignored=ignored,
+        )
 
     def records(self) -> dict[str, Record]:
         """Every control row as the audit trail names it; a row with no signed event is keyed by what it says
@@ -232,16 +240,32 @@ class OrgControl:
         trail = AuditTrail(self.warehouse, self.ops, TrailSigner.of_process(signer.key, person.email))
         for _ in range(_TRIES):
             state = self.state()
-            event = ControlEvent(seq=state.seq + 1, prev=state.head, action=action, actor=person.name,
-                                 email=person.email, reason=reason, at=datetime.now(UTC).isoformat())  # fmt: skip
+            event = ControlEvent(
+                seq=state.seq + 1,
+                prev=state.head,
+                action=action,
+                actor=person.name,
+                email=person.email,
+                reason=reason,
+                at=datetime.now(UTC).isoformat(),
+            )
             proof = signer.prove(event.record())
             with self.ops.connect(self.warehouse, f"control.{action}", job="control") as conn:
                 conn.cursor().execute(
                     f"INSERT INTO {self.ops.table('CONTROL_EVENTS')} (EVENT_AT, ACTION, ACTOR, REASON, SEQ,"
                     " PREV_HASH, EMAIL, SIGNED_AT, PROOF) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (datetime.now(UTC), action, person.name, reason, event.seq, event.prev, person.email,
-                     event.at, json.dumps(proof.model_dump())),
-                )  # fmt: skip
+                    (
+                        datetime.now(UTC),
+                        action,
+                        person.name,
+                        reason,
+                        event.seq,
+                        event.prev,
+                        person.email,
+                        event.at,
+                        json.dumps(proof.model_dump()),
+                    ),
+                )
             trail.append(CONTROL, CONTROL, event.key, event.record())
             after = self.state()
             if after.head == event.hash or action == "resume" and not after.stopped:
@@ -288,6 +312,9 @@ def escalate(
         owners = owner_channels(notifier, incident.incident_id)
         channels = list(dict.fromkeys([*owners, context_file.teams[domain.escalation_team].slack_channel]))
     notifier.post_update(
-        incident, f":rotating_light: Needs a person: {text}", kind="escalation", channels=channels,
+        incident,
+        f":rotating_light: Needs a person: {text}",
+        kind="escalation",
+        channels=channels,
         run_id=run_id,
-    )  # fmt: skip
+    )

@@ -60,10 +60,15 @@ def normalise_plan(
     key_src = str(diagnosis.evidence.get("key_source_column") or "")
     if key_src not in g.info(src).columns:
         raise NoPlan(f"{key.label}: not a column of {src}; the subset cannot be named where the values enter")
-    readers = sorted(
-        c for c in g.columns.successors((src, measure)) if c[0] in g and "coalesce" in g.info(c[0]).kinds
-        and g.info(c[0]).node_type != "Source"
-    ) if (src, measure) in g.columns else []  # fmt: skip
+    readers = (
+        sorted(
+            c
+            for c in g.columns.successors((src, measure))
+            if c[0] in g and "coalesce" in g.info(c[0]).kinds and g.info(c[0]).node_type != "Source"
+        )
+        if (src, measure) in g.columns
+        else []
+    )
     keyed = [
         (reader, column, key_col)
         for reader, column in readers
@@ -95,19 +100,31 @@ def normalise_plan(
         )
     band = _band(ctx, reader, node_key[1], column, key.value, numeric, factor)
     try:
-        after, test_name = normalise(node, column, (alias, measure), (key_src, key.value, numeric), factor,
-                                     (node_key[1], column, *band))  # fmt: skip
+        after, test_name = normalise(
+            node,
+            column,
+            (alias, measure),
+            (key_src, key.value, numeric),
+            factor,
+            (node_key[1], column, *band),
+        )
     except ValueError as e:
         raise NoPlan(str(e)) from None
     before = definition(node)
     sign = diagnosis.classification is CauseClass.SIGN_CHANGE
     what = "restores the sign of" if sign else f"divides by {factor:g}"
     change = NodeChange(
-        kind="normalise", environment_id=env[0], environment_name=env[1], node_id=node_id, node_name=node.name,
+        kind="normalise",
+        environment_id=env[0],
+        environment_name=env[1],
+        node_id=node_id,
+        node_name=node.name,
         asset_key=reader,
-        before=before, after=after, diff=unified_diff(before, after, f"{node.location_name}/{node.name}"),
+        before=before,
+        after=after,
+        diff=unified_diff(before, after, f"{node.location_name}/{node.name}"),
         test_name=test_name,
-    )  # fmt: skip
+    )
     owners = asset_teams(reader, ctx)
     node_proposal = Proposal(
         proposal_id=f"node-{node.name}",
@@ -136,8 +153,15 @@ def normalise_plan(
     return [node_proposal, rerun], expectations
 
 
-def _band(ctx: PlanContext, reader: str, key_column: str, column: str, value: str | None, numeric: bool,
-          factor: float) -> tuple[float, float]:  # fmt: skip
+def _band(
+    ctx: PlanContext,
+    reader: str,
+    key_column: str,
+    column: str,
+    value: str | None,
+    numeric: bool,
+    factor: float,
+) -> tuple[float, float]:
     """(low, high) of the subset's average over the other rows' once normalised; for a sign change, the
     sign the subset's values should have, twice. One statement on the node's table as built tonight."""
     k, m = quote_identifier(key_column), quote_identifier(column)

@@ -282,6 +282,6 @@ def _expectations(
                 target=night.value + join.dropped_rows,
                 tolerance=0,
                 table_parts=parts,
-            )  # fmt: skip
+            )
         )
     return out + back_to_baseline(radius, ctx)

@@ -75,8 +75,16 @@ def remove_duplicates(
     removal)."""
     cols = ", ".join(quote_identifier(c) for c in d.columns)
     now = datetime.now(UTC)
-    common = dict(kind="dedupe", proposal_id=proposal_id, table_parts=d.table_parts, key_column=d.key_column or "",
-                  key_value=list(d.key_values), backup_parts=d.backup_parts, columns=list(d.columns), at=now)  # fmt: skip
+    common = dict(
+        kind="dedupe",
+        proposal_id=proposal_id,
+        table_parts=d.table_parts,
+        key_column=d.key_column or "",
+        key_value=list(d.key_values),
+        backup_parts=d.backup_parts,
+        columns=list(d.columns),
+        at=now,
+    )
     kept_before = _exists(cur, d.backup_parts)
     if not kept_before:
         cur.execute(
@@ -88,17 +96,24 @@ def remove_duplicates(
     copies = int(cur.fetchone()[0])
     # Kept by an earlier attempt: done if its transaction committed, else finished here.
     if kept_before and not copies_left(cur, d, types):
-        return Change(what=f"the copies were already removed from {d.table} ({copies:,} kept in {d.backup})",
-                      added=False, rows=copies, **common)  # fmt: skip
+        return Change(
+            what=f"the copies were already removed from {d.table} ({copies:,} kept in {d.backup})",
+            added=False,
+            rows=copies,
+            **common,
+        )
     if not copies:
-        return Change(what=f"{d.table} holds no copies any more; nothing was removed", added=False, rows=0,
-                      **common)  # fmt: skip
+        return Change(
+            what=f"{d.table} holds no copies any more; nothing was removed", added=False, rows=0, **common
+        )
     scope = f" of {d.key_column} {', '.join(d.key_values)}" if d.key_values else ""
     change = Change(
         what=f"Removed {copies:,} duplicate rows{scope} from {d.table} on approval of {approval.approver}; "
         f"the copies are kept in {d.backup}",
-        added=True, rows=copies, **common,
-    )  # fmt: skip
+        added=True,
+        rows=copies,
+        **common,
+    )
     if before_delete is not None:
         before_delete(change)
     match = " AND ".join(
@@ -185,9 +200,14 @@ def apply_source_changes(warehouse: Any, store: Any, approved: Any, run_id: str,
 
 
 def await_sources(
-    warehouse: Any, approved: Any, run_id: str, job: str, deadline: float, poll_seconds: float,
+    warehouse: Any,
+    approved: Any,
+    run_id: str,
+    job: str,
+    deadline: float,
+    poll_seconds: float,
     tell: Callable[[str], None],
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """Waits for each stopped source of the plan to catch up; ``tell`` says once what it waits for."""
     from dw_dagster.records.remediation import ProposalKind
 
@@ -204,9 +224,14 @@ def await_sources(
                 return latest_load(conn.cursor(), a)
 
         latest = await_caught_up(
-            read, a, deadline, poll_seconds,
-            lambda a=a: tell(f"Approved. Waiting for {a.system or a.table} to catch up ({a.table} has no load after "
-                         f"{a.stale_since:%Y-%m-%d %H:%M}); the rerun starts once it has."),
-        )  # fmt: skip
+            read,
+            a,
+            deadline,
+            poll_seconds,
+            lambda a=a: tell(
+                f"Approved. Waiting for {a.system or a.table} to catch up ({a.table} has no load after "
+                f"{a.stale_since:%Y-%m-%d %H:%M}); the rerun starts once it has."
+            ),
+        )
         caught_up.append(f"{a.table} caught up: latest {a.column} {latest:%Y-%m-%d %H:%M}")
     return caught_up

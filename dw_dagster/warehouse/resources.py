@@ -173,8 +173,11 @@ def warehouse_from_env(env: Mapping[str, str] | None = None, resolved: bool = Fa
 
 
 SIGN_IN_VARIABLES = (
-    "SNOWFLAKE_PRIVATE_KEY_PATH", "SNOWFLAKE_PRIVATE_KEY", "SNOWFLAKE_TOKEN", "SNOWFLAKE_PASSWORD",
-)  # fmt: skip
+    "SNOWFLAKE_PRIVATE_KEY_PATH",
+    "SNOWFLAKE_PRIVATE_KEY",
+    "SNOWFLAKE_TOKEN",
+    "SNOWFLAKE_PASSWORD",
+)
 
 
 def _sign_in(env: Mapping[str, str], secret: Any, resolved: bool) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -64,8 +64,15 @@ def accept(asset: str, check: str | None, who: str, reason: str) -> None:
                 f"(its checks: {', '.join(sorted(c for c, ok in available.items() if ok)) or 'none'})"
             )
         if check in (None, VOLUME_CHECK) and volume_night is not None:
-            history.record_rebase(Rebase(series=volume_series(asset), from_date=volume_night, kind="accepted",
-                                         reason=reason, accepted_by=person.name))  # fmt: skip
+            history.record_rebase(
+                Rebase(
+                    series=volume_series(asset),
+                    from_date=volume_night,
+                    kind="accepted",
+                    reason=reason,
+                    accepted_by=person.name,
+                )
+            )
             history.flag_volume(asset, volume_night, flagged=False)
             accepted.append((VOLUME_CHECK, volume_night))
         for t in totals:
@@ -76,8 +83,15 @@ def accept(asset: str, check: str | None, who: str, reason: str) -> None:
                 raise click.ClickException(f"total {t.name}: nothing recorded yet, so no level to accept")
             night = last.business_date
             for series in [total_series(t.name), *(total_series(t.name, g) for g in last.groups)]:
-                history.record_rebase(Rebase(series=series, from_date=night, kind="accepted", reason=reason,
-                                             accepted_by=person.name))  # fmt: skip
+                history.record_rebase(
+                    Rebase(
+                        series=series,
+                        from_date=night,
+                        kind="accepted",
+                        reason=reason,
+                        accepted_by=person.name,
+                    )
+                )
             history.flag_metric(t.name, night, flagged=False)
             accepted.append((f"total_{t.name}", night))
     if not accepted:
@@ -110,6 +124,11 @@ def _note_on_open_incidents(ops, asset: str, by: str, reason: str, accepted) -> 
                     incident.incident_id,
                     "baseline_accepted",
                     f"baseline_accepted|{asset}|{name}|{night.isoformat()}",
-                    {"asset_key": asset, "check_name": name, "from_date": night.isoformat(), "by": by,
-                     "reason": reason},
-                )  # fmt: skip
+                    {
+                        "asset_key": asset,
+                        "check_name": name,
+                        "from_date": night.isoformat(),
+                        "by": by,
+                        "reason": reason,
+                    },
+                )
