@@ -361,17 +361,17 @@ class IncidentStore:
                     now,
                 )
                 cur.execute(
-                    f"UPDATE {self.ops.table('INCIDENTS')} SET SEVERITY = 'WARN', TITLE = %s, UPDATED_AT = %s"
-                    " WHERE INCIDENT_ID = %s",
-                    (title, now, incident_id),
+                    f"UPDATE {self.ops.table('INCIDENTS')} SET SEVERITY = ?, TITLE = ?, UPDATED_AT = ?"
+                    " WHERE INCIDENT_ID = ?",
+                    ("WARN", title, now, incident_id),
                 )
             # Findings that joined since (the same night's later checks) take the incident's severity too.
             for e in self._events(cur, incident_id, ("finding",)):
                 if e.detail.get("severity") == "WARN":
                     continue
                 cur.execute(
-                    f"UPDATE {self.ops.table('INCIDENT_EVENTS')} SET DETAIL = %s"
-                    " WHERE INCIDENT_ID = %s AND EVENT_KEY = %s",
+                    f"UPDATE {self.ops.table('INCIDENT_EVENTS')} SET DETAIL = ?"
+                    " WHERE INCIDENT_ID = ? AND EVENT_KEY = ?",
                     (json.dumps({**e.detail, "severity": "WARN"}, default=str), incident_id, e.event_key),
                 )
             return changed

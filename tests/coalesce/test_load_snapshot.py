@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 import dagster as dg
+import pytest
 from coalesce_state import environ, state_key
 from dagster._core.remote_representation.external_data import RepositorySnap
 from dagster_shared.serdes import serialize_value
@@ -34,9 +35,12 @@ def _synthetic_workspace(n: int) -> str:
     return bench.synthetic_workspace(n).serialize()
 
 
-def _asset_nodes(tmp_path: Path) -> dict[str, object]:
-    cleared = {k: "" for k in os.environ if k.startswith(("DW_", "COALESCE_", "SNOWFLAKE_"))}
-    with environ({**cleared, "COALESCE_ENVIRONMENT_IDS": "2"}), dg.instance_for_test() as instance:
+def _asset_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    # Unset, not empty: an empty COALESCE_BASE_URL is a setting (and refused), not the default.
+    for k in list(os.environ):
+        if k.startswith(("DW_", "COALESCE_", "SNOWFLAKE_")):
+            monkeypatch.delenv(k)
+    with environ({"COALESCE_ENVIRONMENT_IDS": "2"}), dg.instance_for_test() as instance:
         state = tmp_path / "state"
         state.write_text(_synthetic_workspace(NODES))
         instance.defs_state_storage.upload_state_from_path(state_key(), "v1", state)
@@ -50,8 +54,8 @@ def _asset_nodes(tmp_path: Path) -> dict[str, object]:
     return nodes
 
 
-def test_the_load_hands_dagster_the_same_asset_nodes(tmp_path):
-    nodes = _asset_nodes(tmp_path)
+def test_the_load_hands_dagster_the_same_asset_nodes(tmp_path, monkeypatch):
+    nodes = _asset_nodes(tmp_path, monkeypatch)
     assert len(nodes) == NODES + 1  # the nodes and the incidents asset
     if os.environ.get("DW_UPDATE_LOAD_SNAPSHOT"):
         SNAPSHOT.write_text(json.dumps(nodes, indent=1, sort_keys=True) + "\n")

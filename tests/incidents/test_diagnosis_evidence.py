@@ -49,7 +49,8 @@ def _ctx(conn, column: str) -> DiagnosisContext:
 @pytest.fixture
 def conn():
     with fakesnow.patch():
-        conn = snowflake.connector.connect(database="DB", schema="RAW")
+        # Bound server-side, as the product's own connections bind (warehouse/connections.py).
+        conn = snowflake.connector.connect(database="DB", schema="RAW", paramstyle="qmark")
         cur = conn.cursor()
         for schema in ("RAW", "CORE", "DW_OPS"):
             cur.execute(f'CREATE SCHEMA IF NOT EXISTS "DB"."{schema}"')

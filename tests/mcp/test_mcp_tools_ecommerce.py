@@ -36,7 +36,7 @@ def graph() -> LineageGraph:
     data = CoalesceWorkspaceData(
         base_url="http://coalesce.invalid", fetched_at=datetime(2026, 1, 1, tzinfo=UTC),
         environments=[CoalesceEnvironmentData(
-            environment=CoalesceEnvironment.model_validate(environment_to_api(env, project.file.project, "ok")),
+            environment=CoalesceEnvironment.model_validate(environment_to_api(env, project.file.project, "ok", full=False)),
             nodes=[CoalesceNode.model_validate(node_detail(n, env)) for n in project.file.nodes], jobs=[],
         )],
     )  # fmt: skip
