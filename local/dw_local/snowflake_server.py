@@ -68,6 +68,18 @@ def _csv_columns_as_duckdb_names_them() -> None:
     fakesnow.copy_into._inserts = _inserts
 
 
+def _identify(app, data_dir: Path) -> None:
+    """``GET /_local/health`` answers this server's data directory: a world waiting for its Snowflake knows
+    it from another world's server that took the port it was given (free ports are picked, then bound)."""
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def health(request):
+        return JSONResponse({"data_dir": str(data_dir.resolve())})
+
+    app.router.routes.insert(0, Route("/_local/health", health, methods=["GET"]))
+
+
 def serve(port: int, data_dir: Path, host: str = "127.0.0.1") -> None:
     import fakesnow.server
     import uvicorn
@@ -93,6 +105,7 @@ def serve(port: int, data_dir: Path, host: str = "127.0.0.1") -> None:
     snowflake_auth.install(fakesnow.server.app, data_dir)
     account_usage.install(fakesnow.server.app, fakesnow.server.shared_fs, data_dir)
     logging.getLogger("fakesnow.server").setLevel(logging.WARNING)
+    _identify(fakesnow.server.app, data_dir)
     # The server keeps every session: loopback only.
     uvicorn.run(fakesnow.server.app, host=host, port=port, log_level="warning", access_log=False)
 

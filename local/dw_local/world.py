@@ -473,11 +473,20 @@ class LocalWorld:
         )
 
     def _snowflake_up(self) -> bool:
+        """This world's Snowflake answers on its port (not another world's server that took the port)."""
         try:
-            with socket.create_connection(("127.0.0.1", self.ports.snowflake), timeout=0.5):
-                return True
-        except OSError:
+            answer = httpx.get(f"http://127.0.0.1:{self.ports.snowflake}/_local/health", timeout=1.0)
+        except httpx.HTTPError:
             return False
+        if answer.status_code != 200:
+            return False
+        theirs = answer.json().get("data_dir")
+        if theirs != str((self.root / "snowflake").resolve()):
+            raise RuntimeError(
+                f"port {self.ports.snowflake}: another local Snowflake answers there (data in {theirs}), "
+                "not this world's; start it again on free ports"
+            )
+        return True
 
     @staticmethod
     def _http_up(url: str) -> bool:

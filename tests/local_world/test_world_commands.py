@@ -266,3 +266,13 @@ def test_seeding_says_night_n_of_n(tmp_path):
     with LocalWorld(tmp_path / "w") as lw:
         seed_history(DistributorWorld(), lw, 1, progress=lines.append)
     assert lines == ["  night 1 of 1 (2025-04-16): run completed, watched"]
+
+
+def test_a_world_never_takes_another_worlds_snowflake_for_its_own(tmp_path):
+    """Free ports are picked, then bound: a world whose Snowflake port another world's server took in between
+    is told so by name, not handed the other world's data (a TCP connect was its only check before)."""
+    with LocalWorld(tmp_path / "a", services=("snowflake",)) as a:
+        b = LocalWorld(tmp_path / "b", ports=WorldPorts(snowflake=a.ports.snowflake), services=("snowflake",))
+        assert a._snowflake_up()
+        with pytest.raises(RuntimeError, match=rf"port {a.ports.snowflake}: another local Snowflake answers"):
+            b._snowflake_up()
