@@ -17,6 +17,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -137,8 +138,7 @@ class Template:
 
     def built(self) -> bool:
         """Whether the template matching the code is already in the cache (a copy, not a seeding, away)."""
-        template = self.folder / f"{self.world.name}-{self.nights}-{self._hash()}"
-        return (template / "seeded.json").exists()
+        return (self._template / "seeded.json").exists()
 
     def path(self) -> Path:
         with self._build_lock():
@@ -156,15 +156,21 @@ class Template:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 
-    def _hash(self) -> str:
+    @cached_property
+    def _template(self) -> Path:
+        """The folder of the template matching the code, named by its content hash (hashed once: the
+        shaping files are read whole)."""
         h = hashlib.sha256(_shaping_hash().encode())
         for f in self.files:
             h.update(Path(f).read_bytes())
-        return h.hexdigest()[:16]
+        return self.folder / f"{self._prefix}{h.hexdigest()[:16]}"
+
+    @property
+    def _prefix(self) -> str:
+        return f"{self.world.name}-{self.nights}-"
 
     def _ensure(self) -> Path:
-        prefix = f"{self.world.name}-{self.nights}-"
-        template = self.folder / f"{prefix}{self._hash()}"
+        prefix, template = self._prefix, self._template
         if (template / "seeded.json").exists():
             return template
         shutil.rmtree(template, ignore_errors=True)
