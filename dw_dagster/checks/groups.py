@@ -134,23 +134,11 @@ def judge_groups(
             if since is not None
             else None
         )
-        if (verdict is None or verdict.insufficient) and tonight >= max(floor, 1e-9) and _null_key(g):
-            # Material as any gain is (1% of the total): a few rows without a group are not a shift.
-            moves.append(
-                GroupMove(
-                    group=g,
-                    value=tonight,
-                    expected=0.0,
-                    change=tonight,
-                    share_before=None,
-                    share_after=_share(tonight, value),
-                    status="gained",
-                )
-            )
-            continue
         if verdict is None or verdict.insufficient:
             # New, or too new for its own baseline (its first nights, some of them an incident's): a key
-            # still arriving, like one new tonight.
+            # still arriving, like one new tonight. Rows without a group gained it, when material as any
+            # gain is (1% of the total): a few of them are not a shift.
+            gained = tonight >= max(floor, 1e-9) and _null_key(g)
             if tonight > 0:
                 moves.append(
                     GroupMove(
@@ -160,7 +148,7 @@ def judge_groups(
                         change=tonight,
                         share_before=None,
                         share_after=_share(tonight, value),
-                        status="new",
+                        status="gained" if gained else "new",
                     )
                 )
             continue

@@ -21,7 +21,7 @@ import dagster as dg
 from sqlglot import exp
 
 from dw_dagster.checks.history import Reading, Rebase, Recorded, volume_series
-from dw_dagster.checks.judge import deviation, judge, judgement_metadata
+from dw_dagster.checks.judge import Judgement, deviation, judge, judgement_metadata
 from dw_dagster.checks.keys import (
     KEYS_LOOKBACK_DAYS,
     KeyChange,
@@ -271,30 +271,25 @@ class Volumes:
         levels = night.levels.get(volume_series(path), [])
         values = {d: r.value for d, r in past.items() if r.value is not None}
         excluded = {d for d, r in past.items() if r.flagged} | night.incident_days
-        verdict = judge(
-            values,
-            night.day,
-            count,
-            config.baseline,
-            calendar=self.metrics.calendar,
-            excluded_days=excluded,
-            rebases=levels,
-            share=night.share(path),
-        )
+
+        def judged(rebases: Sequence[Rebase]) -> Judgement:
+            return judge(
+                values,
+                night.day,
+                count,
+                config.baseline,
+                calendar=self.metrics.calendar,
+                excluded_days=excluded,
+                rebases=rebases,
+                share=night.share(path),
+            )
+
+        verdict = judged(levels)
         if verdict.severity == "ERROR" and verdict.result.direction == "up":
             explained = self._explained_by_new_keys(night, spec, count, values, excluded, levels, changes)
             if explained is not None:
                 night.history.record_rebase(explained)
-                verdict = judge(
-                    values,
-                    night.day,
-                    count,
-                    config.baseline,
-                    calendar=self.metrics.calendar,
-                    excluded_days=excluded,
-                    rebases=[*levels, explained],
-                    share=night.share(path),
-                )
+                verdict = judged([*levels, explained])
         metadata = {
             "row_count": dg.MetadataValue.int(int(count)),
             "row_count_source": source,
