@@ -149,18 +149,9 @@ def _password_variables(lw: LocalWorld) -> set[str]:
 
 # The local ACCOUNT_USAGE views have no lag, so the nightly cost job need not wait its production 8 h.
 _UI_ONLY_ENV = {"DW_COST_LATENCY_HOURS": "0"}
-# `dg dev` serves the code location through a proxy code server that shuts itself down when its caller's
-# heartbeat goes unanswered for 45 s, and whose code process does the same after 30 s without the proxy's
-# (dagster/_cli/code_server.py). Both answer heartbeats from the same thread pool as sensor evaluations and
-# run launches, min(32, cores + 4) threads by default: 6 on 2 cores, which the daemon's 4 sensor threads, its
-# schedules, the run queue and the UI fill on a loaded machine, and a shut-down server refuses the next run
-# ("Tried to start a run on a server after telling it to shut down"). More threads than callers (Dagster's
-# own settings, read by `dagster code-server start` and `dagster api grpc`) and a longer heartbeat TTL.
-_CODE_SERVER_ENV = {
-    "DAGSTER_CODE_SERVER_MAX_WORKERS": "16",
-    "DAGSTER_GRPC_MAX_WORKERS": "16",
-    "DAGSTER_GRPC_PROXY_HEARTBEAT_TTL_SECONDS": "120",
-}
+# The daemon warns that its threads hang when their last heartbeats are older than its tolerance (30 min) by
+# the world's clock, which a night played moves a day ahead: above a night, the warning means a hang again.
+_DAEMON_ENV = {"DAGSTER_DAEMON_HEARTBEAT_TOLERANCE": str(2 * 24 * 3600)}
 
 
 def _write_env_file(lw: LocalWorld) -> Path:
@@ -190,7 +181,7 @@ def _run_dagster_dev(lw: LocalWorld, ui_port: int) -> None:
         **os.environ,
         **lw.env(),
         **_UI_ONLY_ENV,
-        **_CODE_SERVER_ENV,
+        **_DAEMON_ENV,
         "DAGSTER_HOME": str(home),
         **clock_env(lw.root),
     }

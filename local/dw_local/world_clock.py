@@ -12,9 +12,14 @@ policies, the skipped-run check, an incident's times and the cost report's defau
 world's night, not today's wall clock, and the product knows nothing of it: it reads the clock it always
 reads. (The UI's "x ago" is counted by the browser from the reader's own clock.)
 
-Only gRPC keeps real time: its Python layer turns a call's timeout into an absolute deadline with
-``time.time()`` for its C core, which reads the real clock, so every call of Dagster's code servers would be
-past its deadline at once (:class:`_RealTimeForGrpc`).
+Only what counts seconds between processes keeps real time (:class:`_RealTimeFor`): gRPC's Python layer turns
+a call's timeout into an absolute deadline with ``time.time()`` for its C core, which reads the real clock,
+so every call of Dagster's code servers would be past its deadline at once; and Dagster's code servers and
+daemon judge liveness by ``time.time()`` between heartbeats, so the world's clock set a night ahead made a
+code server whose check fell between the jump and the next heartbeat (one in nine of the proxy's, which
+checks every 45 s against a heartbeat every 5 s) shut itself down and refuse the night's runs ("Tried to
+start a run on a server after telling it to shut down"). (The daemon's controller mixes both clocks in its
+own checks, so it stays on the world's: ``world up`` gives it a heartbeat tolerance above a night.)
 
 A process is put on the world's clock by :func:`follow`, or at start-up by the ``sitecustomize`` in
 ``world_clock_hook/`` when :data:`CLOCK_FILE_ENV` names the file (:func:`clock_env` gives both variables).
@@ -88,10 +93,16 @@ class _RealTime:
         return getattr(time, name)
 
 
-class _RealTimeForGrpc(importlib.abc.MetaPathFinder):
-    """Gives gRPC's modules that compute deadlines the real clock as they are imported."""
+class _RealTimeFor(importlib.abc.MetaPathFinder):
+    """Gives the modules that count real seconds the real clock as they are imported: gRPC's deadlines, and
+    the heartbeats of Dagster's code servers (``dagster api grpc``, the proxy of ``dagster code-server
+    start``). Each uses ``time.time()`` only for such durations; the times
+    Dagster records and judges (ticks, runs, freshness) come from ``dagster._time`` and stay the world's."""
 
-    MODULES = frozenset({"grpc._channel", "grpc._common", "grpc._server", "grpc._utilities"})
+    MODULES = frozenset({
+        "grpc._channel", "grpc._common", "grpc._server", "grpc._utilities",
+        "dagster._grpc.server", "dagster._grpc.proxy_server",
+    })  # fmt: skip
 
     def find_spec(self, fullname, path, target=None):
         if fullname not in self.MODULES:
@@ -110,13 +121,13 @@ class _RealTimeForGrpc(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _real_time_for_grpc() -> None:
-    if any(isinstance(f, _RealTimeForGrpc) for f in sys.meta_path):
+def _real_time_for_liveness() -> None:
+    if any(isinstance(f, _RealTimeFor) for f in sys.meta_path):
         return
-    for name in _RealTimeForGrpc.MODULES:  # already imported: given the real clock now
+    for name in _RealTimeFor.MODULES:  # already imported: given the real clock now
         if name in sys.modules:
             sys.modules[name].time = _RealTime()  # type: ignore[attr-defined]
-    sys.meta_path.insert(0, _RealTimeForGrpc())
+    sys.meta_path.insert(0, _RealTimeFor())
 
 
 class WorldClock:
@@ -125,7 +136,7 @@ class WorldClock:
     def __init__(self, path: Path, poll: float = POLL_SECONDS):
         import time_machine
 
-        _real_time_for_grpc()
+        _real_time_for_liveness()
         self.path = Path(path)
         self.offset = read_offset(self.path)
         self._travel = time_machine.travel(self._world_now(), tick=True)

@@ -203,6 +203,9 @@ def test_no_traceback_and_a_quiet_console(walkthrough):
         assert "Traceback" not in done.stdout + done.stderr, name
     console = walkthrough.console
     assert "Traceback" not in console and "BetaWarning" not in console, console[-3000:]
+    # The world's clock moves a night at a time: no process takes that for a missed heartbeat (a code server
+    # shut itself down on it, a daemon warned that its threads hung).
+    assert "No heartbeat received" not in console and "have not sent heartbeats" not in console
     # The template was built before (the fixture's): world up copies it and says so, not "7 minutes".
     assert "copying the seeded world (60 nights of history) from " in console
     assert "about 7 minutes" not in console

@@ -65,3 +65,22 @@ def test_grpc_deadlines_stay_on_the_real_clock(tmp_path):
     assert out.returncode == 0, out.stderr
     ahead = float(out.stdout)  # the deadline, real, against the process's (world's) now
     assert abs(ahead - 5 + WORLD_BEHIND.total_seconds()) < 30, ahead
+
+
+def test_code_servers_count_heartbeats_in_real_seconds(tmp_path):
+    # A code server's heartbeat check compares its last heartbeat with time.time() - TTL: on the world's clock,
+    # a night played (the clock a day ahead) between a heartbeat and the check shut the server down, and the
+    # daemon's next run launch was refused. Their clock is the real one; what they record stays the world's.
+    _set(tmp_path, WORLD_BEHIND)
+    env = {"PATH": "/usr/bin:/bin", **clock_env(tmp_path, {})}
+    code = (
+        "import time, dagster._time, dagster._grpc.server as s, dagster._grpc.proxy_server as p; "
+        "print(s.time.time() - time.time(), p.time.time() - time.time(), "
+        "dagster._time.get_current_timestamp() - time.time())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    server, proxy, recorded = (float(x) for x in out.stdout.split())
+    real_ahead = -WORLD_BEHIND.total_seconds()
+    assert abs(server - real_ahead) < 30 and abs(proxy - real_ahead) < 30, (server, proxy)
+    assert abs(recorded) < 30, recorded
