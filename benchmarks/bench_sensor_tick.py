@@ -306,7 +306,12 @@ def main() -> None:
         root = Path(tmp)
         project_file = root / "project.yaml"
         project_file.write_text(yaml.safe_dump(synthetic_project(n), sort_keys=False, width=200))
-        with LocalWorld(root / "world", project_file=project_file, services=("snowflake", "coalesce")) as lw:
+        with LocalWorld(
+            root / "world",
+            project_file=project_file,
+            services=("snowflake", "coalesce"),
+            snowflake_sign_in="password",  # the bench's code location signs in by password
+        ) as lw:
             with lw.snowflake.connect(database=DATABASE) as conn:
                 cur = conn.cursor()
                 cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{DATABASE}"."RAW"')

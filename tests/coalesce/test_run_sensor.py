@@ -75,7 +75,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorld]:
 def warehouse(world: LocalWorld) -> WarehouseResource:
     sf = world.snowflake
     return WarehouseResource(
-        account=sf.account, user=sf.user, password=sf.password, database=DATABASE, network_timeout=20,
+        account=sf.account, user=sf.user, **sf.sign_in(), database=DATABASE, network_timeout=20,
         login_timeout=10,
         additional_snowflake_connection_args={"host": sf.host, "port": sf.port, "protocol": sf.protocol},
     )  # fmt: skip
@@ -113,7 +113,8 @@ def control(world: LocalWorld, method: str, path: str, body: dict[str, Any] | No
 
 
 def credentials() -> CoalesceUserCredentials:
-    return CoalesceUserCredentials(snowflake_username="DW_DAGSTER", snowflake_password="local")
+    # Coalesce's own user: dw-dagster's signs in by key pair only.
+    return CoalesceUserCredentials(snowflake_username="TRANSFORM", snowflake_password="local")
 
 
 def start(client: CoalesceClient, job_id: int) -> int:

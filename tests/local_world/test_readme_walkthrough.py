@@ -199,10 +199,13 @@ def test_cost_report_defaults_to_the_worlds_days(walkthrough):
 
 
 def test_no_traceback_and_a_quiet_console(walkthrough):
+    # The world signs the product in by key pair, as the product advises: no process warns of a password.
     for name, done in walkthrough.outputs.items():
         assert "Traceback" not in done.stdout + done.stderr, name
+        assert "sign-in by password" not in done.stdout + done.stderr, name
     console = walkthrough.console
     assert "Traceback" not in console and "BetaWarning" not in console, console[-3000:]
+    assert "sign-in by password" not in console, console[-3000:]
     # The template was built before (the fixture's): world up copies it and says so, not "7 minutes".
     assert "copying the seeded world (60 nights of history) from " in console
     assert "about 7 minutes" not in console
