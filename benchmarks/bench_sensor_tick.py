@@ -50,7 +50,7 @@ import dagster as dg  # noqa: E402
 from dagster._core.instance.utils import RUNLESS_RUN_ID  # noqa: E402
 from dagster._serdes import serialize_value  # noqa: E402
 
-from dw_dagster.app.checks import build_check_definitions  # noqa: E402
+from dw_dagster.app.checks import build_check_definitions, build_checks_job  # noqa: E402
 from dw_dagster.app.coalesce_runs import build_run_hook, check_keys_for_assets  # noqa: E402
 from dw_dagster.app.components import ref_resolver  # noqa: E402
 from dw_dagster.app.governance_review import review_run  # noqa: E402
@@ -145,7 +145,7 @@ def bench_definitions(coalesce_url: str, snowflake_port: int):
         workspace=workspace,
         asset_specs=specs,
         on_run_finished=build_run_hook(BusinessDay(), warehouse, OpsSchema(DATABASE), workspace),
-        asset_selection=dg.AssetSelection.all_asset_checks(),
+        target=build_checks_job(),  # as the code location targets it (dw_dagster/app/components.py)
         batch_run_events=True,  # as the code location sets it (dw_dagster/app/defs/coalesce/defs.yaml)
     )
     metrics = MetricsFile(volume=VolumeMonitoring(assets=["*"]))
