@@ -70,7 +70,7 @@ def find_jobs(
         missing = sorted(set(job_ids) - {j.id for j in jobs}, key=_id_order)
         if missing:
             log.warning(
-                f"Coalesce environment {environment_id}: configured job id(s) {missing} not found there (404)"
+                f"Coalesce environment {environment_id}: these configured job ids are not found there (404): {missing}"
             )
         return jobs, "job_ids"
     return probe_jobs(client, environment_id, known_ids, log), "probe"

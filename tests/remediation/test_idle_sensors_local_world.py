@@ -142,7 +142,7 @@ def test_an_incident_a_checks_run_opens_is_diagnosed_and_its_fix_expires_on_time
     with statements() as due:
         _, reason = ticks.tick("approval_expiry")
     assert due, "at its expiry the sensor reads the plan"
-    assert reason == "expired 1 unanswered approval request(s)"
+    assert reason == "expired 1 unanswered approval request"
     assert daemon.instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELED
     assert book.decision(plan).kind == "expired"
 
