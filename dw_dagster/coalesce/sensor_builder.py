@@ -278,7 +278,7 @@ class _Tick:
         high_water = max((r.id for r in page.data), default=0)
         pending = {r.id for r in page.data if not r.run_status.is_terminal}
         self.log.info(
-            f"Watching Coalesce environment {env_id} from run {high_water} on"
+            f"Watching Coalesce environment {self.assets.environment_name(env_id)} from run {high_water} on"
             + (f"; runs in flight: {sorted(pending)}" if pending else "")
         )
         return _EnvState(high_water, pending)
