@@ -70,6 +70,9 @@ def test_each_run_shows_its_job_and_the_sensor_tick_that_launched_it(reference_n
             # A seeded night's tick carries that night's time, as its run does.
             started = daemon.instance.get_run_record_by_id(run.run_id).start_time
             assert started is not None and abs(started - tick.timestamp) < 300
+        # The seeding's first tick too (the world's calendar, not today's): before any night it watched.
+        first = min(ticks, key=lambda t: t.tick_id)
+        assert first.timestamp < min(r.start_time for r in daemon.instance.get_run_records() if r.start_time)
 
 
 def test_value_loss_through_the_inner_join(reference_night):
