@@ -47,6 +47,7 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
+from dw_dagster.app.checks import CHECKS_JOB
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
 from dw_dagster.coalesce.workspace_models import CoalesceEnvironment, CoalesceJob, CoalesceNode
 
@@ -287,12 +288,12 @@ def child(kind: str, home: Path, state: Path, profile: bool) -> dict:
 
         profiler = cProfile.Profile()
         profiler.enable()
-        run_worker_plan(instance, load_data, "__ASSET_JOB", checks)
+        run_worker_plan(instance, load_data, CHECKS_JOB, checks)
         profiler.disable()
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
         return {}
     t0 = time.perf_counter()
-    steps = run_worker_plan(instance, load_data, "__ASSET_JOB", checks)
+    steps = run_worker_plan(instance, load_data, CHECKS_JOB, checks)
     return {"seconds": time.perf_counter() - t0, "steps": steps}
 
 

@@ -50,7 +50,7 @@ import dagster as dg  # noqa: E402
 from dagster._core.instance.utils import RUNLESS_RUN_ID  # noqa: E402
 from dagster._serdes import serialize_value  # noqa: E402
 
-from dw_dagster.app.checks import build_check_definitions  # noqa: E402
+from dw_dagster.app.checks import build_check_definitions, build_checks_job  # noqa: E402
 from dw_dagster.app.coalesce_runs import build_run_hook, check_keys_for_assets  # noqa: E402
 from dw_dagster.app.components import ref_resolver  # noqa: E402
 from dw_dagster.app.governance_review import review_run  # noqa: E402
@@ -145,7 +145,7 @@ def bench_definitions(coalesce_url: str, snowflake_port: int):
         workspace=workspace,
         asset_specs=specs,
         on_run_finished=build_run_hook(BusinessDay(), warehouse, OpsSchema(DATABASE), workspace),
-        asset_selection=dg.AssetSelection.all_asset_checks(),
+        target=build_checks_job(),  # as the code location targets it (dw_dagster/app/components.py)
         batch_run_events=True,  # as the code location sets it (dw_dagster/app/defs/coalesce/defs.yaml)
     )
     metrics = MetricsFile(volume=VolumeMonitoring(assets=["*"]))
@@ -306,7 +306,12 @@ def main() -> None:
         root = Path(tmp)
         project_file = root / "project.yaml"
         project_file.write_text(yaml.safe_dump(synthetic_project(n), sort_keys=False, width=200))
-        with LocalWorld(root / "world", project_file=project_file, services=("snowflake", "coalesce")) as lw:
+        with LocalWorld(
+            root / "world",
+            project_file=project_file,
+            services=("snowflake", "coalesce"),
+            snowflake_sign_in="password",  # the bench's code location signs in by password
+        ) as lw:
             with lw.snowflake.connect(database=DATABASE) as conn:
                 cur = conn.cursor()
                 cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{DATABASE}"."RAW"')

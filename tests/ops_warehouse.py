@@ -16,7 +16,7 @@ def warehouse(tmp_path_factory):
     with LocalWorld(tmp_path_factory.mktemp("sf"), services=("snowflake",)) as lw:
         sf = lw.snowflake
         yield lw, WarehouseResource(
-            account=sf.account, user=sf.user, password=sf.password, database="DW_OPS_TEST", network_timeout=20,
+            account=sf.account, user=sf.user, **sf.sign_in(), database="DW_OPS_TEST", network_timeout=20,
             additional_snowflake_connection_args={"host": sf.host, "port": sf.port, "protocol": sf.protocol},
         )  # fmt: skip
 

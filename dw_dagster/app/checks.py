@@ -1,5 +1,6 @@
 """The nightly checks as Dagster asset checks: one subsettable step, ``nightly_checks``, over the metrics file's
-checks (``checks/nightly.py`` evaluates them), and the assets with their freshness policies."""
+checks (``checks/nightly.py`` evaluates them), the job that runs them, and the assets with their freshness
+policies."""
 
 from __future__ import annotations
 
@@ -14,6 +15,20 @@ from dw_dagster.checks.nightly import NIGHTLY_CHECKS, NightlyChecks
 from dw_dagster.checks.recorded_totals import TableResolver
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.warehouse.resources import WarehouseResource
+
+CHECKS_JOB = "quality_checks"
+
+
+def build_checks_job() -> dg.UnresolvedAssetJobDefinition:
+    """The job of every check, whose runs each check a subset: what a Coalesce run built (the run sensor's
+    requests) or what someone asked for. A named job rather than the implicit asset job: the UI shows a
+    check-only selection as a Python repr and a run of it with no target, and this job by its name."""
+    return dg.define_asset_job(
+        CHECKS_JOB,
+        selection=dg.AssetSelection.all_asset_checks(),
+        description="The checks on the pipeline's assets; each run checks those one Coalesce run built "
+        "(requested by coalesce_run_sensor) or those someone asked for.",
+    )
 
 
 def build_nightly_checks(

@@ -28,7 +28,7 @@ from pathlib import Path
 import dagster as dg
 import pydantic
 
-from dw_dagster.app.checks import build_check_definitions
+from dw_dagster.app.checks import build_check_definitions, build_checks_job
 from dw_dagster.app.coalesce_runs import build_run_hook
 from dw_dagster.app.cost import build_cost_definitions
 from dw_dagster.app.incidents import build_incident_definitions
@@ -250,20 +250,21 @@ class OperationsComponent(dg.Component, dg.Model, dg.Resolvable):
         checks = build_check_definitions(
             metrics, pipeline, resolve, ops.database, executable_keys(coalesce_defs)
         )
+        checks_job = build_checks_job()
         sensor = build_coalesce_polling_sensor(
             workspace=coalesce.workspace,
             asset_specs=specs,
             on_run_finished=build_run_hook(metrics.business_day, warehouse, ops, coalesce.workspace, ctx),
             name=RUN_SENSOR_NAME,
-            # The hook requests checks-only runs of what each Coalesce run built.
-            asset_selection=dg.AssetSelection.all_asset_checks(),
+            # The hook requests runs of the checks job, each for the checks of what one Coalesce run built.
+            target=checks_job,
             batch_run_events=coalesce.batch_run_events,
         )
         # Diagnosis walks the whole graph: the Coalesce assets and the systems around them.
         incidents = build_incident_definitions([*pipeline, *systems], metrics, resolve, ops, ctx, resources)
         return dg.Definitions.merge(
             defs,
-            dg.Definitions(asset_checks=checks.asset_checks, sensors=[sensor]),
+            dg.Definitions(asset_checks=checks.asset_checks, jobs=[checks_job], sensors=[sensor]),
             incidents,
             build_cost_definitions(pipeline, metrics, ops, resources),
         )

@@ -14,6 +14,7 @@ from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.context.models import ContextFile
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.resources import SlackNotifier
+from dw_dagster.notifications.text import counted
 from dw_dagster.remediation.approvals import ApprovalBook
 from dw_dagster.remediation.control import OrgControl, gated_notifier
 from dw_dagster.remediation.proposer import Proposer, expire_pending, next_expiry
@@ -93,7 +94,9 @@ def build_remediation_sensors(
         expired = expire_pending(context.instance, book, slack, context_file, now=now)
         gate.done(context, due=next_expiry(context.instance, book))
         return dg.SkipReason(
-            f"expired {len(expired)} unanswered approval request(s)" if expired else "nothing expired"
+            f"expired {counted(len(expired), 'unanswered approval request')}"
+            if expired
+            else "nothing expired"
         )
 
     return [remediation_proposals, approval_expiry]

@@ -4,7 +4,7 @@ metadata (what :class:`~dw_dagster.coalesce.translator.DagsterCoalesceTranslator
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dagster as dg
 
@@ -18,24 +18,38 @@ class CoalesceAssetIndex:
     materialization_types: Mapping[dg.AssetKey, str | None]
     job_names: Mapping[tuple[str, str], str]
     """(environment id, job id) -> job name."""
+    environment_names: Mapping[str, str] = field(default_factory=dict)
+    """Environment id -> its name (``PROD``), as a person knows it."""
 
     @classmethod
     def from_specs(cls, specs: Iterable[dg.AssetSpec]) -> CoalesceAssetIndex:
         asset_keys: dict[tuple[str, str], dg.AssetKey] = {}
         materialization_types: dict[dg.AssetKey, str | None] = {}
         job_names: dict[tuple[str, str], str] = {}
+        environment_names: dict[str, str] = {}
         for spec, meta in coalesce_specs(list(specs)):
             env_id = meta.environment_id
             if env_id is None or meta.node_id is None:
                 continue
+            if meta.environment_name:
+                environment_names[env_id] = meta.environment_name
             asset_keys[(env_id, meta.node_id)] = spec.key
             materialization_types[spec.key] = meta.materialization
             for job_id, job_name in meta.job_refs:
                 job_names[(env_id, job_id)] = job_name
-        return cls(asset_keys=asset_keys, materialization_types=materialization_types, job_names=job_names)
+        return cls(
+            asset_keys=asset_keys,
+            materialization_types=materialization_types,
+            job_names=job_names,
+            environment_names=environment_names,
+        )
 
     def asset_key(self, environment_id: str, node_id: str) -> dg.AssetKey | None:
         return self.asset_keys.get((environment_id, node_id))
 
     def job_name(self, environment_id: str, job_id: str | None) -> str | None:
         return None if job_id is None else self.job_names.get((environment_id, job_id))
+
+    def environment_name(self, environment_id: str) -> str:
+        """An environment as a person knows it: its name (``PROD``), or its id when no spec names it."""
+        return self.environment_names.get(environment_id, environment_id)

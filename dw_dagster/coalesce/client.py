@@ -427,7 +427,7 @@ class CoalesceClient(CoalesceHTTPClient):
         wrong = sorted(key for key, value in merged.items() if not isinstance(value, str))
         if wrong:
             raise CoalesceConfigError(
-                f"Coalesce environment {environment_id}: run-time parameter(s) {wrong} are not strings; a run's "
+                f"Coalesce environment {environment_id}: these run-time parameters are not strings: {wrong}; a run's "
                 "parameters are strings, and a run started with parameters gets those alone. Pass them as "
                 "strings in parameters, or start the run with keep_environment_parameters=False."
             )

@@ -173,7 +173,7 @@ def build_job_assets(
             by_job.setdefault((meta.environment_id or "", job_id, job_name), []).append(spec)
     missing = sorted(set(run_as) - {name for _, _, name in by_job})
     if missing:
-        raise ValueError(f"materialize_jobs: no node is built by the Coalesce job(s) {missing}")
+        raise ValueError(f"materialize_jobs: no node is built by these Coalesce jobs: {missing}")
     assets_defs = [
         _job_multi_asset(workspace, env_id, job_id, job_name, job_specs, specs, run_as[job_name])
         for (env_id, job_id, job_name), job_specs in by_job.items()

@@ -70,7 +70,7 @@ def find_jobs(
         missing = sorted(set(job_ids) - {j.id for j in jobs}, key=_id_order)
         if missing:
             log.warning(
-                f"Coalesce environment {environment_id}: configured job id(s) {missing} not found there (404)"
+                f"Coalesce environment {environment_id}: these configured job ids are not found there (404): {missing}"
             )
         return jobs, "job_ids"
     return probe_jobs(client, environment_id, known_ids, log), "probe"
@@ -104,8 +104,9 @@ def probe_jobs(
     asked += len(beyond)
     jobs.sort(key=lambda j: _id_order(j.id))
     log.info(
-        f"Coalesce environment {environment_id} has no jobs listing (404): found {len(jobs)} job(s) by "
-        f"reading {asked} job id(s)" + ("" if numeric else " from 1")
+        f"Coalesce environment {environment_id} has no jobs listing (404): found {len(jobs)} "
+        f"{'job' if len(jobs) == 1 else 'jobs'} by reading {asked} job {'id' if asked == 1 else 'ids'}"
+        + ("" if numeric else " from 1")
     )
     if not jobs:
         log.warning(

@@ -45,7 +45,7 @@ class _CoalesceNamespace(NamespacedMetadataSet):
         types pass the model's validation unchanged."""
         unknown = fields.keys() - cls.model_fields.keys()
         if unknown:
-            raise TypeError(f"{cls.__name__} has no field(s) {sorted(unknown)}")
+            raise TypeError(f"{cls.__name__} has no fields named {sorted(unknown)}")
         return {f"coalesce/{f}": v for f in cls.model_fields if (v := fields.get(f)) is not None}
 
     @classmethod
@@ -93,6 +93,11 @@ class CoalesceMetadataSet(_CoalesceNamespace):
     def environment_id(self) -> str | None:
         env = self.environment.data if self.environment is not None else None
         return str(env["id"]) if isinstance(env, Mapping) and "id" in env else None
+
+    @property
+    def environment_name(self) -> str | None:
+        env = self.environment.data if self.environment is not None else None
+        return str(env["name"]) if isinstance(env, Mapping) and env.get("name") else None
 
     @property
     def job_refs(self) -> list[tuple[str, str]]:

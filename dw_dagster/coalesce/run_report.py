@@ -67,6 +67,8 @@ class CoalesceRunReport:
     superseded: frozenset[dg.AssetKey] = frozenset()
     """Assets this run built that a later build, reported by the same tick, replaced (a tick catching up on
     several runs: after a restart, or two runs between ticks). The warehouse holds that later build."""
+    environment_name: str | None = None
+    """The environment's name (``PROD``), which a person knows it by."""
 
     @property
     def asset_events(self) -> list[AssetEvent]:
@@ -89,7 +91,9 @@ class CoalesceRunReport:
 
     def describe(self) -> str:
         job = f"job {self.job_name}" if self.job_name else f"job {self.job_id}" if self.job_id else "no job"
-        return f"Coalesce run {self.run.id} ({job}, environment {self.environment_id})"
+        return (
+            f"Coalesce run {self.run.id} ({job}, environment {self.environment_name or self.environment_id})"
+        )
 
 
 def _is_full_rebuild(query: CoalesceQueryResult) -> bool:
@@ -272,6 +276,7 @@ def build_coalesce_run_report(
     return CoalesceRunReport(
         run=run,
         environment_id=environment_id,
+        environment_name=assets.environment_names.get(environment_id),
         job_id=job_id,
         job_name=job_name,
         run_link=run_link,

@@ -278,7 +278,7 @@ class _Tick:
         high_water = max((r.id for r in page.data), default=0)
         pending = {r.id for r in page.data if not r.run_status.is_terminal}
         self.log.info(
-            f"Watching Coalesce environment {env_id} from run {high_water} on"
+            f"Watching Coalesce environment {self.assets.environment_name(env_id)} from run {high_water} on"
             + (f"; runs in flight: {sorted(pending)}" if pending else "")
         )
         return _EnvState(high_water, pending)
@@ -407,7 +407,7 @@ def build_coalesce_polling_sensor(
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.RUNNING,
     tick_time_budget_seconds: float = DEFAULT_TICK_TIME_BUDGET_SECONDS,
     page_size: int = DEFAULT_PAGE_SIZE,
-    asset_selection: dg.AssetSelection | None = None,
+    target: dg.JobDefinition | dg.UnresolvedAssetJobDefinition | dg.AssetSelection | None = None,
     batch_run_events: bool = False,
 ) -> dg.SensorDefinition:
     """A sensor that reports the Coalesce refresh runs of ``workspace.environment_ids`` as they finish.
@@ -425,8 +425,11 @@ def build_coalesce_polling_sensor(
         tick_time_budget_seconds (float): A tick stops starting new work after this many seconds (and
             after at least one run reported); the next tick resumes from its cursor.
         page_size (int): Runs per page of ``GET /api/v1/runs`` (at most 1000).
-        asset_selection (Optional[AssetSelection]): What the hook's run requests may target (for
-            checks-only runs, ``AssetSelection.all_asset_checks()``).
+        target (Optional[JobDefinition | UnresolvedAssetJobDefinition | AssetSelection]): What the hook's
+            run requests target, as ``@sensor``'s ``target``. For checks-only runs, a job of the checks
+            (``define_asset_job(name, selection=AssetSelection.all_asset_checks())``) rather than the
+            selection itself: the UI then names that job as the sensor's target and the runs', where it shows
+            a check-only selection as a Python repr and its runs with no target.
         batch_run_events (bool): Store a tick's events in the tick, in a few transactions, rather than
             return them for the daemon to store one at a time (2,000 events: about 1 s instead of 20-50 s).
             It writes Dagster's storage rows through Dagster's internals, so it runs only on the storages
@@ -457,7 +460,7 @@ def build_coalesce_polling_sensor(
         ),
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
-        asset_selection=asset_selection,
+        target=target,
     )
     def _coalesce_run_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         cursor = CoalesceRunSensorCursor.parse(context.cursor)

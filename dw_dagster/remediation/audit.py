@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from dw_dagster.context.models import ContextFile
 from dw_dagster.incidents.store import IncidentStore
+from dw_dagster.notifications.text import counted
 from dw_dagster.remediation.signing import Seal, canonical, digest
 from dw_dagster.sql import placeholders
 from dw_dagster.warehouse.ops import OpsSchema
@@ -331,7 +332,9 @@ def verify_entries(
         )
     if not entries and records:
         report.problems.insert(
-            0, f"the audit trail is empty while {len(records)} audited record(s) exist: deleted"
+            0,
+            f"the audit trail is empty while {counted(len(records), 'audited record')} "
+            f"{'exists' if len(records) == 1 else 'exist'}: deleted",
         )
     return report
 

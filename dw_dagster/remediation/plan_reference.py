@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from dw_dagster.coalesce.sql import resolve_refs
+from dw_dagster.coalesce.sql import find_refs, resolve_refs
 from dw_dagster.context.models import ReferenceTable
 from dw_dagster.records.incidents import BlastRadius, Diagnosis, Incident, JoinEffect, KeyGap
 from dw_dagster.records.keys import typed
@@ -132,12 +132,14 @@ def _draft_row(
         # The file writes the key as %(key)s; it is bound server-side as a ?.
         cur.execute(*positional(resolve_refs(rule.draft_sql, ctx.diagnosis.resolve_table), {"key": key}))
         found = cur.fetchone()
+        # Named as the owner knows it: the tables the draft query reads (its refs), not the file's field.
+        read = ", ".join(f"{location}.{name}" for location, name in find_refs(rule.draft_sql))
         if found is not None:
             for d, v in zip(cur.description, found, strict=True):
                 name = next((c for c in values if c.upper() == d[0].upper()), None)
                 if name is not None and v is not None:
                     values[name] = v
-                    drafted[name] = "the source (draft_sql)"
+                    drafted[name] = read or "the reference table's draft query"
     donor = _donor(gap, incident, ctx)
     if donor is not None and rule.copy_from_donor:
         cols = ", ".join(quote_identifier(c) for c in rule.copy_from_donor)

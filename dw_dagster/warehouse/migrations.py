@@ -88,7 +88,8 @@ class MigrationReport:
         if not self.changes:
             return f"ops schema {self.schema} is up to date (version {self.version})"
         was = "new" if self.before.version is None else f"version {self.before.version}"
-        return f"ops schema {self.schema}: {was} -> version {self.version}, {len(self.changes)} change(s)"
+        changes = f"{len(self.changes)} change{'' if len(self.changes) == 1 else 's'}"
+        return f"ops schema {self.schema}: {was} -> version {self.version}, {changes}"
 
 
 def _package_version() -> str:

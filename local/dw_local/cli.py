@@ -297,6 +297,7 @@ def slack_log(root: Path, channel: str | None, tz_name: str | None, as_json: boo
     times in your time zone, each thread under its first message."""
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+    from dw_dagster.notifications.text import counted
     from dw_local.slack_render import render_log, render_message
     from dw_local.slack_server import SlackSink
 
@@ -314,7 +315,7 @@ def slack_log(root: Path, channel: str | None, tz_name: str | None, as_json: boo
         return
     if messages:
         click.echo(render_log(messages, tz))
-    click.echo(f"{len(messages)} message(s)")
+    click.echo(counted(len(messages), "message"))
 
 
 @slack.command("click")

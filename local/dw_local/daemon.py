@@ -4,6 +4,11 @@ One :meth:`LocalDaemon.tick` evaluates the code location's Coalesce run sensor, 
 returns (as the daemon stores a tick's events) and executes the checks runs it requests. Seeding, tests and
 headless replays use it to play many nights in minutes; ``world up`` runs the real daemon instead.
 
+Each sensor evaluation is recorded as the sensor daemon records a tick, and each run it requests is created
+as that daemon creates it: of the sensor's job, from the code location ``dagster dev`` loads, tagged with the
+sensor, the tick and the run key. The UI then shows a seeded run as it shows a run the daemon launched: its
+job as the target, the sensor and its tick as what launched it.
+
 A tick can run on the night's business time (``at``): every event it stores (materializations, check
 evaluations, runs) then carries that night's time, so a seeded history reads night by night in the UI rather
 than as minutes of one afternoon, and Dagster's freshness policies are then evaluated as its freshness daemon
@@ -31,7 +36,7 @@ from dagster._core.definitions.job_base import InMemoryJob
 from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
 from dagster._core.definitions.run_request import InstigatorType
 from dagster._core.events import DagsterEvent, DagsterEventType
-from dagster._core.execution.api import execute_run_iterator
+from dagster._core.execution.api import create_execution_plan, execute_run, execute_run_iterator
 from dagster._core.remote_origin import (
     ManagedGrpcPythonEnvCodeLocationOrigin,
     RemoteInstigatorOrigin,
@@ -39,10 +44,20 @@ from dagster._core.remote_origin import (
     RemoteRepositoryOrigin,
 )
 from dagster._core.run_coordinator import SubmitRunContext
-from dagster._core.scheduler.instigation import InstigatorState, InstigatorStatus, SensorInstigatorData
+from dagster._core.scheduler.instigation import (
+    InstigatorState,
+    InstigatorStatus,
+    InstigatorTick,
+    SensorInstigatorData,
+    TickData,
+    TickStatus,
+)
+from dagster._core.snap import snapshot_from_execution_plan
 from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
-from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
+from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG, TICK_ID_TAG
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster._time import get_current_timestamp
+from dagster._utils.error import serializable_error_info_from_exc_info
 from dagster._utils.tags import TagConcurrencyLimitsCounter
 
 from dw_dagster.app.commands.ops import migrate_deployment
@@ -111,7 +126,7 @@ class TickOutcome:
     runs_requested: int = 0
     checks: list[CheckOutcome] = field(default_factory=list)
     skip_reason: str | None = None
-    diagnoses: list[dg.ExecuteInProcessResult] = field(default_factory=list)
+    diagnoses: list[dg.JobExecutionResult] = field(default_factory=list)
     submitted: list[str] = field(default_factory=list)
     """Remediation runs submitted to the queue (held until approved)."""
     launched: list[dg.DagsterRunStatus] = field(default_factory=list)
@@ -146,6 +161,18 @@ def _repository_origin() -> RemoteRepositoryOrigin:
 
 def _job_origin(job_name: str) -> RemoteJobOrigin:
     return RemoteJobOrigin(_repository_origin(), job_name)
+
+
+@dataclass
+class SensorTick:
+    """A sensor evaluation being recorded as a tick (:meth:`LocalDaemon._sensor_tick`)."""
+
+    tick: InstigatorTick
+    skip_reason: str | None = None
+    cursor: str | None = None
+
+    def launched(self, run: dg.DagsterRun) -> None:
+        self.tick = self.tick.with_run_info(run.run_id, run.tags.get(RUN_KEY_TAG))
 
 
 def dagster_home(root: Path) -> Path:
@@ -212,17 +239,86 @@ class LocalDaemon:
         else:
             self.instance.update_instigator_state(state.with_data(updated))
 
+    @contextmanager
+    def _sensor_tick(self, name: str) -> Iterator[SensorTick]:
+        """One evaluation of sensor ``name``, recorded where and as the sensor daemon records a tick (the
+        sensor's tick history in the UI, and the "Launched by" of the runs it launched, read it): started
+        at Dagster's current time, ended SUCCESS with the runs it launched, SKIPPED with its reason, or
+        FAILURE with the error."""
+        origin = RemoteInstigatorOrigin(_repository_origin(), name)
+        data = TickData(
+            instigator_origin_id=origin.get_id(),
+            instigator_name=name,
+            instigator_type=InstigatorType.SENSOR,
+            status=TickStatus.STARTED,
+            timestamp=get_current_timestamp(),
+            selector_id=origin.get_selector().get_id(),
+        )
+        record = SensorTick(self.instance.create_tick(data))
+        try:
+            yield record
+        except Exception:
+            error = serializable_error_info_from_exc_info(sys.exc_info())
+            self.instance.update_tick(record.tick.with_status(TickStatus.FAILURE, error=error))
+            raise
+        if record.tick.run_ids:
+            ended = record.tick.with_status(TickStatus.SUCCESS)
+        else:
+            ended = record.tick.with_status(TickStatus.SKIPPED).with_reason(record.skip_reason)
+        self.instance.update_tick(ended.with_cursor(record.cursor))
+
+    def _create_run(
+        self, sensor: dg.SensorDefinition, tick: SensorTick, request: dg.RunRequest, run_config: dict
+    ) -> tuple[dg.DagsterRun, dg.JobDefinition]:
+        """The run of ``request`` as the sensor daemon creates it (``dagster._daemon.sensor._create_sensor_run``):
+        of the request's job or the sensor's, the subset it selects, tagged with the sensor, the tick and the
+        run key, from the code location ``dagster dev`` loads (which the UI links the run to). Returns the
+        run, NOT_STARTED, and the job to execute it with."""
+        job = self.repo.get_job(request.job_name or sensor.job_name)
+        assets = None if request.asset_selection is None else set(request.asset_selection)
+        checks = None if request.asset_check_keys is None else set(request.asset_check_keys)
+        subset = job.get_subset(asset_selection=assets, asset_check_selection=checks)
+        plan = create_execution_plan(subset, run_config=run_config, instance_ref=self.instance.get_ref())
+        tags = {**job.run_tags, **request.tags, TICK_ID_TAG: str(tick.tick.tick_id)}
+        tags.update(
+            {SENSOR_NAME_TAG: sensor.name, **({RUN_KEY_TAG: request.run_key} if request.run_key else {})}
+        )
+        run = self.instance.create_run(
+            job_name=job.name,
+            run_id=None,
+            run_config=run_config,
+            status=dg.DagsterRunStatus.NOT_STARTED,
+            tags=tags,
+            root_run_id=None,
+            parent_run_id=None,
+            step_keys_to_execute=None,
+            execution_plan_snapshot=snapshot_from_execution_plan(plan, subset.get_job_snapshot_id()),
+            job_snapshot=subset.get_job_snapshot(),
+            parent_job_snapshot=subset.get_parent_job_snapshot(),
+            asset_selection=None if assets is None else frozenset(assets),
+            asset_check_selection=None if checks is None else frozenset(checks),
+            resolved_op_selection=None,
+            op_selection=None,
+            remote_job_origin=_job_origin(job.name),
+            job_code_origin=None,
+            asset_graph=self.repo.asset_graph,
+        )
+        tick.launched(run)
+        return run, job
+
+    def _launch(
+        self, sensor: dg.SensorDefinition, tick: SensorTick, request: dg.RunRequest
+    ) -> dg.JobExecutionResult:
+        """Creates the run of ``request`` and executes it here, as a run worker would (quietly)."""
+        run, job = self._create_run(sensor, tick, request, {**request.run_config, **QUIET})
+        return execute_run(InMemoryJob(job), run, self.instance)
+
     def _already_requested(self, sensor: str, request: dg.RunRequest) -> bool:
         """As the sensor daemon: a run request whose run key already has a run launches nothing."""
         if request.run_key is None:
             return False
         runs_filter = dg.RunsFilter(tags={SENSOR_NAME_TAG: sensor, RUN_KEY_TAG: request.run_key})
         return bool(self.instance.get_runs(runs_filter, limit=1))
-
-    @staticmethod
-    def _run_tags(sensor: str, request: dg.RunRequest) -> dict[str, str]:
-        keyed = {RUN_KEY_TAG: request.run_key} if request.run_key else {}
-        return {**request.tags, SENSOR_NAME_TAG: sensor, **keyed}
 
     def tick(self, at: datetime | None = None) -> TickOutcome:
         """One tick of the run sensor (and its checks runs), then one of the incident sensor (and its
@@ -276,29 +372,31 @@ class LocalDaemon:
             instance=self.instance, repository_def=self.repo, resources=resources, **kwargs
         )
 
-    def _run_requests(self, sensor: dg.SensorDefinition) -> list[dg.RunRequest]:
+    def _run_requests(self, sensor: dg.SensorDefinition, tick: SensorTick) -> list[dg.RunRequest]:
         with self._sensor_context() as context:
             result = sensor(context)
         # A skip (e.g. the org-wide stop) requests nothing.
-        return [] if result is None or isinstance(result, dg.SkipReason) else list(result)
+        if result is None or isinstance(result, dg.SkipReason):
+            tick.skip_reason = result.skip_message if result is not None else None
+            return []
+        items = list(result)
+        skips = [r.skip_message for r in items if isinstance(r, dg.SkipReason)]
+        tick.skip_reason = skips[0] if skips else None
+        return [r for r in items if isinstance(r, dg.RunRequest)]
 
     def _tick_remediation_sensors(self) -> list[str]:
         """Runs the remediation sensors; each run request is created and submitted to the instance's run
         coordinator (QUEUED), as the sensor daemon does."""
         submitted = []
         sensor = self.repo.get_sensor_def(REMEDIATION_SENSOR)
-        job = self.repo.get_job(sensor.job_name)
-        for request in self._run_requests(sensor):
-            if self._already_requested(REMEDIATION_SENSOR, request):
-                continue
-            run = self.instance.create_run_for_job(
-                job,
-                run_config=request.run_config,  # as Dagster's sensor daemon creates it
-                tags=self._run_tags(REMEDIATION_SENSOR, request),
-                remote_job_origin=_job_origin(job.name),
-            )
-            self.instance.run_coordinator.submit_run(SubmitRunContext(run, workspace=None))  # type: ignore[arg-type]
-            submitted.append(run.run_id)
+        with self._sensor_tick(REMEDIATION_SENSOR) as tick:
+            for request in self._run_requests(sensor, tick):
+                if self._already_requested(REMEDIATION_SENSOR, request):
+                    continue
+                # The run config as the request gives it: a plan binds only a run of exactly that one.
+                run, _ = self._create_run(sensor, tick, request, dict(request.run_config))
+                self.instance.run_coordinator.submit_run(SubmitRunContext(run, workspace=None))  # type: ignore[arg-type]
+                submitted.append(run.run_id)
         with self._sensor_context() as context:
             self.repo.get_sensor_def(EXPIRY_SENSOR)(context)
         return submitted
@@ -327,26 +425,24 @@ class LocalDaemon:
             ended.append(self.instance.get_run_by_id(run.run_id).status)
         return ended
 
-    def _tick_incident_sensor(self) -> list[dg.ExecuteInProcessResult]:
+    def _tick_incident_sensor(self) -> list[dg.JobExecutionResult]:
         sensor = self.repo.get_sensor_def(INCIDENT_SENSOR)
-        return [
-            self.repo.get_job(r.job_name or sensor.job_name).execute_in_process(
-                instance=self.instance,
-                tags=self._run_tags(INCIDENT_SENSOR, r),
-                raise_on_error=False,
-                run_config=QUIET,
-            )
-            for r in self._run_requests(sensor)
-            if not self._already_requested(INCIDENT_SENSOR, r)
-        ]
+        with self._sensor_tick(INCIDENT_SENSOR) as tick:
+            return [
+                self._launch(sensor, tick, r)
+                for r in self._run_requests(sensor, tick)
+                if not self._already_requested(INCIDENT_SENSOR, r)
+            ]
 
     def _tick_run_sensor(self) -> TickOutcome:
         sensor = self.repo.get_sensor_def(SENSOR_NAME)
-        before = self.instance.event_log_storage.get_maximum_record_id() or 0
-        with self._sensor_context(cursor=self.cursor) as context:
-            result = sensor(context)
         outcome = TickOutcome()
-        if isinstance(result, dg.SensorResult):
+        with self._sensor_tick(SENSOR_NAME) as tick:
+            before = self.instance.event_log_storage.get_maximum_record_id() or 0
+            with self._sensor_context(cursor=self.cursor) as context:
+                result = sensor(context)
+            if not isinstance(result, dg.SensorResult):
+                return outcome
             for event in result.asset_events or []:
                 self.instance.report_runless_asset_event(event)
             # The sensor stores its events itself where the storage allows (runless_store), else returns
@@ -354,25 +450,20 @@ class LocalDaemon:
             outcome.events = (self.instance.event_log_storage.get_maximum_record_id() or 0) - before
             if result.cursor is not None:
                 self._store_cursor(SENSOR_NAME, result.cursor)
+                tick.cursor = result.cursor
             if result.skip_reason is not None:
-                outcome.skip_reason = result.skip_reason.skip_message
+                outcome.skip_reason = tick.skip_reason = result.skip_reason.skip_message
             for request in result.run_requests or []:
                 if self._already_requested(SENSOR_NAME, request):
                     continue
                 outcome.runs_requested += 1
-                outcome.checks.extend(self._execute_checks(request))
+                outcome.checks.extend(self._execute_checks(sensor, tick, request))
         return outcome
 
-    def _execute_checks(self, request: dg.RunRequest) -> list[CheckOutcome]:
-        job = self.repo.get_implicit_global_asset_job_def().get_subset(
-            asset_selection=set(), asset_check_selection=set(request.asset_check_keys or [])
-        )
-        result = job.execute_in_process(
-            instance=self.instance,
-            tags=self._run_tags(SENSOR_NAME, request),
-            raise_on_error=False,
-            run_config=QUIET,
-        )
+    def _execute_checks(
+        self, sensor: dg.SensorDefinition, tick: SensorTick, request: dg.RunRequest
+    ) -> list[CheckOutcome]:
+        result = self._launch(sensor, tick, request)
         evaluations = {
             e.asset_check_evaluation_data.asset_check_key: e.asset_check_evaluation_data
             for e in result.all_events

@@ -17,6 +17,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -73,11 +74,14 @@ def seed_history(
     history). Each night's tick runs on that night's business time, so the stored events read night by
     night. ``env`` points the product at the world's files (``ScenarioWorld.env``); ``progress`` hears one
     line a night ("night n of N")."""
-    from dw_local.daemon import LocalDaemon
+    from dw_local.daemon import LocalDaemon, business_clock
 
     world.install(lw.snowflake)
     daemon = LocalDaemon(lw, env=env)
-    daemon.tick()  # the sensor's first tick starts watching from here
+    # The sensors' first ticks start watching from here, on the world's calendar as every later tick is (an
+    # hour before the first night's job): a tick at today's time would be the newest of the UI's history.
+    with business_clock(world.scheduled_at(0) - timedelta(hours=1)):
+        daemon.tick()
     coalesce = lw.coalesce_client()
     for night in range(nights):
         result = world.play_night(lw.snowflake, coalesce, night)

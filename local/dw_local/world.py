@@ -24,8 +24,8 @@ from dw_local.forkserver import child_setup, spawn
 from dw_local.world_clock import CLOCK_FILE_ENV, clock_env, without_clock
 
 DISTRIBUTOR_DIR = Path(__file__).parent / "worlds" / "distributor"
-# The local servers accept these credentials (any password, unless a world requires key pair); they are
-# not secrets.
+# The local servers accept these credentials; they are not secrets. The product's Snowflake user signs in
+# with the world's key pair (``LocalWorld.snowflake_sign_in``); other users with any password.
 LOCAL_COALESCE_TOKEN = "local-coalesce-token"
 # The organization of the simulator's project (a project file's `project.orgID`, "1" unless it says).
 LOCAL_COALESCE_ORG_ID = "1"
@@ -84,7 +84,12 @@ class SnowflakeTarget:
     account: str = "fakesnow"
     protocol: str = "http"
     private_key_path: str | None = None
-    """Set on a world that requires key pair (``LocalWorld(snowflake_sign_in="key_pair")``)."""
+    """The product user's private key, on a world that requires key pair (the default)."""
+
+    def sign_in(self) -> dict[str, str]:
+        """The warehouse resource's sign-in settings for this target: its private key, or its password."""
+        key = self.private_key_path
+        return {"private_key_path": key} if key else {"password": self.password}
 
     def connect(self, database: str | None = LOCAL_DATABASE, schema: str | None = None, **kwargs: Any):
         import snowflake.connector
@@ -259,7 +264,7 @@ class LocalWorld:
         outlive_parent: bool = False,
         command: str | None = None,
         clock: bool = False,
-        snowflake_sign_in: str = "password",
+        snowflake_sign_in: str = "key_pair",
     ):
         self.root = Path(root).resolve()
         self.services = services
@@ -273,7 +278,10 @@ class LocalWorld:
         self.scheduler = scheduler
         # The world's one clock (world_clock.py): the Slack stand-in stamps its messages with it.
         self.clock = clock
-        # "key_pair": the product's Snowflake user signs in only with its key pair (snowflake_auth.py).
+        # "key_pair": the product's Snowflake user signs in only with its key pair (snowflake_auth.py), as
+        # the product advises a deployment to (Snowflake is blocking password-only sign-ins): every process
+        # of the world then signs in as a deployment should, and none warns of a password. "password": any
+        # password, for a test of that path.
         self.snowflake_sign_in = snowflake_sign_in
         self._procs: dict[str, Any] = {}
         """Each server's process: a ``subprocess.Popen``, or a ``ForkedProcess`` of the fork server."""
@@ -379,12 +387,7 @@ class LocalWorld:
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "SNOWFLAKE_DISABLE_PLATFORM_DETECTION": "true"}
         if self.snowflake_sign_in == "key_pair" and "snowflake" in self.services:
-            from dw_local import snowflake_auth
-
-            public_key = snowflake_auth.new_key_pair(self._private_key_path)
-            snowflake_auth.register_user(
-                self.root / "snowflake", LOCAL_SNOWFLAKE_USER, ["KEYPAIR"], public_key
-            )
+            self._register_key_pair()
         try:
             # The simulator connects to Snowflake as it starts: it starts once Snowflake answers, the others
             # start together (each server's start is mostly its imports).
@@ -403,6 +406,23 @@ class LocalWorld:
             raise
         self._write_state()
         return self
+
+    def _register_key_pair(self) -> None:
+        """The product user's key pair, made once per world (a copy of a seeded world keeps its own), its
+        public half registered as the user's only sign-in."""
+        from dw_local import snowflake_auth
+
+        key = self._private_key_path
+        if key.exists():
+            from cryptography.hazmat.primitives import serialization
+
+            private = serialization.load_pem_private_key(key.read_bytes(), password=None)
+            public_key = private.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        else:
+            public_key = snowflake_auth.new_key_pair(key)
+        snowflake_auth.register_user(self.root / "snowflake", LOCAL_SNOWFLAKE_USER, ["KEYPAIR"], public_key)
 
     def restart(self, name: str, timeout: float = 60.0) -> None:
         """Kill one server (SIGKILL, as a crash would) and start it again on the same port."""

@@ -12,14 +12,17 @@ policies, the skipped-run check, an incident's times and the cost report's defau
 world's night, not today's wall clock, and the product knows nothing of it: it reads the clock it always
 reads. (The UI's "x ago" is counted by the browser from the reader's own clock.)
 
-Only what counts seconds between processes keeps real time (:class:`_RealTimeFor`): gRPC's Python layer turns
-a call's timeout into an absolute deadline with ``time.time()`` for its C core, which reads the real clock,
-so every call of Dagster's code servers would be past its deadline at once; and Dagster's code servers and
-daemon judge liveness by ``time.time()`` between heartbeats, so the world's clock set a night ahead made a
-code server whose check fell between the jump and the next heartbeat (one in nine of the proxy's, which
-checks every 45 s against a heartbeat every 5 s) shut itself down and refuse the night's runs ("Tried to
-start a run on a server after telling it to shut down"). (The daemon's controller mixes both clocks in its
-own checks, so it stays on the world's: ``world up`` gives it a heartbeat tolerance above a night.)
+Only what counts real seconds keeps real time (:class:`_RealTimeFor`). gRPC: its Python layer turns a call's
+timeout into an absolute deadline with ``time.time()`` for its C core, which reads the real clock, so every
+call of Dagster's code servers would be past its deadline at once. Dagster's code servers: they judge
+liveness by ``time.time()`` between heartbeats, so the world's clock set a night ahead made a code server
+whose check fell between the jump and the next heartbeat (one in nine of the proxy's, which checks every 45 s
+against a heartbeat every 5 s) shut itself down and refuse the night's runs ("Tried to start a run on a
+server after telling it to shut down"); the daemon's controller mixes both clocks in its own checks, so it
+stays on the world's and ``world up`` gives it a heartbeat tolerance above a night. And the Snowflake
+connector's key-pair token: the local Snowflake verifies a JWT's expiry on the real clock, as Snowflake does
+on its own (``snowflake_auth.py``), and a process that is not on the world's clock (the seeding) signs in
+too; a token signed on the world's clock would be expired, or not yet valid, when it arrives.
 
 A process is put on the world's clock by :func:`follow`, or at start-up by the ``sitecustomize`` in
 ``world_clock_hook/`` when :data:`CLOCK_FILE_ENV` names the file (:func:`clock_env` gives both variables).
@@ -93,16 +96,33 @@ class _RealTime:
         return getattr(time, name)
 
 
-class _RealTimeFor(importlib.abc.MetaPathFinder):
-    """Gives the modules that count real seconds the real clock as they are imported: gRPC's deadlines, and
-    the heartbeats of Dagster's code servers (``dagster api grpc``, the proxy of ``dagster code-server
-    start``). Each uses ``time.time()`` only for such durations; the times
-    Dagster records and judges (ticks, runs, freshness) come from ``dagster._time`` and stay the world's."""
+class _RealDatetime(datetime):
+    """``datetime`` as the Snowflake connector's key-pair module sees it: ``now()`` is the real clock's."""
 
-    MODULES = frozenset({
-        "grpc._channel", "grpc._common", "grpc._server", "grpc._utilities",
-        "dagster._grpc.server", "dagster._grpc.proxy_server",
-    })  # fmt: skip
+    @classmethod
+    def now(cls, tz=None):  # type: ignore[override]
+        import time_machine
+
+        hatch = time_machine.escape_hatch
+        return hatch.datetime.datetime.now(tz) if hatch.is_travelling() else datetime.now(tz)
+
+
+# Each module that keeps real time, and what it is given in place of the clock it imported.
+_REAL_CLOCKS = {
+    **dict.fromkeys(
+        ("grpc._channel", "grpc._common", "grpc._server", "grpc._utilities"), ("time", _RealTime())
+    ),
+    # Dagster's code servers, for their heartbeats: the times Dagster records and judges (ticks, runs,
+    # freshness) come from ``dagster._time`` and stay the world's.
+    **dict.fromkeys(("dagster._grpc.server", "dagster._grpc.proxy_server"), ("time", _RealTime())),
+    "snowflake.connector.auth.keypair": ("datetime", _RealDatetime),
+}
+
+
+class _RealTimeFor(importlib.abc.MetaPathFinder):
+    """Gives the modules of :data:`_REAL_CLOCKS` the real clock as they are imported."""
+
+    MODULES = frozenset(_REAL_CLOCKS)
 
     def find_spec(self, fullname, path, target=None):
         if fullname not in self.MODULES:
@@ -115,18 +135,18 @@ class _RealTimeFor(importlib.abc.MetaPathFinder):
 
         def exec_module(module) -> None:
             run(module)
-            module.time = _RealTime()
+            setattr(module, *_REAL_CLOCKS[fullname])
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
-def _real_time_for_liveness() -> None:
+def _real_time_for() -> None:
     if any(isinstance(f, _RealTimeFor) for f in sys.meta_path):
         return
-    for name in _RealTimeFor.MODULES:  # already imported: given the real clock now
+    for name, (attribute, clock) in _REAL_CLOCKS.items():  # already imported: given the real clock now
         if name in sys.modules:
-            sys.modules[name].time = _RealTime()  # type: ignore[attr-defined]
+            setattr(sys.modules[name], attribute, clock)
     sys.meta_path.insert(0, _RealTimeFor())
 
 
@@ -136,7 +156,7 @@ class WorldClock:
     def __init__(self, path: Path, poll: float = POLL_SECONDS):
         import time_machine
 
-        _real_time_for_liveness()
+        _real_time_for()
         self.path = Path(path)
         self.offset = read_offset(self.path)
         self._travel = time_machine.travel(self._world_now(), tick=True)

@@ -34,9 +34,9 @@ class ChecksRunDaemon(LocalDaemon):
 
     checks_run: list[tuple[str, list[str | None]]]
 
-    def _execute_checks(self, request):
+    def _execute_checks(self, *args):
         with bound_statements() as self.checks_run:
-            return super()._execute_checks(request)
+            return super()._execute_checks(*args)
 
 
 @pytest.fixture(scope="module")

@@ -149,6 +149,9 @@ def test_a_recorded_run_becomes_its_events(client: CoalesceClient) -> None:
     )
     stg, fct = dg.AssetKey(["stage", "stg_orders"]), dg.AssetKey(["mart", "fct_orders"])
     assert report.built_asset_keys == {stg} and report.job_name == "orders_nightly"
+    # Named as a person knows the run's environment: by its name, not its id.
+    environment = client.get_environment("2").name
+    assert report.describe() == f"Coalesce run 31 (job orders_nightly, environment {environment})"
     (built,) = report.materializations
     assert (
         built.metadata["dagster/row_count"].value == 1250

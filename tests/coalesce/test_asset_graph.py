@@ -450,7 +450,7 @@ def test_the_refresh_the_load_and_the_sensor_pass_a_strict_coalesce(
     sensor = build_coalesce_polling_sensor(workspace=workspace, asset_specs=specs)
     first = sensor(dg.build_sensor_context(instance=instance))
     client = workspace.get_client()
-    credentials = CoalesceUserCredentials(snowflake_username="DW_DAGSTER", snowflake_password="local")
+    credentials = CoalesceUserCredentials(snowflake_username="TRANSFORM", snowflake_password="local")
     run_id = client.start_run("2", job_id=1, user_credentials=credentials)
     client.wait_for_run(run_id, 0.05, 120)
     second = sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor))

@@ -18,7 +18,7 @@ from dw_dagster.coalesce.metadata import CoalesceRunMetadataSet
 from dw_dagster.coalesce.sensor_builder import build_coalesce_polling_sensor
 from dw_dagster.coalesce.specs import load_coalesce_asset_specs
 from dw_local import snowflake_auth
-from dw_local.world import LOCAL_COALESCE_TOKEN, LOCAL_SNOWFLAKE_PASSWORD, LOCAL_SNOWFLAKE_USER, LocalWorld
+from dw_local.world import LOCAL_COALESCE_TOKEN, LOCAL_SNOWFLAKE_PASSWORD, LocalWorld
 
 FIXTURE_PROJECT = Path(__file__).resolve().parent.parent / "fixtures" / "sim_project.yaml"
 # customers_nightly (job 1) builds these three; sales_nightly (job 2) fails: RAW.ORDERS is never loaded here.
@@ -50,7 +50,7 @@ def specs(workspace: CoalesceWorkspace) -> list[dg.AssetSpec]:
 @pytest.fixture
 def run_as(monkeypatch: pytest.MonkeyPatch) -> CoalesceRunAs:
     monkeypatch.setenv(PASSWORD_VAR, LOCAL_SNOWFLAKE_PASSWORD)
-    return CoalesceRunAs(snowflake_username=LOCAL_SNOWFLAKE_USER, snowflake_password_env_var=PASSWORD_VAR)
+    return CoalesceRunAs(snowflake_username="TRANSFORM", snowflake_password_env_var=PASSWORD_VAR)
 
 
 def _materialized(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetMaterialization]:
@@ -146,7 +146,7 @@ def test_a_failed_run_fails_the_step_naming_its_node(workspace, specs, run_as):
 
 def test_a_password_variable_that_is_not_set_fails_before_any_run_starts(workspace, specs, monkeypatch):
     monkeypatch.delenv(PASSWORD_VAR, raising=False)
-    run_as = CoalesceRunAs(snowflake_username=LOCAL_SNOWFLAKE_USER, snowflake_password_env_var=PASSWORD_VAR)
+    run_as = CoalesceRunAs(snowflake_username="TRANSFORM", snowflake_password_env_var=PASSWORD_VAR)
     (assets_def,) = build_job_assets(workspace, specs, {"customers_nightly": run_as}).assets_defs
     with dg.instance_for_test() as instance:
         result = dg.materialize(

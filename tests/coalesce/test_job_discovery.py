@@ -113,7 +113,7 @@ def test_configured_job_ids_are_read_by_id_and_a_missing_one_is_said(
         jobs, found_by = find_jobs(coalesce.client(), "2", ["9", "4", "3"], ["11"], LOG)
     assert ([j.id for j in jobs], found_by) == (["9", "3"], "job_ids")
     assert coalesce.probed() == [3, 4, 9]
-    assert "configured job id(s) ['4'] not found" in caplog.text
+    assert "these configured job ids are not found there (404): ['4']" in caplog.text
 
 
 def test_a_probe_never_takes_an_error_for_a_missing_job() -> None:

@@ -26,6 +26,7 @@ import httpx
 import pytest
 from dagster._core.instance.utils import RUNLESS_RUN_ID
 
+from dw_dagster.app.checks import CHECKS_JOB, build_checks_job
 from dw_dagster.app.coalesce_runs import build_run_hook
 from dw_dagster.checks.metrics import BusinessDay
 from dw_dagster.coalesce import CoalesceClient, CoalesceUserCredentials, CoalesceWorkspace
@@ -75,7 +76,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorld]:
 def warehouse(world: LocalWorld) -> WarehouseResource:
     sf = world.snowflake
     return WarehouseResource(
-        account=sf.account, user=sf.user, password=sf.password, database=DATABASE, network_timeout=20,
+        account=sf.account, user=sf.user, **sf.sign_in(), database=DATABASE, network_timeout=20,
         login_timeout=10,
         additional_snowflake_connection_args={"host": sf.host, "port": sf.port, "protocol": sf.protocol},
     )  # fmt: skip
@@ -113,7 +114,8 @@ def control(world: LocalWorld, method: str, path: str, body: dict[str, Any] | No
 
 
 def credentials() -> CoalesceUserCredentials:
-    return CoalesceUserCredentials(snowflake_username="DW_DAGSTER", snowflake_password="local")
+    # Coalesce's own user: dw-dagster's signs in by key pair only.
+    return CoalesceUserCredentials(snowflake_username="TRANSFORM", snowflake_password="local")
 
 
 def start(client: CoalesceClient, job_id: int) -> int:
@@ -215,7 +217,7 @@ def make_sensor(
             workspace=workspace,
             asset_specs=specs,
             on_run_finished=build_run_hook(BUSINESS_DAY, warehouse, ops, workspace),
-            asset_selection=dg.AssetSelection.all_asset_checks(),
+            target=build_checks_job(),  # as the code location targets it (dw_dagster/app/components.py)
             # As the code location configures it (dw_dagster/app/defs/coalesce/defs.yaml).
             batch_run_events=True,
             **options,
@@ -293,15 +295,17 @@ def test_a_completed_run_is_materialized_with_its_metadata_and_its_checks_reques
         "dw/coalesce_job": "customers_nightly",
         "dw/business_date": BUSINESS_DAY.of(run.run_start_time).isoformat(),
     }
-    # As the daemon resolves it: the implicit asset job, checks only; and that run executes.
+    # As the daemon resolves it: a run of the sensor's one target, the checks job (the UI names it as the
+    # sensor's target and the run's), of the checks requested only; and that run executes.
+    assert sensor.sensor.job_name == CHECKS_JOB
     with sensor.context(sensor.results[-2].cursor) as context:
         resolved = sensor.sensor.evaluate_tick(context).run_requests
-    assert resolved is not None and resolved[0].asset_selection == []
+    assert resolved is not None and resolved[0].job_name is None and resolved[0].asset_selection is None
     assert resolved[0].asset_check_keys == [CHECK_KEY]
-    job = sensor.defs.get_repository_def().get_job(resolved[0].job_name)
-    subset = job.get_subset(asset_selection=set(), asset_check_selection={CHECK_KEY})
+    job = sensor.defs.get_repository_def().get_job(sensor.sensor.job_name)
+    subset = job.get_subset(asset_check_selection={CHECK_KEY})
     outcome = subset.execute_in_process(instance=sensor.instance, tags=request.tags)
-    assert outcome.success
+    assert outcome.success and outcome.dagster_run.job_name == CHECKS_JOB
     assert [e.check_name for e in outcome.get_asset_check_evaluations()] == [CHECK_KEY.name]
     dg.Definitions.validate_loadable(sensor.defs)
 

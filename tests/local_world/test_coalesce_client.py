@@ -104,7 +104,7 @@ def canned_client(server: CannedServer, **kwargs: Any) -> CoalesceClient:
 
 def credentials() -> CoalesceUserCredentials:
     return CoalesceUserCredentials(
-        snowflake_username="DW_DAGSTER",
+        snowflake_username="TRANSFORM",  # Coalesce's own user: dw-dagster's signs in by key pair only
         snowflake_password="local-snowflake-secret",
         snowflake_warehouse="LOCAL_WH",
         snowflake_role="DW_DAGSTER",
@@ -372,7 +372,7 @@ def test_a_job_run_from_start_to_results(sim: CoalesceClient) -> None:
     assert run.run_type is CoalesceRunType.REFRESH
     assert run.run_details is not None
     assert (run.run_details.environment_id, run.run_details.job_id) == ("2", "1")
-    assert run.user_credentials is not None and run.user_credentials.snowflake_username == "DW_DAGSTER"
+    assert run.user_credentials is not None and run.user_credentials.snowflake_username == "TRANSFORM"
     assert "local-snowflake-secret" not in run.model_dump_json()
     assert run.run_start_time is not None and run.run_start_time.tzinfo is not None
     results = sim.get_run_results(run_counter)

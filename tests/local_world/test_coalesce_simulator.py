@@ -73,7 +73,7 @@ def scalar(sf: Any, sql: str) -> Any:
 
 def credentials(**overrides: Any) -> dict[str, Any]:
     return {
-        "snowflakeUsername": "DW_DAGSTER",
+        "snowflakeUsername": "TRANSFORM",  # Coalesce's own user: dw-dagster's signs in by key pair only
         "snowflakePassword": PASSWORD,
         "snowflakeWarehouse": "LOCAL_WH",
         "snowflakeRole": "TRANSFORMER",
@@ -326,7 +326,7 @@ def test_a_job_run_builds_what_snowflake_then_holds(api: httpx.Client, sf: Any) 
     assert run["userCredentials"] == {
         "snowflakeAccount": "fakesnow",
         "snowflakeAuthType": "Basic",
-        "snowflakeUsername": "DW_DAGSTER",
+        "snowflakeUsername": "TRANSFORM",
         "snowflakeRole": "TRANSFORMER",
         "snowflakeWarehouse": "LOCAL_WH",
     }

@@ -1,19 +1,29 @@
 """The local Snowflake signs users in as Snowflake does (local/dw_local/snowflake_auth.py), over its real socket:
-a world that requires key pair takes the product's key-pair sign-in and refuses its password; a JWT is
+a local world requires key pair of the product's user (its default, as the product advises a deployment) and
+takes the product's key-pair sign-in, without the password warning, and refuses its password; a JWT is
 verified against the user's registered public key; a programmatic access token and an OAuth token are
 checked against the user's own. The product signs in from its environment variables (warehouse_from_env)."""
 
 from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from datetime import timedelta
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from dw_dagster.config import DwConfigError
+from dw_dagster.warehouse import resources
 from dw_dagster.warehouse.connections import WarehouseUnavailable
 from dw_dagster.warehouse.resources import warehouse_from_env
 from dw_local import snowflake_auth
 from dw_local.world import LOCAL_SNOWFLAKE_PASSWORD, LocalWorld
+from dw_local.world_clock import clock_env, clock_file
 
 PAT = "pat-local-0f6b2c4e9a"  # not a secret: registered in this test's own server
 OAUTH = "oauth-local-77d1e0"
@@ -24,7 +34,7 @@ def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("keypair") / "local"
     with (
         pytest.MonkeyPatch.context() as env,
-        LocalWorld(root, services=("snowflake",), snowflake_sign_in="key_pair") as lw,
+        LocalWorld(root, services=("snowflake",)) as lw,
     ):
         # Read by the connector from this process's environment (else a connect may probe cloud metadata).
         env.setenv("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
@@ -51,10 +61,31 @@ def _without_sign_in(world: LocalWorld, **given: str) -> dict[str, str]:
     return {**env, **given}
 
 
-def test_the_product_signs_in_with_its_key_pair(world):
+def test_the_product_signs_in_with_its_key_pair(world, caplog, monkeypatch):
     env = world.env()
     assert "SNOWFLAKE_PASSWORD" not in env and env["SNOWFLAKE_PRIVATE_KEY_PATH"]
-    assert _sign_in(env) == [(1,)]
+    # Every process of the world builds the resource: none warns that it signs in by password.
+    monkeypatch.setattr(resources, "_warn_password_sign_in", resources._warn_password_sign_in.__wrapped__)
+    with caplog.at_level(logging.WARNING, logger=resources.__name__):
+        assert _sign_in(env) == [(1,)]
+    assert [r.getMessage() for r in caplog.records if r.name == resources.__name__] == []
+
+
+def test_a_process_on_the_worlds_clock_signs_in_with_its_key_pair(world, tmp_path):
+    """The commands of world.env and the UI's processes run on the world's clock (June 2025): the key-pair
+    token they sign is still valid on the clock the local Snowflake verifies it on, as Snowflake's own."""
+    clock = clock_file(tmp_path)
+    clock.parent.mkdir(parents=True)
+    clock.write_text(json.dumps({"offset_seconds": timedelta(days=-538).total_seconds()}))
+    code = (
+        "from datetime import UTC, datetime; from dw_dagster.warehouse.resources import warehouse_from_env\n"
+        "with warehouse_from_env(resolved=True).tagged_connection('test.clock') as conn:\n"
+        "    cur = conn.cursor(); cur.execute('SELECT 1'); print(datetime.now(UTC).year, cur.fetchall())"
+    )
+    env = {**os.environ, **world.env(), **clock_env(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["2025", "[(1,)]"]
 
 
 def test_the_key_as_pem_text_signs_in_too(world):

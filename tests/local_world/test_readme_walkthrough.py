@@ -198,10 +198,13 @@ def test_cost_report_defaults_to_the_worlds_days(walkthrough):
 
 
 def test_no_traceback_and_a_quiet_console(walkthrough):
+    # The world signs the product in by key pair, as the product advises: no process warns of a password.
     for name, done in walkthrough.outputs.items():
         assert "Traceback" not in done.stdout + done.stderr, name
+        assert "sign-in by password" not in done.stdout + done.stderr, name
     console = walkthrough.console
     assert "Traceback" not in console and "BetaWarning" not in console, console[-3000:]
+    assert "sign-in by password" not in console, console[-3000:]
     # The world's clock moves a night at a time: no process takes that for a missed heartbeat (a code server
     # shut itself down on it, a daemon warned that its threads hung).
     assert "No heartbeat received" not in console and "have not sent heartbeats" not in console

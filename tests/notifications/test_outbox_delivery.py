@@ -58,7 +58,7 @@ def world(tmp_path_factory):
 def _warehouse(lw: LocalWorld) -> WarehouseResource:
     sf = lw.snowflake
     return WarehouseResource(
-        account=sf.account, user=sf.user, password=sf.password, database=DATABASE, network_timeout=20,
+        account=sf.account, user=sf.user, **sf.sign_in(), database=DATABASE, network_timeout=20,
         additional_snowflake_connection_args={"host": sf.host, "port": sf.port, "protocol": sf.protocol},
     )  # fmt: skip
 
@@ -121,7 +121,7 @@ def _notify_in_a_new_process(
     sf = lw.snowflake
     args = {
         "warehouse": {
-            "account": sf.account, "user": sf.user, "password": sf.password, "database": DATABASE,
+            "account": sf.account, "user": sf.user, **sf.sign_in(), "database": DATABASE,
             "network_timeout": 20,
             "additional_snowflake_connection_args": {
                 "host": sf.host, "port": sf.port, "protocol": sf.protocol,

@@ -127,8 +127,10 @@ def test_a_night_survives_the_daemon_and_its_checks_run_worker_killed(prod):
     runs, retry = prod.wait("the killed checks run to be retried", retried, timeout=300)
     assert prod.instance.get_run_by_id(first.run_id).status == dg.DagsterRunStatus.FAILURE
     assert retry.tags[PARENT_RUN_ID_TAG] == first.run_id
-    # One checks run for the night and its one retry: the sensor did not request the night again.
+    # One checks run for the night and its one retry: the sensor did not request the night again. Each a run
+    # of the sensor's target, the checks job the UI names (its retry too), of the checks the night asked for.
     assert sorted(r.run_id for r in runs) == sorted([first.run_id, retry.run_id])
+    assert {r.job_name for r in runs} == {"quality_checks"} and all(r.asset_check_selection for r in runs)
     evaluations = _evaluations(prod, runs)
     assert evaluations and set(evaluations.values()) == {1}, evaluations
     assert {run for (_, run), n in _reported_runs(prod).items() if n > 1} == set()

@@ -12,6 +12,7 @@ from dagster._core.test_utils import create_run_for_test
 from ops_warehouse import ops_schema, warehouse  # noqa: F401 - the fixture
 
 from dw_dagster import tags
+from dw_dagster.app.checks import CHECKS_JOB
 from dw_dagster.app.skipped_run import (
     SKIPPED_JOB,
     SKIPPED_NIGHT,
@@ -60,7 +61,7 @@ def _reported(instance: dg.DagsterInstance, job: str, night: str, coalesce_run: 
     # The checks run the Coalesce run sensor requests for each Coalesce run it reports.
     create_run_for_test(
         instance,
-        job_name="__ASSET_JOB",
+        job_name=CHECKS_JOB,
         tags={tags.COALESCE_JOB: job, tags.BUSINESS_DATE: night, tags.COALESCE_RUN_ID: coalesce_run},
     )
 

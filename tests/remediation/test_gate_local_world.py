@@ -70,6 +70,8 @@ def test_the_plan_proposes_the_map_row_the_node_diff_and_a_scoped_rerun(gate: Ga
     values = row.reference_row.values
     assert (values["ORGANIZATION_ID"], values["WAREHOUSE_CODE"], values["REGION"]) == (7120, "DC7", "South")
     assert row.reference_row.missing() == ["WAREHOUSE_NAME"], "EBS does not know the warehouse's name"
+    # Where each drafted value came from, as its owner reads it: the table the draft query read.
+    assert row.reference_row.drafted_from["WAREHOUSE_CODE"] == "RAW_EBS.MTL_PARAMETERS"
     (node,) = plan.of_kind(ProposalKind.NODE_CHANGE)
     assert node.owners == ["inventory-analytics"]
     diff = node.node_change.diff

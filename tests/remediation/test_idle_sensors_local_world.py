@@ -24,7 +24,7 @@ from dw_dagster.incidents.events import latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.approvals import REMEDIATION_JOB, ApprovalBook
 from dw_dagster.warehouse.ops import OpsSchema
-from dw_local.daemon import QUIET, LocalDaemon, _job_origin, business_clock
+from dw_local.daemon import QUIET, LocalDaemon, business_clock
 from dw_local.scenarios.suite import SUITE_DIR
 from dw_local.scenarios.worlds import FileScenarioWorld
 from dw_local.worlds.distributor.generator import DistributorWorld
@@ -121,11 +121,9 @@ def test_an_incident_a_checks_run_opens_is_diagnosed_and_its_fix_expires_on_time
     # The diagnosis recorded a plan: the proposals sensor's next tick submits its held run.
     requests, _ = ticks.tick("remediation_proposals")
     (request,) = requests
-    job = daemon.repo.get_job(REMEDIATION_JOB)
-    run = daemon.instance.create_run_for_job(
-        job, run_config=request.run_config, tags=daemon._run_tags("remediation_proposals", request),
-        remote_job_origin=_job_origin(job.name),
-    )  # fmt: skip
+    sensor = daemon.repo.get_sensor_def("remediation_proposals")
+    with daemon._sensor_tick(sensor.name) as tick:  # the run as the sensor daemon creates it
+        run, _ = daemon._create_run(sensor, tick, request, dict(request.run_config))
     daemon.instance.run_coordinator.submit_run(SubmitRunContext(run, workspace=None))
     ticks.tick("remediation_proposals")  # binds the plan to that run
     book = ApprovalBook(store, load_context_file(daemon.settings.context_file))
@@ -144,7 +142,7 @@ def test_an_incident_a_checks_run_opens_is_diagnosed_and_its_fix_expires_on_time
     with statements() as due:
         _, reason = ticks.tick("approval_expiry")
     assert due, "at its expiry the sensor reads the plan"
-    assert reason == "expired 1 unanswered approval request(s)"
+    assert reason == "expired 1 unanswered approval request"
     assert daemon.instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELED
     assert book.decision(plan).kind == "expired"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from dw_dagster.app.operations import Operations
+from dw_dagster.notifications.text import counted
 
 
 @click.group("audit")
@@ -23,14 +24,19 @@ def verify(show_all: bool) -> None:
 
     ops = Operations()
     report = AuditTrail(ops.warehouse, ops.ops).verify(ops.context, Seal.optional(), ops.control().records())
-    predating = f"; {report.predating} older record(s) predate the trail" if report.predating else ""
+    older, verb = (
+        counted(report.predating, "older record"),
+        "predates" if report.predating == 1 else "predate",
+    )
+    predating = f"; {older} {verb} the trail" if report.predating else ""
     if report.problems:
         click.echo(f"audit trail: {report.entries} entries; does NOT verify: {report.problems[0]}", err=True)
         rest = report.problems[1:] if show_all else []
         for line in rest:
             click.echo(f"  {line}", err=True)
         if len(report.problems) > 1 and not show_all:
-            click.echo(f"  and {len(report.problems) - 1} more problem(s) (--all lists them)", err=True)
+            more = counted(len(report.problems) - 1, "more problem")
+            click.echo(f"  and {more} (--all lists them)", err=True)
         raise SystemExit(1)
     if report.unverifiable:
         click.echo(

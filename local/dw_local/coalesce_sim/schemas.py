@@ -22,6 +22,9 @@ from pydantic import (
 # Coalesce ids travel as strings of digits.
 StringId = Annotated[StrictStr, StringConstraints(pattern=r"^\d+$")]
 LOCAL_SNOWFLAKE_ACCOUNT = "fakesnow"
+# The environment's own Snowflake user (its "User Credentials" in Coalesce), which the Scheduler's runs sign
+# in as.
+SCHEDULER_SNOWFLAKE_USER = "COALESCE_SCHEDULER"
 
 
 class _Request(BaseModel):

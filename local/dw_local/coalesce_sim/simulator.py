@@ -25,6 +25,7 @@ from dw_local.coalesce_sim.runner import RunExecutor, SignIn, SnowflakeAddress
 from dw_local.coalesce_sim.scheduler import CronScheduler, RunQueue
 from dw_local.coalesce_sim.schemas import (
     LOCAL_SNOWFLAKE_ACCOUNT,
+    SCHEDULER_SNOWFLAKE_USER,
     RerunRequest,
     StartRunRequest,
     UserCredentials,
@@ -42,7 +43,7 @@ SCHEDULER_USER_ID = "coalesce-scheduler"
 ENVIRONMENT_CREDENTIALS = {
     "snowflakeAccount": LOCAL_SNOWFLAKE_ACCOUNT,
     "snowflakeAuthType": "Basic",
-    "snowflakeUsername": "COALESCE_SCHEDULER",
+    "snowflakeUsername": SCHEDULER_SNOWFLAKE_USER,
     "snowflakeRole": None,
     "snowflakeWarehouse": None,
 }

@@ -34,9 +34,9 @@ from dw_dagster.coalesce.models import CoalesceUserCredentials
 from dw_dagster.config import DwConfigError
 from dw_dagster.sql import quote_identifier
 from dw_local.coalesce_sim.project import Project, load_project
+from dw_local.coalesce_sim.schemas import SCHEDULER_SNOWFLAKE_USER
 from dw_local.world import (
     LOCAL_SNOWFLAKE_PASSWORD,
-    LOCAL_SNOWFLAKE_USER,
     SnowflakeTarget,
     WorldError,
     sim_control,
@@ -336,8 +336,9 @@ class NightWorld:
                 env,
                 job_id=self.spec.job_id,
                 user_credentials=CoalesceUserCredentials(
-                    # The local Snowflake accepts any credentials; these are the world's.
-                    snowflake_username=LOCAL_SNOWFLAKE_USER,
+                    # The environment's own user, as the Scheduler signs its runs in (not dw-dagster's, which
+                    # signs in by key pair only); the local Snowflake takes any password from it.
+                    snowflake_username=SCHEDULER_SNOWFLAKE_USER,
                     snowflake_password=LOCAL_SNOWFLAKE_PASSWORD,
                     snowflake_warehouse="LOCAL_WH",
                 ),
