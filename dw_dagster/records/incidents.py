@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from datetime import date, datetime
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field
 
 from dw_dagster.records.keys import key_label
 
@@ -148,6 +149,33 @@ class JoinEffect(BaseModel):
     dropped_units: float
     duplicated_rows: int = 0
     unmatched: list[KeyGap] = Field(default_factory=list)
+
+
+class GrownStatement(BaseModel):
+    """A statement of a node (a Coalesce stage: ``Insert Data``, a test) whose credits rose tonight against
+    what the statement's own nights expected of it (``dw_dagster/cost/jump.py``)."""
+
+    stage: str
+    credits: float
+    expected: float | None = Field(default=None, validation_alias=AliasChoices("expected", "usual"))
+    """None: the statement is new tonight. (Cost findings recorded before December 2026 call it ``usual``.)"""
+
+    def describe(self) -> str:
+        if not self.expected:
+            return f"{self.stage}: {credits_text(self.credits)} credits (new)"
+        change = self.credits / self.expected - 1
+        return (
+            f"{self.stage}: {credits_text(self.credits)} credits against an expected "
+            f"{credits_text(self.expected)} ({change:+.0%})"
+        )
+
+
+def credits_text(value: float) -> str:
+    """Snowflake credits as a person reads them: three significant digits (2.13, 0.0415), whole from 100."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{digits}f}"
 
 
 class QueryRecord(BaseModel):
