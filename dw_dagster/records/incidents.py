@@ -95,6 +95,8 @@ class CauseClass(str, Enum):
     SIGN_CHANGE = "sign_change"
     """Values of a subset (a key) flipped sign."""
     REFERENCE_DATA_CHANGE = "reference_data_change"
+    COST_INCREASE = "cost_increase"
+    """Not a data fault: a node's Snowflake credits rose beyond its own nights, by the statements named."""
     UNKNOWN = "unknown"
 
 
@@ -178,6 +180,10 @@ def credits_text(value: float) -> str:
     return f"{value:,.{digits}f}"
 
 
+EvidenceValue = float | int | str | list[str]
+"""A measured number, a name, or names (the costliest query ids, the runs): each a line a person reads."""
+
+
 class QueryRecord(BaseModel):
     """One statement the diagnosis sent to the warehouse (its audit trail)."""
 
@@ -194,9 +200,11 @@ class Diagnosis(BaseModel):
     classification: CauseClass
     cause: str
     """One or two sentences a data engineer on call can act on."""
-    evidence: dict[str, float | int | str] = Field(default_factory=dict)
+    evidence: dict[str, EvidenceValue] = Field(default_factory=dict)
     keys: list[KeyGap] = Field(default_factory=list)
     joins: list[JoinEffect] = Field(default_factory=list)
+    statements: list[GrownStatement] = Field(default_factory=list)
+    """A cost increase: the node's statements whose credits grew most, the largest rise first."""
     upstream_change: str | None = None
     path: list[str] = Field(default_factory=list)
     """Asset keys from the upstream cause to the failing asset."""
