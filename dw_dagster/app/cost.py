@@ -8,7 +8,8 @@ float metadata, so that the asset's Plots tab shows each spender night by night.
 
 The sensor reads only the Dagster instance: a night is due once the views' latency has passed since it
 ended and the run sensor reported at least one Coalesce node built that night. An idle night (nothing
-ran) starts nothing and touches no warehouse.
+ran) starts nothing and touches no warehouse. Nights run one at a time, oldest first: each is judged
+against the nights before it, which the previous run recorded.
 """
 
 # No ``from __future__ import annotations``: Dagster reads the op's config class from its annotation.
@@ -49,6 +50,34 @@ class CostNight(dg.Config):
     """The business date to attribute, YYYY-MM-DD."""
     backfill_nights: int = 0
     """Also record this many nights before it (the sensor's first run backfills the baseline's lookback)."""
+
+
+NIGHT_TAG = "dw/cost_night"
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
+IN_FLIGHT_CEILING = timedelta(hours=6)
+"""A cost run in flight longer than this (a worker lost without run monitoring) no longer holds the next
+nights back."""
+
+
+def in_flight(instance: dg.DagsterInstance, now: datetime) -> dg.DagsterRun | None:
+    """A cost run not yet ended, started (or queued) within the ceiling."""
+    for record in instance.get_run_records(dg.RunsFilter(job_name=COST_JOB, statuses=IN_FLIGHT), limit=5):
+        since = record.start_time or record.create_timestamp.timestamp()
+        if now.timestamp() - since < IN_FLIGHT_CEILING.total_seconds():
+            return record.dagster_run
+    return None
+
+
+def succeeded(instance: dg.DagsterInstance) -> bool:
+    """Whether a cost run ever succeeded here (and so recorded a baseline)."""
+    runs = dg.RunsFilter(job_name=COST_JOB, statuses=[dg.DagsterRunStatus.SUCCESS])
+    return bool(instance.get_run_records(runs, limit=1))
 
 
 def build_cost_definitions(
@@ -104,8 +133,8 @@ def build_cost_definitions(
         minimum_interval_seconds=900,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Starts the cost job for each night on which Coalesce built something, once Snowflake's "
-        "account usage views have caught up (DW_COST_LATENCY_HOURS, 8 by default). Reads only Dagster's "
-        "instance.",
+        "account usage views have caught up (DW_COST_LATENCY_HOURS, 8 by default), one night at a time, oldest "
+        "first. Reads only Dagster's instance.",
     )
     def cost_attribution_sensor(context: dg.SensorEvaluationContext):
         def had_work(start: datetime, end: datetime) -> bool:
@@ -121,19 +150,33 @@ def build_cost_definitions(
 
         # Dagster's clock, as its schedules read it (a deployment's wall clock).
         now = get_current_datetime()
+        # A night is judged against the nights before it, which the run before it records (a first run's
+        # backfill of the lookback takes minutes): a later night waits until that run has ended, or else it
+        # is judged against a level of weeks ago.
+        busy = in_flight(context.instance, now)
+        if busy is not None:
+            return dg.SkipReason(
+                f"cost run {busy.run_id} ({busy.tags.get(NIGHT_TAG, '?')}) has not ended: the next night is "
+                "judged against it"
+            )
         last = date.fromisoformat(context.cursor) if context.cursor else None
         due = nights_due(last, now, latency, metrics.business_day, had_work)
-        for night in due:
-            # The first night attributed also records the baseline's lookback from the views' year.
-            backfill = CostJumpConfig().lookback_days if last is None else 0
-            yield dg.RunRequest(
+        if due:
+            night = due[0]
+            context.update_cursor(night.isoformat())
+            # Until a cost run has succeeded, the night also records the baseline's lookback from the
+            # views' year (a first run that failed leaves no baseline behind).
+            backfill = 0 if succeeded(context.instance) else CostJumpConfig().lookback_days
+            return dg.RunRequest(
                 run_key=f"cost:{night.isoformat()}",
                 run_config=dg.RunConfig(
                     ops={"attribute_costs": CostNight(night=night.isoformat(), backfill_nights=backfill)}
                 ),
+                tags={NIGHT_TAG: night.isoformat()},
             )
         latest = metrics.business_day.of(now - latency) - timedelta(days=1)
         if last is None or latest > last:
             context.update_cursor(latest.isoformat())
+        return dg.SkipReason(f"no night with work after {last or latest} is complete yet")
 
     return dg.Definitions(assets=[cost_spec], jobs=[cost_attribution], sensors=[cost_attribution_sensor])

@@ -1,9 +1,10 @@
 """Robust baselines for nightly numbers (detection.md, "what we must do instead", point 2).
 
-Log space, same weekday over the last weeks (or day-over-day changes for slowly moving levels), the scored
-point and earlier flagged days excluded, centre = median, scale = 1.4826 x MAD floored at a fraction of the
-level; an anomaly needs |robust z| >= the threshold AND a minimum relative change AND the direction that
-hurts. Too little history is its own visible state, never a pass.
+Log space, same weekday over the last weeks (or day-over-day changes for slowly moving levels, or
+week-over-week changes for a level that trends with a weekly rhythm), the scored point and earlier flagged
+days excluded, centre = median, scale = 1.4826 x MAD floored at a fraction of the level; an anomaly needs
+|robust z| >= the threshold AND a minimum relative change AND the direction that hurts. Too little history
+is its own visible state, never a pass.
 
 Small counts (a usual level below ``small_below``) are judged on the absolute change instead, in rows or
 units, with the scale floored at the Poisson spread sqrt(level) and at ``small_scale_floor``: one row more
@@ -24,6 +25,8 @@ from pydantic import BaseModel, Field
 
 MAD_TO_SIGMA = 1.4826
 MAX_BRIDGE_DAYS = 7
+MAX_BRIDGE_WEEKS = 2
+"""Week over week: a night is compared with its weekday one or two weeks before (one left out: flagged)."""
 
 
 class Direction(str, Enum):
@@ -35,12 +38,16 @@ class Direction(str, Enum):
 class BaselineMethod(str, Enum):
     SAME_WEEKDAY = "same_weekday"
     DAY_OVER_DAY = "day_over_day"
+    WEEK_OVER_WEEK = "week_over_week"
+    """Tonight's change from the same weekday a week before, against the usual weekly change of the last
+    ``days`` nights: a steady trend (a table that accumulates rows, the cost of reading it) is its own usual
+    change, and a weekly rhythm cancels out."""
 
 
 class BaselineConfig(BaseModel):
     method: BaselineMethod = BaselineMethod.SAME_WEEKDAY
     weeks: int = Field(default=8, ge=2, le=52, description="Same-weekday lookback, in weeks.")
-    days: int = Field(default=28, ge=5, le=365, description="Day-over-day lookback, in days.")
+    days: int = Field(default=28, ge=5, le=365, description="Day- or week-over-week lookback, in days.")
     min_points: int = Field(default=4, ge=3, description="Fewer points give 'insufficient baseline'.")
     z_threshold: float = Field(default=4.0, gt=0)
     min_relative_change: float = Field(
@@ -134,16 +141,20 @@ def untransform(absolute: bool):
 
 @dataclass(frozen=True)
 class _Reference:
-    """What the predictor compares a night with: the reference values (levels, or changes per day), the
-    night's own value in the same terms, and what the expectation is built on."""
+    """What the predictor compares a night with: the reference values (levels, or changes per day or per
+    week), the night's own value in the same terms, and what the expectation is built on."""
 
     refs: list[float]
     target: float
     level: float
     """The usual level in the value's units (the small-count scale's floor)."""
     prev: date | None = None
-    """Day over day: the night the change is measured from."""
+    """Day or week over week: the night the change is measured from."""
     gap_days: int = 1
+    """The steps from ``prev`` to the night: days, or weeks for week over week."""
+    steps_of_noise: int = 1
+    """Week over week across a missing week: the change spans two steps of trend but one of noise (two
+    nights'), so its deviation per step counts twice."""
 
 
 def _reference(
@@ -157,6 +168,15 @@ def _reference(
         refs = [f(usable[d]) for d in days if d in usable]
         level = median(usable[d] for d in days if d in usable) if refs else 0.0
         return _Reference(refs, f(value), level)
+    if config.method is BaselineMethod.WEEK_OVER_WEEK:
+        values = {d: f(v) for d, v in usable.items() if d < day}
+        weekly = week_over_week(values)
+        prev = week_before(values, day)
+        if prev is None:
+            return None
+        refs = [c for b, (_, c) in weekly.items() if (day - b).days <= config.days]
+        weeks = (day - prev).days // 7
+        return _Reference(refs, (f(value) - values[prev]) / weeks, usable[prev], prev, weeks, weeks)
     # Changes per day between consecutive usable days: a gap left by an excluded (incident) day is bridged,
     # so the night after an incident is compared with the last good night, not the bad one.
     days = sorted(d for d in usable if d < day and (day - d).days <= config.days)
@@ -170,6 +190,23 @@ def _reference(
     prev = days[-1]
     gap = (day - prev).days
     return _Reference(refs, (f(value) - f(usable[prev])) / gap, usable[prev], prev, gap)
+
+
+def week_before(values: Mapping[date, float], day: date) -> date | None:
+    """The latest night of ``values`` on ``day``'s weekday at most ``MAX_BRIDGE_WEEKS`` weeks before it."""
+    for weeks in range(1, MAX_BRIDGE_WEEKS + 1):
+        if (d := day - timedelta(weeks=weeks)) in values:
+            return d
+    return None
+
+
+def week_over_week(values: Mapping[date, float]) -> dict[date, tuple[date, float]]:
+    """Each night's change per week from its weekday a week (or two) before, keyed by the later night."""
+    out = {}
+    for d in sorted(values):
+        if (prev := week_before(values, d)) is not None:
+            out[d] = (prev, (values[d] - values[prev]) / ((d - prev).days // 7))
+    return out
 
 
 def _inflation(points: int) -> float:
@@ -234,6 +271,14 @@ def one_step_errors(points: Mapping[date, float], config: BaselineConfig, absolu
                 refs = [f(v) for v in raw]
                 spread = _inflation(len(refs)) * (1.0 if absolute else relative_noise(median(raw), usual))
                 out.append((values[d] - median(refs)) / spread)
+        return out
+    if config.method is BaselineMethod.WEEK_OVER_WEEK:
+        weekly = week_over_week(values)
+        for d, (prev, change) in weekly.items():
+            refs = [c for b, (_, c) in weekly.items() if b < d and (d - b).days <= config.days]
+            if len(refs) >= 2:
+                spread = _inflation(len(refs)) * (1.0 if absolute else relative_noise(points[prev], usual))
+                out.append((change - median(refs)) * ((d - prev).days // 7) / spread)
         return out
     # (the later night, its change per day) for consecutive nights close enough to measure a change
     changes = [
@@ -357,7 +402,7 @@ def score(
             max(config.small_scale_floor, math.sqrt(max(ref.level, 0.0))) if absolute else config.scale_floor
         )
         scale = max(MAD_TO_SIGMA * mad, floor) * scale_factor
-    z = (target - centre) / scale
+    z = (target - centre) / scale * ref.steps_of_noise
     if same_weekday:
         expected = untransform(absolute)(centre)
     else:

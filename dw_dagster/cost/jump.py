@@ -1,6 +1,14 @@
-"""A node's cost judged against its own baseline, with the same robust rules as the volume and metric
-checks (``checks/baseline.py``, ``checks/judge.py``): same weekday over the last weeks, median and MAD in
-log space, earlier flagged nights left out, a minimum relative change, and only a rise hurts.
+"""A node's cost judged against its own nights, with the same robust rules as the volume and metric checks
+(``checks/baseline.py``, ``checks/judge.py``): log space, earlier flagged nights left out, a threshold read
+from the series' own one-step errors, a minimum relative change, and only a rise hurts.
+
+The baseline is **week over week**: tonight's change from the same weekday a week before, against the usual
+weekly change of the last four weeks. A node's cost follows what it reads and writes, and a table that
+accumulates rows grows a little every night; against a level of weeks ago such a trend scores as a jump
+(a smooth series has almost no spread), while its change from a week ago is its usual change. A weekday
+rhythm cancels out the same way. What is judged is a step: a node whose cost doubles, or one of its
+statements that grows while the others hold. A week's night missing (flagged, or not run) is bridged by the
+week before; a longer gap in the record gives no judgement rather than a comparison with an old level.
 
 Credits are not counts: the small-count rule is off, and a jump must also be at least
 ``min_relative_change`` (25% by default) so that the ordinary wobble of a warehouse never pages anyone.
@@ -8,18 +16,21 @@ Credits are not counts: the small-count rule is off, and a jump must also be at 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from datetime import date
 from statistics import median
 
 from pydantic import BaseModel, Field
 
-from dw_dagster.checks.baseline import BaselineConfig, Direction
+from dw_dagster.checks.baseline import BaselineConfig, BaselineMethod, BaselineStatus, Direction, score
 from dw_dagster.checks.judge import Judgement, judge
+from dw_dagster.records.incidents import GrownStatement, credits_text
 
 
 def default_cost_baseline() -> BaselineConfig:
-    return BaselineConfig(small_below=0, min_relative_change=0.25, calendar=False)
+    return BaselineConfig(
+        method=BaselineMethod.WEEK_OVER_WEEK, small_below=0, min_relative_change=0.25, calendar=False
+    )
 
 
 class CostJumpConfig(BaseModel):
@@ -27,20 +38,13 @@ class CostJumpConfig(BaseModel):
     min_credits: float = Field(
         default=0.0, ge=0, description="A node cheaper than this tonight is not judged (noise of tiny nodes)."
     )
-    lookback_days: int = Field(default=70, ge=14, le=400, description="How many nights of history to read.")
-
-
-class GrownQuery(BaseModel):
-    """A statement of the node whose credits grew most against its usual night."""
-
-    stage: str
-    credits: float
-    usual: float | None
-
-    def describe(self) -> str:
-        if not self.usual:
-            return f"{self.stage}: {self.credits:.4f} credits (new)"
-        return f"{self.stage}: {self.credits:.4f} credits against a usual {self.usual:.4f} ({self.credits / self.usual - 1:+.0%})"
+    lookback_days: int = Field(
+        default=70,
+        ge=14,
+        le=400,
+        description="How many nights of history to read: the baseline's weeks and the one-step errors its "
+        "threshold is read from.",
+    )
 
 
 class CostJump(BaseModel):
@@ -48,7 +52,7 @@ class CostJump(BaseModel):
     night: date
     credits: float
     judgement: Judgement
-    grown: list[GrownQuery]
+    grown: list[GrownStatement]
 
     @property
     def is_jump(self) -> bool:
@@ -56,15 +60,13 @@ class CostJump(BaseModel):
 
     def summary(self, label: str) -> str:
         r = self.judgement.result
-        expected = f"an expected {r.expected:.4f}" if r.expected is not None else "no baseline"
+        expected = f"an expected {credits_text(r.expected)}" if r.expected is not None else "no baseline"
         change = (
             f" ({100 * (r.relative_change or 0):+.0f}%, robust z {r.robust_z or 0:+.1f})"
             if r.expected
             else ""
         )
-        return (
-            f"{label} cost {self.credits:.4f} credits on {self.night.isoformat()} against {expected}{change}"
-        )
+        return f"{label} cost {credits_text(self.credits)} credits on {self.night.isoformat()} against {expected}{change}"
 
 
 def judge_cost(
@@ -80,26 +82,39 @@ def judge_cost(
     """Tonight's credits of one node against its own nights; ``history_stages`` are the credits per
     statement of those nights, to name the statements that grew."""
     judgement = judge(history, night, credits, config.baseline, Direction.UP, excluded_days=excluded_days)
+    past = {d: s for d, s in history_stages.items() if d < night and d not in excluded_days}
     return CostJump(
         series=series,
         night=night,
         credits=credits,
         judgement=judgement,
-        grown=grown_queries(
-            stages, [s for d, s in history_stages.items() if d < night and d not in excluded_days]
-        ),
+        grown=grown_statements(stages, past, night, config.baseline),
     )
 
 
-def grown_queries(
-    tonight: Mapping[str, float], past: Sequence[Mapping[str, float]], n: int = 3
-) -> list[GrownQuery]:
-    """The statements whose credits rose most tonight against their median night, largest rise first."""
-    grown = []
+def grown_statements(
+    tonight: Mapping[str, float],
+    past: Mapping[date, Mapping[str, float]],
+    night: date,
+    baseline: BaselineConfig,
+    n: int = 3,
+) -> list[GrownStatement]:
+    """The statements whose credits rose most tonight against what their own nights expected of them (the
+    node's baseline, each statement its own series), largest rise first: those that rose by the baseline's
+    minimum relative change (a statement that grew while the others held), else the largest rises. A
+    statement with too short a record for the baseline is compared with its median night; one never seen
+    before is new."""
+    rises = []
     for stage, credits in tonight.items():
-        values = [p[stage] for p in past if stage in p]
-        usual = median(values) if values else None
-        rise = credits - (usual or 0.0)
+        own = {d: s[stage] for d, s in past.items() if stage in s}
+        expected = None
+        if own:
+            r = score(own, night, credits, baseline, Direction.UP)
+            usable = r.status is not BaselineStatus.INSUFFICIENT and r.expected is not None
+            expected = r.expected if usable else median(own.values())
+        rise = credits - (expected or 0.0)
         if rise > 0:
-            grown.append((rise, GrownQuery(stage=stage, credits=credits, usual=usual)))
-    return [g for _, g in sorted(grown, key=lambda x: (-x[0], x[1].stage))[:n]]
+            rises.append((rise, GrownStatement(stage=stage, credits=credits, expected=expected)))
+    rises.sort(key=lambda x: (-x[0], x[1].stage))
+    material = [g for rise, g in rises if not g.expected or rise >= baseline.min_relative_change * g.expected]
+    return (material or [g for _, g in rises])[:n]

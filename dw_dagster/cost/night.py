@@ -11,13 +11,14 @@ an idle night (nothing ran) is never due.
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import dagster as dg
 
-from dw_dagster.checks.history import HistoryStore
+from dw_dagster.checks.history import HistorySession, HistoryStore, Reading
 from dw_dagster.checks.metrics import BusinessDay, MetricsFile
 from dw_dagster.cost import COST_CHECK
 from dw_dagster.cost.attribution import Attribution, Spend, attribute, by_night
@@ -143,13 +144,15 @@ def attribute_night(
     with store.session("job.cost.history") as history:
         for earlier, spent in nights.items():
             if earlier < night:
-                for spend in spent.nodes:
-                    _record(history, _series(spend, assets_by_node), earlier, spend, run_id)
+                _record(history, earlier, spent.nodes, assets_by_node, run_id)
+        _record(history, night, attribution.nodes, assets_by_node, run_id)
         excluded = history.incident_days(night - timedelta(days=config.lookback_days))
+        pasts = history.metric_histories(
+            [_series(s, assets_by_node) for s in attribution.nodes], night, config.lookback_days
+        )
         for spend in attribution.nodes:
             series = _series(spend, assets_by_node)
-            _record(history, series, night, spend, run_id)
-            past = history.metric_history(series, night, config.lookback_days)
+            past = pasts[series]
             flagged = {d for d, r in past.items() if r.flagged}
             jump = judge_cost(
                 series,
@@ -172,9 +175,21 @@ def _series(spend: Spend, assets_by_node: dict[str, str]) -> str:
     return cost_series(assets_by_node.get(spend.node_id or "") or spend.spender.removeprefix("node "))
 
 
-def _record(history, series: str, night: date, spend: Spend, run_id: str | None) -> None:
-    coalesce_run = spend.runs[0] if spend.runs else None
-    history.record_metric(series, night, spend.credits, spend.by_stage, run_id, coalesce_run)
+def _record(
+    history: HistorySession,
+    night: date,
+    spends: Sequence[Spend],
+    assets_by_node: dict[str, str],
+    run_id: str | None,
+) -> None:
+    """One night's credits of every node, in one statement per Coalesce run: a first run's backfill of 70
+    nights is 70 statements, not one per node and night."""
+    by_run: dict[str | None, dict[str, Reading]] = defaultdict(dict)
+    for spend in spends:
+        reading = Reading(value=spend.credits, groups=dict(spend.by_stage))
+        by_run[spend.runs[0] if spend.runs else None][_series(spend, assets_by_node)] = reading
+    for coalesce_run, readings in by_run.items():
+        history.record_night(night, readings, run_id, coalesce_run)
 
 
 def cost_finding(night: date, spend: Spend, asset: str, jump: CostJump, run_id: str | None) -> Finding:

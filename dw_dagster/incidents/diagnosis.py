@@ -31,6 +31,7 @@ from dw_dagster.cost import COST_CHECK
 from dw_dagster.governance.diagnosis import sensitive_column_diagnosis
 from dw_dagster.governance.watch import CHECK_NAME as SENSITIVE_COLUMN
 from dw_dagster.incidents.audit import AuditTrail
+from dw_dagster.incidents.cost_increase import cost_diagnosis
 from dw_dagster.incidents.drilldown import drill_groups, drill_source, rows_held, unit_or_sign_diagnosis
 from dw_dagster.incidents.duplication import find_duplicates
 from dw_dagster.incidents.evidence import (
@@ -91,12 +92,15 @@ def diagnose(incident: Incident, findings: Sequence[Finding], ctx: DiagnosisCont
         )
         diagnosis = nulls or _classify(incident, primary, actx)
     except Exception as e:  # noqa: BLE001 - a diagnosis that cannot finish must not cost the alert
+        # The error in full in the notes (the run's log and the incident's record); the people reading the
+        # alert get one short sentence, never an exception's text.
         actx.note(f"the diagnosis stopped: {type(e).__name__}: {e}")
         known = primary.asset_key in actx.graph
         diagnosis = Diagnosis(
             incident_id=incident.incident_id,
             classification=CauseClass.UNKNOWN,
-            cause=f"{primary.summary} (the cause could not be measured: {type(e).__name__}: {e})",
+            cause=f"{primary.summary} (the cause could not be measured: the diagnosis stopped on an error, "
+            "recorded in its notes)",
             path=[*sorted(actx.graph.upstream(primary.asset_key)), primary.asset_key] if known else [],
             owners=actx.graph.owners_on([primary.asset_key]) if known else [],
         )
@@ -113,7 +117,7 @@ def _classify(incident: Incident, primary: Finding, ctx: DiagnosisContext) -> Di
     if primary.check_name == "input_freshness":
         return stale_diagnosis(incident, primary, ctx) or _unknown(incident, primary, ctx)
     if primary.check_name == COST_CHECK:  # a cost jump is not a data fault: its finding says what grew
-        return _unknown(incident, primary, ctx, evidence=primary.evidence)
+        return cost_diagnosis(incident, primary, ctx)
     total = total_of(primary, ctx.metrics)
     if (
         total is not None

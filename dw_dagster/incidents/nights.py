@@ -9,7 +9,10 @@ finding, the instance already holds the answer, so no check body needs to know a
   errored or skipped is not over;
 - a node's materializations, each carrying its Coalesce run id, which the checks run of that Coalesce run
   is tagged with beside its business date: built again is no longer failing;
-- a Coalesce job's run as a whole (no node explained the failure): a later checks run of that job.
+- a Coalesce job's run as a whole (no node explained the failure): a later checks run of that job;
+- a node's cost jump: the nightly cost job's materializations of ``dw/cost``, each naming the night it
+  judged and the nodes whose cost jumped (a night the cost job has not judged yet is not judged, whatever
+  was built).
 
 A night is **clean** when every one of the incident's signatures was judged that night and none failed,
 and no finding with one of its signatures was recorded that night on any incident (a finding the checks
@@ -25,6 +28,8 @@ from datetime import date
 import dagster as dg
 
 from dw_dagster import tags
+from dw_dagster.cost import COST_CHECK
+from dw_dagster.cost.night import COST_KEY, cost_series
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.internals import AssetCheckExecutionRecordStatus
 from dw_dagster.records.incidents import Finding, Incident
@@ -109,6 +114,20 @@ def _build_outcomes(instance: dg.DagsterInstance, asset: str) -> dict[date, str]
     return dict.fromkeys(nights.values(), "passed")
 
 
+def _cost_outcomes(instance: dg.DagsterInstance, asset: str) -> dict[date, str]:
+    """Nights the cost job judged a node's credits: failed where they jumped (``cost_night.cost_metadata``)."""
+    out: dict[date, str] = {}
+    records = instance.fetch_materializations(COST_KEY, limit=HISTORY).records
+    for record in sorted(records, key=lambda r: r.storage_id):  # a night attributed again: the last wins
+        md = record.asset_materialization.metadata if record.asset_materialization else {}
+        night = _night_of({tags.BUSINESS_DATE: str(getattr(md.get("night"), "value", ""))})
+        if night is None or f"credits: node {asset}" not in md:
+            continue
+        jumped = str(getattr(md.get("cost_jump_series"), "value", "")).split(", ")
+        out[night] = "failed" if cost_series(asset) in jumped else "passed"
+    return out
+
+
 def later_nights(
     instance: dg.DagsterInstance, incident: Incident, findings: Sequence[Finding]
 ) -> list[Night]:
@@ -119,7 +138,9 @@ def later_nights(
     by_signature: dict[str, dict[date, str]] = {}
     for f in {f.signature: f for f in findings}.values():
         outcomes = None
-        if f.check_name != NODE_BUILD:
+        if f.check_name == COST_CHECK:
+            outcomes = _cost_outcomes(instance, f.asset_key)
+        elif f.check_name != NODE_BUILD:
             outcomes = _check_outcomes(
                 instance, dg.AssetCheckKey(dg.AssetKey(f.asset_key.split("/")), f.check_name)
             )

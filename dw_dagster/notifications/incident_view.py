@@ -93,7 +93,9 @@ def incident_markdown(
     if diagnosis is not None:
         lines += ["", f"#### Diagnosis: {diagnosis.classification.value}", diagnosis.cause, ""]
         lines += [
-            f"- **{k}**: {v:,.1f}" if isinstance(v, float) else f"- **{k}**: {v}"
+            f"- **{k}**: {v:,.1f}"
+            if isinstance(v, float)
+            else f"- **{k}**: {', '.join(v) if isinstance(v, list) else v}"
             for k, v in diagnosis.evidence.items()
         ]
         if diagnosis.keys:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from datetime import date, datetime
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field
 
 from dw_dagster.records.keys import key_label
 
@@ -94,6 +95,8 @@ class CauseClass(str, Enum):
     SIGN_CHANGE = "sign_change"
     """Values of a subset (a key) flipped sign."""
     REFERENCE_DATA_CHANGE = "reference_data_change"
+    COST_INCREASE = "cost_increase"
+    """Not a data fault: a node's Snowflake credits rose beyond its own nights, by the statements named."""
     UNKNOWN = "unknown"
 
 
@@ -150,6 +153,37 @@ class JoinEffect(BaseModel):
     unmatched: list[KeyGap] = Field(default_factory=list)
 
 
+class GrownStatement(BaseModel):
+    """A statement of a node (a Coalesce stage: ``Insert Data``, a test) whose credits rose tonight against
+    what the statement's own nights expected of it (``dw_dagster/cost/jump.py``)."""
+
+    stage: str
+    credits: float
+    expected: float | None = Field(default=None, validation_alias=AliasChoices("expected", "usual"))
+    """None: the statement is new tonight. (Cost findings recorded before December 2026 call it ``usual``.)"""
+
+    def describe(self) -> str:
+        if not self.expected:
+            return f"{self.stage}: {credits_text(self.credits)} credits (new)"
+        change = self.credits / self.expected - 1
+        return (
+            f"{self.stage}: {credits_text(self.credits)} credits against an expected "
+            f"{credits_text(self.expected)} ({change:+.0%})"
+        )
+
+
+def credits_text(value: float) -> str:
+    """Snowflake credits as a person reads them: three significant digits (2.13, 0.0415), whole from 100."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{digits}f}"
+
+
+EvidenceValue = float | int | str | list[str]
+"""A measured number, a name, or names (the costliest query ids, the runs): each a line a person reads."""
+
+
 class QueryRecord(BaseModel):
     """One statement the diagnosis sent to the warehouse (its audit trail)."""
 
@@ -166,9 +200,11 @@ class Diagnosis(BaseModel):
     classification: CauseClass
     cause: str
     """One or two sentences a data engineer on call can act on."""
-    evidence: dict[str, float | int | str] = Field(default_factory=dict)
+    evidence: dict[str, EvidenceValue] = Field(default_factory=dict)
     keys: list[KeyGap] = Field(default_factory=list)
     joins: list[JoinEffect] = Field(default_factory=list)
+    statements: list[GrownStatement] = Field(default_factory=list)
+    """A cost increase: the node's statements whose credits grew most, the largest rise first."""
     upstream_change: str | None = None
     path: list[str] = Field(default_factory=list)
     """Asset keys from the upstream cause to the failing asset."""

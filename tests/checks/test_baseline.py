@@ -108,3 +108,22 @@ def test_the_night_after_an_incident_is_compared_with_the_last_good_night():
     assert ok.status is BaselineStatus.OK and ok.expected == pytest.approx(
         hist[DAY - timedelta(days=2)], rel=0.01
     )
+
+
+def test_week_over_week_follows_a_trend_with_a_weekday_rhythm_and_bridges_a_flagged_week():
+    """A level growing 1.5% a night with weekends at 60%: tonight is expected at its trend (a same-weekday
+    median expects the level of weeks ago), a step is flagged, and a flagged week before is bridged."""
+    hist = {d: v * 1.015 ** (70 - (DAY - d).days) for d, v in _seasonal().items()}
+    trend = 1000 * 1.015**70
+    wow = BaselineConfig(method=BaselineMethod.WEEK_OVER_WEEK)
+    r = score(hist, DAY, trend, wow)
+    # Last week's night and the weekly changes carry a 5% wobble.
+    assert r.status is BaselineStatus.OK and r.expected == pytest.approx(trend, rel=0.1)
+    same = score(hist, DAY, trend, BaselineConfig(weeks=8))
+    assert same.expected < 0.8 * trend  # four weeks and more behind
+    assert score(hist, DAY, 1.5 * trend, wow).status is BaselineStatus.ANOMALY
+    bridged = score(hist, DAY, 1.5 * trend, wow, excluded_days={DAY - timedelta(weeks=1)})
+    assert bridged.status is BaselineStatus.ANOMALY and (DAY - timedelta(weeks=2)) in hist
+    # Neither of the last two weeks' same weekday: no judgement rather than an older level.
+    gone = {DAY - timedelta(weeks=1), DAY - timedelta(weeks=2)}
+    assert score(hist, DAY, trend, wow, excluded_days=gone).status is BaselineStatus.INSUFFICIENT

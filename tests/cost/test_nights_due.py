@@ -47,9 +47,8 @@ def test_the_night_window_follows_the_business_day_across_daylight_saving():
         latency_from_env({"DW_COST_LATENCY_HOURS": "soon"})
 
 
-def test_the_sensor_starts_the_job_only_for_nights_dagster_saw_a_node_built():
+def _sensor_and_node():
     import dagster as dg
-    from dagster._core.test_utils import freeze_time
 
     from dw_dagster.app.cost import build_cost_definitions
     from dw_dagster.checks.metrics import MetricsFile
@@ -57,19 +56,89 @@ def test_the_sensor_starts_the_job_only_for_nights_dagster_saw_a_node_built():
     from dw_dagster.warehouse.resources import warehouse_from_env
 
     node = dg.AssetSpec(key=["sales", "fct_orders"], metadata={"coalesce/node_id": "n-fact"})
-    metrics = MetricsFile(business_day=DAY)
-    built = build_cost_definitions([node], metrics, OpsSchema("DW", "DW_OPS"))
+    built = build_cost_definitions([node], MetricsFile(business_day=DAY), OpsSchema("DW", "DW_OPS"))
     # The sensor needs no resource (it never reaches the warehouse); the job's is never called here.
     defs = dg.Definitions.merge(
         built, dg.Definitions(resources={"snowflake": warehouse_from_env({}, resolved=False)})
     )
-    sensor = defs.resolve_sensor_def("cost_attribution_sensor")
+    return defs.resolve_sensor_def("cost_attribution_sensor"), node
+
+
+def _tick(sensor, instance, at: datetime, cursor: str | None):
+    import dagster as dg
+    from dagster._core.test_utils import freeze_time
+
+    with freeze_time(at):
+        context = dg.build_sensor_context(instance=instance, cursor=cursor)
+        result = sensor(context)
+    return (result if isinstance(result, dg.RunRequest) else None), context.cursor
+
+
+def _built(instance, node, at: datetime):
+    import dagster as dg
+    from dagster._core.test_utils import freeze_time
+
+    with freeze_time(at):
+        instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=node.key))
+
+
+def test_the_sensor_starts_the_job_only_for_nights_dagster_saw_a_node_built():
+    import dagster as dg
+    from dagster._core.test_utils import create_run_for_test
+
+    sensor, node = _sensor_and_node()
     with dg.DagsterInstance.ephemeral() as instance:
-        with freeze_time(datetime(2025, 6, 17, 7, 30, tzinfo=UTC)):  # night of 2025-06-16, 02:30 Chicago
-            instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=node.key))
-        with freeze_time(datetime(2025, 6, 19, 20, 0, tzinfo=UTC)):
-            context = dg.build_sensor_context(instance=instance, cursor="2025-06-15")
-            requests = list(sensor(context))
-        assert [r.run_key for r in requests] == ["cost:2025-06-16"]  # the 17th and 18th: nothing ran
-        assert requests[0].run_config["ops"]["attribute_costs"]["config"]["backfill_nights"] == 0
-        assert context.cursor == "2025-06-18"
+        _built(instance, node, datetime(2025, 6, 17, 7, 30, tzinfo=UTC))  # night of 2025-06-16, 02:30 Chicago
+        # A cost run succeeded before: the baseline is recorded, no backfill.
+        create_run_for_test(instance, job_name="cost_attribution", status=dg.DagsterRunStatus.SUCCESS)
+        request, cursor = _tick(sensor, instance, datetime(2025, 6, 19, 20, 0, tzinfo=UTC), "2025-06-15")
+        assert request is not None and request.run_key == "cost:2025-06-16"
+        assert request.run_config["ops"]["attribute_costs"]["config"]["backfill_nights"] == 0
+        assert cursor == "2025-06-16"
+        # The 17th and 18th: nothing ran, nothing starts.
+        request, cursor = _tick(sensor, instance, datetime(2025, 6, 19, 20, 15, tzinfo=UTC), cursor)
+        assert request is None and cursor == "2025-06-18"
+
+
+def test_a_night_waits_for_the_cost_run_before_it_to_record_its_nights(monkeypatch):
+    """The README walkthrough on a loaded machine: the first cost run (2025-06-14, with the 70 nights before
+    it) was still recording when the world's clock reached the next night; that night was judged against
+    the few weeks recorded so far, a level of a month before, and a steadily growing node read as a jump.
+    A night now waits until the run before it has ended, and nights run oldest first."""
+    import dagster as dg
+    from dagster._core.test_utils import create_run_for_test
+
+    monkeypatch.setenv("DW_COST_LATENCY_HOURS", "0")  # as the local world runs it
+    sensor, node = _sensor_and_node()
+    with dg.DagsterInstance.ephemeral() as instance:
+        for night in (13, 14, 15, 16):
+            _built(instance, node, datetime(2025, 6, night + 1, 0, 0, tzinfo=UTC))  # 19:00 Chicago
+        # World time 2025-06-16 07:01 UTC (02:01 in Chicago): the 14th is the latest complete night.
+        first, cursor = _tick(sensor, instance, datetime(2025, 6, 16, 7, 1, tzinfo=UTC), None)
+        assert first is not None and first.run_key == "cost:2025-06-14"
+        assert first.run_config["ops"]["attribute_costs"]["config"]["backfill_nights"] == 70
+        running = create_run_for_test(
+            instance, job_name="cost_attribution", status=dg.DagsterRunStatus.STARTED, tags=first.tags
+        )
+        # A night later the first run is still recording its backfill: the 15th waits.
+        waiting, cursor_then = _tick(sensor, instance, datetime(2025, 6, 17, 7, 0, tzinfo=UTC), cursor)
+        assert waiting is None and cursor_then == cursor == "2025-06-14"
+        # It failed: no baseline was recorded, so the next night backfills again.
+        instance.delete_run(running.run_id)
+        create_run_for_test(instance, job_name="cost_attribution", status=dg.DagsterRunStatus.FAILURE)
+        second, cursor = _tick(sensor, instance, datetime(2025, 6, 17, 7, 15, tzinfo=UTC), cursor)
+        assert second is not None and second.run_key == "cost:2025-06-15"
+        assert second.run_config["ops"]["attribute_costs"]["config"]["backfill_nights"] == 70
+        # Once one succeeded, the later nights record only themselves, one at a time.
+        create_run_for_test(instance, job_name="cost_attribution", status=dg.DagsterRunStatus.SUCCESS)
+        third, cursor = _tick(sensor, instance, datetime(2025, 6, 18, 7, 0, tzinfo=UTC), cursor)
+        assert third is not None and third.run_key == "cost:2025-06-16"
+        assert third.run_config["ops"]["attribute_costs"]["config"]["backfill_nights"] == 0
+        # A run lost without ending (queued at the instance's clock) holds the next nights back for six
+        # hours at most.
+        from dw_dagster.app.cost import in_flight
+
+        lost = create_run_for_test(instance, job_name="cost_attribution", status=dg.DagsterRunStatus.STARTED)
+        queued = instance.get_run_record_by_id(lost.run_id).create_timestamp
+        assert in_flight(instance, queued + timedelta(hours=5)).run_id == lost.run_id
+        assert in_flight(instance, queued + timedelta(hours=7)) is None

@@ -4,7 +4,7 @@ And the lifecycle job marking a stale incident, as the incident sensor launches 
 
 No ``from __future__ import annotations``: Dagster reads the check's config annotation at definition."""
 
-from datetime import date
+from datetime import UTC, date, datetime
 
 import dagster as dg
 import pytest
@@ -13,9 +13,10 @@ from test_incident_store import finding
 
 from dw_dagster import tags
 from dw_dagster.app.lifecycle import build_lifecycle_job
-from dw_dagster.incidents.nights import lifecycle_due
+from dw_dagster.incidents.nights import later_nights, lifecycle_due
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.resources import SlackNotifier
+from dw_dagster.records.incidents import Finding, Incident
 from dw_dagster.records.policy import IncidentPolicy
 
 __all__ = ["warehouse"]
@@ -136,3 +137,42 @@ def test_the_lifecycle_job_refuses_runs_without_its_tags(night):
     assert "run tags dw/incident_id and dw/lifecycle (resolve or stale): expected both" in str(
         failure.event_specific_data.error
     )
+
+
+def test_a_cost_jump_is_over_only_on_a_night_the_cost_job_judged_without_a_jump():
+    """The walkthrough resolved its cost incident of 2025-06-15 because the node was built again on the
+    16th, a night the cost job had not judged yet: a build is no cost judgement."""
+    from dagster._core.test_utils import create_run_for_test
+
+    from dw_dagster.cost.night import COST_KEY
+
+    cost = Finding(check_name="cost_jump", asset_key="stage/stg_demand", business_date=date(2025, 6, 15),
+                   summary="STG_DEMAND cost 4.32 credits", severity="WARN", cause_scope="cost:stage/stg_demand")  # fmt: skip
+    now = datetime.now(UTC)
+    incident = Incident(incident_id="INC-1", cause_key="k", status="open", business_date=cost.business_date,
+                        title=cost.summary, severity="WARN", opened_at=now, updated_at=now)  # fmt: skip
+
+    def cost_night(night: str, credits: float, jumped: list[str]) -> None:
+        """The nightly cost job's materialization of dw/cost for one night (``cost_metadata``)."""
+        md = {"night": night, "credits: node stage/stg_demand": credits, "cost_jumps": len(jumped)}
+        if jumped:
+            md["cost_jump_series"] = ", ".join(jumped)
+        instance.report_runless_asset_event(dg.AssetMaterialization(COST_KEY, metadata=md))
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        # Built again on the 16th: the run sensor's materialization and the checks run of that Coalesce run.
+        node = dg.AssetKey(["stage", "stg_demand"])
+        instance.report_runless_asset_event(dg.AssetMaterialization(node, metadata={"coalesce/run_id": "62"}))
+        create_run_for_test(instance, job_name="__ASSET_JOB",
+                            tags={tags.COALESCE_RUN_ID: "62", tags.BUSINESS_DATE: "2025-06-16"})  # fmt: skip
+        assert later_nights(instance, incident, [cost]) == []
+        cost_night("2025-06-16", 4.4, ["cost:stage/stg_demand_28d", "cost:stage/stg_demand"])
+        cost_night("2025-06-17", 2.2, ["cost:stage/stg_demand_28d"])
+        cost_night("2025-06-18", 2.2, [])
+        cost_night("2025-06-18", 2.2, ["cost:stage/stg_demand"])  # attributed again: the last one counts
+        nights = {n.night: n.outcomes for n in later_nights(instance, incident, [cost])}
+        assert nights == {
+            date(2025, 6, 16): {"cost_jump@stage/stg_demand": "failed"},
+            date(2025, 6, 17): {"cost_jump@stage/stg_demand": "passed"},
+            date(2025, 6, 18): {"cost_jump@stage/stg_demand": "failed"},
+        }
