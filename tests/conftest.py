@@ -57,7 +57,7 @@ LONGEST = [
     "production/test_production_night.py", "local_world/test_readme_walkthrough.py",
     "checks/test_baselines_local_world.py",
     "scenarios/test_suite_ecommerce_benign.py", "local_world/test_world_faults.py",
-    "local_world/test_coalesce_restart.py", "production/test_sensor_crash_points.py", "local_world/test_cli.py",
+    "local_world/test_coalesce_restart.py", "production/test_sensor_crash_points.py",
     "incidents/test_lifecycle_local_world.py",
     "scenarios/test_scenario_cli.py", "test_components.py", "remediation/test_demo_replay.py",
 ]  # fmt: skip

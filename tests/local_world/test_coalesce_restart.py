@@ -1,10 +1,14 @@
 """Restart is neutral: the run sensor's cursor and every piece of state survive a restart of all processes.
 
-One world, three processes watching it in turn, as a person's week goes: `dw-dagster world up` (its own
-daemon tick reports tonight's run), then the real `dagster-daemon` that `dagster dev` runs (it reports the
+One world, three processes watching it in turn, as a person's week goes: `dw-dagster world up --no-ui` (its
+own daemon tick reports tonight's run), then the real `dagster-daemon` that `dagster dev` runs (it reports the
 night played meanwhile), then everything stopped and `world up` again on the same root (servers restarted,
 a new Dagster process). Counted in the instance and the incident store at the end: every Coalesce run
 reported once, one checks run per Coalesce run, each incident once.
+
+On the first world up, the commands a person runs beside it: `world status`, `slack log`, the world's
+environment file with `stop` / `resume`, `world night`, `world down` (one world up for both: each costs the
+suite a seeded world's copy, its servers and tonight's night).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ NIGHT = re.compile(r"night (\d+) \(\S+\): Coalesce job \S+ run (\d+) (\w+)")
 CEILING = 600
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     clean = {
         k: v
         for k, v in os.environ.items()
@@ -44,19 +48,37 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(VENV_BIN / "dw-dagster"), *args],
         cwd=cwd,
-        env=clean,
+        env={**clean, **(env or {})},
         capture_output=True,
         text=True,
         timeout=CEILING,
     )
 
 
-def _world_up(root: Path, cache: Path, cwd: Path) -> tuple[int, int]:
+def _world_up(root: Path, cache: Path, cwd: Path) -> tuple[int, int, str]:
     up = _cli("world", "up", "--no-ui", "--free-ports", "--root", str(root), "--cache", str(cache), cwd=cwd)
     assert up.returncode == 0, up.stdout + up.stderr
     match = NIGHT.search(up.stdout)
     assert match and match[3] == "completed", up.stdout
-    return int(match[1]), int(match[2])
+    assert "local-coalesce-token" not in up.stdout + up.stderr, "tokens are never printed"
+    return int(match[1]), int(match[2]), up.stdout
+
+
+def _a_persons_commands(root: Path, up: str, cwd: Path) -> None:
+    """`world status`, `slack log`, the environment file (its owner's only) with `stop` / `resume`."""
+    assert "0 failed" in up, up
+    status = _cli("world", "status", "--root", str(root), cwd=cwd)
+    assert json.loads(status.stdout)["ports"]["coalesce"] > 0
+    log = _cli("slack", "log", "--root", str(root), cwd=cwd)
+    assert log.returncode == 0 and re.search(r"\d+ messages?\b", log.stdout), log.stdout[-500:]
+    env_file = root / "world.env"
+    assert f". {env_file}" in up and env_file.stat().st_mode & 0o077 == 0, "readable by its owner only"
+    env = _env(root)
+    assert env["DW_COST_LATENCY_HOURS"] == "0", "the local usage views have no lag to wait out"
+    stop = _cli("stop", "--as", "Omar Haddad", "--reason", "test", cwd=cwd, env=env)
+    assert stop.returncode == 0 and "STOPPED by Omar Haddad" in stop.stdout, stop.stderr
+    resume = _cli("resume", "--as", "Omar Haddad", cwd=cwd, env=env)
+    assert "running (resumed by Omar Haddad" in resume.stdout, resume.stdout + resume.stderr
 
 
 def _env(root: Path) -> dict[str, str]:
@@ -80,7 +102,8 @@ def test_a_second_world_up_after_the_daemon_reports_nothing_twice(
     root = tmp_path / "local"
     cache = WORLD_CACHE.resolve()  # where the fixture built the template
     # 1. world up: the seeded world, tonight's run reported by world up's own daemon tick.
-    first_night, first_run = _world_up(root, cache, tmp_path)
+    first_night, first_run, up = _world_up(root, cache, tmp_path)
+    _a_persons_commands(root, up, tmp_path)
     env = _env(root)
     instance = dg.DagsterInstance.from_config(env["DAGSTER_HOME"])
     daemon = None
@@ -88,6 +111,7 @@ def test_a_second_world_up_after_the_daemon_reports_nothing_twice(
         # 2. A night played while `dagster dev`'s daemon watches, as `world night` does.
         night = _cli("world", "night", "--root", str(root), cwd=tmp_path)
         assert night.returncode == 0, night.stdout + night.stderr
+        assert f"night {first_night + 1} (" in night.stdout and "completed" in night.stdout, night.stdout
         second_run = int(re.search(r"Coalesce run (\d+)", night.stdout)[1])
         log = open(root / "logs" / "dagster-daemon.log", "ab")  # noqa: SIM115 - closed with the daemon
         daemon = subprocess.Popen(
@@ -106,9 +130,10 @@ def test_a_second_world_up_after_the_daemon_reports_nothing_twice(
             daemon.wait(60)
             log.close()
         down = _cli("world", "down", "--root", str(root), cwd=tmp_path)
-        assert down.returncode == 0, down.stderr
+        assert down.returncode == 0 and "stopped" in down.stdout, down.stdout + down.stderr
+    assert "no world running" in _cli("world", "status", "--root", str(root), cwd=tmp_path).stdout
     # 3. Everything stopped; world up again on the same root: servers and Dagster start afresh.
-    third_night, third_run = _world_up(root, cache, tmp_path)
+    third_night, third_run, _ = _world_up(root, cache, tmp_path)
     _cli("world", "down", "--root", str(root), cwd=tmp_path)
     assert third_night == first_night + 2 and first_run < second_run < third_run
 
