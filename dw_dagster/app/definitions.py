@@ -11,6 +11,8 @@ import warnings
 
 import dagster as dg
 
+from dw_dagster.coalesce.collector import collector_paused
+
 # Dagster copies each asset checks definition with every attribute, ``execution_type`` included, and so warns
 # on every load that a beta parameter was passed: no code of ours passes it. Only that notice is silenced.
 warnings.filterwarnings(
@@ -27,12 +29,16 @@ def build_definitions() -> dg.Definitions:
     # One tree: the operations component it loads is the one whose definitions it builds. Dagster's own
     # loader (load_from_defs_folder) quiets its preview and beta notices about its own machinery while it
     # builds the tree; so does this.
-    tree = component_tree()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", dg.PreviewWarning)
-        warnings.simplefilter("ignore", dg.BetaWarning)
-        built = tree.build_defs()
-    return operations_component(tree).attach(built)
+    # The whole build is what the process keeps (the Coalesce component pauses the collector for its own
+    # part; the layers above and Dagster's components make as many objects again): no collection
+    # while it is built, frozen once built.
+    with collector_paused():
+        tree = component_tree()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", dg.PreviewWarning)
+            warnings.simplefilter("ignore", dg.BetaWarning)
+            built = tree.build_defs()
+        return operations_component(tree).attach(built)
 
 
 def load_definitions(instance: dg.DagsterInstance) -> dg.Definitions:
