@@ -195,6 +195,10 @@ class OperationsComponent(dg.Component, dg.Model, dg.Resolvable):
         specs = self.pipeline_specs(asset_specs_of(defs))
         return replace(defs, assets=_replace_specs(list(defs.assets or []), specs))
 
+    def files_read(self) -> list[Path]:
+        """The context and metrics files this component reads, those it names."""
+        return [Path(f) for f in (self.context_file, self.metrics_file) if f]
+
     @cached_property
     def _context(self) -> ContextFile | None:
         return load_context_file(Path(self.context_file)) if self.context_file else None

@@ -27,9 +27,17 @@ a ``LOCAL_FILESYSTEM`` Coalesce state (under ``app/defs/.local_defs_state``) res
 OPERATIONS = "operations"
 
 
+DEFS_FOLDER = Path(__file__).parent / "defs"
+
+
 def component_tree() -> ComponentTree:
-    check_defs_files(Path(__file__).parent / "defs")
+    check_defs_files(DEFS_FOLDER)
     return ComponentTree.for_project(PROJECT_ROOT)
+
+
+def project_files() -> list[Path]:
+    """The files the component tree is read from: the project's ``dg.toml`` and every ``defs.yaml``."""
+    return [PROJECT_ROOT / "dg.toml", *sorted(DEFS_FOLDER.rglob("defs.yaml"))]
 
 
 def operations_component(tree: ComponentTree | None = None) -> OperationsComponent:
