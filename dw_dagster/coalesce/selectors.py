@@ -250,16 +250,24 @@ class SelectorGraph:
     def __init__(self, nodes: list[SelectorNode], edges: Iterable[tuple[str, str]] | None):
         self.nodes = nodes
         self._indexes: dict[str, _ValueIndex] = {}
-        ids = {n.id for n in nodes}
+        self._edges = None if edges is None else list(edges)
+
+    @functools.cached_property
+    def _lineage(self) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+        """Each node's parents and children, made when a selector first asks upstream or downstream (most
+        jobs' selectors never do)."""
+        ids = {n.id for n in self.nodes}
+        edges = self._edges
         if edges is None:
-            by_key = {(n.location, n.name): n.id for n in nodes}
-            edges = [(by_key[dep], n.id) for n in nodes for dep in n.dependencies if dep in by_key]
-        self.parents: dict[str, set[str]] = defaultdict(set)
-        self.children: dict[str, set[str]] = defaultdict(set)
+            by_key = {(n.location, n.name): n.id for n in self.nodes}
+            edges = [(by_key[dep], n.id) for n in self.nodes for dep in n.dependencies if dep in by_key]
+        parents: dict[str, set[str]] = defaultdict(set)
+        children: dict[str, set[str]] = defaultdict(set)
         for up, down in edges:
             if up in ids and down in ids:
-                self.parents[down].add(up)
-                self.children[up].add(down)
+                parents[down].add(up)
+                children[up].add(down)
+        return parents, children
 
     def matching(self, attribute: str, pattern: str) -> set[str]:
         """The ids of the nodes whose ``attribute`` matches ``pattern``. A pattern without ``*`` (a job's
@@ -282,9 +290,9 @@ class SelectorGraph:
         )
         out = set(hits)
         if term.upstream:
-            out |= _closure(hits, self.parents)
+            out |= _closure(hits, self._lineage[0])
         if term.downstream:
-            out |= _closure(hits, self.children)
+            out |= _closure(hits, self._lineage[1])
         return out
 
     def selector(self, selector: Selector) -> set[str]:
