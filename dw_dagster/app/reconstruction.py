@@ -14,6 +14,7 @@ commands' loads always build afresh: they read the latest state.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -32,11 +33,12 @@ class _Inputs:
     """What a reconstruction's definitions are built from, besides the files it reads."""
 
     state: str
-    """The pinned state versions and the reconstruction metadata, serialized."""
+    """A digest of the pinned state versions and the reconstruction metadata (which may hold a whole state)."""
     storage: DefsStateStorage | None
     """The defs-state storage in scope (compared by identity: another instance's storage may hold other
     contents under the same version names)."""
-    environ: tuple[tuple[str, str], ...]
+    environ: str
+    """A digest of the environment: the secrets in it are not kept a second time."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,12 @@ def _reconstruction_inputs() -> _Inputs | None:
     state = dg.serialize_value(
         [context.accessed_defs_state_info, sorted(context.reconstruction_metadata.items())]
     )
-    return _Inputs(state, DefsStateStorage.get(), tuple(sorted(os.environ.items())))
+    environ = "\0".join(f"{k}={v}" for k, v in sorted(os.environ.items()))
+    return _Inputs(_digest(state), DefsStateStorage.get(), _digest(environ))
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _stamps(files: Iterable[Path]) -> dict[Path, Stamp]:
