@@ -281,13 +281,19 @@ def column_sources_markdown(
         return None
     items = []
     shown: dict[dg.AssetKey, str] = {}  # each parent's key as shown, once per node
+    by_column = lineage.deps_by_column
     for column in node.metadata.columns:
-        deps = lineage.deps_by_column.get(column.name, [])
-        for d in deps:
-            if d.asset_key not in shown:
-                shown[d.asset_key] = d.asset_key.to_user_string()
-        sources = ", ".join(f"`{shown[d.asset_key]}`.`{d.column_name}`" for d in deps)
-        built = f" from {sources}" if sources else " (no source column)"
+        deps = by_column.get(column.name)
+        if deps:
+            sources = []
+            for d in deps:
+                user = shown.get(d.asset_key)
+                if user is None:
+                    user = shown[d.asset_key] = d.asset_key.to_user_string()
+                sources.append(f"`{user}`.`{d.column_name}`")
+            built = " from " + ", ".join(sources)
+        else:
+            built = " (no source column)"
         transform = f"; transform `{_cell(column.transform)}`" if column.transform.strip() else ""
         items.append(f"- **`{column.name}`**{built}{transform}")
     return dg.MetadataValue.md("\n".join(items))
