@@ -13,8 +13,10 @@ import pytest
 
 from dw_dagster.coalesce.selectors import (
     SelectorError,
+    SelectorGraph,
     SelectorNode,
     SelectorTerm,
+    _matches,
     parse_selector,
     select_nodes,
 )
@@ -137,3 +139,34 @@ def test_errors_name_the_text_and_the_position(text: str, position: int, problem
         select_nodes(text, None, NODES)
     with pytest.raises(SelectorError):
         select_nodes("{name: A}", text, NODES)
+
+
+def test_a_pattern_without_a_star_selects_what_matching_every_node_selects() -> None:
+    # Such patterns are looked up in an index of each attribute's values, not matched against each node: the
+    # same nodes whatever the case, and a non-ASCII value matched as Python's case-insensitive regex does
+    # ("ſ" is "s" to it; "İ" lower-cases to two characters).
+    odd = [
+        SelectorNode("long_s", "ſTG_X", "STAGE", "Stage"),
+        SelectorNode("dotted", "İD", "MART", "Fact"),
+        SelectorNode("mixed", "Stg_Mixed", "stage", "stage"),
+    ]
+    graph = SelectorGraph.from_nodes([*NODES, *odd])
+    for attribute, pattern in [
+        ("name", "stg_x"), ("name", "STG_X"), ("name", "id"), ("name", "İD"), ("name", "stg_mixed"),
+        ("location", "Stage"), ("location", "mart"), ("nodeType", "STAGE"), ("nodeID", "FCT_SALES"),
+        ("name", "FCT_SALES"), ("name", "NO_SUCH_NODE"),
+    ]:  # fmt: skip
+        every = {n.id for n in graph.nodes if _matches(n, attribute, pattern)}
+        assert graph.matching(attribute, pattern) == every, (attribute, pattern)
+    assert graph.matching("name", "stg_x") == {"long_s"}
+    assert graph.matching("location", "stage") == {
+        "stg_orders",
+        "stg_customers",
+        "stg_calendar",
+        "long_s",
+        "mixed",
+    }
+
+
+def test_a_term_without_attributes_is_every_node() -> None:
+    assert SelectorGraph.from_nodes(NODES).term(SelectorTerm(())) == {n.id for n in NODES}

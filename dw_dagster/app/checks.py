@@ -9,7 +9,6 @@ from collections.abc import Collection, Sequence
 import dagster as dg
 
 from dw_dagster.app.reporting import checks_reporter
-from dw_dagster.checks.freshness import apply_freshness_policies
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.checks.nightly import NIGHTLY_CHECKS, NightlyChecks
 from dw_dagster.checks.recorded_totals import TableResolver
@@ -99,8 +98,9 @@ def build_check_definitions(
     database: str,
     executable: Collection[dg.AssetKey] = frozenset(),
 ) -> dg.Definitions:
-    """The assets with their freshness policies, and every configured check on them (one step).
-    ``executable``: the assets a Dagster run can materialize, which the checks then run after."""
+    """The assets, and every configured check on them (one step). ``specs``: the assets as the operations
+    layer made them (``OperationsComponent.pipeline_specs``: freshness policies set, which the checks do not
+    set again). ``executable``: the assets a Dagster run can materialize, which the checks then run after."""
     nightly = NightlyChecks(metrics, specs, resolve_table, cause_scopes(specs), database)
     checks = build_nightly_checks(nightly, executable)
-    return dg.Definitions(assets=apply_freshness_policies(metrics, specs), asset_checks=checks)
+    return dg.Definitions(assets=list(specs), asset_checks=checks)

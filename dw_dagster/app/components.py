@@ -21,6 +21,7 @@ environment variables, read through ``dg.EnvVar`` by the resources.
 from __future__ import annotations
 
 import difflib
+import operator
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -177,23 +178,40 @@ class OperationsComponent(dg.Component, dg.Model, dg.Resolvable):
         "still reports runs; only the checks are missing.",
     )
 
+    # The last Coalesce specs pipeline_specs was given and what it made of them: build_defs and attach ask
+    # for the same specs (the objects the Coalesce component built), 10,000 at a time.
+    _pipelined: tuple[tuple[dg.AssetSpec, ...], list[dg.AssetSpec]] | None = pydantic.PrivateAttr(
+        default=None
+    )
+
     def pipeline_specs(self, specs: Sequence[dg.AssetSpec]) -> list[dg.AssetSpec]:
         """The Coalesce assets' specs as dw-dagster shows them: with their owners and the systems feeding
-        them (context file) and the freshness policy of the job that builds them (metrics file)."""
+        them (context file) and the freshness policy of the job that builds them (metrics file). Made
+        once for the same specs: the second ask gets the first's."""
         ctx = self._context
         pipeline = [s for s in specs if is_coalesce_spec(s)]
+        done = self._pipelined
+        if done is not None and len(done[0]) == len(pipeline) and all(map(operator.is_, done[0], pipeline)):
+            return list(done[1])
+        given = tuple(pipeline)
         if ctx is not None:
             try:
                 pipeline = attach_context(pipeline, ctx)
             except DwConfigError as e:
                 raise DwConfigError(f"{self.context_file}: {e}") from e
-        return apply_freshness_policies(self._metrics, pipeline)
+        pipeline = apply_freshness_policies(self._metrics, pipeline)
+        self._pipelined = (given, pipeline)
+        return list(pipeline)
 
     def attach(self, defs: dg.Definitions) -> dg.Definitions:
         """``defs`` (the whole code location's) with the Coalesce assets' specs as :meth:`pipeline_specs`
         says: the layer this component puts on the Coalesce component's assets."""
         specs = self.pipeline_specs(asset_specs_of(defs))
         return replace(defs, assets=_replace_specs(list(defs.assets or []), specs))
+
+    def files_read(self) -> list[Path]:
+        """The context and metrics files this component reads, those it names."""
+        return [Path(f) for f in (self.context_file, self.metrics_file) if f]
 
     @cached_property
     def _context(self) -> ContextFile | None:

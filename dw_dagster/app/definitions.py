@@ -8,8 +8,11 @@ owners, feeding systems and freshness policies of the Coalesce assets (:meth:`Op
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import dagster as dg
+
+from dw_dagster.coalesce.collector import collector_paused
 
 # Dagster copies each asset checks definition with every attribute, ``execution_type`` included, and so warns
 # on every load that a beta parameter was passed: no code of ours passes it. Only that notice is silenced.
@@ -22,17 +25,27 @@ warnings.filterwarnings(
 
 def build_definitions() -> dg.Definitions:
     """The code location's definitions, as the environment configures them."""
-    from dw_dagster.app.project import component_tree, operations_component
+    return _build()[0]
+
+
+def _build() -> tuple[dg.Definitions, list[Path]]:
+    """The definitions, and the files they were read from (the project's and the ones it names)."""
+    from dw_dagster.app.project import component_tree, operations_component, project_files
 
     # One tree: the operations component it loads is the one whose definitions it builds. Dagster's own
     # loader (load_from_defs_folder) quiets its preview and beta notices about its own machinery while it
     # builds the tree; so does this.
-    tree = component_tree()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", dg.PreviewWarning)
-        warnings.simplefilter("ignore", dg.BetaWarning)
-        built = tree.build_defs()
-    return operations_component(tree).attach(built)
+    # The whole build is what the process keeps (the Coalesce component pauses the collector for its own
+    # part; the layers above and Dagster's components make as many objects again): no collection
+    # while it is built, frozen once built.
+    with collector_paused():
+        tree = component_tree()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", dg.PreviewWarning)
+            warnings.simplefilter("ignore", dg.BetaWarning)
+            built = tree.build_defs()
+        operations = operations_component(tree)
+        return operations.attach(built), [*project_files(), *operations.files_read()]
 
 
 def load_definitions(instance: dg.DagsterInstance) -> dg.Definitions:
@@ -51,5 +64,8 @@ def load_definitions(instance: dg.DagsterInstance) -> dg.Definitions:
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    # Built when Dagster loads the code location, not at import: importing this module costs nothing.
-    return build_definitions()
+    # Built when Dagster loads the code location, not at import: importing this module costs nothing. A run
+    # worker's second reconstruction reuses its first's.
+    from dw_dagster.app.reconstruction import reconstructed
+
+    return reconstructed(_build)

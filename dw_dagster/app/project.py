@@ -9,7 +9,6 @@ their own, so a command and the code location can never disagree.
 from __future__ import annotations
 
 import asyncio
-import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +17,7 @@ import dagster as dg
 from dagster.components.core.component_tree import ComponentTree
 
 from dw_dagster.app.components import OperationsComponent, check_defs_files
+from dw_dagster.coalesce.collector import collector_paused
 from dw_dagster.coalesce.component import CoalesceComponent
 from dw_dagster.internals import DefsStateStorage, set_defs_state_storage
 
@@ -27,9 +27,17 @@ a ``LOCAL_FILESYSTEM`` Coalesce state (under ``app/defs/.local_defs_state``) res
 OPERATIONS = "operations"
 
 
+DEFS_FOLDER = Path(__file__).parent / "defs"
+
+
 def component_tree() -> ComponentTree:
-    check_defs_files(Path(__file__).parent / "defs")
+    check_defs_files(DEFS_FOLDER)
     return ComponentTree.for_project(PROJECT_ROOT)
+
+
+def project_files() -> list[Path]:
+    """The files the component tree is read from: the project's ``dg.toml`` and every ``defs.yaml``."""
+    return [PROJECT_ROOT / "dg.toml", *sorted(DEFS_FOLDER.rglob("defs.yaml"))]
 
 
 def operations_component(tree: ComponentTree | None = None) -> OperationsComponent:
@@ -50,14 +58,8 @@ def pinned_defs_state_storage(storage: DefsStateStorage | None) -> Iterator[None
     collector closes that generator at an arbitrary moment, and its ``finally`` resets the variable in
     whatever context is running (to ``None`` when the reset fails): a load in progress then finds no storage.
     Cyclic collection is held off for the block so that cannot happen half-way; it runs again afterwards."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        with set_defs_state_storage(storage):
-            yield
-    finally:
-        if collecting:
-            gc.enable()
+    with collector_paused(freeze=False), set_defs_state_storage(storage):
+        yield
 
 
 def refresh_coalesce_state(instance: dg.DagsterInstance) -> list[CoalesceComponent]:

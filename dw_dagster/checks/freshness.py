@@ -20,6 +20,7 @@ from dw_dagster.checks.measure import Part, quoted_table
 from dw_dagster.checks.metrics import InputFreshness, JobSchedule, MetricsFile
 from dw_dagster.checks.tonight import Night
 from dw_dagster.context.specs import key_from_path
+from dw_dagster.internals import replace
 from dw_dagster.sql import table_parts
 
 INPUT_FRESHNESS_CHECK = "input_freshness"
@@ -73,11 +74,9 @@ def apply_freshness_policies(metrics: MetricsFile, specs: Sequence[dg.AssetSpec]
         jobs = spec.metadata.get("coalesce/jobs")
         names = [j["name"] for j in jobs.data] if jobs is not None else []  # type: ignore[union-attr]
         scheduled = [schedules[n] for n in names if n in schedules]
-        out.append(
-            spec.replace_attributes(freshness_policy=freshness_policy_for(scheduled[0]))
-            if scheduled
-            else spec
-        )
+        # One field of the spec, set to a FreshnessPolicy: a copy with that field replaced, where
+        # replace_attributes would make and check every field again (9,000 specs a load at 10,000 nodes).
+        out.append(replace(spec, freshness_policy=freshness_policy_for(scheduled[0])) if scheduled else spec)
     return out
 
 

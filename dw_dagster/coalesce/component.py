@@ -21,7 +21,6 @@ that job when materialized.
 
 from __future__ import annotations
 
-import gc
 import ipaddress
 import logging
 import re
@@ -43,6 +42,7 @@ from dagster.components.utils.translation import (
 )
 
 from dw_dagster.coalesce.client import CoalesceNodePaging
+from dw_dagster.coalesce.collector import collector_paused
 from dw_dagster.coalesce.dagster_internals import DefsStateManagementType
 from dw_dagster.coalesce.errors import CoalesceAttributeError, CoalesceConfigError, describe_validation_errors
 from dw_dagster.coalesce.http_client import DEFAULT_REQUEST_BUDGET, MAX_RETRY_WAIT
@@ -380,17 +380,8 @@ class CoalesceComponent(StateBackedComponent, dg.Model, dg.Resolvable):
                 REFRESH_HINT,
             )
             return dg.Definitions()
-        # Loading builds hundreds of thousands of small, long-lived objects and no cycles worth collecting.
-        # The cyclic collector would rescan them all, again and again (two thirds of the load at 10,000
-        # nodes: benchmarks/HISTORY.md): pause it, then freeze what was built so later collections skip it.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_paused():
             specs = load_coalesce_asset_specs(self.load_state(state_path), self.translator)
-        finally:
-            gc.freeze()
-            if collecting:
-                gc.enable()
         jobs = self.job_assets(specs)
         sensors = []
         if self.create_sensor:

@@ -9,7 +9,7 @@ metadata the polling sensor writes, so the sensor does not report that Coalesce 
 
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import dagster as dg
@@ -174,8 +174,9 @@ def build_job_assets(
     missing = sorted(set(run_as) - {name for _, _, name in by_job})
     if missing:
         raise ValueError(f"materialize_jobs: no node is built by these Coalesce jobs: {missing}")
+    index = CoalesceAssetIndex.when_needed(specs)
     assets_defs = [
-        _job_multi_asset(workspace, env_id, job_id, job_name, job_specs, specs, run_as[job_name])
+        _job_multi_asset(workspace, env_id, job_id, job_name, job_specs, index, run_as[job_name])
         for (env_id, job_id, job_name), job_specs in by_job.items()
     ]
     return CoalesceJobAssets([s for s in specs if s.key not in owner], assets_defs)
@@ -187,10 +188,9 @@ def _job_multi_asset(
     job_id: str,
     job_name: str,
     job_specs: list[dg.AssetSpec],
-    all_specs: Sequence[dg.AssetSpec],
+    index: Callable[[], CoalesceAssetIndex],
     run_as: CoalesceRunAs,
 ) -> dg.AssetsDefinition:
-    index = CoalesceAssetIndex.from_specs(all_specs)
 
     @dg.multi_asset(
         name=f"coalesce_job_{_op_name(job_name)}",
@@ -217,7 +217,7 @@ def _job_multi_asset(
                 timeout=config.timeout_seconds,
                 environment_id=environment_id,
             )
-            report = fetch_coalesce_run_report(client, run, index)
+            report = fetch_coalesce_run_report(client, run, index())
         yield from _results(report.materializations, {s.key for s in job_specs})
         if report.failed:
             failed = (

@@ -449,7 +449,7 @@ def build_coalesce_polling_sensor(
         raise ValueError(f"minimum_interval_seconds must be at least 1, got {minimum_interval_seconds}")
     if tick_time_budget_seconds < 0:
         raise ValueError(f"tick_time_budget_seconds must not be negative, got {tick_time_budget_seconds}")
-    assets = CoalesceAssetIndex.from_specs(asset_specs)
+    assets = CoalesceAssetIndex.when_needed(asset_specs)
     environments = ", ".join(workspace.environment_ids)
 
     @dg.sensor(
@@ -470,7 +470,7 @@ def build_coalesce_polling_sensor(
             tick = _Tick(
                 context=context,
                 client=client,
-                assets=assets,
+                assets=assets(),
                 on_run_finished=on_run_finished,
                 page_size=page_size,
                 budget_seconds=tick_time_budget_seconds,

@@ -10,7 +10,6 @@ import dagster as dg
 
 from dw_dagster.coalesce.metadata import CoalesceMetadataSet
 from dw_dagster.coalesce.workspace_models import (
-    CoalesceColumn,
     CoalesceEnvironment,
     CoalesceJob,
     CoalesceNode,
@@ -39,6 +38,12 @@ class CoalesceWorkspaceIndex(NamedTuple):
     json_cache: dict[object, dg.JsonMetadataValue]
     """The JSON metadata values many nodes share (the environment, a set of jobs), each made once per
     load: a JSON value is checked by a round trip through ``json``."""
+    parents_cache: dict[str, list[CoalesceNode]]
+    """Each node's parents, found once per load (ordering the nodes and making each spec both ask)."""
+    value_cache: dict[tuple[object, ...], Any]
+    """Immutable Dagster values many specs hold alike, each made once per load rather than once per use
+    (every Dagster record checks its fields when made): a parent's ``AssetDep``, which each of its children
+    names; a parent column's ``TableColumnDep``, which each column built from it names."""
 
     @classmethod
     def build(
@@ -56,6 +61,8 @@ class CoalesceWorkspaceIndex(NamedTuple):
             key_cache={},
             spec_cache={},
             json_cache={},
+            parents_cache={},
+            value_cache={},
         )
 
     def shared_json(self, key: object, data: list[Any] | dict[str, Any]) -> dg.JsonMetadataValue:
@@ -72,13 +79,17 @@ class CoalesceWorkspaceIndex(NamedTuple):
 
     def parents(self, node: CoalesceNode) -> list[CoalesceNode]:
         """The nodes a node reads, from its source mapping's dependencies, in order, without repeats."""
+        found = self.parents_cache.get(node.id)
+        if found is not None:
+            return found
         out: dict[str, CoalesceNode] = {}
         for mapping in node.metadata.source_mapping:
             for dep in mapping.dependencies:
                 parent = self.nodes_by_location_name.get((dep.location_name, dep.node_name))
                 if parent is not None:
                     out.setdefault(parent.id, parent)
-        return list(out.values())
+        found = self.parents_cache[node.id] = list(out.values())
+        return found
 
     def in_lineage_order(self) -> list[CoalesceNode]:
         """Every node after the nodes it reads; a cycle in the lineage is an error naming its nodes."""
@@ -152,6 +163,13 @@ class DagsterCoalesceTranslator:
             spec = workspace.spec_cache[memo] = self.get_asset_spec(workspace.props(node))
         return spec
 
+    def _dep(self, parent: CoalesceNode, workspace: CoalesceWorkspaceIndex) -> dg.AssetDep:
+        memo = ("dep", id(self), parent.id)
+        dep = workspace.value_cache.get(memo)
+        if dep is None:
+            dep = workspace.value_cache[memo] = dg.AssetDep(self.spec_of(parent, workspace).key)
+        return dep
+
     def get_group_name(self, props: CoalesceNodeProps) -> str:
         return (props.node.location_name or "coalesce").lower()
 
@@ -198,7 +216,7 @@ class DagsterCoalesceTranslator:
             description=description,
             # The parents' keys as their finished specs have them: a key a subclass or a component's
             # translation changed is the key every child depends on (as dagster-dbt's translator does).
-            deps=[self.spec_of(p, props.workspace).key for p in parents],
+            deps=[self._dep(p, props.workspace) for p in parents],
             group_name=self.get_group_name(props),
             kinds={"coalesce", "snowflake"},
             tags={"coalesce/node_type": _tag_value(node.node_type)},
@@ -206,42 +224,51 @@ class DagsterCoalesceTranslator:
         )
 
     def _column_schema(self, node: CoalesceNode) -> dg.TableSchema:
-        def tested(column: CoalesceColumn, test: str) -> bool:
-            return test in node.metadata.column_tests(column)
-
-        return dg.TableSchema(
-            columns=[
+        columns = []
+        for c in node.metadata.columns:
+            tests = node.metadata.column_tests(c)
+            nullable = c.nullable and NOT_NULL_TEST not in tests
+            unique = c.unique_key or c.primary_key or UNIQUE_TEST in tests
+            columns.append(
                 dg.TableColumn(
                     name=c.name,
                     type=c.data_type,
                     description=c.description,
-                    constraints=dg.TableColumnConstraints(
-                        nullable=c.nullable and not tested(c, NOT_NULL_TEST),
-                        unique=c.unique_key or c.primary_key or tested(c, UNIQUE_TEST),
-                    ),
+                    constraints=_CONSTRAINTS[nullable, unique],
                 )
-                for c in node.metadata.columns
-            ]
-        )
+            )
+        return dg.TableSchema(columns=columns)
 
     def _column_lineage(self, props: CoalesceNodeProps) -> dg.TableColumnLineage | None:
-        nodes_by_id, column_names = props.workspace.nodes_by_id, props.workspace.column_names_by_id
+        workspace = props.workspace
+        nodes_by_id, column_names = workspace.nodes_by_id, workspace.column_names_by_id
+        shared, translator = workspace.value_cache, id(self)
         deps_by_column: dict[str, list[dg.TableColumnDep]] = {}
-        # A parent's key once per node, not once per column that reads it.
-        parent_keys: dict[str, dg.AssetKey] = {}
         for column in props.node.metadata.columns:
             deps: list[dg.TableColumnDep] = []
             for source in column.sources:
                 for ref in source.column_references:
-                    name = column_names.get(ref.column_id)
-                    key = parent_keys.get(ref.node_id)
-                    if key is None and (parent := nodes_by_id.get(ref.node_id)) is not None:
-                        key = parent_keys[ref.node_id] = self.spec_of(parent, props.workspace).key
-                    if key is not None and name is not None:
-                        deps.append(dg.TableColumnDep(asset_key=key, column_name=name))
+                    memo = ("column", translator, ref.node_id, ref.column_id)
+                    dep = shared.get(memo)
+                    if dep is None:
+                        name = column_names.get(ref.column_id)
+                        parent = nodes_by_id.get(ref.node_id)
+                        if parent is None or name is None:
+                            continue
+                        key = self.spec_of(parent, workspace).key
+                        dep = shared[memo] = dg.TableColumnDep(asset_key=key, column_name=name)
+                    deps.append(dep)
             if deps:
                 deps_by_column[column.name] = deps
         return dg.TableColumnLineage(deps_by_column=deps_by_column) if deps_by_column else None
+
+
+# A column's constraints are one of four values: made once, not once per column of every node.
+_CONSTRAINTS = {
+    (nullable, unique): dg.TableColumnConstraints(nullable=nullable, unique=unique)
+    for nullable in (False, True)
+    for unique in (False, True)
+}
 
 
 def column_sources_markdown(
@@ -254,13 +281,19 @@ def column_sources_markdown(
         return None
     items = []
     shown: dict[dg.AssetKey, str] = {}  # each parent's key as shown, once per node
+    by_column = lineage.deps_by_column
     for column in node.metadata.columns:
-        deps = lineage.deps_by_column.get(column.name, [])
-        for d in deps:
-            if d.asset_key not in shown:
-                shown[d.asset_key] = d.asset_key.to_user_string()
-        sources = ", ".join(f"`{shown[d.asset_key]}`.`{d.column_name}`" for d in deps)
-        built = f" from {sources}" if sources else " (no source column)"
+        deps = by_column.get(column.name)
+        if deps:
+            sources = []
+            for d in deps:
+                user = shown.get(d.asset_key)
+                if user is None:
+                    user = shown[d.asset_key] = d.asset_key.to_user_string()
+                sources.append(f"`{user}`.`{d.column_name}`")
+            built = " from " + ", ".join(sources)
+        else:
+            built = " (no source column)"
         transform = f"; transform `{_cell(column.transform)}`" if column.transform.strip() else ""
         items.append(f"- **`{column.name}`**{built}{transform}")
     return dg.MetadataValue.md("\n".join(items))

@@ -111,7 +111,9 @@ class CoalesceNodeMetadata(CoalesceModel):
 
     def column_tests(self, column: CoalesceColumn) -> set[str]:
         """The ids of the column tests enabled on ``column``: on in its map, or listed by the node."""
-        enabled = set(self.enabled_column_test_ids)
+        if not column.applied_column_tests:  # most columns: asked for every column of every node at a load
+            return set()
+        enabled = self.enabled_column_test_ids
         return {test for test, on in column.applied_column_tests.items() if on or test in enabled}
 
 
