@@ -13,6 +13,7 @@ ADBC connectors' settings are not offered: nothing here uses them.
 from __future__ import annotations
 
 import base64
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +111,7 @@ class SnowflakeConnectionResource(dg.ConfigurableResource):
         values = {name: getattr(self, "schema_" if name == "schema" else name) for name in _CONNECT_FIELDS}
         args = {name: value for name, value in values.items() if value is not None}
         if self.private_key is not None or self.private_key_path is not None:
-            args["private_key"] = _private_key_der(
+            args["private_key"] = _private_key(
                 self.private_key, self.private_key_path, self.private_key_password
             )
         args["application"] = APPLICATION
@@ -118,25 +119,28 @@ class SnowflakeConnectionResource(dg.ConfigurableResource):
         return args
 
 
-def _private_key_der(pem: str | None, path: str | None, password: str | None) -> bytes:
-    """The private key as the connector takes it (unencrypted PKCS#8 DER), from a PEM text, which may be
+def _private_key(pem: str | None, path: str | None, password: str | None) -> Any:
+    """The private key as the connector takes it (a loaded key object), from a PEM text, which may be
     base64-encoded to keep it on one line, or a PEM file (which wins when both are set)."""
+    raw = Path(path).read_bytes() if path is not None else (pem or "").encode()
+    return _loaded_key(raw, password)
+
+
+@functools.lru_cache(maxsize=4)
+def _loaded_key(raw: bytes, password: str | None) -> Any:
+    """Loaded once a process: loading checks the RSA key, ~0.17 s of CPU, and the connector given DER bytes
+    (as ``SnowflakeResource`` gives them) loads and checks it again for every connection; given the key
+    object it signs with it (``snowflake.connector.auth.keypair``: bytes, or an RSA or EC private key)."""
     from cryptography.hazmat.primitives import serialization
 
-    raw = Path(path).read_bytes() if path is not None else (pem or "").encode()
     secret = password.encode() if password is not None else None
     try:
-        key = serialization.load_pem_private_key(raw, password=secret)
+        return serialization.load_pem_private_key(raw, password=secret)
     except ValueError:
         try:
-            key = serialization.load_pem_private_key(base64.b64decode(raw), password=secret)
+            return serialization.load_pem_private_key(base64.b64decode(raw), password=secret)
         except ValueError:
             raise ValueError(
                 "Unable to load private key. You may need to base64 encode your private key. You can "
                 "retrieve the base64 encoded key with this shell command: cat rsa_key.p8 | base64"
             ) from None
-    return key.private_bytes(
-        encoding=serialization.Encoding.DER,
-        format=serialization.PrivateFormat.PKCS8,
-        encryption_algorithm=serialization.NoEncryption(),
-    )

@@ -52,7 +52,7 @@ from dagster._core.scheduler.instigation import (
     TickData,
     TickStatus,
 )
-from dagster._core.snap import snapshot_from_execution_plan
+from dagster._core.snap import ExecutionPlanSnapshot, JobSnap, snapshot_from_execution_plan
 from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG, TICK_ID_TAG
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
@@ -163,6 +163,15 @@ def _job_origin(job_name: str) -> RemoteJobOrigin:
     return RemoteJobOrigin(_repository_origin(), job_name)
 
 
+@dataclass(frozen=True)
+class _Planned:
+    """What a run is created with besides its tags (:meth:`LocalDaemon._plan`)."""
+
+    plan: ExecutionPlanSnapshot
+    job: JobSnap
+    parent: JobSnap | None
+
+
 @dataclass
 class SensorTick:
     """A sensor evaluation being recorded as a tick (:meth:`LocalDaemon._sensor_tick`)."""
@@ -201,6 +210,7 @@ class LocalDaemon:
         # this process may have left behind: load against this instance's, as a code server would.
         self.defs = load_definitions(self.instance)
         self.repo = self.defs.get_repository_def()
+        self._planned: dict[str, _Planned] = {}
 
     # -- sensor state, kept where the sensor daemon of `dagster dev` keeps it -----------------------
 
@@ -267,6 +277,23 @@ class LocalDaemon:
             ended = record.tick.with_status(TickStatus.SKIPPED).with_reason(record.skip_reason)
         self.instance.update_tick(ended.with_cursor(record.cursor))
 
+    def _plan(self, job: dg.JobDefinition, assets, checks, run_config: dict) -> _Planned:
+        """The subset's snapshots and execution plan a run of ``job`` selecting ``assets`` and ``checks`` is
+        created with: the same every night for the same selection and config, so made once a daemon (a
+        subset, its plan and its snapshots are seconds of CPU a run; the nightly checks run asks for the
+        same each night of a seeding)."""
+        key = repr((job.name, sorted(map(str, assets or ())), assets is None,
+                    sorted(map(str, checks or ())), checks is None, sorted(run_config.items(), key=str)))  # fmt: skip
+        if key not in self._planned:
+            subset = job.get_subset(asset_selection=assets, asset_check_selection=checks)
+            plan = create_execution_plan(subset, run_config=run_config, instance_ref=self.instance.get_ref())
+            self._planned[key] = _Planned(
+                snapshot_from_execution_plan(plan, subset.get_job_snapshot_id()),
+                subset.get_job_snapshot(),
+                subset.get_parent_job_snapshot(),
+            )
+        return self._planned[key]
+
     def _create_run(
         self, sensor: dg.SensorDefinition, tick: SensorTick, request: dg.RunRequest, run_config: dict
     ) -> tuple[dg.DagsterRun, dg.JobDefinition]:
@@ -277,8 +304,7 @@ class LocalDaemon:
         job = self.repo.get_job(request.job_name or sensor.job_name)
         assets = None if request.asset_selection is None else set(request.asset_selection)
         checks = None if request.asset_check_keys is None else set(request.asset_check_keys)
-        subset = job.get_subset(asset_selection=assets, asset_check_selection=checks)
-        plan = create_execution_plan(subset, run_config=run_config, instance_ref=self.instance.get_ref())
+        planned = self._plan(job, assets, checks, run_config)
         tags = {**job.run_tags, **request.tags, TICK_ID_TAG: str(tick.tick.tick_id)}
         tags.update(
             {SENSOR_NAME_TAG: sensor.name, **({RUN_KEY_TAG: request.run_key} if request.run_key else {})}
@@ -292,9 +318,9 @@ class LocalDaemon:
             root_run_id=None,
             parent_run_id=None,
             step_keys_to_execute=None,
-            execution_plan_snapshot=snapshot_from_execution_plan(plan, subset.get_job_snapshot_id()),
-            job_snapshot=subset.get_job_snapshot(),
-            parent_job_snapshot=subset.get_parent_job_snapshot(),
+            execution_plan_snapshot=planned.plan,
+            job_snapshot=planned.job,
+            parent_job_snapshot=planned.parent,
             asset_selection=None if assets is None else frozenset(assets),
             asset_check_selection=None if checks is None else frozenset(checks),
             resolved_op_selection=None,

@@ -45,13 +45,13 @@ def test_a_key_file_signs_in_with_the_key_and_no_password(key, tmp_path):
     path = tmp_path / "rsa_key.p8"
     path.write_bytes(_pem(key))
     args = _args({**BASE, "SNOWFLAKE_PRIVATE_KEY_PATH": str(path)})
-    assert args["private_key"] == _der(key) and "password" not in args and "authenticator" not in args
+    assert _der(args["private_key"]) == _der(key) and "password" not in args and "authenticator" not in args
 
 
 def test_an_encrypted_key_as_pem_text_is_opened_with_its_passphrase(key):
     pem = _pem(key, b"s3cret").decode()
     args = _args({**BASE, "SNOWFLAKE_PRIVATE_KEY": pem, "SNOWFLAKE_PRIVATE_KEY_PASSWORD": "s3cret"})
-    assert args["private_key"] == _der(key)
+    assert _der(args["private_key"]) == _der(key)
     with pytest.raises(ValueError, match="Unable to load private key"):
         _args({**BASE, "SNOWFLAKE_PRIVATE_KEY": pem, "SNOWFLAKE_PRIVATE_KEY_PASSWORD": "wrong"})
 
