@@ -94,7 +94,10 @@ def judge_groups(
     excluded_days: set[date],
     rebases: Mapping[str, Sequence[Rebase]],
     share: int = 1,
+    moved: bool | None = None,
 ) -> GroupVerdict:
+    """``moved``: whether the total moved, so that its judgement speaks and the groups only name where (by
+    default: an anomaly, or a change of at least its ``min_relative_change``)."""
     if not total.group_keys:
         return GroupVerdict(moves=[])
     last = own[max(own)] if own else None
@@ -187,9 +190,10 @@ def judge_groups(
     gained = [m for m in moves if m.status == "gained"]
     new = [m for m in moves if m.status == "new"]
     change = total_verdict.result.relative_change
-    moved = total_verdict.result.status is BaselineStatus.ANOMALY or (
-        change is not None and abs(change) >= total.baseline.min_relative_change
-    )
+    if moved is None:
+        moved = total_verdict.result.status is BaselineStatus.ANOMALY or (
+            change is not None and abs(change) >= total.baseline.min_relative_change
+        )
     if moved or not (lost or gained):
         # The total moved (an ERROR, a WARN the calendar explains, or a move in the direction that does not
         # hurt): its judgement speaks; the groups only name where.
