@@ -94,7 +94,10 @@ def judge_groups(
     excluded_days: set[date],
     rebases: Mapping[str, Sequence[Rebase]],
     share: int = 1,
+    moved: bool | None = None,
 ) -> GroupVerdict:
+    """``moved``: whether the total moved, so that its judgement speaks and the groups only name where (by
+    default: an anomaly, or a change of at least its ``min_relative_change``)."""
     if not total.group_keys:
         return GroupVerdict(moves=[])
     last = own[max(own)] if own else None
@@ -113,6 +116,10 @@ def judge_groups(
     # the table's own rate (below).
     candidate = total.baseline.model_copy(
         update={"false_alarm_rate": max(total.baseline.false_alarm_rate, CANDIDATE_RATE)}
+    )
+    calendar_night = total_verdict.calendar_day is not None
+    ordinary_only = (
+        excluded_days | {d for d in own if calendar.day(d) is not None} if calendar_night else set()
     )
     moves = []
     for g in names:
@@ -157,6 +164,15 @@ def judge_groups(
             continue
         if abs(tonight - r.expected) < max(floor, abs(r.expected) * total.baseline.min_relative_change):
             continue
+        if calendar_night and not _share_moved(
+            total, day, _share(tonight, value), own, g, None, ordinary_only, 1, candidate.false_alarm_rate
+        ):
+            # On a calendar night a group's own record of such nights is thin (one like night, or none where
+            # the group happened to hold on it): a heavy-tailed group compared with its one past holiday is
+            # noise against noise. Its move counts only when its share of the total moved too, against its
+            # shares of ordinary nights: a share cancels the day's effect common to every group (a holiday's
+            # dip).
+            continue
         status = "gained" if tonight > r.expected else ("went" if tonight <= 0 else "lost")
         moves.append(
             GroupMove(
@@ -174,9 +190,10 @@ def judge_groups(
     gained = [m for m in moves if m.status == "gained"]
     new = [m for m in moves if m.status == "new"]
     change = total_verdict.result.relative_change
-    moved = total_verdict.result.status is BaselineStatus.ANOMALY or (
-        change is not None and abs(change) >= total.baseline.min_relative_change
-    )
+    if moved is None:
+        moved = total_verdict.result.status is BaselineStatus.ANOMALY or (
+            change is not None and abs(change) >= total.baseline.min_relative_change
+        )
     if moved or not (lost or gained):
         # The total moved (an ERROR, a WARN the calendar explains, or a move in the direction that does not
         # hurt): its judgement speaks; the groups only name where.
@@ -229,11 +246,14 @@ def _share_moved(
     tonight: float | None,
     own: Mapping[date, Recorded],
     group: str,
-    calendar: BusinessCalendar,
+    calendar: BusinessCalendar | None,
     excluded_days: set[date],
     share: int,
+    rate: float | None = None,
 ) -> bool:
-    """Whether the group's share of the total tonight is an ERROR against its own shares of earlier nights."""
+    """Whether the group's share of the total tonight is an ERROR against its own shares of earlier nights
+    (at the table's false-alarm rate split ``share`` ways, or at ``rate``; like nights of the ``calendar``'s,
+    or with no calendar every night alike)."""
     if tonight is None:
         return False
     series = {
@@ -241,7 +261,9 @@ def _share_moved(
         for d, r in own.items()
         if r.value and r.groups and not (group in r.groups and r.groups[group] is None)
     }
-    config = total.baseline.model_copy(update={"small_below": 0})
+    config = total.baseline.model_copy(
+        update={"small_below": 0, **({"false_alarm_rate": rate} if rate is not None else {})}
+    )
     verdict = judge(
         series,
         day,

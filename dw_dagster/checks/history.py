@@ -104,6 +104,11 @@ def total_series(total: str, group: str | None = None) -> str:
     return f"total:{total}" + (f"|{group}" if group is not None else "")
 
 
+def group_rows_series(total: str) -> str:
+    """A grouped total's rows by group (its SQL's ``ROWS``), night by night."""
+    return f"group_rows:{total}"
+
+
 class HistoryStore:
     """Reads and writes the histories on one connection per use."""
 

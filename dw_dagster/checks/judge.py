@@ -158,6 +158,12 @@ def judge(
     def effect_of(d: date, points: Mapping[date, float]) -> float | None:
         s = score({k: v for k, v in points.items() if k < d}, d, usable[d], lenient, absolute=absolute)
         if s.expected is None or s.status is BaselineStatus.INSUFFICIENT:
+            # The first nights of a history have no like weekday before them: a past night's effect is
+            # measured against the like weekdays after it instead (the nights after it, mirrored), so the
+            # first month-end of a short history is an occurrence like the others.
+            after = {d - (k - d): v for k, v in points.items() if k > d}
+            s = score(after, d, usable[d], lenient, absolute=absolute)
+        if s.expected is None or s.status is BaselineStatus.INSUFFICIENT:
             return None
         return f(usable[d]) - f(max(s.expected, 0.0))
 
@@ -171,6 +177,8 @@ def judge(
     ordinary = {d: v for d, v in named.items() if d not in recurring.nights}
     if recurring.nights:
         calibration = calibrate(ordinary, config, absolute, alpha, hurts)
+        if calibration is not None and recurring.aside:
+            calibration = calibration.model_copy(update={"set_aside": sorted(recurring.aside)})
 
     def plain_score(d: date, v: float, points: Mapping[date, float], cfg: BaselineConfig = config, **kw):
         kw.setdefault("calibration", calibration)
@@ -181,7 +189,55 @@ def judge(
         return s
 
     plain = plain_score(day, value, ordinary)
-    today = today or recurring.tonight
+
+    def like_effects(kind: CalendarDay) -> tuple[list[float], list[date]]:
+        """The effects of the past nights like tonight of ``kind``, and those nights."""
+        if kind.kind == "recurring":
+            measured = [d for d in recurring.like if d in recurring.effects]
+            return [recurring.effects[d] for d in measured], measured
+        like: list[date] = []
+        for key in kind.like_keys:
+            like = sorted(d for d, k in kinds.items() if k is not None and key in k.like_keys)
+            if like:
+                break
+        if not like and kind.kind in ("quarter_end", "month_end"):
+            # No configured like night: the same business day from the end of earlier months.
+            position = configured.business_days_left(day, False) if configured else None
+            like = sorted(
+                d for d in ordinary if configured and configured.business_days_left(d, False) == position
+            )
+        effects, measured = [], []
+        for d in like:
+            s = plain_score(d, usable[d], {k: v for k, v in ordinary.items() if k < d}, lenient)
+            if s.expected is not None and s.status is not BaselineStatus.INSUFFICIENT:
+                effects.append(f(usable[d]) - f(max(s.expected, 0.0)))
+                measured.append(d)
+        return effects, measured
+
+    effects: list[float] = []
+    measured: list[date] = []
+    if today is not None:
+        effects, measured = like_effects(today)
+        noise = calibration.sigma if calibration else (plain.scale or 0.0)
+        if today.kind in ("holiday", "month_end", "quarter_end") and effects:
+            # Like nights only when they behaved alike: the same holiday in an earlier year, else the holidays
+            # (or period ends) on which the series itself moved; one on which activity was ordinary says this
+            # business does not keep it.
+            same = [
+                i for i, d in enumerate(measured) if today.kind == "holiday" and kinds[d].name == today.name
+            ]  # type: ignore[union-attr]
+            keep = same or [i for i, e in enumerate(effects) if abs(e) >= MATERIAL * noise]
+            effects, measured = [effects[i] for i in keep], [measured[i] for i in keep]
+        elif today.kind == "holiday_period" and effects and abs(median(effects)) < MATERIAL * noise:
+            # The days between two holidays (or after them) on which the series kept its ordinary pace (as a
+            # rule: one busy Friday among them is the week's noise): this business does not keep the period
+            # (Quebec's Fete nationale and Canada Day are a week apart, and the week between is ordinary), so
+            # tonight is judged as a night the calendar does not name, with what the series' own history
+            # learned of it (a month-end in that week is a month-end).
+            today = None
+    if today is None and recurring.tonight is not None:
+        today = recurring.tonight
+        effects, measured = like_effects(today)
     if today is None:
         out = _verdict(plain, notes=notes, level=level, calibration=calibration)
         once = recurring.once
@@ -195,34 +251,6 @@ def judge(
                 out = out.model_copy(update={"severity": "WARN", "notes": notes})
         return out
 
-    if today.kind == "recurring":
-        like = recurring.like
-    else:
-        like = []
-        for key in today.like_keys:
-            like = sorted(d for d, k in kinds.items() if k is not None and key in k.like_keys)
-            if like:
-                break
-        if not like and today.kind in ("quarter_end", "month_end"):
-            # No configured like night: the same business day from the end of earlier months.
-            position = configured.business_days_left(day, False) if configured else None
-            like = sorted(
-                d for d in ordinary if configured and configured.business_days_left(d, False) == position
-            )
-    effects, measured = [], []
-    for d in like:
-        s = plain_score(d, usable[d], {k: v for k, v in ordinary.items() if k < d}, lenient)
-        if s.expected is not None and s.status is not BaselineStatus.INSUFFICIENT:
-            effects.append(f(usable[d]) - f(max(s.expected, 0.0)))
-            measured.append(d)
-    if today.kind in ("holiday", "month_end", "quarter_end") and effects:
-        # Like nights only when they behaved alike: the same holiday in an earlier year, else the holidays
-        # (or period ends) on which the series itself moved; one on which activity was ordinary says this
-        # business does not keep it.
-        same = [i for i, d in enumerate(measured) if today.kind == "holiday" and kinds[d].name == today.name]  # type: ignore[union-attr]
-        noise = calibration.sigma if calibration else (plain.scale or 0.0)
-        keep = same or [i for i, e in enumerate(effects) if abs(e) >= MATERIAL * noise]
-        effects, measured = [effects[i] for i in keep], [measured[i] for i in keep]
     if effects:
         effect = median(effects)
         adjusted = plain_score(
@@ -321,6 +349,12 @@ def judgement_metadata(j: Judgement, prefix: str = "baseline") -> dict[str, obje
         c = j.calibration
         out[f"{prefix}_threshold_from"] = (
             f"{c.residuals} past nights' one-step errors, at {100 * c.alpha:.2g} false alarms per 100 nights"
+            + (
+                f" ({len(c.set_aside)} period-end nights that moved the series set aside, the latest "
+                f"{c.set_aside[-1].isoformat()})"
+                if c.set_aside
+                else ""
+            )
         )
     if j.calendar_day is not None:
         out[f"{prefix}_calendar_day"] = j.calendar_day.name

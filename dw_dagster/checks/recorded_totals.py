@@ -18,8 +18,8 @@ from sqlglot import exp
 
 from dw_dagster.checks import cumulative
 from dw_dagster.checks.attributes import MAX_VALUES, attribute_part, attribute_series
-from dw_dagster.checks.groups import GroupMove, judge_groups, null_groups_problem
-from dw_dagster.checks.history import Reading, total_series
+from dw_dagster.checks.groups import GroupMove, GroupVerdict, judge_groups, null_groups_problem
+from dw_dagster.checks.history import Reading, Recorded, group_rows_series, total_series
 from dw_dagster.checks.judge import deviation, figure, judge, judgement_metadata
 from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
@@ -216,7 +216,11 @@ class Totals:
 
     def series(self) -> list[str]:
         """The series these totals judge against: their own, and their attributes'."""
-        return [*self.needed, *(attribute_series(t, c) for t, c in self.attribute_parts)]
+        return [
+            *self.needed,
+            *(group_rows_series(t.name) for t in self.selected if t.group_keys),
+            *(attribute_series(t, c) for t, c in self.attribute_parts),
+        ]
 
     def parts(self) -> list[Part]:
         return [q.part for q in self.queries.values() if q.part is not None] + list(
@@ -254,6 +258,10 @@ class Totals:
                     tags={"dw/business_date": night.day.isoformat()},
                 )
             )
+        for name, v in self.values.items():
+            if self.needed[name].group_keys and v.rows:
+                rows = {g: float(n) for g, n in v.rows.items()}
+                night.record(group_rows_series(name), Reading(value=sum(rows.values()), groups=rows))
         for (name, column), (value, groups) in self.attribute_values.items():
             night.record(attribute_series(name, column), Reading(value=value, groups=groups))
         return [
@@ -334,8 +342,15 @@ def evaluate_total(
                 then = verdict_on(d, was)
                 if then.severity == "ERROR" and then.result.expected is not None:
                     carried.append((d, was, then.result.expected))
+    # A group that lost rows while the others held (a partial load of one channel's partition): its rows say so
+    # more plainly than its heavy-tailed value can.
+    by_rows = (
+        rows_by_group(night, total, value, excluded) if period is None and not by_group.problem else None
+    )
     if by_group.moves:
         metadata["groups_moved"] = dg.MetadataValue.md(_moves_table(by_group.moves))
+    if by_rows is not None and by_rows.moves:
+        metadata["group_rows_moved"] = dg.MetadataValue.md(_moves_table(by_rows.moves))
     if by_group.note:
         metadata["groups_note"] = by_group.note
     problems: list[str] = []
@@ -410,6 +425,9 @@ def evaluate_total(
         )
     if by_group.problem:
         problems.append(by_group.problem)
+    elif by_rows is not None and by_rows.problem:
+        problems.append(by_rows.problem)
+        evidence["group_rows_moved"] = [m.model_dump(mode="json") for m in by_rows.moves]
     fixed = any(r.kind == "remediation" for r in night.levels.get(total_series(total.name), ()))
     if period is None and verdict.severity is None and not by_group.problem and not fixed:
         # Money moved between the values of an attribute no total groups by (a reference row re-pointed).
@@ -467,6 +485,58 @@ def evaluate_total(
             **result,
         )
     return dg.AssetCheckResult(passed=True, description=verdict.describe() or None, **result)
+
+
+def rows_by_group(
+    night: Night, total: RecordedTotal, value: TotalValue, excluded: set[date]
+) -> GroupVerdict | None:
+    """The total's rows judged group by group as its value is (``judge_groups``): a group whose rows fell
+    alone while the others held, rows that moved between groups, a group whose rows went. None when the
+    total's SQL returns no ``ROWS`` or no night of them is on record. A count is light-tailed where the
+    value is not: half of one channel's payments lost is beyond its rows' record on the first night, while
+    its dollars, a few large payments among many small, move that much on their own."""
+    past = night.past.get(group_rows_series(total.name), {})
+    if not total.group_keys or not value.rows or not past:
+        return None
+    day = night.day
+    rows = {g: float(n) for g, n in value.rows.items()}
+    counted = total.model_copy(update={"name": f"{total.name}'s rows"})
+    history: dict[date, Recorded] = dict(past)
+    verdict = judge(
+        {d: r.value for d, r in history.items()},
+        day,
+        sum(rows.values()),
+        total.baseline,
+        total.hurts,
+        calendar=night.calendar,
+        excluded_days=excluded,
+        share=night.share(total.asset),
+    )
+    found = judge_groups(
+        counted,
+        day,
+        sum(rows.values()),
+        rows,
+        history,
+        verdict,
+        calendar=night.calendar,
+        excluded_days=excluded,
+        rebases={},
+        share=night.share(total.asset),
+        # A fall of the rows within their record is no finding of its own, however large against the
+        # total's minimum change (a quarter of the day's rows in one channel of half of them): the groups say
+        # where it is.
+        moved=verdict.severity is not None,
+    )
+    if verdict.severity == "ERROR" and not found.problem:
+        moved = ", ".join(m.describe(" rows") for m in found.moves[:3])
+        found = found.model_copy(
+            update={
+                "problem": f"{counted.name} = {deviation(verdict, 'rows')}"
+                + (f"; moved: {moved}" if moved else "")
+            }
+        )
+    return found
 
 
 def _moves_table(moves: list[GroupMove]) -> str:

@@ -78,6 +78,10 @@ class Recurring:
 
     learned: dict[str, list[date]] = field(default_factory=dict)
     """Learned kinds -> their past occurrences (left out of the ordinary nights)."""
+    aside: set[date] = field(default_factory=set)
+    """Every occurrence, measured or not, of a period's last days whose every measured occurrence moved the
+    series materially and the same way, learned or not: left out of the ordinary nights, so that neither
+    they nor the nights compared with them are taken for the series' ordinary errors."""
     effects: dict[date, float] = field(default_factory=dict)
     """Each occurrence's effect against its own ordinary expectation (log units, or units of a small count)."""
     tonight: CalendarDay | None = None
@@ -88,7 +92,8 @@ class Recurring:
 
     @property
     def nights(self) -> set[date]:
-        return {d for days in self.learned.values() for d in days}
+        """The nights left out of the ordinary ones: the learned kinds' occurrences and those set aside."""
+        return {d for days in self.learned.values() for d in days} | self.aside
 
 
 Effect = Callable[[date, Mapping[date, float]], float | None]
@@ -113,7 +118,8 @@ def learn(
     tonight = candidate_keys(day, calendar)
     tonight_keys = {key for key, _ in tonight}
     for key, days in occurrences.items():
-        if len(days) < MIN_OCCURRENCES and key not in tonight_keys:
+        period_end = not key.startswith("day_of_month")
+        if len(days) < MIN_OCCURRENCES and key not in tonight_keys and not period_end:
             continue
         # Each occurrence against the ordinary nights before it that are not occurrences themselves.
         mine = set(days)
@@ -123,8 +129,17 @@ def learn(
         if len(material) != len(effects) or not effects:
             continue
         signs = {e > 0 for e in effects.values()}
+        if len(signs) != 1:
+            continue
+        if period_end:
+            # A period's last days that moved the series every time it could be measured are no ordinary
+            # nights even before they make a pattern: the first of a short history (nothing before it to
+            # measure it against) and a lone one alike. Kept among the ordinary nights, they and the nights
+            # compared with them would be a short record's largest errors, and its threshold would be read
+            # from them.
+            found.aside.update(days)
         sizes = [abs(e) for e in effects.values()]
-        if len(signs) != 1 or math.log(max(sizes) / min(sizes)) > ALIKE:
+        if math.log(max(sizes) / min(sizes)) > ALIKE:
             continue
         found.effects.update(effects)
         if len(effects) >= MIN_OCCURRENCES:

@@ -4,7 +4,8 @@ A total moved; which rows did it? The measure's source columns (the total's meas
 lineage to its Source table) are compared, per row, between tonight's business date and the last good
 night's, within every low-cardinality column of the source (a version, a channel, a type, a key): the value
 whose rows' average moved by a factor while every other value held is the subset, and the factor is
-measured from the data (tonight's average over the last good night's; any factor, 3.7 as well as 100). A
+measured from the data (tonight's average over the last good night's; any factor, 3.7 as well as 100), beyond
+the sampling noise of that many rows (a few dozen heavy-tailed amounts move x1.5 on their own). A
 factor below zero is a sign change. Two statements: a profile (which columns partition by day, which are
 low-cardinality) and the drill-down itself.
 
@@ -49,6 +50,10 @@ MOVED = math.log(1.5)
 HELD = math.log(1.15)
 """The rest of the rows held when their average changed by less than 15%."""
 MIN_ROWS = 5
+NOISE_Z = 3.0
+"""A subset's average moved only beyond this many standard errors of its own rows' spread: a few dozen
+heavy-tailed payments (a tax, a few hundred dollars to tens of thousands) average x1.5 apart from one night to
+the next by chance, a unit change of x0.25 on as many is four or five standard errors."""
 
 
 @dataclass
@@ -86,6 +91,24 @@ def _ratio(s1: float, n1: int, s0: float, n0: int) -> float | None:
 
 def _log(r: float) -> float:
     return abs(math.log(abs(r))) if r else math.inf
+
+
+def relative_error(total: float, squares: float, n: int) -> float:
+    """The standard error of a subset's per-row average relative to it (its rows' coefficient of variation over
+    the square root of their number), from the rows' sum and sum of squares; inf for an average of zero."""
+    if n < 2 or not total:
+        return math.inf
+    mean = total / n
+    variance = max(squares / n - mean * mean, 0.0) * n / (n - 1)
+    return math.sqrt(variance / n) / abs(mean)
+
+
+def beyond_noise(r: float, before: tuple[float, float, int], tonight: tuple[float, float, int]) -> bool:
+    """Whether the ratio ``r`` of tonight's per-row average to the good nights' is beyond ``NOISE_Z`` standard
+    errors of the two averages ((sum, sum of squares, rows) each): the log ratio's error is about the root sum
+    of their relative errors."""
+    se = math.hypot(relative_error(*before), relative_error(*tonight))
+    return _log(r) >= NOISE_Z * se
 
 
 def _texts(ctx: DiagnosisContext, src: str) -> list[str]:
@@ -175,7 +198,8 @@ def _drill(ctx, src, time_col, dims, measures, day, before, group_keys):
     tbl = table(ctx.graph, src)
     t = f"CAST({quote_identifier(time_col)} AS DATE)"
     sums = ", ".join(
-        f"SUM({quote_identifier(m)}), SUM(CASE WHEN {quote_identifier(m)} < 0 THEN 1 ELSE 0 END)"
+        f"SUM({quote_identifier(m)}), SUM(CASE WHEN {quote_identifier(m)} < 0 THEN 1 ELSE 0 END),"
+        f" SUM(CAST({quote_identifier(m)} AS DOUBLE) * CAST({quote_identifier(m)} AS DOUBLE))"
         for m in measures
     )
     parts, params = [], []
@@ -193,10 +217,13 @@ def _drill(ctx, src, time_col, dims, measures, day, before, group_keys):
     )
     if not rows:
         return None
-    # cells[dim][value][tonight] = (rows, [(sum, negatives) per measure])
-    cells: dict[int, dict[str | None, dict[int, tuple[int, list[tuple[float, int]]]]]] = {}
+    # cells[dim][value][tonight] = (rows, [(sum, negatives, sum of squares) per measure])
+    cells: dict[int, dict[str | None, dict[int, tuple[int, list[tuple[float, int, float]]]]]] = {}
     for r in rows:
-        per = [(float(r[4 + 2 * j] or 0), int(r[5 + 2 * j] or 0)) for j in range(len(measures))]
+        per = [
+            (float(r[4 + 3 * j] or 0), int(r[5 + 3 * j] or 0), float(r[6 + 3 * j] or 0))
+            for j in range(len(measures))
+        ]
         cells.setdefault(int(r[0]), {}).setdefault(plain(r[1]) if r[1] is not None else None, {})[
             int(r[2])
         ] = (
@@ -210,13 +237,13 @@ def _drill(ctx, src, time_col, dims, measures, day, before, group_keys):
                 if 0 not in days or 1 not in days:
                     continue
                 (n0, p0), (n1, p1) = days[0], days[1]
-                s0, neg0 = p0[j]
-                s1, neg1 = p1[j]
+                s0, neg0, q0 = p0[j]
+                s1, neg1, q1 = p1[j]
                 r = _ratio(s1, n1, s0, n0)
                 if r is None:
                     continue
                 flipped = neg1 > 0.5 * n1 and neg0 < 0.05 * n0
-                if _log(r) < MOVED and not flipped:
+                if not flipped and (_log(r) < MOVED or not beyond_noise(r, (s0, q0, n0), (s1, q1, n1))):
                     continue
                 rest = [v for v in values.values() if v is not days and 0 in v and 1 in v]
                 rs1 = sum(v[1][1][j][0] for v in rest)

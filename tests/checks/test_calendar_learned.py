@@ -155,3 +155,89 @@ def test_a_bad_country_names_the_file_and_the_field(tmp_path):
         _files(tmp_path, "XX", None)
     with pytest.raises(DwConfigError, match=r"country: .*CA has no subdivision 'ZZ' \(it has .*QC"):
         _files(tmp_path, "CA-ZZ", None)
+
+
+def _payments(end: date, seed: int = 4, holidays: BusinessCalendar | None = None) -> dict[date, float]:
+    """Bill payments from Monday 27 April (the month's last two days at 1.8 times, weekends and holidays lower):
+    the history's first month-end (29-30 April) has no like weekday before it."""
+    rng, out, d = random.Random(seed), {}, date(2026, 4, 27)
+    while d <= end:
+        v = 1400.0 * (0.5 if d.weekday() >= 5 else 1.0)
+        if (d + timedelta(days=2)).month != d.month:
+            v *= 1.8
+        if holidays is not None and holidays.holiday(d):
+            v *= 0.4
+        out[d] = v * (1 + rng.gauss(0, 0.05))
+        d += timedelta(days=1)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("make", "day", "calendar"),
+    [
+        (_payments, date(2026, 6, 30), NO_CALENDAR),  # Tuesday: 29-30 April and 30-31 May before it
+        # From Thursday 29 May: 30-31 May (no like weekday before them) and 30 June before it.
+        (
+            lambda end: {d: v for d, v in _shop(end, seed=2).items() if d >= date(2025, 5, 29)},
+            date(2025, 7, 31),
+            SHOP_DAYS,
+        ),
+    ],
+    ids=["weekday-payments", "shop-every-day"],
+)
+def test_the_first_month_end_of_a_history_counts_against_the_nights_after_it(make, day, calendar):
+    series = make(day)
+    history = {d: v for d, v in series.items() if d < day}
+    j = judge(history, day, series[day], CONFIG, calendar=calendar)
+    # The first month-end has no like weekday before it; measured against the ones after it, it is the second
+    # occurrence that makes the pattern.
+    assert j.severity is None and j.calendar_day.kind == "recurring", j.describe()
+    assert "learned from 2 past occurrences" in j.calendar_day.name and len(j.like_days) == 2
+    # A third of the month-end's rush missing is a fault, though the night is still busier than a Tuesday.
+    fault = judge(history, day, series[day] * 0.65, CONFIG, Direction.DOWN, calendar=calendar)
+    assert fault.severity == "ERROR", fault.describe()
+
+
+QUEBEC = BusinessCalendar.model_validate(
+    {"holidays": [{"country": "CA", "subdivision": "QC", "direction": "down"}]}
+)
+US_SHOP = BusinessCalendar.model_validate(
+    {"business_days": EVERY_DAY, "holidays": [{"country": "US", "direction": "down"}]}
+)
+
+
+def _shop_through_christmas(end: date, seed: int = 6) -> dict[date, float]:
+    """A shop open every day whose holidays halve its sales but whose days between them are ordinary, and whose
+    month's last two days sell 40% more."""
+    rng, out, d = random.Random(seed), {}, date(2025, 10, 6)
+    while d <= end:
+        v = 8000.0 * (0.8 if d.weekday() >= 5 else 1.0)
+        if (d + timedelta(days=2)).month != d.month:
+            v *= 1.4
+        if US_SHOP.holiday(d):
+            v *= 0.5
+        out[d] = v * (1 + rng.gauss(0, 0.03))
+        d += timedelta(days=1)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("make", "nights", "calendar"),
+    [
+        # Quebec's Fete nationale (24 June) and Canada Day (1 July) are a week apart: a holiday period, whose
+        # days this business keeps at its ordinary pace; its month-end falls inside it.
+        (lambda end: _payments(end, holidays=QUEBEC), (date(2026, 6, 29), date(2026, 6, 30)), QUEBEC),
+        # Christmas to New Year's Day, the days between ordinary for this shop, the month-end inside them.
+        (_shop_through_christmas, (date(2025, 12, 30), date(2025, 12, 31)), US_SHOP),
+    ],
+    ids=["quebec-payments", "us-shop"],
+)
+def test_a_holiday_period_the_series_does_not_keep_leaves_its_month_end_a_month_end(make, nights, calendar):
+    for day in nights:
+        series = make(day)
+        history = {d: v for d, v in series.items() if d < day}
+        j = judge(history, day, series[day], CONFIG, calendar=calendar)
+        # Compared with the ordinary days between the holidays, the month-end's rush was an ERROR.
+        assert j.severity is None, (day, j.describe())
+        fault = judge(history, day, series[day] * 0.6, CONFIG, Direction.DOWN, calendar=calendar)
+        assert fault.severity == "ERROR", (day, fault.describe())

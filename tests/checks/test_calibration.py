@@ -7,6 +7,8 @@ import math
 import random
 from datetime import date, timedelta
 
+import pytest
+
 from dw_dagster.checks.baseline import (
     BaselineConfig,
     BaselineMethod,
@@ -16,6 +18,7 @@ from dw_dagster.checks.baseline import (
     score,
     tail_threshold,
 )
+from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.judge import judge, judgement_metadata
 
 
@@ -126,3 +129,83 @@ def test_too_short_a_record_falls_back_to_the_fixed_robust_z():
     day = max(series)
     j = judge({d: v for d, v in series.items() if d < day}, day, series[day], DOD)
     assert j.calibration is None and j.result.z_threshold == 4.0
+
+
+def _payments(seed: int, end: date, start: date = date(2026, 5, 4)) -> dict[date, float]:
+    """A bill-payment day: weekends at half, the last two days of a month at 1.8 times, 5% noise."""
+    rng, out, d = random.Random(seed), {}, start
+    while d <= end:
+        v = 1400.0 * (0.5 if d.weekday() >= 5 else 1.0)
+        if (d + timedelta(days=2)).month != d.month:
+            v *= 1.8
+        out[d] = v * math.exp(0.05 * rng.gauss(0, 1))
+        d += timedelta(days=1)
+    return out
+
+
+def _invoicing(seed: int, end: date) -> dict[date, float]:
+    """A wholesaler open every day from 3 June, its month's last day a billing run (x2.5), heavy-tailed
+    noise."""
+    rng, out, d = random.Random(seed), {}, date(2025, 6, 3)
+    while d <= end:
+        v = 20_000.0 * (2.5 if (d + timedelta(days=1)).month != d.month else 1.0)
+        out[d] = v * math.exp(0.06 * _t(rng, 5))
+        d += timedelta(days=1)
+    return out
+
+
+NO_HOLIDAYS = BusinessCalendar.model_validate({"holidays": []})
+EVERY_DAY = BusinessCalendar.model_validate(
+    {"holidays": [], "business_days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]}
+)
+
+
+@pytest.mark.parametrize(
+    ("make", "day", "calendar", "loss"),
+    [
+        (
+            _payments,
+            date(2026, 6, 23),
+            NO_HOLIDAYS,
+            0.25,
+        ),  # Tuesday: 57 nights, two month-ends, one unmeasured
+        (_invoicing, date(2025, 7, 22), EVERY_DAY, 0.4),  # a Tuesday: 55 nights, two month-ends
+    ],
+    ids=["weekday-payments", "every-day-invoicing"],
+)
+def test_period_ends_that_moved_the_series_are_set_aside_from_its_errors(make, day, calendar, loss):
+    config = BaselineConfig(weeks=6)
+    for seed in range(4):
+        series = make(seed, day)
+        history = {d: v for d, v in series.items() if d < day}
+        j = judge(history, day, series[day], config, calendar=calendar, share=2)
+        # One month-end is no pattern to learn; left among the ordinary nights, it and the nights compared with it
+        # were the record's largest errors and put the threshold at tens of spreads; set aside, it is a few.
+        assert j.severity is None and j.calibration is not None, (seed, j.describe())
+        assert j.calibration.set_aside and j.result.z_threshold < 9, (seed, j.calibration)
+        assert "period-end nights that moved the series set aside" in str(
+            judgement_metadata(j)["baseline_threshold_from"]
+        )
+        # A quarter of an ordinary day missing (four tenths of a heavy-tailed one) is news again.
+        fault = judge(
+            history, day, (1 - loss) * series[day], config, Direction.DOWN, calendar=calendar, share=2
+        )
+        assert fault.severity == "ERROR", (seed, fault.result)
+
+
+def test_a_short_record_extrapolates_with_a_bounded_tail_index():
+    rng = random.Random(7)
+    p, n = 0.0025, 44
+    k = round(n * 0.2)
+    ordinary = sorted(abs(rng.gauss(0, 1)) for _ in range(n - 4))
+    # Four errors of unmodelled calendar nights among 40 ordinary ones: Hill's index from the largest nine
+    # reads about 1, and an unbounded extrapolation put the threshold at tens of spreads.
+    contaminated = ordinary + [9.0, 8.0, 6.0, 5.0]
+    u = sorted(contaminated)[n - k - 1]
+    assert tail_threshold(contaminated, p) <= u * (k / (n * p)) ** 0.5 + 1e-9
+    assert tail_threshold(contaminated, p) < 15
+    # Errors whose largest happen to agree read almost no tail: still extrapolated as a Student-t with 4
+    # degrees of freedom would be, not as a Gaussian.
+    flat = [0.1 * i for i in range(1, n - k)] + [3.0 + 0.01 * i for i in range(k)]
+    u = sorted(flat)[n - k - 1]
+    assert tail_threshold(flat, p) >= u * (k / (n * p)) ** 0.25 - 1e-9

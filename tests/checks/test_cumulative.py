@@ -69,8 +69,14 @@ def test_the_first_of_the_month_and_the_nights_after_a_bad_one_are_ordinary_incr
         assert judge(inc, day, increments[day].value, CONFIG).severity is None, day
     inc = {d: r.value for d, r in increments.items() if d < bad}
     assert judge(inc, bad, increments[bad].value, CONFIG).severity == "ERROR"
-    # On its level, a month's climb from nothing is all the record knows: the replay hides in it.
-    assert judge({d: v for d, v in levels.items() if d < bad}, bad, levels[bad], CONFIG).severity is None
+    # On its level, a month's climb from nothing is all the record knows: the second of a month is judged
+    # against mid-month levels, and the replay makes no difference to the verdict.
+    before = {d: v for d, v in levels.items() if d < bad}
+    replayed = judge(before, bad, levels[bad], CONFIG)
+    clean = judge(before, bad, levels[bad] - daily[bad] / 2, CONFIG)
+    assert (
+        replayed.severity == clean.severity and replayed.result.direction == clean.result.direction == "down"
+    )
     # Tonight's increment from the recorded nights; its groups' too.
     step, groups = cumulative.tonight(history, bad, history[bad].value, history[bad].groups, "month")
     assert step == pytest.approx(daily[bad]) and groups["CATEGORY=utility"] == pytest.approx(0.6 * daily[bad])
