@@ -109,6 +109,18 @@ def seeded_world(seeded_template: Path, tmp_path_factory: pytest.TempPathFactory
         yield lw
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _the_environment_each_file_started_with():
+    """Each test file leaves the process's environment as it found it. A local daemon points the process at
+    its world, as a deployment's environment would; a file that let that stand handed its world's sign-in
+    (SNOWFLAKE_PRIVATE_KEY_PATH, since the local world signs in by key pair) to the next file of the worker,
+    whose own password sign-in was then refused as two sign-ins at once."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 @pytest.fixture(autouse=True)
 def _no_leftover_defs_state_storage():
     """An instance a test entered and disposed can stay Dagster's "current" defs-state storage; loading

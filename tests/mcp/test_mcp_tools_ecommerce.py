@@ -136,6 +136,8 @@ def test_an_unreachable_warehouse_is_a_tool_error_without_the_password(monkeypat
            "DW_CONTEXT_FILE": str(WORLD / "context.yaml"), "DW_METRICS_FILE": str(WORLD / "metrics.yaml")}  # fmt: skip
     for name, value in env.items():
         monkeypatch.setenv(name, value)
+    for name in ("SNOWFLAKE_PRIVATE_KEY_PATH", "SNOWFLAKE_PRIVATE_KEY", "SNOWFLAKE_TOKEN"):
+        monkeypatch.delenv(name, raising=False)  # a password sign-in only
 
     async def call():
         async with Client(build_server()) as client:

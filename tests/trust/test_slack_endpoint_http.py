@@ -94,7 +94,7 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     folder = tmp_path_factory.mktemp("endpoint")
     port = free_port()
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if not k.startswith("SNOWFLAKE_")},
         "SLACK_SIGNING_SECRET": SECRET,
         "SLACK_BOT_TOKEN": "xoxb-endpoint-test",
         "SLACK_BASE_URL": f"{replies.url}/api/",
