@@ -157,19 +157,26 @@ def test_a_bad_country_names_the_file_and_the_field(tmp_path):
         _files(tmp_path, "CA-ZZ", None)
 
 
+def _daily(start: date, end: date, base: float, weekend: float, month_end: float, holiday: float,
+           holidays: BusinessCalendar | None, noise: float, seed: int) -> dict[date, float]:  # fmt: skip
+    """A daily series from ``start``: ``base`` a weekday, times ``weekend`` on Saturdays and Sundays, times
+    ``month_end`` on the month's last two days, times ``holiday`` on ``holidays``' days, with ``noise``."""
+    rng, out, d = random.Random(seed), {}, start
+    while d <= end:
+        v = base * (weekend if d.weekday() >= 5 else 1.0)
+        if (d + timedelta(days=2)).month != d.month:
+            v *= month_end
+        if holidays is not None and holidays.holiday(d):
+            v *= holiday
+        out[d] = v * (1 + rng.gauss(0, noise))
+        d += timedelta(days=1)
+    return out
+
+
 def _payments(end: date, seed: int = 4, holidays: BusinessCalendar | None = None) -> dict[date, float]:
     """Bill payments from Monday 27 April (the month's last two days at 1.8 times, weekends and holidays lower):
     the history's first month-end (29-30 April) has no like weekday before it."""
-    rng, out, d = random.Random(seed), {}, date(2026, 4, 27)
-    while d <= end:
-        v = 1400.0 * (0.5 if d.weekday() >= 5 else 1.0)
-        if (d + timedelta(days=2)).month != d.month:
-            v *= 1.8
-        if holidays is not None and holidays.holiday(d):
-            v *= 0.4
-        out[d] = v * (1 + rng.gauss(0, 0.05))
-        d += timedelta(days=1)
-    return out
+    return _daily(date(2026, 4, 27), end, 1400.0, 0.5, 1.8, 0.4, holidays, 0.05, seed)
 
 
 @pytest.mark.parametrize(
@@ -209,16 +216,7 @@ US_SHOP = BusinessCalendar.model_validate(
 def _shop_through_christmas(end: date, seed: int = 6) -> dict[date, float]:
     """A shop open every day whose holidays halve its sales but whose days between them are ordinary, and whose
     month's last two days sell 40% more."""
-    rng, out, d = random.Random(seed), {}, date(2025, 10, 6)
-    while d <= end:
-        v = 8000.0 * (0.8 if d.weekday() >= 5 else 1.0)
-        if (d + timedelta(days=2)).month != d.month:
-            v *= 1.4
-        if US_SHOP.holiday(d):
-            v *= 0.5
-        out[d] = v * (1 + rng.gauss(0, 0.03))
-        d += timedelta(days=1)
-    return out
+    return _daily(date(2025, 10, 6), end, 8000.0, 0.8, 1.4, 0.5, US_SHOP, 0.03, seed)
 
 
 @pytest.mark.parametrize(
