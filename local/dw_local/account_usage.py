@@ -60,20 +60,35 @@ def statement_credits(rows_scanned: int, rows_written: int) -> float:
     return (rows_scanned + rows_written + ROWS_PER_STATEMENT) * CREDITS_PER_ROW
 
 
+CLOCK_TIMEOUT_S = 30.0
+"""The ceiling on moving a local Snowflake's clock: it answers between statements, and a statement of a busy
+night can hold it for seconds (the 2 s this was let it time out, and a night's first statements carried the
+night before's date)."""
+
+
+class ClockNotSet(RuntimeError):
+    """A local Snowflake listens but did not take the time: its statements would carry the wrong night."""
+
+
 @functools.cache
 def _clock_client() -> httpx.Client:
     # One for the simulator's life: a client per call built a TLS context each night for a plain-HTTP call.
-    return httpx.Client(timeout=2)
+    return httpx.Client(timeout=CLOCK_TIMEOUT_S)
 
 
 def set_clock(host: str, port: int, now: datetime) -> bool:
-    """Moves a running local Snowflake's clock to ``now`` (the simulator calls it when its clock is set);
-    False when no local Snowflake answers there (a simulator run on its own)."""
+    """Moves a running local Snowflake's clock to ``now`` (the simulator calls it before moving its own);
+    False when nothing listens there (a simulator run on its own); ``ClockNotSet`` when a server listens but
+    does not answer with the time within ``CLOCK_TIMEOUT_S``."""
+    url = f"http://{host}:{port}{CLOCK_PATH}"
     try:
-        url = f"http://{host}:{port}{CLOCK_PATH}"
         _clock_client().post(url, json={"now": now.isoformat()}).raise_for_status()
-    except httpx.HTTPError:
+    except httpx.ConnectError:
         return False
+    except httpx.HTTPError as e:
+        raise ClockNotSet(
+            f"the local Snowflake at {host}:{port} did not take the time {now.isoformat()}: {e}"
+        ) from e
     return True
 
 

@@ -6,10 +6,12 @@ Tests share one world and run in file order; each leaves it as it found it.
 
 from __future__ import annotations
 
+import http.server
 import json
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -815,3 +817,41 @@ def test_the_scheduler_starts_jobs_on_the_simulator_clock(tmp_path: Path, world:
             while len(client.get("/api/v1/runs").json()["data"]) < 2 and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert len(client.get("/api/v1/runs").json()["data"]) == 2
+
+
+class _RefusingSnowflake(http.server.BaseHTTPRequestHandler):
+    """A Snowflake that listens but does not take the time (its clock endpoint answers 503)."""
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.send_response(503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_the_snowflake_takes_the_time_before_the_simulator_moves(tmp_path: Path) -> None:
+    # Once the simulator's clock moves, its Scheduler may start the night's run; a statement stamped before the
+    # Snowflake's clock moved was counted on the night before. So the Snowflake takes it first, and a Snowflake
+    # that does not leaves the simulator's clock where it was, with an error naming it.
+    refusing = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RefusingSnowflake)
+    threading.Thread(target=refusing.serve_forever, daemon=True).start()
+    try:
+        ports = WorldPorts(snowflake=refusing.server_address[1])
+        with LocalWorld(tmp_path / "w", ports, FIXTURE_PROJECT, services=("coalesce",)) as lw:
+            headers = {"Authorization": f"Bearer {LOCAL_COALESCE_TOKEN}"}
+            with httpx.Client(base_url=lw.coalesce_url, headers=headers, timeout=60) as client:
+                before = client.get("/_sim/clock").json()["now"]
+                refused = assert_error(
+                    client.post("/_sim/clock", json={"now": "2024-05-15T02:00:00-05:00"}), 502
+                )
+                assert (
+                    f"the local Snowflake at 127.0.0.1:{ports.snowflake} did not take the time"
+                    in refused["errorDetail"]
+                )
+                after = client.get("/_sim/clock").json()["now"]
+                assert before[:4] == after[:4] != "2024", (before, after)
+    finally:
+        refusing.shutdown()
+        refusing.server_close()

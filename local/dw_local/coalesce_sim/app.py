@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from dw_local.account_usage import ClockNotSet
 from dw_local.coalesce_sim.api_shapes import node_detail, node_summary
 from dw_local.coalesce_sim.clock import format_time, parse_time
 from dw_local.coalesce_sim.faults import HttpFault, NodePageFault, WarehouseFault, error_body, fault_response
@@ -336,9 +337,13 @@ async def clock(request: Request) -> Response:
     if request.method == "POST":
         body = await _body(request, ClockRequest)
         try:
-            sim.set_clock(parse_time(body.now))
+            now = parse_time(body.now)
         except ValueError:
             raise ApiError(400, f"now: expected an ISO-8601 time, got {body.now!r}") from None
+        try:
+            sim.set_clock(now)
+        except ClockNotSet as e:
+            raise ApiError(502, str(e)) from None
     return JSONResponse({"now": sim.now()})
 
 

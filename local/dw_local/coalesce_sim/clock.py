@@ -26,7 +26,7 @@ def parse_time(text: str) -> datetime:
 class SimClock:
     def __init__(self, offset: timedelta = timedelta(0)):
         self._offset = offset
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._listeners: list[Callable[[datetime], None]] = []
 
     @property
@@ -37,11 +37,17 @@ class SimClock:
         return datetime.now(UTC) + self._offset
 
     def set(self, now: datetime) -> None:
+        # The listeners hear of the jump under the same lock as the move: a reader holding ``locked()`` sees
+        # the clock either before both or after both (the Scheduler fired a night twice when a check fell
+        # between the move and its notice).
         with self._lock:
             self._offset = now - datetime.now(UTC)
-            listeners = list(self._listeners)
-        for listener in listeners:
-            listener(now)
+            for listener in self._listeners:
+                listener(now)
+
+    def locked(self) -> threading.RLock:
+        """Held, no jump happens (``with clock.locked(): ...``)."""
+        return self._lock
 
     def on_set(self, listener: Callable[[datetime], None]) -> None:
         """Calls ``listener(new_now)`` whenever the clock is set (a jump, not time passing)."""

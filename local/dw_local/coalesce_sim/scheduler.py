@@ -88,8 +88,8 @@ class CronScheduler:
             self.tick()
 
     def tick(self) -> None:
-        now = self._clock.now()
-        with self._lock:
+        with self._clock.locked(), self._lock:  # no jump between reading the time and the last check
+            now = self._clock.now()
             since, self._checked_until = self._checked_until, now
         if now <= since:
             return

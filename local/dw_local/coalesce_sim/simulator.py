@@ -132,10 +132,13 @@ class CoalesceSimulator:
         return format_time(self.clock.now())
 
     def set_clock(self, now: datetime) -> None:
+        # The local Snowflake's query history reads in the same business time, and takes it first: once this
+        # clock moves, the Scheduler may start the night's run within 0.2 s, and a statement stamped before
+        # the Snowflake's clock moved was counted on the night before (the cost of a night's first node
+        # doubled). If the Snowflake does not take it (ClockNotSet), this clock stays where it was.
+        set_snowflake_clock(self.executor.snowflake.host, self.executor.snowflake.port, now)
         self.clock.set(now)
         self.store.set_setting(CLOCK_OFFSET_SETTING, str(self.clock.offset.total_seconds()))
-        # The local Snowflake's query history then reads in the same business time.
-        set_snowflake_clock(self.executor.snowflake.host, self.executor.snowflake.port, now)
 
     # -- nodes and edits ---------------------------------------------------------------------------
 
