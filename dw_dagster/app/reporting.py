@@ -15,7 +15,7 @@ import dagster as dg
 from dw_dagster.checks.tonight import Reporter
 from dw_dagster.context.specs import key_from_path
 from dw_dagster.incidents.store import IncidentStore
-from dw_dagster.notifications.incident_view import incident_materialization
+from dw_dagster.notifications.incident_asset import incident_materialization
 from dw_dagster.records.incidents import Finding, RecordOutcome
 
 
