@@ -161,13 +161,15 @@ class TaggedConnection:
         return getattr(self.raw, name)
 
 
-def import_connector() -> None:
-    """Imports the connector, without its pandas support where nothing in this process has imported pandas.
+def import_connector_without_pandas() -> None:
+    """Imports the connector without its pandas support, unless this process imported either already.
 
-    The connector's ``options`` module imports pandas and pyarrow whenever they are installed (~1 s of CPU,
-    more than the connector itself), for ``fetch_pandas_all`` and ``write_pandas``, which the product never
-    calls: it reads rows (``fetchone``), whose Arrow results the connector decodes with its own extension.
-    A process that imported pandas before keeps the connector's pandas support.
+    For the commands a person types only (``settings.direct_warehouse``): the connector's ``options`` module
+    imports pandas and pyarrow whenever they are installed (~1 s of CPU, more than the connector itself), for
+    ``fetch_pandas_all`` and ``write_pandas``, which dw-dagster never calls: it reads rows (``fetchone``),
+    whose Arrow results the connector decodes with its own extension. Never in a run worker or code server:
+    a team's own assets in the same code location may call ``fetch_pandas_all``, and whether pandas was
+    imported first would decide whether it works.
     """
     if "snowflake.connector" in sys.modules or "pandas" in sys.modules:
         return
@@ -194,7 +196,6 @@ class Connector:
         self._socket_fixed = "socket_timeout" in args
 
     def connect(self, schema: str | None, query_tag: str, breaker: Breaker) -> Any:
-        import_connector()
         import snowflake.connector
 
         breaker.check()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dw_dagster.config import DwConfigError
-from dw_dagster.warehouse.connections import Warehouse
+from dw_dagster.warehouse.connections import Warehouse, import_connector_without_pandas
 
 TOKEN_AUTHENTICATORS = ("PROGRAMMATIC_ACCESS_TOKEN", "OAUTH")
 SIGN_IN_VARIABLES = (
@@ -70,7 +70,9 @@ def connection_args(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 def direct_warehouse(env: Mapping[str, str] | None = None) -> Warehouse:
     """The warehouse's connections from SNOWFLAKE_* variables (default: this process's), outside Dagster:
-    the same settings as the runs' resource (``resources.warehouse_from_env``), the secrets read at once."""
+    the same settings as the runs' resource (``resources.warehouse_from_env``), the secrets read at once.
+    For the commands a person types: the connector comes without its pandas support."""
+    import_connector_without_pandas()
     return Warehouse(connection_args(settings_from_env(os.environ if env is None else env)))
 
 
