@@ -45,7 +45,7 @@ from dw_dagster.config import DwConfigError, load_yaml_documents
 from dw_dagster.context.models import ContextFile, load_context_file
 from dw_dagster.context.specs import attach_context, build_context_asset_specs
 from dw_dagster.internals import replace
-from dw_dagster.notifications.incident_view import INCIDENTS_KEY
+from dw_dagster.notifications.incident_asset import INCIDENTS_KEY
 from dw_dagster.notifications.resources import slack_from_env
 from dw_dagster.sql import table_parts, table_reference
 from dw_dagster.warehouse.ops import OpsSchema

@@ -1,6 +1,9 @@
 """What the operator commands reach: the instance, the warehouse's ops schema, the context file, Slack.
 
 Every command module builds one :class:`Operations`; it reads the environment the code location reads.
+Reading the ops schema imports neither Dagster nor a Dagster resource (the connection comes from the same
+settings, ``warehouse/settings.py``): a command that only reads answers in about the time of the connector's
+import; the Dagster instance and Slack are made when a command first uses them.
 """
 
 from __future__ import annotations
@@ -14,15 +17,13 @@ class Operations:
     """What the operator commands reach: the instance, the warehouse's ops schema, the context, Slack."""
 
     def __init__(self) -> None:
-        import dagster as dg
-
         from dw_dagster.app.settings import Settings
         from dw_dagster.checks import load_metrics_file
         from dw_dagster.checks.metrics import MetricsFile
         from dw_dagster.context.models import load_context_file
         from dw_dagster.incidents.store import IncidentStore
         from dw_dagster.warehouse.ops import OpsSchema
-        from dw_dagster.warehouse.resources import warehouse_from_env
+        from dw_dagster.warehouse.settings import direct_warehouse
 
         settings = Settings.from_env()
         if not settings.database or not settings.context_file:
@@ -32,10 +33,9 @@ class Operations:
             )
         metrics = load_metrics_file(settings.metrics_file) if settings.metrics_file else MetricsFile()
         self.context = load_context_file(settings.context_file)
-        self.warehouse = warehouse_from_env()
+        self.warehouse = direct_warehouse()
         self.ops = OpsSchema(settings.database, metrics.ops_schema)
         self.store = IncidentStore(self.warehouse, self.ops)
-        self._instance: dg.DagsterInstance | None = None
 
     @functools.cached_property
     def slack(self):
@@ -44,13 +44,12 @@ class Operations:
 
         return slack_from_env()
 
-    @property
+    @functools.cached_property
     def instance(self):
+        """The Dagster instance (DAGSTER_HOME), for the commands that act through it."""
         import dagster as dg
 
-        if self._instance is None:
-            self._instance = dg.DagsterInstance.get()
-        return self._instance
+        return dg.DagsterInstance.get()
 
     def person(self, who: str):
         """A member of a team in the context file, or a clear error: every action names who takes it."""

@@ -15,7 +15,8 @@ import dagster as dg
 from dw_dagster.checks.tonight import Reporter
 from dw_dagster.context.specs import key_from_path
 from dw_dagster.incidents.store import IncidentStore
-from dw_dagster.notifications.incident_view import incident_materialization
+from dw_dagster.notifications.incident_asset import incident_materialization
+from dw_dagster.notifications.text import humanise_names
 from dw_dagster.records.incidents import Finding, RecordOutcome
 
 
@@ -25,8 +26,10 @@ def record_finding(
     """Records ``finding`` on its incident and, when it is news, shows the incident in the UI and the log;
     the outcome's ``explained_by`` says the record explains it (the check then reports at WARN)."""
     outcome = store.record_finding(finding, ancestors=ancestors)
+    # The run's log line reads as the incident's messages do: names in words, not the metrics file's keys.
+    said = humanise_names(finding.summary)
     if outcome.explained_by:
-        context.log.info(f"not an incident: {finding.summary}; explained by {outcome.explained_by}")
+        context.log.info(f"not an incident: {said}; explained by {outcome.explained_by}")
         return outcome
     if outcome.new_finding:
         findings = store.events(outcome.incident.incident_id, kind="finding")
@@ -34,7 +37,7 @@ def record_finding(
         verb = (
             "opened" if outcome.new_incident else "reopened" if outcome.reopened else "updated (provisional)"
         )
-        context.log.warning(f"incident {outcome.incident.incident_id} {verb}: {finding.summary}")
+        context.log.warning(f"incident {outcome.incident.incident_id} {verb}: {said}")
     return outcome
 
 

@@ -1,12 +1,13 @@
 """What the commands read of the code location's configuration: the operations component's attributes
 (``dw_dagster/app/defs/operations/defs.yaml``, templated from the environment) and the warehouse's database.
 
-The commands read the same declaration the code location loads, resolved by Dagster's own template
-resolution (``ResolutionContext``, the ``{{ env.X }}`` scope the component loader uses), so the two never
+The commands read the same declaration the code location loads, its ``{{ env.X }}`` templates rendered as
+the component loader renders them (Jinja's native templates with Dagster's ``env`` scope), so the two never
 disagree (``tests/test_settings.py`` holds them side by side). They read the file itself rather than load
 the component: loading it imports the whole code location (every job, sensor and storage the component
-builds), which cost each command over a second before it had done anything
-(``benchmarks/bench_cli_commands.py``).
+builds), which cost each command over a second before it had done anything; and they render the templates
+without Dagster's resolver, whose import is Dagster's (~1.5 s of CPU) for the commands that read the ops
+schema during an incident (``benchmarks/bench_cli_commands.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Any
 
 OPERATIONS_DEFS = Path(__file__).resolve().parent / "defs" / "operations" / "defs.yaml"
 OPERATIONS_TYPE = "dw_dagster.app.components.OperationsComponent"
+READ = ("context_file", "metrics_file")
+"""The attributes the commands read: plain strings, their templates in the ``env`` scope only."""
 
 
 @dataclass(frozen=True)
@@ -43,10 +46,9 @@ class Settings:
 
 
 def operations_attributes(path: Path = OPERATIONS_DEFS) -> dict[str, Any]:
-    """The operations component's attributes in ``path``, their templates resolved against this process's
-    environment as the component loader resolves them."""
+    """The attributes the commands read (``READ``) of the operations component in ``path``, their templates
+    resolved against this process's environment as the component loader resolves them."""
     import yaml
-    from dagster.components.resolved.context import ResolutionContext
 
     from dw_dagster.config import DwConfigError
 
@@ -60,7 +62,41 @@ def operations_attributes(path: Path = OPERATIONS_DEFS) -> dict[str, Any]:
     attributes = declared.get("attributes") or {}
     if not isinstance(attributes, dict):
         raise DwConfigError(f"{path}: attributes: expected a mapping, got {type(attributes).__name__}")
-    return dict(ResolutionContext.default().resolve_value(attributes))
+    return {name: _rendered(path, name, attributes[name]) for name in READ if name in attributes}
+
+
+class _EnvScope:
+    """``env`` in a template, as Dagster's ``EnvScope`` (dagster/components/resolved/scopes.py): ``env.X``
+    is the variable or None, ``env('X', default)`` the variable or the default."""
+
+    def __call__(self, key: str, default: Any = ...) -> Any:
+        from dw_dagster.config import DwConfigError
+
+        value = os.environ.get(key, default)
+        if value is ...:
+            raise DwConfigError(f"{key}: not set, and the template gives no default")
+        return value
+
+    def __getattr__(self, key: str) -> str | None:
+        if key.startswith("jinja"):  # Jinja probes its globals for these
+            raise AttributeError(key)
+        return os.environ.get(key)
+
+
+def _rendered(path: Path, name: str, value: Any) -> Any:
+    """``value`` with its template rendered as the component loader renders it: an empty or non-string
+    value as it is, a string by Jinja's native template, in the ``env`` scope."""
+    from jinja2 import StrictUndefined, UndefinedError
+    from jinja2.nativetypes import NativeEnvironment
+
+    from dw_dagster.config import DwConfigError
+
+    if not isinstance(value, str) or not value:
+        return value
+    try:
+        return NativeEnvironment(undefined=StrictUndefined).from_string(value).render(env=_EnvScope())
+    except UndefinedError as e:
+        raise DwConfigError(f"{path}: attributes.{name}: {e.message} (the commands read only env.*)") from e
 
 
 @contextmanager

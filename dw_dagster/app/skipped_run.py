@@ -15,7 +15,7 @@ from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.context.specs import key_from_path
 from dw_dagster.incidents.skipped_run import skipped_runs
 from dw_dagster.incidents.store import IncidentStore
-from dw_dagster.notifications.incident_view import incident_materialization
+from dw_dagster.notifications.incident_asset import incident_materialization
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 

@@ -22,8 +22,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from dw_dagster.sql import placeholders
+from dw_dagster.warehouse.connections import Connections
 from dw_dagster.warehouse.ops import OpsSchema
-from dw_dagster.warehouse.resources import WarehouseResource
 
 
 class Recorded(BaseModel):
@@ -112,7 +112,7 @@ def group_rows_series(total: str) -> str:
 class HistoryStore:
     """Reads and writes the histories on one connection per use."""
 
-    def __init__(self, warehouse: WarehouseResource, ops: OpsSchema, **tag_fields: Any):
+    def __init__(self, warehouse: Connections, ops: OpsSchema, **tag_fields: Any):
         self.warehouse = warehouse
         self.ops = ops
         self.tag_fields = tag_fields

@@ -1,7 +1,5 @@
 """The context graph: the systems around a Coalesce pipeline (ERP tables, replication, reference data, BI
-consumers), their owners, and how they connect to the Coalesce nodes."""
+consumers), their owners, and how they connect to the Coalesce nodes.
 
-from dw_dagster.context.models import ContextFile, ContextSystem, Team, load_context_file
-from dw_dagster.context.specs import build_context_asset_specs
-
-__all__ = ["ContextFile", "ContextSystem", "Team", "build_context_asset_specs", "load_context_file"]
+Import from the modules (``models``, ``specs``, ``lineage``): the asset specs import Dagster, which a command
+that only reads the context file does not pay for."""

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from dw_dagster.warehouse.resources import QUERY_TAG_APP
+from dw_dagster.warehouse.connections import QUERY_TAG_APP
 
 SpenderKind = Literal["coalesce", "dw-dagster", "other"]
 

@@ -25,8 +25,8 @@ from dw_dagster.incidents.explained import explanation_for, explanations
 from dw_dagster.records.incidents import Finding, Incident, IncidentEvent, IncidentStatus, RecordOutcome
 from dw_dagster.records.policy import IncidentPolicy
 from dw_dagster.sql import placeholders
+from dw_dagster.warehouse.connections import Connections
 from dw_dagster.warehouse.ops import OpsSchema
-from dw_dagster.warehouse.resources import WarehouseResource
 
 SYSTEM = "dw-dagster"
 """Who changes a status when no person does (auto-resolve, a continuation, a reopening)."""
@@ -53,7 +53,7 @@ def finding_key(finding: Finding) -> str:
 class IncidentStore:
     def __init__(
         self,
-        warehouse: WarehouseResource,
+        warehouse: Connections,
         ops: OpsSchema,
         run_id: str | None = None,
         policy: IncidentPolicy | None = None,

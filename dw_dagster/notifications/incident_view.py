@@ -1,5 +1,6 @@
 """One incident as a person reads it, assembled from its events: the ``dw/incidents`` materialization in the
-Dagster UI (each time an incident changes) and ``incidents show``.
+Dagster UI (each time an incident changes; ``incident_asset.py``) and ``incidents show``. Dagster is imported
+only to make the materialization: ``incidents show`` and ``incidents list`` do without it.
 
 After a fix the receipt is what the on-call wants first, so every materialization of an incident that was
 open when the latest receipt was written carries that receipt as its first entry: a later change (an
@@ -10,19 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import dagster as dg
+from typing import TYPE_CHECKING, Any
 
 from dw_dagster.incidents.events import diagnosis_of
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.receipt_text import receipt_markdown
-from dw_dagster.notifications.text import humanise_names, rounded
+from dw_dagster.notifications.text import humanise_names
 from dw_dagster.records.incidents import BlastRadius, Diagnosis, Incident, IncidentEvent
 from dw_dagster.records.remediation import Receipt
 
-INCIDENTS_KEY = dg.AssetKey(["dw", "incidents"])
-"""dw-dagster's own asset: one materialization per incident change."""
+if TYPE_CHECKING:
+    import dagster as dg
 
 
 def status_label(incident: Incident) -> str:
@@ -124,51 +123,6 @@ def incident_markdown(
     return "\n".join(lines)
 
 
-def incident_materialization(
-    incident: Incident,
-    findings: Sequence[IncidentEvent],
-    diagnosis: Diagnosis | None = None,
-    radius: BlastRadius | None = None,
-    proposed_fix: str | None = None,
-    *,
-    receipt: str | None = None,
-    status_events: Sequence[IncidentEvent] = (),
-    explained: Sequence[IncidentEvent] = (),
-) -> dg.AssetMaterialization:
-    """``proposed_fix``: the remediation plan as markdown, when the diagnosis proposed one; ``receipt``: the
-    latest fix's receipt as markdown, shown first (a later change must not bury it)."""
-    markdown = incident_markdown(
-        incident, findings, diagnosis, radius, status_events=status_events, explained=explained
-    )
-    return dg.AssetMaterialization(
-        asset_key=INCIDENTS_KEY,
-        # The event list of dw/incidents shows the description: it says which incident the event is about.
-        description=f"{incident.incident_id}: {humanise_names(incident.title)} ({status_label(incident)})",
-        metadata={
-            **({"receipt": dg.MetadataValue.md(receipt)} if receipt else {}),
-            "incident_id": incident.incident_id,
-            "status": status_label(incident),
-            "business_date": str(incident.business_date),
-            "findings": len(findings),
-            "incident": dg.MetadataValue.md(markdown),
-            "incident_json": dg.MetadataValue.json(
-                rounded(
-                    {
-                        **incident.model_dump(mode="json"),
-                        "findings": [f.detail for f in findings],
-                        "explained": [e.detail for e in explained],
-                        "diagnosis": diagnosis.model_dump(mode="json") if diagnosis else None,
-                        "blast_radius": radius.model_dump(mode="json") if radius else None,
-                    }
-                )
-            ),
-            **({"classification": diagnosis.classification.value} if diagnosis else {}),
-            **({"proposed_fix": dg.MetadataValue.md(proposed_fix)} if proposed_fix else {}),
-        },
-        tags={"dw/incident_id": incident.incident_id},
-    )
-
-
 @dataclass
 class IncidentView:
     incident: Incident
@@ -181,6 +135,8 @@ class IncidentView:
         return [e for e in self.events if e.kind in kinds]
 
     def materialization(self, proposed_fix: str | None = None) -> dg.AssetMaterialization:
+        from dw_dagster.notifications.incident_asset import incident_materialization
+
         return incident_materialization(
             self.incident,
             self.of_kind("finding"),
@@ -287,21 +243,4 @@ def pinned_receipt(store: IncidentStore, incident: Incident, events: list[Incide
         text
         if chosen.incident_id == incident.incident_id
         else f"Latest fix ({chosen.incident_id}):\n\n{text}"
-    )
-
-
-def receipt_materialization(r: Receipt, status: str) -> dg.AssetMaterialization:
-    return dg.AssetMaterialization(
-        asset_key=INCIDENTS_KEY,
-        description=f"Receipt for {r.incident_id}: verification {'passed' if r.verified else 'failed'}",
-        metadata={
-            # First: after a fix the receipt is what the on-call reads (docs/incidents.md).
-            "receipt": dg.MetadataValue.md(receipt_markdown(r)),
-            "incident_id": r.incident_id,
-            "status": status,
-            "receipt_json": dg.MetadataValue.json(r.model_dump(mode="json")),
-            "verified": r.verified,
-            "coalesce_run_id": str(r.coalesce_run_id),
-        },
-        tags={"dw/incident_id": r.incident_id},
     )

@@ -16,22 +16,23 @@ run starts and compares each field with the plan and the run in hand, so an appr
 run, or signed for another run and stored under this one's key, is refused.
 
 Approvers are the members of the owning teams in the context file; dw-dagster itself never is.
+
+Reading the record imports no Dagster (``proposals`` and the lookups of ``approve`` read it during an
+incident); what acts on runs imports it when called.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
-import dagster as dg
 from pydantic import TypeAdapter, ValidationError
 
 from dw_dagster.config import DwConfigError
 from dw_dagster.context.models import ContextFile, Person
 from dw_dagster.incidents.store import IncidentStore
-from dw_dagster.internals import PARENT_RUN_ID_TAG, EngineEventData
 from dw_dagster.records.incidents import IncidentEvent
 from dw_dagster.records.remediation import SYSTEM_ACTOR, Approval, Decision, ProposalKind, RemediationPlan
 from dw_dagster.remediation.audit import TrailSigner, audited
@@ -47,6 +48,9 @@ from dw_dagster.remediation.submission import (
     incident_of,
 )
 from dw_dagster.tags import INCIDENT_ID, PLAN_ID
+
+if TYPE_CHECKING:
+    import dagster as dg
 
 REMEDIATION_JOB = "remediate_incident"
 _PLAN = "proposal"
@@ -199,6 +203,8 @@ class ApprovalBook:
         """What the gate will find when ``run`` starts, checked here as far as this process can (a person's
         shell holds neither the code location's key nor Slack's signing secret): so that ``approve`` never
         calls a run released that the gate will refuse."""
+        from dw_dagster.internals import PARENT_RUN_ID_TAG
+
         out = ReleaseCheck()
         decision = self.decision(plan)
         parent = run.parent_run_id or run.tags.get(PARENT_RUN_ID_TAG)
@@ -441,6 +447,8 @@ class ApprovalBook:
     ) -> tuple[RemediationPlan, list[Approval], Binding]:
         """The plan, its approvals and the run binding if this very run may change anything now; else
         :class:`ApprovalError`."""
+        from dw_dagster.internals import PARENT_RUN_ID_TAG
+
         tags = run.tags
         plan_id = tags.get(PLAN_ID)
         if not plan_id:
@@ -498,6 +506,8 @@ def approval_record(
 
 
 def cancel_run(instance: dg.DagsterInstance, run: dg.DagsterRun, decision: Decision) -> None:
+    from dw_dagster.internals import EngineEventData
+
     instance.report_engine_event(
         f"{decision.kind.capitalize()} by {decision.by}: {decision.reason}",
         run,
@@ -509,6 +519,8 @@ def cancel_run(instance: dg.DagsterInstance, run: dg.DagsterRun, decision: Decis
 def supersede_older(instance: dg.DagsterInstance, book: ApprovalBook, plan: RemediationPlan) -> list[str]:
     """A newer plan for the incident replaces the older ones: they are decided "superseded" and their
     queued runs canceled, so an approval can only ever release the latest plan. Returns the canceled runs."""
+    import dagster as dg
+
     canceled = []
     for old in book.plans(plan.incident_id):
         if old.plan_id == plan.plan_id or book.decision(old) is not None:

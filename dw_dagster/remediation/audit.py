@@ -33,8 +33,8 @@ from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.text import counted
 from dw_dagster.remediation.signing import Seal, canonical, digest
 from dw_dagster.sql import placeholders
+from dw_dagster.warehouse.connections import Connections
 from dw_dagster.warehouse.ops import OpsSchema
-from dw_dagster.warehouse.resources import WarehouseResource
 
 AUDITED = frozenset(
     {
@@ -132,7 +132,7 @@ class Entry:
 
 
 class AuditTrail:
-    def __init__(self, warehouse: WarehouseResource, ops: OpsSchema, signer: TrailSigner | None = None):
+    def __init__(self, warehouse: Connections, ops: OpsSchema, signer: TrailSigner | None = None):
         self.warehouse = warehouse
         self.ops = ops
         self.signer = signer or TrailSigner.of_process()

@@ -13,7 +13,7 @@ from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.context.models import ContextFile
 from dw_dagster.incidents.events import latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
-from dw_dagster.notifications.incident_view import receipt_materialization
+from dw_dagster.notifications.incident_asset import receipt_materialization
 from dw_dagster.notifications.receipt_text import receipt_markdown
 from dw_dagster.notifications.resources import SlackNotifier
 from dw_dagster.notifications.wording import wording_for

@@ -15,6 +15,9 @@ of its whole configuration (:func:`run_configuration`), and that is what approva
 
 Every step that changes something refuses a run that is not the bound one, or whose configuration or
 resources differ from the recorded ones, whatever its tags; credentials are sent only to the recorded hosts.
+
+Dagster's tag names (``internals.py``) are imported by the checks that use them, not at load: reading a
+binding (``proposals``) imports no Dagster.
 """
 
 from __future__ import annotations
@@ -30,13 +33,6 @@ from pydantic import BaseModel
 
 from dw_dagster.config import resolve_env_vars
 from dw_dagster.incidents.store import IncidentStore
-from dw_dagster.internals import (
-    CODE_LOCATION_TAG,
-    HIDDEN_TAG_PREFIX,
-    RUN_KEY_TAG,
-    SENSOR_NAME_TAG,
-    TICK_ID_TAG,
-)
 from dw_dagster.remediation.signing import Seal
 from dw_dagster.tags import APPROVAL, APPROVALS_NEEDED, APPROVE_BY, APPROVE_HOW, SUBMISSION
 
@@ -45,9 +41,6 @@ BOUND_RESOURCES = ("coalesce", "snowflake", "slack")
 _SUBMISSION, _BINDING = "submission", "binding"
 GATE_TAGS = frozenset({APPROVAL, APPROVALS_NEEDED, APPROVE_BY, APPROVE_HOW})
 """The tags dw-dagster itself changes on the held run while it waits (the queue's hold, what it shows)."""
-CREATION_TAGS = frozenset({SENSOR_NAME_TAG, RUN_KEY_TAG, TICK_ID_TAG, CODE_LOCATION_TAG})
-"""The tags Dagster adds to a run its sensor daemon creates from a run request (the code location's name from
-the run's origin)."""
 
 
 class RunRecordError(Exception):
@@ -88,6 +81,8 @@ def credential_hosts(coalesce: Any) -> list[str]:
 def _configuration_tags(tags: Mapping[str, str], keys: Sequence[str] | None = None) -> dict[str, str | None]:
     # Dagster's hidden tags (``.dagster/...``) are its own bookkeeping (the launcher's gRPC address, the
     # worker's id), added after the run is created; the gate's tags change while the run waits.
+    from dw_dagster.internals import HIDDEN_TAG_PREFIX
+
     kept = {k: v for k, v in tags.items() if k not in GATE_TAGS and not k.startswith(HIDDEN_TAG_PREFIX)}
     return dict(kept) if keys is None else {k: kept.get(k) for k in keys}
 
@@ -265,6 +260,11 @@ def check_submitted(sub: Submission, run: Any, seal: Seal) -> None:
     """Raises :class:`RunRecordError` unless ``run`` is exactly the run ``sub`` requested: its one-time
     value, job, run config and tags, no selection and no parent. Whoever launches, re-executes or relaunches
     a run with the held run's tags (the one-time value is visible) and anything else changed is refused."""
+    from dw_dagster.internals import CODE_LOCATION_TAG, RUN_KEY_TAG, SENSOR_NAME_TAG, TICK_ID_TAG
+
+    # The tags Dagster adds to a run its sensor daemon creates from a run request (the code location's name
+    # from the run's origin).
+    creation_tags = {SENSOR_NAME_TAG, RUN_KEY_TAG, TICK_ID_TAG, CODE_LOCATION_TAG}
     where = f"run {run.run_id} carries the submission of plan {sub.plan_id}"
     if nonce_hash(run.tags.get(SUBMISSION, "")) != sub.nonce_sha256:
         raise RunRecordError(
@@ -281,7 +281,7 @@ def check_submitted(sub: Submission, run: Any, seal: Seal) -> None:
     extra = sorted(
         k
         for k, v in tags.items()
-        if k not in sub.tags and k not in CREATION_TAGS and k != SUBMISSION and sub.job_tags.get(k) != v
+        if k not in sub.tags and k not in creation_tags and k != SUBMISSION and sub.job_tags.get(k) != v
     )
     if changed or extra:
         raise RunRecordError(

@@ -1,5 +1,4 @@
-"""The warehouse: Snowflake through the connector, configured as dagster-snowflake's resource is, with every query tagged."""
+"""The warehouse: Snowflake through the connector, configured as dagster-snowflake's resource is, with every query tagged.
 
-from dw_dagster.warehouse.resources import WarehouseResource, warehouse_from_env
-
-__all__ = ["WarehouseResource", "warehouse_from_env"]
+Import from the modules: ``resources`` (the runs' resource) imports Dagster, ``settings`` and ``connections``
+(what the commands open outside Dagster) do not."""

@@ -33,11 +33,14 @@ of waiting the same timeout again for every statement: the run fails, and the ru
 from __future__ import annotations
 
 import functools
+import json
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 # The connector's own default for one request; Snowflake holds a running query's request up to 45 s.
 CONNECTOR_SOCKET_TIMEOUT = 60
@@ -49,6 +52,12 @@ INVALID_AUTHORIZATION = "28000"
 SESSION_TIMEZONE = "UTC"
 # Server-side binding for every statement (module docstring).
 PARAMSTYLE = "qmark"
+QUERY_TAG_APP = "dw-dagster"
+
+
+def query_tag(purpose: str, **fields: Any) -> str:
+    """A Snowflake query tag naming dw-dagster and what sent the query (check, job, asset, run id)."""
+    return json.dumps({"app": QUERY_TAG_APP, "purpose": purpose, **{k: v for k, v in fields.items() if v}})
 
 
 class WarehouseUnavailable(RuntimeError):
@@ -152,6 +161,26 @@ class TaggedConnection:
         return getattr(self.raw, name)
 
 
+def import_connector_without_pandas() -> None:
+    """Imports the connector without its pandas support, unless this process imported either already.
+
+    For the commands a person types only (``settings.direct_warehouse``): the connector's ``options`` module
+    imports pandas and pyarrow whenever they are installed (~1 s of CPU, more than the connector itself), for
+    ``fetch_pandas_all`` and ``write_pandas``, which dw-dagster never calls: it reads rows (``fetchone``),
+    whose Arrow results the connector decodes with its own extension. Never in a run worker or code server:
+    a team's own assets in the same code location may call ``fetch_pandas_all``, and whether pandas was
+    imported first would decide whether it works.
+    """
+    if "snowflake.connector" in sys.modules or "pandas" in sys.modules:
+        return
+    # An absent module in sys.modules makes ``import pandas`` fail: options takes pandas as not installed.
+    sys.modules["pandas"] = None  # type: ignore[assignment]
+    try:
+        import snowflake.connector  # noqa: F401
+    finally:
+        del sys.modules["pandas"]
+
+
 class Connector:
     """Opens connections with the timeouts held, and names the warehouse without any secret."""
 
@@ -241,3 +270,35 @@ class ConnectionScope:
             for conn in self._connections.values():
                 close(conn, self.breaker)
             self._connections.clear()
+
+
+class Connections(Protocol):
+    """What the stores take: the warehouse resource in a run or a tick, :class:`Warehouse` outside Dagster."""
+
+    def tagged_connection(
+        self, purpose: str, schema: str | None = None, **tag_fields: Any
+    ) -> AbstractContextManager[TaggedConnection]: ...
+
+
+class Warehouse:
+    """Connections outside Dagster (a command, the MCP server, a store used directly): each
+    ``tagged_connection`` opens its own and closes it. ``args``: the connector's arguments
+    (``settings.connection_args``)."""
+
+    def __init__(self, args: dict[str, Any]):
+        self.connector = Connector(args)
+
+    @contextmanager
+    def tagged_connection(
+        self, purpose: str, schema: str | None = None, **tag_fields: Any
+    ) -> Iterator[TaggedConnection]:
+        """A connection whose statements carry the query tag naming dw-dagster, ``purpose`` and the fields
+        (check, job, asset, run id) and bind their values server-side (``?`` placeholders, the parameters a
+        sequence); ``schema`` is the session's current schema."""
+        tag = query_tag(purpose, **tag_fields)
+        breaker = Breaker(self.connector.where)
+        conn = self.connector.connect(schema, tag, breaker)
+        try:
+            yield TaggedConnection(conn, tag, breaker)
+        finally:
+            close(conn, breaker)

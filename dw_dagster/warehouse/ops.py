@@ -20,7 +20,7 @@ from dw_dagster.config import DwConfigError
 from dw_dagster.sql import quote_identifier as quote
 
 if TYPE_CHECKING:
-    from dw_dagster.warehouse.resources import WarehouseResource
+    from dw_dagster.warehouse.connections import Connections
 
 MIGRATE_COMMAND = "dw-dagster ops migrate"
 
@@ -216,12 +216,13 @@ class OpsSchema:
         )
 
     @contextmanager
-    def connect(self, warehouse: WarehouseResource, purpose: str, **tag_fields: Any) -> Iterator[Any]:
+    def connect(self, warehouse: Connections, purpose: str, **tag_fields: Any) -> Iterator[Any]:
         """A tagged connection whose current schema is this one (reused within a run)."""
-        from snowflake.connector.errors import ProgrammingError  # imported with a connection, not at load
-
         # Quoted: the session's schema is the resolved name exactly (the connector passes it to Snowflake).
         with warehouse.tagged_connection(purpose, schema=quote(self.schema), **tag_fields) as conn:
+            # Imported once connected: the connection imports the connector as it should (connections.py).
+            from snowflake.connector.errors import ProgrammingError
+
             try:
                 yield conn
             except ProgrammingError as e:

@@ -6,44 +6,21 @@ process that loads the code location (each run worker, each ``dw-dagster`` comma
 a product that only opens connector connections. So dagster-snowflake is not a dependency: this resource
 takes the same settings under the same names, validated the same way, and gives
 ``snowflake.connector.connect`` the arguments ``SnowflakeResource`` gives it (recorded from it for every
-kind of setting and replayed by ``tests/warehouse/test_snowflake_config_contract.py``). The SQLAlchemy and
-ADBC connectors' settings are not offered: nothing here uses them.
+kind of setting and replayed by ``tests/warehouse/test_snowflake_config_contract.py``), built by
+``settings.connection_args``, which the commands use outside Dagster. The SQLAlchemy and ADBC connectors'
+settings are not offered: nothing here uses them.
 """
 
 from __future__ import annotations
 
-import base64
-import functools
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
 from pydantic import Field, field_validator, model_validator
 
-# What dagster-snowflake names its connections with (dagster_snowflake/constants.py), so that Snowflake's
-# partner attribution sees the same application.
-APPLICATION = "DagsterLabs_Dagster"
+from dw_dagster.warehouse.settings import connection_args
+
 PARAMSTYLES = ("pyformat", "qmark", "numeric")
-# Passed to the connector as they are, when set.
-_CONNECT_FIELDS = (
-    "account",
-    "user",
-    "password",
-    "database",
-    "schema",
-    "role",
-    "warehouse",
-    "autocommit",
-    "client_prefetch_threads",
-    "client_session_keep_alive",
-    "login_timeout",
-    "network_timeout",
-    "ocsp_response_cache_filename",
-    "validate_default_parameters",
-    "paramstyle",
-    "timezone",
-    "authenticator",
-)
 
 
 class SnowflakeConnectionResource(dg.ConfigurableResource):
@@ -108,39 +85,6 @@ class SnowflakeConnectionResource(dg.ConfigurableResource):
     @property
     def _connection_args(self) -> dict[str, Any]:
         """``snowflake.connector.connect``'s keyword arguments, as ``SnowflakeResource`` builds them."""
-        values = {name: getattr(self, "schema_" if name == "schema" else name) for name in _CONNECT_FIELDS}
-        args = {name: value for name, value in values.items() if value is not None}
-        if self.private_key is not None or self.private_key_path is not None:
-            args["private_key"] = _private_key(
-                self.private_key, self.private_key_path, self.private_key_password
-            )
-        args["application"] = APPLICATION
-        args.update(self.additional_snowflake_connection_args or {})
-        return args
-
-
-def _private_key(pem: str | None, path: str | None, password: str | None) -> Any:
-    """The private key as the connector takes it (a loaded key object), from a PEM text, which may be
-    base64-encoded to keep it on one line, or a PEM file (which wins when both are set)."""
-    raw = Path(path).read_bytes() if path is not None else (pem or "").encode()
-    return _loaded_key(raw, password)
-
-
-@functools.lru_cache(maxsize=4)
-def _loaded_key(raw: bytes, password: str | None) -> Any:
-    """Loaded once a process: loading checks the RSA key, ~0.17 s of CPU, and the connector given DER bytes
-    (as ``SnowflakeResource`` gives them) loads and checks it again for every connection; given the key
-    object it signs with it (``snowflake.connector.auth.keypair``: bytes, or an RSA or EC private key)."""
-    from cryptography.hazmat.primitives import serialization
-
-    secret = password.encode() if password is not None else None
-    try:
-        return serialization.load_pem_private_key(raw, password=secret)
-    except ValueError:
-        try:
-            return serialization.load_pem_private_key(base64.b64decode(raw), password=secret)
-        except ValueError:
-            raise ValueError(
-                "Unable to load private key. You may need to base64 encode your private key. You can "
-                "retrieve the base64 encoded key with this shell command: cat rsa_key.p8 | base64"
-            ) from None
+        return connection_args(
+            {(f.alias or name): getattr(self, name) for name, f in type(self).model_fields.items()}
+        )

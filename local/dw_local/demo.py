@@ -27,7 +27,7 @@ from dw_dagster.context.models import load_context_file
 from dw_dagster.incidents.diagnosis import by_priority
 from dw_dagster.incidents.events import findings_of, latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
-from dw_dagster.notifications.incident_view import INCIDENTS_KEY
+from dw_dagster.notifications.incident_asset import INCIDENTS_KEY
 from dw_dagster.records.remediation import ProposalKind, Receipt
 from dw_dagster.remediation.approvals import ApprovalBook
 from dw_dagster.warehouse.ops import OpsSchema

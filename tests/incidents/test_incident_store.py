@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from datetime import date
 
+import dagster as dg
 import pytest
 from ops_warehouse import ops_schema, warehouse
 
+from dw_dagster.app.reporting import record_finding
 from dw_dagster.incidents.store import IncidentStore, TransitionError
 from dw_dagster.records.incidents import Finding
 
@@ -104,3 +106,22 @@ def test_a_new_finding_on_a_resolved_incident_of_the_same_night_reopens_it(wareh
     again = store.record_finding(finding("volume", "a/c"))
     assert again.reopened and again.incident.status == "open" and again.incident.detail["reopened"] == 1
     assert [e.detail["to"] for e in store.events(incident.incident_id, kind="status")] == ["resolved", "open"]
+
+
+def test_the_runs_log_line_reads_the_finding_in_words(warehouse, capfd):
+    lw, wh = warehouse
+    store = IncidentStore(wh, ops_schema(wh, "OPS_LOG"))
+    f = finding("total_network_onhand_units", "inventory/fct_inventory_position").model_copy(
+        update={"summary": "network_onhand_units fell 1.8% while ebs_onhand_units rose 0.2%"}
+    )
+
+    @dg.op
+    def checks(context):
+        return record_finding(context, store, f)
+
+    outcome = checks(dg.build_op_context())
+    console = capfd.readouterr().err
+    assert (
+        f"incident {outcome.incident.incident_id} opened: network onhand units fell 1.8% while ebs onhand "
+        "units rose 0.2%" in console
+    ), console[-2000:]

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from dw_dagster.config import DwConfigError
-from dw_dagster.warehouse import resources
+from dw_dagster.warehouse import settings
 from dw_dagster.warehouse.connections import WarehouseUnavailable
 from dw_dagster.warehouse.resources import warehouse_from_env
 from dw_local import snowflake_auth
@@ -65,10 +65,10 @@ def test_the_product_signs_in_with_its_key_pair(world, caplog, monkeypatch):
     env = world.env()
     assert "SNOWFLAKE_PASSWORD" not in env and env["SNOWFLAKE_PRIVATE_KEY_PATH"]
     # Every process of the world builds the resource: none warns that it signs in by password.
-    monkeypatch.setattr(resources, "_warn_password_sign_in", resources._warn_password_sign_in.__wrapped__)
-    with caplog.at_level(logging.WARNING, logger=resources.__name__):
+    monkeypatch.setattr(settings, "_warn_password_sign_in", settings._warn_password_sign_in.__wrapped__)
+    with caplog.at_level(logging.WARNING, logger=settings.__name__):
         assert _sign_in(env) == [(1,)]
-    assert [r.getMessage() for r in caplog.records if r.name == resources.__name__] == []
+    assert [r.getMessage() for r in caplog.records if r.name == settings.__name__] == []
 
 
 def test_a_process_on_the_worlds_clock_signs_in_with_its_key_pair(world, tmp_path):

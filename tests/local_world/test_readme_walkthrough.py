@@ -30,6 +30,9 @@ pytestmark = [pytest.mark.world, pytest.mark.timeout(1800)]
 DW_DAGSTER = str(Path(sys.executable).parent / "dw-dagster")
 INCIDENT = "INC-20250616-7035b2"
 HEADING_TS = re.compile(r"\bts (\d{9,10}\.\d{6})\b")
+READS = ("list", "proposals", "incidents", "show_typo", "approve_typo", "baseline_typo")
+"""The steps that only read the ops schema (and the lookups of `approve` and `baseline accept`): what a person
+types during an incident, which answers without importing Dagster or pandas."""
 
 
 def _free_port() -> int:
@@ -58,7 +61,9 @@ class Walkthrough:
     freshness: dict[str, str] = field(default_factory=dict)
 
     def run(self, name: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        done = subprocess.run([DW_DAGSTER, *args], env=self.shell, cwd=self.shell["PWD"], capture_output=True,
+        # Each process lists what it imported (Python's -X importtime, on stderr): see READS below.
+        env = {**self.shell, "PYTHONPROFILEIMPORTTIME": "1"} if name in READS else self.shell
+        done = subprocess.run([DW_DAGSTER, *args], env=env, cwd=self.shell["PWD"], capture_output=True,
                               text=True, timeout=600)  # fmt: skip
         self.outputs[name] = done
         if check:
@@ -125,6 +130,7 @@ def walkthrough(seeded_template, tmp_path_factory):
         w.run("cost", "cost", "report", "--json")  # its default dates: the world's last week
         # Names a person mistypes are answered with the closest that exist.
         w.run("show_typo", "incidents", "show", INCIDENT[:-1] + "3", check=False)
+        w.run("approve_typo", "approve", INCIDENT[:-1] + "3", "--as", "Priya Raman", check=False)
         w.run("baseline_typo", "baseline", "accept", "mart/mart_reorder_candidate", "--as", "Omar Haddad",
               "--reason", "walkthrough", check=False)  # fmt: skip
     finally:
@@ -222,6 +228,28 @@ def test_a_mistyped_name_is_answered_with_the_closest(walkthrough):
     assert f"closest: {INCIDENT}" in show.stderr
     typo = walkthrough.outputs["baseline_typo"]
     assert typo.returncode != 0 and "closest: mart/mart_reorder_candidates" in typo.stderr, typo.stderr
+
+
+def _imported(stderr: str) -> set[str]:
+    """The top-level packages a process imported, from its -X importtime lines."""
+    return {
+        line.rsplit("|", 1)[-1].strip().split(".")[0]
+        for line in stderr.splitlines()
+        if line.startswith("import time:")
+    }
+
+
+def test_what_a_person_types_during_an_incident_imports_neither_dagster_nor_pandas(walkthrough):
+    # Each loaded Dagster (and the connector pandas), 6-12 s a command on a busy machine (issue 27);
+    # they read the ops schema from the same settings without them (benchmarks/bench_cli_commands.py).
+    for name in READS:
+        done = walkthrough.outputs[name]
+        imported = _imported(done.stderr)
+        assert "dw_dagster" in imported and "snowflake" in imported, (name, sorted(imported))
+        assert not imported & {"dagster", "pandas"}, (name, sorted(imported & {"dagster", "pandas"}))
+    typo = walkthrough.outputs["approve_typo"]
+    assert typo.returncode != 0 and "no such incident 'INC-20250616-7035b3'" in typo.stderr
+    assert f"closest: {INCIDENT}" in typo.stderr
 
 
 def test_the_click_step_is_found_from_slack_logs_own_output(walkthrough):

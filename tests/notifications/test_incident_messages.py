@@ -460,7 +460,7 @@ def test_routing_from_the_context_file(context):
 
 def test_what_people_read_has_subjects_words_and_no_statistics_for_business_readers(context, metrics):
     from dw_dagster.notifications.hold_message import hold_notice
-    from dw_dagster.notifications.incident_view import incident_materialization
+    from dw_dagster.notifications.incident_asset import incident_materialization
     from dw_dagster.notifications.text import humanise_names
 
     inc, diagnosis, blast, wording = _reference(context, metrics)

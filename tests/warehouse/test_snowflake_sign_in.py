@@ -13,8 +13,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from dw_dagster.config import DwConfigError
-from dw_dagster.warehouse import resources
+from dw_dagster.warehouse import settings
 from dw_dagster.warehouse.resources import WarehouseResource, warehouse_from_env
+from dw_dagster.warehouse.settings import direct_warehouse
 
 BASE = {"SNOWFLAKE_ACCOUNT": "xy12345", "SNOWFLAKE_USER": "DW_SVC", "SNOWFLAKE_DATABASE": "DW_PROD"}
 
@@ -38,7 +39,10 @@ def _pem(key: rsa.RSAPrivateKey, passphrase: bytes | None = None) -> bytes:
 
 
 def _args(env: dict[str, str]) -> dict:
-    return warehouse_from_env(env, resolved=True)._resolved_connection_args()
+    args = warehouse_from_env(env, resolved=True)._resolved_connection_args()
+    # The commands sign in from the same settings without building the resource.
+    assert direct_warehouse(env).connector.args == args
+    return args
 
 
 def test_a_key_file_signs_in_with_the_key_and_no_password(key, tmp_path):
@@ -80,12 +84,14 @@ def test_two_ways_to_sign_in_are_refused_naming_both(tmp_path):
 
 
 def test_a_password_still_signs_in_with_a_warning_that_never_shows_it(caplog, monkeypatch):
-    monkeypatch.setattr(resources, "_warn_password_sign_in", resources._warn_password_sign_in.__wrapped__)
-    with caplog.at_level(logging.WARNING, logger=resources.__name__):
+    monkeypatch.setattr(settings, "_warn_password_sign_in", settings._warn_password_sign_in.__wrapped__)
+    with caplog.at_level(logging.WARNING, logger=settings.__name__):
         args = _args({**BASE, "SNOWFLAKE_PASSWORD": "hunter2-pw"})
     assert args["password"] == "hunter2-pw"
-    (record,) = [r for r in caplog.records if r.name == resources.__name__]
-    assert "blocking password-only sign-ins" in record.getMessage() and "hunter2" not in record.getMessage()
+    # One warning for the resource, one for the commands' connections (uncached here; once a process else).
+    warned = [r.getMessage() for r in caplog.records if r.name == settings.__name__]
+    assert len(warned) == 2
+    assert all("blocking password-only sign-ins" in w and "hunter2" not in w for w in warned)
 
 
 def test_the_secrets_stay_env_vars_in_the_definitions_and_the_token_is_read_in_a_run(monkeypatch):

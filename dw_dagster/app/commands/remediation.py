@@ -67,11 +67,12 @@ def _refused(ops: Operations, ref: str, command: str, who: str | None, reason: s
 @click.option("--set", "values", multiple=True, help="COLUMN=VALUE on a reference row your team owns.")
 def approve(ref: str, who: str | None, values: tuple[str, ...]) -> None:
     """Approve the remediation run waiting for REF (a run id or an incident id) on behalf of your team."""
+    ops = Operations()
+    require_ref(ops, ref)  # a mistyped id is "no such incident/run", with the closest names
+    # Imported once REF names something: the gate acts through the Dagster instance, a mistyped id does not.
     from dw_dagster.remediation.approvals import ApprovalError
     from dw_dagster.remediation.gate import approve_run
 
-    ops = Operations()
-    require_ref(ops, ref)  # a mistyped id is "no such incident/run", with the closest names
     signer = _signer(ops, who, ref, "approve")
     try:
         out = approve_run(
@@ -107,11 +108,11 @@ def approve(ref: str, who: str | None, values: tuple[str, ...]) -> None:
 @click.option("--reason", required=True, help="Why; recorded and posted to the incident's threads.")
 def reject(ref: str, who: str | None, reason: str) -> None:
     """Reject the remediation run waiting for REF: it is canceled and nothing is changed."""
+    ops = Operations()
+    require_ref(ops, ref)
     from dw_dagster.remediation.approvals import ApprovalError, incident_of
     from dw_dagster.remediation.gate import reject_run
 
-    ops = Operations()
-    require_ref(ops, ref)
     signer = _signer(ops, who, ref, "reject")
     try:
         decision = reject_run(ops.instance, _book(ops, signer), ref, signer.person, signer.prove, reason)
