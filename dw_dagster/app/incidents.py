@@ -92,7 +92,7 @@ def build_incident_definitions(
             )
             found = triage(store, incident, findings, start, ctx, policy)
             diagnosis, radius, settlement = found.diagnosis, found.radius, found.settlement
-            context.log.info(f"{incident_id}: {diagnosis.classification.value}: {diagnosis.cause}")
+            context.log.info(f"{incident_id}: {diagnosis.classification.words}: {diagnosis.cause}")
             if settlement is not None and found.continues is not None:
                 target = found.continues
                 context.log_event(view_of(store, target).materialization())

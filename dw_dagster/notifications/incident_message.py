@@ -140,7 +140,7 @@ def incident_message(
     blocks: list[Block] = [header(f"{prefix} · {incident.incident_id} · {title}")]
 
     cause = [
-        f"*Cause* ({escape(diagnosis.classification.value.replace('_', ' '))})",
+        f"*Cause* ({escape(diagnosis.classification.words)})",
         escape(humanise_names(diagnosis.cause)),
     ]
     if diagnosis.upstream_change:

@@ -90,7 +90,7 @@ def incident_markdown(
             for e in explained
         ]
     if diagnosis is not None:
-        lines += ["", f"#### Diagnosis: {diagnosis.classification.value}", diagnosis.cause, ""]
+        lines += ["", f"#### Diagnosis: {diagnosis.classification.words}", diagnosis.cause, ""]
         lines += [
             f"- **{k}**: {v:,.1f}"
             if isinstance(v, float)

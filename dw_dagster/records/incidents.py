@@ -99,6 +99,11 @@ class CauseClass(str, Enum):
     """Not a data fault: a node's Snowflake credits rose beyond its own nights, by the statements named."""
     UNKNOWN = "unknown"
 
+    @property
+    def words(self) -> str:
+        """The class as a person reads it (``value loss``); ``value`` stays the identifier in JSON."""
+        return self.value.replace("_", " ")
+
 
 class KeyGap(BaseModel):
     """A key value that holds (part of) the gap, e.g. ACCOUNT_ID = 42, or a NULL key."""

@@ -484,3 +484,13 @@ def test_what_people_read_has_subjects_words_and_no_statistics_for_business_read
     assert floats and all(len(f.split(".")[1]) <= 2 or f.startswith(("0.00", "-0.00")) for f in floats), (
         floats
     )
+
+
+def test_the_incident_page_names_the_class_in_words():
+    from dw_dagster.notifications.incident_view import incident_markdown
+
+    incident = reference_incident()
+    diagnosis = reference_diagnosis(incident.incident_id)
+    page = incident_markdown(incident, [], diagnosis)
+    assert f"#### Diagnosis: {diagnosis.classification.value.replace('_', ' ')}" in page
+    assert diagnosis.classification.value not in page.split("#### Diagnosis:")[1].splitlines()[0]
