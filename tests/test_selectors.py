@@ -17,6 +17,7 @@ from dw_dagster.coalesce.selectors import (
     SelectorNode,
     SelectorTerm,
     _matches,
+    as_selector_node,
     parse_selector,
     select_nodes,
 )
@@ -106,6 +107,9 @@ def test_api_nodes_as_dicts_or_client_models() -> None:
     assert select_nodes("{name: STG_A}+", None, api_nodes) == {"a", "b"}
     models = [CoalesceNode.model_validate(n) for n in api_nodes]
     assert select_nodes("+{nodeType: Fact}", None, models) == {"a", "b"}
+    # The state's node records are read field by field, as the API's dicts are.
+    assert [as_selector_node(m) for m in models] == [as_selector_node(n) for n in api_nodes]
+    assert as_selector_node(models[1]).dependencies == (("STAGE", "STG_A"),)
 
 
 def test_parsed_terms() -> None:

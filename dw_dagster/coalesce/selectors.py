@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dw_dagster.coalesce.workspace_models import CoalesceNode
+
 __all__ = [
     "ATTRIBUTES",
     "Selector",
@@ -336,6 +338,18 @@ def as_selector_node(node: Any) -> SelectorNode:
     """
     if isinstance(node, SelectorNode):
         return node
+    if type(node) is CoalesceNode:  # the state's own records (every node of a load): their fields, typed
+        return SelectorNode(
+            id=node.id,
+            name=node.name,
+            location=node.location_name or "",
+            node_type=node.node_type,
+            dependencies=tuple(
+                (dep.location_name, dep.node_name)
+                for mapping in node.metadata.source_mapping
+                for dep in mapping.dependencies
+            ),
+        )
     dependencies = []
     metadata = _get(node, "metadata", "metadata")
     mappings = _get(metadata, "sourceMapping", "source_mapping") if metadata is not None else None
