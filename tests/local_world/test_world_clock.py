@@ -46,10 +46,13 @@ def test_a_process_follows_the_worlds_clock_as_it_is_set(tmp_path):
 def test_processes_started_with_the_worlds_environment_read_its_time(tmp_path):
     _set(tmp_path, WORLD_BEHIND)
     env = {"PATH": "/usr/bin:/bin", **clock_env(tmp_path, {})}
-    code = "from datetime import UTC, datetime; print(datetime.now(UTC).isoformat())"
+    code = "import sys; from datetime import UTC, datetime; print(datetime.now(UTC).isoformat(), 'pytest' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert _near(datetime.fromisoformat(out.stdout.strip()), datetime.now(UTC) + WORLD_BEHIND)
+    now, pytest_imported = out.stdout.split()
+    assert _near(datetime.fromisoformat(now), datetime.now(UTC) + WORLD_BEHIND)
+    # The clock's library defines a pytest fixture when pytest is importable: not in the world's processes.
+    assert pytest_imported == "False"
     # The simulator and the Snowflake keep their own offset: started without the hook.
     kept = without_clock({**env, "PYTHONPATH": f"{env['PYTHONPATH']}:/opt/other"})
     assert CLOCK_FILE_ENV not in kept and kept["PYTHONPATH"] == "/opt/other"
