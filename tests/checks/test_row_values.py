@@ -147,3 +147,33 @@ def test_the_part_reads_the_typical_row_from_the_totals_own_sql():
         )
         is None
     )
+
+
+def test_the_diagnosis_takes_the_subset_the_check_measured():
+    from dw_dagster.incidents.drilldown import from_finding
+    from dw_dagster.records.incidents import Finding
+
+    total = PAYMENTS[0]
+    shape = PAYMENTS
+    past, rng = _history(shape, 3)
+    move = _judge(shape, shape[7], _scaled(_night(rng, *shape[1:6]), "PAYEE_CODE=MTLTAX", 0.25), past)
+    assert move is not None
+    finding = Finding(
+        check_name="total_posted_payments",
+        asset_key=total.asset,
+        business_date=shape[7],
+        summary=move.describe("AMOUNT"),
+        evidence={
+            "row_values_moved": {
+                "series": "row_value:posted_payments:PAYEE_CODE",
+                **move.model_dump(mode="json"),
+            }
+        },
+        cause_scope="job:nightly",
+    )
+    moved = from_finding(finding, total)
+    assert moved is not None and (moved.column, moved.value) == ("PAYEE_CODE", "MTLTAX")
+    assert moved.factor == pytest.approx(move.factor) and moved.from_history and not moved.sign
+    assert moved.after < moved.before
+    # A finding without it (another check's, or a total's that raised on something else): nothing.
+    assert from_finding(finding.model_copy(update={"evidence": {}}), total) is None
