@@ -27,6 +27,7 @@ from dw_dagster.checks.reconcile import Reconciled, reconcile
 from dw_dagster.checks.row_values import (
     RowValues,
     judge_row_values,
+    row_count_series,
     row_value_part,
     row_value_series,
     subset_keys,
@@ -240,6 +241,7 @@ class Totals:
             *(group_rows_series(t.name) for t in self.selected if t.group_keys),
             *(attribute_series(t, c) for t, c in self.attribute_parts),
             *(row_value_series(t, c) for t, c in self.row_value_parts),
+            *(row_count_series(t, c) for t, c in self.row_value_parts),
         ]
 
     def parts(self) -> list[Part]:
@@ -298,6 +300,10 @@ class Totals:
             for rv in found:
                 night.record(
                     row_value_series(name, rv.column), Reading(value=rv.value, groups=dict(rv.typical))
+                )
+                rows = {g: float(n) for g, n in rv.rows.items()}
+                night.record(
+                    row_count_series(name, rv.column), Reading(value=sum(rows.values()), groups=rows)
                 )
         return [
             evaluate_total(night, t, self.values, self.attribute_values, self.row_values.get(t.name, ()))
@@ -504,6 +510,7 @@ def evaluate_total(
                 day,
                 rv,
                 night.past.get(series, {}),
+                night.past.get(row_count_series(total.name, rv.column), {}),
                 excluded_days=excluded,
                 share=night.share(total.asset),
             )
@@ -511,6 +518,7 @@ def evaluate_total(
                 problems.append(move.describe(rv.measure or "VALUE"))
                 evidence["row_values_moved"] = {"series": series, **move.model_dump(mode="json")}
                 night.flag(series)
+                night.flag(row_count_series(total.name, rv.column))
                 break
     # Only a deviation the calendar explains is a WARN; reconciliation, shifts and NULLs are ERRORs.
     severity = (

@@ -45,6 +45,9 @@ MIN_NIGHTS = 14
 MIN_Z = 4.0
 """The least threshold, in standard errors: the spread is read from a few dozen nights."""
 MAD_TO_SD = 1.4826
+ROWS_HELD = 0.25
+"""A subset's rows held when within a quarter of its usual share of the night's rows (or three times the
+sampling error of its count)."""
 MOVED = math.log(1.5)
 """A subset's typical row moved when it changed by more than x1.5 (or /1.5)."""
 HELD = math.log(1.15)
@@ -56,6 +59,11 @@ log(1 + x), which is log x for a series far above 1 (a per-row value of a few ce
 
 def row_value_series(total: str, column: str) -> str:
     return f"row_value:{total}:{column}"
+
+
+def row_count_series(total: str, column: str) -> str:
+    """The rows of each subset whose typical row ``row_value_series`` records."""
+    return f"row_count:{total}:{column}"
 
 
 def subset_keys(total: RecordedTotal, attributes: Sequence[str]) -> list[str]:
@@ -180,11 +188,32 @@ def _robust_sd(values: Sequence[float]) -> float:
     return MAD_TO_SD * median(abs(v - m) for v in values)
 
 
+def _row_shares(past_rows: Mapping[date, Recorded], nights: Sequence[date]) -> list[dict[str, float]]:
+    """Each night's share of its rows per subset."""
+    out = []
+    for d in nights:
+        r = past_rows.get(d)
+        groups = {g: v for g, v in (r.groups if r else {}).items() if v is not None}
+        whole = sum(groups.values())
+        if whole:
+            out.append({g: v / whole for g, v in groups.items()})
+    return out
+
+
+def _rows_held(n: int, whole: int, shares: Sequence[float]) -> bool:
+    """Whether ``n`` rows of ``whole`` are the subset's usual share (no record of its rows: not judged)."""
+    if len(shares) < MIN_NIGHTS:
+        return False
+    expected = median(shares) * whole
+    return abs(n - expected) <= max(ROWS_HELD * expected, 3 * math.sqrt(expected))
+
+
 def judge_row_values(
     total: RecordedTotal,
     day: date,
     tonight: RowValues,
     past: Mapping[date, Recorded],
+    past_rows: Mapping[date, Recorded],
     *,
     excluded_days: set[date],
     share: int,
@@ -197,7 +226,12 @@ def judge_row_values(
     record's (robust, over the nights before) and tonight's own sampling error (the spread of its rows'
     log-values over the square root of their number: a weekend's fewer rows move more). A mean of many
     logarithms is close to normal, so the threshold is the normal quantile at the table's false-alarm rate
-    split over every subset judged, and never below ``MIN_Z``."""
+    split over every subset judged, and never below ``MIN_Z``.
+
+    The subset's rows must have held too: its share of tonight's rows within its record's (by a quarter, or
+    three times the sampling error of its count). A key newly mapped into a subset (a warehouse opened in a
+    region) changes its typical row by what the newcomer's rows are like, and brings rows: that is the
+    business, not a unit."""
     nights = sorted(d for d in past if d < day and d not in excluded_days)
     logs: dict[str, dict[date, float]] = {}
     for g in tonight.typical:
@@ -211,9 +245,11 @@ def judge_row_values(
     alpha = total.baseline.false_alarm_rate / max(1, share * len(known))
     threshold = max(MIN_Z, NormalDist().inv_cdf(1 - alpha / 2))
     best: RowValueMove | None = None
+    shares = _row_shares(past_rows, nights)
+    tonight_rows = sum(tonight.rows.values())
     for g in known:
         n = tonight.rows.get(g, 0)
-        if n < MIN_ROWS:
+        if n < MIN_ROWS or not _rows_held(n, tonight_rows, [s[g] for s in shares if g in s]):
             continue
         common = median(m for h, m in moves.items() if h != g)
         moved = moves[g] - common

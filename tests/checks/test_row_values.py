@@ -63,16 +63,19 @@ def _night(rng: random.Random, key: str, weights: dict[str, int], count: float, 
 
 def _history(shape, seed: int):
     total, key, weights, count, sigma, mu, start, day, weekend = shape
-    rng, past, d = random.Random(seed), {}, start
+    rng, past, rows, d = random.Random(seed), {}, {}, start
     while d < day:
         rv = _night(rng, key, weights, count * (weekend if d.weekday() >= 5 else 1.0), sigma, mu)
         past[d] = Recorded(business_date=d, value=rv.value, groups=dict(rv.typical))
+        rows[d] = Recorded(
+            business_date=d, value=sum(rv.rows.values()), groups={g: float(n) for g, n in rv.rows.items()}
+        )
         d += timedelta(days=1)
-    return past, rng
+    return (past, rows), rng
 
 
 def _judge(shape, day: date, tonight: RowValues, past):
-    return judge_row_values(shape[0], day, tonight, past, excluded_days=set(), share=2)
+    return judge_row_values(shape[0], day, tonight, *past, excluded_days=set(), share=2)
 
 
 def _scaled(rv: RowValues, label: str, factor: float) -> RowValues:
@@ -112,6 +115,19 @@ def test_a_common_move_and_a_subset_new_tonight_raise_nothing():
         }
     )
     assert _judge(shape, day, new, past) is None
+    # A payee newly mapped into an existing code brings its rows, of another size: the code's typical row moves
+    # by what the newcomer's rows are like, and its rows are far beyond its usual share. The business, not a unit.
+    label = "PAYEE_CODE=VIDEOTRON"
+    n = tonight.rows[label]
+    merged = tonight.model_copy(
+        update={
+            "typical": {**tonight.typical, label: tonight.typical[label] * 0.25 ** (1.5 * n / (2.5 * n))},
+            "rows": {**tonight.rows, label: round(2.5 * n)},
+        }
+    )
+    assert _judge(shape, day, merged, past) is None
+    # The same move with the code's rows held is a unit change.
+    assert _judge(shape, day, merged.model_copy(update={"rows": tonight.rows}), past) is not None
 
 
 def test_the_part_reads_the_typical_row_from_the_totals_own_sql():
