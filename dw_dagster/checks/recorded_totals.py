@@ -24,6 +24,15 @@ from dw_dagster.checks.judge import deviation, figure, judge, judgement_metadata
 from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
 from dw_dagster.checks.reconcile import Reconciled, reconcile
+from dw_dagster.checks.row_values import (
+    RowValues,
+    judge_row_values,
+    row_count_series,
+    row_value_part,
+    row_value_series,
+    subset_keys,
+    take_row_values,
+)
 from dw_dagster.checks.tonight import Night
 from dw_dagster.checks.total_value import TotalValue
 from dw_dagster.coalesce.sql import resolve_refs
@@ -213,6 +222,17 @@ class Totals:
                 if part is not None:
                     self.attribute_parts[(t.name, column)] = part
         self.attribute_values: dict[tuple[str, str], tuple[float, dict[str, float | None]]] = {}
+        # Each selected total's typical row per subset (row_values.py).
+        self.row_value_parts: dict[tuple[str, str], Part] = {}
+        for t in self.selected:
+            q = self.queries.get(t.name)
+            if q is None or t.cumulative not in ("auto", "no"):
+                continue  # declared cumulative: its rows grow through the period
+            for column in subset_keys(t, attributes.get(t.name, ())):
+                part = row_value_part(t, q.sql, column)
+                if part is not None:
+                    self.row_value_parts[(t.name, column)] = part
+        self.row_values: dict[str, list[RowValues]] = {}
 
     def series(self) -> list[str]:
         """The series these totals judge against: their own, and their attributes'."""
@@ -220,12 +240,16 @@ class Totals:
             *self.needed,
             *(group_rows_series(t.name) for t in self.selected if t.group_keys),
             *(attribute_series(t, c) for t, c in self.attribute_parts),
+            *(row_value_series(t, c) for t, c in self.row_value_parts),
+            *(row_count_series(t, c) for t, c in self.row_value_parts),
         ]
 
     def parts(self) -> list[Part]:
-        return [q.part for q in self.queries.values() if q.part is not None] + list(
-            self.attribute_parts.values()
-        )
+        return [
+            *(q.part for q in self.queries.values() if q.part is not None),
+            *self.attribute_parts.values(),
+            *self.row_value_parts.values(),
+        ]
 
     def take(self, measured: Mapping[Hashable, list[tuple] | Exception], cur: Any) -> None:
         """Tonight's value of each total from the night's statement (``cur`` runs alone those not in it)."""
@@ -247,6 +271,14 @@ class Totals:
                 continue
             groups = {f"{column}={plain_value(v)}": (None if x is None else float(x)) for v, x in rows}
             self.attribute_values[(name, column)] = (sum(x for x in groups.values() if x is not None), groups)
+        for (name, column), part in self.row_value_parts.items():
+            rows = measured.get(part.key)
+            # Like an attribute's: not measured, not judged tonight; the total still is.
+            if rows is None or isinstance(rows, Exception):
+                continue
+            found = take_row_values(column, rows, " or ".join(value_columns(self.queries[name].sql)))
+            if found is not None:
+                self.row_values.setdefault(name, []).append(found)
 
     def evaluate(self, night: Night) -> list[dg.AssetCheckResult]:
         for name, v in self.values.items():
@@ -264,8 +296,17 @@ class Totals:
                 night.record(group_rows_series(name), Reading(value=sum(rows.values()), groups=rows))
         for (name, column), (value, groups) in self.attribute_values.items():
             night.record(attribute_series(name, column), Reading(value=value, groups=groups))
+        for name, found in self.row_values.items():
+            for rv in found:
+                night.record(
+                    row_value_series(name, rv.column), Reading(value=rv.value, groups=dict(rv.typical))
+                )
+                rows = {g: float(n) for g, n in rv.rows.items()}
+                night.record(
+                    row_count_series(name, rv.column), Reading(value=sum(rows.values()), groups=rows)
+                )
         return [
-            evaluate_total(night, t, self.values, self.attribute_values)
+            evaluate_total(night, t, self.values, self.attribute_values, self.row_values.get(t.name, ()))
             for t in self.selected
             if t.name in self.values and not (t.reconcile_with and t.reconcile_with.total in self.errors)
         ]
@@ -285,6 +326,7 @@ def evaluate_total(
     total: RecordedTotal,
     values: Mapping[str, TotalValue],
     attributes: Mapping[tuple[str, str], tuple[float, dict[str, float | None]]] = {},  # noqa: B006 - read only
+    row_values: Sequence[RowValues] = (),
 ) -> dg.AssetCheckResult:
     day = night.day
     value = values[total.name]
@@ -457,6 +499,26 @@ def evaluate_total(
                     "series": attribute_series(name, column),
                     "moves": [m.model_dump(mode="json") for m in shifted.moves],
                 }
+                break
+    if period is None and verdict.severity is None and not problems and not fixed:
+        # One subset's rows scaled by a factor while the others held: within the total's spread, and its
+        # subset's, when the measure is heavy-tailed; its typical row is not (row_values.py).
+        for rv in row_values:
+            series = row_value_series(total.name, rv.column)
+            move = judge_row_values(
+                total,
+                day,
+                rv,
+                night.past.get(series, {}),
+                night.past.get(row_count_series(total.name, rv.column), {}),
+                excluded_days=excluded,
+                share=night.share(total.asset),
+            )
+            if move is not None:
+                problems.append(move.describe(rv.measure or "VALUE"))
+                evidence["row_values_moved"] = {"series": series, **move.model_dump(mode="json")}
+                night.flag(series)
+                night.flag(row_count_series(total.name, rv.column))
                 break
     # Only a deviation the calendar explains is a WARN; reconciliation, shifts and NULLs are ERRORs.
     severity = (

@@ -32,7 +32,13 @@ from dw_dagster.governance.diagnosis import sensitive_column_diagnosis
 from dw_dagster.governance.watch import CHECK_NAME as SENSITIVE_COLUMN
 from dw_dagster.incidents.audit import AuditTrail
 from dw_dagster.incidents.cost_increase import cost_diagnosis
-from dw_dagster.incidents.drilldown import drill_groups, drill_source, rows_held, unit_or_sign_diagnosis
+from dw_dagster.incidents.drilldown import (
+    drill_groups,
+    drill_source,
+    from_finding,
+    rows_held,
+    unit_or_sign_diagnosis,
+)
 from dw_dagster.incidents.duplication import find_duplicates
 from dw_dagster.incidents.evidence import (
     HISTORY_DAYS,
@@ -232,6 +238,8 @@ def _total_anomaly(
     if moved is None:
         held = rows_held(ctx, total.asset, day, before.business_date)
         moved = drill_groups(tonight, before, held, total.asset)
+    if moved is None:
+        moved = from_finding(finding, total)
     if moved is not None:
         return unit_or_sign_diagnosis(incident, finding, total, moved, ctx, evidence)
     checked.append(

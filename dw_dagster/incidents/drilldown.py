@@ -284,6 +284,22 @@ def drill_groups(tonight: Recorded, before: Recorded, rows_held: bool | None, as
     return Moved(column, value, "", best[1], 0, asset, before.groups[best[0]], tonight.groups[best[0]], True)
 
 
+def from_finding(finding: Finding, total: RecordedTotal) -> Moved | None:
+    """The subset the total's own check measured moving by a factor (``row_values_moved``: its typical row
+    against its record while the other subsets held), when the drill-down did not find it against the last
+    good nights (a heavy-tailed subset's average is noisier than its typical row)."""
+    found = finding.evidence.get("row_values_moved")
+    if not isinstance(found, dict) or not found.get("subset") or not found.get("factor"):
+        return None
+    column, value = split_label(str(found["subset"]))
+    rows = int(found.get("rows") or 0)
+    # Its total before and after, as tonight's rows at its usual and tonight's typical row.
+    before, after = (rows * float(found.get(k) or 0.0) for k in ("before", "after"))
+    return Moved(
+        column, value, "", float(found["factor"]), rows, total.asset, before, after, from_history=True
+    )
+
+
 def _offset(tonight: Recorded, before: Recorded, ratios: dict[str, float], moved: str) -> bool:
     """Whether another group took the opposite of what ``moved`` gained or lost (at least half of it, at the
     level of the groups that held): units moving between groups, not a unit change."""

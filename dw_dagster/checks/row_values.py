@@ -1,0 +1,287 @@
+"""A subset of a total's rows whose per-row values moved by a common factor while the other subsets held: a
+unit or scale change of that subset, whatever the factor (x0.25 as well as x100).
+
+A subset's *total* is the wrong series to see it in when the measure is heavy-tailed: a few dozen payments
+of a few hundred to tens of thousands of dollars sum to twice or half as much from one night to the next on
+their own, so a quarter of them is within their record. Their *typical row* is not: the mean of the
+logarithm of the measure over the subset's rows moves with the spread of a log-value over the square root of
+its rows (a lognormal's 1.4 over 84 rows: 0.15), and a factor of 0.25 is 1.39 in those terms. So each night
+the total's own table, filtered as the total filters it, is read again grouped by each subset key (a part of
+the night's one statement: the table is read anyway), with the geometric mean of the summed expression's
+absolute value per row, recorded as the series ``row_value:<total>:<COLUMN>``. The subset keys are those the
+pipeline names: the total's ``item_key``, its group keys, and the dimension attributes its table carries
+from a reference table (``attributes.py``).
+
+Each subset is judged against its own history (``judge.py``, at the table's false-alarm rate split over
+every subset judged), and raised only when its typical row moved beyond its own record by at least x1.5
+while the others, pooled by their rows, held within 15% (a common move is the business or the calendar,
+not one subset's unit). A subset new or too new for its own baseline is not judged; a month-to-date total
+is not read this way (its rows grow through the month).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import date
+from statistics import NormalDist, median
+from typing import Any
+
+import sqlglot
+from pydantic import BaseModel
+from sqlglot import exp
+
+from dw_dagster.checks.history import Recorded
+from dw_dagster.checks.measure import Part
+from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.records.keys import key_label, plain
+
+MAX_SUBSETS = 50
+"""A key with more values than this is not judged value by value."""
+MIN_ROWS = 20
+"""A subset with fewer rows tonight is not judged: the mean of a handful of log-values is not near normal."""
+MIN_NIGHTS = 14
+"""A subset is judged once it has this many nights on record."""
+MIN_Z = 6.0
+"""The least threshold, in standard errors. A mean of a few dozen log-amounts is less normal than it should be:
+on the bill payments' ordinary nights a payee code's typical row strayed 4.5 standard errors once in 56 nights
+and beyond 2.5 four times (a normal series: once), and raised at 4 (-5.2 on 12 May, 37 payments, 15 nights of
+record); a unit change of x0.25 on 86 payments is 8.4."""
+MAD_TO_SD = 1.4826
+ROWS_HELD = 0.25
+"""A subset's rows held when within a quarter of its usual share of the night's rows (or three times the
+sampling error of its count)."""
+MOVED = math.log(1.5)
+"""A subset's typical row moved when it changed by more than x1.5 (or /1.5)."""
+HELD = math.log(1.15)
+"""The other subsets held when their typical row, pooled by their rows, changed by less than 15%."""
+SCALE = 1e6
+"""The geometric mean is recorded in millionths of the measure's unit: the judge reads a series as
+log(1 + x), which is log x for a series far above 1 (a per-row value of a few cents as well as of millions)."""
+
+
+def row_value_series(total: str, column: str) -> str:
+    return f"row_value:{total}:{column}"
+
+
+def row_count_series(total: str, column: str) -> str:
+    """The rows of each subset whose typical row ``row_value_series`` records."""
+    return f"row_count:{total}:{column}"
+
+
+def subset_keys(total: RecordedTotal, attributes: Sequence[str]) -> list[str]:
+    """The columns whose values are subsets of the total's rows: its item key, group keys and carried
+    attributes, each once."""
+    out: dict[str, str] = {}
+    for column in [*([total.item_key] if total.item_key else []), *total.group_keys, *attributes]:
+        out.setdefault(column.upper(), column)
+    return list(out.values())
+
+
+def row_value_part(total: RecordedTotal, sql: str, column: str) -> Part | None:
+    """Per value of ``column``: the rows and the mean log (and mean squared log) of the absolute value of what
+    the total's VALUE sums,
+    over the rows the total reads; None when its SQL is not one SELECT over one table or VALUE is not a
+    ``SUM`` (a count has no per-row value)."""
+    try:
+        tree = sqlglot.parse_one(sql, read="snowflake")
+    except sqlglot.errors.ParseError:
+        return None
+    if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("with"):
+        return None
+    source = tree.args.get("from_") or tree.args.get("from")  # the key sqlglot names it by, by version
+    table = source.this if source is not None else None
+    if not isinstance(table, exp.Table):
+        return None
+    value = next((p for p in tree.selects if isinstance(p, exp.Alias) and p.alias.upper() == "VALUE"), None)
+    if value is None or not isinstance(value.this, exp.Sum):
+        return None
+    measure = value.this.this
+    qualifier = table.alias_or_name if table.alias else None
+    key = exp.column(
+        exp.to_identifier(column, quoted=True), table=qualifier and exp.to_identifier(qualifier, quoted=True)
+    )
+    # A zero has no logarithm and no unit: left out of the rows counted and of the mean (both skip NULL).
+    nonzero = exp.Nullif(this=exp.Abs(this=measure.copy()), expression=exp.Literal.number(0))
+    log = exp.Ln(this=nonzero.copy())
+    regrouped = tree.copy()
+    regrouped.set(
+        "expressions",
+        [
+            exp.alias_(key, "SUBSET", quoted=True),
+            exp.alias_(exp.Count(this=nonzero), "ROWS", quoted=True),
+            exp.alias_(exp.Avg(this=log.copy()), "LOG_ROW", quoted=True),
+            exp.alias_(exp.Avg(this=exp.Mul(this=log.copy(), expression=log)), "LOG_SQ", quoted=True),
+        ],
+    )
+    regrouped.set("group", exp.Group(expressions=[key.copy()]))
+    for clause in ("order", "limit", "having", "qualify"):
+        regrouped.set(clause, None)
+    alias = exp.to_identifier("r", quoted=True)
+    query = exp.select(
+        *(
+            exp.column(exp.to_identifier(c, quoted=True), table=alias)
+            for c in ("SUBSET", "ROWS", "LOG_ROW", "LOG_SQ")
+        )
+    ).from_(regrouped.subquery(alias))
+    return Part(("row_value", total.name, column), query, shape="row_value")
+
+
+class RowValues(BaseModel):
+    """Tonight's typical row per value of one subset key (in millionths), each value's rows and the spread of
+    its rows' log-values."""
+
+    column: str
+    typical: dict[str, float]
+    rows: dict[str, int]
+    spread: dict[str, float] = {}
+    """The standard deviation of the log of the measure over the subset's rows tonight."""
+    measure: str = ""
+    """The columns the total's VALUE sums."""
+
+    @property
+    def value(self) -> float:
+        """The typical row over every subset (the rows-weighted geometric mean)."""
+        n = sum(self.rows.get(g, 0) for g in self.typical)
+        if not n:
+            return 0.0
+        return math.exp(sum(self.rows.get(g, 0) * math.log(v) for g, v in self.typical.items()) / n)
+
+
+def take_row_values(column: str, rows: Sequence[tuple[Any, ...]], measure: str = "") -> RowValues | None:
+    """The part's rows as subsets (None: too many values to judge one by one)."""
+    if len(rows) > MAX_SUBSETS:
+        return None
+    typical, counted, spread = {}, {}, {}
+    for subset, n, log_row, log_sq in rows:
+        if log_row is None or not n:
+            continue
+        label = key_label(column, plain(subset))
+        typical[label] = SCALE * math.exp(float(log_row))
+        counted[label] = int(n)
+        if log_sq is not None and n > 1:
+            spread[label] = math.sqrt(max(float(log_sq) - float(log_row) ** 2, 0.0) * n / (n - 1))
+    return RowValues(column=column, typical=typical, rows=counted, spread=spread, measure=measure)
+
+
+class RowValueMove(BaseModel):
+    column: str
+    subset: str
+    """The subset's label (``COLUMN=value``)."""
+    factor: float
+    others: float
+    """How the other subsets' typical rows moved tonight (the median of their factors)."""
+    z: float
+    threshold: float
+    rows: int
+    before: float
+    after: float
+    """The subset's typical row (in the measure's unit) usually and tonight."""
+
+    def describe(self, measure: str) -> str:
+        return (
+            f"per-row {measure} of {self.subset} moved x{self.factor:.3g} (a typical row {self.before:,.4g} -> "
+            f"{self.after:,.4g}, {self.rows:,} rows; z {self.z:+.1f}, threshold {self.threshold:.1f}) while every "
+            f"other {self.column} held (x{self.others:.3g}): a unit or scale change of that subset"
+        )
+
+
+def _robust_sd(values: Sequence[float]) -> float:
+    m = median(values)
+    return MAD_TO_SD * median(abs(v - m) for v in values)
+
+
+def _row_shares(past_rows: Mapping[date, Recorded], nights: Sequence[date]) -> list[dict[str, float]]:
+    """Each night's share of its rows per subset."""
+    out = []
+    for d in nights:
+        r = past_rows.get(d)
+        groups = {g: v for g, v in (r.groups if r else {}).items() if v is not None}
+        whole = sum(groups.values())
+        if whole:
+            out.append({g: v / whole for g, v in groups.items()})
+    return out
+
+
+def _rows_held(n: int, whole: int, shares: Sequence[float]) -> bool:
+    """Whether ``n`` rows of ``whole`` are the subset's usual share (no record of its rows: not judged)."""
+    if len(shares) < MIN_NIGHTS:
+        return False
+    expected = median(shares) * whole
+    return abs(n - expected) <= max(ROWS_HELD * expected, 3 * math.sqrt(expected))
+
+
+def judge_row_values(
+    total: RecordedTotal,
+    day: date,
+    tonight: RowValues,
+    past: Mapping[date, Recorded],
+    past_rows: Mapping[date, Recorded],
+    *,
+    excluded_days: set[date],
+    share: int,
+) -> RowValueMove | None:
+    """The subset whose typical row moved by a factor beyond its own record while the others held, if any
+    (the largest move when several did).
+
+    Each subset's move is its log typical row against its own median, less the median move of the other
+    subsets that night (what moved every subset alike is the day, not a unit). Its spread is the larger of the
+    record's (robust, over the nights before) and tonight's own sampling error (the spread of its rows'
+    log-values over the square root of their number: a weekend's fewer rows move more). A mean of many
+    logarithms is near normal in its body, so the threshold is the normal quantile at the table's false-alarm
+    rate split over every subset judged, but never below ``MIN_Z``: its tails are heavier than that.
+
+    The subset's rows must have held too: its share of tonight's rows within its record's (by a quarter, or
+    three times the sampling error of its count). A key newly mapped into a subset (a warehouse opened in a
+    region) changes its typical row by what the newcomer's rows are like, and brings rows: that is the
+    business, not a unit."""
+    nights = sorted(d for d in past if d < day and d not in excluded_days)
+    logs: dict[str, dict[date, float]] = {}
+    for g in tonight.typical:
+        logs[g] = {d: math.log(v) for d in nights if (v := past[d].groups.get(g)) is not None and v > 0}
+    # Subsets with a record long enough to judge; a subset new or too new is not judged.
+    known = {g: s for g, s in logs.items() if len(s) >= MIN_NIGHTS}
+    if len(known) < 2:
+        return None
+    centre = {g: median(s.values()) for g, s in known.items()}
+    moves = {g: math.log(tonight.typical[g]) - centre[g] for g in known}
+    alpha = total.baseline.false_alarm_rate / max(1, share * len(known))
+    threshold = max(MIN_Z, NormalDist().inv_cdf(1 - alpha / 2))
+    best: RowValueMove | None = None
+    shares = _row_shares(past_rows, nights)
+    tonight_rows = sum(tonight.rows.values())
+    for g in known:
+        n = tonight.rows.get(g, 0)
+        if n < MIN_ROWS or not _rows_held(n, tonight_rows, [s[g] for s in shares if g in s]):
+            continue
+        common = median(m for h, m in moves.items() if h != g)
+        moved = moves[g] - common
+        if abs(moved) < MOVED or abs(common) > HELD:
+            continue
+        # The same measure, night by night: the subset's move less the others' median move.
+        history = []
+        for d, v in known[g].items():
+            others = [known[h][d] - centre[h] for h in known if h != g and d in known[h]]
+            if others:
+                history.append(v - centre[g] - median(others))
+        if len(history) < MIN_NIGHTS:
+            continue
+        sd = max(_robust_sd(history), tonight.spread.get(g, 0.0) / math.sqrt(n))
+        if not sd:
+            continue
+        z = moved / sd
+        if abs(z) < threshold:
+            continue
+        if best is None or abs(moved) > abs(math.log(best.factor)):
+            best = RowValueMove(
+                column=tonight.column,
+                subset=g,
+                factor=math.exp(moved),
+                others=math.exp(common),
+                z=z,
+                threshold=threshold,
+                rows=n,
+                before=math.exp(centre[g]) / SCALE,
+                after=tonight.typical[g] / SCALE,
+            )
+    return best

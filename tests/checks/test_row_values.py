@@ -1,0 +1,195 @@
+"""A subset whose per-row values moved by a common factor while the others held, whatever the factor: one
+payee code's payments journalled at a quarter of their amount (within its heavy-tailed total's spread), one
+campaign's spend x6.3 in another shape; ordinary nights, a common move and a subset new tonight raise nothing.
+The night's part reads the typical row from the total's own SQL."""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import date, timedelta
+
+import duckdb
+import pytest
+
+from dw_dagster.checks.history import Recorded
+from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.checks.row_values import SCALE, RowValues, judge_row_values, row_value_part, take_row_values
+
+
+def _total(name: str, key: str, item: str | None, min_change: float) -> RecordedTotal:
+    return RecordedTotal.model_validate(
+        {
+            "name": name,
+            "owner": "ops",
+            "asset": f"core/{name}",
+            "sql": f'SELECT "{key}", SUM("AMOUNT") AS "VALUE", COUNT(*) AS "ROWS" FROM t GROUP BY "{key}"',
+            "group_keys": [key],
+            **({"item_key": item} if item else {}),
+            "baseline": {"weeks": 6, "min_relative_change": min_change},
+        }
+    )
+
+
+# Bill payments by payee code (weekdays busier; lognormal amounts of spread 1.4, a median of $110, every payee
+# code alike); ad spend by campaign, every day alike (spread 0.8, uneven campaigns).
+PAYMENTS = (
+    _total("posted_payments", "CHANNEL", "PAYEE_CODE", 0.1),
+    "PAYEE_CODE",
+    dict(zip(["HQRES", "HQBUS", "ENERGIR", "VIDEOTRON", "BELLMOB", "BELLHOME", "MTLTAX", "QCTAX", "RQTAX", "SAAQ", "CBVISA"],
+             [20, 4, 6, 11, 9, 5, 6, 3, 5, 6, 25], strict=True)),
+    1400, 1.4, math.log(110), date(2026, 4, 27), date(2026, 6, 23), 0.5,
+)  # fmt: skip
+SPEND = (
+    _total("spend", "NETWORK", None, 0.2),
+    "CAMPAIGN",
+    {f"C{i}": w for i, w in enumerate([30, 20, 15, 10, 10, 5, 5, 5])},
+    600, 0.8, math.log(40), date(2025, 1, 6), date(2025, 3, 4), 1.0,
+)  # fmt: skip
+
+
+def _night(rng: random.Random, key: str, weights: dict[str, int], count: float, sigma: float, mu: float):
+    """One night's rows and typical row by subset: the mean log of n lognormal amounts is normal, of spread
+    sigma / sqrt(n)."""
+    total = sum(weights.values())
+    rows, typical, spread = {}, {}, {}
+    for v, w in weights.items():
+        n = max(2, round(rng.gauss(count * w / total, math.sqrt(count * w / total))))
+        rows[f"{key}={v}"] = n
+        typical[f"{key}={v}"] = SCALE * math.exp(rng.gauss(mu, sigma / math.sqrt(n)))
+        spread[f"{key}={v}"] = sigma * math.sqrt(rng.gammavariate((n - 1) / 2, 2) / (n - 1))  # chi-square
+    return RowValues(column=key, typical=typical, rows=rows, spread=spread, measure="AMOUNT")
+
+
+def _history(shape, seed: int):
+    total, key, weights, count, sigma, mu, start, day, weekend = shape
+    rng, past, rows, d = random.Random(seed), {}, {}, start
+    while d < day:
+        rv = _night(rng, key, weights, count * (weekend if d.weekday() >= 5 else 1.0), sigma, mu)
+        past[d] = Recorded(business_date=d, value=rv.value, groups=dict(rv.typical))
+        rows[d] = Recorded(
+            business_date=d, value=sum(rv.rows.values()), groups={g: float(n) for g, n in rv.rows.items()}
+        )
+        d += timedelta(days=1)
+    return (past, rows), rng
+
+
+def _judge(shape, day: date, tonight: RowValues, past):
+    return judge_row_values(shape[0], day, tonight, *past, excluded_days=set(), share=2)
+
+
+def _scaled(rv: RowValues, label: str, factor: float) -> RowValues:
+    return rv.model_copy(update={"typical": {**rv.typical, label: rv.typical[label] * factor}})
+
+
+@pytest.mark.parametrize(
+    ("shape", "label", "factor"), [(PAYMENTS, "PAYEE_CODE=MTLTAX", 0.25), (SPEND, "CAMPAIGN=C5", 6.3)]
+)
+def test_one_subset_scaled_by_any_factor_is_found_and_ordinary_nights_are_not(shape, label, factor):  # fmt: skip
+    day = shape[7]
+    for seed in range(4):
+        past, rng = _history(shape, seed)
+        quiet = [_judge(shape, day, _night(rng, *shape[1:6]), past) for _ in range(10)]
+        assert quiet == [None] * 10, (seed, quiet)
+        tonight = _night(rng, *shape[1:6])
+        found = _judge(shape, day, _scaled(tonight, label, factor), past)
+        assert found is not None and found.subset == label, (seed, found)
+        assert abs(math.log(found.factor / factor)) < math.log(1.5), found
+        assert abs(math.log(found.others)) < math.log(1.15)
+        assert label in found.describe("AMOUNT") and "AMOUNT" in found.describe("AMOUNT")
+
+
+def test_a_common_move_and_a_subset_new_tonight_raise_nothing():
+    shape = PAYMENTS
+    day = shape[7]
+    past, rng = _history(shape, 11)
+    tonight = _night(rng, *shape[1:6])
+    # Every payee code x0.8 (a currency, a fee netted everywhere): the business or the calendar, not a unit.
+    common = tonight.model_copy(update={"typical": {g: v * 0.8 for g, v in tonight.typical.items()}})
+    assert _judge(shape, day, common, past) is None
+    # A payee code first seen tonight, at any level, has no record to move from.
+    new = tonight.model_copy(
+        update={
+            "typical": {**tonight.typical, "PAYEE_CODE=NEWCO": tonight.typical["PAYEE_CODE=HQRES"] * 20},
+            "rows": {**tonight.rows, "PAYEE_CODE=NEWCO": 40},
+        }
+    )
+    assert _judge(shape, day, new, past) is None
+    # A payee newly mapped into an existing code brings its rows, of another size: the code's typical row moves
+    # by what the newcomer's rows are like, and its rows are far beyond its usual share. The business, not a unit.
+    label = "PAYEE_CODE=VIDEOTRON"
+    n = tonight.rows[label]
+    merged = tonight.model_copy(
+        update={
+            "typical": {**tonight.typical, label: tonight.typical[label] * 0.25 ** (1.5 * n / (2.5 * n))},
+            "rows": {**tonight.rows, label: round(2.5 * n)},
+        }
+    )
+    assert _judge(shape, day, merged, past) is None
+    # The same move with the code's rows held is a unit change.
+    assert _judge(shape, day, merged.model_copy(update={"rows": tonight.rows}), past) is not None
+
+
+def test_the_part_reads_the_typical_row_from_the_totals_own_sql():
+    con = duckdb.connect()
+    con.execute('CREATE TABLE t ("CHANNEL" VARCHAR, "PAYEE_CODE" VARCHAR, "AMOUNT" DOUBLE, "PAID" DATE)')
+    con.execute(
+        "INSERT INTO t VALUES ('web', 'A', 100, DATE '2026-06-23'), ('web', 'A', 400, DATE '2026-06-23'),"
+        " ('app', 'B', 0, DATE '2026-06-23'), ('app', 'B', -50, DATE '2026-06-23'),"
+        " ('app', 'A', 1e6, DATE '2026-06-22')"
+    )
+    sql = (
+        'SELECT "CHANNEL", SUM("AMOUNT") AS "VALUE", COUNT(*) AS "ROWS" FROM t '
+        'WHERE "PAID" = (SELECT MAX("PAID") FROM t) GROUP BY "CHANNEL" ORDER BY 1'
+    )
+    part = row_value_part(PAYMENTS[0], sql, "PAYEE_CODE")
+    assert part is not None and part.shape == "row_value"
+    rows = con.execute(part.query.sql(dialect="duckdb")).fetchall()
+    got = take_row_values("PAYEE_CODE", rows, "AMOUNT")
+    assert got is not None
+    # The total's filter kept (the 22nd's row is out); a zero has no log: not a row of the mean.
+    assert got.rows == {"PAYEE_CODE=A": 2, "PAYEE_CODE=B": 1}
+    assert got.typical["PAYEE_CODE=A"] == pytest.approx(SCALE * 200)  # the geometric mean of 100 and 400
+    assert got.typical["PAYEE_CODE=B"] == pytest.approx(SCALE * 50)
+    assert got.spread["PAYEE_CODE=A"] == pytest.approx(math.log(4) / math.sqrt(2))  # the sample's, of 2 rows
+    # A count has no per-row value; a join is not regrouped.
+    assert (
+        row_value_part(PAYMENTS[0], 'SELECT "CHANNEL", COUNT(*) AS "VALUE" FROM t GROUP BY 1', "PAYEE_CODE")
+        is None
+    )
+    assert (
+        row_value_part(
+            PAYMENTS[0], 'SELECT SUM(t."AMOUNT") AS "VALUE" FROM t JOIN u ON t.x = u.x', "PAYEE_CODE"
+        )
+        is None
+    )
+
+
+def test_the_diagnosis_takes_the_subset_the_check_measured():
+    from dw_dagster.incidents.drilldown import from_finding
+    from dw_dagster.records.incidents import Finding
+
+    total = PAYMENTS[0]
+    shape = PAYMENTS
+    past, rng = _history(shape, 3)
+    move = _judge(shape, shape[7], _scaled(_night(rng, *shape[1:6]), "PAYEE_CODE=MTLTAX", 0.25), past)
+    assert move is not None
+    finding = Finding(
+        check_name="total_posted_payments",
+        asset_key=total.asset,
+        business_date=shape[7],
+        summary=move.describe("AMOUNT"),
+        evidence={
+            "row_values_moved": {
+                "series": "row_value:posted_payments:PAYEE_CODE",
+                **move.model_dump(mode="json"),
+            }
+        },
+        cause_scope="job:nightly",
+    )
+    moved = from_finding(finding, total)
+    assert moved is not None and (moved.column, moved.value) == ("PAYEE_CODE", "MTLTAX")
+    assert moved.factor == pytest.approx(move.factor) and moved.from_history and not moved.sign
+    assert moved.after < moved.before
+    # A finding without it (another check's, or a total's that raised on something else): nothing.
+    assert from_finding(finding.model_copy(update={"evidence": {}}), total) is None
