@@ -30,6 +30,7 @@ from dw_dagster.incidents.nights import lifecycle_due
 from dw_dagster.incidents.skipped_run import job_tables
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.incidents.triage import triage
+from dw_dagster.notifications.incident_asset import view_materialization
 from dw_dagster.notifications.incident_view import view_of
 from dw_dagster.notifications.receipt_text import approve_hint, plan_markdown
 from dw_dagster.notifications.resources import SlackNotifier
@@ -95,7 +96,7 @@ def build_incident_definitions(
             context.log.info(f"{incident_id}: {diagnosis.classification.words}: {diagnosis.cause}")
             if settlement is not None and found.continues is not None:
                 target = found.continues
-                context.log_event(view_of(store, target).materialization())
+                context.log_event(view_materialization(view_of(store, target)))
                 context.log.info(
                     f"{incident_id}: {settlement.kind} {target.incident_id} ({settlement.dedup.describe()})"
                 )
@@ -122,7 +123,7 @@ def build_incident_definitions(
             if plan and book
             else None
         )
-        context.log_event(view_of(store, incident).materialization(proposed_fix=plan_md))
+        context.log_event(view_materialization(view_of(store, incident), proposed_fix=plan_md))
         if context_file is None:
             context.log.warning("no context file (DW_CONTEXT_FILE): nobody to alert")
             return

@@ -11,6 +11,7 @@ from dw_dagster.context.models import ContextFile
 from dw_dagster.incidents.events import findings_of
 from dw_dagster.incidents.nights import lifecycle_due
 from dw_dagster.incidents.store import SYSTEM, IncidentStore
+from dw_dagster.notifications.incident_asset import view_materialization
 from dw_dagster.notifications.incident_view import view_of
 from dw_dagster.notifications.resources import SlackNotifier
 from dw_dagster.records.incidents import Incident
@@ -118,7 +119,7 @@ def build_lifecycle_job(
                     version=str(due.night),
                 )
         context.log.info(f"{incident_id}: {action} ({due.reason})")
-        context.log_event(view_of(store, store.get(incident_id) or incident).materialization())
+        context.log_event(view_materialization(view_of(store, store.get(incident_id) or incident)))
 
     @dg.job(
         name=LIFECYCLE_JOB,

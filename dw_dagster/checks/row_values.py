@@ -182,7 +182,7 @@ class RowValueMove(BaseModel):
         return (
             f"per-row {measure} of {self.subset} moved x{self.factor:.3g} (a typical row {self.before:,.4g} -> "
             f"{self.after:,.4g}, {self.rows:,} rows; z {self.z:+.1f}, threshold {self.threshold:.1f}) while every "
-            f"other {self.column} held (x{self.others:.3g}): a unit or scale change of that subset"
+            f"other {self.column} held (x{self.others:.3g}): that subset's values scaled (a unit change, or its source rows counted more than once)"
         )
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from dw_dagster.notifications.incident_view import incident_markdown, status_label
+from dw_dagster.notifications.incident_view import IncidentView, incident_markdown, status_label
 from dw_dagster.notifications.receipt_text import receipt_markdown
 from dw_dagster.notifications.text import humanise_names, rounded
 from dw_dagster.records.incidents import BlastRadius, Diagnosis, Incident, IncidentEvent
@@ -77,4 +77,18 @@ def receipt_materialization(r: Receipt, status: str) -> dg.AssetMaterialization:
             "coalesce_run_id": str(r.coalesce_run_id),
         },
         tags={"dw/incident_id": r.incident_id},
+    )
+
+
+def view_materialization(view: IncidentView, proposed_fix: str | None = None) -> dg.AssetMaterialization:
+    """The ``dw/incidents`` event of an incident as its record now reads (``incident_view.view_of``)."""
+    return incident_materialization(
+        view.incident,
+        view.of_kind("finding"),
+        view.diagnosis,
+        view.radius,
+        proposed_fix,
+        receipt=view.receipt,
+        status_events=view.of_kind("status"),
+        explained=view.of_kind("explained"),
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dw_dagster.incidents.events import diagnosis_of
 from dw_dagster.incidents.store import IncidentStore
@@ -19,9 +19,6 @@ from dw_dagster.notifications.receipt_text import receipt_markdown
 from dw_dagster.notifications.text import humanise_names
 from dw_dagster.records.incidents import BlastRadius, Diagnosis, Incident, IncidentEvent
 from dw_dagster.records.remediation import Receipt
-
-if TYPE_CHECKING:
-    import dagster as dg
 
 
 def status_label(incident: Incident) -> str:
@@ -133,20 +130,6 @@ class IncidentView:
 
     def of_kind(self, *kinds: str) -> list[IncidentEvent]:
         return [e for e in self.events if e.kind in kinds]
-
-    def materialization(self, proposed_fix: str | None = None) -> dg.AssetMaterialization:
-        from dw_dagster.notifications.incident_asset import incident_materialization
-
-        return incident_materialization(
-            self.incident,
-            self.of_kind("finding"),
-            self.diagnosis,
-            self.radius,
-            proposed_fix,
-            receipt=self.receipt,
-            status_events=self.of_kind("status"),
-            explained=self.of_kind("explained"),
-        )
 
     def markdown(self) -> str:
         lines = [

@@ -67,7 +67,10 @@ def test_each_cause_is_traced_to_its_table_with_the_query_that_proves_it(played)
 
     duplicate = diagnosed("distributor-duplicate-load")
     assert duplicate.gap["duplicate_rows"] > 1000
-    assert duplicate.path[-1] == "raw_ebs/mtl_onhand_quantities_detail" and "COPIES" in duplicate.test_query
+    # Traced from the table that holds the copies (the night's per-row doubling on the fact, which the total's
+    # own check sees first, reads like a unit change until the duplicate search runs).
+    assert duplicate.classification == "duplication", duplicate.classification
+    assert duplicate.path[0] == "raw_ebs/mtl_onhand_quantities_detail" and "COPIES" in duplicate.test_query
     stalled = diagnosed("distributor-replication-stalled")
     assert "qlik_replicate/ebs_inventory_cdc" in stalled.path and "MAX(" in stalled.test_query
     # The factor is measured from the data, not read from the fault.

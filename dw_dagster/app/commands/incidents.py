@@ -57,6 +57,7 @@ def resolve_incident(incident_id: str, who: str, reason: str) -> None:
     from dw_dagster.app.lifecycle import resolve
     from dw_dagster.incidents.events import findings_of, latest_diagnosis
     from dw_dagster.incidents.lifecycle import owner_teams
+    from dw_dagster.notifications.incident_asset import view_materialization
     from dw_dagster.notifications.incident_view import view_of
 
     ops = Operations()
@@ -88,7 +89,7 @@ def resolve_incident(incident_id: str, who: str, reason: str) -> None:
     if done is None:
         raise click.ClickException(f"{incident_id} is no longer open")
     try:
-        ops.instance.report_runless_asset_event(view_of(ops.store, done).materialization())
+        ops.instance.report_runless_asset_event(view_materialization(view_of(ops.store, done)))
     except Exception as e:  # noqa: BLE001 - resolved and posted already; only the UI's copy is missing
         click.echo(f"warning: not shown on dw/incidents ({type(e).__name__}: {e})", err=True)
     click.echo(
