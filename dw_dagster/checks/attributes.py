@@ -16,7 +16,7 @@ total's check, its evidence naming the attribute for the diagnosis). An attribut
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import networkx as nx
 import sqlglot
@@ -66,9 +66,17 @@ def carried_attributes(graph: LineageGraph, total: RecordedTotal, measures: Sequ
     return out
 
 
-def attribute_part(total: RecordedTotal, sql: str, column: str) -> Part | None:
-    """The total's aggregate grouped by ``column`` instead of its group keys, or None when its SQL is not one
-    SELECT over one table (a join, a CTE, a set operation: then it is not regrouped)."""
+def regrouped(
+    sql: str,
+    column: str,
+    names: Sequence[str],
+    alias: str,
+    projections: Callable[[exp.Column, exp.Alias], list[exp.Expression] | None],
+) -> exp.Select | None:
+    """A total's SQL grouped by ``column`` instead of its group keys, selecting ``names`` from the
+    ``projections(key, value)`` it is given (``value``: the total's VALUE projection; None from it: not
+    regrouped), or None when its SQL is not one SELECT over one table with a VALUE (a join, a CTE, a set
+    operation: then it is not regrouped). Shared by the attributes' parts and the subsets' typical rows."""
     try:
         tree = sqlglot.parse_one(sql, read="snowflake")
     except sqlglot.errors.ParseError:
@@ -83,17 +91,31 @@ def attribute_part(total: RecordedTotal, sql: str, column: str) -> Part | None:
     if value is None:
         return None
     qualifier = table.alias_or_name if table.alias else None
-    attribute = exp.column(
+    key = exp.column(
         exp.to_identifier(column, quoted=True), table=qualifier and exp.to_identifier(qualifier, quoted=True)
     )
+    selected = projections(key, value)
+    if selected is None:
+        return None
     regrouped = tree.copy()
-    regrouped.set("expressions", [exp.alias_(attribute, "ATTRIBUTE", quoted=True), value.copy()])
-    regrouped.set("group", exp.Group(expressions=[attribute.copy()]))
+    regrouped.set("expressions", selected)
+    regrouped.set("group", exp.Group(expressions=[key.copy()]))
     for clause in ("order", "limit", "having", "qualify"):
         regrouped.set(clause, None)
-    alias = exp.to_identifier("a", quoted=True)
-    query = exp.select(
-        exp.column(exp.to_identifier("ATTRIBUTE", quoted=True), table=alias),
-        exp.column(exp.to_identifier("VALUE", quoted=True), table=alias),
-    ).from_(regrouped.subquery(alias))
-    return Part(("attribute", total.name, column), query, shape="attribute")
+    outer = exp.to_identifier(alias, quoted=True)
+    return exp.select(*(exp.column(exp.to_identifier(n, quoted=True), table=outer) for n in names)).from_(
+        regrouped.subquery(outer)
+    )
+
+
+def attribute_part(total: RecordedTotal, sql: str, column: str) -> Part | None:
+    """The total's aggregate grouped by ``column`` instead of its group keys, or None when its SQL is not one
+    SELECT over one table (a join, a CTE, a set operation: then it is not regrouped)."""
+    query = regrouped(
+        sql,
+        column,
+        ("ATTRIBUTE", "VALUE"),
+        "a",
+        lambda attribute, value: [exp.alias_(attribute, "ATTRIBUTE", quoted=True), value.copy()],
+    )
+    return None if query is None else Part(("attribute", total.name, column), query, shape="attribute")

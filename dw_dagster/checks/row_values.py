@@ -27,10 +27,10 @@ from datetime import date
 from statistics import NormalDist, median
 from typing import Any
 
-import sqlglot
 from pydantic import BaseModel
 from sqlglot import exp
 
+from dw_dagster.checks.attributes import regrouped
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import RecordedTotal
@@ -83,48 +83,23 @@ def row_value_part(total: RecordedTotal, sql: str, column: str) -> Part | None:
     the total's VALUE sums,
     over the rows the total reads; None when its SQL is not one SELECT over one table or VALUE is not a
     ``SUM`` (a count has no per-row value)."""
-    try:
-        tree = sqlglot.parse_one(sql, read="snowflake")
-    except sqlglot.errors.ParseError:
-        return None
-    if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("with"):
-        return None
-    source = tree.args.get("from_") or tree.args.get("from")  # the key sqlglot names it by, by version
-    table = source.this if source is not None else None
-    if not isinstance(table, exp.Table):
-        return None
-    value = next((p for p in tree.selects if isinstance(p, exp.Alias) and p.alias.upper() == "VALUE"), None)
-    if value is None or not isinstance(value.this, exp.Sum):
-        return None
-    measure = value.this.this
-    qualifier = table.alias_or_name if table.alias else None
-    key = exp.column(
-        exp.to_identifier(column, quoted=True), table=qualifier and exp.to_identifier(qualifier, quoted=True)
-    )
-    # A zero has no logarithm and no unit: left out of the rows counted and of the mean (both skip NULL).
-    nonzero = exp.Nullif(this=exp.Abs(this=measure.copy()), expression=exp.Literal.number(0))
-    log = exp.Ln(this=nonzero.copy())
-    regrouped = tree.copy()
-    regrouped.set(
-        "expressions",
-        [
+
+    def projections(key: exp.Column, value: exp.Alias) -> list[exp.Expression] | None:
+        if not isinstance(value.this, exp.Sum):
+            return None
+        measure = value.this.this
+        # A zero has no logarithm and no unit: left out of the rows counted and of the mean (both skip NULL).
+        nonzero = exp.Nullif(this=exp.Abs(this=measure.copy()), expression=exp.Literal.number(0))
+        log = exp.Ln(this=nonzero.copy())
+        return [
             exp.alias_(key, "SUBSET", quoted=True),
             exp.alias_(exp.Count(this=nonzero), "ROWS", quoted=True),
             exp.alias_(exp.Avg(this=log.copy()), "LOG_ROW", quoted=True),
             exp.alias_(exp.Avg(this=exp.Mul(this=log.copy(), expression=log)), "LOG_SQ", quoted=True),
-        ],
-    )
-    regrouped.set("group", exp.Group(expressions=[key.copy()]))
-    for clause in ("order", "limit", "having", "qualify"):
-        regrouped.set(clause, None)
-    alias = exp.to_identifier("r", quoted=True)
-    query = exp.select(
-        *(
-            exp.column(exp.to_identifier(c, quoted=True), table=alias)
-            for c in ("SUBSET", "ROWS", "LOG_ROW", "LOG_SQ")
-        )
-    ).from_(regrouped.subquery(alias))
-    return Part(("row_value", total.name, column), query, shape="row_value")
+        ]
+
+    query = regrouped(sql, column, ("SUBSET", "ROWS", "LOG_ROW", "LOG_SQ"), "r", projections)
+    return None if query is None else Part(("row_value", total.name, column), query, shape="row_value")
 
 
 class RowValues(BaseModel):
