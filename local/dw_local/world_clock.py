@@ -31,6 +31,7 @@ The simulator and the Snowflake keep their own offsets and are never started wit
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import json
@@ -80,6 +81,7 @@ def without_clock(env: dict[str, str]) -> dict[str, str]:
     return out
 
 
+@functools.cache  # read on every gRPC clock call: the module, once
 def _time_machine():
     """``time_machine``, without the pytest fixture it defines when pytest is importable: the world's
     processes are not pytest's, and importing pytest cost each of them (every command, code server, daemon
