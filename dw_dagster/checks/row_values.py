@@ -44,9 +44,10 @@ MIN_NIGHTS = 14
 """A subset is judged once it has this many nights on record."""
 MIN_Z = 6.0
 """The least threshold, in standard errors. A mean of a few dozen log-amounts is less normal than it should be:
-on the bill payments' ordinary nights a payee code's typical row strayed 4.5 standard errors once in 56 nights
-and beyond 2.5 four times (a normal series: once), and raised at 4 (-5.2 on 12 May, 37 payments, 15 nights of
-record); a unit change of x0.25 on 86 payments is 8.4."""
+on one public scenario world's 56 ordinary nights a subset's typical row strayed 4.5 standard errors once and
+beyond 2.5 four times (a normal series: once), and raised at 4 (-5.2 on 37 rows with 15 nights of record); a unit
+change of x0.25 on 86 rows is 8.4 (benchmarks/HISTORY.md, branch detect3). Read from one world's tails: each
+series' own errors would set it better."""
 MAD_TO_SD = 1.4826
 ROWS_HELD = 0.25
 """A subset's rows held when within a quarter of its usual share of the night's rows (or three times the
