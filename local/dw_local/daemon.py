@@ -37,6 +37,7 @@ from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY
 from dagster._core.definitions.run_request import InstigatorType
 from dagster._core.events import DagsterEvent, DagsterEventType
 from dagster._core.execution.api import create_execution_plan, execute_run, execute_run_iterator
+from dagster._core.execution.resources_init import get_transitive_required_resource_keys
 from dagster._core.remote_origin import (
     ManagedGrpcPythonEnvCodeLocationOrigin,
     RemoteInstigatorOrigin,
@@ -390,16 +391,20 @@ class LocalDaemon:
         records = self.instance.get_freshness_state_records([n.key for n in nodes])
         return {key.to_user_string(): record.freshness_state.value for key, record in records.items()}
 
-    def _sensor_context(self, **kwargs):
-        resources = {
-            k: self.defs.resources[k] for k in ("snowflake", "slack", "coalesce") if k in self.defs.resources
-        }
+    def _sensor_context(self, sensor: dg.SensorDefinition, **kwargs):
+        """A sensor's evaluation context with the resources it needs, and only those, as the code server
+        builds it (``dagster._grpc.impl``: the sensor's transitive required resources): a sensor that needs no
+        warehouse builds none."""
+        required = get_transitive_required_resource_keys(
+            sensor.required_resource_keys, self.repo.get_top_level_resources()
+        )
+        resources = {k: v for k, v in self.repo.get_top_level_resources().items() if k in required}
         return dg.build_sensor_context(
             instance=self.instance, repository_def=self.repo, resources=resources, **kwargs
         )
 
     def _run_requests(self, sensor: dg.SensorDefinition, tick: SensorTick) -> list[dg.RunRequest]:
-        with self._sensor_context() as context:
+        with self._sensor_context(sensor) as context:
             result = sensor(context)
         # A skip (e.g. the org-wide stop) requests nothing.
         if result is None or isinstance(result, dg.SkipReason):
@@ -423,8 +428,9 @@ class LocalDaemon:
                 run, _ = self._create_run(sensor, tick, request, dict(request.run_config))
                 self.instance.run_coordinator.submit_run(SubmitRunContext(run, workspace=None))  # type: ignore[arg-type]
                 submitted.append(run.run_id)
-        with self._sensor_context() as context:
-            self.repo.get_sensor_def(EXPIRY_SENSOR)(context)
+        expiry = self.repo.get_sensor_def(EXPIRY_SENSOR)
+        with self._sensor_context(expiry) as context:
+            expiry(context)
         return submitted
 
     def dequeue(self) -> list[dg.DagsterRunStatus]:
@@ -465,7 +471,7 @@ class LocalDaemon:
         outcome = TickOutcome()
         with self._sensor_tick(SENSOR_NAME) as tick:
             before = self.instance.event_log_storage.get_maximum_record_id() or 0
-            with self._sensor_context(cursor=self.cursor) as context:
+            with self._sensor_context(sensor, cursor=self.cursor) as context:
                 result = sensor(context)
             if not isinstance(result, dg.SensorResult):
                 return outcome

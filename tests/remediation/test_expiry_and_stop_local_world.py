@@ -76,8 +76,9 @@ def test_a_hold_queued_before_the_stop_waits_in_the_outbox(stopped_night):
     notifier.notify(incident, diagnosis, radius, route_incident(context, diagnosis, radius, stopped=False))
     assert _messages(daemon.lw, "#buyers") == []
     assert [m.kind for m in notifier.pending(incident.incident_id)] == ["hold"]
-    with daemon._sensor_context() as sensor_context:
-        daemon.defs.get_sensor_def("slack_outbox")(sensor_context)
+    outbox = daemon.defs.get_sensor_def("slack_outbox")
+    with daemon._sensor_context(outbox) as sensor_context:
+        outbox(sensor_context)
     assert _messages(daemon.lw, "#buyers") == [], "the outbox sensor holds it too"
     control.set("resume", command_signer(load_context_file(daemon.settings.context_file), "Omar Haddad"))
     assert notifier.flush_pending(incident_id=incident.incident_id).sent

@@ -57,7 +57,7 @@ class Ticks:
         )
 
     def tick(self, name: str) -> tuple[list[dg.RunRequest], str | None]:
-        with self.daemon._sensor_context(cursor=self.cursors.get(name)) as context:
+        with self.daemon._sensor_context(self.sensors[name], cursor=self.cursors.get(name)) as context:
             result = self.sensors[name](context)
             items = list(result) if not isinstance(result, dg.SkipReason) and result is not None else [result]
             self.cursors[name] = context.cursor
