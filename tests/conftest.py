@@ -10,6 +10,9 @@ import pytest
 from world_cache import WORLD_CACHE
 
 os.environ.setdefault("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
+# Every local Snowflake the suite starts reads and keeps its statements' rewrites in the shared cache
+# (dw_local/snowflake_statements.py, ``RewriteStore``): each is a new process that would redo them all.
+os.environ.setdefault("DW_LOCAL_SNOWFLAKE_CACHE", str(WORLD_CACHE.resolve() / "snowflake"))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
 import re
 import shutil
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import dw_dagster
+from dw_local.snowflake_statements import CACHE_ENV
 from dw_local.world import LocalWorld, WorldError
 
 if TYPE_CHECKING:
@@ -139,6 +141,9 @@ class Template:
         self.world, self.nights, self.env, self.files, self.servers = world, nights, env, files, servers
         self.progress = progress
         self.folder = Path(cache_dir).resolve() / "worlds" / world.name
+        # The servers of a world seeded or copied from this cache keep their statements' rewrites beside it
+        # (snowflake_statements.RewriteStore): every copy's local Snowflake is a new process.
+        os.environ.setdefault(CACHE_ENV, str(Path(cache_dir).resolve() / "snowflake"))
 
     def built(self) -> bool:
         """Whether the template matching the code is already in the cache (a copy, not a seeding, away)."""

@@ -440,27 +440,34 @@ def _is_merge(text: str) -> bool:
         return False
 
 
-def inline_bindings(text: str, values: list[Any], converter: Any) -> str:
-    """``text`` with each ``?`` or ``:n`` placeholder replaced by its bound value written as the connector
-    writes a client-side bound value. Snowflake binds a MERGE's values wherever they stand
+def numbered_bindings(text: str, values: list[Any]) -> tuple[str, dict[str, Any]]:
+    """``text`` with each ``?`` and ``:n`` written as the named placeholder of its number (``:b1``, ...), and the
+    values by name. Snowflake binds a MERGE's values wherever they stand
     (https://docs.snowflake.com/en/developer-guide/python-connector/python-connector-example#binding-data);
-    fakesnow splits a MERGE into statements that each take every value, which DuckDB refuses, so a MERGE's
-    values are written into the text it runs (QUERY_HISTORY keeps the text as sent, placeholders and all)."""
+    fakesnow splits a MERGE into statements that each hold some of its placeholders, and DuckDB refuses a value
+    a statement does not hold: named, each part is given its own (``execute_strictly``). The text is the same
+    whatever the values, so its rewrite is kept (snowflake_statements.py), where values written into the text
+    made each a new one. (A name, not ``:n``: fakesnow's merge re-parses its parts in sqlglot's default
+    dialect, which reads ``:b1`` and not ``:1``. QUERY_HISTORY keeps the text as sent.)"""
+    named = _named_text(text)
+    for n in _numbers(named):
+        if not 1 <= n <= len(values):
+            raise _error(f"SQL compilation error:\nBind variable {n} not set.", 2049, "42601")
+    return named, {f"b{i + 1}": v for i, v in enumerate(values)}
+
+
+@functools.lru_cache(maxsize=1024)
+def _named_text(text: str) -> str:
     import sqlglot
     from sqlglot.tokens import TokenType
-
-    def literal(index: int) -> str:
-        if not 0 <= index < len(values):
-            raise _error(f"SQL compilation error:\nBind variable {index + 1} not set.", 2049, "42601")
-        return str(converter.quote(converter.escape(converter.to_snowflake(values[index]))))
 
     tokens = sqlglot.Dialect.get_or_raise("snowflake").tokenize(text)
     spans: list[tuple[int, int, str]] = []
     position = 0
     for i, token in enumerate(tokens):
         if token.token_type == TokenType.PLACEHOLDER and token.text == "?":
-            spans.append((token.start, token.end, literal(position)))
             position += 1
+            spans.append((token.start, token.end, f":b{position}"))
         elif (
             token.token_type == TokenType.COLON
             and i + 1 < len(tokens)
@@ -468,10 +475,30 @@ def inline_bindings(text: str, values: list[Any], converter: Any) -> str:
             and tokens[i + 1].start == token.end + 1
             and (i == 0 or tokens[i - 1].token_type not in (TokenType.VAR, TokenType.IDENTIFIER))
         ):
-            spans.append((token.start, tokens[i + 1].end, literal(int(tokens[i + 1].text) - 1)))
+            spans.append((token.start, tokens[i + 1].end, f":b{int(tokens[i + 1].text)}"))
     for start, end, value in reversed(spans):
         text = text[:start] + value + text[end + 1 :]
     return text
+
+
+@functools.lru_cache(maxsize=1024)
+def _numbers(named: str) -> frozenset[int]:
+    from sqlglot import exp
+
+    from dw_local.snowflake_statements import parsed
+
+    found = (p.name for p in parsed(named).find_all(exp.Placeholder))
+    return frozenset(int(n[1:]) for n in found if n[:1] == "b" and n[1:].isdigit())
+
+
+def _own_values(transformed: Any, params: Any) -> Any:
+    """The values of the placeholders ``transformed`` holds, when they are given by number (a MERGE's part)."""
+    if not isinstance(params, dict):
+        return params
+    from sqlglot import exp
+
+    held = {p.name for p in transformed.find_all(exp.Placeholder)}
+    return {k: v for k, v in params.items() if k in held} or None
 
 
 # -- Installing ---------------------------------------------------------------------------------------------
@@ -514,7 +541,7 @@ def install(app: Any, fs: Any) -> Rules:
         if catalog:
             rules.row_counts.refresh(self._duck_conn, catalog)
         try:
-            run(self, transformed, params)
+            run(self, transformed, _own_values(transformed, params))
         except (duckdb.InvalidInputException, duckdb.OutOfRangeException) as e:
             if "Division by zero" in str(e):
                 raise _error("Division by zero", 100051, "22012") from e
@@ -539,7 +566,7 @@ def install(app: Any, fs: Any) -> Rules:
             return self
         bound = kwargs.get("binding_params")
         if isinstance(bound, (list, tuple)) and bound and _is_merge(command):
-            command, kwargs["binding_params"] = inline_bindings(command, list(bound), self._converter), None
+            command, kwargs["binding_params"] = numbered_bindings(command, list(bound))
         return execute(self, command, *args, **kwargs)
 
     FakeSnowflakeCursor.execute = execute_as_snowflake_does

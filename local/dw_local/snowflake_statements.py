@@ -7,13 +7,27 @@ Coalesce nodes' SQL, the product's queries with bound values). Here the server c
 the cursor's rewrite of a text whose rewrite depends on nothing but the text and the session's database and
 schema, and describes a result by asking DuckDB directly. What DuckDB runs is what fakesnow would have run.
 
+Each local world's server is a new process, and the suite starts dozens, every one sending the same texts (a
+checks run's statement is some 45 KB: 0.65 s to parse and rewrite, 0.06 s to load): with
+``DW_LOCAL_SNOWFLAKE_CACHE`` set to a folder, a kept rewrite is also written there, in sqlglot's own
+serialisation (``Expression.dump``), under a key that names the text, the session's database and schema, and the
+versions of fakesnow, sqlglot and DuckDB and of the local Snowflake's own modules, so a server reads the rewrites
+another wrote instead of redoing them.
+
 Installed by ``snowflake_server.serve`` on fakesnow 0.12.1 (pinned: this wraps its private cursor methods).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
+import os
+import tempfile
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from pathlib import Path
 from typing import Any
 
 # Enough for every distinct text of a night of the largest local world, bounded so that a stream of distinct
@@ -44,6 +58,114 @@ class Memo:
         return len(self._items)
 
 
+CACHE_ENV = "DW_LOCAL_SNOWFLAKE_CACHE"
+KEEP_DAYS = 7
+"""A kept rewrite no server has read for this long is pruned when a server starts (old code's texts)."""
+_SHAPING_MODULES = ("snowflake_statements.py", "snowflake_rules.py", "snowflake_server.py")
+
+
+@functools.cache
+def _fingerprint() -> str:
+    """What a kept rewrite depends on beyond its key: the libraries that rewrote it and the modules that wrap
+    them."""
+    from importlib.metadata import version
+
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256(json.dumps([version(d) for d in ("fakesnow", "sqlglot", "duckdb")]).encode())
+    for name in _SHAPING_MODULES:
+        digest.update((here / name).read_bytes())
+    return digest.hexdigest()
+
+
+class RewriteStore:
+    """The rewrites kept on disk (``CACHE_ENV``'s folder), shared by every local Snowflake that sets it. A file
+    that cannot be read is a miss (and rewritten); a write is atomic (a temp file renamed), so servers writing
+    the same key at once leave one whole file."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder / _fingerprint()[:16]
+
+    @classmethod
+    def from_env(cls) -> RewriteStore | None:
+        folder = os.environ.get(CACHE_ENV)
+        return cls(Path(folder)) if folder else None
+
+    def _path(self, key: Hashable) -> Path:
+        name = hashlib.sha256(repr(key).encode()).hexdigest()
+        return self.folder / name[:2] / f"{name}.json"
+
+    def get(self, key: Hashable) -> list[Any] | None:
+        from sqlglot import exp
+
+        path = self._path(key)
+        try:
+            dumped = json.loads(path.read_bytes())
+            statements = [exp.Expression.load(d) for d in dumped]
+            os.utime(path)  # read: kept from the pruning
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return None
+        return statements
+
+    def put(self, key: Hashable, statements: list[Any]) -> None:
+        from sqlglot import exp
+
+        dumped = [s.dump() for s in statements]
+        # Kept only if it loads back to what runs: the same DuckDB text.
+        if [exp.Expression.load(d).sql(dialect="duckdb") for d in dumped] != [
+            s.sql(dialect="duckdb") for s in statements
+        ]:
+            return
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as f:
+                json.dump(dumped, f)
+            os.replace(f.name, path)
+        except OSError:
+            pass  # a cache: a full disk or a read-only folder costs the next server a rewrite, nothing more
+
+    def prune(self, now: float | None = None) -> None:
+        """Removes the rewrites no server has read for ``KEEP_DAYS`` (those of any version: checkouts of other
+        branches may share the folder), at most once a day (every server starts here)."""
+        now = time.time() if now is None else now
+        root = self.folder.parent
+        marker = root / ".pruned"
+        try:
+            if now - marker.stat().st_mtime < 86400:
+                return
+        except OSError:
+            pass
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        except OSError:
+            return
+        cutoff = now - KEEP_DAYS * 86400
+        for path in root.glob("*/*/*.json"):
+            try:
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+            except OSError:
+                pass
+
+
+def _sql_once(statement: Any) -> Any:
+    """``statement`` whose ``sql()`` text is generated once per dialect: fakesnow generates a rewritten tree's
+    DuckDB text at every execution (0.07 s for a checks run's statement), and a kept tree never changes."""
+    generate = statement.sql
+    texts: dict[tuple, str] = {}
+
+    def sql(dialect: Any = None, **opts: Any) -> str:
+        key = (dialect, tuple(sorted(opts.items())))
+        text = texts.get(key)
+        if text is None:
+            text = texts[key] = generate(dialect=dialect, **opts)
+        return text
+
+    statement.sql = sql
+    return statement
+
+
 # What fakesnow marks on a rewritten statement that changes the session, the stages or DuckDB's catalog as
 # the statement runs, or that is read from the request rather than the text.
 _SESSION_ARGS = (
@@ -55,14 +177,15 @@ _SESSION_ARGS = (
 def _reusable(statements: list[Any]) -> bool:
     """Whether fakesnow's rewrite of these statements is a function of the text, database and schema alone:
     queries, DML and tables created from a column list, with nothing that changes the session, uploads files
-    or draws random numbers (a table created from a query is rewritten from DuckDB's catalog)."""
+    or draws random numbers (a table created from a query is rewritten from DuckDB's catalog; the one a MERGE is
+    split around, ``merge_candidates``, is made from the statement's own text by fakesnow's merge transform)."""
     from sqlglot import exp
 
     for statement in statements:
         created_table = (
             isinstance(statement, exp.Create)
             and statement.kind == "TABLE"
-            and statement.args.get("expression") is None
+            and (statement.args.get("expression") is None or _merge_candidates(statement))
         )
         if not (
             created_table or isinstance(statement, (exp.Query, exp.Insert, exp.Update, exp.Delete, exp.Merge))
@@ -71,6 +194,13 @@ def _reusable(statements: list[Any]) -> bool:
         if any(statement.args.get(k) for k in _SESSION_ARGS) or statement.find(exp.Rand, exp.TableSample):
             return False
     return True
+
+
+def _merge_candidates(statement: Any) -> bool:
+    from sqlglot import exp
+
+    table = statement.this
+    return isinstance(table, exp.Table) and table.name == "merge_candidates"
 
 
 _trees = Memo()
@@ -96,6 +226,9 @@ def install() -> None:
     _classify_each_text_once(fakesnow.server)
     execute = FakeSnowflakeCursor.execute
     rewrites = Memo()
+    disk = RewriteStore.from_env()
+    if disk is not None:
+        disk.prune()
 
     def execute_reusing_rewrites(self, command: str, params: Any = None, *args: Any, **kwargs: Any):
         # Only what the server runs for a client; fakesnow's in-process callers keep its own path.
@@ -110,6 +243,11 @@ def install() -> None:
             conn.schema_set,
         )
         statements = rewrites.get(key)
+        if statements is None and disk is not None:
+            statements = disk.get(key)
+            if statements is not None:
+                statements = [_sql_once(s) for s in statements]
+                rewrites.put(key, statements)
         if statements is None:
             captured = _capturing_rewrites(self)
             try:
@@ -117,7 +255,9 @@ def install() -> None:
             finally:
                 del self._transform
             if _reusable(captured):
-                rewrites.put(key, captured)
+                rewrites.put(key, [_sql_once(s) for s in captured])
+                if disk is not None:
+                    disk.put(key, captured)
             return result
         bound = kwargs.get("binding_params")
         bound = list(bound) if isinstance(bound, tuple) else bound

@@ -91,3 +91,34 @@ def test_a_failing_statement_fails_again_with_its_message(snowflake):
         for _ in range(2):
             with pytest.raises(Exception, match="GONE"):
                 cur.execute("SELECT A FROM GONE")
+
+
+def _ledger_night(lw: LocalWorld, since: int) -> list[tuple]:
+    with lw.snowflake.connect(schema="PUBLIC", paramstyle="qmark") as conn:
+        cur = conn.cursor()
+        cur.execute("CREATE OR REPLACE TABLE KEPT (K NUMBER(38,0), V VARCHAR)")
+        cur.executemany("INSERT INTO KEPT (K, V) VALUES (?, ?)", [(1, "one"), (2, "two"), (3, "three")])
+        return _rows(cur, 'SELECT "V", COUNT(*) OVER () FROM KEPT WHERE "K" >= ? ORDER BY "K"', (since,))
+
+
+def test_a_server_reads_the_rewrites_another_server_kept_and_redoes_a_broken_one(tmp_path, monkeypatch):
+    # Each local world's Snowflake is a new process: the rewrites one kept on disk serve the next, and what
+    # runs is still what a fresh rewrite would run (other bound values, another world's data).
+    from dw_local.snowflake_statements import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "kept"))
+    with LocalWorld(tmp_path / "first", services=("snowflake",)) as lw:
+        assert _ledger_night(lw, 2) == [("two", 2), ("three", 2)]
+    kept = sorted((tmp_path / "kept").rglob("*.json"))
+    assert kept, "the first server kept its rewrites"
+    written = {p: p.read_bytes() for p in kept}
+    files = {p: p.stat().st_ino for p in kept}
+    with LocalWorld(tmp_path / "second", services=("snowflake",)) as lw:
+        assert _ledger_night(lw, 3) == [("three", 1)]
+    # Read, not written again (a write replaces the file).
+    assert {p: p.stat().st_ino for p in (tmp_path / "kept").rglob("*.json")} == files
+    for path in kept:
+        path.write_text("{")  # a torn or foreign file is a miss, rewritten
+    with LocalWorld(tmp_path / "third", services=("snowflake",)) as lw:
+        assert _ledger_night(lw, 1) == [("one", 3), ("two", 3), ("three", 3)]
+    assert {p: p.read_bytes() for p in kept} == written
