@@ -48,7 +48,8 @@ from dw_dagster.records.keys import key_label, plain
 MAX_SUBSETS = 50
 """A key with more values than this is not judged value by value."""
 MIN_ROWS = 20
-"""A subset with fewer rows tonight is not judged: the mean of a handful of log-values is not near normal."""
+"""A subset with fewer rows tonight, or usually, is not judged: the mean of a handful of log-values is not near
+normal."""
 MIN_NIGHTS = 14
 """A subset is judged once it has this many nights on record."""
 ROWS_HELD = 0.25
@@ -273,7 +274,8 @@ def judge_row_values(
     largest: dict[date, list[float]] = {}
     for g in known:
         errors, usual = _errors(g, known, centre, past_rows)
-        if len(errors) < MIN_NIGHTS:
+        # A subset of a handful of rows is never judged: its strays are no measure of the others'.
+        if len(errors) < MIN_NIGHTS or usual < MIN_ROWS:
             continue
         bias = median(errors.values())
         sigma = MAD_TO_SIGMA * median(abs(e - bias) for e in errors.values())
