@@ -212,21 +212,27 @@ def _errors(
     return {d: m / relative_noise(n or usual, usual) for d, (m, n) in moves.items()}, usual
 
 
+def _beyond(z: float) -> float:
+    """P(|N| > z) for a standard normal N (erfc keeps it exact far out, where 1 - cdf is 0; beyond 38 it is 0 and a
+    deviation is taken as itself)."""
+    return math.erfc(z / math.sqrt(2))
+
+
 def as_one(z: float, subsets: int) -> float:
     """The deviation of one normal error as rare as the largest of ``subsets`` independent ones being ``z``
     (Sidak's correction): P(|N| > as_one) = 1 - (1 - P(|N| > z))^subsets."""
     if z <= 0:
         return 0.0
-    tail = -math.expm1(subsets * math.log1p(-2 * NormalDist().cdf(-z)))
-    return -NormalDist().inv_cdf(tail / 2) if tail > 0 else math.inf
+    tail = -math.expm1(subsets * math.log1p(-_beyond(z)))
+    return -NormalDist().inv_cdf(tail / 2) if tail > 0 else z
 
 
 def of_one(z: float, subsets: int) -> float:
     """The inverse of ``as_one``: the largest of ``subsets`` deviations as rare as one deviation ``z``."""
     if z <= 0:
         return 0.0
-    tail = -math.expm1(math.log1p(-2 * NormalDist().cdf(-z)) / subsets)
-    return -NormalDist().inv_cdf(tail / 2) if tail > 0 else math.inf
+    tail = -math.expm1(math.log1p(-_beyond(z)) / subsets)
+    return -NormalDist().inv_cdf(tail / 2) if tail > 0 else z
 
 
 def judge_row_values(

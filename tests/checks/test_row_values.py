@@ -14,7 +14,15 @@ import pytest
 
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
-from dw_dagster.checks.row_values import SCALE, RowValues, judge_row_values, row_value_part, take_row_values
+from dw_dagster.checks.row_values import (
+    SCALE,
+    RowValues,
+    as_one,
+    judge_row_values,
+    of_one,
+    row_value_part,
+    take_row_values,
+)
 
 
 def _total(name: str, key: str, item: str | None, min_change: float) -> RecordedTotal:
@@ -253,3 +261,11 @@ def test_the_threshold_is_read_from_the_record_at_the_configured_rate():
         total, day, tonight, past = _subsets(seed, rows=200, sigma=0.6)
         assert judge_row_values(total, day, tonight, *past, excluded_days=set(), share=1) is None
         assert judge_row_values(lenient, day, tonight, *past, excluded_days=set(), share=1) is None
+
+
+def test_the_largest_of_many_subsets_is_read_as_one_deviation_as_rare_far_into_the_tail():
+    # The largest of 11 standard normal deviations at 3 is as rare as one at 2.18 (Sidak), and back again.
+    assert as_one(3.0, 11) == pytest.approx(2.1794, abs=1e-3)
+    for z in (1.0, 3.0, 6.0, 9.0, 20.0, 30.0):
+        assert as_one(of_one(z, 11), 11) == pytest.approx(z, rel=1e-6)
+        assert of_one(z, 11) > z and of_one(z, 1) == pytest.approx(z)
