@@ -154,9 +154,9 @@ class RowValueMove(BaseModel):
     """The move, less the record's usual one, in units of the larger of the record's spread and tonight's
     sampling error."""
     threshold: float
-    """The |z| the subset's own record put a move at the false-alarm rate beyond."""
+    """The |z| beyond which the key's own record puts a move at the false-alarm rate."""
     nights: int = 0
-    """The nights of record the threshold was read from."""
+    """The nights of the key's record the threshold was read from."""
     rows: int
     before: float
     after: float
@@ -165,8 +165,8 @@ class RowValueMove(BaseModel):
     def describe(self, measure: str) -> str:
         return (
             f"per-row {measure} of {self.subset} moved x{self.factor:.3g} (a typical row {self.before:,.4g} -> "
-            f"{self.after:,.4g}, {self.rows:,} rows; z {self.z:+.1f}, threshold {self.threshold:.1f} from its "
-            f"{self.nights} nights of record) while every "
+            f"{self.after:,.4g}, {self.rows:,} rows; z {self.z:+.1f}, threshold {self.threshold:.1f} from "
+            f"{self.nights} nights of {self.column}'s record) while every "
             f"other {self.column} held (x{self.others:.3g}): that subset's values scaled (a unit change, or its source rows counted more than once)"
         )
 
@@ -293,7 +293,7 @@ def judge_row_values(
     record = [as_one(max(z), len(z)) for z in largest.values()]
     if len(records) < 2 or len(record) < MIN_RESIDUALS:
         return None
-    limit = tail_threshold(record, false_alarm_alpha(total.baseline, share))
+    threshold = of_one(tail_threshold(record, false_alarm_alpha(total.baseline, share)), len(records))
     best: RowValueMove | None = None
     shares = _row_shares(past_rows, nights)
     tonight_rows = sum(tonight.rows.values())
@@ -309,7 +309,6 @@ def judge_row_values(
         widen = inflation(points) * relative_noise(n, usual)
         scale = max(sigma * widen, tonight.spread.get(g, 0.0) / math.sqrt(n))
         z = (moved - bias * widen) / scale
-        threshold = of_one(limit, len(records))
         if abs(z) < threshold:
             continue
         if best is None or abs(moved) > abs(math.log(best.factor)):
