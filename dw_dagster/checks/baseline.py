@@ -209,7 +209,7 @@ def week_over_week(values: Mapping[date, float]) -> dict[date, tuple[date, float
     return out
 
 
-def _inflation(points: int) -> float:
+def inflation(points: int) -> float:
     """How much wider a night's error from a median of ``points`` reference values is than the noise of one
     night: the median's own variance is sigma^2 / m for m <= 2 (a mean) and about pi sigma^2 / 2m beyond."""
     return math.sqrt(1 + (1 / points if points <= 2 else math.pi / (2 * points)))
@@ -221,7 +221,7 @@ class Calibration(BaseModel):
 
     The errors are one-step: each past ordinary night against the baseline built from the nights before it,
     as tonight is judged, divided by how much the median of that many references widens an error
-    (``_inflation``), so a night predicted from two references and one predicted from eight are alike."""
+    (``inflation``), so a night predicted from two references and one predicted from eight are alike."""
 
     residuals: int
     bias: float
@@ -289,7 +289,7 @@ def one_step_errors(points: Mapping[date, float], config: BaselineConfig, absolu
             raw = [points[r] for w in range(1, config.weeks + 1) if (r := d - timedelta(weeks=w)) in points]
             if len(raw) >= 2:
                 refs = [f(v) for v in raw]
-                spread = _inflation(len(refs)) * (1.0 if absolute else relative_noise(median(raw), usual))
+                spread = inflation(len(refs)) * (1.0 if absolute else relative_noise(median(raw), usual))
                 out.append((values[d] - median(refs)) / spread)
         return out
     if config.method is BaselineMethod.WEEK_OVER_WEEK:
@@ -297,7 +297,7 @@ def one_step_errors(points: Mapping[date, float], config: BaselineConfig, absolu
         for d, (prev, change) in weekly.items():
             refs = [c for b, (_, c) in weekly.items() if b < d and (d - b).days <= config.days]
             if len(refs) >= 2:
-                spread = _inflation(len(refs)) * (1.0 if absolute else relative_noise(points[prev], usual))
+                spread = inflation(len(refs)) * (1.0 if absolute else relative_noise(points[prev], usual))
                 out.append((change - median(refs)) * ((d - prev).days // 7) / spread)
         return out
     # (the later night, its change per day) for consecutive nights close enough to measure a change
@@ -313,7 +313,7 @@ def one_step_errors(points: Mapping[date, float], config: BaselineConfig, absolu
             continue
         refs = [c for b, a, c in changes if b < d and (d - a).days <= config.days]
         if len(refs) >= 2:
-            spread = _inflation(len(refs)) * (1.0 if absolute else relative_noise(points[prev], usual))
+            spread = inflation(len(refs)) * (1.0 if absolute else relative_noise(points[prev], usual))
             out.append(((values[d] - values[prev]) / gap - median(refs)) / spread)
     return out
 
@@ -414,7 +414,7 @@ def score(
     threshold = config.z_threshold
     if calibration is not None:
         # In the errors' units: tonight's error, less the series' usual one, against its own tail.
-        widen = _inflation(len(refs)) * relative_noise(ref.level, calibration.level)
+        widen = inflation(len(refs)) * relative_noise(ref.level, calibration.level)
         centre += calibration.bias * widen
         scale = max(calibration.sigma * widen, config.scale_floor) * scale_factor
         limit = max(calibration.threshold * widen * scale_factor, config.z_threshold * config.scale_floor)

@@ -12,11 +12,12 @@ absolute value per row, recorded as the series ``row_value:<total>:<COLUMN>``. T
 pipeline names: the total's ``item_key``, its group keys, and the dimension attributes its table carries
 from a reference table (``attributes.py``).
 
-Each subset is judged against its own history (``judge.py``, at the table's false-alarm rate split over
-every subset judged), and raised only when its typical row moved beyond its own record by at least x1.5
-while the others, pooled by their rows, held within 15% (a common move is the business or the calendar,
-not one subset's unit). A subset new or too new for its own baseline is not judged; a month-to-date total
-is not read this way (its rows grow through the month).
+Each subset is judged in units of its own record's spread, against a threshold the key's own record sets:
+its largest subset move of each ordinary night, read at the table's false-alarm rate (``judge_row_values``;
+docs/watch.md, "A subset's typical row"), and raised only when its typical row moved by at least x1.5 while
+the others, pooled by their rows, held within 15% (a common move is the business or the calendar, not one
+subset's unit). A subset new or too new for its own baseline is not judged; a month-to-date total is not
+read this way (its rows grow through the month).
 """
 
 from __future__ import annotations
@@ -31,6 +32,14 @@ from pydantic import BaseModel
 from sqlglot import exp
 
 from dw_dagster.checks.attributes import regrouped
+from dw_dagster.checks.baseline import (
+    MAD_TO_SIGMA,
+    MIN_RESIDUALS,
+    false_alarm_alpha,
+    inflation,
+    relative_noise,
+    tail_threshold,
+)
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import RecordedTotal
@@ -39,16 +48,10 @@ from dw_dagster.records.keys import key_label, plain
 MAX_SUBSETS = 50
 """A key with more values than this is not judged value by value."""
 MIN_ROWS = 20
-"""A subset with fewer rows tonight is not judged: the mean of a handful of log-values is not near normal."""
+"""A subset with fewer rows tonight, or usually, is not judged: the mean of a handful of log-values is not near
+normal."""
 MIN_NIGHTS = 14
 """A subset is judged once it has this many nights on record."""
-MIN_Z = 6.0
-"""The least threshold, in standard errors. A mean of a few dozen log-amounts is less normal than it should be:
-on one public scenario world's 56 ordinary nights a subset's typical row strayed 4.5 standard errors once and
-beyond 2.5 four times (a normal series: once), and raised at 4 (-5.2 on 37 rows with 15 nights of record); a unit
-change of x0.25 on 86 rows is 8.4 (benchmarks/HISTORY.md, branch detect3). Read from one world's tails: each
-series' own errors would set it better."""
-MAD_TO_SD = 1.4826
 ROWS_HELD = 0.25
 """A subset's rows held when within a quarter of its usual share of the night's rows (or three times the
 sampling error of its count)."""
@@ -148,7 +151,12 @@ class RowValueMove(BaseModel):
     others: float
     """How the other subsets' typical rows moved tonight (the median of their factors)."""
     z: float
+    """The move, less the record's usual one, in units of the larger of the record's spread and tonight's
+    sampling error."""
     threshold: float
+    """The |z| beyond which the key's own record puts a move at the false-alarm rate."""
+    nights: int = 0
+    """The nights of the key's record the threshold was read from."""
     rows: int
     before: float
     after: float
@@ -157,14 +165,10 @@ class RowValueMove(BaseModel):
     def describe(self, measure: str) -> str:
         return (
             f"per-row {measure} of {self.subset} moved x{self.factor:.3g} (a typical row {self.before:,.4g} -> "
-            f"{self.after:,.4g}, {self.rows:,} rows; z {self.z:+.1f}, threshold {self.threshold:.1f}) while every "
+            f"{self.after:,.4g}, {self.rows:,} rows; z {self.z:+.1f}, threshold {self.threshold:.1f} from "
+            f"{self.nights} nights of {self.column}'s record) while every "
             f"other {self.column} held (x{self.others:.3g}): that subset's values scaled (a unit change, or its source rows counted more than once)"
         )
-
-
-def _robust_sd(values: Sequence[float]) -> float:
-    m = median(values)
-    return MAD_TO_SD * median(abs(v - m) for v in values)
 
 
 def _row_shares(past_rows: Mapping[date, Recorded], nights: Sequence[date]) -> list[dict[str, float]]:
@@ -187,6 +191,50 @@ def _rows_held(n: int, whole: int, shares: Sequence[float]) -> bool:
     return abs(n - expected) <= max(ROWS_HELD * expected, 3 * math.sqrt(expected))
 
 
+def _errors(
+    g: str,
+    known: Mapping[str, Mapping[date, float]],
+    centre: Mapping[str, float],
+    past_rows: Mapping[date, Recorded],
+) -> tuple[dict[date, float], float]:
+    """Subset ``g``'s record of the measure it is judged on, night by night: its log typical row from its median,
+    less the other subsets' median move that night, each brought to the subset's usual rows as a mean of that
+    many log-values spreads (``relative_noise``: a night of a quarter of the rows, twice as much); and those
+    usual rows."""
+    moves: dict[date, tuple[float, float]] = {}
+    for d, v in known[g].items():
+        others = [known[h][d] - centre[h] for h in known if h != g and d in known[h]]
+        if others:
+            r = past_rows.get(d)
+            moves[d] = (v - centre[g] - median(others), (r.groups.get(g) if r else None) or 0.0)
+    counted = [n for _, n in moves.values() if n > 0]
+    usual = median(counted) if counted else 0.0
+    return {d: m / relative_noise(n or usual, usual) for d, (m, n) in moves.items()}, usual
+
+
+def _beyond(z: float) -> float:
+    """P(|N| > z) for a standard normal N (erfc keeps it exact far out, where 1 - cdf is 0; beyond 38 it is 0 and a
+    deviation is taken as itself)."""
+    return math.erfc(z / math.sqrt(2))
+
+
+def as_one(z: float, subsets: int) -> float:
+    """The deviation of one normal error as rare as the largest of ``subsets`` independent ones being ``z``
+    (Sidak's correction): P(|N| > as_one) = 1 - (1 - P(|N| > z))^subsets."""
+    if z <= 0:
+        return 0.0
+    tail = -math.expm1(subsets * math.log1p(-_beyond(z)))
+    return -NormalDist().inv_cdf(tail / 2) if tail > 0 else z
+
+
+def of_one(z: float, subsets: int) -> float:
+    """The inverse of ``as_one``: the largest of ``subsets`` deviations as rare as one deviation ``z``."""
+    if z <= 0:
+        return 0.0
+    tail = -math.expm1(math.log1p(-_beyond(z)) / subsets)
+    return -NormalDist().inv_cdf(tail / 2) if tail > 0 else z
+
+
 def judge_row_values(
     total: RecordedTotal,
     day: date,
@@ -197,15 +245,21 @@ def judge_row_values(
     excluded_days: set[date],
     share: int,
 ) -> RowValueMove | None:
-    """The subset whose typical row moved by a factor beyond its own record while the others held, if any
+    """The subset whose typical row moved by a factor beyond the key's own record while the others held, if any
     (the largest move when several did).
 
     Each subset's move is its log typical row against its own median, less the median move of the other
-    subsets that night (what moved every subset alike is the day, not a unit). Its spread is the larger of the
-    record's (robust, over the nights before) and tonight's own sampling error (the spread of its rows'
-    log-values over the square root of their number: a weekend's fewer rows move more). A mean of many
-    logarithms is near normal in its body, so the threshold is the normal quantile at the table's false-alarm
-    rate split over every subset judged, but never below ``MIN_Z``: its tails are heavier than that.
+    subsets that night (what moved every subset alike is the day, not a unit), in units of its spread: the
+    larger of its record's (1.4826 x MAD of the same measure on the nights before, each night's brought to the
+    usual rows, widened for tonight's rows and for tonight being out of the record) and tonight's own sampling
+    error (the spread of its rows' log-values over the square root of their number).
+
+    The threshold is the key's own record of its largest such move each night: the ordinary nights' largest
+    subset move, read as one normal deviation as rare (``as_one``), at the table's false-alarm rate split over
+    its series (``share``), by ``baseline.tail_threshold`` (the conformal quantile, or its tail extrapolated on
+    a short record, never below a normal one), then back to what one of this many subsets may reach
+    (``of_one``). One rate for the key, whatever its number of subsets, spent where its record says moves of
+    that size happen.
 
     The subset's rows must have held too: its share of tonight's rows within its record's (by a quarter, or
     three times the sampling error of its count). A key newly mapped into a subset (a warehouse opened in a
@@ -221,12 +275,29 @@ def judge_row_values(
         return None
     centre = {g: median(s.values()) for g, s in known.items()}
     moves = {g: math.log(tonight.typical[g]) - centre[g] for g in known}
-    alpha = total.baseline.false_alarm_rate / max(1, share * len(known))
-    threshold = max(MIN_Z, NormalDist().inv_cdf(1 - alpha / 2))
+    # Each subset's record in units of its own spread, and the key's largest of them each night.
+    records: dict[str, tuple[float, float, float, int]] = {}
+    largest: dict[date, list[float]] = {}
+    for g in known:
+        errors, usual = _errors(g, known, centre, past_rows)
+        # A subset of a handful of rows is never judged: its strays are no measure of the others'.
+        if len(errors) < MIN_NIGHTS or usual < MIN_ROWS:
+            continue
+        bias = median(errors.values())
+        sigma = MAD_TO_SIGMA * median(abs(e - bias) for e in errors.values())
+        if not sigma:
+            continue
+        records[g] = (bias, sigma, usual, len(errors))
+        for d, e in errors.items():
+            largest.setdefault(d, []).append(abs(e - bias) / sigma)
+    record = [as_one(max(z), len(z)) for z in largest.values()]
+    if len(records) < 2 or len(record) < MIN_RESIDUALS:
+        return None
+    threshold = of_one(tail_threshold(record, false_alarm_alpha(total.baseline, share)), len(records))
     best: RowValueMove | None = None
     shares = _row_shares(past_rows, nights)
     tonight_rows = sum(tonight.rows.values())
-    for g in known:
+    for g, (bias, sigma, usual, points) in records.items():
         n = tonight.rows.get(g, 0)
         if n < MIN_ROWS or not _rows_held(n, tonight_rows, [s[g] for s in shares if g in s]):
             continue
@@ -234,18 +305,10 @@ def judge_row_values(
         moved = moves[g] - common
         if abs(moved) < MOVED or abs(common) > HELD:
             continue
-        # The same measure, night by night: the subset's move less the others' median move.
-        history = []
-        for d, v in known[g].items():
-            others = [known[h][d] - centre[h] for h in known if h != g and d in known[h]]
-            if others:
-                history.append(v - centre[g] - median(others))
-        if len(history) < MIN_NIGHTS:
-            continue
-        sd = max(_robust_sd(history), tonight.spread.get(g, 0.0) / math.sqrt(n))
-        if not sd:
-            continue
-        z = moved / sd
+        # Tonight is out of the record (the median of the nights before), spread for tonight's rows.
+        widen = inflation(points) * relative_noise(n, usual)
+        scale = max(sigma * widen, tonight.spread.get(g, 0.0) / math.sqrt(n))
+        z = (moved - bias * widen) / scale
         if abs(z) < threshold:
             continue
         if best is None or abs(moved) > abs(math.log(best.factor)):
@@ -256,6 +319,7 @@ def judge_row_values(
                 others=math.exp(common),
                 z=z,
                 threshold=threshold,
+                nights=len(record),
                 rows=n,
                 before=math.exp(centre[g]) / SCALE,
                 after=tonight.typical[g] / SCALE,

@@ -14,7 +14,15 @@ import pytest
 
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
-from dw_dagster.checks.row_values import SCALE, RowValues, judge_row_values, row_value_part, take_row_values
+from dw_dagster.checks.row_values import (
+    SCALE,
+    RowValues,
+    as_one,
+    judge_row_values,
+    of_one,
+    row_value_part,
+    take_row_values,
+)
 
 
 def _total(name: str, key: str, item: str | None, min_change: float) -> RecordedTotal:
@@ -115,13 +123,13 @@ def test_a_common_move_and_a_subset_new_tonight_raise_nothing():
         }
     )
     assert _judge(shape, day, new, past) is None
-    # A payee newly mapped into an existing code brings its rows, of another size: the code's typical row moves
+    # A payee newly mapped into an existing code brings its rows, a tenth the size: the code's typical row moves
     # by what the newcomer's rows are like, and its rows are far beyond its usual share. The business, not a unit.
     label = "PAYEE_CODE=VIDEOTRON"
     n = tonight.rows[label]
     merged = tonight.model_copy(
         update={
-            "typical": {**tonight.typical, label: tonight.typical[label] * 0.25 ** (1.5 * n / (2.5 * n))},
+            "typical": {**tonight.typical, label: tonight.typical[label] * 0.1 ** (1.5 * n / (2.5 * n))},
             "rows": {**tonight.rows, label: round(2.5 * n)},
         }
     )
@@ -193,3 +201,71 @@ def test_the_diagnosis_takes_the_subset_the_check_measured():
     assert moved.after < moved.before
     # A finding without it (another check's, or a total's that raised on something else): nothing.
     assert from_finding(finding.model_copy(update={"evidence": {}}), total) is None
+
+
+def _subsets(seed: int, *, rows: int = 60, sigma: float = 0.9, nights: int = 56, jumps: float = 0.0):
+    """A history of five subsets of ``rows`` rows a night whose typical row strays by the sampling error of a
+    mean of log-values (``sigma`` over the square root of the rows); subset C's, on a share ``jumps`` of the
+    nights, by x2.2 or /2.2 besides (a big customer's batch some nights, none on others)."""
+    total = _total("spend", "NETWORK", None, 0.2)
+    rng, past, counts, start = random.Random(seed), {}, {}, date(2025, 1, 6)
+
+    def night() -> RowValues:
+        typical, spread, n = {}, {}, {}
+        for g in ["A", "B", "C", "D", "E"]:
+            jump = math.log(2.2) * rng.choice([-1, 1]) if g == "C" and rng.random() < jumps else 0.0
+            n[f"K={g}"] = rows
+            typical[f"K={g}"] = SCALE * math.exp(math.log(40) + rng.gauss(0, sigma / math.sqrt(rows)) + jump)
+            spread[f"K={g}"] = sigma
+        return RowValues(column="K", typical=typical, rows=n, spread=spread, measure="AMOUNT")
+
+    for i in range(nights):
+        d = start + timedelta(days=i)
+        rv = night()
+        past[d] = Recorded(business_date=d, value=rv.value, groups=dict(rv.typical))
+        counts[d] = Recorded(
+            business_date=d, value=rows * 5.0, groups={g: float(n) for g, n in rv.rows.items()}
+        )
+    return total, start + timedelta(days=nights), night(), (past, counts)
+
+
+def test_a_subset_whose_own_record_holds_moves_that_size_is_not_raised_on_one():
+    # Subset C's typical row doubles or halves on one night in ten: its record holds moves of x2. A x2 tonight,
+    # 7 spreads of a mean of 100 log-values, is a unit change to a fixed least threshold of 6, not to the record.
+    for seed in range(10):
+        total, day, tonight, past = _subsets(seed, rows=100, jumps=0.1)
+        if abs(math.log(tonight.typical["K=C"] / SCALE / 40)) > 0.5:
+            continue  # tonight is one of C's own jumps
+        found = judge_row_values(
+            total, day, _scaled(tonight, "K=C", 2.0), *past, excluded_days=set(), share=2
+        )
+        assert found is None, (seed, found)
+
+
+def test_the_threshold_is_read_from_the_record_at_the_configured_rate():
+    # A quiet record (the sampling error alone) at a false-alarm rate of 5 per 100 table-nights: its threshold is
+    # what the record shows at that rate (under a fixed least threshold of 6).
+    total, day, tonight, past = _subsets(5, rows=200, sigma=0.6)
+    lenient = total.model_copy(
+        update={"baseline": total.baseline.model_copy(update={"false_alarm_rate": 0.05})}
+    )
+    moved = _scaled(tonight, "K=B", 1.6)
+    found = judge_row_values(lenient, day, moved, *past, excluded_days=set(), share=1)
+    assert found is not None and found.subset == "K=B", found
+    assert found.threshold < 6 and found.nights == 56, found
+    # At the default rate, 0.5 per 100, the same record asks more of the same move.
+    strict = judge_row_values(total, day, moved, *past, excluded_days=set(), share=1)
+    assert strict is None or strict.threshold > found.threshold
+    # Ordinary nights of the same record raise nothing at either rate.
+    for seed in range(6, 12):
+        total, day, tonight, past = _subsets(seed, rows=200, sigma=0.6)
+        assert judge_row_values(total, day, tonight, *past, excluded_days=set(), share=1) is None
+        assert judge_row_values(lenient, day, tonight, *past, excluded_days=set(), share=1) is None
+
+
+def test_the_largest_of_many_subsets_is_read_as_one_deviation_as_rare_far_into_the_tail():
+    # The largest of 11 standard normal deviations at 3 is as rare as one at 2.18 (Sidak), and back again.
+    assert as_one(3.0, 11) == pytest.approx(2.1794, abs=1e-3)
+    for z in (1.0, 3.0, 6.0, 9.0, 20.0, 30.0):
+        assert as_one(of_one(z, 11), 11) == pytest.approx(z, rel=1e-6)
+        assert of_one(z, 11) > z and of_one(z, 1) == pytest.approx(z)
