@@ -69,14 +69,22 @@ def _cron_policy(deadline_cron: str, lower_bound_delta: timedelta, timezone: str
 
 def apply_freshness_policies(metrics: MetricsFile, specs: Sequence[dg.AssetSpec]) -> list[dg.AssetSpec]:
     schedules = metrics.freshness.schedules
+    # Each job's policy made once, not once per asset the job builds.
+    policies: dict[str, dg.FreshnessPolicy] = {}
     out = []
     for spec in specs:
         jobs = spec.metadata.get("coalesce/jobs")
         names = [j["name"] for j in jobs.data] if jobs is not None else []  # type: ignore[union-attr]
-        scheduled = [schedules[n] for n in names if n in schedules]
+        job = next((n for n in names if n in schedules), None)
+        if job is None:
+            out.append(spec)
+            continue
+        policy = policies.get(job)
+        if policy is None:
+            policy = policies[job] = freshness_policy_for(schedules[job])
         # One field of the spec, set to a FreshnessPolicy: a copy with that field replaced, where
         # replace_attributes would make and check every field again (9,000 specs a load at 10,000 nodes).
-        out.append(replace(spec, freshness_policy=freshness_policy_for(scheduled[0])) if scheduled else spec)
+        out.append(replace(spec, freshness_policy=policy))
     return out
 
 
