@@ -35,7 +35,7 @@ from dw_dagster.app.cost import build_cost_definitions
 from dw_dagster.app.incidents import build_incident_definitions
 from dw_dagster.app.references import check_references
 from dw_dagster.checks import load_metrics_file
-from dw_dagster.checks.freshness import apply_freshness_policies
+from dw_dagster.checks.freshness import freshness_policies
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.coalesce.component import CoalesceComponent
 from dw_dagster.coalesce.metadata import CoalesceMetadataSet, is_coalesce_spec
@@ -173,14 +173,12 @@ class OperationsComponent(dg.Component, dg.Model, dg.Resolvable):
     def pipeline_specs(self, specs: Sequence[dg.AssetSpec]) -> list[dg.AssetSpec]:
         """The Coalesce assets' specs as dw-dagster shows them: with their owners and the systems feeding
         them (context file) and the freshness policy of the job that builds them (metrics file)."""
-        ctx = self._context
         pipeline = [s for s in specs if is_coalesce_spec(s)]
-        if ctx is not None:
-            try:
-                pipeline = attach_context(pipeline, ctx)
-            except DwConfigError as e:
-                raise DwConfigError(f"{self.context_file}: {e}") from e
-        layered = {s.key: s for s in apply_freshness_policies(self._metrics, pipeline)}
+        policies = freshness_policies(self._metrics, pipeline)
+        try:
+            layered = {s.key: s for s in attach_context(pipeline, self._context, policies)}
+        except DwConfigError as e:
+            raise DwConfigError(f"{self.context_file}: {e}") from e
         return [layered.get(s.key, s) for s in specs]
 
     def files_read(self) -> list[Path]:
