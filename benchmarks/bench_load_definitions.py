@@ -17,7 +17,8 @@ keeps it. Then, round after round, each in a fresh process (as a code server or 
   code server's load recorded (the state versions it pinned): the checks run's job, its subset and its
   execution plan (``dagster api execute_run``: ``core_execute_run`` and ``execute_run_iterator``). This
   needs jobs and checks, so ``--run-worker`` loads the production shape: a warehouse database, a metrics
-  file with the volume check on one location's nodes and every job scheduled.
+  file with the volume check on one location's nodes and every job scheduled, and a context file whose
+  owner rules give every node its owning team (one location's its own) and whose system feeds a node.
 
 Each process imports its modules before the clock starts; the figures are the load alone. Rounds
 alternate the loads so that each round's ratio compares loads made under the same machine load; the
@@ -55,6 +56,19 @@ from dw_dagster.coalesce.workspace_models import CoalesceEnvironment, CoalesceJo
 
 LOCATIONS = [f"LOC_{i:02d}" for i in range(20)]
 ENTRY_MODULE = "dw_dagster.definitions"
+# The production shape's context file: a team owns one location, another every other node, as a deployment's
+# catch-all owner rule does; a replication feeds the first source node.
+CONTEXT = """
+teams:
+  analytics: {name: Analytics, slack_channel: "#analytics"}
+  platform: {name: Data platform, slack_channel: "#platform"}
+systems:
+  - {key: crm/accounts_export, name: CRM accounts export, kind: replication, owners: [platform],
+     feeds: [loc_00/node_00000]}
+coalesce_owners:
+  - {match: "loc_00/*", owners: [platform]}
+  - {match: "*", owners: [analytics]}
+"""
 
 
 def synthetic_workspace(n: int, seed: int = 1) -> CoalesceWorkspaceData:
@@ -365,6 +379,8 @@ def main() -> None:
             metrics["freshness"] = {"schedules": schedules}
         if args.run_worker:
             metrics["volume"] = {"assets": [f"{LOCATIONS[0].lower()}/*"]}
+            (Path(tmp) / "context.yaml").write_text(CONTEXT)
+            env["DW_CONTEXT_FILE"] = str(Path(tmp) / "context.yaml")
             env.update(
                 SNOWFLAKE_DATABASE="DW",
                 SNOWFLAKE_ACCOUNT="bench",
@@ -400,7 +416,7 @@ def main() -> None:
             print(f"round {r + 1}: {line}; product/bare {wall:.2f}x, CPU {cpu:.2f}x (load {loads[-1]:.1f})")
         product = figures["product"][-1]
         shape = (
-            f", {product['checks']} checks, every job scheduled, a warehouse"
+            f", {product['checks']} checks, every job scheduled, every node owned, a warehouse"
             if args.run_worker
             else (f", {len(LOCATIONS)} jobs scheduled" if args.schedules else "")
         )

@@ -71,13 +71,10 @@ from dagster._core.storage.tags import (
     WILL_RETRY_TAG,
 )
 
-# A copy of a record with fields replaced: the code location's ``Definitions`` with the Coalesce assets'
-# specs as the operations component completes them, every other field (jobs, sensors, resources, the
-# component tree, any field a later release adds) as it was. The public ``Definitions.map_asset_specs`` is a
-# preview (a warning at every load) and rebuilds every ``AssetsDefinition``, not only the Coalesce ones.
-# Also a spec with its freshness policy set (``checks.freshness``): the public ``replace_attributes`` makes
-# and checks every field of the spec again, for each of 10,000 specs at a load; Dagster's own
-# ``AssetsDefinition`` copies its specs with ``replace`` too.
+# A copy of a record with fields replaced: a Coalesce spec with its owners and freshness policy set
+# (``context.specs.attach_context``). The public ``replace_attributes`` and ``merge_attributes`` make and check
+# every field of the spec again, for each of 10,000 specs at a load; Dagster's own ``AssetsDefinition`` copies
+# its specs with ``replace`` too.
 from dagster._record import replace
 
 # Dagster's clock: what a sensor reads as "now", so that it agrees with the daemon that runs it (the local

@@ -114,3 +114,22 @@ def test_the_state_management_type_may_come_from_the_environment(monkeypatch: py
     text = f"{raised.value} {raised.value.__cause__}"
     assert "defs_state.management_type: expected one of" in text and "LOCAL_FILESYSTEM" in text
     assert "got 'SOMEWHERE'" in text
+
+
+def test_the_operations_layer_is_set_on_the_coalesce_specs_before_they_are_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The owners, feeding systems and freshness policies go on the Coalesce specs as the Coalesce component
+    makes them: the code location sets the layer before the tree builds (test_load_snapshot.py holds what
+    the assets then carry). A tree built without it is refused, rather than serving the Coalesce assets
+    without them."""
+    from dw_dagster.app.project import component_tree
+
+    for k in list(os.environ):
+        if k.startswith(("DW_", "COALESCE_", "SNOWFLAKE_")):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("DW_COALESCE_STATE", "LOCAL_FILESYSTEM")  # no instance's storage needed
+    with pytest.raises(Exception) as raised:
+        component_tree().build_defs()
+    text = f"{raised.value} {raised.value.__cause__}"
+    assert "built without the operations layer" in text and "dw_dagster.definitions" in text

@@ -2,7 +2,7 @@
 
 Everything is declared as components under ``dw_dagster/app/defs``: the Coalesce integration
 (``coalesce/defs.yaml``) and dw-dagster's own layer on it (``operations/defs.yaml``), which also sets the
-owners, feeding systems and freshness policies of the Coalesce assets (:meth:`OperationsComponent.attach`).
+owners, feeding systems and freshness policies of the Coalesce assets (:meth:`OperationsComponent.layer_over`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def build_definitions() -> dg.Definitions:
 def _build() -> tuple[dg.Definitions, list[Path]]:
     """The definitions, and the files they were read from (the project's and the ones it names)."""
     from dw_dagster.app.project import component_tree, operations_component, project_files
+    from dw_dagster.coalesce.component import CoalesceComponent
 
     # One tree: the operations component it loads is the one whose definitions it builds. Dagster's own
     # loader (load_from_defs_folder) quiets its preview and beta notices about its own machinery while it
@@ -43,9 +44,12 @@ def _build() -> tuple[dg.Definitions, list[Path]]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", dg.PreviewWarning)
             warnings.simplefilter("ignore", dg.BetaWarning)
+            operations = operations_component(tree)
+            # Before the tree builds: the Coalesce component makes its specs with what the operations layer
+            # says about them, once.
+            operations.layer_over(tree.load_component(operations.coalesce, CoalesceComponent))
             built = tree.build_defs()
-        operations = operations_component(tree)
-        return operations.attach(built), [*project_files(), *operations.files_read()]
+        return built, [*project_files(), *operations.files_read()]
 
 
 def load_definitions(instance: dg.DagsterInstance) -> dg.Definitions:

