@@ -200,7 +200,7 @@ def _merge_candidates(statement: Any) -> bool:
     from sqlglot import exp
 
     table = statement.this
-    return isinstance(table, exp.Table) and table.name == "merge_candidates"
+    return isinstance(table, exp.Table) and table.name.lower() == "merge_candidates"
 
 
 _trees = Memo()

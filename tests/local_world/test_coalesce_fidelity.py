@@ -34,6 +34,9 @@ pytestmark = pytest.mark.world
 
 PROJECT = Path(__file__).resolve().parents[1] / "fixtures" / "coalesce_api" / "params_project.yaml"
 ORG = "acme"  # the project's orgID
+# Each query of a run this slow: the run is still going when a loaded machine (the suite's 3 workers on 2 cores) gets
+# round to interrupting or cancelling it (at 0.5 s a one-node run completed first). A canceled run ends at once.
+SLOW_QUERY_SECONDS = 5
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +222,7 @@ def test_a_slow_page_of_detailed_nodes_is_asked_again_smaller_and_succeeds(
 def test_a_wait_that_times_out_cancels_its_run(
     client: CoalesceClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sim_control(client, "POST", "warehouse", {"queryDelaySeconds": 0.5})
+    sim_control(client, "POST", "warehouse", {"queryDelaySeconds": SLOW_QUERY_SECONDS})
     run_id = client.start_run("2", job_id=4, user_credentials=credentials())
     with caplog.at_level(logging.INFO), pytest.raises(CoalesceRunTimeoutError):
         client.wait_for_run(run_id, poll_interval=0.05, timeout=0.3)
@@ -231,7 +234,7 @@ def test_without_the_org_id_the_log_says_the_run_was_left_going(
     world: LocalWorld, caplog: pytest.LogCaptureFixture
 ) -> None:
     with CoalesceClient(TOKEN, world.coalesce_url) as client:
-        sim_control(client, "POST", "warehouse", {"queryDelaySeconds": 0.5})
+        sim_control(client, "POST", "warehouse", {"queryDelaySeconds": SLOW_QUERY_SECONDS})
         try:
             run_id = client.start_run("2", job_id=4, user_credentials=credentials())
             with caplog.at_level(logging.WARNING), pytest.raises(CoalesceRunTimeoutError):
@@ -276,7 +279,7 @@ def test_a_dagster_run_interrupted_while_it_waits_cancels_its_coalesce_run(
 ) -> None:
     # Dagster terminates a run by interrupting its process (SIGINT), which its step sees as
     # DagsterExecutionInterruptedError.
-    sim_control(client, "POST", "warehouse", {"queryDelaySeconds": 0.5})
+    sim_control(client, "POST", "warehouse", {"queryDelaySeconds": SLOW_QUERY_SECONDS})
     script = tmp_path / "marts.py"
     script.write_text(textwrap.dedent(SCRIPT))
     process = subprocess.Popen(
