@@ -107,22 +107,23 @@ class RewriteStore:
         return statements
 
     def put(self, key: Hashable, statements: list[Any]) -> None:
+        """Keeps ``statements`` if they load back to what runs (the same DuckDB text); never raises: a rewrite
+        that does not serialise (fakesnow keeps Python values in some, a MERGE's among them), a full disk or a
+        read-only folder costs the next server a rewrite, nothing more."""
         from sqlglot import exp
 
-        dumped = [s.dump() for s in statements]
-        # Kept only if it loads back to what runs: the same DuckDB text.
-        if [exp.Expression.load(d).sql(dialect="duckdb") for d in dumped] != [
-            s.sql(dialect="duckdb") for s in statements
-        ]:
-            return
-        path = self._path(key)
         try:
+            text = json.dumps([s.dump() for s in statements])
+            loaded = [exp.Expression.load(d) for d in json.loads(text)]
+            if [s.sql(dialect="duckdb") for s in loaded] != [s.sql(dialect="duckdb") for s in statements]:
+                return
+            path = self._path(key)
             path.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as f:
-                json.dump(dumped, f)
+                f.write(text)
             os.replace(f.name, path)
-        except OSError:
-            pass  # a cache: a full disk or a read-only folder costs the next server a rewrite, nothing more
+        except (OSError, TypeError, ValueError, KeyError, AttributeError):
+            return
 
     def prune(self, now: float | None = None) -> None:
         """Removes the rewrites no server has read for ``KEEP_DAYS`` (those of any version: checkouts of other
