@@ -10,6 +10,7 @@ A change meant to change the specs: ``DW_UPDATE_LOAD_SNAPSHOT=1`` rewrites the s
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -28,26 +29,21 @@ SNAPSHOT = Path(__file__).parent / "data" / "load_snapshot.json"
 NODES = 16
 
 
-def _synthetic_workspace(n: int) -> str:
+@functools.cache
+def _bench():
+    """``bench_load_definitions.py``, whose synthetic workspace and production-shape context file this load is."""
     path = ROOT / "benchmarks" / "bench_load_definitions.py"
     spec = importlib.util.spec_from_file_location("bench_load_definitions", path)
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    return bench.synthetic_workspace(n).serialize()
+    return bench
 
 
-CONTEXT = """
-teams:
-  analytics: {name: Analytics, slack_channel: "#analytics"}
-  platform: {name: Data platform, slack_channel: "#platform"}
-systems:
-  - {key: crm/accounts_export, name: CRM accounts export, kind: replication, owners: [platform],
-     feeds: [loc_00/node_00000]}
-coalesce_owners:
-  - {match: "loc_00/*", owners: [platform]}
-  - {match: "*", owners: [analytics]}
-"""
+def _synthetic_workspace(n: int) -> str:
+    return _bench().synthetic_workspace(n).serialize()
+
+
 METRICS = """
 freshness:
   schedules:
@@ -61,7 +57,7 @@ def _asset_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, o
     for k in list(os.environ):
         if k.startswith(("DW_", "COALESCE_", "SNOWFLAKE_")):
             monkeypatch.delenv(k)
-    (tmp_path / "context.yaml").write_text(CONTEXT)
+    (tmp_path / "context.yaml").write_text(_bench().CONTEXT)
     (tmp_path / "metrics.yaml").write_text(METRICS)
     settings = {
         "COALESCE_ENVIRONMENT_IDS": "2",
