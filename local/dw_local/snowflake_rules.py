@@ -492,7 +492,7 @@ def _numbers(named: str) -> frozenset[int]:
 
 
 def _own_values(transformed: Any, params: Any) -> Any:
-    """The values of the placeholders ``transformed`` holds, when they are given by number (a MERGE's part)."""
+    """The values of the placeholders ``transformed`` holds, when they are given by name (a MERGE's part)."""
     if not isinstance(params, dict):
         return params
     from sqlglot import exp
