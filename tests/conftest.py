@@ -40,6 +40,29 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         build_all(WORLD_CACHE.resolve(), workers, echo)
     except RuntimeError as e:
         pytest.exit(str(e), returncode=pytest.ExitCode.INTERNAL_ERROR)
+    from dw_local.seeding import shaping_files
+
+    session.stash[_SHAPED] = shaping_files()
+
+
+_SHAPED = pytest.StashKey[dict]()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The suite fails if what shapes the templates changed while it ran: every test after the change seeded
+    its templates again (about 180 s of the suite's wall time the one time it happened, unnoticed)."""
+    built = session.stash.get(_SHAPED, None)
+    if built is None:
+        return
+    from dw_local.seeding import shaping_files
+
+    now = shaping_files()
+    changed = sorted(name for name in built.keys() | now.keys() if built.get(name) != now.get(name))
+    if changed:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        line = f"the files that shape the world templates changed during the suite: {', '.join(changed)}"
+        reporter.write_line(line, red=True) if reporter else print(line)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _compile_the_project() -> None:

@@ -69,3 +69,25 @@ def test_only_the_whole_suite_builds_first(config, builds, monkeypatch):
     monkeypatch.setenv("DW_PREBUILD_TEMPLATES", "1")
     # Forced on for the controller of any run; a worker (it inherits the variable) or --co never builds.
     assert builds_first(config) is not (hasattr(config, "workerinput") or config.option.collectonly)
+
+
+def test_what_running_the_code_leaves_beside_it_does_not_change_the_templates_key(tmp_path: Path):
+    """Dagster's ``LOCAL_FILESYSTEM`` state lands under the defs folder when a test loads the component tree
+    from the checkout; counted, it changed every template's key halfway through the suite."""
+    import uuid
+
+    from dw_local.seeding import _PRODUCT_DIR, _shaping_hash, shaping_files
+
+    before, key = shaping_files(), _shaping_hash()
+    state = _PRODUCT_DIR / "app" / "defs" / ".local_defs_state" / f"test-{uuid.uuid4().hex}"
+    stray = _PRODUCT_DIR / "checks" / f".{uuid.uuid4().hex}.swp"
+    try:
+        state.mkdir(parents=True)
+        (state / "state").write_text("{}")
+        stray.write_text("an editor's file")
+        assert shaping_files() == before and _shaping_hash() == key
+    finally:
+        stray.unlink(missing_ok=True)
+        (state / "state").unlink(missing_ok=True)
+        state.rmdir()
+    assert "dw_dagster/app/defs/coalesce/defs.yaml" in before and "dw_local/seeding.py" in before

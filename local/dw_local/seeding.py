@@ -100,18 +100,33 @@ def seed_history(
     (lw.root / "seeded.json").write_text(json.dumps({"nights_played": nights}))
 
 
-def _shaping_hash() -> str:
-    h = hashlib.sha256()
+def shaping_files() -> dict[str, str]:
+    """Each file that shapes a template (``_SHAPING``), by its name in its package, with its content's digest.
+
+    Only source counts: ``__pycache__`` and hidden folders or files are what running the code leaves beside
+    it (Dagster's ``LOCAL_FILESYSTEM`` state under ``app/defs/.local_defs_state``, a cache, an editor's
+    file). Counted, they changed the key as soon as a test loaded the component tree from the checkout, and
+    every template was seeded again halfway through the suite."""
+    found = {}
     for base in _SHAPING:
         if "*" in base.name:
             files = sorted(base.parent.glob(base.name))
         else:
             files = sorted(base.rglob("*")) if base.is_dir() else [base]
         for f in files:
-            if f.is_file() and "__pycache__" not in f.parts:
-                package = _LOCAL_DIR if f.is_relative_to(_LOCAL_DIR) else _PRODUCT_DIR
-                h.update(str(f.relative_to(package.parent)).encode())
-                h.update(f.read_bytes())
+            inside = f.relative_to(base).parts if base.is_dir() else ()
+            if not f.is_file() or "__pycache__" in inside or any(p.startswith(".") for p in inside):
+                continue
+            package = _LOCAL_DIR if f.is_relative_to(_LOCAL_DIR) else _PRODUCT_DIR
+            found[str(f.relative_to(package.parent))] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return found
+
+
+def _shaping_hash() -> str:
+    h = hashlib.sha256()
+    for name, digest in shaping_files().items():
+        h.update(name.encode())
+        h.update(digest.encode())
     return h.hexdigest()[:16]
 
 
