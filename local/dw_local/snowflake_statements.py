@@ -272,7 +272,23 @@ def install() -> None:
         return self
 
     FakeSnowflakeCursor.execute = execute_reusing_rewrites
+    FakeSnowflakeCursor._execute = _keeping_the_description(FakeSnowflakeCursor._execute)
     FakeSnowflakeCursor._describe_last_sql = _describe_in_duckdb(FakeSnowflakeCursor._describe_last_sql)
+
+
+def _keeping_the_description(run: Callable[..., None]) -> Callable[..., None]:
+    """fakesnow's ``_execute`` with the description of the result it kept (``to_arrow_table`` of the last
+    statement DuckDB ran, nothing run after it), under the result's query id: the rows' own column names and
+    types, which ``_describe_in_duckdb`` answers without planning the statement again."""
+
+    def execute(self, transformed: Any, params: Any = None) -> None:
+        self._kept_description = None
+        run(self, transformed, params)
+        # RESULT_SCAN restores an earlier result without running anything: DuckDB's description is not its.
+        if not transformed.args.get("result_scan_sfqid"):
+            self._kept_description = (self._sfqid, self._duck_conn.description)
+
+    return execute
 
 
 def _capturing_rewrites(cursor: Any) -> list[Any]:
@@ -307,10 +323,17 @@ def _classify_each_text_once(server: Any) -> None:
 
 def _describe_in_duckdb(describe: Callable[[Any], list]) -> Callable[[Any], list]:
     """fakesnow describes the last result by parsing ``DESCRIBE <its DuckDB SQL>`` with sqlglot and
-    generating it back; DuckDB takes that text as it is (the original path stays for what it refuses)."""
+    generating it back, which plans the statement a second time (a sixth of a server's CPU on a played
+    night). The description DuckDB gave the result itself comes first (``_keeping_the_description``): the
+    same names and type names as DESCRIBE's, which is all fakesnow's row types read (``describe_as_rowtype``:
+    the name and the type; DESCRIBE's ``null`` is never read). Then DuckDB's own ``DESCRIBE`` of the text as
+    it is; the original path stays for what it refuses."""
     import duckdb
 
     def describe_last_sql(self) -> list:
+        kept = getattr(self, "_kept_description", None)
+        if kept is not None and kept[0] == self._sfqid and kept[1] is not None:
+            return [(name, str(kind), "YES", None, None, None) for name, kind, *_ in kept[1]]
         try:
             return self._duck_conn.execute(f"DESCRIBE {self._last_sql}", self._last_params).fetchall()
         except duckdb.Error:

@@ -122,3 +122,34 @@ def test_a_server_reads_the_rewrites_another_server_kept_and_redoes_a_broken_one
     with LocalWorld(tmp_path / "third", services=("snowflake",)) as lw:
         assert _ledger_night(lw, 1) == [("one", 3), ("two", 3), ("three", 3)]
     assert {p: p.read_bytes() for p in kept} == written
+
+
+def test_each_result_is_described_by_its_own_columns_a_result_scan_included(snowflake):
+    """The row types come from the result DuckDB kept, under its query id (snowflake_statements.py,
+    ``_keeping_the_description``): a query, a write's count and a RESULT_SCAN of an earlier query each read as
+    their own columns, whatever ran between."""
+    from snowflake.connector.constants import FIELD_ID_TO_NAME
+
+    def described(cur):
+        return [(c.name, FIELD_ID_TO_NAME[c.type_code], c.precision, c.scale) for c in cur.description]
+
+    with snowflake.connect(schema="PUBLIC") as conn:
+        cur = conn.cursor()
+        cur.execute(
+            "CREATE OR REPLACE TABLE TYPED (AMOUNT NUMBER(10,2), NAME VARCHAR, DAY DATE, SEEN TIMESTAMP_TZ, OK BOOLEAN)"
+        )
+        cur.execute("INSERT INTO TYPED VALUES (1.25, 'a', '2025-06-16', '2025-06-16 01:00:00', TRUE)")
+        assert described(cur) == [("number of rows inserted", "FIXED", 38, 0)]
+        cur.execute("SELECT AMOUNT, NAME, DAY, SEEN, OK, AMOUNT * 2 AS TWICE FROM TYPED")
+        first = cur.sfqid
+        typed = [
+            ("AMOUNT", "FIXED", 10, 2), ("NAME", "TEXT", None, None), ("DAY", "DATE", None, None),
+            ("SEEN", "TIMESTAMP_TZ", 0, 9), ("OK", "BOOLEAN", None, None),
+        ]  # fmt: skip
+        # A product of NUMBERs keeps their scale; its precision is the engine's (Snowflake's differs).
+        typed.append(("TWICE", "FIXED", described(cur)[-1][2], 2))
+        assert described(cur) == typed
+        cur.execute("SELECT COUNT(*) AS N FROM TYPED")
+        assert described(cur) == [("N", "FIXED", 38, 0)]
+        cur.execute(f"SELECT * FROM TABLE(RESULT_SCAN('{first}'))")
+        assert described(cur) == typed and cur.fetchall()[0][1] == "a"
