@@ -198,6 +198,10 @@ def _run_dagster_dev(lw: LocalWorld, ui_port: int) -> None:
     run_ui(lw, cmd, env, home)
 
 
+UI_STOP_SECONDS = 90.0
+"""How long `dg dev` has to stop after Ctrl-C: its own wait for the webserver and the daemon is 60 s."""
+
+
 def run_ui(lw: LocalWorld, cmd: list[str], env: dict[str, str], cwd: Path) -> None:
     """Runs the world's UI (``cmd``) until it ends, in a process group of its own recorded in world.json as
     ``dagster-ui``: `world down` stops it with everything it started, and it dies with this process."""
@@ -210,9 +214,16 @@ def run_ui(lw: LocalWorld, cmd: list[str], env: dict[str, str], cwd: Path) -> No
         code = proc.wait()
         click.echo(f"the Dagster UI ended (exit code {code}); stopping the local world")
     except KeyboardInterrupt:
-        # Ctrl-C reaches this process only (the UI has a process group of its own): passed on, as the
-        # terminal would have.
-        stop_groups([proc.pid], signal.SIGINT)
+        # Ctrl-C reaches this process only (the UI has a process group of its own). Passed to `dg dev` alone,
+        # which tells the daemon and the webserver to stop, waits for them, then stops the code server they
+        # read (dagster/_cli/dev.py). Sent to the whole group, as a terminal does, the code server could end
+        # first, and the daemon's next sensor tick printed "Location dw_dagster does not exist in workspace"
+        # with its traceback as the world stopped.
+        os.kill(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=UI_STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass  # the group is stopped below
     finally:
         stop_groups([proc.pid])  # nothing of the UI outlives it
 

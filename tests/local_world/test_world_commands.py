@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -253,6 +254,66 @@ def test_world_down_stops_the_ui_and_the_world_up_running_it_in_the_background(t
         run_cli("world", "down", "--root", str(root), cwd=tmp_path).stdout
         == f"no world running under {root}\n"
     )
+
+
+# As `dg dev` runs: on Ctrl-C it stops what it started (the webserver and the daemon), then the code server;
+# a process of its group that got the SIGINT itself says so.
+UI_LEADER = """
+import signal, subprocess, sys, time
+from pathlib import Path
+out = Path(sys.argv[1])
+child = subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[1]])
+try:
+    time.sleep(600)
+except KeyboardInterrupt:
+    (out / "leader").write_text("SIGINT")
+    child.terminate()
+    child.wait(30)
+"""
+UI_CHILD = """
+import signal, sys, time
+from pathlib import Path
+out = Path(sys.argv[1])
+def record(sig, _):
+    (out / "child").write_text(signal.Signals(sig).name)
+    sys.exit(0)
+signal.signal(signal.SIGINT, record)
+signal.signal(signal.SIGTERM, record)
+(out / "ready").write_text("")
+time.sleep(600)
+"""
+CTRL_C_OWNER = """
+import sys
+from pathlib import Path
+from dw_local.cli import run_ui
+from dw_local.world import LocalWorld
+lw = LocalWorld(Path(sys.argv[1]), services=("slack",), command="world up").start()
+try:
+    run_ui(lw, [sys.executable, "-c", sys.argv[3], sys.argv[2], sys.argv[4]], {}, Path.cwd())
+finally:
+    lw.stop()
+"""
+
+
+def test_ctrl_c_reaches_the_ui_alone_which_stops_what_it_started(tmp_path):
+    """`dg dev` stops its daemon before the code server the daemon reads; a SIGINT to its whole group let the
+    code server end first and the daemon's next tick print a traceback (cli.py, ``run_ui``)."""
+    out = tmp_path / "signals"
+    out.mkdir()
+    owner = subprocess.Popen(
+        [sys.executable, "-c", CTRL_C_OWNER, str(tmp_path / "local"), str(out), UI_LEADER, UI_CHILD],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        owner.send_signal(signal.SIGINT)  # Ctrl-C in world up's terminal
+        _, err = owner.communicate(timeout=60)
+    finally:
+        owner.kill()
+    assert (out / "leader").read_text() == "SIGINT", err
+    assert (out / "child").read_text() == "SIGTERM", "only the UI's own process gets the Ctrl-C"
 
 
 # -- seeding ----------------------------------------------------------------------------------------------
