@@ -61,7 +61,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if changed:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         line = f"the files that shape the world templates changed during the suite: {', '.join(changed)}"
-        reporter.write_line(line, red=True) if reporter else print(line)
+        if reporter is not None:
+            reporter.write_line(line, red=True)
+        else:
+            print(line)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

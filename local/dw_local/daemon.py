@@ -395,10 +395,9 @@ class LocalDaemon:
         """A sensor's evaluation context with the resources it needs, and only those, as the code server
         builds it (``dagster._grpc.impl``: the sensor's transitive required resources): a sensor that needs no
         warehouse builds none."""
-        required = get_transitive_required_resource_keys(
-            sensor.required_resource_keys, self.repo.get_top_level_resources()
-        )
-        resources = {k: v for k, v in self.repo.get_top_level_resources().items() if k in required}
+        top_level = self.repo.get_top_level_resources()
+        required = get_transitive_required_resource_keys(sensor.required_resource_keys, top_level)
+        resources = {k: v for k, v in top_level.items() if k in required}
         return dg.build_sensor_context(
             instance=self.instance, repository_def=self.repo, resources=resources, **kwargs
         )

@@ -109,12 +109,13 @@ def shaping_files() -> dict[str, str]:
     every template was seeded again halfway through the suite."""
     found = {}
     for base in _SHAPING:
+        folder = base.is_dir()
         if "*" in base.name:
             files = sorted(base.parent.glob(base.name))
         else:
-            files = sorted(base.rglob("*")) if base.is_dir() else [base]
+            files = sorted(base.rglob("*")) if folder else [base]
         for f in files:
-            inside = f.relative_to(base).parts if base.is_dir() else ()
+            inside = f.relative_to(base).parts if folder else ()
             if not f.is_file() or "__pycache__" in inside or any(p.startswith(".") for p in inside):
                 continue
             package = _LOCAL_DIR if f.is_relative_to(_LOCAL_DIR) else _PRODUCT_DIR
