@@ -171,14 +171,16 @@ def test_a_hundred_requests_slack_did_not_sign_write_nothing_and_a_flood_is_limi
     ts = str(int(time.time()))
     forged = {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": sign("guessed", ts, body)}
     started = time.monotonic()
-    statuses = [endpoint.post(body, forged, source="127.0.0.2").status_code for _ in range(100)]
+    answers = [endpoint.post(body, forged, source="127.0.0.2") for _ in range(100)]
     elapsed = time.monotonic() - started
+    statuses = [a.status_code for a in answers]
     # A minute's worth is refused as forged, then the flood before its signature is checked (60 a minute:
     # one more for each second the flood lasted).
     assert statuses[:60] == [401] * 60 and set(statuses[60:]) <= {401, 429}
     assert statuses.count(401) <= 61 + elapsed and 429 in statuses
-    limited = endpoint.post(body, forged, source="127.0.0.2")
-    assert limited.status_code == 429 and int(limited.headers["Retry-After"]) >= 1
+    # Each refusal of the flood says when to come back (a request after it may find the second's new token:
+    # on a loaded machine the flood's requests can be a second apart).
+    assert all(int(a.headers["Retry-After"]) >= 1 for a in answers if a.status_code == 429)
     old = str(int(time.time()) - 600)
     stale = {"X-Slack-Request-Timestamp": old, "X-Slack-Signature": sign(SECRET, old, body)}
     assert endpoint.post(body, stale).status_code == 401 and endpoint.post(body, {}).status_code == 401
