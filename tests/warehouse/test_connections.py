@@ -97,6 +97,14 @@ def test_outside_dagster_each_connection_is_its_own_and_closed(warehouse, sent, 
     assert closed == raws
 
 
+def test_a_login_does_not_send_the_processs_imported_packages_to_snowflake(warehouse):
+    """The connector would list every package this process imported in its telemetry at each login."""
+    with warehouse.tagged_connection("cli.a", job="cli") as conn:
+        assert conn.raw._log_imported_packages_in_telemetry is False
+        telemetry = [str(entry.to_dict()) for entry in conn.raw._telemetry._log_batch]
+    assert not any("imported_packages" in entry for entry in telemetry)
+
+
 def test_secrets_stay_environment_variables_and_never_reach_a_tag(env, warehouse, sent):
     assert warehouse.password == "SNOWFLAKE_PASSWORD"  # the variable's name, nothing to show in the UI
     with warehouse.tagged_connection("check.volume", check="volume", dagster_run_id="r-1") as conn:
