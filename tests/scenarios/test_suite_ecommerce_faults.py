@@ -50,6 +50,17 @@ def test_faults_are_diagnosed(played, name, classification, key):
     assert key is None or key in incident.cause_keys
 
 
+def test_a_remap_between_groups_with_a_flat_total_names_both_groups(played):
+    reports, _ = played
+    report = reports["ecommerce-store-remapped"]
+    remap = report.nights[1]
+    shifts = [a for a in remap.alarms if a.check == "total_channel_revenue"]
+    assert shifts, [(a.check, a.asset) for a in remap.alarms]
+    assert "a shift between groups" in shifts[0].summary
+    assert "lost CHANNEL=app" in shifts[0].summary and "gained CHANNEL=web" in shifts[0].summary
+    assert report.nights[0].alarms == []
+
+
 def test_a_new_fault_under_an_open_incident_opens_its_own_linked_to_it(played):
     reports, score = played
     report = reports["ecommerce-duplicate-load-under-open-incident"]
