@@ -266,6 +266,7 @@ def _total_anomaly(
             evidence=evidence,
             keys=copies.keys[:10] or [_gap(g, tonight, before) for g in sorted(moved)[:5]],
             upstream_change=f"duplicate rows loaded into {copies.asset}{load}",
+            cause_asset=copies.asset,
             path=ctx.graph.path(copies.asset, total.asset) if copies.asset != total.asset else path,
             owners=ctx.graph.owners_on(feeders(ctx, copies.asset)),
             test_query=copies.query,
@@ -320,6 +321,7 @@ def _total_anomaly(
             + (f"; the fall is in {held_by}" if held_by else ""),
             evidence=evidence,
             keys=keys,
+            cause_asset=total.asset,
             path=path,
             owners=ctx.graph.owners_on([total.asset]),
         )
@@ -348,6 +350,7 @@ def _volume(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diag
         + (f"; {copies.asset} holds {copies.extra_rows:,} exact duplicate rows" if copies else ""),
         evidence=evidence,
         keys=copies.keys[:10] if copies else [],
+        cause_asset=copies.asset if copies else key,
         path=sorted(ctx.graph.upstream(key)) + [key] if key in ctx.graph else [key],
         owners=ctx.graph.owners_on([key]) if key in ctx.graph else [],
         test_query=copies.query if copies else None,

@@ -168,6 +168,7 @@ def stale_diagnosis(incident: Incident, finding: Finding, ctx: DiagnosisContext)
             if a.latest is not None
         ],
         upstream_change=f"no new rows from {', '.join(systems or keys)}",
+        cause_asset=keys[0],
         path=path,
         owners=ctx.graph.owners_on(systems or keys),
         test_query=f"SELECT MAX({quote_identifier(column)}) AS LATEST_LOAD FROM {table(ctx.graph, keys[0])}",
