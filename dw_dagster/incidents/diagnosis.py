@@ -244,8 +244,9 @@ def _total_anomaly(
         evidence["baseline_expected"] = float(expected)
     checked: list[str] = []
     sources = _measure_sources(ctx, total)
-    copies = find_duplicates(ctx, sources)
-    checked.append(f"exact duplicate rows in {', '.join(sources)}: none")
+    # Copies loaded before the last good night were in its numbers too: they explain nothing of tonight.
+    copies = find_duplicates(ctx, sources, since=before.business_date)
+    checked.append(f"exact duplicate rows in {', '.join(sources)} loaded since {before.business_date}: none")
     if copies is not None:
         evidence.update({"duplicate_rows": copies.extra_rows, "duplicates_in": copies.asset})
         if copies.load:
@@ -334,7 +335,10 @@ def _volume(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diag
     up = isinstance(rows, int | float) and isinstance(expected, int | float) and rows > expected
     key = finding.asset_key
     copies = (
-        find_duplicates(ctx, [*sources_upstream(ctx.graph, key)[:3], key])
+        # Tonight's load and the night before: copies an older load left raise no row count tonight.
+        find_duplicates(
+            ctx, [*sources_upstream(ctx.graph, key)[:3], key], since=finding.business_date - timedelta(days=1)
+        )
         if up and key in ctx.graph
         else None
     )
