@@ -330,23 +330,31 @@ def _total_anomaly(
 
 
 def _volume(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diagnosis:
+    """A row count that fell is volume loss; one that rose is duplication where copies were loaded, else
+    nothing measured explains it (a rise is no volume loss): unknown, saying what was checked."""
     rows = finding.evidence.get("row_count")
     expected = (finding.evidence.get("baseline") or {}).get("expected")
     up = isinstance(rows, int | float) and isinstance(expected, int | float) and rows > expected
     key = finding.asset_key
-    copies = (
-        # Tonight's load and the night before: copies an older load left raise no row count tonight.
-        find_duplicates(
-            ctx, [*sources_upstream(ctx.graph, key)[:3], key], since=finding.business_date - timedelta(days=1)
-        )
-        if up and key in ctx.graph
-        else None
-    )
+    since = finding.business_date - timedelta(days=1)
+    candidates = [*sources_upstream(ctx.graph, key)[:3], key] if key in ctx.graph else []
+    # Tonight's load and the night before: copies an older load left raise no row count tonight.
+    copies = find_duplicates(ctx, candidates, since=since) if up and candidates else None
     evidence = {
         "row_count": rows or 0,
         "expected_rows": expected or 0,
         "duplicate_rows": copies.extra_rows if copies else 0,
     }
+    path = sorted(ctx.graph.upstream(key)) + [key] if key in ctx.graph else [key]
+    if up and copies is None:
+        checked = (
+            [f"exact duplicate rows in {', '.join(candidates)} loaded since {since}: none"]
+            if candidates
+            else []
+        )
+        return _unknown(
+            incident, finding, ctx, evidence, path, checked or ["nothing: the table is not in the lineage"]
+        )
     return Diagnosis(
         incident_id=incident.incident_id,
         classification=CauseClass.DUPLICATION if copies else CauseClass.VOLUME_LOSS,
@@ -355,7 +363,7 @@ def _volume(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diag
         evidence=evidence,
         keys=copies.keys[:10] if copies else [],
         cause_asset=copies.asset if copies else key,
-        path=sorted(ctx.graph.upstream(key)) + [key] if key in ctx.graph else [key],
+        path=path,
         owners=ctx.graph.owners_on([key]) if key in ctx.graph else [],
         test_query=copies.query if copies else None,
     )

@@ -211,3 +211,26 @@ def test_an_input_older_than_its_rule_allows_is_still_stale_input(conn, shape):
     conn.cursor().execute(f'DROP TABLE "DB"."{s.sources[0][1]}"."{s.sources[0][2]}"')
     alone = stale_diagnosis(_incident(), _freshness(s, 40), ctx.audited(AuditTrail()))
     assert alone is not None and alone.classification is CauseClass.STALE_INPUT
+
+
+def _volume(shape: Shape, rows: int, expected: float) -> Finding:
+    return Finding(check_name="volume", asset_key=shape.fact[0], business_date=TONIGHT,
+                   summary=f"volume of {shape.fact[0]}: {rows} rows", cause_scope="job:x",
+                   evidence={"row_count": rows, "baseline": {"expected": expected}})  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_row_count_that_rose_with_no_copies_explains_nothing(conn, shape):
+    s = SHAPES[shape]
+    ctx = _ctx(conn, s)
+    _load(conn, s, 3)  # the sources hold no copies
+    _nights(ctx, s, list(s.usual)[1])
+    rose = _volume(s, 12_000, 10_000.0)
+    alone = diagnose(_incident(), [rose], ctx)
+    assert alone.classification is CauseClass.UNKNOWN, "a rise is no volume loss"
+    assert "exact duplicate rows in" in alone.cause and s.input in alone.cause
+    # Beside a false alarm it does not make the night an explained fault ...
+    alarm = _total(s, "daily_other", sum(s.usual.values()))
+    assert diagnose(_incident(), [alarm, rose], ctx).classification is CauseClass.UNKNOWN
+    # ... while a row count that fell is still volume loss.
+    assert diagnose(_incident(), [_volume(s, 7_000, 10_000.0)], ctx).classification is CauseClass.VOLUME_LOSS
