@@ -18,6 +18,7 @@ def sensitive_column_diagnosis(incident: Incident, finding: Finding) -> Diagnosi
             if e.get(k)
         },
         path=[finding.asset_key, *e.get("downstream_assets", [])],
+        cause_asset=finding.asset_key,
         owners=list(e.get("owners", [])),
         notes=["A governance finding: nothing was changed, and nothing is proposed."],
     )

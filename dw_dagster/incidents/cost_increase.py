@@ -48,6 +48,7 @@ def cost_diagnosis(incident: Incident, finding: Finding, ctx: DiagnosisContext) 
         statements=grown,
         # The node itself: what it reads upstream is the cost's reason, not its place.
         path=[asset],
+        cause_asset=asset,
         owners=ctx.graph.owners_on([asset]) if known else [],
     )
 

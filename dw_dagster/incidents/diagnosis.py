@@ -80,37 +80,75 @@ def by_priority(findings: Sequence[Finding]) -> list[Finding]:
 
 
 def diagnose(incident: Incident, findings: Sequence[Finding], ctx: DiagnosisContext) -> Diagnosis:
-    """The incident's diagnosis, with the statements it ran. Never raises for what it could not measure."""
+    """The incident's diagnosis, with the statements it ran. Never raises for what it could not measure.
+
+    The findings are read in priority order (``by_priority``) and the first that a classifier explains
+    gives the diagnosis: a finding that explains nothing (a false alarm riding on the night, a lag with no
+    stopped input) does not hide a real fault among the others. Only when none explains anything is the
+    incident ``unknown``, with the top finding's account of what was checked. Each finding tried has the
+    statement budget of its own (``audit.QUERY_BUDGET``), so a finding that explained nothing does not
+    starve the next; every statement of every attempt is in the audit trail."""
     if not findings:
         return Diagnosis(
             incident_id=incident.incident_id, classification=CauseClass.UNKNOWN, cause="no findings"
         )
-    trail = AuditTrail()
-    actx = ctx.audited(trail)
-    primary = by_priority(findings)[0]
-    try:
-        # A group whose value is NULL and whose last good value explains the fall names the keys, whichever
-        # finding came first; a failed build or stale input still leads.
-        nulls = (
-            null_value_diagnosis(incident, findings, actx)
-            if primary.check_name.startswith("total_") or primary.check_name == "volume"
-            else None
-        )
-        diagnosis = nulls or _classify(incident, primary, actx)
-    except Exception as e:  # noqa: BLE001 - a diagnosis that cannot finish must not cost the alert
-        # The error in full in the notes (the run's log and the incident's record); the people reading the
-        # alert get one short sentence, never an exception's text.
-        actx.note(f"the diagnosis stopped: {type(e).__name__}: {e}")
-        known = primary.asset_key in actx.graph
-        diagnosis = Diagnosis(
-            incident_id=incident.incident_id,
-            classification=CauseClass.UNKNOWN,
-            cause=f"{primary.summary} (the cause could not be measured: the diagnosis stopped on an error, "
-            "recorded in its notes)",
-            path=[*sorted(actx.graph.upstream(primary.asset_key)), primary.asset_key] if known else [],
-            owners=actx.graph.owners_on([primary.asset_key]) if known else [],
-        )
-    return diagnosis.model_copy(update={"queries": list(trail.records), "notes": list(actx.notes)})
+    ranked = _distinct(by_priority(findings))
+    records: list = []
+    notes: list[str] = []
+    first: Diagnosis | None = None
+    nulls_tried = False
+    for i, finding in enumerate(ranked):
+        trail = AuditTrail()
+        actx = ctx.audited(trail)
+        try:
+            # A group whose value is NULL and whose last good value explains the fall names the keys,
+            # whichever finding came first; a failed build or stale input still leads.
+            nulls = None
+            if not nulls_tried and (
+                finding.check_name.startswith("total_") or finding.check_name == "volume"
+            ):
+                nulls_tried = True
+                nulls = null_value_diagnosis(incident, findings, actx)
+            found = nulls or _classify(incident, finding, actx)
+        except Exception as e:  # noqa: BLE001 - a diagnosis that cannot finish must not cost the alert
+            # The error in full in the notes (the run's log and the incident's record); the people reading
+            # the alert get one short sentence, never an exception's text.
+            actx.note(f"the diagnosis stopped: {type(e).__name__}: {e}")
+            known = finding.asset_key in actx.graph
+            found = Diagnosis(
+                incident_id=incident.incident_id,
+                classification=CauseClass.UNKNOWN,
+                cause=f"{finding.summary} (the cause could not be measured: the diagnosis stopped on an error, "
+                "recorded in its notes)",
+                path=[*sorted(actx.graph.upstream(finding.asset_key)), finding.asset_key] if known else [],
+                owners=actx.graph.owners_on([finding.asset_key]) if known else [],
+            )
+        records.extend(trail.records)
+        where = f"{finding.check_name} on {finding.asset_key}"
+        notes.extend(actx.notes if i == 0 else [f"{where}: {n}" for n in actx.notes])
+        if found.classification is not CauseClass.UNKNOWN:
+            if i > 0:
+                notes.append(
+                    f"explained by {where}; the findings before it explained nothing: "
+                    + "; ".join(f"{f.check_name} on {f.asset_key}" for f in ranked[:i])
+                )
+                found = found.model_copy(update={"evidence": {**found.evidence, "explained_by": where}})
+            return found.model_copy(update={"queries": records, "notes": notes})
+        first = first or found
+    assert first is not None
+    return first.model_copy(update={"queries": records, "notes": notes})
+
+
+def _distinct(findings: Sequence[Finding]) -> list[Finding]:
+    """One finding per check and asset (the first, in the order given): the same check on the same table
+    classifies the same way."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for f in findings:
+        if (f.check_name, f.asset_key) not in seen:
+            seen.add((f.check_name, f.asset_key))
+            out.append(f)
+    return out
 
 
 def _classify(incident: Incident, primary: Finding, ctx: DiagnosisContext) -> Diagnosis:
@@ -206,8 +244,9 @@ def _total_anomaly(
         evidence["baseline_expected"] = float(expected)
     checked: list[str] = []
     sources = _measure_sources(ctx, total)
-    copies = find_duplicates(ctx, sources)
-    checked.append(f"exact duplicate rows in {', '.join(sources)}: none")
+    # Copies loaded before the last good night were in its numbers too: they explain nothing of tonight.
+    copies = find_duplicates(ctx, sources, since=before.business_date)
+    checked.append(f"exact duplicate rows in {', '.join(sources)} loaded since {before.business_date}: none")
     if copies is not None:
         evidence.update({"duplicate_rows": copies.extra_rows, "duplicates_in": copies.asset})
         if copies.load:
@@ -228,6 +267,7 @@ def _total_anomaly(
             evidence=evidence,
             keys=copies.keys[:10] or [_gap(g, tonight, before) for g in sorted(moved)[:5]],
             upstream_change=f"duplicate rows loaded into {copies.asset}{load}",
+            cause_asset=copies.asset,
             path=ctx.graph.path(copies.asset, total.asset) if copies.asset != total.asset else path,
             owners=ctx.graph.owners_on(feeders(ctx, copies.asset)),
             test_query=copies.query,
@@ -282,6 +322,7 @@ def _total_anomaly(
             + (f"; the fall is in {held_by}" if held_by else ""),
             evidence=evidence,
             keys=keys,
+            cause_asset=total.asset,
             path=path,
             owners=ctx.graph.owners_on([total.asset]),
         )
@@ -289,20 +330,31 @@ def _total_anomaly(
 
 
 def _volume(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diagnosis:
+    """A row count that fell is volume loss; one that rose is duplication where copies were loaded, else
+    nothing measured explains it (a rise is no volume loss): unknown, saying what was checked."""
     rows = finding.evidence.get("row_count")
     expected = (finding.evidence.get("baseline") or {}).get("expected")
     up = isinstance(rows, int | float) and isinstance(expected, int | float) and rows > expected
     key = finding.asset_key
-    copies = (
-        find_duplicates(ctx, [*sources_upstream(ctx.graph, key)[:3], key])
-        if up and key in ctx.graph
-        else None
-    )
+    since = finding.business_date - timedelta(days=1)
+    candidates = [*sources_upstream(ctx.graph, key)[:3], key] if key in ctx.graph else []
+    # Tonight's load and the night before: copies an older load left raise no row count tonight.
+    copies = find_duplicates(ctx, candidates, since=since) if up and candidates else None
     evidence = {
         "row_count": rows or 0,
         "expected_rows": expected or 0,
         "duplicate_rows": copies.extra_rows if copies else 0,
     }
+    path = sorted(ctx.graph.upstream(key)) + [key] if key in ctx.graph else [key]
+    if up and copies is None:
+        checked = (
+            [f"exact duplicate rows in {', '.join(candidates)} loaded since {since}: none"]
+            if candidates
+            else []
+        )
+        return _unknown(
+            incident, finding, ctx, evidence, path, checked or ["nothing: the table is not in the lineage"]
+        )
     return Diagnosis(
         incident_id=incident.incident_id,
         classification=CauseClass.DUPLICATION if copies else CauseClass.VOLUME_LOSS,
@@ -310,7 +362,8 @@ def _volume(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diag
         + (f"; {copies.asset} holds {copies.extra_rows:,} exact duplicate rows" if copies else ""),
         evidence=evidence,
         keys=copies.keys[:10] if copies else [],
-        path=sorted(ctx.graph.upstream(key)) + [key] if key in ctx.graph else [key],
+        cause_asset=copies.asset if copies else key,
+        path=path,
         owners=ctx.graph.owners_on([key]) if key in ctx.graph else [],
         test_query=copies.query if copies else None,
     )

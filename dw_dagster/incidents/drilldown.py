@@ -391,6 +391,7 @@ def unit_or_sign_diagnosis(
         evidence=evidence,
         keys=[key],
         upstream_change=f"{measure} {'sign' if sign else 'unit'} changed for {key.label} ({moved.shown})",
+        cause_asset=where if where in ctx.graph else total.asset,
         path=ctx.graph.path(where, total.asset)
         if where in ctx.graph and where != total.asset
         else sorted(ctx.graph.upstream(total.asset)) + [total.asset],

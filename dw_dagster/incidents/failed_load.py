@@ -30,6 +30,7 @@ def _base(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> dict:
     return {
         "incident_id": incident.incident_id,
         "path": [*upstream, finding.asset_key],
+        "cause_asset": finding.asset_key,
         "owners": ctx.graph.owners_on([finding.asset_key]) if known else [],
     }
 
@@ -115,6 +116,7 @@ def _duplication_behind_unique_test(
         + ". The test caught a duplication, not a broken build: de-duplicate or reload, then rerun."
     )
     base = _base(incident, finding, ctx)
+    base["cause_asset"] = where
     if copies:
         base["path"] = ctx.graph.path(copies.asset, key) if copies.asset != key else base["path"]
         base["owners"] = ctx.graph.owners_on(

@@ -282,6 +282,7 @@ def shift_diagnosis(
         evidence={**evidence, "groups_lost": lost, "groups_gained": gained},
         keys=shift.keys,
         upstream_change=f"reference rows of {where} changed group" + (f": {named}" if shift.keys else ""),
+        cause_asset=start,
         path=ctx.graph.path(start, total.asset)
         if start in ctx.graph and start != total.asset
         else [total.asset],

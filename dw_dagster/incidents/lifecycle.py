@@ -29,6 +29,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from dw_dagster.context.models import ContextFile
+from dw_dagster.incidents.diagnosis import by_priority
 from dw_dagster.incidents.events import findings_of
 from dw_dagster.incidents.store import SYSTEM, IncidentStore
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident
@@ -72,12 +73,25 @@ class Dedup(BaseModel):
 
 
 def dedup_of(diagnosis: Diagnosis, findings: Sequence[Finding]) -> Dedup:
-    root = diagnosis.path[0] if diagnosis.path else (findings[0].asset_key if findings else "")
+    """The cause's dedup key, rooted at the asset where the diagnosis placed the cause (``cause_asset``),
+    else at the finding that leads the night. Never at the head of the diagnosis's path: a path that only
+    lists what is upstream of a table (a volume loss, an unexplained deviation) starts at whichever upstream
+    table sorts first, which unrelated tables share."""
+    root = diagnosis.cause_asset or _lead_asset(diagnosis, findings)
     return Dedup(
         root=root,
         classification=diagnosis.classification.value,
         keys=sorted({f"{k.column}={k.value}" for k in diagnosis.keys}),
     )
+
+
+def _lead_asset(diagnosis: Diagnosis, findings: Sequence[Finding]) -> str:
+    explained = str(diagnosis.evidence.get("explained_by") or "")
+    named = [f.asset_key for f in findings if explained == f"{f.check_name} on {f.asset_key}"]
+    if named:
+        return named[0]
+    ranked = by_priority(findings)
+    return ranked[0].asset_key if ranked else ""
 
 
 def dedup_of_incident(incident: Incident) -> Dedup | None:

@@ -119,6 +119,7 @@ def null_value_diagnosis(
                 },
                 keys=keys,
                 upstream_change=f"{what} arrives empty for {', '.join(k.label for k in keys)}",
+                cause_asset=total.asset,
                 path=ctx.graph.path(source, total.asset)
                 if source in ctx.graph and source != total.asset
                 else [total.asset],

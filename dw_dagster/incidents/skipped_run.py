@@ -198,6 +198,7 @@ def skipped_run_diagnosis(incident: Incident, finding: Finding, ctx: DiagnosisCo
         evidence=evidence,
         upstream_change=f"the scheduled run of Coalesce job {ev.get('coalesce_job')} at {ev.get('scheduled_at')} "
         "did not start",
+        cause_asset=failing[0] if failing else finding.asset_key,
         path=failing or [finding.asset_key],
         owners=ctx.graph.owners_on(failing),
     )

@@ -116,16 +116,23 @@ def built_at(finding: Finding, ctx: DiagnosisContext) -> datetime:
 
 def stale_diagnosis(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diagnosis | None:
     """Stale input, per source table: the tables that stopped, by how long, and who feeds them; None when
-    no source stopped and no freshness rule says the input is stale."""
+    no source stopped and the input-freshness finding does not say its input was older than its rule allows
+    (a table that only trails a fresh input has another cause: a build that left rows out, a skipped load)."""
     rule = next((r for r in ctx.metrics.freshness.inputs if r.asset == finding.asset_key), None)
     built = built_at(finding, ctx)
     stale = stopped(ctx, finding.asset_key, built)
-    if not stale and (rule is None or finding.check_name != "input_freshness"):
+    if not stale and (
+        rule is None
+        or finding.check_name != "input_freshness"
+        or not _input_too_old(finding, rule.max_input_age_hours)
+    ):
+        # Nothing stopped: a table that only trails its input (the input is within its age) is not stale
+        # input; the other classifiers, and the night's other findings, get their turn.
         return None
     keys = [a.asset for a in stale] or [rule.input]  # type: ignore[union-attr]
     systems = feeding_systems(ctx, keys)
     path = ctx.graph.path(systems[0], finding.asset_key) if systems else [*keys, finding.asset_key]
-    age = finding.evidence.get("input_age_hours")
+    age = _number(finding.evidence.get("input_age_hours"))
     named = "; ".join(a.shown for a in stale)
     cause = (
         f"{finding.asset_key} was rebuilt on stale input: "
@@ -161,7 +168,28 @@ def stale_diagnosis(incident: Incident, finding: Finding, ctx: DiagnosisContext)
             if a.latest is not None
         ],
         upstream_change=f"no new rows from {', '.join(systems or keys)}",
+        cause_asset=keys[0],
         path=path,
         owners=ctx.graph.owners_on(systems or keys),
         test_query=f"SELECT MAX({quote_identifier(column)}) AS LATEST_LOAD FROM {table(ctx.graph, keys[0])}",
     )
+
+
+def _input_too_old(finding: Finding, limit_hours: float) -> bool:
+    """The input-freshness finding says its input was older than allowed, or had no loads at all (not only
+    that the table trails it). A finding that does not carry the input's age says nothing either way and is
+    taken at its word."""
+    age = _number(finding.evidence.get("input_age_hours"))
+    if age is not None:
+        return age > limit_hours
+    latest = finding.evidence.get("input_latest_load")
+    return latest is None or latest == "None"
+
+
+def _number(value: object) -> float | None:
+    """A figure of a check's metadata as the finding carries it: a number, a metadata value, or the one-item
+    list a recorded finding holds it as (``[31.5]``)."""
+    value = getattr(value, "value", value)
+    if isinstance(value, list | tuple) and len(value) == 1:
+        value = value[0]
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

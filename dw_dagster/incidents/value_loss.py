@@ -233,6 +233,7 @@ def _through_joins(
         keys=keys,
         joins=[effect],
         upstream_change=f"{top.key.label} {top.story}",  # the key is the sentence's subject
+        cause_asset=effect.asset_key,
         path=path,
         test_query=_unmatched_rows(ctx, total, join, left_key),
         owners=owners,
@@ -282,6 +283,7 @@ def _upstream_diagnosis(
         keys=[*named[:MAX_NAMED_KEYS], *lost],
         joins=[effect, upper.effect],
         upstream_change=story,
+        cause_asset=upper.node,
         path=path,
         test_query=_unmatched_rows(ctx, total, join, left_key),
         owners=owners,

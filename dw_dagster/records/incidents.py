@@ -211,6 +211,11 @@ class Diagnosis(BaseModel):
     statements: list[GrownStatement] = Field(default_factory=list)
     """A cost increase: the node's statements whose credits grew most, the largest rise first."""
     upstream_change: str | None = None
+    cause_asset: str | None = None
+    """The asset where the cause sits: the node whose join or filter drops the keys, the table holding the
+    copies, the first source that stopped, the source whose subset moved, the node that failed, the table
+    whose volume or total fell when nothing further up was found; None when the diagnosis placed no cause.
+    An incident's dedup key is rooted at it (``incidents/lifecycle.py``)."""
     path: list[str] = Field(default_factory=list)
     """Asset keys from the upstream cause to the failing asset."""
     test_query: str | None = None
