@@ -244,9 +244,10 @@ def _total_anomaly(
         evidence["baseline_expected"] = float(expected)
     checked: list[str] = []
     sources = _measure_sources(ctx, total)
-    # Copies loaded before the last good night were in its numbers too: they explain nothing of tonight.
-    copies = find_duplicates(ctx, sources, since=before.business_date)
-    checked.append(f"exact duplicate rows in {', '.join(sources)} loaded since {before.business_date}: none")
+    # Every copy in the table is counted, an older load's too: a replicated snapshot's rows keep the stamp of
+    # their last change, so the night's copies of old rows carry old stamps (no stamp tells tonight's copies).
+    copies = find_duplicates(ctx, sources)
+    checked.append(f"exact duplicate rows in {', '.join(sources)}: none")
     if copies is not None:
         evidence.update({"duplicate_rows": copies.extra_rows, "duplicates_in": copies.asset})
         if copies.load:
@@ -330,16 +331,14 @@ def _total_anomaly(
 
 
 def _volume(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diagnosis:
-    """A row count that fell is volume loss; one that rose is duplication where copies were loaded, else
+    """A row count that fell is volume loss; one that rose is duplication where copies are found, else
     nothing measured explains it (a rise is no volume loss): unknown, saying what was checked."""
     rows = finding.evidence.get("row_count")
     expected = (finding.evidence.get("baseline") or {}).get("expected")
     up = isinstance(rows, int | float) and isinstance(expected, int | float) and rows > expected
     key = finding.asset_key
-    since = finding.business_date - timedelta(days=1)
     candidates = [*sources_upstream(ctx.graph, key)[:3], key] if key in ctx.graph else []
-    # Tonight's load and the night before: copies an older load left raise no row count tonight.
-    copies = find_duplicates(ctx, candidates, since=since) if up and candidates else None
+    copies = find_duplicates(ctx, candidates) if up and candidates else None
     evidence = {
         "row_count": rows or 0,
         "expected_rows": expected or 0,
@@ -347,11 +346,7 @@ def _volume(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diag
     }
     path = sorted(ctx.graph.upstream(key)) + [key] if key in ctx.graph else [key]
     if up and copies is None:
-        checked = (
-            [f"exact duplicate rows in {', '.join(candidates)} loaded since {since}: none"]
-            if candidates
-            else []
-        )
+        checked = [f"exact duplicate rows in {', '.join(candidates)}: none"] if candidates else []
         return _unknown(
             incident, finding, ctx, evidence, path, checked or ["nothing: the table is not in the lineage"]
         )

@@ -6,18 +6,11 @@ leaves; they are counted per key (the metrics file's group keys that the table h
 load column, in one statement per table. A unique test that failed the Coalesce job is evidence of the same
 class: the duplicated values of the tested column are read from the node's table, then traced to the source
 that holds the copies.
-
-Copies an earlier load left (a duplicate load nobody removed) explain nothing of tonight: where the table's
-load column is declared (a freshness rule's input column: the loader's own stamp, which copies of one load
-share), only copies loaded since the last good night are counted, so a later fault on the same source is
-not read as duplication. A table whose load column is only guessed (its last time column, which may be a
-business date an old row keeps) is counted whole.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date
 
 from dw_dagster.incidents.evidence import DiagnosisContext
 from dw_dagster.incidents.structure import table, time_columns
@@ -38,12 +31,6 @@ class Duplicates:
     """Which load brought them: the range of the copies' load column."""
     query: str = ""
     """Ready-to-run SQL listing the copies."""
-
-
-def declared_load_column(ctx: DiagnosisContext, key: str) -> str | None:
-    """The loader's stamp a freshness rule of the metrics file declares for the table, if any."""
-    rule = next((r for r in ctx.metrics.freshness.inputs if r.input == key), None)
-    return rule.input_column if rule is not None else None
 
 
 def load_column(ctx: DiagnosisContext, key: str) -> str | None:
@@ -74,9 +61,8 @@ def _group_key(ctx: DiagnosisContext, key: str) -> str | None:
     return None
 
 
-def exact_duplicates(ctx: DiagnosisContext, key: str, since: date | None = None) -> Duplicates | None:
-    """The table's exact duplicate rows by key, with the load that brought them (one statement); with
-    ``since``, only the copies its declared load column dates from that business date on."""
+def exact_duplicates(ctx: DiagnosisContext, key: str) -> Duplicates | None:
+    """The table's exact duplicate rows by key, with the load that brought them (one statement)."""
     copies = duplicates_query(ctx, key)
     if copies is None:
         return None
@@ -84,16 +70,9 @@ def exact_duplicates(ctx: DiagnosisContext, key: str, since: date | None = None)
     load = load_column(ctx, key)
     group = quote_identifier(by) if by else "NULL"
     span = f"MIN({quote_identifier(load)}), MAX({quote_identifier(load)})" if load else "NULL, NULL"
-    declared = declared_load_column(ctx, key) if since is not None else None
-    where, params = "", None
-    if declared:
-        # Copies of one load share its stamp: those stamped before ``since`` were there on the last good night.
-        where, params = f" WHERE CAST({quote_identifier(declared)} AS DATE) >= ?", (since,)
     rows = ctx.rows(
-        f"exact duplicate rows in {key}" + (f" loaded since {since}" if declared else ""),
-        f"SELECT {group}, SUM(COPIES - 1), COUNT(*), {span} FROM ({copies}){where}"
-        f" GROUP BY 1 ORDER BY 2 DESC LIMIT {MAX_KEYS}",
-        params,
+        f"exact duplicate rows in {key}",
+        f"SELECT {group}, SUM(COPIES - 1), COUNT(*), {span} FROM ({copies}) GROUP BY 1 ORDER BY 2 DESC LIMIT {MAX_KEYS}",
     )
     if not rows:
         return None
@@ -147,13 +126,10 @@ def duplicated_values(ctx: DiagnosisContext, key: str, column: str) -> list[KeyG
     ]
 
 
-def find_duplicates(
-    ctx: DiagnosisContext, candidates: list[str], since: date | None = None
-) -> Duplicates | None:
-    """The first table (sources first, as given) holding exact duplicate rows (loaded since ``since``, where
-    the table declares its load column)."""
+def find_duplicates(ctx: DiagnosisContext, candidates: list[str]) -> Duplicates | None:
+    """The first table (sources first, as given) holding exact duplicate rows."""
     for key in candidates:
-        found = exact_duplicates(ctx, key, since)
+        found = exact_duplicates(ctx, key)
         if found is not None:
             return found
     return None

@@ -10,8 +10,10 @@ that drops keys) and the keys that hold the gap. Then :func:`settle`:
   a new alert (the stall on its second night);
 - **reopens** a resolved incident with a compatible key whose last finding is at most
   ``reopen_within_nights`` nights old (the fault came back);
-- otherwise **stands**: its own incident, diagnosis and alert, linked to the open incidents on the same
-  tables or root (another class, other keys, a new kind of failure). A stale incident never absorbs one.
+- otherwise **stands**: its own incident, diagnosis and alert, linked to the open incidents it meets (another
+  class, other keys, a new kind of failure): their findings' tables or dedup roots are shared, or one's lie on
+  the other's lineage path between cause and symptoms (the diagnosis's ``path``, kept in the incident's
+  detail beside its dedup key). A stale incident never absorbs one.
 
 Nothing is inhibited: Alertmanager silences a symptom while its cause fires, which here would hide
 tonight's new fault inside an old incident; a related incident is linked, never muted.
@@ -150,19 +152,16 @@ def settle(
             ):
                 target, kind = i, "reopens"
                 break
-    store.update_detail(incident.incident_id, dedup={**dedup.model_dump(), "key": dedup.key})
+    store.update_detail(
+        incident.incident_id, dedup={**dedup.model_dump(), "key": dedup.key}, path=list(diagnosis.path)
+    )
     if target is None:
-        mine = {f.asset_key for f in findings} | {dedup.root}
-        related = []
-        for i in older:
-            theirs = dedup_of_incident(i)
-            if i.status != "open":
-                continue
-            assets = {f.asset_key for f in findings_of(store, i.incident_id)} | (
-                {theirs.root} if theirs else set()
-            )
-            if mine & assets:
-                related.append(i)
+        mine = _Reach({f.asset_key for f in findings} | {dedup.root}, set(diagnosis.path))
+        related = [
+            i
+            for i in older
+            if i.status == "open" and mine.meets(_reach(i, findings_of(store, i.incident_id)))
+        ]
         if related:
             store.update_detail(incident.incident_id, related=[i.incident_id for i in related])
             for i in related:
@@ -203,6 +202,29 @@ def settle(
         detail={"merged_into": target.incident_id},
     )
     return Settlement(kind, store.get(target.incident_id) or target, dedup)
+
+
+@dataclass
+class _Reach:
+    """Where an incident is: the tables its findings are on with its dedup root (``on``), and the lineage
+    path between its cause and its symptoms as its diagnosis gave it (``path``)."""
+
+    on: set[str]
+    path: set[str]
+
+    def meets(self, other: _Reach) -> bool:
+        """Two incidents are related when one's tables are on the other's tables or path: a symptom of one
+        lies between the other's cause and its symptoms. Two paths that merely pass through a common table
+        (a raw ancestor both read, a calendar) relate nothing."""
+        return bool(self.on & (other.on | other.path) or other.on & self.path)
+
+
+def _reach(incident: Incident, findings: Sequence[Finding]) -> _Reach:
+    dedup = dedup_of_incident(incident)
+    return _Reach(
+        {f.asset_key for f in findings} | ({dedup.root} if dedup else set()),
+        {str(a) for a in incident.detail.get("path") or []},
+    )
 
 
 def _recent(store: IncidentStore, incident: Incident, night: date | None, policy: IncidentPolicy) -> bool:

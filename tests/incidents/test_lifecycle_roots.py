@@ -83,6 +83,7 @@ def test_keyless_volume_losses_on_unrelated_tables_are_two_causes(store, shape):
     assert other.kind == "stands", f"{second}'s loss was taken for {first}'s ({other.dedup.describe()})"
     assert other.incident.incident_id != old.incident.incident_id
     assert (old.dedup.root, other.dedup.root) == (first, second)
+    assert other.related == [], "their paths only share an upstream table: not related"
     # The first table's loss again the next night is the same cause, continued.
     again = _fell(store, graph, D18, first)
     assert again.kind == "continues" and again.incident.incident_id == old.incident.incident_id

@@ -137,3 +137,52 @@ def test_a_failed_fix_explains_only_the_reference_rows_it_added(store):
     assert not store.record_finding(
         finding("volume", "inv/fct", day=D16, **up), ancestors={"raw/onhand"}
     ).explained_by
+
+
+# Each shape: an open join fault on a fact, read from a source table (its path: source -> join node -> fact);
+# tonight the source's own total moves (copies loaded into it); and two facts that only share an upstream
+# lookup or calendar.
+LINK_SHAPES = {
+    "inventory": {
+        "open": ("inv/fct_position", "stage/stg_onhand", ["raw/onhand", "stage/stg_onhand", "inv/fct_position"]),
+        "tonight": ("raw/onhand", "raw/onhand", ["erp/onhand", "cdc/onhand_feed", "raw/onhand"]),
+        "apart": [("sales/fct_orders", ["calendar/dim_date", "raw/orders", "sales/fct_orders"]),
+                  ("sales/fct_returns", ["calendar/dim_date", "raw/returns", "sales/fct_returns"])],
+    },
+    "meters": {
+        "open": ("grid/fct_readings", "grid/stg_readings",
+                 ["head_end/readings", "grid/stg_readings", "grid/fct_readings"]),
+        "tonight": ("head_end/readings", "head_end/readings", ["mdm/readings", "head_end/readings"]),
+        "apart": [("grid/fct_usage", ["a_ref/regions", "head_end/usage", "grid/fct_usage"]),
+                  ("billing/fct_invoices", ["a_ref/regions", "billing_raw/invoices", "billing/fct_invoices"])],
+    },
+}  # fmt: skip
+
+
+def _placed(store, day, klass, asset, cause, path, keys=(), job="inventory_nightly"):
+    f = finding("total_x", asset, day=day, scope=f"job:{job}")
+    incident = store.record_finding(f).incident
+    d = diagnosis(klass, keys=keys).model_copy(update={"cause_asset": cause, "path": path})
+    return settle(store, incident, d, [f], POLICY)
+
+
+@pytest.mark.parametrize("shape", LINK_SHAPES)
+def test_a_fault_on_the_path_of_an_open_incident_is_linked_to_it_not_one_on_a_shared_ancestor(store, shape):
+    s = LINK_SHAPES[shape]
+    # The roots are where each cause sits (the join node, the table holding the copies) and the findings are
+    # on different tables: tonight's is on the open incident's path between its cause and its symptom.
+    old = _placed(store, D16, CauseClass.REFERENCE_DATA_CHANGE, *s["open"], keys=("K=1",))
+    new = _placed(store, D17, CauseClass.DUPLICATION, *s["tonight"], keys=("K=2",))
+    assert new.kind == "stands" and [i.incident_id for i in new.related] == [old.incident.incident_id]
+    assert store.get(old.incident.incident_id).detail["path"] == s["open"][2]
+    # Either way round: a fault whose path passes through the table an open incident's finding is on.
+    (asset, cause, path) = s["open"]
+    other = _placed(
+        store, D17, CauseClass.VALUE_LOSS, asset.replace("fct_", "mart_"), cause, path, ("K=3",), "marts"
+    )
+    assert new.incident.incident_id in [i.incident_id for i in other.related]
+    # Two facts whose paths only share an upstream table (a calendar, a region lookup) are not related.
+    (a, pa), (b, pb) = s["apart"]
+    first = _placed(store, D17, CauseClass.VOLUME_LOSS, a, a, pa, job="a_nightly")
+    second = _placed(store, D17, CauseClass.VOLUME_LOSS, b, b, pb, job="b_nightly")
+    assert first.related == [] and second.related == []

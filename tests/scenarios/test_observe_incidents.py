@@ -26,9 +26,11 @@ def _night(store: IncidentStore, day: date, asset: str, scope: str = "job:billpa
         cause_scope=scope, evidence={"gap_units": 100},
     )  # fmt: skip
     incident = store.record_finding(finding).incident
+    # The cause placed where the classifiers place it (the table holding the copies): the dedup key's root.
     diagnosis = Diagnosis(
-        incident_id="-", classification=CauseClass.DUPLICATION, cause="c", path=["raw/payments", asset]
-    )
+        incident_id="-", classification=CauseClass.DUPLICATION, cause="c", path=["raw/payments", asset],
+        cause_asset="raw/payments",
+    )  # fmt: skip
     return settle(store, incident, diagnosis, [finding], IncidentPolicy())
 
 
