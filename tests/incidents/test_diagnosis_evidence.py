@@ -8,9 +8,8 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 
 import dagster as dg
-import fakesnow
 import pytest
-import snowflake.connector
+from diagnosis_db import diagnosis_db
 
 from dw_dagster.checks.history import HistorySession
 from dw_dagster.checks.metrics import MetricsFile
@@ -18,7 +17,7 @@ from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.incidents.diagnosis import diagnose
 from dw_dagster.incidents.evidence import DiagnosisContext
 from dw_dagster.records.incidents import CauseClass, Finding, Incident
-from dw_dagster.warehouse.ops import TABLES, OpsSchema
+from dw_dagster.warehouse.ops import OpsSchema
 
 TONIGHT = date(2026, 6, 23)
 SHAPES = {
@@ -48,16 +47,8 @@ def _ctx(conn, column: str) -> DiagnosisContext:
 
 @pytest.fixture
 def conn():
-    with fakesnow.patch():
-        # Bound server-side, as the product's own connections bind (warehouse/connections.py).
-        conn = snowflake.connector.connect(database="DB", schema="RAW", paramstyle="qmark")
-        cur = conn.cursor()
-        for schema in ("RAW", "CORE", "DW_OPS"):
-            cur.execute(f'CREATE SCHEMA IF NOT EXISTS "DB"."{schema}"')
-        cur.execute(f'CREATE TABLE "DB"."DW_OPS"."METRIC_HISTORY" ({TABLES["METRIC_HISTORY"]})')
-        cur.execute(f'CREATE TABLE "DB"."DW_OPS"."INCIDENTS" ({TABLES["INCIDENTS"]})')
+    with diagnosis_db("RAW", "CORE") as conn:
         yield conn
-        conn.close()
 
 
 def _record(ctx: DiagnosisContext, column: str, nights: dict[date, dict[str, float | None]]) -> None:

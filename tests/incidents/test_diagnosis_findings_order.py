@@ -10,9 +10,8 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, time, timedelta
 
 import dagster as dg
-import fakesnow
 import pytest
-import snowflake.connector
+from diagnosis_db import diagnosis_db
 
 from dw_dagster.checks.history import HistorySession
 from dw_dagster.checks.metrics import MetricsFile
@@ -22,7 +21,7 @@ from dw_dagster.incidents.diagnosis import diagnose
 from dw_dagster.incidents.evidence import DiagnosisContext
 from dw_dagster.incidents.staleness import stale_diagnosis
 from dw_dagster.records.incidents import CauseClass, Finding, Incident
-from dw_dagster.warehouse.ops import TABLES, OpsSchema
+from dw_dagster.warehouse.ops import OpsSchema
 
 TONIGHT = date(2026, 6, 23)
 BUILT = datetime.combine(TONIGHT + timedelta(days=1), time(5), UTC)
@@ -89,16 +88,8 @@ def _ctx(conn, shape: Shape) -> DiagnosisContext:
 
 @pytest.fixture
 def conn():
-    with fakesnow.patch():
-        # Bound server-side, as the product's own connections bind (warehouse/connections.py).
-        conn = snowflake.connector.connect(database="DB", schema="RAW", paramstyle="qmark")
-        cur = conn.cursor()
-        for schema in ("RAW", "REF", "CORE", "GRID", "DW_OPS"):
-            cur.execute(f'CREATE SCHEMA IF NOT EXISTS "DB"."{schema}"')
-        cur.execute(f'CREATE TABLE "DB"."DW_OPS"."METRIC_HISTORY" ({TABLES["METRIC_HISTORY"]})')
-        cur.execute(f'CREATE TABLE "DB"."DW_OPS"."INCIDENTS" ({TABLES["INCIDENTS"]})')
+    with diagnosis_db("RAW", "REF", "CORE", "GRID") as conn:
         yield conn
-        conn.close()
 
 
 def _load(conn, shape: Shape, latest_hours_before_build: float) -> None:

@@ -9,9 +9,8 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 
 import dagster as dg
-import fakesnow
 import pytest
-import snowflake.connector
+from diagnosis_db import diagnosis_db
 
 from dw_dagster.checks.attributes import attribute_part, attribute_series, carried_attributes
 from dw_dagster.checks.history import HistorySession, Recorded
@@ -21,7 +20,7 @@ from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.incidents.evidence import DiagnosisContext
 from dw_dagster.incidents.group_shift import attribute_shift_diagnosis, trace_shift
 from dw_dagster.records.incidents import CauseClass, Finding, Incident
-from dw_dagster.warehouse.ops import TABLES, OpsSchema
+from dw_dagster.warehouse.ops import OpsSchema
 
 BEFORE, TONIGHT = date(2025, 9, 24), date(2025, 9, 25)
 LANES = [("N", "Z1", "C1", 20), ("S", "Z1", "C1", 20), ("N", "Z2", "C2", 20), ("S", "Z2", "C3", 5)]
@@ -99,15 +98,8 @@ def _values(rows) -> str:
 
 @pytest.fixture
 def ctx():
-    with fakesnow.patch():
-        conn = snowflake.connector.connect(
-            database="DB", schema="RAW", paramstyle="qmark"
-        )  # as the product binds
+    with diagnosis_db("RAW", "REF", "CORE", "MART") as conn:
         cur = conn.cursor()
-        for schema in ("RAW", "REF", "CORE", "MART", "DW_OPS"):
-            cur.execute(f'CREATE SCHEMA IF NOT EXISTS "DB"."{schema}"')
-        cur.execute(f'CREATE TABLE "DB"."DW_OPS"."METRIC_HISTORY" ({TABLES["METRIC_HISTORY"]})')
-        cur.execute(f'CREATE TABLE "DB"."DW_OPS"."INCIDENTS" ({TABLES["INCIDENTS"]})')
         cur.execute('CREATE TABLE "DB"."RAW"."PICKUPS" (ORIGIN VARCHAR, DEST VARCHAR, KG NUMBER(38,0))')
         cur.execute(f'INSERT INTO "DB"."RAW"."PICKUPS" VALUES {_values(PICKUPS)}')
         cur.execute(
@@ -115,7 +107,6 @@ def ctx():
         )
         cur.execute('CREATE TABLE "DB"."REF"."CARRIERS" (CARRIER VARCHAR, GRP VARCHAR)')
         yield DiagnosisContext(GRAPH, METRICS, _resolve, HistorySession(conn, OpsSchema("DB")), cur)
-        conn.close()
 
 
 def _build(ctx, lanes, carriers) -> Recorded:
