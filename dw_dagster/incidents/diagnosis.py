@@ -54,7 +54,7 @@ from dw_dagster.incidents.group_shift import attribute_shift_diagnosis, shift_di
 from dw_dagster.incidents.run_findings import RUN_FINDINGS
 from dw_dagster.incidents.shortfall import null_value_diagnosis, shortfall_keys
 from dw_dagster.incidents.staleness import stale_diagnosis
-from dw_dagster.incidents.structure import source_columns, sources_upstream, table
+from dw_dagster.incidents.structure import nearest, source_columns, sources_upstream, table
 from dw_dagster.incidents.value_loss import diagnose_fall, diagnose_gap
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
 from dw_dagster.records.keys import split_label
@@ -337,7 +337,10 @@ def _volume(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diag
     expected = (finding.evidence.get("baseline") or {}).get("expected")
     up = isinstance(rows, int | float) and isinstance(expected, int | float) and rows > expected
     key = finding.asset_key
-    candidates = [*sources_upstream(ctx.graph, key)[:3], key] if key in ctx.graph else []
+    # Every source the lineage gives, nearest first (up to ``SEARCH_TABLES``), then the table itself: copies a
+    # join or more up the path are found whatever the source's name.
+    sources = [s for s in sources_upstream(ctx.graph, key) if s != key]
+    candidates = [*nearest(ctx.graph, key, sources), key] if key in ctx.graph else []
     copies = find_duplicates(ctx, candidates) if up and candidates else None
     evidence = {
         "row_count": rows or 0,
