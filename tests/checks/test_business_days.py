@@ -6,11 +6,16 @@ from __future__ import annotations
 import random
 from datetime import date, timedelta
 
+import fakesnow
 import pytest
+import snowflake.connector
 
 from dw_dagster.checks.baseline import BaselineConfig, Direction
 from dw_dagster.checks.calendar import BusinessCalendar, closed_days
 from dw_dagster.checks.judge import judge
+from dw_dagster.checks.measure import Binds, measure
+from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.checks.recorded_totals import total_query, total_value
 
 MONDAY = date(2025, 10, 6)
 
@@ -66,3 +71,47 @@ def test_only_routinely_empty_weekdays_are_closed() -> None:
     assert closed_days(hist, MONDAY, 0.0).weekdays == {5, 6}
     # A series empty every day has no closed days: it is judged as it is.
     assert not closed_days(dict.fromkeys(hist, 0.0), MONDAY, 0.0).weekdays
+
+
+# An ungrouped total over a business-day feed: the SUM of an empty day is NULL, and reads as 0; a NULL over
+# rows that exist is still a fault. Two shapes: B2B invoices read straight from their fact, and a payroll's
+# posted pay runs through a CTE. On DuckDB under fakesnow.
+TOTAL_SHAPES = {
+    "invoices": (
+        'CREATE TABLE "DB"."BILLING"."FCT_INVOICES" ("INVOICE_ID" INT, "AMOUNT" NUMBER(12, 2))',
+        'INSERT INTO "DB"."BILLING"."FCT_INVOICES" VALUES (1, {amount}), (2, {amount})',
+        """SELECT SUM("AMOUNT") AS "VALUE" FROM {{ ref('BILLING', 'FCT_INVOICES') }}""",
+    ),
+    "pay_runs": (
+        'CREATE TABLE "DB"."BILLING"."PAY_RUNS" ("EMPLOYEE_ID" INT, "NET_PAY" DOUBLE, "STATUS" VARCHAR)',
+        """INSERT INTO "DB"."BILLING"."PAY_RUNS" VALUES (7, {amount}, 'posted'), (8, 10, 'draft')""",
+        """WITH "POSTED" AS (SELECT "NET_PAY" FROM {{ ref('BILLING', 'PAY_RUNS') }} WHERE "STATUS" = 'posted')
+        SELECT SUM("NET_PAY") AS "VALUE" FROM "POSTED\"""",
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", TOTAL_SHAPES)
+def test_an_ungrouped_sum_of_an_empty_day_is_zero_and_of_null_values_a_fault(shape: str) -> None:
+    create, insert, sql = TOTAL_SHAPES[shape]
+    total = RecordedTotal(name="day_amount", owner="finance", asset="billing/fct", sql=sql)
+    query = total_query(total, lambda loc, node: f'"DB"."{loc}"."{node}"')
+    assert query.part is not None  # measured in the night's statement, its rows counted with it
+
+    def tonight(cur):
+        return total_value(
+            total, query.sql, query.columns, measure(cur, [query.part], Binds())[query.part.key]
+        )
+
+    with fakesnow.patch():
+        conn = snowflake.connector.connect(database="DB", schema="BILLING", paramstyle="qmark")
+        cur = conn.cursor()
+        cur.execute('CREATE SCHEMA IF NOT EXISTS "DB"."BILLING"')
+        cur.execute(create)
+        empty = tonight(cur)
+        assert (empty.value, empty.null_value) == (0.0, False)
+        cur.execute(insert.format(amount="NULL"))
+        assert tonight(cur).null_value  # rows whose values are NULL: never counted as zero
+        cur.execute(insert.format(amount="25.5"))
+        assert (tonight(cur).value, tonight(cur).null_value) == (51.0 if shape == "invoices" else 25.5, False)
+        conn.close()
