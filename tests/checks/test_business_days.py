@@ -4,17 +4,21 @@ weekdays its feed does not load is judged as such, never with an infinite change
 from __future__ import annotations
 
 import random
-from datetime import date, timedelta
+from datetime import date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
 
+import dagster as dg
 import fakesnow
 import pytest
 import snowflake.connector
 
 from dw_dagster.checks.baseline import BaselineConfig, Direction
 from dw_dagster.checks.calendar import BusinessCalendar, closed_days
+from dw_dagster.checks.freshness import InputFreshnessChecks, allowed_age
+from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.judge import judge
 from dw_dagster.checks.measure import Binds, measure
-from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.checks.metrics import InputFreshness, MetricsFile, RecordedTotal
 from dw_dagster.checks.recorded_totals import total_query, total_value
 
 MONDAY = date(2025, 10, 6)
@@ -115,3 +119,128 @@ def test_an_ungrouped_sum_of_an_empty_day_is_zero_and_of_null_values_a_fault(sha
         cur.execute(insert.format(amount="25.5"))
         assert (tonight(cur).value, tonight(cur).null_value) == (51.0 if shape == "invoices" else 25.5, False)
         conn.close()
+
+
+# Input freshness of a feed that loads on business days only: its allowance follows its own loads. Two
+# shapes: B2B invoices loaded through the working day (none at weekends), and a bank's settlement files
+# delivered at 06:00 for the business day before (Tuesday to Saturday: on Monday night the newest is
+# Friday's, delivered on Saturday).
+TORONTO = ZoneInfo("America/Toronto")
+FEEDS = {
+    "invoices": (lambda d: d.weekday() < 5, time(9), time(17)),
+    "bank_files": (lambda d: 1 <= d.weekday() <= 5, time(6), time(6)),
+}
+RULE = InputFreshness(asset="billing/fct", column="LOADED_AT", input="raw/feed", input_column="LOADED_AT")
+
+
+def _loads(shape: str, first: date, last: date, missed: date | None = None) -> list[datetime]:
+    loads_on, start, end = FEEDS[shape]
+    days = (first + timedelta(days=k) for k in range((last - first).days + 1))
+    return [
+        datetime.combine(d, t, TORONTO)
+        for d in days
+        if loads_on(d) and d != missed and not CA_ON.holiday(d)
+        for t in {start, end}
+    ]
+
+
+CA_ON = BusinessCalendar.model_validate({"holidays": [{"country": "CA", "subdivision": "ON"}]})
+
+
+def _nights(shape: str, first: date, last: date, missed: date | None = None):
+    """Each business date's build (04:30 the morning after), its input's latest load then, and the input's
+    record before it, as the checks record it."""
+    loads = _loads(shape, first - timedelta(weeks=9), last, missed)
+    past: dict[date, Recorded] = {}
+    day = first - timedelta(weeks=8)
+    while day <= last:
+        built = datetime.combine(day + timedelta(days=1), time(4, 30), TORONTO)
+        latest = max(t for t in loads if t <= built)
+        if day >= first:
+            yield day, built, latest, dict(past)
+        past[day] = Recorded(business_date=day, value=latest.timestamp())
+        day += timedelta(days=1)
+
+
+@pytest.mark.parametrize("shape", FEEDS)
+def test_a_business_day_feed_is_allowed_its_own_gaps_and_no_more(shape: str) -> None:
+    first, last = date(2026, 9, 28), date(2026, 10, 18)  # Thanksgiving: Monday 12 October
+    for day, built, latest, past in _nights(shape, first, last):
+        allowed = allowed_age(RULE, past, day, CA_ON)
+        assert built - latest <= timedelta(hours=allowed.hours), (day, allowed.describe())
+    # The fixed 26 h of old fails every Monday (or Sunday) night of such a feed.
+    ages = [(built - latest) / timedelta(hours=1) for _, built, latest, _ in _nights(shape, first, last)]
+    assert max(ages) > 26
+    # A business day whose load never came fails the night after it, weekend or not.
+    for missed in (date(2026, 10, 2), date(2026, 10, 6)):  # a Friday, a Tuesday
+        late = [
+            (day, allowed_age(RULE, past, day, CA_ON))
+            for day, built, latest, past in _nights(shape, missed, missed + timedelta(days=4), missed)
+            if built - latest > timedelta(hours=allowed_age(RULE, past, day, CA_ON).hours)
+        ]
+        assert late, f"{shape}: the missed load of {missed} passed"
+
+
+def test_a_configured_age_holds_every_night_and_a_daily_feed_keeps_26_hours() -> None:
+    past: dict[date, Recorded] = {}  # no record yet
+    set_ = InputFreshness.model_validate({**RULE.model_dump(), "max_input_age_hours": 30})
+    monday = date(2026, 10, 5)
+    assert allowed_age(set_, past, monday, CA_ON).hours == 30
+    # A feed that loads every night: 26 h every night, its weekends included.
+    daily = {
+        monday - timedelta(days=k): Recorded(business_date=monday - timedelta(days=k), value=1e9 - 86400 * k)
+        for k in range(1, 57)
+    }
+    assert {allowed_age(RULE, daily, monday + timedelta(days=k), CA_ON).hours for k in range(7)} == {26}
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "kinds", "age_hours"),
+    [
+        # A DATE fact over an input stamped in UTC (18:00 UTC is 14:00 in Toronto): 14.5 h old at 04:30.
+        ("FCT_INVOICES", "INVOICE_DATE", ("DATE", "TIMESTAMP_NTZ"), 14.5),
+        # A DATE on both sides: the day's end, 4.5 h before the build (read as midnight UTC: 32.5 h, stale).
+        ("PAY_RUNS", "PAY_DATE", ("DATE", "DATE"), 4.5),
+    ],
+)
+def test_a_date_load_column_covers_its_whole_day(
+    table: str, column: str, kinds: tuple[str, str], age_hours: float
+) -> None:
+    """A DATE load column is read as the end of its day in the business's zone: a table that holds the
+    day's DATE holds every load of that day, and a DATE input is not up to a day older than it is."""
+    specs = [
+        dg.AssetSpec(
+            key=["billing", name.lower()],
+            metadata={
+                "dagster/table_name": f"DB.BILLING.{name}",
+                "dagster/column_schema": dg.TableSchema(columns=[dg.TableColumn(name=column, type=kind)]),
+            },
+        )
+        for name, kind in zip((table, f"RAW_{table}"), kinds, strict=True)
+    ]
+    rule = {"asset": f"billing/{table.lower()}", "column": column, "input": f"billing/raw_{table.lower()}"}
+    metrics = MetricsFile.model_validate(
+        {
+            "business_day": {"timezone": "America/Toronto"},
+            "freshness": {"inputs": [{**rule, "input_column": column}]},
+        }
+    )
+    checks = InputFreshnessChecks(metrics, specs, [specs[0].key])
+    with fakesnow.patch():
+        conn = snowflake.connector.connect(database="DB", schema="BILLING", paramstyle="qmark")
+        cur = conn.cursor()
+        cur.execute('CREATE SCHEMA IF NOT EXISTS "DB"."BILLING"')
+        for name, kind, value in (
+            (table, kinds[0], "2026-10-06"),
+            (f"RAW_{table}", kinds[1], "2026-10-06 18:00"),
+        ):
+            cur.execute(f'CREATE TABLE "DB"."BILLING"."{name}" ("{column}" {kind})')
+            cur.execute(f'INSERT INTO "DB"."BILLING"."{name}" VALUES (\'{value}\'::{kind})')
+        ((held, latest),) = measure(cur, checks.parts(), Binds())[("freshness", rule["asset"])]
+        conn.close()
+    held = checks._instant(rule["asset"], column, held)
+    latest = checks._instant(rule["input"], column, latest)
+    end_of_day = datetime(2026, 10, 7, tzinfo=TORONTO)
+    assert held == end_of_day and held >= latest  # the table holds every load of its day: no lag
+    built = datetime(2026, 10, 7, 4, 30, tzinfo=TORONTO)
+    assert built - latest == timedelta(hours=age_hours)
