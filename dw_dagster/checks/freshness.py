@@ -192,11 +192,7 @@ class InputFreshnessChecks:
             if latest is not None:
                 night.record(series, Reading(value=latest.timestamp()))
             allowed = allowed_age(rule, night.past.get(series, {}), night.day, self.calendar)
-            result, stale = _judge(night, rule, held, latest, allowed)
-            if stale and latest is not None:
-                # A night it should have loaded and did not is no part of its cadence.
-                night.flag(series)
-            results.append(result)
+            results.append(_judge(night, rule, held, latest, allowed))
         return results, errors
 
     def _instant(self, path: str, column: str, value: datetime | None) -> datetime | None:
@@ -242,11 +238,13 @@ def quiet_weekdays(past: Mapping[date, Recorded], calendar: BusinessCalendar) ->
     """The weekdays (of the business date) on which an input's latest load does not advance: by its own
     record (``input_load`` series), a weekday with three nights on record is quiet when the load advanced
     on at most one in four of them; a weekday with fewer is quiet when the calendar says it is no business
-    day. And whether the record alone said so. An input quiet every day has no cadence to follow."""
+    day. And whether the record alone said so. An input quiet every day has no cadence to follow. Nights
+    whose check failed count too (never flagged out): a feed's first Mondays may fail before its record
+    shows it never loads on them, and a stall of a night or two is too rare to make a weekday quiet."""
     advanced: dict[int, list[bool]] = {}
     for d, r in past.items():
         before = past.get(d - timedelta(days=1))
-        if r.flagged or r.value is None or before is None or before.value is None:
+        if r.value is None or before is None or before.value is None:
             continue
         advanced.setdefault(d.weekday(), []).append(r.value > before.value)
     quiet, learned = set(), True
@@ -287,18 +285,15 @@ def _judge(
     held: datetime | None,
     latest: datetime | None,
     allowed: AllowedAge,
-) -> tuple[dg.AssetCheckResult, bool]:
-    """The check's result, and whether the input was older than it may be."""
+) -> dg.AssetCheckResult:
     key = key_from_path(rule.asset)
     built = _built_at(night.context.instance, key) or datetime.now(UTC)
     problems = []
-    stale = False
     if latest is None:
         problems.append(f"{rule.input} has no loads at all")
     else:
         age = built - latest
         if age > timedelta(hours=allowed.hours):
-            stale = True
             problems.append(
                 f"built on stale input: {rule.input}'s latest load was {age.total_seconds() / 3600:.1f} h "
                 f"old when {rule.asset} was built (allowed {allowed.describe()})"
@@ -326,4 +321,4 @@ def _judge(
         severity=dg.AssetCheckSeverity.ERROR,
         description="; ".join(problems) or None,
         metadata=metadata,
-    ), stale
+    )

@@ -147,12 +147,12 @@ def _loads(shape: str, first: date, last: date, missed: date | None = None) -> l
 CA_ON = BusinessCalendar.model_validate({"holidays": [{"country": "CA", "subdivision": "ON"}]})
 
 
-def _nights(shape: str, first: date, last: date, missed: date | None = None):
+def _nights(shape: str, first: date, last: date, missed: date | None = None, weeks: int = 8):
     """Each business date's build (04:30 the morning after), its input's latest load then, and the input's
-    record before it, as the checks record it."""
-    loads = _loads(shape, first - timedelta(weeks=9), last, missed)
+    record of ``weeks`` before it, as the checks record it."""
+    loads = _loads(shape, first - timedelta(weeks=weeks + 1), last, missed)
     past: dict[date, Recorded] = {}
-    day = first - timedelta(weeks=8)
+    day = first - timedelta(weeks=weeks)
     while day <= last:
         built = datetime.combine(day + timedelta(days=1), time(4, 30), TORONTO)
         latest = max(t for t in loads if t <= built)
@@ -179,6 +179,20 @@ def test_a_business_day_feed_is_allowed_its_own_gaps_and_no_more(shape: str) -> 
             if built - latest > timedelta(hours=allowed_age(RULE, past, day, CA_ON).hours)
         ]
         assert late, f"{shape}: the missed load of {missed} passed"
+
+
+def test_a_cadence_the_calendar_does_not_know_is_learned_from_three_weeks_of_loads() -> None:
+    """Bank files come Tuesday to Saturday: Monday is a business day that never loads. Its first Mondays
+    fail (their nights count all the same); from three on record, Monday nights pass."""
+    monday = date(2026, 10, 19)
+    for weeks, passes in ((2, False), (4, True)):  # two Mondays on record, then four
+        ((day, built, latest, past),) = _nights("bank_files", monday, monday, weeks=weeks)
+        allowed = allowed_age(RULE, past, day, CA_ON)
+        assert (built - latest <= timedelta(hours=allowed.hours)) is passes, allowed.describe()
+    assert (
+        allowed.describe()
+        == "74 h: 26 h and 48 h for 2 nights it does not load (Monday, Sunday; as its loads show)"
+    )
 
 
 def test_a_configured_age_holds_every_night_and_a_daily_feed_keeps_26_hours() -> None:
