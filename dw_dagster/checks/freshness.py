@@ -10,6 +10,7 @@ import calendar as stdlib_calendar
 import functools
 import re
 from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
@@ -34,6 +35,7 @@ MIN_CADENCE_NIGHTS = 3
 """A weekday's own record says whether the input loads on it from three of its nights on; before, the
 calendar's business days do."""
 MAX_QUIET_NIGHTS = 14
+"""A closure longer than two weeks is a feed that stopped, whatever its record says."""
 _DAILY = re.compile(r"^(\d{1,2})\s+(\d{1,2})\s+(\*\s+\*\s+\S+)$")
 
 
@@ -214,31 +216,29 @@ def _is_date(spec: dg.AssetSpec, column: str) -> bool:
     )
 
 
+@dataclass(frozen=True)
 class AllowedAge:
     """How old an input's latest load may be tonight, and why."""
 
-    def __init__(self, hours: float, quiet: Sequence[date] = (), learned: bool = True):
-        self.hours = hours
-        self.quiet = list(quiet)
-        """The nights before the build, tonight first, on which the input does not load."""
-        self.learned = learned
+    hours: float
+    quiet: tuple[str, ...] = ()
+    """The nights before the build on which the input does not load, oldest first (a weekday, a holiday)."""
 
     def describe(self) -> str:
         if not self.quiet:
             return f"{self.hours:g} h"
-        names = ", ".join(dict.fromkeys(stdlib_calendar.day_name[d.weekday()] for d in self.quiet))
-        source = "as its loads show" if self.learned else "not business days"
+        n = len(self.quiet)
         return (
-            f"{self.hours:g} h: {self.hours - 24 * len(self.quiet):g} h and {24 * len(self.quiet)} h for "
-            f"{len(self.quiet)} night{'s' if len(self.quiet) > 1 else ''} it does not load ({names}; {source})"
+            f"{self.hours:g} h: {self.hours - 24 * n:g} h, and 24 h for each of {n} night{'s' if n > 1 else ''} "
+            f"it does not load on ({', '.join(self.quiet)})"
         )
 
 
-def quiet_weekdays(past: Mapping[date, Recorded], calendar: BusinessCalendar) -> tuple[frozenset[int], bool]:
+def quiet_weekdays(past: Mapping[date, Recorded], calendar: BusinessCalendar) -> frozenset[int]:
     """The weekdays (of the business date) on which an input's latest load does not advance: by its own
     record (``input_load`` series), a weekday with three nights on record is quiet when the load advanced
     on at most one in four of them; a weekday with fewer is quiet when the calendar says it is no business
-    day. And whether the record alone said so. An input quiet every day has no cadence to follow. Nights
+    day. An input quiet every day has no cadence to follow. Nights
     whose check failed count too (never flagged out): a feed's first Mondays may fail before its record
     shows it never loads on them, and a stall of a night or two is too rare to make a weekday quiet."""
     advanced: dict[int, list[bool]] = {}
@@ -247,17 +247,15 @@ def quiet_weekdays(past: Mapping[date, Recorded], calendar: BusinessCalendar) ->
         if r.value is None or before is None or before.value is None:
             continue
         advanced.setdefault(d.weekday(), []).append(r.value > before.value)
-    quiet, learned = set(), True
+    quiet = set()
     for w in range(7):
         seen = advanced.get(w, [])
         if len(seen) >= MIN_CADENCE_NIGHTS:
             if 4 * sum(seen) <= len(seen):
                 quiet.add(w)
-        else:
-            learned = False
-            if WEEKDAYS[w] not in calendar.business_days:
-                quiet.add(w)
-    return (frozenset() if len(quiet) == 7 else frozenset(quiet)), learned
+        elif WEEKDAYS[w] not in calendar.business_days:
+            quiet.add(w)
+    return frozenset() if len(quiet) == 7 else frozenset(quiet)
 
 
 def allowed_age(
@@ -270,13 +268,16 @@ def allowed_age(
     and a missed business day still fails."""
     if rule.age_configured:
         return AllowedAge(rule.max_input_age_hours)
-    quiet, learned = quiet_weekdays(past, calendar)
-    nights: list[date] = []
+    quiet = quiet_weekdays(past, calendar)
+    nights: list[str] = []
     d = day
-    while quiet and len(nights) < MAX_QUIET_NIGHTS and (d.weekday() in quiet or calendar.holiday(d)):
-        nights.append(d)
+    while quiet and len(nights) < MAX_QUIET_NIGHTS:
+        holiday = calendar.holiday(d)
+        if d.weekday() not in quiet and holiday is None:
+            break
+        nights.insert(0, holiday[0] if holiday else stdlib_calendar.day_name[d.weekday()])
         d -= timedelta(days=1)
-    return AllowedAge(rule.max_input_age_hours + 24 * len(nights), nights, learned)
+    return AllowedAge(rule.max_input_age_hours + 24 * len(nights), tuple(nights))
 
 
 def _judge(
