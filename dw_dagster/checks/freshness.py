@@ -134,8 +134,8 @@ def input_freshness_specs(metrics: MetricsFile, specs: Sequence[dg.AssetSpec]) -
             asset=key_from_path(r.asset),
             additional_deps=[key_from_path(r.input)],
             description=f"Holds {r.input}'s latest load, and that load was at most "
-            f"{r.max_input_age_hours:g} h old when the table was built"
-            + ("" if r.age_configured else ", more after the nights it does not load (its own cadence)"),
+            f"{r.max_input_age_hours:g} h old when the table was built, more after the nights it does not load "
+            "(its own cadence)",
         )
         for r in rules
     ]
@@ -262,12 +262,12 @@ def allowed_age(
     rule: InputFreshness, past: Mapping[date, Recorded], day: date, calendar: BusinessCalendar
 ) -> AllowedAge:
     """The age the input's latest load may have when the table of business date ``day`` is built: the
-    rule's own when the file sets it; else its 26 h (a night's load, and its delay), and 24 h more for each
-    night before the build on which the input does not load (a feed of business days: the weekend before
-    a Monday; of a business that closes on its holidays, the holidays), so a gap the feed always has passes
-    and a missed business day still fails."""
-    if rule.age_configured:
-        return AllowedAge(rule.max_input_age_hours)
+    rule's age (26 h unless the file sets it: a night's load, and its delay), and 24 h more for each night
+    before the build on which the input does not load (a feed of business days: the weekend before a Monday;
+    of a business that closes on its holidays, the holidays), so a gap the feed always has passes and a
+    missed business day still fails. A set age counts from a loading night too: files copy the default 26
+    h for every input, and a team that sets it for a weekday feed means the Monday after a quiet weekend
+    to pass (the quiet nights are only those the input's own loads show, or the calendar's closed days)."""
     quiet = quiet_weekdays(past, calendar)
     nights: list[str] = []
     d = day

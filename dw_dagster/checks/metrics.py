@@ -155,16 +155,11 @@ class InputFreshness(FileModel):
     max_input_age_hours: float = Field(
         default=26,
         gt=0,
-        description="How old the input's latest load may be when the table is built. Unset: 26 h, and 24 h "
-        "more for each night before the build on which the input does not load, as its own loads show (a "
-        "feed that loads on business days only; docs/watch.md, 'Input freshness'). Set: this, every night.",
+        description="How old the input's latest load may be when the table is built after a night the input "
+        "loads on; 24 h more for each night before the build on which it does not load, as its own loads show "
+        "(a feed that loads on business days only; docs/watch.md, 'Input freshness').",
     )
     max_lag_minutes: float = Field(default=0, ge=0, description="How far the table may trail its input.")
-
-    @property
-    def age_configured(self) -> bool:
-        """The file sets ``max_input_age_hours``: it holds every night, whatever the input's cadence."""
-        return "max_input_age_hours" in self.model_fields_set
 
 
 class FreshnessMonitoring(FileModel):

@@ -196,11 +196,17 @@ def test_a_cadence_the_calendar_does_not_know_is_learned_from_three_weeks_of_loa
     )
 
 
-def test_a_configured_age_holds_every_night_and_a_daily_feed_keeps_26_hours() -> None:
-    past: dict[date, Recorded] = {}  # no record yet
+def test_a_configured_age_counts_from_a_loading_night_and_a_daily_feed_keeps_26_hours() -> None:
+    """A file that sets the age (metrics files copy 26 h for every input) still gets the feed's quiet nights
+    on top: Monday morning's build (of Sunday) sees Friday's load, within 30 h + 48 h; Tuesday's is back
+    to 30 h."""
+    monday = date(2026, 10, 19)
     set_ = InputFreshness.model_validate({**RULE.model_dump(), "max_input_age_hours": 30})
-    monday = date(2026, 10, 5)
-    assert allowed_age(set_, past, monday, CA_ON).hours == 30
+    nights = _nights("invoices", monday - timedelta(days=2), monday)
+    for (day, built, latest, past), hours in zip(nights, (30 + 24, 30 + 48, 30), strict=True):
+        allowed = allowed_age(set_, past, day, CA_ON)
+        assert allowed.hours == hours, (day, allowed.describe())
+        assert built - latest <= timedelta(hours=allowed.hours)
     # A feed that loads every night: 26 h every night, its weekends included.
     daily = {
         monday - timedelta(days=k): Recorded(business_date=monday - timedelta(days=k), value=1e9 - 86400 * k)
