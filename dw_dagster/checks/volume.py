@@ -31,7 +31,6 @@ from dw_dagster.checks.keys import (
     new_key_candidates,
     rows_series,
     rows_with_keys,
-    table_columns,
     unique_column,
 )
 from dw_dagster.checks.levels import LazyLineage
@@ -361,15 +360,15 @@ class Volumes:
         self, night: Night, spec: dg.AssetSpec, count: float, values, excluded, levels, changes
     ) -> Rebase | None:
         """The growth is the rows of keys that appeared tonight in a small table upstream (a new key, mapped
-        the same day): then it is the table's new level."""
+        the same day), counted by the column that carries that table's key here: then it is the table's new
+        level."""
         path = spec.key.to_user_string()
-        columns = {c.name for c in table_columns(spec)}
-        candidates = new_key_candidates(sorted(self.lineage.upstream(path)), changes, sorted(columns))
+        candidates = new_key_candidates(self.lineage.graph(), path, changes)
         if not candidates:
             return None
         by_column: dict[str, dict[str, object]] = {}
-        for _, change in candidates:
-            by_column.setdefault(change.column, {}).update(change.appeared)
+        for _, change, column in candidates:
+            by_column.setdefault(column, {}).update(change.appeared)
         rows, parts = 0, []
         try:
             with night.warehouse.tagged_connection(
@@ -378,8 +377,12 @@ class Volumes:
                 for column, appeared in by_column.items():
                     n = rows_with_keys(conn.cursor(), _table(spec), column, list(appeared.values()))  # type: ignore[arg-type]
                     rows += n
-                    where = ", ".join(a for a, c in candidates if c.column == column)
-                    parts.append(f"{', '.join(appeared)} new in {where} tonight: {n:,} rows")
+                    where = [(a, ch.column) for a, ch, c in candidates if c == column]
+                    # Named by the column counted when the key is called otherwise here.
+                    by = "" if all(k == column for _, k in where) else f" (as {column} here)"
+                    parts.append(
+                        f"{', '.join(appeared)} new in {', '.join(a for a, _ in where)} tonight: {n:,} rows{by}"
+                    )
         except Exception as e:  # noqa: BLE001 - no explanation then: the anomaly stands as measured
             night.context.log.warning(
                 f"{path}: could not count the rows of tonight's new keys ({type(e).__name__}: {e})"
