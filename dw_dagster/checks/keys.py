@@ -9,8 +9,8 @@ statement: ``measure.py``). Then a change in it is named
 are counted: if the growth is those rows, a new key was mapped the same day, and the growth is the table's
 new level, not an anomaly. The column that carries the key in the grown table is found by following the key
 down the column lineage and across each join on the way whose ON clause equates it with a column of the
-other side, whatever that column is called (``CAMPAIGN_ID`` joined as ``SRC_CAMPAIGN_ID``, carried on as
-``CAMPAIGN_KEY``); where the lineage does not say, by the key's own name.
+other side, whatever that column is called (``ACCOUNT_ID`` joined as ``SRC_ACCOUNT_ID``, carried on as
+``ACCOUNT_KEY``); where the lineage does not say, by the key's own name.
 
 The joins are read from each node's join text (``coalesce/join``) by :func:`parse_node`, which the
 diagnosis measures joins with too (``incidents/joins.py``).
@@ -305,7 +305,7 @@ def key_columns(graph: LineageGraph, small: str, key: str, grown: str) -> list[s
     """The columns of ``grown`` that hold the values of ``small``'s column ``key``, in the table's order:
     node by node from ``small`` down, a column is the key's when every column it is built from is (not the
     key mixed with another column: a label, a price times a rate), and a join that equates a column of one side with the key
-    makes that column the key's in the joined rows (``ON "STG"."SRC_CAMPAIGN_ID" = "DIM"."CAMPAIGN_ID"``)."""
+    makes that column the key's in the joined rows (``ON "STG"."SRC_ACCOUNT_ID" = "DIM"."ACCOUNT_ID"``)."""
     if small not in graph or grown not in graph:
         return []
     held: set[Column] = {(small, key)}

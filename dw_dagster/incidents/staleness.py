@@ -2,8 +2,9 @@
 
 Every Source table upstream of the asset is read once, reference tables included, in one statement: for
 each of its time columns, the latest value and on how many distinct days it was loaded. A table loaded on
-several days (replicated, appended) whose latest row is older than the allowed input age stopped; a table
-loaded once (a hand-kept map, a catalogue loaded at set-up) is not stale for being old, unless a freshness
+several days (replicated, appended) whose latest row is older than the allowed input age stopped (for an
+input a freshness rule names, the age its input-freshness check allows that night: more after the nights it
+does not load on, ``checks/freshness.py`` ``allowed_age``); a table loaded once (a hand-kept map, a catalogue loaded at set-up) is not stale for being old, unless a freshness
 rule of the metrics file names it. Time columns are compared as instants, cast to TIMESTAMP_TZ in the
 session's UTC: a TIMESTAMP_NTZ column is read as UTC, as replication stamps are; an LTZ or TZ column by its
 own zone.
@@ -12,9 +13,12 @@ own zone.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
+from dw_dagster.checks.freshness import CADENCE_LOOKBACK_DAYS, INPUT_FRESHNESS_CHECK, allowed_age
+from dw_dagster.checks.history import input_load_series
+from dw_dagster.checks.metrics import InputFreshness
 from dw_dagster.incidents.evidence import DiagnosisContext, replication_of
 from dw_dagster.incidents.structure import sources_upstream, table, time_columns
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
@@ -51,8 +55,16 @@ def _utc(v: object) -> datetime | None:
     return None
 
 
-def source_ages(ctx: DiagnosisContext, asset: str, built_at: datetime) -> list[SourceAge]:
-    """The age of every Source table upstream of ``asset`` at ``built_at`` (one statement)."""
+def allowed_hours(ctx: DiagnosisContext, rule: InputFreshness, day: date) -> float:
+    """The age the input-freshness check allows ``rule``'s input on business date ``day``, from the input's
+    recorded loads as the check reads them."""
+    past = ctx.history.metric_history(input_load_series(rule.input), day, CADENCE_LOOKBACK_DAYS)
+    return allowed_age(rule, past, day, ctx.metrics.calendar).hours
+
+
+def source_ages(ctx: DiagnosisContext, asset: str, built_at: datetime, day: date) -> list[SourceAge]:
+    """The age of every Source table upstream of ``asset`` at ``built_at``, the build of business date
+    ``day`` (one statement)."""
     parts, meta, params = [], [], []
     since = built_at - timedelta(days=LIVE_WINDOW_DAYS)
     rules = {r.input: r for r in ctx.metrics.freshness.inputs}
@@ -79,7 +91,7 @@ def source_ages(ctx: DiagnosisContext, asset: str, built_at: datetime) -> list[S
         when = _utc(latest)
         age = (built_at - when).total_seconds() / 3600 if when else None
         rule = rules.get(key)
-        limit = rule.max_input_age_hours if rule else DEFAULT_MAX_AGE_HOURS
+        limit = allowed_hours(ctx, rule, day) if rule else DEFAULT_MAX_AGE_HOURS
         live = rule is not None or int(days or 0) >= LIVE_DAYS
         found = SourceAge(
             key, column, when, int(days or 0), age, live and (when is None or (age or 0) > limit)
@@ -90,8 +102,8 @@ def source_ages(ctx: DiagnosisContext, asset: str, built_at: datetime) -> list[S
     return list(best.values())
 
 
-def stopped(ctx: DiagnosisContext, asset: str, built_at: datetime) -> list[SourceAge]:
-    return [a for a in source_ages(ctx, asset, built_at) if a.stale]
+def stopped(ctx: DiagnosisContext, asset: str, built_at: datetime, day: date) -> list[SourceAge]:
+    return [a for a in source_ages(ctx, asset, built_at, day) if a.stale]
 
 
 def feeding_systems(ctx: DiagnosisContext, keys: list[str]) -> list[str]:
@@ -120,11 +132,11 @@ def stale_diagnosis(incident: Incident, finding: Finding, ctx: DiagnosisContext)
     (a table that only trails a fresh input has another cause: a build that left rows out, a skipped load)."""
     rule = next((r for r in ctx.metrics.freshness.inputs if r.asset == finding.asset_key), None)
     built = built_at(finding, ctx)
-    stale = stopped(ctx, finding.asset_key, built)
+    stale = stopped(ctx, finding.asset_key, built, finding.business_date)
     if not stale and (
         rule is None
-        or finding.check_name != "input_freshness"
-        or not _input_too_old(finding, rule.max_input_age_hours)
+        or finding.check_name != INPUT_FRESHNESS_CHECK
+        or not _input_too_old(finding, _allowed_by_check(ctx, rule, finding))
     ):
         # Nothing stopped: a table that only trails its input (the input is within its age) is not stale
         # input; the other classifiers, and the night's other findings, get their turn.
@@ -173,6 +185,13 @@ def stale_diagnosis(incident: Incident, finding: Finding, ctx: DiagnosisContext)
         owners=ctx.graph.owners_on(systems or keys),
         test_query=f"SELECT MAX({quote_identifier(column)}) AS LATEST_LOAD FROM {table(ctx.graph, keys[0])}",
     )
+
+
+def _allowed_by_check(ctx: DiagnosisContext, rule: InputFreshness, finding: Finding) -> float:
+    """The age the input-freshness check allowed that night, as its finding records it (recomputed for a
+    finding recorded before it did)."""
+    recorded = _number(finding.evidence.get("allowed_age_hours"))
+    return recorded if recorded is not None else allowed_hours(ctx, rule, finding.business_date)
 
 
 def _input_too_old(finding: Finding, limit_hours: float) -> bool:

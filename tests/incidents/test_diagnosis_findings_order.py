@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 from diagnosis_db import diagnosis_db
 
-from dw_dagster.checks.history import HistorySession
+from dw_dagster.checks.history import HistorySession, input_load_series
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.incidents.audit import AuditTrail
@@ -92,9 +92,11 @@ def conn():
         yield conn
 
 
-def _load(conn, shape: Shape, latest_hours_before_build: float) -> None:
-    """The replicated source loaded every day of the last two weeks, its latest load this long before the
-    build; a reference table (where the shape has one) loaded once, long ago."""
+def _load(
+    conn, shape: Shape, latest_hours_before_build: float, built: datetime = BUILT, days=range(7)
+) -> None:
+    """The replicated source loaded every day of the last two weeks (of ``days``, Monday 0), its latest
+    load this long before the build; a reference table (where the shape has one) loaded once, long ago."""
     cur = conn.cursor()
     for _key, schema, name, cols in shape.sources:
         cur.execute(
@@ -102,9 +104,11 @@ def _load(conn, shape: Shape, latest_hours_before_build: float) -> None:
         )
     _, schema, name, cols = shape.sources[0]
     stamp = _time_column(shape)
-    latest = (BUILT - timedelta(hours=latest_hours_before_build)).replace(tzinfo=None)
+    latest = (built - timedelta(hours=latest_hours_before_build)).replace(tzinfo=None)
     for d in range(14):
         at = latest - timedelta(days=d)
+        if at.weekday() not in days:
+            continue
         values = ", ".join("?" for _ in cols)
         row = [at if c == stamp else (1 if t.startswith("NUMBER(38") else 10.0 if t != "VARCHAR" else "web")
                for c, t in cols.items()]  # fmt: skip
@@ -117,14 +121,14 @@ def _record(ctx: DiagnosisContext, name: str, group: str, nights: dict[date, dic
         ctx.history.record_metric(name, day, sum(labelled.values()), labelled, None, None)  # type: ignore[union-attr]
 
 
-def _incident() -> Incident:
+def _incident(day: date = TONIGHT) -> Incident:
     now = datetime.now(UTC)
-    return Incident(incident_id="INC-1", cause_key="k", status="open", business_date=TONIGHT, title="t",
+    return Incident(incident_id="INC-1", cause_key="k", status="open", business_date=day, title="t",
                     severity="ERROR", opened_at=now, updated_at=now)  # fmt: skip
 
 
-def _total(shape: Shape, name: str, expected: float) -> Finding:
-    return Finding(check_name=f"total_{name}", asset_key=shape.fact[0], business_date=TONIGHT,
+def _total(shape: Shape, name: str, expected: float, day: date = TONIGHT) -> Finding:
+    return Finding(check_name=f"total_{name}", asset_key=shape.fact[0], business_date=day,
                    summary=f"{name} moved", cause_scope="job:x", evidence={"baseline": {"expected": expected}})  # fmt: skip
 
 
@@ -140,14 +144,14 @@ def _freshness(shape: Shape, age_hours: float) -> Finding:
     )  # fmt: skip
 
 
-def _nights(ctx: DiagnosisContext, shape: Shape, partial: str) -> None:
-    """``daily_value`` lost half of one group tonight (a partial load); ``daily_other`` is 3% up everywhere,
-    a move nothing explains (a false alarm riding on the night)."""
+def _nights(ctx: DiagnosisContext, shape: Shape, partial: str, day: date = TONIGHT) -> None:
+    """``daily_value`` lost half of one group on ``day`` (a partial load); ``daily_other`` is 3% up
+    everywhere, a move nothing explains (a false alarm riding on the night)."""
     usual = shape.usual
-    before = {TONIGHT - timedelta(days=k): usual for k in range(1, 8)}
+    before = {day - timedelta(days=k): usual for k in range(1, 8)}
     _record(ctx, "daily_value", shape.group,
-            before | {TONIGHT: {g: (v * 0.5 if g == partial else v) for g, v in usual.items()}})  # fmt: skip
-    _record(ctx, "daily_other", shape.group, before | {TONIGHT: {g: v * 1.03 for g, v in usual.items()}})
+            before | {day: {g: (v * 0.5 if g == partial else v) for g, v in usual.items()}})  # fmt: skip
+    _record(ctx, "daily_other", shape.group, before | {day: {g: v * 1.03 for g, v in usual.items()}})
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -225,3 +229,63 @@ def test_a_row_count_that_rose_with_no_copies_explains_nothing(conn, shape):
     assert diagnose(_incident(), [alarm, rose], ctx).classification is CauseClass.UNKNOWN
     # ... while a row count that fell is still volume loss.
     assert diagnose(_incident(), [_volume(s, 7_000, 10_000.0)], ctx).classification is CauseClass.VOLUME_LOSS
+
+
+SUNDAY = TONIGHT - timedelta(days=2)
+MONDAY_BUILD = datetime.combine(SUNDAY + timedelta(days=1), time(5), UTC)
+FRIDAY_LOAD = 57  # hours before the Monday build: Friday 20:00
+
+
+def _weekday_feed(ctx: DiagnosisContext, shape: Shape) -> None:
+    """The input loads on business days only, at 20:00, as the input-freshness check records its latest load
+    each night (the ``input_load`` series it learns the feed's quiet nights from)."""
+    for k in range(1, 60):
+        day = TONIGHT - timedelta(days=k)
+        loaded = day - timedelta(days=max(0, day.weekday() - 4))  # a weekend night holds Friday's load
+        at = datetime.combine(loaded, time(20), UTC).timestamp()
+        ctx.history.record_metric(input_load_series(shape.input), day, at, {}, None, None)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_weekday_feeds_weekend_is_not_stale_input_on_the_monday(conn, shape):
+    """The check allows a business-day feed 24 h more for each weekend night before the Monday build (26 h
+    and 48 h): its Friday load, 57 h old then, is no stale input, and the night's fault is what it is."""
+    s = SHAPES[shape]
+    ctx = _ctx(conn, s)
+    _weekday_feed(ctx, s)
+    _load(conn, s, FRIDAY_LOAD, MONDAY_BUILD, days=range(5))
+    partial = list(s.usual)[1]
+    _nights(ctx, s, partial, SUNDAY)
+    fault = _total(s, "daily_value", sum(s.usual.values()), SUNDAY)
+    fault.evidence["built_at"] = MONDAY_BUILD.isoformat()
+    # The table trails its input (held Thursday's load): the check's finding, within the allowance it records.
+    lag = _freshness(s, FRIDAY_LOAD)
+    lag.business_date, lag.evidence["built_at"] = SUNDAY, MONDAY_BUILD.isoformat()
+    lag.evidence["allowed_age_hours"] = [74.0]
+    assert stale_diagnosis(_incident(SUNDAY), fault, ctx.audited(AuditTrail())) is None
+    d = diagnose(_incident(SUNDAY), [lag, fault], ctx)
+    assert d.classification is CauseClass.VOLUME_LOSS, d.cause
+    assert d.keys[0].label == f"{s.group}={partial}"
+    # Where the input's own rows cannot be read, the finding is judged by the allowance it records, or, a
+    # finding recorded before the check recorded it, by the same allowance from the input's record.
+    conn.cursor().execute(f'DROP TABLE "DB"."{s.sources[0][1]}"."{s.sources[0][2]}"')
+    assert stale_diagnosis(_incident(SUNDAY), lag, ctx.audited(AuditTrail())) is None
+    del lag.evidence["allowed_age_hours"]
+    assert stale_diagnosis(_incident(SUNDAY), lag, ctx.audited(AuditTrail())) is None
+    lag.evidence["allowed_age_hours"] = [26.0]
+    assert stale_diagnosis(_incident(SUNDAY), lag, ctx.audited(AuditTrail())) is not None
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_weekday_feed_that_missed_a_business_day_is_stale_input(conn, shape):
+    """The same feed, as old at a Wednesday build: Monday's and Tuesday's loads never came, which no quiet
+    night explains."""
+    s = SHAPES[shape]
+    ctx = _ctx(conn, s)
+    _weekday_feed(ctx, s)
+    _load(conn, s, FRIDAY_LOAD + 48, days=range(5))
+    d = stale_diagnosis(
+        _incident(), _total(s, "daily_value", sum(s.usual.values())), ctx.audited(AuditTrail())
+    )
+    assert d is not None and d.classification is CauseClass.STALE_INPUT
+    assert d.evidence["stale_tables"] == s.input

@@ -6,7 +6,7 @@ cast to TIMESTAMP there read 8 hours off)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
@@ -64,7 +64,7 @@ def test_every_source_is_as_old_in_the_staleness_diagnosis(warehouse: WarehouseR
         ages = {
             a.asset: (a.latest, a.age_hours)
             for s in feeds
-            for a in source_ages(ctx, s.key.to_user_string(), built)
+            for a in source_ages(ctx, s.key.to_user_string(), built, built.date() - timedelta(days=1))
         }
     assert ages == {s.key.to_user_string(): (INSTANT, 8.0) for s in feeds}
 
