@@ -18,21 +18,18 @@ diagnosis measures joins with too (``incidents/joins.py``).
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
 import dagster as dg
-import sqlglot
 from sqlglot import exp
-from sqlglot.errors import SqlglotError
 
 from dw_dagster.checks.history import Reading, Recorded
 from dw_dagster.checks.measure import Part, quoted_table
 from dw_dagster.checks.recorded_totals import plain_value
-from dw_dagster.coalesce.sql import RefSyntaxError, resolve_refs
+from dw_dagster.context.joins import JoinParseError, parse_node
 from dw_dagster.context.lineage import Column, LineageGraph
 from dw_dagster.sql import placeholders, quote_identifier, table_parts, table_reference
 
@@ -113,154 +110,6 @@ def rows_with_keys(cur: Any, table: tuple[str, str, str], column: str, values: S
         tuple(values),
     )
     return int(cur.fetchone()[0])
-
-
-# A node's joins as its join text says: read here for the checks (a key followed across joins) and the
-# diagnosis (what a join drops, incidents/joins.py).
-_TEMPLATE = re.compile(r"\{\{|\{%|%\}|\}\}")
-
-
-class JoinParseError(ValueError):
-    """A node's join text that sqlglot cannot parse, or whose templates do not render."""
-
-
-@dataclass(frozen=True)
-class ParsedJoin:
-    kind: str
-    """INNER, LEFT, RIGHT, FULL or CROSS."""
-    left_table: str
-    right_table: str
-    on: list[tuple[str, str]]
-    """Pairs of (left column, right column) equated in the ON clause."""
-    right_conditions: tuple[str, ...] = ()
-    """Other conditions on the right side alone, in the ON clause or the WHERE clause, written on the
-    alias ``R`` (e.g. ``R."ACTIVE" = TRUE``): a right row that fails them matches nothing."""
-    right_alias: str = ""
-    left_alias: str = ""
-    """The aliases the node's SQL gives the two sides (``"STG_ONHAND"``), as its ON clause names them."""
-
-
-@dataclass(frozen=True)
-class ParsedFilter:
-    """A condition of the node's WHERE clause on the FROM table alone, written on the alias ``L``."""
-
-    table: str
-    condition: str
-    columns: tuple[str, ...]
-
-
-@dataclass
-class NodeSql:
-    from_table: str | None
-    joins: list[ParsedJoin] = field(default_factory=list)
-    filters: list[ParsedFilter] = field(default_factory=list)
-    aliases: dict[str, str] = field(default_factory=dict)
-    """Alias -> fully quoted table, for every table the join text reads."""
-
-
-def _render(node: str, join_text: str, resolve_table: Callable[[str, str], str]) -> exp.Select:
-    try:
-        sql = "SELECT * " + resolve_refs(join_text, resolve_table)
-    except RefSyntaxError as e:
-        raise JoinParseError(f"{node}: its join condition's template does not render: {e}") from None
-    left = _TEMPLATE.search(sql)
-    if left:
-        raise JoinParseError(
-            f"{node}: its join condition holds a template other than ref(...) at {sql[left.start() :][:40]!r}, "
-            "which the diagnosis cannot render"
-        )
-    try:
-        tree = sqlglot.parse_one(sql, read="snowflake")
-    except SqlglotError as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise JoinParseError(f"{node}: sqlglot cannot parse its join condition: {first}") from None
-    if not isinstance(tree, exp.Select):
-        raise JoinParseError(f"{node}: its join condition is not a FROM ... clause")
-    return tree
-
-
-def _conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:
-    if condition is None:
-        return []
-    if isinstance(condition, exp.And):
-        return _conjuncts(condition.left) + _conjuncts(condition.right)
-    if isinstance(condition, exp.Paren):
-        return _conjuncts(condition.this)
-    return [condition]
-
-
-def _on_alias(condition: exp.Expression, alias: str, as_: str) -> str | None:
-    """``condition`` with its columns of ``alias`` written on ``as_``; None if it reads another table, a
-    subquery or no column at all."""
-    columns = list(condition.find_all(exp.Column))
-    if not columns or condition.find(exp.Subquery, exp.Select) is not None:
-        return None
-    if any(c.table != alias for c in columns):
-        return None
-    copy = condition.copy()
-    for c in copy.find_all(exp.Column):
-        c.set("table", exp.to_identifier(as_))
-        c.set("this", exp.to_identifier(c.name, quoted=True))
-    return copy.sql(dialect="snowflake")
-
-
-def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], str]) -> NodeSql:
-    """The FROM table, the joins (with the table on each side of their equalities) and the filters of a
-    Coalesce join condition. Raises :class:`JoinParseError`."""
-    tree = _render(node, join_text, resolve_table)
-    source = tree.args.get("from_") or tree.args.get("from")
-    if source is None:
-        return NodeSql(None)
-    tables: dict[str, str] = {}
-
-    def add(table: exp.Expression) -> None:
-        if isinstance(table, exp.Table):
-            tables[table.alias_or_name] = ".".join(quote_identifier(p.name) for p in table.parts)
-
-    add(source.this)
-    from_alias = source.this.alias_or_name if isinstance(source.this, exp.Table) else None
-    where = _conjuncts(tree.args["where"].this) if tree.args.get("where") else []
-    out = NodeSql(tables.get(from_alias) if from_alias else None, aliases=tables)
-    for join in tree.args.get("joins") or []:
-        add(join.this)
-        right_alias = join.this.alias_or_name
-        kind = (join.side or join.kind or "INNER").upper()
-        pairs: list[tuple[str, str]] = []
-        extra: list[str] = []
-        left_alias = None
-        for cond in _conjuncts(join.args.get("on")):
-            a, b = (cond.left, cond.right) if isinstance(cond, exp.EQ) else (None, None)
-            if isinstance(a, exp.Column) and isinstance(b, exp.Column):
-                if a.table == right_alias:
-                    a, b = b, a
-                if b.table == right_alias and a.table in tables and a.table != right_alias:
-                    pairs.append((a.name, b.name))
-                    left_alias = left_alias or a.table
-                    continue
-            shown = _on_alias(cond, right_alias, "R")
-            if shown:
-                extra.append(shown)
-        # A WHERE on the right side alone drops the left rows it does not match, as an inner join would.
-        extra += [s for s in (_on_alias(c, right_alias, "R") for c in where) if s]
-        if pairs and left_alias and right_alias in tables:
-            out.joins.append(
-                ParsedJoin(
-                    kind,
-                    tables[left_alias],
-                    tables[right_alias],
-                    pairs,
-                    tuple(extra),
-                    right_alias,
-                    left_alias,
-                )
-            )
-    if from_alias and from_alias in tables:
-        for cond in where:
-            shown = _on_alias(cond, from_alias, "L")
-            if shown:
-                cols = tuple(dict.fromkeys(c.name for c in cond.find_all(exp.Column)))
-                out.filters.append(ParsedFilter(tables[from_alias], shown, cols))
-    return out
 
 
 def _inputs(graph: LineageGraph, node: str) -> dict[str, str]:

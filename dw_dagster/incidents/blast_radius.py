@@ -11,8 +11,9 @@ import networkx as nx
 from croniter import croniter
 
 from dw_dagster.checks.metrics import MetricsFile
+from dw_dagster.context.joins import JoinParseError
 from dw_dagster.incidents.evidence import DiagnosisContext, last_good
-from dw_dagster.incidents.joins import JoinParseError, parse_joins, unmatched_from
+from dw_dagster.incidents.joins import parse_joins, unmatched_from
 from dw_dagster.records.incidents import AffectedAsset, BlastRadius, Diagnosis
 from dw_dagster.sql import quote_identifier, table_parts, table_reference
 

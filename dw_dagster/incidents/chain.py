@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from dw_dagster.context.joins import JoinParseError, ParsedJoin, parse_node
 from dw_dagster.incidents.evidence import DiagnosisContext
-from dw_dagster.incidents.joins import JoinParseError, ParsedJoin, measure_join, parse_node
+from dw_dagster.incidents.joins import measure_join
 from dw_dagster.incidents.origins import on_table
 from dw_dagster.incidents.structure import source_column, table
 from dw_dagster.records.incidents import JoinEffect, KeyGap

@@ -20,6 +20,7 @@ from typing import Any
 
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.context.joins import JoinParseError, ParsedJoin, parse_node
 from dw_dagster.incidents.chain import Level, chain_keys
 from dw_dagster.incidents.drilldown import NOISE_Z
 from dw_dagster.incidents.evidence import (
@@ -32,7 +33,6 @@ from dw_dagster.incidents.evidence import (
     reference_systems,
     traced,
 )
-from dw_dagster.incidents.joins import JoinParseError, ParsedJoin, parse_node
 from dw_dagster.incidents.origins import rows_on_table
 from dw_dagster.incidents.structure import derives_from, table
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap

@@ -3,7 +3,7 @@ join whose condition also filters the right side, a left join to a lookup the me
 filter in the join text leaves out, rows a join fans out.
 
 A node's join text (Coalesce's ``sourceMapping[].join.joinCondition``) is parsed by
-:func:`dw_dagster.checks.keys.parse_node` (the checks follow a key across joins with it too). Text sqlglot
+:func:`dw_dagster.context.joins.parse_node` (the checks follow a key across joins with it too). Text sqlglot
 cannot parse, or a template that does not render, raises :class:`JoinParseError` naming the node: the
 diagnosis reports it and goes on without that node's joins.
 Every measurement is one aggregate query pushed down to the warehouse, with identifiers quoted and nothing
@@ -16,8 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from dw_dagster.checks.keys import JoinParseError as JoinParseError
-from dw_dagster.checks.keys import ParsedFilter, ParsedJoin, parse_node
+from dw_dagster.context.joins import ParsedFilter, ParsedJoin, parse_node
 from dw_dagster.records.incidents import JoinEffect, KeyGap
 from dw_dagster.records.keys import plain
 from dw_dagster.sql import placeholders, quote_identifier

@@ -21,9 +21,9 @@ from datetime import UTC, date, datetime
 from zoneinfo import ZoneInfo
 
 from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.context.joins import ParsedJoin
 from dw_dagster.context.lineage import Column, LineageGraph
 from dw_dagster.incidents.evidence import HISTORY_DAYS, DiagnosisContext
-from dw_dagster.incidents.joins import ParsedJoin
 from dw_dagster.incidents.structure import source_column, table, time_columns
 from dw_dagster.records.incidents import JoinEffect, KeyGap
 from dw_dagster.records.keys import plain, same_key, typed

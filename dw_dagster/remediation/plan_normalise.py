@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from dw_dagster.incidents.joins import JoinParseError, parse_node
+from dw_dagster.context.joins import JoinParseError, parse_node
 from dw_dagster.incidents.structure import is_numeric, table
 from dw_dagster.records.incidents import BlastRadius, CauseClass, Diagnosis, Incident
 from dw_dagster.records.keys import typed

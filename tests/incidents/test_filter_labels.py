@@ -8,7 +8,8 @@ import fakesnow
 import pytest
 import snowflake.connector
 
-from dw_dagster.incidents.joins import ParsedFilter, measure_filter
+from dw_dagster.context.joins import ParsedFilter
+from dw_dagster.incidents.joins import measure_filter
 from dw_dagster.records.keys import split_labels
 
 TABLE = '"DB"."RAW"."SHIPMENTS"'

@@ -48,8 +48,9 @@ from typing import Any
 
 from dw_dagster.checks.history import volume_series
 from dw_dagster.checks.metrics import MetricsFile
+from dw_dagster.context.joins import JoinParseError
 from dw_dagster.context.lineage import LineageGraph
-from dw_dagster.incidents.joins import JoinParseError, parse_joins
+from dw_dagster.incidents.joins import parse_joins
 from dw_dagster.sql import quote_identifier
 from dw_dagster.warehouse.ops import OpsSchema
 
