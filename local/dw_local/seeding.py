@@ -37,7 +37,8 @@ the cache (``DW_WORLD_CACHE``) and still be copying it."""
 _LOCAL_DIR = Path(__file__).resolve().parent
 _PRODUCT_DIR = Path(dw_dagster.__file__).resolve().parent
 # Seeding runs the product's sensor and checks each night, so the code that writes their history shapes
-# the template too; diagnosis, notifications and the rest do not. Every world plays the shared events
+# the template too (the context's lineage and join parsing, which the checks read, included); diagnosis,
+# notifications and the rest do not. Every world plays the shared events
 # (scenarios/*.py); the scenario files and world files under scenarios/ shape only their own worlds.
 _SHAPING = [
     *(_LOCAL_DIR / name for name in (
@@ -45,7 +46,7 @@ _SHAPING = [
         "snowflake_rules.py", "snowflake_auth.py", "account_usage.py", "seeding.py", "daemon.py",
     )),
     *(_PRODUCT_DIR / name for name in (
-        "checks", "warehouse", "coalesce", "governance", "records", "sql.py", "config.py", "tags.py",
+        "checks", "context", "warehouse", "coalesce", "governance", "records", "sql.py", "config.py", "tags.py",
         "incidents/store.py", "app/coalesce_runs.py", "app/governance_review.py", "app/components.py",
         "app/checks.py", "app/reporting.py", "app/defs", "app/project.py", "app/settings.py",
     )),
