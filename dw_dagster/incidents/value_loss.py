@@ -16,6 +16,7 @@ from datetime import date
 import networkx as nx
 
 from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.context.joins import JoinParseError, ParsedJoin, parse_node
 from dw_dagster.incidents.chain import UpstreamDrop, dropped_upstream
 from dw_dagster.incidents.evidence import (
     DiagnosisContext,
@@ -23,14 +24,7 @@ from dw_dagster.incidents.evidence import (
     reference_systems,
     traced,
 )
-from dw_dagster.incidents.joins import (
-    JoinParseError,
-    ParsedJoin,
-    measure_filter,
-    measure_join,
-    parse_node,
-    unmatched_rows_query,
-)
+from dw_dagster.incidents.joins import measure_filter, measure_join, unmatched_rows_query
 from dw_dagster.incidents.origins import KeyOrigin, key_origins
 from dw_dagster.incidents.structure import derives_from, is_time
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, JoinEffect, KeyGap
