@@ -109,6 +109,35 @@ def test_small_counts_keep_their_absolute_rule():
     assert judge(small, day, 0, BaselineConfig()).severity == "ERROR"  # emptied: whatever the spread
 
 
+def _poisson(rng: random.Random, mean: float) -> float:
+    # Knuth's method: a day's count of rare events.
+    k, p, floor = 0, 1.0, math.exp(-mean)
+    while (p := p * rng.random()) > floor:
+        k += 1
+    return float(k)
+
+
+@pytest.mark.parametrize(
+    ("shape", "mean"),
+    [("refunds a day", 2.0), ("payments a day returned by the bank", 4.0)],
+)
+def test_a_small_count_that_is_sometimes_zero_is_not_emptied_by_a_zero(shape: str, mean: float) -> None:
+    """A zero is an anomaly whatever the spread only where the series' recent nights never came near it: a
+    small count of rare events raises on none of its zeros (the old rule raised on every one, at their
+    frequency: about one night in seven, and one in fifty)."""
+    rng = random.Random(7)
+    start = date(2025, 3, 3)
+    series = {start + timedelta(days=k): _poisson(rng, mean) for k in range(120)}
+    zeros = [d for d in sorted(series)[60:] if series[d] == 0]
+    assert zeros, shape
+    for d in zeros:
+        assert judge(series, d, 0, BaselineConfig()).severity is None, (shape, d)
+    # The same count never below 2 in its last four weeks: an empty night is an anomaly.
+    held = {d: max(v, 2.0) for d, v in series.items()}
+    day = max(held) + timedelta(days=1)
+    assert judge(held, day, 0, BaselineConfig()).severity == "ERROR", shape
+
+
 def test_the_tail_is_read_from_the_errors_and_extrapolated_beyond_them():
     rng = random.Random(4)
     gaussian = [abs(rng.gauss(0, 1)) for _ in range(60)]
