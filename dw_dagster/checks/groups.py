@@ -16,18 +16,24 @@ the total (``judge.py``: calendar, small counts, accepted levels). Then:
   new key: it holds rows a left join to a lookup no longer matches, so what it takes is a gain and a loss
   to it is a shift;
 - **a group whose value is NULL** (an upstream lookup that found no match) is never counted as zero: a
-  finding in its own right, naming its keys and, when the total's SQL returns ``ROWS``, how many rows.
+  finding in its own right, naming its keys and, when the total's SQL returns ``ROWS``, how many rows; unless
+  the total's own history holds it (``usual_null_groups``): then its rows are judged against their record.
+
+The groups are one family of the series a total's check judges, and spend one share of the table's
+false-alarm rate (``share``): every finding here needs a group that lost, and a loss counts only beyond the
+group's own record at that share split over the groups, so however many groups there are, they raise at
+most that share on ordinary nights.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import date
 from typing import Literal
 
 from pydantic import BaseModel
 
-from dw_dagster.checks.baseline import BaselineStatus
+from dw_dagster.checks.baseline import BaselineConfig, BaselineStatus, Direction
 from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.history import Rebase, Recorded, total_series
 from dw_dagster.checks.judge import Judgement, judge
@@ -39,8 +45,8 @@ MAX_GROUPS_JUDGED = 500
 MIN_SHARE_OF_TOTAL = 0.01
 """A group's move matters from 1% of the total: a one-unit group doubling is not a finding."""
 CANDIDATE_RATE = 0.02
-"""The rate at which a group's own move counts as a candidate (its own errors' 95th percentile): the rules on
-top, not one group's noise, keep the findings at the table's rate."""
+"""The rate at which a group's own move is named (its own errors' 95th percentile); a loss counts toward a
+finding only at the groups' share of the table's rate (``judge_groups``)."""
 SHARE_UNITS = 10_000
 """A group's share of its total is judged in basis points, in log space like any series (never as a small
 count): 12% to 3% is the fall it is."""
@@ -97,7 +103,8 @@ def judge_groups(
     moved: bool | None = None,
 ) -> GroupVerdict:
     """``moved``: whether the total moved, so that its judgement speaks and the groups only name where (by
-    default: an anomaly, or a change of at least its ``min_relative_change``)."""
+    default: beyond its own band, ``_total_moved``). ``share``: the groups' share of the table's false-alarm
+    rate (``false_alarm_alpha``), split here over the groups."""
     if not total.group_keys:
         return GroupVerdict(moves=[])
     last = own[max(own)] if own else None
@@ -111,9 +118,11 @@ def judge_groups(
                 first_seen.setdefault(g, d)
     expected_total = total_verdict.result.expected or value
     floor = abs(expected_total) * MIN_SHARE_OF_TOTAL
-    # Each group's move is a candidate at a looser rate than a finding: a shift needs two groups moving
-    # opposite ways at once, materially, while the total holds; a fall alone is judged again on its share at
-    # the table's own rate (below).
+    if moved is None:
+        moved = _total_moved(total_verdict, total.baseline)
+    # Each group's move is named at a looser rate than a finding; a loss, which every finding below needs (a
+    # shift, a group gone, a fall alone), counts only at the groups' share of the table's rate split over the
+    # groups (below), so the groups raise at most their share on ordinary nights however many they are.
     candidate = total.baseline.model_copy(
         update={"false_alarm_rate": max(total.baseline.false_alarm_rate, CANDIDATE_RATE)}
     )
@@ -128,9 +137,10 @@ def judge_groups(
             continue
         # A group is judged from its first night: before it, it did not exist (not a run of zeros).
         since = first_seen.get(g)
+        series = {d: v for d, v in group_series(own, g).items() if d >= since} if since is not None else {}
         verdict = (
             judge(
-                {d: v for d, v in group_series(own, g).items() if d >= since},
+                series,
                 day,
                 tonight,
                 candidate,
@@ -174,6 +184,20 @@ def judge_groups(
             # dip).
             continue
         status = "gained" if tonight > r.expected else ("went" if tonight <= 0 else "lost")
+        if status != "gained" and not moved:
+            strict = judge(
+                series,
+                day,
+                tonight,
+                total.baseline,
+                Direction.DOWN,
+                calendar=calendar,
+                excluded_days=excluded_days,
+                rebases=rebases.get(total_series(total.name, g), ()),
+                share=share * len(names),
+            )
+            if strict.severity != "ERROR":
+                continue  # within what the group's own record holds at the groups' share: its noise
         moves.append(
             GroupMove(
                 group=g,
@@ -189,11 +213,6 @@ def judge_groups(
     lost = [m for m in moves if m.status in ("lost", "went")]
     gained = [m for m in moves if m.status == "gained"]
     new = [m for m in moves if m.status == "new"]
-    change = total_verdict.result.relative_change
-    if moved is None:
-        moved = total_verdict.result.status is BaselineStatus.ANOMALY or (
-            change is not None and abs(change) >= total.baseline.min_relative_change
-        )
     if moved or not (lost or gained):
         # The total moved (an ERROR, a WARN the calendar explains, or a move in the direction that does not
         # hurt): its judgement speaks; the groups only name where.
@@ -212,9 +231,10 @@ def judge_groups(
     if went:
         return GroupVerdict(moves=moves, problem=f"{said(went)} went to nothing while {held}")
     # A group that fell alone while the others held: its values changed (a unit, a scale), or its rows went
-    # missing. One group's noise often looks like it, so its share of the total must have moved beyond its
-    # own errors at the table's rate split over every group (a share cancels the day's common level). A
-    # group that rose alone is noted only: a new key mapped into it (a new store of a channel) is benign.
+    # missing. Its loss is already beyond its own record at the groups' share; its share of the total must
+    # have moved too (at the candidate rate: a share cancels the day's common level), or the whole day fell
+    # in that group as it does on some nights. A group that rose alone is noted only: a new key mapped into
+    # it (a new store of a channel) is benign.
     alone = [
         m
         for m in lost
@@ -226,7 +246,8 @@ def judge_groups(
             m.group,
             calendar,
             excluded_days,
-            share * len(names),
+            1,
+            candidate.false_alarm_rate,
         )
     ]
     if alone:
@@ -238,6 +259,20 @@ def judge_groups(
     return GroupVerdict(
         moves=moves, note=f"{'fell' if lost else 'rose'} while {held}: {said(lost or gained)}"
     )
+
+
+def _total_moved(verdict: Judgement, config: BaselineConfig) -> bool:
+    """Whether the total moved beyond its own band, in either direction: its calibrated threshold (or the
+    fixed robust z) and its minimum change, as an anomaly needs, whichever side hurts. A noisy total moves by
+    more than its ``min_relative_change`` on ordinary nights: a remap under it is still a shift. Without a
+    score (too short a record), a change of at least its minimum change."""
+    r = verdict.result
+    if r.status is BaselineStatus.ANOMALY:
+        return True
+    change = r.relative_change
+    if r.robust_z is None or r.z_threshold is None:
+        return change is not None and abs(change) >= config.min_relative_change
+    return abs(r.robust_z) >= r.z_threshold and abs(change or 0.0) >= config.min_relative_change
 
 
 def _share_moved(
@@ -277,6 +312,63 @@ def _share_moved(
         verdict.severity == "ERROR"
         and abs(SHARE_UNITS * tonight - (verdict.result.expected or 0)) >= SHARE_UNITS * MIN_SHARE_OF_TOTAL
     )
+
+
+USUAL_NULL_DAYS = 28
+"""A NULL-valued group is usual when the total's own history of the last four weeks holds it."""
+
+
+def usual_null_groups(
+    day: date,
+    groups: Mapping[str, float | None],
+    rows: Mapping[str, int],
+    own: Mapping[date, Recorded],
+    own_rows: Mapping[date, Recorded],
+    config: BaselineConfig,
+    *,
+    calendar: BusinessCalendar,
+    excluded_days: Collection[date],
+    share: int,
+) -> dict[str, str]:
+    """Tonight's NULL-valued groups that the total's own history holds as usual -> what was seen of each (a
+    note); the others are findings (``null_groups_problem``). A group is usual when it was NULL-valued on at
+    least ``min_points`` of the total's ordinary nights of the last four weeks. Where the total's SQL returns
+    ``ROWS`` its rows are then judged like any group's value, against their own record from its first NULL
+    night (0 on a night it was absent): more rows with no value than the record holds (a NULL group tiny in
+    the history and large tonight) is a finding. Without rows, it must have been NULL-valued on at least half
+    of those nights."""
+    recent = [
+        d
+        for d, r in own.items()
+        if d < day and (day - d).days <= USUAL_NULL_DAYS and d not in excluded_days and r.groups
+    ]
+    out = {}
+    for g in sorted(g for g, v in groups.items() if v is None):
+        nulls = [d for d in recent if g in own[d].groups and own[d].groups[g] is None]
+        if len(nulls) < config.min_points:
+            continue  # absent from the history, or too seldom there: new tonight
+        seen = f"{g} with no value on {len(nulls)} of the last {len(recent)} ordinary nights"
+        first = min((d for d, r in own_rows.items() if r.groups.get(g)), default=None) if g in rows else None
+        if first is not None:
+            series = {d: r.groups.get(g) or 0.0 for d, r in own_rows.items() if d >= first and r.groups}
+            verdict = judge(
+                series,
+                day,
+                float(rows[g]),
+                config,
+                Direction.UP,
+                calendar=calendar,
+                excluded_days=excluded_days,
+                share=share,
+            )
+            if verdict.severity == "ERROR":
+                continue  # more rows with no value than its record holds
+            if not verdict.insufficient:
+                out[g] = f"{seen}; {rows[g]:,} rows tonight, within its record"
+                continue
+        if 2 * len(nulls) >= len(recent):
+            out[g] = seen
+    return out
 
 
 def null_groups_problem(

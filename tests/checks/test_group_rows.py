@@ -90,12 +90,12 @@ def test_a_group_that_lost_half_its_rows_is_found_by_its_rows():
             r, v = _day(rng, shares, count, sigma)
             # An ordinary night: nothing.
             tonight = TotalValue(value=sum(v.values()), groups=v, rows=r)
-            quiet = rows_by_group(_night(total, day, rows, values), total, tonight, set())
+            quiet = rows_by_group(_night(total, day, rows, values), total, tonight, set(), 2)
             assert quiet is not None and quiet.problem is None, (name, seed, quiet.problem)
             r[lost] //= 2
             v[lost] /= 2
             partial = TotalValue(value=sum(v.values()), groups=v, rows=r)
-            found = rows_by_group(_night(total, day, rows, values), total, partial, set())
+            found = rows_by_group(_night(total, day, rows, values), total, partial, set(), 2)
             # Half of one group's rows never landed: the rows say which group (fell alone while the rest held,
             # or the table's rows fell beyond their record and the fall is in that group).
             assert found is not None and found.problem and lost in found.problem, (name, seed, found)
@@ -116,15 +116,18 @@ def test_a_new_group_taking_rows_and_a_total_without_rows_raise_nothing():
     r, v = _day(rng, {**shares, "DEPOT=BOD": 0.15}, count * 1.0, sigma)  # a depot opened tonight
     r["DEPOT=LYS"] = round(r["DEPOT=LYS"] * 0.6)  # its parcels came from Lyon's round
     opened = rows_by_group(
-        _night(total, day, rows, values), total, TotalValue(value=sum(v.values()), groups=v, rows=r), set()
+        _night(total, day, rows, values), total, TotalValue(value=sum(v.values()), groups=v, rows=r), set(), 2
     )
     assert opened is not None and opened.problem is None, opened.problem
     assert any(m.status == "new" and m.group == "DEPOT=BOD" for m in opened.moves)
     # No ROWS in the total's SQL, or none on record: nothing to judge.
     assert (
-        rows_by_group(_night(total, day, rows, values), total, TotalValue(value=1.0, groups=v), set()) is None
+        rows_by_group(_night(total, day, rows, values), total, TotalValue(value=1.0, groups=v), set(), 2)
+        is None
     )
     assert (
-        rows_by_group(_night(total, day, {}, values), total, TotalValue(value=1.0, groups=v, rows=r), set())
+        rows_by_group(
+            _night(total, day, {}, values), total, TotalValue(value=1.0, groups=v, rows=r), set(), 2
+        )
         is None
     )
