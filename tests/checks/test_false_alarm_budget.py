@@ -147,12 +147,12 @@ def false_alarms(shape: str, seeds: int, judged: int, rate: float) -> tuple[int,
 
 
 def test_a_table_of_many_judged_series_raises_at_its_rate_on_noise():
-    # At 10 false alarms per 100 table-nights (the rate is a setting; at the default 0.5 a few seconds of nights
-    # would show nothing either way): the table's volume and three totals, each judging 1 + 5 families of series
-    # (its groups, its rows and their groups, an attribute, two keys of typical rows), over 60 nights of noise.
-    # Spending the rate once per family raised 8 (payments) and 12 (parcels) of 60, mostly shifts between
-    # groups whose moves were candidates at 10 in 100 each; spending it once per table, 1 and 1 (at the default rate, 2,000 nights
-    # of each: 9 and 10 against 0 and 0).
+    # At 10 false alarms per 100 table-nights (the rate is a setting; at the default 0.5 a few seconds of
+    # nights would show nothing either way): the table's volume and three totals, each check judging its total
+    # and four families (its groups, its rows by group, an attribute, its typical rows by two keys), over 60
+    # nights of noise. Spending the rate once per family raised 8 (payments) and 12 (parcels) of 60, mostly
+    # shifts between groups whose moves were candidates at 10 in 100 each; spending it once per table, 1 and 1.
+    # (At the default rate, over 2,000 nights of each: 9 and 10 once per family, 0 and 0 once per table.)
     rate, nights = 0.1, 60
     for shape in ("payments", "parcels"):
         alarms, table_nights = false_alarms(shape, 1, nights, rate)
