@@ -21,23 +21,25 @@ the total (``judge.py``: calendar, small counts, accepted levels). Then:
 
 The groups are one family of the series a total's check judges, and spend one share of the table's
 false-alarm rate (``share``): every finding here needs a group that lost, and a loss counts only beyond the
-group's own record at that share split over the groups, so however many groups there are, they raise at
-most that share on ordinary nights.
+group's own record at that share, for the largest of that many groups, so however many groups there are,
+they raise at most that share on ordinary nights.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from datetime import date
+from statistics import NormalDist
 from typing import Literal
 
 from pydantic import BaseModel
 
-from dw_dagster.checks.baseline import BaselineConfig, BaselineStatus, Direction
+from dw_dagster.checks.baseline import BaselineConfig, BaselineStatus, Direction, false_alarm_alpha
 from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.history import Rebase, Recorded, total_series
 from dw_dagster.checks.judge import Judgement, judge
 from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.checks.row_values import of_one
 from dw_dagster.records.keys import split_label, split_labels
 
 MAX_GROUPS_JUDGED = 500
@@ -121,8 +123,9 @@ def judge_groups(
     if moved is None:
         moved = _total_moved(total_verdict, total.baseline)
     # Each group's move is named at a looser rate than a finding; a loss, which every finding below needs (a
-    # shift, a group gone, a fall alone), counts only at the groups' share of the table's rate split over the
-    # groups (below), so the groups raise at most their share on ordinary nights however many they are.
+    # shift, a group gone, a fall alone), counts only beyond the group's own record at the groups' share of the
+    # table's rate, for the largest of that many groups (``_of_many``), so the groups raise at most their share
+    # on ordinary nights however many they are.
     candidate = total.baseline.model_copy(
         update={"false_alarm_rate": max(total.baseline.false_alarm_rate, CANDIDATE_RATE)}
     )
@@ -194,9 +197,12 @@ def judge_groups(
                 calendar=calendar,
                 excluded_days=excluded_days,
                 rebases=rebases.get(total_series(total.name, g), ()),
-                share=share * len(names),
+                share=share,
             )
-            if strict.severity != "ERROR":
+            beyond = strict.result.z_threshold or 0.0
+            if strict.severity != "ERROR" or abs(strict.result.robust_z or 0.0) < beyond * _of_many(
+                false_alarm_alpha(total.baseline, share), len(names)
+            ):
                 continue  # within what the group's own record holds at the groups' share: its noise
         moves.append(
             GroupMove(
@@ -259,6 +265,16 @@ def judge_groups(
     return GroupVerdict(
         moves=moves, note=f"{'fell' if lost else 'rose'} while {held}: {said(lost or gained)}"
     )
+
+
+def _of_many(alpha: float, groups: int) -> float:
+    """How much further than its own threshold at ``alpha`` one of ``groups`` series must stray for the largest
+    of them to be as rare (Sidak's correction in normal terms, as the typical rows combine their subsets:
+    ``row_values.of_one``): the groups together spend ``alpha`` once. Not the rate split ``groups`` ways: that
+    asks each group's short record for a tail it cannot show, and its extrapolation, read against a heavy prior,
+    puts a share's threshold at 18 spreads where a remap is 15."""
+    q = -NormalDist().inv_cdf(alpha / 2)
+    return of_one(q, groups) / q
 
 
 def _total_moved(verdict: Judgement, config: BaselineConfig) -> bool:

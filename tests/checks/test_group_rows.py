@@ -100,13 +100,14 @@ def test_a_group_that_lost_half_its_rows_is_found_by_its_rows():
             # or the table's rows fell beyond their record and the fall is in that group).
             assert found is not None and found.problem and lost in found.problem, (name, seed, found)
             assert found.moves[0].group == lost and found.moves[0].status == "lost"
-        # The value alone, judged as the checks always have, does not see it on the heavy-tailed payments.
+        # The value alone, judged at the share a check with its rows leaves its groups (the table's two shares,
+        # split three ways), does not see it on the heavy-tailed payments.
         if name == "payments":
             flat = judge(
                 {d: x.value for d, x in values.items()}, day, partial.value, total.baseline, total.hurts
             )
             by_value = judge_groups(total, day, partial.value, partial.groups, values, flat,
-                                    calendar=NO_HOLIDAYS, excluded_days=set(), rebases={})  # fmt: skip
+                                    calendar=NO_HOLIDAYS, excluded_days=set(), rebases={}, share=6)  # fmt: skip
             assert by_value.problem is None, by_value.problem
 
 
