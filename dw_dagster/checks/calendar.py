@@ -27,6 +27,8 @@ calendar:
 from __future__ import annotations
 
 import calendar as stdlib_calendar
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import date, timedelta
 from functools import lru_cache
 from typing import Literal
@@ -303,6 +305,58 @@ class BusinessCalendar(FileModel):
                         effect,
                     )
         return None
+
+
+CLOSED_LOOKBACK_WEEKS = 8
+MIN_CLOSED_NIGHTS = 3
+
+
+@dataclass(frozen=True)
+class ClosedDays:
+    """The weekdays a series is routinely empty on, learned from its own history (a feed that loads on
+    business days only: invoices, bank files, payroll), and what they mean for tonight."""
+
+    weekdays: frozenset[int]
+    """Monday 0."""
+    tonight: str | None = None
+    """Tonight is one of them and empty: why that is the series' ordinary night."""
+    points: int = 0
+    """How many past nights of tonight's weekday were empty."""
+
+    def split(self, history: Mapping[date, float]) -> tuple[dict[date, float], dict[date, float]]:
+        """The nights of ``history`` on open weekdays, and the others: an open night is never measured from
+        a closed one (a Monday's change from an empty Sunday is infinite), nor its level or spread read from
+        them."""
+        shut = {d: v for d, v in history.items() if d.weekday() in self.weekdays}
+        return {d: v for d, v in history.items() if d not in shut}, shut
+
+
+def closed_days(history: Mapping[date, float], day: date, value: float) -> ClosedDays:
+    """The weekdays on which ``history`` (the usable nights before ``day``) was empty on at least three
+    of its nights of the last eight weeks and on at least three in four of them, while other weekdays were
+    not (a series empty every day has no closed days)."""
+    since = day - timedelta(weeks=CLOSED_LOOKBACK_WEEKS)
+    seen: dict[int, list[float]] = {}
+    for d, v in history.items():
+        if since <= d < day:
+            seen.setdefault(d.weekday(), []).append(v)
+    closed = frozenset(
+        w
+        for w, vs in seen.items()
+        if (n := sum(v == 0 for v in vs)) >= MIN_CLOSED_NIGHTS and 4 * n >= 3 * len(vs)
+    )
+    if not closed or len(closed) == len(seen):
+        return ClosedDays(frozenset())
+    if day.weekday() in closed and value == 0:
+        empty = sum(v == 0 for v in seen[day.weekday()])
+        name = stdlib_calendar.day_name[day.weekday()]
+        return ClosedDays(
+            closed,
+            f"{name}: empty on {empty} of the {len(seen[day.weekday()])} past {name}s on record, a day this "
+            "series is closed",
+            empty,
+        )
+    return ClosedDays(closed)
 
 
 def _calendar_day(kind: str, name: str, like_keys: tuple[str, ...], effect: CalendarEffect) -> CalendarDay:

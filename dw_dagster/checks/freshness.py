@@ -6,16 +6,22 @@ holds and with when it was built. Both maxima are one part of the checks run's m
 (``measure.py``); Snowflake answers MAX of a column from micro-partition metadata, without a scan.
 """
 
+import calendar as stdlib_calendar
 import functools
 import re
 from collections.abc import Hashable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
 
 import dagster as dg
 from croniter import croniter
 from sqlglot import exp
 
+from dw_dagster.checks.calendar import WEEKDAYS, BusinessCalendar
+from dw_dagster.checks.history import Reading, Recorded, input_load_series
 from dw_dagster.checks.judge import figure
+from dw_dagster.checks.keys import table_columns
 from dw_dagster.checks.measure import Part, quoted_table
 from dw_dagster.checks.metrics import InputFreshness, JobSchedule, MetricsFile
 from dw_dagster.checks.tonight import Night
@@ -23,6 +29,13 @@ from dw_dagster.context.specs import key_from_path
 from dw_dagster.sql import table_parts
 
 INPUT_FRESHNESS_CHECK = "input_freshness"
+CADENCE_LOOKBACK_DAYS = 56
+"""The input's loads of the last eight weeks say on which nights it loads."""
+MIN_CADENCE_NIGHTS = 3
+"""A weekday's own record says whether the input loads on it from three of its nights on; before, the
+calendar's business days do."""
+MAX_QUIET_NIGHTS = 14
+"""A closure longer than two weeks is a feed that stopped, whatever its record says."""
 _DAILY = re.compile(r"^(\d{1,2})\s+(\d{1,2})\s+(\*\s+\*\s+\S+)$")
 
 
@@ -121,7 +134,8 @@ def input_freshness_specs(metrics: MetricsFile, specs: Sequence[dg.AssetSpec]) -
             asset=key_from_path(r.asset),
             additional_deps=[key_from_path(r.input)],
             description=f"Holds {r.input}'s latest load, and that load was at most "
-            f"{r.max_input_age_hours:g} h old when the table was built",
+            f"{r.max_input_age_hours:g} h old when the table was built, more after the nights it does not load "
+            "(its own cadence)",
         )
         for r in rules
     ]
@@ -141,7 +155,13 @@ class InputFreshnessChecks:
         by_asset = {key_from_path(r.asset): r for r in metrics.freshness.inputs}
         self.rules = [by_asset[k] for k in sorted(set(selected), key=lambda k: k.to_user_string())]
         self.specs_by_path = {s.key.to_user_string(): s for s in specs}
+        self.calendar = metrics.calendar
+        self.timezone = ZoneInfo(metrics.business_day.timezone)
         self.errors: dict[str, str] = {}
+
+    def series(self) -> dict[str, int]:
+        """The series these checks learn the inputs' cadence from -> how many nights back."""
+        return {input_load_series(r.input): CADENCE_LOOKBACK_DAYS for r in self.rules}
 
     def parts(self) -> list[Part]:
         parts = []
@@ -167,25 +187,117 @@ class InputFreshnessChecks:
             if rule.asset in self.errors:
                 errors.append(f"{INPUT_FRESHNESS_CHECK} of {rule.asset}: {self.errors[rule.asset]}")
                 continue
-            results.append(_judge(night, rule, *found[0]))  # type: ignore[index]
+            held, latest = found[0]  # type: ignore[index]
+            held = self._instant(rule.asset, rule.column, held)
+            latest = self._instant(rule.input, rule.input_column, latest)
+            series = input_load_series(rule.input)
+            if latest is not None:
+                night.record(series, Reading(value=latest.timestamp()))
+            allowed = allowed_age(rule, night.past.get(series, {}), night.day, self.calendar)
+            results.append(_judge(night, rule, held, latest, allowed))
         return results, errors
+
+    def _instant(self, path: str, column: str, value: datetime | None) -> datetime | None:
+        """A load column's maximum as an instant; a DATE column's (read as its midnight, UTC) as the end of
+        that day in the business's time zone: a load made during the day is not up to 24 h older than it
+        is, and a table that holds a DATE covers every load of that day."""
+        moment = _utc(value)
+        if moment is None or not _is_date(self.specs_by_path[path], column):
+            return moment
+        end = datetime.combine(moment.astimezone(UTC).date() + timedelta(days=1), time(0), self.timezone)
+        return end.astimezone(UTC)
+
+
+def _is_date(spec: dg.AssetSpec, column: str) -> bool:
+    """The column is a DATE, as the table's column schema says (Snowflake's DATETIME is a timestamp)."""
+    return any(
+        c.name.upper() == column.upper() and c.type.upper().split("(")[0].strip() == "DATE"
+        for c in table_columns(spec)
+    )
+
+
+@dataclass(frozen=True)
+class AllowedAge:
+    """How old an input's latest load may be tonight, and why."""
+
+    hours: float
+    quiet: tuple[str, ...] = ()
+    """The nights before the build on which the input does not load, oldest first (a weekday, a holiday)."""
+
+    def describe(self) -> str:
+        if not self.quiet:
+            return f"{self.hours:g} h"
+        n = len(self.quiet)
+        return (
+            f"{self.hours:g} h: {self.hours - 24 * n:g} h, and 24 h for each of {n} night{'s' if n > 1 else ''} "
+            f"it does not load on ({', '.join(self.quiet)})"
+        )
+
+
+def quiet_weekdays(past: Mapping[date, Recorded], calendar: BusinessCalendar) -> frozenset[int]:
+    """The weekdays (of the business date) on which an input's latest load does not advance: by its own
+    record (``input_load`` series), a weekday with three nights on record is quiet when the load advanced
+    on at most one in four of them; a weekday with fewer is quiet when the calendar says it is no business
+    day. An input quiet every day has no cadence to follow. Nights
+    whose check failed count too (never flagged out): a feed's first Mondays may fail before its record
+    shows it never loads on them, and a stall of a night or two is too rare to make a weekday quiet."""
+    advanced: dict[int, list[bool]] = {}
+    for d, r in past.items():
+        before = past.get(d - timedelta(days=1))
+        if r.value is None or before is None or before.value is None:
+            continue
+        advanced.setdefault(d.weekday(), []).append(r.value > before.value)
+    quiet = set()
+    for w in range(7):
+        seen = advanced.get(w, [])
+        if len(seen) >= MIN_CADENCE_NIGHTS:
+            if 4 * sum(seen) <= len(seen):
+                quiet.add(w)
+        elif WEEKDAYS[w] not in calendar.business_days:
+            quiet.add(w)
+    return frozenset() if len(quiet) == 7 else frozenset(quiet)
+
+
+def allowed_age(
+    rule: InputFreshness, past: Mapping[date, Recorded], day: date, calendar: BusinessCalendar
+) -> AllowedAge:
+    """The age the input's latest load may have when the table of business date ``day`` is built: the
+    rule's age (26 h unless the file sets it: a night's load, and its delay), and 24 h more for each night
+    before the build on which the input does not load (a feed of business days: the weekend before a Monday;
+    of a business that closes on its holidays, the holidays), so a gap the feed always has passes and a
+    missed business day still fails. A set age counts from a loading night too: files copy the default 26
+    h for every input, and a team that sets it for a weekday feed means the Monday after a quiet weekend
+    to pass (the quiet nights are only those the input's own loads show, or the calendar's closed days)."""
+    quiet = quiet_weekdays(past, calendar)
+    nights: list[str] = []
+    d = day
+    while quiet and len(nights) < MAX_QUIET_NIGHTS:
+        holiday = calendar.holiday(d)
+        if d.weekday() not in quiet and holiday is None:
+            break
+        nights.insert(0, holiday[0] if holiday else stdlib_calendar.day_name[d.weekday()])
+        d -= timedelta(days=1)
+    return AllowedAge(rule.max_input_age_hours + 24 * len(nights), tuple(nights))
 
 
 def _judge(
-    night: Night, rule: InputFreshness, held: datetime | None, latest: datetime | None
+    night: Night,
+    rule: InputFreshness,
+    held: datetime | None,
+    latest: datetime | None,
+    allowed: AllowedAge,
 ) -> dg.AssetCheckResult:
     key = key_from_path(rule.asset)
-    held, latest = _utc(held), _utc(latest)
     built = _built_at(night.context.instance, key) or datetime.now(UTC)
     problems = []
     if latest is None:
         problems.append(f"{rule.input} has no loads at all")
     else:
         age = built - latest
-        if age > timedelta(hours=rule.max_input_age_hours):
+        if age > timedelta(hours=allowed.hours):
             problems.append(
                 f"built on stale input: {rule.input}'s latest load was {age.total_seconds() / 3600:.1f} h "
-                f"old when {rule.asset} was built (allowed {rule.max_input_age_hours:g} h)"
+                f"old when {rule.asset} was built (allowed {allowed.describe()})"
             )
         if held is None or latest - held > timedelta(minutes=rule.max_lag_minutes):
             problems.append(
@@ -195,7 +307,10 @@ def _judge(
         "input_latest_load": str(latest),
         "table_latest_load": str(held),
         "built_at": built.isoformat(),
+        "allowed_age_hours": figure(allowed.hours, 1),
     }
+    if allowed.quiet:
+        metadata["allowed_age"] = allowed.describe()
     if latest is not None:
         metadata["input_age_hours"] = figure((built - latest).total_seconds() / 3600, 1)
     if problems:

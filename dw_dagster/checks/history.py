@@ -104,6 +104,11 @@ def total_series(total: str, group: str | None = None) -> str:
     return f"total:{total}" + (f"|{group}" if group is not None else "")
 
 
+def input_load_series(input_asset: str) -> str:
+    """An input's latest load (epoch seconds), night by night: the nights it advances are its cadence."""
+    return f"input_load:{input_asset}"
+
+
 def group_rows_series(total: str) -> str:
     """A grouped total's rows by group (its SQL's ``ROWS``), night by night."""
     return f"group_rows:{total}"

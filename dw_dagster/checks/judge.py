@@ -39,7 +39,7 @@ from dw_dagster.checks.baseline import (
     transform,
     untransform,
 )
-from dw_dagster.checks.calendar import WEEKDAYS, BusinessCalendar, CalendarDay
+from dw_dagster.checks.calendar import WEEKDAYS, BusinessCalendar, CalendarDay, closed_days
 from dw_dagster.checks.history import Rebase
 from dw_dagster.checks.recurring import MATERIAL, Recurring, learn, moves_like_once
 
@@ -114,6 +114,16 @@ def judge(
         for d, v in history.items()
         if d < day and v is not None and (d not in excluded_days or d in restored)
     }
+    # A series empty on the weekdays its feed does not load (business days only): an empty one is its
+    # ordinary night; an open night is judged against open nights only (calendar.closed_days).
+    closed = closed_days(usable, day, value)
+    if closed.tonight is not None:
+        empty = BaselineResult(
+            status=BaselineStatus.OK, method=config.method, value=value, points=closed.points, absolute=True,
+            expected=0.0, relative_change=0.0, robust_z=0.0, direction="flat",
+        )  # fmt: skip
+        return Judgement(severity=None, result=empty, notes=[closed.tonight])
+    usable, shut = closed.split(usable)
     level = active[-1] if active else None
     absolute = is_small(usable, day, value, config)
     unsettled = []
@@ -267,7 +277,7 @@ def judge(
         )
     out = _verdict(plain, notes=notes, level=level, calibration=calibration)
     closed = (
-        _closed_day_floor(usable, day, configured, config)
+        _closed_day_floor({**shut, **usable}, day, configured, config)
         if configured and today.kind in ("holiday", "holiday_period")
         else None
     )

@@ -152,7 +152,13 @@ class InputFreshness(FileModel):
     column: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_$]*$")
     input: str = Field(pattern=_KEY)
     input_column: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_$]*$")
-    max_input_age_hours: float = Field(default=26, gt=0)
+    max_input_age_hours: float = Field(
+        default=26,
+        gt=0,
+        description="How old the input's latest load may be when the table is built after a night the input "
+        "loads on; 24 h more for each night before the build on which it does not load, as its own loads show "
+        "(a feed that loads on business days only; docs/watch.md, 'Input freshness').",
+    )
     max_lag_minutes: float = Field(default=0, ge=0, description="How far the table may trail its input.")
 
 

@@ -124,6 +124,7 @@ class NightlyChecks:
         series = {
             **dict.fromkeys(totals.series(), since),
             **{s: day - timedelta(days=n) for s, n in volumes.series(HISTORY_DAYS).items()},
+            **{s: day - timedelta(days=n) for s, n in freshness.series().items()},
         }
         store = HistoryStore(warehouse, self.ops, check=NIGHTLY_CHECKS, dagster_run_id=run.dagster_run_id)
         with store.session("check.history") as history:

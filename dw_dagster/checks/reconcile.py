@@ -1,9 +1,11 @@
 """Reconciliation of a total with its source total: the gap between them must not change, in total or in
-any group (``docs/watch.md``)."""
+any group (``docs/watch.md``). The usual gap is read from the last clean nights as the model that holds
+them: a share of the source (a filter keeping 80% of the rows leaves a gap that grows with the volume) or a
+fixed number of units (an allowance), so a steady share holds on a high-volume night and a real drop fails."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import date
 from statistics import median
 
@@ -28,6 +30,7 @@ class Reconciled(BaseModel):
     passed: bool
     gap: float
     usual_gap: float
+    """The gap tonight's source volume makes usual (``expected_gap``)."""
     gap_change: float
     tolerance: float
     target_change_pct: float | None
@@ -45,6 +48,24 @@ def _previous(history: Mapping[date, Recorded], day: date) -> Recorded | None:
     return history[max(earlier)] if earlier else None
 
 
+def expected_gap(nights: Sequence[tuple[float, float]], source_now: float) -> float:
+    """Tonight's usual gap from the clean nights' (source, target) values: the median share of the source the
+    gap is, times tonight's source, or the median gap, whichever model is nearer the nights themselves (the
+    sum of their distances from it). A gap that is a share moves with the volume, and a fixed one does not:
+    judging either by the other alarms on a night of another volume. A tie (a gap of 0) is the share."""
+    if not nights:
+        return 0.0
+    gaps = [s - t for s, t in nights]
+    fixed = median(gaps)
+    shares = [(s - t) / s for s, t in nights if s]
+    if not shares:
+        return fixed
+    share = median(shares)
+    off_share = sum(abs(g - share * s) for g, (s, _) in zip(gaps, nights, strict=True))
+    off_fixed = sum(abs(g - fixed) for g in gaps)
+    return share * source_now if off_share <= off_fixed else fixed
+
+
 def reconcile(
     day: date,
     target: TotalValue,
@@ -53,7 +74,7 @@ def reconcile(
     source_history: Mapping[date, Recorded],
     rule: Reconciliation,
 ) -> Reconciled:
-    """Compares today's gap (source - target) with the usual gap of the last clean nights."""
+    """Compares today's gap (source - target) with the usual gap of the last clean nights (``expected_gap``)."""
     clean = sorted(
         d
         for d in target_history
@@ -64,7 +85,10 @@ def reconcile(
         and target_history[d].value is not None
         and source_history[d].value is not None
     )[-GAP_BASELINE_DAYS:]
-    usual_gap = median(source_history[d].value - target_history[d].value for d in clean) if clean else 0.0  # type: ignore[operator]
+    usual_gap = expected_gap(
+        [(source_history[d].value, target_history[d].value) for d in clean],  # type: ignore[misc]
+        source.value,
+    )
     gap = source.value - target.value
     tolerance = rule.tolerance(source.value)
 
@@ -76,13 +100,9 @@ def reconcile(
         s, t = source.groups.get(g, 0.0), target.groups.get(g, 0.0)
         if s is None or t is None:
             continue  # a NULL value is a finding of its own (groups.null_groups_problem), not a gap of 0
-        usual = (
-            median(
-                (source_history[d].groups.get(g) or 0.0) - (target_history[d].groups.get(g) or 0.0)
-                for d in clean
-            )
-            if clean
-            else 0.0
+        usual = expected_gap(
+            [(source_history[d].groups.get(g) or 0.0, target_history[d].groups.get(g) or 0.0) for d in clean],
+            s,
         )
         change = (s - t) - usual
         if abs(change) > 0 or (g in source.groups and g not in target.groups):

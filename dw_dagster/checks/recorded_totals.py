@@ -40,7 +40,7 @@ from dw_dagster.checks.row_values import (
     take_row_values,
 )
 from dw_dagster.checks.tonight import Night
-from dw_dagster.checks.total_value import TotalValue
+from dw_dagster.checks.total_value import TotalValue, rows_counted
 from dw_dagster.coalesce.sql import resolve_refs
 from dw_dagster.context.specs import key_from_path
 
@@ -88,7 +88,8 @@ def total_value(
         groups=groups,
         rows=counted,
         value_columns=value_columns(sql),
-        null_value=not keys and found[0]["VALUE"] is None,
+        # The SUM of no rows is NULL: over none (an empty day), the total is 0.
+        null_value=not keys and found[0]["VALUE"] is None and found[0].get("ROWS") != 0,
     )
 
 
@@ -129,6 +130,9 @@ def total_query(total: RecordedTotal, resolve_table: TableResolver) -> TotalQuer
         if ident.name.upper() in named:
             return TotalQuery(total, sql, None)
         named[ident.name.upper()] = ident
+    if not total.group_keys and "ROWS" not in named and (rows := rows_counted(tree)) is not None:
+        tree = tree.select(rows)
+        named["ROWS"] = rows.args["alias"]
     wanted = [k.upper() for k in total.group_keys] + ["VALUE"] + (["ROWS"] if "ROWS" in named else [])
     if any(w not in named for w in wanted):
         return TotalQuery(total, sql, None)  # alone, its error names what is missing

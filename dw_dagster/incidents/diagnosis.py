@@ -50,11 +50,16 @@ from dw_dagster.incidents.evidence import (
     total_of,
 )
 from dw_dagster.incidents.failed_load import diagnose_failed
-from dw_dagster.incidents.group_shift import attribute_shift_diagnosis, shift_diagnosis, trace_shift
+from dw_dagster.incidents.group_shift import (
+    attribute_shift_diagnosis,
+    judged_groups,
+    shift_diagnosis,
+    trace_shift,
+)
 from dw_dagster.incidents.run_findings import RUN_FINDINGS
 from dw_dagster.incidents.shortfall import null_value_diagnosis, shortfall_keys
 from dw_dagster.incidents.staleness import stale_diagnosis
-from dw_dagster.incidents.structure import source_columns, sources_upstream, table
+from dw_dagster.incidents.structure import nearest, source_columns, sources_upstream, table
 from dw_dagster.incidents.value_loss import diagnose_fall, diagnose_gap
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
 from dw_dagster.records.keys import split_label
@@ -274,7 +279,8 @@ def _total_anomaly(
             test_query=copies.query,
         )
     group_keys = [g.upper() for t in ctx.metrics.totals for g in t.group_keys]
-    moved = drill_source(ctx, total, day, good_nights(ctx, history, day), group_keys)
+    nights = good_nights(ctx, history, day)
+    moved = drill_source(ctx, total, day, nights, group_keys)
     held = None
     if moved is None:
         held = rows_held(ctx, total.asset, day, before.business_date)
@@ -287,7 +293,13 @@ def _total_anomaly(
         f"per-row values of {', '.join(measure_columns(total)) or 'the measure'} against the last good nights, "
         "by every low-cardinality column of the source, and the recorded groups: no subset moved by a factor"
     )
-    shift = trace_shift(ctx, total, tonight, before)
+    judged = judged_groups(
+        finding.evidence.get("groups_moved") or [],
+        finding.evidence.get("reconciliation"),
+        lambda: [history[d] for d in nights],
+        tonight,
+    )
+    shift = trace_shift(ctx, total, tonight, before, judged)
     if shift is not None:
         return shift_diagnosis(incident, total, shift, ctx, evidence)
     if total.group_keys:
@@ -337,7 +349,10 @@ def _volume(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diag
     expected = (finding.evidence.get("baseline") or {}).get("expected")
     up = isinstance(rows, int | float) and isinstance(expected, int | float) and rows > expected
     key = finding.asset_key
-    candidates = [*sources_upstream(ctx.graph, key)[:3], key] if key in ctx.graph else []
+    # Every source the lineage gives, nearest first (up to ``SEARCH_TABLES``), then the table itself: copies a
+    # join or more up the path are found whatever the source's name.
+    sources = [s for s in sources_upstream(ctx.graph, key) if s != key]
+    candidates = [*nearest(ctx.graph, key, sources), key] if key in ctx.graph else []
     copies = find_duplicates(ctx, candidates) if up and candidates else None
     evidence = {
         "row_count": rows or 0,

@@ -34,6 +34,7 @@ from dw_dagster.incidents.structure import (
     day_columns,
     is_numeric,
     is_time,
+    nearest,
     source_column,
     source_columns,
     sources_upstream,
@@ -318,12 +319,8 @@ def _offset(tonight: Recorded, before: Recorded, ratios: dict[str, float], moved
 def rows_held(ctx: DiagnosisContext, asset: str, day, before) -> bool | None:
     """Whether the table's row count tonight is within 2% of the last good night's; a table whose count is
     not recorded (a source) is judged by the nearest monitored table built from it (None: none is)."""
-    near = (
-        sorted(ctx.graph.downstream(asset), key=lambda k: len(ctx.graph.upstream(k)))
-        if asset in ctx.graph
-        else []
-    )
-    for key in [asset, *near[:3]]:
+    near = nearest(ctx.graph, asset, ctx.graph.downstream(asset)) if asset in ctx.graph else []
+    for key in [asset, *near]:
         history = ctx.history.volume_history(key, day + timedelta(days=1), HISTORY_DAYS)
         now, then = history.get(day), history.get(before)
         if now is not None and then is not None and then.value and now.value is not None:

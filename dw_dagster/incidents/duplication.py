@@ -69,10 +69,13 @@ def exact_duplicates(ctx: DiagnosisContext, key: str) -> Duplicates | None:
     by = _group_key(ctx, key)
     load = load_column(ctx, key)
     group = quote_identifier(by) if by else "NULL"
-    span = f"MIN({quote_identifier(load)}), MAX({quote_identifier(load)})" if load else "NULL, NULL"
+    stamp = quote_identifier(load) if load else "NULL"
+    # Each column named: a table with neither a group key nor a load column would otherwise read NULL three
+    # times, which a driver may fold into one column.
     rows = ctx.rows(
         f"exact duplicate rows in {key}",
-        f"SELECT {group}, SUM(COPIES - 1), COUNT(*), {span} FROM ({copies}) GROUP BY 1 ORDER BY 2 DESC LIMIT {MAX_KEYS}",
+        f"SELECT {group} AS K, SUM(COPIES - 1) AS EXTRA, COUNT(*) AS N, MIN({stamp}) AS FIRST_LOAD,"
+        f" MAX({stamp}) AS LAST_LOAD FROM ({copies}) GROUP BY 1 ORDER BY 2 DESC LIMIT {MAX_KEYS}",
     )
     if not rows:
         return None

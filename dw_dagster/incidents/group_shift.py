@@ -1,5 +1,6 @@
 """A shift between groups: a total held while its groups moved (one lost what another gained), traced to the
-reference rows that changed.
+reference rows that changed. The groups are those the finding's check judged moved against their own history
+(``judged_groups``), whatever their share of the total: a small group gone is a shift of a few share points.
 
 The group column is followed through column lineage to the join that brings it (the join whose right side
 the column is read from), and on through the lookups behind it (``chain.py``): each of their keys is what a
@@ -11,15 +12,20 @@ recorded total is grouped by that key, its last good night says the same from th
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from statistics import mean, pstdev
+from typing import Any
 
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.incidents.chain import Level, chain_keys
+from dw_dagster.incidents.drilldown import NOISE_Z
 from dw_dagster.incidents.evidence import (
     HISTORY_DAYS,
     DiagnosisContext,
+    good_nights,
     last_good_night,
     measure_column,
     measure_sum,
@@ -33,9 +39,9 @@ from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Inciden
 from dw_dagster.records.keys import plain, split_label
 from dw_dagster.sql import quote_identifier
 
-MOVED = 0.05
-"""A group's share of the total moved by more than 5 points."""
 MATCH = 0.15
+MIN_NIGHTS = 3
+"""Good nights a group's own shares need before they judge its move (when the finding judged no group)."""
 
 
 @dataclass
@@ -50,9 +56,64 @@ class Shift:
     owners: list[str]
 
 
-def moved_groups(tonight: Recorded, before: Recorded) -> tuple[dict[str, float], dict[str, float]] | None:
-    """(lost, gained) by group, in tonight's units, when groups' shares of the total moved (by shares: the
-    day's level may differ from the last good night's by its weekday); None otherwise."""
+@dataclass(frozen=True)
+class Judged:
+    """The groups judged to have lost and gained tonight, each against its own history: a small group that
+    lost all its value moves few points of the total's share, yet it is the move."""
+
+    lost: frozenset[str]
+    gained: frozenset[str]
+
+
+def judged_groups(
+    moves: Sequence[Mapping[str, Any]],
+    reconciliation: Mapping[str, Any] | None,
+    nights: Callable[[], Sequence[Recorded]],
+    tonight: Recorded,
+) -> Judged:
+    """The groups the finding's check judged moved (``moves``: its ``GroupMove`` records, each against the
+    group's own baseline; the reconciliation's groups whose gap to the source changed beyond its tolerance);
+    when it judged none, the groups whose share tonight is beyond ``NOISE_Z`` spreads of their own shares on
+    the good ``nights`` (at least ``MIN_NIGHTS``; read only then)."""
+    lost = {str(m["group"]) for m in moves if m.get("status") in ("lost", "went")}
+    gained = {str(m["group"]) for m in moves if m.get("status") == "gained"}
+    if reconciliation:
+        tolerance = float(reconciliation.get("tolerance") or 0.0)
+        for g in reconciliation.get("groups") or []:
+            change = float(g.get("gap_change") or 0.0)
+            # The gap (source - target) grew: the target lost the group's units; it shrank: the target gained.
+            if change > tolerance:
+                lost.add(str(g["group"]))
+            elif change < -tolerance:
+                gained.add(str(g["group"]))
+    if lost:
+        return Judged(frozenset(lost), frozenset(gained))
+    return _own_moves(nights(), tonight)
+
+
+def _own_moves(nights: Sequence[Recorded], tonight: Recorded) -> Judged:
+    usable = [r for r in nights if r.value]
+    if len(usable) < MIN_NIGHTS or not tonight.value:
+        return Judged(frozenset(), frozenset())
+    lost, gained = set(), set()
+    for g in set(tonight.groups).union(*(r.groups for r in usable)):
+        shares = [(r.groups.get(g) or 0.0) / r.value for r in usable]  # type: ignore[operator]
+        now = (tonight.groups.get(g) or 0.0) / tonight.value
+        # A floor of float rounding only: shares steady to the last digit still move on any real change.
+        spread = max(pstdev(shares), 1e-9)
+        if abs(now - mean(shares)) > NOISE_Z * spread:
+            (lost if now < mean(shares) else gained).add(g)
+    return Judged(frozenset(lost), frozenset(gained))
+
+
+def moved_groups(
+    tonight: Recorded, before: Recorded, judged: Judged
+) -> tuple[dict[str, float], dict[str, float]] | None:
+    """(lost, gained) by group, in tonight's units, when a judged group's share of the total fell (by shares:
+    the day's level may differ from the last good night's by its weekday) and others' rose; None otherwise.
+    The groups that gained are the judged ones whose share rose, or when none was judged (a large group's
+    gain of a small group's loss is within its own noise), every group that took at least half of the
+    smallest loss: a group that only rose with the total's rounding took nothing."""
     if not before.value or not tonight.value:
         return None
     groups = set(tonight.groups) | set(before.groups)
@@ -60,9 +121,14 @@ def moved_groups(tonight: Recorded, before: Recorded) -> tuple[dict[str, float],
         g: tonight.groups.get(g, 0.0) / tonight.value - before.groups.get(g, 0.0) / before.value
         for g in groups
     }
-    lost = {g: -c * tonight.value for g, c in change.items() if c < -MOVED}
-    gained = {g: c * tonight.value for g, c in change.items() if c > MOVED}
-    return (lost, gained) if lost and gained else None
+    lost = {g: -c * tonight.value for g, c in change.items() if g in judged.lost and c < 0}
+    if not lost:
+        return None
+    rose = {g: c * tonight.value for g, c in change.items() if c > 0}
+    gained = {g: v for g, v in rose.items() if g in judged.gained} or {
+        g: v for g, v in rose.items() if v >= 0.5 * min(lost.values())
+    }
+    return (lost, gained) if gained else None
 
 
 def _carrying_join(
@@ -112,9 +178,9 @@ def _label(columns: tuple[str, ...], values: tuple, order: list[str]) -> str:
 
 
 def trace_shift(
-    ctx: DiagnosisContext, total: RecordedTotal, tonight: Recorded, before: Recorded
+    ctx: DiagnosisContext, total: RecordedTotal, tonight: Recorded, before: Recorded, judged: Judged
 ) -> Shift | None:
-    moved = moved_groups(tonight, before)
+    moved = moved_groups(tonight, before, judged)
     if moved is None or not total.group_keys:
         return None
     lost, gained = moved
@@ -257,7 +323,13 @@ def attribute_shift_diagnosis(
     if tonight is None or before is None:
         return None
     by = total.model_copy(update={"group_keys": [column]})
-    shift = trace_shift(ctx, by, tonight, before)
+    judged = judged_groups(
+        named.get("moves") or [],
+        None,
+        lambda: [history[d] for d in good_nights(ctx, history, day)],
+        tonight,
+    )
+    shift = trace_shift(ctx, by, tonight, before, judged)
     if shift is None:
         return None
     return shift_diagnosis(incident, by, shift, ctx, {"total": total.name, "attribute": column})

@@ -5,6 +5,7 @@ column comes from, which columns tell when a row arrived. Nothing here knows a w
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from dw_dagster.context.lineage import Column, LineageGraph
 from dw_dagster.sql import table_parts, table_reference
@@ -28,10 +29,31 @@ def table(graph: LineageGraph, key: str) -> str | None:
     return table_reference(*parts) if parts else None
 
 
+SEARCH_TABLES = 8
+"""Tables one search along the lineage reads at most (the sources searched for copies of rows, the monitored
+tables asked for a row count), nearest first: a statement each, out of the diagnosis's ``QUERY_BUDGET``
+(docs/diagnose.md). The public worlds' deepest table has 5 sources upstream."""
+
+
 def sources_upstream(graph: LineageGraph, key: str) -> list[str]:
     """Source tables the asset is built from (itself, if it is one), in a stable order."""
     keys = [*sorted(graph.upstream(key)), key] if key in graph else []
     return [k for k in keys if is_source(graph, k) and table(graph, k)]
+
+
+def nearest(graph: LineageGraph, key: str, keys: Iterable[str]) -> list[str]:
+    """``keys`` by their distance from ``key`` along the lineage (the fewest edges between them, upstream or
+    downstream), nearest first, then by name; at most ``SEARCH_TABLES``. A table a join or more up the path
+    is searched as surely as the nearest one, its place set by the lineage, never by its name."""
+    import networkx as nx
+
+    if key not in graph:
+        return []
+    down = nx.single_source_shortest_path_length(graph.assets, key)
+    up = nx.single_source_shortest_path_length(graph.assets.reverse(copy=False), key)
+    far = len(graph.assets)
+    ranked = sorted(set(keys), key=lambda k: (min(down.get(k, far), up.get(k, far)), k))
+    return ranked[:SEARCH_TABLES]
 
 
 def source_column(graph: LineageGraph, column: Column) -> Column | None:

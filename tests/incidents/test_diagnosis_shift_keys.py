@@ -18,7 +18,7 @@ from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
 from dw_dagster.coalesce.sql import resolve_refs
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.incidents.evidence import DiagnosisContext
-from dw_dagster.incidents.group_shift import attribute_shift_diagnosis, trace_shift
+from dw_dagster.incidents.group_shift import Judged, attribute_shift_diagnosis, trace_shift
 from dw_dagster.records.incidents import CauseClass, Finding, Incident
 from dw_dagster.warehouse.ops import OpsSchema
 
@@ -131,7 +131,8 @@ def _build(ctx, lanes, carriers) -> Recorded:
 def test_a_lane_pointed_at_another_carrier_is_named_by_both_columns_of_its_key(ctx):
     before = _build(ctx, LANES, CARRIERS).model_copy(update={"business_date": BEFORE})
     tonight = _build(ctx, [("N", "Z1", "C2", 20), *LANES[1:]], CARRIERS)
-    shift = trace_shift(ctx, METRICS.totals[0], tonight, before)
+    judged = Judged(frozenset({"GRP=A"}), frozenset({"GRP=B"}))  # as the check judged each group
+    shift = trace_shift(ctx, METRICS.totals[0], tonight, before, judged)
     assert shift is not None and shift.reference == "ref/lanes"
     (key,) = shift.keys
     assert key.parts == [("ORIGIN", "N"), ("DEST", "Z1")] and key.label == "ORIGIN=N, DEST=Z1"
@@ -142,7 +143,8 @@ def test_a_carrier_deleted_behind_a_left_join_is_named_deleted_not_remapped(ctx)
     before = _build(ctx, LANES, CARRIERS).model_copy(update={"business_date": BEFORE})
     tonight = _build(ctx, LANES, CARRIERS[:2])
     assert tonight.groups["GRP=None"] == 35
-    shift = trace_shift(ctx, METRICS.totals[0], tonight, before)
+    judged = Judged(frozenset({"GRP=C"}), frozenset({"GRP=None"}))
+    shift = trace_shift(ctx, METRICS.totals[0], tonight, before, judged)
     assert shift is not None and shift.reference == "ref/carriers"
     (key,) = shift.keys
     assert key.label == "CARRIER=C3" and key.units == 35
@@ -173,7 +175,8 @@ def test_an_attribute_no_total_groups_by_is_measured_and_its_shift_traced(ctx):
                         severity="ERROR", opened_at=now, updated_at=now)  # fmt: skip
     finding = Finding(check_name="total_kg_by_origin", asset_key="core/fct", business_date=TONIGHT,
                       summary="a shift between groups", cause_scope="job:x",
-                      evidence={"attribute_shift": {"column": "GRP", "series": series}})  # fmt: skip
+                      evidence={"attribute_shift": {"column": "GRP", "series": series, "moves": [
+                          {"group": "GRP=A", "status": "lost"}, {"group": "GRP=B", "status": "gained"}]}})  # fmt: skip
     d = attribute_shift_diagnosis(incident, finding, BY_ORIGIN, ctx)
     assert d is not None and d.classification is CauseClass.REFERENCE_DATA_CHANGE, d
     assert d.keys[0].label == "ORIGIN=N, DEST=Z1" and "now maps it to GRP=B" in (d.keys[0].change or "")
