@@ -18,28 +18,21 @@ the total (``judge.py``: calendar, small counts, accepted levels). Then:
 - **a group whose value is NULL** (an upstream lookup that found no match) is never counted as zero: a
   finding in its own right, naming its keys and, when the total's SQL returns ``ROWS``, how many rows; unless
   the total's own history holds it (``usual_null_groups``): then its rows are judged against their record.
-
-The groups are one family of the series a total's check judges, and spend one share of the table's
-false-alarm rate (``share``): every finding here needs a group that lost, and a loss counts only beyond the
-group's own record at that share, for the largest of that many groups, so however many groups there are,
-they raise at most that share on ordinary nights.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from datetime import date
-from statistics import NormalDist
 from typing import Literal
 
 from pydantic import BaseModel
 
-from dw_dagster.checks.baseline import BaselineConfig, BaselineStatus, Direction, false_alarm_alpha
+from dw_dagster.checks.baseline import BaselineConfig, BaselineStatus, Direction
 from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.history import Rebase, Recorded, total_series
 from dw_dagster.checks.judge import Judgement, judge
 from dw_dagster.checks.metrics import RecordedTotal
-from dw_dagster.checks.row_values import of_one
 from dw_dagster.records.keys import split_label, split_labels
 
 MAX_GROUPS_JUDGED = 500
@@ -47,8 +40,8 @@ MAX_GROUPS_JUDGED = 500
 MIN_SHARE_OF_TOTAL = 0.01
 """A group's move matters from 1% of the total: a one-unit group doubling is not a finding."""
 CANDIDATE_RATE = 0.02
-"""The rate at which a group's own move is named (its own errors' 95th percentile); a loss counts toward a
-finding only at the groups' share of the table's rate (``judge_groups``)."""
+"""The rate at which a group's own move counts as a candidate (its own errors' 95th percentile): the rules on
+top, not one group's noise, keep the findings at the table's rate."""
 SHARE_UNITS = 10_000
 """A group's share of its total is judged in basis points, in log space like any series (never as a small
 count): 12% to 3% is the fall it is."""
@@ -105,8 +98,7 @@ def judge_groups(
     moved: bool | None = None,
 ) -> GroupVerdict:
     """``moved``: whether the total moved, so that its judgement speaks and the groups only name where (by
-    default: beyond its own band, ``_total_moved``). ``share``: the groups' share of the table's false-alarm
-    rate (``false_alarm_alpha``), split here over the groups."""
+    default: beyond its own band, ``_total_moved``)."""
     if not total.group_keys:
         return GroupVerdict(moves=[])
     last = own[max(own)] if own else None
@@ -122,10 +114,10 @@ def judge_groups(
     floor = abs(expected_total) * MIN_SHARE_OF_TOTAL
     if moved is None:
         moved = _total_moved(total_verdict, total.baseline)
-    # Each group's move is named at a looser rate than a finding; a loss, which every finding below needs (a
-    # shift, a group gone, a fall alone), counts only beyond the group's own record at the groups' share of the
-    # table's rate, for the largest of that many groups (``_of_many``), so the groups raise at most their share
-    # on ordinary nights however many they are.
+    # Each group's move is a candidate at a looser rate than a finding: a shift needs two groups moving
+    # opposite ways at once, materially, while the total holds; a fall alone is judged again on its share at
+    # the table's own rate (below). Not a loss beyond its own record at the table's rate as well: a
+    # heavy-tailed group's record is too short to tell a remap of a third of its money from its noise.
     candidate = total.baseline.model_copy(
         update={"false_alarm_rate": max(total.baseline.false_alarm_rate, CANDIDATE_RATE)}
     )
@@ -140,10 +132,9 @@ def judge_groups(
             continue
         # A group is judged from its first night: before it, it did not exist (not a run of zeros).
         since = first_seen.get(g)
-        series = {d: v for d, v in group_series(own, g).items() if d >= since} if since is not None else {}
         verdict = (
             judge(
-                series,
+                {d: v for d, v in group_series(own, g).items() if d >= since},
                 day,
                 tonight,
                 candidate,
@@ -187,23 +178,6 @@ def judge_groups(
             # dip).
             continue
         status = "gained" if tonight > r.expected else ("went" if tonight <= 0 else "lost")
-        if status != "gained" and not moved:
-            strict = judge(
-                series,
-                day,
-                tonight,
-                total.baseline,
-                Direction.DOWN,
-                calendar=calendar,
-                excluded_days=excluded_days,
-                rebases=rebases.get(total_series(total.name, g), ()),
-                share=share,
-            )
-            beyond = strict.result.z_threshold or 0.0
-            if strict.severity != "ERROR" or abs(strict.result.robust_z or 0.0) < beyond * _of_many(
-                false_alarm_alpha(total.baseline, share), len(names)
-            ):
-                continue  # within what the group's own record holds at the groups' share: its noise
         moves.append(
             GroupMove(
                 group=g,
@@ -237,10 +211,9 @@ def judge_groups(
     if went:
         return GroupVerdict(moves=moves, problem=f"{said(went)} went to nothing while {held}")
     # A group that fell alone while the others held: its values changed (a unit, a scale), or its rows went
-    # missing. Its loss is already beyond its own record at the groups' share; its share of the total must
-    # have moved too (at the candidate rate: a share cancels the day's common level), or the whole day fell
-    # in that group as it does on some nights. A group that rose alone is noted only: a new key mapped into
-    # it (a new store of a channel) is benign.
+    # missing. One group's noise often looks like it, so its share of the total must have moved beyond its
+    # own errors at the table's rate split over every group (a share cancels the day's common level). A
+    # group that rose alone is noted only: a new key mapped into it (a new store of a channel) is benign.
     alone = [
         m
         for m in lost
@@ -252,8 +225,7 @@ def judge_groups(
             m.group,
             calendar,
             excluded_days,
-            1,
-            candidate.false_alarm_rate,
+            share * len(names),
         )
     ]
     if alone:
@@ -265,16 +237,6 @@ def judge_groups(
     return GroupVerdict(
         moves=moves, note=f"{'fell' if lost else 'rose'} while {held}: {said(lost or gained)}"
     )
-
-
-def _of_many(alpha: float, groups: int) -> float:
-    """How much further than its own threshold at ``alpha`` one of ``groups`` series must stray for the largest
-    of them to be as rare (Sidak's correction in normal terms, as the typical rows combine their subsets:
-    ``row_values.of_one``): the groups together spend ``alpha`` once. Not the rate split ``groups`` ways: that
-    asks each group's short record for a tail it cannot show, and its extrapolation, read against a heavy prior,
-    puts a share's threshold at 18 spreads where a remap is 15."""
-    q = -NormalDist().inv_cdf(alpha / 2)
-    return of_one(q, groups) / q
 
 
 def _total_moved(verdict: Judgement, config: BaselineConfig) -> bool:

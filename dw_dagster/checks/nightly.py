@@ -73,9 +73,7 @@ class NightlyChecks:
         self._total_checks = {check_name(t) for t in metrics.totals}
         self._monitored_paths = {k.to_user_string() for k in self.monitored}
         self._attributes: dict[str, list[str]] | None = None
-        # The series judged on each table share its false-alarm rate (BaselineConfig.false_alarm_rate): one
-        # share for its volume and one for each total on it, which the total's check splits again between the
-        # families of series it judges (recorded_totals.evaluate_total).
+        # The series judged on each table share its false-alarm rate (BaselineConfig.false_alarm_rate).
         self.shares: dict[str, int] = {p: 1 for p in self._monitored_paths}
         for t in metrics.totals:
             self.shares[t.asset] = self.shares.get(t.asset, 0) + 1

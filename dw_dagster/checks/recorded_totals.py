@@ -353,32 +353,6 @@ def evaluate_total(
         judged_value, judged_groups = tonight if tonight is not None else (value.value, {})
         if tonight is None:
             judged = {}  # no comparable night before tonight: nothing to judge the increment against
-    fixed = any(r.kind == "remediation" for r in night.levels.get(total_series(total.name), ()))
-    reconciled = (
-        [(total.reconcile_with.total, values[total.reconcile_with.total])] if total.reconcile_with else []
-    )
-    mine = {
-        c: v for (n, c), v in attributes.items() if n == total.name and night.past.get(attribute_series(n, c))
-    }
-    rows_judged = bool(
-        period is None and total.group_keys and value.rows and night.past.get(group_rows_series(total.name))
-    )
-    # The table's false-alarm rate is shared by the series judged on it (nightly.py: its volume and each total
-    # on it, one share each). This check judges families of series besides its total (its groups, its rows by
-    # group, the values of the attributes its table carries, its typical rows by subset, its NULL-valued
-    # groups), each of which could raise on an ordinary night: they split the total's one share equally, so
-    # the check raises at most that share however many groups, keys and attributes it reads. A family of
-    # several series splits its part again (``judge_groups`` over its groups, the attributes and keys below).
-    families = 1 + sum(
-        [
-            bool(total.group_keys),
-            rows_judged,
-            bool(mine) and period is None and not fixed,
-            bool(row_values) and period is None and not fixed,
-            any(x is None for _, v in [(total.name, value), *reconciled] for x in v.groups.values()),
-        ]
-    )
-    share = night.share(total.asset) * families
 
     def verdict_on(d: date, v: float):
         return judge(
@@ -390,7 +364,7 @@ def evaluate_total(
             calendar=night.calendar,
             excluded_days=excluded,
             rebases=night.levels.get(total_series(total.name), ()),
-            share=share,
+            share=night.share(total.asset),
         )
 
     verdict = verdict_on(day, judged_value)
@@ -404,7 +378,7 @@ def evaluate_total(
         calendar=night.calendar,
         excluded_days=excluded,
         rebases=night.levels,
-        share=share,
+        share=night.share(total.asset),
     )
     metadata: dict[str, Any] = {
         "value": dg.MetadataValue.float(float(value.value)),
@@ -423,7 +397,7 @@ def evaluate_total(
     # A group that lost rows while the others held (a partial load of one channel's partition): its rows say so
     # more plainly than its heavy-tailed value can.
     by_rows = (
-        rows_by_group(night, total, value, excluded, share) if rows_judged and not by_group.problem else None
+        rows_by_group(night, total, value, excluded) if period is None and not by_group.problem else None
     )
     if by_group.moves:
         metadata["groups_moved"] = dg.MetadataValue.md(_moves_table(by_group.moves))
@@ -438,7 +412,9 @@ def evaluate_total(
         "baseline": verdict.result.model_dump(mode="json"),
         "groups_moved": [m.model_dump(mode="json") for m in by_group.moves],
     }
-    for name, v in [(total.name, value), *reconciled]:
+    for name, v in [(total.name, value)] + (
+        [(total.reconcile_with.total, values[total.reconcile_with.total])] if total.reconcile_with else []
+    ):
         past = night.past.get(name, {})
         # A NULL-valued group the total's own history holds (rows a lookup never matches) is judged on its
         # rows against their record; one new tonight, or larger than its record, is a finding.
@@ -451,7 +427,7 @@ def evaluate_total(
             total.baseline,
             calendar=night.calendar,
             excluded_days={d for d, r in past.items() if r.flagged} | night.incident_days,
-            share=share,
+            share=night.share(total.asset),
         )
         if usual:
             metadata.setdefault("null_groups_note", "; ".join(usual.values()))
@@ -522,10 +498,13 @@ def evaluate_total(
     elif by_rows is not None and by_rows.problem:
         problems.append(by_rows.problem)
         evidence["group_rows_moved"] = [m.model_dump(mode="json") for m in by_rows.moves]
+    fixed = any(r.kind == "remediation" for r in night.levels.get(total_series(total.name), ()))
     if period is None and verdict.severity is None and not by_group.problem and not fixed:
         # Money moved between the values of an attribute no total groups by (a reference row re-pointed).
-        for column, (total_of_values, groups) in mine.items():
-            past = night.past[attribute_series(total.name, column)]
+        for (name, column), (total_of_values, groups) in attributes.items():
+            past = night.past.get(attribute_series(name, column), {})
+            if name != total.name or not past:
+                continue
             by = total.model_copy(update={"name": f"{total.name} by {column}", "group_keys": [column]})
             shifted = judge_groups(
                 by,
@@ -537,7 +516,7 @@ def evaluate_total(
                 calendar=night.calendar,
                 excluded_days=excluded,
                 rebases={},
-                share=share * len(mine),
+                share=night.share(total.asset),
             )
             # Only a shift: a value that gained alone is a new key mapped to it, one that fell alone lost
             # rows the total's own check sees.
@@ -545,7 +524,7 @@ def evaluate_total(
                 problems.append(f"{shifted.problem} ({column} is carried from a reference table)")
                 evidence["attribute_shift"] = {
                     "column": column,
-                    "series": attribute_series(total.name, column),
+                    "series": attribute_series(name, column),
                     "moves": [m.model_dump(mode="json") for m in shifted.moves],
                 }
                 break
@@ -561,7 +540,7 @@ def evaluate_total(
                 night.past.get(series, {}),
                 night.past.get(row_count_series(total.name, rv.column), {}),
                 excluded_days=excluded,
-                share=share * len(row_values),
+                share=night.share(total.asset),
             )
             if move is not None:
                 problems.append(move.describe(rv.measure or "VALUE"))
@@ -599,12 +578,11 @@ def evaluate_total(
 
 
 def rows_by_group(
-    night: Night, total: RecordedTotal, value: TotalValue, excluded: set[date], share: int
+    night: Night, total: RecordedTotal, value: TotalValue, excluded: set[date]
 ) -> GroupVerdict | None:
     """The total's rows judged group by group as its value is (``judge_groups``): a group whose rows fell
     alone while the others held, rows that moved between groups, a group whose rows went. None when the
-    total's SQL returns no ``ROWS`` or no night of them is on record. ``share``: this family's share of the
-    table's rate, split between the rows' total and their groups. A count is light-tailed where the
+    total's SQL returns no ``ROWS`` or no night of them is on record. A count is light-tailed where the
     value is not: half of one channel's payments lost is beyond its rows' record on the first night, while
     its dollars, a few large payments among many small, move that much on their own."""
     past = night.past.get(group_rows_series(total.name), {})
@@ -622,7 +600,7 @@ def rows_by_group(
         total.hurts,
         calendar=night.calendar,
         excluded_days=excluded,
-        share=2 * share,
+        share=night.share(total.asset),
     )
     found = judge_groups(
         counted,
@@ -634,7 +612,7 @@ def rows_by_group(
         calendar=night.calendar,
         excluded_days=excluded,
         rebases={},
-        share=2 * share,
+        share=night.share(total.asset),
         # A fall of the rows within their record is no finding of its own, however large against the
         # total's minimum change (a quarter of the day's rows in one channel of half of them): the groups say
         # where it is.

@@ -255,8 +255,8 @@ def judge_row_values(
     error (the spread of its rows' log-values over the square root of their number).
 
     The threshold is the key's own record of its largest such move each night: the ordinary nights' largest
-    subset move, read as one normal deviation as rare (``as_one``), at the table's false-alarm rate split ``share``
-    ways (the total's check gives its typical rows one part of its share, split again over their keys), by ``baseline.tail_threshold`` (the conformal quantile, or its tail extrapolated on
+    subset move, read as one normal deviation as rare (``as_one``), at the table's false-alarm rate split over
+    its series (``share``), by ``baseline.tail_threshold`` (the conformal quantile, or its tail extrapolated on
     a short record, never below a normal one), then back to what one of this many subsets may reach
     (``of_one``). One rate for the key, whatever its number of subsets, spent where its record says moves of
     that size happen.
