@@ -16,18 +16,19 @@ the total (``judge.py``: calendar, small counts, accepted levels). Then:
   new key: it holds rows a left join to a lookup no longer matches, so what it takes is a gain and a loss
   to it is a shift;
 - **a group whose value is NULL** (an upstream lookup that found no match) is never counted as zero: a
-  finding in its own right, naming its keys and, when the total's SQL returns ``ROWS``, how many rows.
+  finding in its own right, naming its keys and, when the total's SQL returns ``ROWS``, how many rows; unless
+  the total's own history holds it (``usual_null_groups``): then its rows are judged against their record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import date
 from typing import Literal
 
 from pydantic import BaseModel
 
-from dw_dagster.checks.baseline import BaselineStatus
+from dw_dagster.checks.baseline import BaselineConfig, BaselineStatus, Direction
 from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.history import Rebase, Recorded, total_series
 from dw_dagster.checks.judge import Judgement, judge
@@ -97,7 +98,7 @@ def judge_groups(
     moved: bool | None = None,
 ) -> GroupVerdict:
     """``moved``: whether the total moved, so that its judgement speaks and the groups only name where (by
-    default: an anomaly, or a change of at least its ``min_relative_change``)."""
+    default: beyond its own band, ``_total_moved``)."""
     if not total.group_keys:
         return GroupVerdict(moves=[])
     last = own[max(own)] if own else None
@@ -111,9 +112,12 @@ def judge_groups(
                 first_seen.setdefault(g, d)
     expected_total = total_verdict.result.expected or value
     floor = abs(expected_total) * MIN_SHARE_OF_TOTAL
+    if moved is None:
+        moved = _total_moved(total_verdict, total.baseline)
     # Each group's move is a candidate at a looser rate than a finding: a shift needs two groups moving
     # opposite ways at once, materially, while the total holds; a fall alone is judged again on its share at
-    # the table's own rate (below).
+    # the table's own rate (below). Not a loss beyond its own record at the table's rate as well: a
+    # heavy-tailed group's record is too short to tell a remap of a third of its money from its noise.
     candidate = total.baseline.model_copy(
         update={"false_alarm_rate": max(total.baseline.false_alarm_rate, CANDIDATE_RATE)}
     )
@@ -189,11 +193,6 @@ def judge_groups(
     lost = [m for m in moves if m.status in ("lost", "went")]
     gained = [m for m in moves if m.status == "gained"]
     new = [m for m in moves if m.status == "new"]
-    change = total_verdict.result.relative_change
-    if moved is None:
-        moved = total_verdict.result.status is BaselineStatus.ANOMALY or (
-            change is not None and abs(change) >= total.baseline.min_relative_change
-        )
     if moved or not (lost or gained):
         # The total moved (an ERROR, a WARN the calendar explains, or a move in the direction that does not
         # hurt): its judgement speaks; the groups only name where.
@@ -240,6 +239,20 @@ def judge_groups(
     )
 
 
+def _total_moved(verdict: Judgement, config: BaselineConfig) -> bool:
+    """Whether the total moved beyond its own band, in either direction: its calibrated threshold (or the
+    fixed robust z) and its minimum change, as an anomaly needs, whichever side hurts. A noisy total moves by
+    more than its ``min_relative_change`` on ordinary nights: a remap under it is still a shift. Without a
+    score (too short a record), a change of at least its minimum change."""
+    r = verdict.result
+    if r.status is BaselineStatus.ANOMALY:
+        return True
+    change = r.relative_change
+    if r.robust_z is None or r.z_threshold is None:
+        return change is not None and abs(change) >= config.min_relative_change
+    return abs(r.robust_z) >= r.z_threshold and abs(change or 0.0) >= config.min_relative_change
+
+
 def _share_moved(
     total: RecordedTotal,
     day: date,
@@ -277,6 +290,63 @@ def _share_moved(
         verdict.severity == "ERROR"
         and abs(SHARE_UNITS * tonight - (verdict.result.expected or 0)) >= SHARE_UNITS * MIN_SHARE_OF_TOTAL
     )
+
+
+USUAL_NULL_DAYS = 28
+"""A NULL-valued group is usual when the total's own history of the last four weeks holds it."""
+
+
+def usual_null_groups(
+    day: date,
+    groups: Mapping[str, float | None],
+    rows: Mapping[str, int],
+    own: Mapping[date, Recorded],
+    own_rows: Mapping[date, Recorded],
+    config: BaselineConfig,
+    *,
+    calendar: BusinessCalendar,
+    excluded_days: Collection[date],
+    share: int,
+) -> dict[str, str]:
+    """Tonight's NULL-valued groups that the total's own history holds as usual -> what was seen of each (a
+    note); the others are findings (``null_groups_problem``). A group is usual when it was NULL-valued on at
+    least ``min_points`` of the total's ordinary nights of the last four weeks. Where the total's SQL returns
+    ``ROWS`` its rows are then judged like any group's value, against their own record from its first NULL
+    night (0 on a night it was absent): more rows with no value than the record holds (a NULL group tiny in
+    the history and large tonight) is a finding. Without rows, it must have been NULL-valued on at least half
+    of those nights."""
+    recent = [
+        d
+        for d, r in own.items()
+        if d < day and (day - d).days <= USUAL_NULL_DAYS and d not in excluded_days and r.groups
+    ]
+    out = {}
+    for g in sorted(g for g, v in groups.items() if v is None):
+        nulls = [d for d in recent if g in own[d].groups and own[d].groups[g] is None]
+        if len(nulls) < config.min_points:
+            continue  # absent from the history, or too seldom there: new tonight
+        seen = f"{g} with no value on {len(nulls)} of the last {len(recent)} ordinary nights"
+        first = min((d for d, r in own_rows.items() if r.groups.get(g)), default=None) if g in rows else None
+        if first is not None:
+            series = {d: r.groups.get(g) or 0.0 for d, r in own_rows.items() if d >= first and r.groups}
+            verdict = judge(
+                series,
+                day,
+                float(rows[g]),
+                config,
+                Direction.UP,
+                calendar=calendar,
+                excluded_days=excluded_days,
+                share=share,
+            )
+            if verdict.severity == "ERROR":
+                continue  # more rows with no value than its record holds
+            if not verdict.insufficient:
+                out[g] = f"{seen}; {rows[g]:,} rows tonight, within its record"
+                continue
+        if 2 * len(nulls) >= len(recent):
+            out[g] = seen
+    return out
 
 
 def null_groups_problem(

@@ -18,7 +18,13 @@ from sqlglot import exp
 
 from dw_dagster.checks import cumulative
 from dw_dagster.checks.attributes import MAX_VALUES, attribute_part, attribute_series
-from dw_dagster.checks.groups import GroupMove, GroupVerdict, judge_groups, null_groups_problem
+from dw_dagster.checks.groups import (
+    GroupMove,
+    GroupVerdict,
+    judge_groups,
+    null_groups_problem,
+    usual_null_groups,
+)
 from dw_dagster.checks.history import Reading, Recorded, group_rows_series, total_series
 from dw_dagster.checks.judge import deviation, figure, judge, judgement_metadata
 from dw_dagster.checks.measure import Part
@@ -409,7 +415,25 @@ def evaluate_total(
     for name, v in [(total.name, value)] + (
         [(total.reconcile_with.total, values[total.reconcile_with.total])] if total.reconcile_with else []
     ):
-        nulls = null_groups_problem(name, v.groups, v.rows, v.value_columns)
+        past = night.past.get(name, {})
+        # A NULL-valued group the total's own history holds (rows a lookup never matches) is judged on its
+        # rows against their record; one new tonight, or larger than its record, is a finding.
+        usual = usual_null_groups(
+            day,
+            v.groups,
+            v.rows,
+            past,
+            night.past.get(group_rows_series(name), {}),
+            total.baseline,
+            calendar=night.calendar,
+            excluded_days={d for d, r in past.items() if r.flagged} | night.incident_days,
+            share=night.share(total.asset),
+        )
+        if usual:
+            metadata.setdefault("null_groups_note", "; ".join(usual.values()))
+        nulls = null_groups_problem(
+            name, {g: x for g, x in v.groups.items() if g not in usual}, v.rows, v.value_columns
+        )
         if v.null_value:
             nulls = f"{name}: VALUE is NULL: a NULL total is not counted as zero"
         if nulls:

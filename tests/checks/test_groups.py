@@ -3,16 +3,21 @@ to new groups, NULL-valued groups; and per-group reconciliation."""
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from datetime import date, timedelta
 
+import test_group_rows
+
 from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.groups import judge_groups, null_groups_problem
-from dw_dagster.checks.history import Recorded
+from dw_dagster.checks.history import Reading, Recorded, group_rows_series
 from dw_dagster.checks.judge import judge
 from dw_dagster.checks.metrics import Reconciliation, RecordedTotal
-from dw_dagster.checks.recorded_totals import reconcile, value_columns
+from dw_dagster.checks.recorded_totals import evaluate_total, reconcile, value_columns
+from dw_dagster.checks.run_context import CheckRun
+from dw_dagster.checks.tonight import Night
 from dw_dagster.checks.total_value import TotalValue
 
 DAY = date(2025, 5, 28)
@@ -259,3 +264,105 @@ def test_on_a_holiday_a_groups_thin_record_of_holidays_makes_no_shift():
     remapped["CHANNEL=web"] += remapped["CHANNEL=retail"]
     remapped["CHANNEL=retail"] = 0.0
     assert "a shift between groups" in (judged(remapped)[1].problem or "")
+
+
+def _evaluated(total: RecordedTotal, day: date, own, rows_past, tonight: TotalValue):
+    """The total's check tonight, as the checks run evaluates it."""
+    night = Night(
+        context=None, run=CheckRun(day, "test-run", None, None), warehouse=None, ops=None, history=None,
+        cause_scopes={}, calendar=BusinessCalendar.model_validate({"holidays": []}), levels={},
+        incident_days=set(), past={total.name: own, group_rows_series(total.name): rows_past},
+        reporter=lambda finding: None, shares={total.asset: 2},
+    )  # fmt: skip
+    night.record(total.name, Reading(value=tonight.value, groups=tonight.groups))
+    return evaluate_total(night, total, {total.name: tonight})
+
+
+def test_a_null_valued_group_the_history_holds_is_judged_against_it_and_a_new_one_is_a_finding():
+    # Channel revenue (no ROWS): a gift-card channel whose revenue the price lookup never fills, every night.
+    own = {
+        d: r.model_copy(update={"groups": {**r.groups, "CHANNEL=giftcard": None}})
+        for d, r in _history().items()
+    }
+    groups: dict[str, float | None] = {g: 100_000 * s for g, s in SHARES.items()}
+    usual = _evaluated(
+        TOTAL, DAY, own, {}, TotalValue(value=100_000, groups={**groups, "CHANNEL=giftcard": None})
+    )
+    assert usual.passed, usual.description
+    assert "CHANNEL=giftcard with no value on 28 of the last 28" in usual.metadata["null_groups_note"].value
+    # A channel with no value tonight that the history never had: a lookup that stopped matching.
+    new = TotalValue(value=100_000, groups={**groups, "CHANNEL=giftcard": None, "CHANNEL=kiosk": None})
+    raised = _evaluated(TOTAL, DAY, own, {}, new)
+    assert not raised.passed and "CHANNEL=kiosk with no VALUE" in raised.description
+    assert "giftcard" not in raised.description
+    # Parcels by depot (ROWS): a handful of scans a night have no depot and no weight (a NULL key and value).
+    total, shares, count, sigma, start, day, weekend, _ = test_group_rows.CASES["parcels"]
+    rows, values, rng = test_group_rows._history(shares, count, sigma, start, day, weekend, 5)
+    for d in rows:
+        n = float(rng.randint(3, 9))
+        rows[d] = rows[d].model_copy(update={"groups": {**rows[d].groups, "DEPOT=None": n}})
+        values[d] = values[d].model_copy(update={"groups": {**values[d].groups, "DEPOT=None": None}})
+    r, v = test_group_rows._day(rng, shares, count, sigma)
+
+    def tonight(n: int) -> TotalValue:
+        return TotalValue(
+            value=sum(v.values()), groups={**v, "DEPOT=None": None}, rows={**r, "DEPOT=None": n}
+        )
+
+    quiet = _evaluated(total, day, values, rows, tonight(7))
+    assert quiet.passed, quiet.description
+    assert "7 rows tonight, within its record" in quiet.metadata["null_groups_note"].value
+    # Tiny in the history, large tonight: 150 scans with no depot is a finding.
+    grown = _evaluated(total, day, values, rows, tonight(150))
+    assert not grown.passed and "150 rows with no VALUE (DEPOT=None)" in grown.description
+    # Absent from the history: a finding whatever its size.
+    fresh = _evaluated(
+        total, day, test_group_rows._history(shares, count, sigma, start, day, weekend, 5)[1], {}, tonight(4)
+    )
+    assert not fresh.passed and "4 rows with no VALUE (DEPOT=None)" in fresh.description
+
+
+def _noisy(shares: dict[str, float], day: date, common: float, seed: int) -> dict[date, Recorded]:
+    """Groups that move together by a common factor of spread ``common`` every night (the day's business),
+    each with 3% of its own noise: the total moves by more than its minimum change on ordinary nights."""
+    rng, out = random.Random(seed), {}
+    for k in range(1, 64):
+        d = day - timedelta(days=k)
+        level = math.exp(rng.gauss(0, common))
+        groups = {g: 100_000 * s * level * (1 + rng.gauss(0, 0.03)) for g, s in shares.items()}
+        out[d] = Recorded(business_date=d, value=sum(groups.values()), groups=groups)
+    return out
+
+
+def test_a_remap_under_a_noisy_total_within_its_band_is_a_shift():
+    depots = TOTAL.model_copy(
+        update={"name": "parcels", "group_keys": ["DEPOT"],
+                "baseline": TOTAL.baseline.model_copy(update={"min_relative_change": 0.05})}
+    )  # fmt: skip
+    cases = [
+        # Channel revenue up 12% tonight (its ordinary nights move 8%): the app channel remapped to the web.
+        (TOTAL, SHARES, 0.08, 1.12, "CHANNEL=app", "CHANNEL=web", 1.0),
+        # Parcels down 9% (ordinary nights move 6%; minimum change 5%): 60% of Toulouse's parcels under Lyon.
+        (depots, {"DEPOT=LYS": 0.3, "DEPOT=MRS": 0.25, "DEPOT=TLS": 0.25, "DEPOT=NTE": 0.2}, 0.06, 0.91,
+         "DEPOT=TLS", "DEPOT=LYS", 0.6),
+    ]  # fmt: skip
+    for spec, shares, common, level, lost, gained, moved in cases:
+        for seed in range(3):
+            own = _noisy(shares, DAY, common, seed)
+            history = {d: r.value for d, r in own.items()}
+            expected = judge(history, DAY, 1.0, spec.baseline).result.expected
+            groups = {g: expected * s * level for g, s in shares.items()}
+            ordinary = sum(groups.values())
+            total = judge(history, DAY, ordinary, spec.baseline, spec.hurts)
+            # Beyond the minimum change, within the total's own band: the groups are judged.
+            assert abs(total.result.relative_change) > spec.baseline.min_relative_change
+            assert total.severity is None
+            quiet = judge_groups(spec, DAY, ordinary, groups, own, total, calendar=BusinessCalendar(),
+                                 excluded_days=set(), rebases={})  # fmt: skip
+            assert quiet.problem is None
+            groups[gained] += moved * groups[lost]
+            groups[lost] *= 1 - moved
+            verdict = judge_groups(spec, DAY, ordinary, groups, own, total, calendar=BusinessCalendar(),
+                                   excluded_days=set(), rebases={})  # fmt: skip
+            assert verdict.problem and "a shift between groups" in verdict.problem, (spec.name, seed, verdict)
+            assert f"lost {lost}" in verdict.problem and f"gained {gained}" in verdict.problem
