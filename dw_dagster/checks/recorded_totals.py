@@ -341,7 +341,7 @@ def evaluate_total(
     day = night.day
     value = values[total.name]
     own = night.past[total.name]
-    excluded = {d for d, r in own.items() if r.flagged} | night.incident_days
+    excluded = night.excluded(own)
     # A month-to-date total is judged on tonight's increment, as an ordinary daily number (cumulative.py).
     period = cumulative.period_of(
         total.cumulative, {d: r.value for d, r in own.items() if r.value is not None}
@@ -426,7 +426,7 @@ def evaluate_total(
             night.past.get(group_rows_series(name), {}),
             total.baseline,
             calendar=night.calendar,
-            excluded_days={d for d, r in past.items() if r.flagged} | night.incident_days,
+            excluded_days=night.excluded(past),
             share=night.share(total.asset),
         )
         if usual:

@@ -52,6 +52,11 @@ class Night:
     def share(self, asset: str) -> int:
         return max(1, self.shares.get(asset, 1))
 
+    def excluded(self, past: Mapping[date, Recorded]) -> set[date]:
+        """The nights left out of a series' baselines: those it flagged (an incident's night for it), and
+        the nights of incidents on record."""
+        return {d for d, r in past.items() if r.flagged} | self.incident_days
+
     def record(self, series: str, reading: Reading) -> None:
         self.readings[series] = reading
 

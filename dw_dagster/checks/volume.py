@@ -269,7 +269,7 @@ class Volumes:
         past = night.past[volume_series(path)]
         levels = night.levels.get(volume_series(path), [])
         values = {d: r.value for d, r in past.items() if r.value is not None}
-        excluded = {d for d, r in past.items() if r.flagged} | night.incident_days
+        excluded = night.excluded(past)
 
         def judged(rebases: Sequence[Rebase]) -> Judgement:
             return judge(
