@@ -129,13 +129,13 @@ def diagnose(incident: Incident, findings: Sequence[Finding], ctx: DiagnosisCont
                 owners=actx.graph.owners_on([finding.asset_key]) if known else [],
             )
         records.extend(trail.records)
-        where = f"{finding.check_name} on {finding.asset_key}"
+        where = finding.named
         notes.extend(actx.notes if i == 0 else [f"{where}: {n}" for n in actx.notes])
         if found.classification is not CauseClass.UNKNOWN:
             if i > 0:
                 notes.append(
                     f"explained by {where}; the findings before it explained nothing: "
-                    + "; ".join(f"{f.check_name} on {f.asset_key}" for f in ranked[:i])
+                    + "; ".join(f.named for f in ranked[:i])
                 )
                 found = found.model_copy(update={"evidence": {**found.evidence, "explained_by": where}})
             return found.model_copy(update={"queries": records, "notes": notes})

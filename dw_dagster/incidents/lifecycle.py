@@ -89,7 +89,7 @@ def dedup_of(diagnosis: Diagnosis, findings: Sequence[Finding]) -> Dedup:
 
 def _lead_asset(diagnosis: Diagnosis, findings: Sequence[Finding]) -> str:
     explained = str(diagnosis.evidence.get("explained_by") or "")
-    named = [f.asset_key for f in findings if explained == f"{f.check_name} on {f.asset_key}"]
+    named = [f.asset_key for f in findings if explained == f.named]
     if named:
         return named[0]
     ranked = by_priority(findings)
@@ -302,7 +302,7 @@ def continuation_text(settlement: Settlement, provisional: Incident, findings: S
     """The reply in the older incident's thread for a night that continues it."""
     night = last_night(findings) or provisional.business_date
     verb = "is back" if settlement.kind == "reopens" else "is still there"
-    checks = ", ".join(sorted({f"{f.check_name} on {f.asset_key}" for f in findings}))
+    checks = ", ".join(sorted({f.named for f in findings}))
     return (
         f":repeat: {night}: the same cause {verb} ({settlement.dedup.describe()}); failing tonight: {checks}."
         + (" Reopened." if settlement.kind == "reopens" else "")

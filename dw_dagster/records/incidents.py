@@ -32,6 +32,12 @@ class Finding(BaseModel):
     def signature(self) -> str:
         return f"{self.check_name}@{self.asset_key}"
 
+    @property
+    def named(self) -> str:
+        """The check and its table as people read them (``total_revenue on sales/fct_orders``): a diagnosis's
+        ``explained_by`` names the finding that explained the night so."""
+        return f"{self.check_name} on {self.asset_key}"
+
 
 IncidentStatus = Literal["open", "resolved", "merged"]
 """``open`` (reopened is an ``open`` incident whose ``status`` events say so), ``resolved``, and ``merged``: a
