@@ -308,7 +308,17 @@ class BusinessCalendar(FileModel):
 
 
 CLOSED_LOOKBACK_WEEKS = 8
-MIN_CLOSED_NIGHTS = 3
+ROUTINE_NIGHTS = 3
+
+
+def routine_weekdays(marks: Mapping[date, bool]) -> frozenset[int]:
+    """The weekdays (Monday 0) on which ``marks`` held on at least three of their nights and on at least
+    three in four of them: what a series routinely does on a weekday (a closed day's emptiness, an input's
+    quiet night), a stall of a night or two never making it so."""
+    seen: dict[int, list[bool]] = {}
+    for d, held in marks.items():
+        seen.setdefault(d.weekday(), []).append(held)
+    return frozenset(w for w, hs in seen.items() if (n := sum(hs)) >= ROUTINE_NIGHTS and 4 * n >= 3 * len(hs))
 
 
 @dataclass(frozen=True)
@@ -336,24 +346,17 @@ def closed_days(history: Mapping[date, float], day: date, value: float) -> Close
     of its nights of the last eight weeks and on at least three in four of them, while other weekdays were
     not (a series empty every day has no closed days)."""
     since = day - timedelta(weeks=CLOSED_LOOKBACK_WEEKS)
-    seen: dict[int, list[float]] = {}
-    for d, v in history.items():
-        if since <= d < day:
-            seen.setdefault(d.weekday(), []).append(v)
-    closed = frozenset(
-        w
-        for w, vs in seen.items()
-        if (n := sum(v == 0 for v in vs)) >= MIN_CLOSED_NIGHTS and 4 * n >= 3 * len(vs)
-    )
-    if not closed or len(closed) == len(seen):
+    window = {d: v for d, v in history.items() if since <= d < day}
+    closed = routine_weekdays({d: v == 0 for d, v in window.items()})
+    if not closed or len(closed) == len({d.weekday() for d in window}):
         return ClosedDays(frozenset())
     if day.weekday() in closed and value == 0:
-        empty = sum(v == 0 for v in seen[day.weekday()])
+        same = [v for d, v in window.items() if d.weekday() == day.weekday()]
+        empty = sum(v == 0 for v in same)
         name = stdlib_calendar.day_name[day.weekday()]
         return ClosedDays(
             closed,
-            f"{name}: empty on {empty} of the {len(seen[day.weekday()])} past {name}s on record, a day this "
-            "series is closed",
+            f"{name}: empty on {empty} of the {len(same)} past {name}s on record, a day this series is closed",
             empty,
         )
     return ClosedDays(closed)

@@ -9,6 +9,7 @@ holds and with when it was built. Both maxima are one part of the checks run's m
 import calendar as stdlib_calendar
 import functools
 import re
+from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
@@ -18,7 +19,7 @@ import dagster as dg
 from croniter import croniter
 from sqlglot import exp
 
-from dw_dagster.checks.calendar import WEEKDAYS, BusinessCalendar
+from dw_dagster.checks.calendar import ROUTINE_NIGHTS, WEEKDAYS, BusinessCalendar, routine_weekdays
 from dw_dagster.checks.history import Reading, Recorded, input_load_series
 from dw_dagster.checks.judge import figure
 from dw_dagster.checks.keys import table_columns
@@ -31,9 +32,6 @@ from dw_dagster.sql import table_parts
 INPUT_FRESHNESS_CHECK = "input_freshness"
 CADENCE_LOOKBACK_DAYS = 56
 """The input's loads of the last eight weeks say on which nights it loads."""
-MIN_CADENCE_NIGHTS = 3
-"""A weekday's own record says whether the input loads on it from three of its nights on; before, the
-calendar's business days do."""
 MAX_QUIET_NIGHTS = 14
 """A closure longer than two weeks is a feed that stopped, whatever its record says."""
 _DAILY = re.compile(r"^(\d{1,2})\s+(\d{1,2})\s+(\*\s+\*\s+\S+)$")
@@ -236,25 +234,21 @@ class AllowedAge:
 
 def quiet_weekdays(past: Mapping[date, Recorded], calendar: BusinessCalendar) -> frozenset[int]:
     """The weekdays (of the business date) on which an input's latest load does not advance: by its own
-    record (``input_load`` series), a weekday with three nights on record is quiet when the load advanced
-    on at most one in four of them; a weekday with fewer is quiet when the calendar says it is no business
-    day. An input quiet every day has no cadence to follow. Nights
-    whose check failed count too (never flagged out): a feed's first Mondays may fail before its record
+    record (``input_load`` series), a weekday with three nights on record is quiet when the load stood still
+    on at least three in four of them (at most one in four advanced: ``calendar.routine_weekdays``, the rule
+    closed days follow too); a weekday with fewer is quiet when the calendar says it is no business day. An
+    input quiet every day has no cadence to follow. Nights whose check failed count too (never flagged out): a feed's first Mondays may fail before its record
     shows it never loads on them, and a stall of a night or two is too rare to make a weekday quiet."""
-    advanced: dict[int, list[bool]] = {}
+    still: dict[date, bool] = {}
     for d, r in past.items():
         before = past.get(d - timedelta(days=1))
         if r.value is None or before is None or before.value is None:
             continue
-        advanced.setdefault(d.weekday(), []).append(r.value > before.value)
-    quiet = set()
-    for w in range(7):
-        seen = advanced.get(w, [])
-        if len(seen) >= MIN_CADENCE_NIGHTS:
-            if 4 * sum(seen) <= len(seen):
-                quiet.add(w)
-        elif WEEKDAYS[w] not in calendar.business_days:
-            quiet.add(w)
+        still[d] = r.value <= before.value
+    on_record = Counter(d.weekday() for d in still)
+    quiet = set(routine_weekdays(still)) | {
+        w for w in range(7) if on_record[w] < ROUTINE_NIGHTS and WEEKDAYS[w] not in calendar.business_days
+    }
     return frozenset() if len(quiet) == 7 else frozenset(quiet)
 
 
