@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+import networkx as nx
+
 from dw_dagster.context.lineage import Column, LineageGraph
 from dw_dagster.sql import table_parts, table_reference
 
@@ -45,8 +47,6 @@ def nearest(graph: LineageGraph, key: str, keys: Iterable[str]) -> list[str]:
     """``keys`` by their distance from ``key`` along the lineage (the fewest edges between them, upstream or
     downstream), nearest first, then by name; at most ``SEARCH_TABLES``. A table a join or more up the path
     is searched as surely as the nearest one, its place set by the lineage, never by its name."""
-    import networkx as nx
-
     if key not in graph:
         return []
     down = nx.single_source_shortest_path_length(graph.assets, key)
@@ -75,8 +75,6 @@ def source_columns(graph: LineageGraph, column: Column) -> list[Column]:
 
 
 def _ancestors(graph: LineageGraph, column: Column) -> set[Column]:
-    import networkx as nx
-
     return set(nx.ancestors(graph.columns, column)) if column in graph.columns else set()
 
 
