@@ -35,7 +35,7 @@ class ParsedJoin:
     alias ``R`` (e.g. ``R."ACTIVE" = TRUE``): a right row that fails them matches nothing."""
     right_alias: str = ""
     left_alias: str = ""
-    """The aliases the node's SQL gives the two sides (``"STG_ONHAND"``), as its ON clause names them."""
+    """The aliases the node's SQL gives the two sides (``"STG"``), as its ON clause names them."""
 
 
 @dataclass(frozen=True)
