@@ -262,7 +262,13 @@ def allowed_age(
     missed business day still fails. A set age counts from a loading night too: files copy the default 26
     h for every input, and a team that sets it for a weekday feed means the Monday after a quiet weekend
     to pass (the quiet nights are only those the input's own loads show, or the calendar's closed days)."""
-    quiet = quiet_weekdays(past, calendar)
+    nights = quiet_nights(quiet_weekdays(past, calendar), day, calendar)
+    return AllowedAge(rule.max_input_age_hours + 24 * len(nights), nights)
+
+
+def quiet_nights(quiet: frozenset[int], day: date, calendar: BusinessCalendar) -> tuple[str, ...]:
+    """The nights up to ``day`` on which a feed of ``quiet`` weekdays (Monday 0) does not load, back to the
+    last night it does, named (a weekday, a holiday of the calendar), oldest first; at most two weeks."""
     nights: list[str] = []
     d = day
     while quiet and len(nights) < MAX_QUIET_NIGHTS:
@@ -271,7 +277,7 @@ def allowed_age(
             break
         nights.insert(0, holiday[0] if holiday else stdlib_calendar.day_name[d.weekday()])
         d -= timedelta(days=1)
-    return AllowedAge(rule.max_input_age_hours + 24 * len(nights), tuple(nights))
+    return tuple(nights)
 
 
 def _judge(

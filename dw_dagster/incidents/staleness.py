@@ -1,7 +1,8 @@
 """Stale input, per source table: which table stopped receiving rows, and how long before the build.
 
 Every Source table upstream of the asset is read once, reference tables included, in one statement: for
-each of its time columns, the latest value and on how many distinct days it was loaded. A table loaded on
+each of its time columns, the latest value and on how many distinct days it was loaded (and, for a table no
+freshness rule names that looks stale, a second: the days it loaded on, for the weekdays it never loads). A table loaded on
 several days (replicated, appended) whose latest row is older than the allowed input age stopped (for an
 input a freshness rule names, the age its input-freshness check allows that night: more after the nights it
 does not load on, ``checks/freshness.py`` ``allowed_age``); a table loaded once (a hand-kept map, a catalogue loaded at set-up) is not stale for being old, unless a freshness
@@ -16,7 +17,13 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from dw_dagster.checks.freshness import CADENCE_LOOKBACK_DAYS, INPUT_FRESHNESS_CHECK, allowed_age
+from dw_dagster.checks.calendar import routine_weekdays
+from dw_dagster.checks.freshness import (
+    CADENCE_LOOKBACK_DAYS,
+    INPUT_FRESHNESS_CHECK,
+    allowed_age,
+    quiet_nights,
+)
 from dw_dagster.checks.history import input_load_series
 from dw_dagster.checks.metrics import InputFreshness
 from dw_dagster.incidents.evidence import DiagnosisContext, replication_of
@@ -29,6 +36,9 @@ LIVE_DAYS = 3
 fed continuously (not a one-off load, not a map edited now and then)."""
 LIVE_WINDOW_DAYS = 14
 DEFAULT_MAX_AGE_HOURS = 26.0
+QUIET_WINDOW_DAYS = 28
+"""Four of each weekday: the days a table without a freshness rule loaded on show the weekdays it does not
+load on (a feed of business days), as an input's own record shows them to its check."""
 
 
 @dataclass
@@ -99,7 +109,44 @@ def source_ages(ctx: DiagnosisContext, asset: str, built_at: datetime, day: date
         # A table's latest row is its latest across its time columns.
         if key not in best or (when and (best[key].latest is None or when > best[key].latest)):
             best[key] = found
+    unruled = [a for a in best.values() if a.stale and a.latest is not None and a.asset not in rules]
+    if unruled:
+        _allow_quiet_nights(ctx, unruled, built_at, day)
     return list(best.values())
+
+
+def _allow_quiet_nights(ctx: DiagnosisContext, ages: list[SourceAge], built_at: datetime, day: date) -> None:
+    """A table no freshness rule names, older than the default age, is allowed 24 h more for each night up to
+    business date ``day`` on which its own loads of the last four weeks show it does not load (the weekend
+    of a feed of business days, ``calendar.routine_weekdays``; the calendar's holidays), as the input-freshness
+    check allows an input by its record (``freshness.quiet_nights``). One statement, only when such a table
+    looks stale: a Monday's Friday load is no stalled replication, a missed business day still is."""
+    until = built_at.astimezone(UTC).date()
+    since = until - timedelta(days=QUIET_WINDOW_DAYS)
+    parts, params = [], []
+    for i, a in enumerate(ages):
+        loaded = f"CAST(CAST({quote_identifier(a.column)} AS TIMESTAMP_TZ) AS DATE)"
+        parts.append(
+            f"SELECT DISTINCT {i} AS I, {loaded} AS D FROM {table(ctx.graph, a.asset)}"
+            f" WHERE {loaded} >= ? AND {loaded} < ?"
+        )
+        params += [since, until]
+    rows = ctx.rows(
+        "the days of the last four weeks each source table that looks stale loaded on",
+        "\nUNION ALL\n".join(parts),
+        tuple(params),
+    )
+    if rows is None:
+        return  # unmeasured (noted): the default age stands
+    days: dict[int, set[date]] = {}
+    for i, d in rows:
+        days.setdefault(int(i), set()).add(d.date() if isinstance(d, datetime) else d)
+    window = [since + timedelta(days=k) for k in range(QUIET_WINDOW_DAYS)]
+    for i, a in enumerate(ages):
+        quiet = routine_weekdays({d: d not in days.get(i, set()) for d in window})
+        if len(quiet) < 7:  # a table quiet every day has no cadence: it stopped
+            nights = quiet_nights(quiet, day, ctx.metrics.calendar)
+            a.stale = (a.age_hours or 0) > DEFAULT_MAX_AGE_HOURS + 24 * len(nights)
 
 
 def stopped(ctx: DiagnosisContext, asset: str, built_at: datetime, day: date) -> list[SourceAge]:

@@ -19,7 +19,7 @@ from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.incidents.audit import AuditTrail
 from dw_dagster.incidents.diagnosis import diagnose
 from dw_dagster.incidents.evidence import DiagnosisContext
-from dw_dagster.incidents.staleness import stale_diagnosis
+from dw_dagster.incidents.staleness import stale_diagnosis, stopped
 from dw_dagster.records.incidents import CauseClass, Finding, Incident
 from dw_dagster.warehouse.ops import OpsSchema
 
@@ -69,7 +69,7 @@ def _time_column(shape: Shape) -> str:
     return next(c for c, t in shape.sources[0][3].items() if t.startswith("TIMESTAMP"))
 
 
-def _ctx(conn, shape: Shape) -> DiagnosisContext:
+def _ctx(conn, shape: Shape, rule: bool = True) -> DiagnosisContext:
     fact, fschema, fname, _ = shape.fact
     sql = f"SELECT \"{shape.group}\", SUM(\"{shape.measure}\") AS \"VALUE\" FROM {{{{ ref('{fschema}', '{fname}') }}}} GROUP BY 1"  # fmt: skip
     metrics = MetricsFile.model_validate({
@@ -78,7 +78,8 @@ def _ctx(conn, shape: Shape) -> DiagnosisContext:
             {"name": "daily_other", "owner": "finance", "asset": fact, "group_keys": [shape.group], "hurts": "both", "sql": sql},
         ],
         "freshness": {"inputs": [{"asset": fact, "column": _time_column(shape),
-                                  "input": shape.input, "input_column": _time_column(shape), "max_input_age_hours": 26}]},
+                                  "input": shape.input, "input_column": _time_column(shape), "max_input_age_hours": 26}]
+                      if rule else []},
     })  # fmt: skip
     specs = [_spec(k, f"DB.{s}.{t}", cols) for k, s, t, cols in shape.sources]
     specs.append(_spec(fact, f"DB.{fschema}.{fname}", shape.fact[3], [k for k, *_ in shape.sources], "Fact"))
@@ -93,9 +94,14 @@ def conn():
 
 
 def _load(
-    conn, shape: Shape, latest_hours_before_build: float, built: datetime = BUILT, days=range(7)
+    conn,
+    shape: Shape,
+    latest_hours_before_build: float,
+    built: datetime = BUILT,
+    days=range(7),
+    span: int = 14,
 ) -> None:
-    """The replicated source loaded every day of the last two weeks (of ``days``, Monday 0), its latest
+    """The replicated source loaded every day of the last ``span`` days (of ``days``, Monday 0), its latest
     load this long before the build; a reference table (where the shape has one) loaded once, long ago."""
     cur = conn.cursor()
     for _key, schema, name, cols in shape.sources:
@@ -105,7 +111,7 @@ def _load(
     _, schema, name, cols = shape.sources[0]
     stamp = _time_column(shape)
     latest = (built - timedelta(hours=latest_hours_before_build)).replace(tzinfo=None)
-    for d in range(14):
+    for d in range(span):
         at = latest - timedelta(days=d)
         if at.weekday() not in days:
             continue
@@ -274,6 +280,27 @@ def test_a_weekday_feeds_weekend_is_not_stale_input_on_the_monday(conn, shape):
     assert stale_diagnosis(_incident(SUNDAY), lag, ctx.audited(AuditTrail())) is None
     lag.evidence["allowed_age_hours"] = [26.0]
     assert stale_diagnosis(_incident(SUNDAY), lag, ctx.audited(AuditTrail())) is not None
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_weekday_feed_no_rule_names_is_judged_by_the_weekdays_it_loads_on(conn, shape):
+    """Without a freshness rule, the source's own loads of the last four weeks show the weekend it never
+    loads on: its Friday load, 57 h old at the Monday build, is no stale input (it was, past a flat 26 h); as
+    old at a Wednesday build, Monday's and Tuesday's loads missed, it is."""
+    s = SHAPES[shape]
+    ctx = _ctx(conn, s, rule=False)
+    _load(conn, s, FRIDAY_LOAD, MONDAY_BUILD, days=range(5), span=28)
+    assert stopped(ctx.audited(AuditTrail()), s.fact[0], MONDAY_BUILD, SUNDAY) == []
+    fault = _total(s, "daily_value", sum(s.usual.values()), SUNDAY)
+    fault.evidence["built_at"] = MONDAY_BUILD.isoformat()
+    assert stale_diagnosis(_incident(SUNDAY), fault, ctx.audited(AuditTrail())) is None
+    wednesday = MONDAY_BUILD + timedelta(days=2)
+    (table,) = stopped(ctx.audited(AuditTrail()), s.fact[0], wednesday, SUNDAY + timedelta(days=2))
+    assert (table.asset, round(table.age_hours or 0)) == (s.input, FRIDAY_LOAD + 48)
+    # A feed that loads every day is still stale past the default age on any night.
+    _load(conn, s, 30, MONDAY_BUILD, span=28)
+    (daily,) = stopped(ctx.audited(AuditTrail()), s.fact[0], MONDAY_BUILD, SUNDAY)
+    assert daily.asset == s.input
 
 
 @pytest.mark.parametrize("shape", SHAPES)
