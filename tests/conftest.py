@@ -82,13 +82,17 @@ def _compile_the_project() -> None:
 # The longest files, longest first, as measured on 2 cores (benchmarks/HISTORY.md, "The whole suite"). A file
 # missing here only loses its place in the queue.
 LONGEST = [
-    "scenarios/test_suite_distributor.py", "scenarios/test_suite_ecommerce_faults.py",
     "production/test_production_night.py", "local_world/test_readme_walkthrough.py",
-    "checks/test_baselines_local_world.py",
-    "scenarios/test_suite_ecommerce_benign.py", "local_world/test_world_faults.py",
-    "local_world/test_coalesce_restart.py", "production/test_sensor_crash_points.py",
-    "incidents/test_lifecycle_local_world.py",
-    "scenarios/test_scenario_cli.py", "test_components.py", "remediation/test_demo_replay.py",
+    "scenarios/test_suite_ecommerce_faults.py", "scenarios/test_suite_distributor.py",
+    "local_world/test_world_faults.py", "local_world/test_coalesce_restart.py",
+    "checks/test_baselines_local_world.py", "trust/test_bypasses_local_world.py",
+    "remediation/test_demo_replay.py", "remediation/test_source_plans_local_world.py",
+    "production/test_sensor_crash_points.py", "scenarios/test_suite_ecommerce_benign.py",
+    "production/test_runless_store.py", "notifications/test_outbox_delivery.py",
+    "local_world/test_world_commands.py", "remediation/test_reject_local_world.py",
+    "incidents/test_diagnosis_lookups.py", "incidents/test_lifecycle_local_world.py",
+    "scenarios/test_scenario_cli.py", "production/test_crash_receipt_local_world.py",
+    "remediation/test_gate_local_world.py", "coalesce/test_run_sensor.py",
 ]  # fmt: skip
 
 
@@ -118,6 +122,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Collection order is the order in which loadfile hands out the files as workers free up: the long
     # files start first and the many short ones fill the end.
     items.sort(key=_place)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fakesnow_rewrites_each_text_once():
+    """fakesnow's in-process cursors (the tests' own connections, ``fakesnow.patch()``) rewrite each text once,
+    as the local Snowflake does for its clients (``snowflake_statements.install``): a history write's MERGE,
+    run once for each night of a test's history, was parsed and rewritten every time (half of such a file's
+    time)."""
+    from dw_local import snowflake_statements
+
+    snowflake_statements.install(in_process=True)
 
 
 @pytest.fixture(scope="session")

@@ -218,7 +218,10 @@ def parsed(text: str) -> Any:
     return tree
 
 
-def install() -> None:
+def install(in_process: bool = False) -> None:
+    """Rewrites each text once for the server's clients (``server=True``), and with ``in_process`` for
+    fakesnow's in-process cursors too (``fakesnow.patch()``: a test's own connection, where one history
+    write's MERGE was rewritten every time it ran), kept in memory only."""
     import fakesnow.server
     import snowflake.connector.errors
     from fakesnow.cursor import FakeSnowflakeCursor
@@ -227,22 +230,23 @@ def install() -> None:
     _classify_each_text_once(fakesnow.server)
     execute = FakeSnowflakeCursor.execute
     rewrites = Memo()
-    disk = RewriteStore.from_env()
+    disk = None if in_process else RewriteStore.from_env()
     if disk is not None:
         disk.prune()
 
     def execute_reusing_rewrites(self, command: str, params: Any = None, *args: Any, **kwargs: Any):
-        # Only what the server runs for a client; fakesnow's in-process callers keep its own path.
-        if not kwargs.get("server") or self._conn.nop_regexes or "IDENTIFIER" in command.upper():
+        server = kwargs.get("server")
+        if not (server or in_process) or self._conn.nop_regexes or "IDENTIFIER" in command.upper():
             return execute(self, command, params, *args, **kwargs)
         conn = self._conn
-        key = (
-            self._inline_variables(command),
-            conn.database,
-            conn.schema,
-            conn.database_set,
-            conn.schema_set,
-        )
+        text = self._inline_variables(command)
+        if server:
+            bound = kwargs.get("binding_params")
+        else:
+            # As fakesnow's execute binds an in-process call: values written into the text client-side
+            # for the pyformat styles (so each text is its own key), bound as they are for qmark.
+            text, bound = self._rewrite_with_params(text, params)
+        key = (text, conn.database, conn.schema, conn.database_set, conn.schema_set)
         statements = rewrites.get(key)
         if statements is None and disk is not None:
             statements = disk.get(key)
@@ -260,7 +264,6 @@ def install() -> None:
                 if disk is not None:
                     disk.put(key, captured)
             return result
-        bound = kwargs.get("binding_params")
         bound = list(bound) if isinstance(bound, tuple) else bound
         self._sqlstate = None
         try:

@@ -294,6 +294,14 @@ def test_a_dagster_run_interrupted_while_it_waits_cancels_its_coalesce_run(
         while not line.startswith("started ") and time.monotonic() < deadline:
             line = process.stdout.readline()
         run_id = int(line.split()[1])
+        # Interrupt only once the step is inside wait_for_run: its first poll logs the run's status.
+        # A signal between the script's print and the wait would stop the step outside the wait,
+        # which no client can see (the race this test once lost under load).
+        polled = f"Coalesce run {run_id} is "
+        deadline = time.monotonic() + 30
+        while polled not in line:
+            assert time.monotonic() < deadline, "the script never polled its Coalesce run"
+            line = process.stdout.readline()
         deadline = time.monotonic() + 30
         while client.get_run_status(run_id).run_status is not CoalesceRunStatus.RUNNING:
             assert time.monotonic() < deadline, "the Coalesce run never started"
