@@ -14,7 +14,8 @@ serialisation (``Expression.dump``), under a key that names the text, the sessio
 versions of fakesnow, sqlglot and DuckDB and of the local Snowflake's own modules, so a server reads the rewrites
 another wrote instead of redoing them.
 
-Installed by ``snowflake_server.serve`` on fakesnow 0.12.1 (pinned: this wraps its private cursor methods).
+Installed by ``snowflake_server.serve`` on fakesnow 0.12.1 (pinned: this wraps its private cursor methods), and by
+the test suite for fakesnow's in-process cursors (``install(in_process=True)``, kept in memory only).
 """
 
 from __future__ import annotations
