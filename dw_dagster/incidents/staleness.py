@@ -48,7 +48,14 @@ class SourceAge:
     latest: datetime | None
     load_days: int
     age_hours: float | None
-    stale: bool
+    live: bool
+    """Fed continuously (a freshness rule names it, or it loaded on ``LIVE_DAYS`` of the last two weeks)."""
+    allowed_hours: float
+    """The age it may have at the build."""
+
+    @property
+    def stale(self) -> bool:
+        return self.live and (self.latest is None or (self.age_hours or 0) > self.allowed_hours)
 
     @property
     def shown(self) -> str:
@@ -103,9 +110,7 @@ def source_ages(ctx: DiagnosisContext, asset: str, built_at: datetime, day: date
         rule = rules.get(key)
         limit = allowed_hours(ctx, rule, day) if rule else DEFAULT_MAX_AGE_HOURS
         live = rule is not None or int(days or 0) >= LIVE_DAYS
-        found = SourceAge(
-            key, column, when, int(days or 0), age, live and (when is None or (age or 0) > limit)
-        )
+        found = SourceAge(key, column, when, int(days or 0), age, live, limit)
         # A table's latest row is its latest across its time columns.
         if key not in best or (when and (best[key].latest is None or when > best[key].latest)):
             best[key] = found
@@ -145,8 +150,7 @@ def _allow_quiet_nights(ctx: DiagnosisContext, ages: list[SourceAge], built_at: 
     for i, a in enumerate(ages):
         quiet = routine_weekdays({d: d not in days.get(i, set()) for d in window})
         if len(quiet) < 7:  # a table quiet every day has no cadence: it stopped
-            nights = quiet_nights(quiet, day, ctx.metrics.calendar)
-            a.stale = (a.age_hours or 0) > DEFAULT_MAX_AGE_HOURS + 24 * len(nights)
+            a.allowed_hours += 24 * len(quiet_nights(quiet, day, ctx.metrics.calendar))
 
 
 def stopped(ctx: DiagnosisContext, asset: str, built_at: datetime, day: date) -> list[SourceAge]:
