@@ -173,6 +173,9 @@ class BusinessCalendar(FileModel):
     # Every check asks about the same few hundred dates, once per series and group.
     _memo: dict[date, CalendarDay | None] = PrivateAttr(default_factory=dict)
     _periods: dict[int, list[tuple[date, date]]] = PrivateAttr(default_factory=dict)
+    # Each judged series asks of each past night whether it was a business day, and of the days to its
+    # month's end: the same dates for every series, a dozen holiday lookups each.
+    _holidays: dict[date, tuple[str, CalendarEffect] | None] = PrivateAttr(default_factory=dict)
 
     @field_validator("business_days")
     @classmethod
@@ -199,6 +202,11 @@ class BusinessCalendar(FileModel):
         return not (self.holidays or self.dates or self.month_end or self.quarter_end or self.day_of_month)
 
     def holiday(self, day: date) -> tuple[str, CalendarEffect] | None:
+        if day not in self._holidays:
+            self._holidays[day] = self._holiday(day)
+        return self._holidays[day]
+
+    def _holiday(self, day: date) -> tuple[str, CalendarEffect] | None:
         for d in self.dates:
             if d.covers(day):
                 return d.name, d

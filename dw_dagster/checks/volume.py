@@ -63,19 +63,24 @@ def _is_view(spec: dg.AssetSpec) -> bool:
     return CoalesceMetadataSet.extract(spec.metadata).materialization == "view"
 
 
-def _from_run_results(instance: dg.DagsterInstance, key: dg.AssetKey, run: CheckRun) -> float | None:
-    """The row count the Coalesce run reported for this node, if the latest materialization is that run's."""
-    if run.coalesce_run_id is None:
-        return None
-    event = instance.get_latest_materialization_event(key)
-    mat = event.asset_materialization if event else None
-    if mat is None:
-        return None
-    built_by = mat.metadata.get(COALESCE_RUN_ID_METADATA)
-    rows = mat.metadata.get("dagster/row_count")
-    if built_by is None or rows is None or str(built_by.value) != run.coalesce_run_id:
-        return None
-    return float(rows.value)
+def _from_run_results(
+    instance: dg.DagsterInstance, keys: Sequence[dg.AssetKey], run: CheckRun
+) -> dict[dg.AssetKey, float]:
+    """The row count the Coalesce run reported for each node whose latest materialization is that run's: the
+    latest materializations of all ``keys`` in one read of the asset records (one query, not one a node)."""
+    if run.coalesce_run_id is None or not keys:
+        return {}
+    found: dict[dg.AssetKey, float] = {}
+    for record in instance.get_asset_records(list(keys)):
+        event = record.asset_entry.last_materialization
+        mat = event.asset_materialization if event else None
+        if mat is None:
+            continue
+        built_by = mat.metadata.get(COALESCE_RUN_ID_METADATA)
+        rows = mat.metadata.get("dagster/row_count")
+        if built_by is not None and rows is not None and str(built_by.value) == run.coalesce_run_id:
+            found[record.asset_entry.asset_key] = float(rows.value)
+    return found
 
 
 def _bounds_problem(count: float, bounds: Bounds | None) -> str | None:
@@ -168,10 +173,8 @@ class Volumes:
         are (by the count of the same source), so a table that grew is never read whole."""
         parts: list[Part] = []
         if self.config.row_counts == "metadata":
-            for key in self.keys:
-                rows = _from_run_results(instance, key, run)
-                if rows is not None:
-                    self.counts[key] = (rows, "coalesce_run_results")
+            for key, rows in _from_run_results(instance, self.keys, run).items():
+                self.counts[key] = (rows, "coalesce_run_results")
             by_schema: dict[tuple[str, str], list[str]] = {}
             for key in self.keys:
                 if key not in self.counts and self._from_metadata(key):
