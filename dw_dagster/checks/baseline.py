@@ -166,9 +166,19 @@ class _Reference:
     """Day or week over week: the night the change is measured from."""
     gap_days: int = 1
     """The steps from ``prev`` to the night: days, or weeks for week over week."""
-    steps_of_noise: int = 1
-    """Week over week across a missing week: the change spans two steps of trend but one of noise (two
-    nights'), so its deviation per step counts twice."""
+    steps_of_noise: float = 1.0
+    """What the deviation per step is multiplied by to read as one step's. Week over week across a missing
+    week: the change spans two steps of trend but one of noise (two nights'), so its deviation per step
+    counts twice. Day over day across a gap of ``k`` days (a closed weekend, a bridged incident night): a
+    level that moves as a random walk (a stock moved by daily flows) carries ``k`` days of noise, whose
+    spread grows as ``√k``, so the change per day is ``√k`` times less noisy than one day's and its deviation
+    counts ``√k`` times; dividing by ``k`` alone made a Monday's fall after a closed weekend look a third of
+    its size. A business closed at weekends moves one day's worth by Monday (``k`` times would be right), a
+    level of independent nightly noise two nights' (also ``k``): ``√k`` is the random walk's, and the least
+    alarming of the three. Its own record of twelve Mondays in sixty nights is too short to tell them apart
+    (their robust spread varies by a third either way)."""
+    ref_steps: list[float] | None = None
+    """Each reference's own ``steps_of_noise`` (day over day), so that their spread is one day's."""
 
 
 def _reference(
@@ -196,14 +206,13 @@ def _reference(
     days = sorted(d for d in usable if d < day and (day - d).days <= config.days)
     if not days or (day - days[-1]).days > MAX_BRIDGE_DAYS:
         return None
-    refs = [
-        (f(usable[b]) - f(usable[a])) / (b - a).days
-        for a, b in zip(days, days[1:], strict=False)
-        if (b - a).days <= MAX_BRIDGE_DAYS
-    ]
+    pairs = [(a, b) for a, b in zip(days, days[1:], strict=False) if (b - a).days <= MAX_BRIDGE_DAYS]
+    refs = [(f(usable[b]) - f(usable[a])) / (b - a).days for a, b in pairs]
     prev = days[-1]
     gap = (day - prev).days
-    return _Reference(refs, (f(value) - f(usable[prev])) / gap, usable[prev], prev, gap)
+    target = (f(value) - f(usable[prev])) / gap
+    ref_steps = [math.sqrt((b - a).days) for a, b in pairs]
+    return _Reference(refs, target, usable[prev], prev, gap, math.sqrt(gap), ref_steps)
 
 
 def week_before(values: Mapping[date, float], day: date) -> date | None:
@@ -328,7 +337,8 @@ def one_step_errors(points: Mapping[date, float], config: BaselineConfig, absolu
         refs = [c for b, a, c in changes if b < d and (d - a).days <= config.days]
         if len(refs) >= 2:
             spread = inflation(len(refs)) * (1.0 if absolute else relative_noise(points[prev], usual))
-            out.append(((values[d] - values[prev]) / gap - median(refs)) / spread)
+            # A gap's change per day, read as one day's noise (``_Reference.steps_of_noise``).
+            out.append(((values[d] - values[prev]) / gap - median(refs)) * math.sqrt(gap) / spread)
     return out
 
 
@@ -434,7 +444,10 @@ def score(
         limit = max(calibration.threshold * widen * scale_factor, config.z_threshold * config.scale_floor)
         threshold = limit / scale
     else:
-        mad = median(abs(x - median(refs)) for x in refs)
+        typical = median(refs)
+        mad = median(
+            abs(x - typical) * s for x, s in zip(refs, ref.ref_steps or [1.0] * len(refs), strict=True)
+        )
         floor = (
             max(config.small_scale_floor, math.sqrt(max(ref.level, 0.0))) if absolute else config.scale_floor
         )

@@ -127,3 +127,48 @@ def test_week_over_week_follows_a_trend_with_a_weekday_rhythm_and_bridges_a_flag
     # Neither of the last two weeks' same weekday: no judgement rather than an older level.
     gone = {DAY - timedelta(weeks=1), DAY - timedelta(weeks=2)}
     assert score(hist, DAY, trend, wow, excluded_days=gone).status is BaselineStatus.INSUFFICIENT
+
+
+def _weekdays_only(
+    moves_at_weekends: bool, days: int = 90, sd: float = 0.004, seed: int = 11
+) -> dict[date, float]:
+    """A stock recorded on weekdays only (its pipeline does not run at weekends), up to the Friday before
+    ``MONDAY``: a level that moves every day (a random walk whose weekend steps add up by Monday) or only on
+    business days (a business closed at weekends: Friday to Monday is one day's move)."""
+    rng = random.Random(seed)
+    out, v = {}, 1_000_000.0
+    for k in range(days, 0, -1):
+        d = MONDAY - timedelta(days=k)
+        if d.weekday() < 5 or moves_at_weekends:
+            v *= 1 + rng.gauss(0, sd)
+        if d.weekday() < 5:
+            out[d] = v
+    return out
+
+
+MONDAY = DAY - timedelta(days=1)
+
+
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_a_monday_after_a_closed_weekend_reads_its_change_as_three_days_of_a_random_walk(calibrated):
+    """Friday to Monday is three days, and the change per day was divided by three: a Monday fall of seven
+    days' spread on a business closed at weekends (one day's move by Monday) went unseen. The change now
+    carries a random walk's noise over three days (spread by the square root of three), so that fall is
+    found, and a stock that moves at weekends too keeps its ordinary Mondays quiet."""
+    from dw_dagster.checks.baseline import calibrate
+
+    def judged(hist, value):
+        cal = calibrate(hist, DOD, False, 0.005, Direction.DOWN) if calibrated else None
+        return score(hist, MONDAY, value, DOD, hurts=Direction.DOWN, calibration=cal)
+
+    closed = _weekdays_only(moves_at_weekends=False)
+    friday = closed[MONDAY - timedelta(days=3)]
+    fall = judged(closed, friday * (1 - 7 * 0.004))
+    assert fall.status is BaselineStatus.ANOMALY, fall
+    assert judged(closed, friday * (1 - 0.004)).status is BaselineStatus.OK
+
+    walking = _weekdays_only(moves_at_weekends=True)
+    friday = walking[MONDAY - timedelta(days=3)]
+    # An ordinary Monday of a random walk: three days' steps of one spread each, the usual size by Monday.
+    assert judged(walking, friday * (1 - 3**0.5 * 0.004)).status is BaselineStatus.OK
+    assert judged(walking, friday * (1 - 10 * 0.004)).status is BaselineStatus.ANOMALY
