@@ -66,6 +66,37 @@ def carried_attributes(graph: LineageGraph, total: RecordedTotal, measures: Sequ
     return out
 
 
+def _one_table(sql: str) -> tuple[exp.Select, exp.Table, exp.Alias] | str:
+    """The total's SELECT, the one table it reads and its VALUE projection; else why it has none."""
+    try:
+        tree = sqlglot.parse_one(sql, read="snowflake")
+    except sqlglot.errors.ParseError:
+        return "its SQL does not parse as Snowflake SQL"
+    if not isinstance(tree, exp.Select):
+        return "its SQL is not one SELECT (a set operation)"
+    # sqlglot names the clause ``with_`` (``with`` before): read under "with" alone, a CTE's total was
+    # regrouped over the CTE's name, and a column the CTE does not select failed the night's one statement.
+    if tree.args.get("with_") or tree.args.get("with"):
+        return "its SQL has a CTE"
+    if tree.args.get("joins"):
+        return "its SQL joins tables"
+    source = tree.args.get("from_") or tree.args.get("from")  # the key sqlglot names it by, by version
+    table = source.this if source is not None else None
+    if not isinstance(table, exp.Table):
+        return "its SQL reads a subquery, not a table"
+    value = next((p for p in tree.selects if isinstance(p, exp.Alias) and p.alias.upper() == "VALUE"), None)
+    if value is None:
+        return "its SQL has no VALUE column"
+    return tree, table, value
+
+
+def not_regrouped(sql: str) -> str | None:
+    """Why a total's SQL cannot be measured again by another column (its attributes' drill, its subsets'
+    typical rows), or None when it can: the check says so rather than leaving those checks out unseen."""
+    found = _one_table(sql)
+    return found if isinstance(found, str) else None
+
+
 def regrouped(
     sql: str,
     column: str,
@@ -76,20 +107,12 @@ def regrouped(
     """A total's SQL grouped by ``column`` instead of its group keys, selecting ``names`` from the
     ``projections(key, value)`` it is given (``value``: the total's VALUE projection; None from it: not
     regrouped), or None when its SQL is not one SELECT over one table with a VALUE (a join, a CTE, a set
-    operation: then it is not regrouped). Shared by the attributes' parts and the subsets' typical rows."""
-    try:
-        tree = sqlglot.parse_one(sql, read="snowflake")
-    except sqlglot.errors.ParseError:
+    operation: then it is not regrouped, ``not_regrouped`` says why). Shared by the attributes' parts and the
+    subsets' typical rows."""
+    found = _one_table(sql)
+    if isinstance(found, str):
         return None
-    if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("with"):
-        return None
-    source = tree.args.get("from_") or tree.args.get("from")  # the key sqlglot names it by, by version
-    table = source.this if source is not None else None
-    if not isinstance(table, exp.Table):
-        return None
-    value = next((p for p in tree.selects if isinstance(p, exp.Alias) and p.alias.upper() == "VALUE"), None)
-    if value is None:
-        return None
+    tree, table, value = found
     qualifier = table.alias_or_name if table.alias else None
     key = exp.column(
         exp.to_identifier(column, quoted=True), table=qualifier and exp.to_identifier(qualifier, quoted=True)

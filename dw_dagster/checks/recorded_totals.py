@@ -17,7 +17,7 @@ import sqlglot
 from sqlglot import exp
 
 from dw_dagster.checks import cumulative
-from dw_dagster.checks.attributes import MAX_VALUES, attribute_part, attribute_series
+from dw_dagster.checks.attributes import MAX_VALUES, attribute_part, attribute_series, not_regrouped
 from dw_dagster.checks.groups import (
     GroupMove,
     GroupVerdict,
@@ -243,6 +243,14 @@ class Totals:
                 if part is not None:
                     self.row_value_parts[(t.name, column)] = part
         self.row_values: dict[str, list[RowValues]] = {}
+        # A total whose SQL cannot be measured again by another column has no attribute drill and no typical
+        # rows: its check says which columns went undrilled and why.
+        self.undrilled: dict[str, str] = {}
+        for t in self.selected:
+            q = self.queries.get(t.name)
+            columns = subset_keys(t, attributes.get(t.name, ())) if q is not None else []
+            if columns and (why := not_regrouped(q.sql)):
+                self.undrilled[t.name] = f"{', '.join(columns)} not drilled: {why}"
 
     def series(self) -> list[str]:
         """The series these totals judge against: their own, and their attributes'."""
@@ -316,7 +324,14 @@ class Totals:
                     row_count_series(name, rv.column), Reading(value=sum(rows.values()), groups=rows)
                 )
         return [
-            evaluate_total(night, t, self.values, self.attribute_values, self.row_values.get(t.name, ()))
+            evaluate_total(
+                night,
+                t,
+                self.values,
+                self.attribute_values,
+                self.row_values.get(t.name, ()),
+                undrilled=self.undrilled.get(t.name),
+            )
             for t in self.selected
             if t.name in self.values and not (t.reconcile_with and t.reconcile_with.total in self.errors)
         ]
@@ -337,6 +352,7 @@ def evaluate_total(
     values: Mapping[str, TotalValue],
     attributes: Mapping[tuple[str, str], tuple[float, dict[str, float | None]]] = {},  # noqa: B006 - read only
     row_values: Sequence[RowValues] = (),
+    undrilled: str | None = None,
 ) -> dg.AssetCheckResult:
     day = night.day
     value = values[total.name]
@@ -405,6 +421,8 @@ def evaluate_total(
         metadata["group_rows_moved"] = dg.MetadataValue.md(_moves_table(by_rows.moves))
     if by_group.note:
         metadata["groups_note"] = by_group.note
+    if undrilled:
+        metadata["not_drilled"] = undrilled
     problems: list[str] = []
     evidence: dict[str, Any] = {
         "total": total.name,

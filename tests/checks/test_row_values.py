@@ -269,3 +269,57 @@ def test_the_largest_of_many_subsets_is_read_as_one_deviation_as_rare_far_into_t
     for z in (1.0, 3.0, 6.0, 9.0, 20.0, 30.0):
         assert as_one(of_one(z, 11), 11) == pytest.approx(z, rel=1e-6)
         assert of_one(z, 11) > z and of_one(z, 1) == pytest.approx(z)
+
+
+def test_a_total_that_cannot_be_regrouped_says_which_columns_went_undrilled_and_why():
+    """A total over a join, a CTE or a union gets no attribute drill and no typical rows (its SQL cannot be
+    measured again by another column); its check says so, on two shapes, instead of leaving it unseen."""
+    from dw_dagster.checks.attributes import not_regrouped
+    from dw_dagster.checks.metrics import MetricsFile
+    from dw_dagster.checks.recorded_totals import Totals
+
+    assert not_regrouped('SELECT "CHANNEL", SUM("AMOUNT") AS "VALUE" FROM t GROUP BY 1') is None
+    assert (
+        not_regrouped('SELECT SUM(t."AMOUNT") AS "VALUE" FROM t JOIN u ON t.x = u.x')
+        == "its SQL joins tables"
+    )
+    assert not_regrouped('WITH c AS (SELECT * FROM t) SELECT SUM("AMOUNT") AS "VALUE" FROM c') == (
+        "its SQL has a CTE"
+    )
+    assert "set operation" in not_regrouped('SELECT 1 AS "VALUE" UNION ALL SELECT 2 AS "VALUE"')
+    assert "subquery" in not_regrouped('SELECT SUM("X") AS "VALUE" FROM (SELECT 1 AS "X")')
+
+    shapes = {
+        # payments by channel, the payee's network joined from a reference table
+        "payments": (
+            'SELECT p."CHANNEL", SUM(p."AMOUNT") AS "VALUE" FROM {{ ref(\'BILLING\', \'PAYMENTS\') }} p '
+            'JOIN {{ ref(\'BILLING\', \'PAYEES\') }} y ON y."PAYEE_CODE" = p."PAYEE_CODE" GROUP BY 1',
+            ["CHANNEL"], "PAYEE_CODE", "its SQL joins tables",
+        ),
+        # meter readings of the latest day, by region, through a CTE
+        "readings": (
+            'WITH d AS (SELECT * FROM {{ ref(\'USAGE\', \'READINGS\') }}) '
+            'SELECT "REGION", SUM("KWH") AS "VALUE" FROM d GROUP BY 1',
+            ["REGION"], "METER_ID", "its SQL has a CTE",
+        ),
+        # the same readings over the one table: drilled, no note
+        "plain": (
+            'SELECT "REGION", SUM("KWH") AS "VALUE" FROM {{ ref(\'USAGE\', \'READINGS\') }} GROUP BY 1',
+            ["REGION"], "METER_ID", None,
+        ),
+    }  # fmt: skip
+    metrics = MetricsFile.model_validate(
+        {
+            "totals": [
+                {"name": n, "owner": "o", "asset": f"a/{n}", "sql": sql, "group_keys": keys, "item_key": item}
+                for n, (sql, keys, item, _) in shapes.items()
+            ]
+        }
+    )
+    totals = Totals(metrics, lambda db, table: f'"DW"."{db}"."{table}"', [f"total_{n}" for n in shapes])
+    for name, (_, keys, item, why) in shapes.items():
+        if why is None:
+            assert name not in totals.undrilled and (name, item) in totals.row_value_parts
+        else:
+            assert totals.undrilled[name] == f"{item}, {keys[0]} not drilled: {why}"
+            assert not [k for k in totals.row_value_parts if k[0] == name]
