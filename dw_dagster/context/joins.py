@@ -131,9 +131,13 @@ def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], st
             if isinstance(a, exp.Column) and isinstance(b, exp.Column):
                 if a.table == right_alias:
                     a, b = b, a
+                # The pairs of one left table: an ON that also equates a column of another table joined
+                # before (``P.ITEM = L.ITEM AND P.REGION = I.REGION``) keeps that table's pair out, rather
+                # than reading I's column on L's table.
                 if b.table == right_alias and a.table in tables and a.table != right_alias:
-                    pairs.append((a.name, b.name))
-                    left_alias = left_alias or a.table
+                    if left_alias in (None, a.table):
+                        pairs.append((a.name, b.name))
+                        left_alias = a.table
                     continue
             shown = _on_alias(cond, right_alias, "R")
             if shown:
