@@ -328,6 +328,20 @@ def rows_held(ctx: DiagnosisContext, asset: str, day, before) -> bool | None:
     return None
 
 
+def _holding_source(ctx: DiagnosisContext, where: str, columns: list[str]) -> str | None:
+    """The source table upstream of ``where`` (itself, if it is one) whose values most likely moved: the one
+    holding most of ``columns`` (the subset's key and the measure) by name, the nearest along the lineage
+    among equals; None when no source is upstream. Without column lineage the moved values are placed on the
+    total's own table, and the first source by name was an unrelated lookup's whenever one sorted first."""
+    found = sources_upstream(ctx.graph, where) if where in ctx.graph else []
+    wanted = {c.upper() for c in columns}
+    ranked = nearest(ctx.graph, where, found)
+    ranked += sorted(set(found) - set(ranked))
+    return max(
+        ranked, key=lambda k: len(wanted & {c.upper() for c in ctx.graph.info(k).columns}), default=None
+    )
+
+
 def unit_or_sign_diagnosis(
     incident: Incident,
     finding: Finding,
@@ -380,7 +394,6 @@ def unit_or_sign_diagnosis(
             else "the source now posts that key's values in another unit or scale."
         )
     )
-    source_feeders = sources_upstream(ctx.graph, where) if where in ctx.graph else []
     return Diagnosis(
         incident_id=incident.incident_id,
         classification=CauseClass.SIGN_CHANGE if sign else CauseClass.UNIT_CHANGE,
@@ -392,7 +405,9 @@ def unit_or_sign_diagnosis(
         path=ctx.graph.path(where, total.asset)
         if where in ctx.graph and where != total.asset
         else sorted(ctx.graph.upstream(total.asset)) + [total.asset],
-        owners=ctx.graph.owners_on(feeders(ctx, source_feeders[0] if source_feeders else total.asset)),
+        owners=ctx.graph.owners_on(
+            feeders(ctx, _holding_source(ctx, where, [moved.column, measure]) or total.asset)
+        ),
         test_query=(
             f"SELECT {quote_identifier(moved.column)}, COUNT(*), AVG({quote_identifier(measure)}) FROM {table(ctx.graph, where)}"
             f" GROUP BY {quote_identifier(moved.column)}"
