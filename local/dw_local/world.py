@@ -7,6 +7,7 @@ real service: over a socket, through its public protocol. The ports and process 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -15,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +56,19 @@ def sim_control(coalesce: Any, method: str, name: str, body: dict | None = None)
     return response.json()
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free loopback ports, every socket held open until all are picked: picked one after
+    another, each closed at once, the kernel can hand the same port out twice, and a world's second server
+    then found its port taken by its first."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def password_variables(context_file: Path) -> set[str]:
@@ -143,9 +153,17 @@ STOP_SECONDS = 30.0  # how long a process has to stop on SIGTERM before it is ki
 
 @dataclass
 class WorldPorts:
-    snowflake: int = field(default_factory=free_port)
-    coalesce: int = field(default_factory=free_port)
-    slack: int = field(default_factory=free_port)
+    """The world's servers' ports; each one not given (0) is a free port, none the same as another
+    (``free_ports``)."""
+
+    snowflake: int = 0
+    coalesce: int = 0
+    slack: int = 0
+
+    def __post_init__(self) -> None:
+        missing = [name for name in ("snowflake", "coalesce", "slack") if not getattr(self, name)]
+        for name, port in zip(missing, free_ports(len(missing)), strict=True):
+            setattr(self, name, port)
 
 
 class WorldError(RuntimeError):
