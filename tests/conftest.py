@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,16 +16,20 @@ os.environ.setdefault("SNOWFLAKE_DISABLE_PLATFORM_DETECTION", "true")
 os.environ.setdefault("DW_LOCAL_SNOWFLAKE_CACHE", str(WORLD_CACHE.resolve() / "snowflake"))
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    # Runs before xdist's own (trylast) sessionstart starts the workers, so outside any test's timeout.
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionstart(session: pytest.Session):
+    """The controller builds the world templates (outside any test's timeout) while xdist's own
+    sessionstart, inside this wrapper, starts the workers: they import and collect the suite during the
+    builds (about 10 s of CPU each, which waited for the builds' end before), and get their first test once
+    every template is built."""
     config = session.config
     from world_templates import build_all, builds_first
 
     if hasattr(config, "workerinput"):
-        return
+        return (yield)
     _compile_the_project()
     if not builds_first(config):
-        return
+        return (yield)
 
     reporter = config.pluginmanager.get_plugin("terminalreporter")
 
@@ -36,13 +41,26 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     # A build is all CPU: more at a time than there are cores only slows the longest, which ends alone.
     workers = min(int(getattr(config.option, "numprocesses", None) or 1), len(os.sched_getaffinity(0)))
+    failed: list[RuntimeError] = []
+
+    def build() -> None:
+        try:
+            build_all(WORLD_CACHE.resolve(), workers, echo)
+        except RuntimeError as e:
+            failed.append(e)
+
+    builds = threading.Thread(target=build, name="world-templates")
+    builds.start()
     try:
-        build_all(WORLD_CACHE.resolve(), workers, echo)
-    except RuntimeError as e:
-        pytest.exit(str(e), returncode=pytest.ExitCode.INTERNAL_ERROR)
+        started = yield  # xdist starts the workers here
+    finally:
+        builds.join()
+    if failed:
+        pytest.exit(str(failed[0]), returncode=pytest.ExitCode.INTERNAL_ERROR)
     from dw_local.seeding import shaping_files
 
     session.stash[_SHAPED] = shaping_files()
+    return started
 
 
 _SHAPED = pytest.StashKey[dict]()
