@@ -223,34 +223,32 @@ class Totals:
                 self.queries[name] = total_query(total, resolve_table)
             except Exception as e:  # noqa: BLE001 - reported as an errored check, never as passed
                 self.errors[name] = f"{type(e).__name__}: {e}"
-        # Dimension attributes each selected total's table carries from a reference table (attributes.py).
+        # Each selected total measured again by the dimension attributes its table carries from a reference
+        # table (attributes.py) and, per subset, for its typical row (row_values.py). A total whose SQL cannot
+        # be (a join, a CTE, ...) has neither: its check says which columns went undrilled and why.
         self.attribute_parts: dict[tuple[str, str], Part] = {}
-        for t in self.selected:
-            q = self.queries.get(t.name)
-            for column in attributes.get(t.name, ()) if q is not None else ():
-                part = attribute_part(t, q.sql, column)
-                if part is not None:
-                    self.attribute_parts[(t.name, column)] = part
-        self.attribute_values: dict[tuple[str, str], tuple[float, dict[str, float | None]]] = {}
-        # Each selected total's typical row per subset (row_values.py).
         self.row_value_parts: dict[tuple[str, str], Part] = {}
-        for t in self.selected:
-            q = self.queries.get(t.name)
-            if q is None or t.cumulative not in ("auto", "no"):
-                continue  # declared cumulative: its rows grow through the period
-            for column in subset_keys(t, attributes.get(t.name, ())):
-                part = row_value_part(t, q.sql, column)
-                if part is not None:
-                    self.row_value_parts[(t.name, column)] = part
-        self.row_values: dict[str, list[RowValues]] = {}
-        # A total whose SQL cannot be measured again by another column has no attribute drill and no typical
-        # rows: its check says which columns went undrilled and why.
         self.undrilled: dict[str, str] = {}
         for t in self.selected:
             q = self.queries.get(t.name)
             columns = subset_keys(t, attributes.get(t.name, ())) if q is not None else []
-            if columns and (why := not_regrouped(q.sql)):
+            if not columns:
+                continue
+            if why := not_regrouped(q.sql):
                 self.undrilled[t.name] = f"{', '.join(columns)} not drilled: {why}"
+                continue
+            for column in attributes.get(t.name, ()):
+                part = attribute_part(t, q.sql, column)
+                if part is not None:
+                    self.attribute_parts[(t.name, column)] = part
+            if t.cumulative not in ("auto", "no"):
+                continue  # declared cumulative: its rows grow through the period
+            for column in columns:
+                part = row_value_part(t, q.sql, column)
+                if part is not None:
+                    self.row_value_parts[(t.name, column)] = part
+        self.attribute_values: dict[tuple[str, str], tuple[float, dict[str, float | None]]] = {}
+        self.row_values: dict[str, list[RowValues]] = {}
 
     def series(self) -> list[str]:
         """The series these totals judge against: their own, and their attributes'."""
