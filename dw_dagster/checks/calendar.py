@@ -26,6 +26,7 @@ calendar:
 
 from __future__ import annotations
 
+import bisect
 import calendar as stdlib_calendar
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -176,6 +177,9 @@ class BusinessCalendar(FileModel):
     # Each judged series asks of each past night whether it was a business day, and of the days to its
     # month's end: the same dates for every series, a dozen holiday lookups each.
     _holidays: dict[date, tuple[str, CalendarEffect] | None] = PrivateAttr(default_factory=dict)
+    # Each past night of each series asks how many business days are left in its month: a month's business
+    # days are listed once, and each question is one lookup in that list instead of a walk to the month's end.
+    _months: dict[tuple[int, int], list[date]] = PrivateAttr(default_factory=dict)
 
     @field_validator("business_days")
     @classmethod
@@ -222,10 +226,20 @@ class BusinessCalendar(FileModel):
     def business_days_left(self, day: date, last_month_of_period: bool) -> int | None:
         """How many business days after ``day`` remain in its month (0: the last one); None when ``day`` is
         not a business day or, for quarters, not in a quarter's last month."""
-        if not self.is_business_day(day) or (last_month_of_period and day.month % 3):
+        if last_month_of_period and day.month % 3:
             return None
-        last = date(day.year, day.month, stdlib_calendar.monthrange(day.year, day.month)[1])
-        return sum(self.is_business_day(day + timedelta(days=k)) for k in range(1, (last - day).days + 1))
+        days = self._business_days_of(day.year, day.month)
+        i = bisect.bisect_left(days, day)
+        return len(days) - i - 1 if i < len(days) and days[i] == day else None
+
+    def _business_days_of(self, year: int, month: int) -> list[date]:
+        found = self._months.get((year, month))
+        if found is None:
+            month_days = (
+                date(year, month, k) for k in range(1, stdlib_calendar.monthrange(year, month)[1] + 1)
+            )
+            found = self._months[(year, month)] = [d for d in month_days if self.is_business_day(d)]
+        return found
 
     def day(self, day: date) -> CalendarDay | None:
         """What kind of calendar day ``day`` is, the most specific first (a holiday, a day between holidays,

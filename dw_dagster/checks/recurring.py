@@ -19,7 +19,7 @@ import calendar as stdlib_calendar
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date
 from statistics import median
 
 from dw_dagster.checks.calendar import BusinessCalendar, CalendarDay
@@ -46,12 +46,7 @@ def candidate_keys(day: date, calendar: BusinessCalendar) -> list[tuple[str, str
     out: list[tuple[str, str]] = []
     last = date(day.year, day.month, stdlib_calendar.monthrange(day.year, day.month)[1])
     left = (last - day).days
-    business = calendar.is_business_day(day)
-    business_left = (
-        sum(calendar.is_business_day(day + timedelta(days=k)) for k in range(1, left + 1))
-        if business
-        else None
-    )
+    business_left = calendar.business_days_left(day, last_month_of_period=False)
     windows = []
     if calendar.quarter_end is None and day.month % 3 == 0:
         windows.append(("quarter", "quarter"))
