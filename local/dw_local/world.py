@@ -129,18 +129,17 @@ class SnowflakeTarget:
 
 
 def _private_key(path: str) -> Any:
-    """The key at ``path``, parsed once a process while the file stays as it is: the connector reads and parses
-    a ``private_key_file`` on every connect (a tenth of a seeding night's CPU: the world's generator connects
-    each night)."""
-    stat = os.stat(path)
-    return _parsed_key(path, stat.st_mtime_ns, stat.st_size)
+    """The key at ``path``, parsed once a process for each key it holds: the connector reads and parses a
+    ``private_key_file`` on every connect (a tenth of a seeding night's CPU: the world's generator connects
+    each night), and every copy of a template holds the template's key (a test file plays many copies)."""
+    return _parsed_key(Path(path).read_bytes())
 
 
 @functools.cache
-def _parsed_key(path: str, mtime_ns: int, size: int) -> Any:
+def _parsed_key(pem: bytes) -> Any:
     from cryptography.hazmat.primitives import serialization
 
-    return serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    return serialization.load_pem_private_key(pem, password=None)
 
 
 SERVICE_NAMES = {
@@ -450,9 +449,10 @@ class LocalWorld:
         if key.exists():
             from cryptography.hazmat.primitives import serialization
 
-            private = serialization.load_pem_private_key(key.read_bytes(), password=None)
-            public_key = private.public_key().public_bytes(
-                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            public_key = (
+                _private_key(str(key))
+                .public_key()
+                .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
             )
         else:
             public_key = snowflake_auth.new_key_pair(key)
