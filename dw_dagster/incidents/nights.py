@@ -71,12 +71,29 @@ def _runs_nights(instance: dg.DagsterInstance, run_filter: dg.RunsFilter) -> dic
     return out
 
 
-def _check_outcomes(instance: dg.DagsterInstance, key: dg.AssetCheckKey) -> dict[date, str] | None:
+class _RunNights:
+    """Each checks run's business date, read once for all of an incident's signatures: its checks are
+    evaluated by the same runs, night after night, and reading a run record is most of this module's work."""
+
+    def __init__(self, instance: dg.DagsterInstance):
+        self.instance = instance
+        self.known: dict[str, date | None] = {}
+
+    def of(self, run_ids: set[str]) -> dict[str, date]:
+        missing = sorted(run_ids - self.known.keys())
+        for start in range(0, len(missing), HISTORY * 4):  # within _runs_nights' limit
+            chunk = missing[start : start + HISTORY * 4]
+            found = _runs_nights(self.instance, dg.RunsFilter(run_ids=chunk))
+            self.known.update({run_id: found.get(run_id) for run_id in chunk})
+        return {run_id: night for run_id in run_ids if (night := self.known[run_id]) is not None}
+
+
+def _check_outcomes(runs: _RunNights, key: dg.AssetCheckKey) -> dict[date, str] | None:
     """Each night's last evaluation of one asset check; None when the instance knows no such check."""
-    records = instance.event_log_storage.get_asset_check_execution_history(key, limit=HISTORY)
+    records = runs.instance.event_log_storage.get_asset_check_execution_history(key, limit=HISTORY)
     if not records:
         return None
-    nights = _runs_nights(instance, dg.RunsFilter(run_ids=list({r.run_id for r in records})))
+    nights = runs.of({r.run_id for r in records})
     out: dict[date, str] = {}
     for r in sorted(records, key=lambda r: r.id):  # later executions of a night win
         night = nights.get(r.run_id)
@@ -135,6 +152,7 @@ def later_nights(
     if not findings:
         return []
     last = max(f.business_date for f in findings)
+    runs = _RunNights(instance)
     by_signature: dict[str, dict[date, str]] = {}
     for f in {f.signature: f for f in findings}.values():
         outcomes = None
@@ -142,7 +160,7 @@ def later_nights(
             outcomes = _cost_outcomes(instance, f.asset_key)
         elif f.check_name != NODE_BUILD:
             outcomes = _check_outcomes(
-                instance, dg.AssetCheckKey(dg.AssetKey(f.asset_key.split("/")), f.check_name)
+                runs, dg.AssetCheckKey(dg.AssetKey(f.asset_key.split("/")), f.check_name)
             )
         by_signature[f.signature] = (
             outcomes if outcomes is not None else _build_outcomes(instance, f.asset_key)
