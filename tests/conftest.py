@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,23 @@ def _no_leftover_defs_state_storage():
 
     with set_defs_state_storage(None):
         yield
+
+
+@pytest.fixture
+def sqlite_opened() -> Iterator[list[str]]:
+    """The names of the sqlite files every new DBAPI connection SQLAlchemy makes in this process opens, in
+    order, while the test runs (the pooling of the local instance's storages)."""
+    import sqlite3
+
+    import sqlalchemy as sa
+    from sqlalchemy.engine import Engine
+
+    files: list[str] = []
+
+    def count(dbapi_connection, _record) -> None:
+        if isinstance(dbapi_connection, sqlite3.Connection):
+            files.append(Path(dbapi_connection.execute("PRAGMA database_list").fetchone()[2]).name)
+
+    sa.event.listen(Engine, "connect", count)
+    yield files
+    sa.event.remove(Engine, "connect", count)

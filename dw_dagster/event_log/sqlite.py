@@ -1,11 +1,12 @@
 """Dagster's sqlite event log storage (the local world's), storing a run's planned check events in one
 run-shard and one index transaction when configured (``planned_checks``), over connections it keeps open
-between operations (``_connect``)."""
+between operations (:class:`SqliteEngines`, which the local world's run and schedule storages use too)."""
 
 from __future__ import annotations
 
 import functools
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -46,6 +47,57 @@ def _migrations() -> ScriptDirectory:
     return ScriptDirectory.from_config(get_alembic_config(sqlite_event_log.__file__))
 
 
+class SqliteEngines:
+    """An engine per sqlite database (by name), each pooling its connections, for this process.
+
+    Dagster's sqlite storages make an engine and a connection for every operation and dispose of both: each
+    operation opens the file and reads its schema again, and loses the compiled statements SQLAlchemy keeps
+    per engine. Here a database's connection stays open in its engine's pool between operations. Each
+    operation is still its own transaction: a connection goes back to the pool rolled back (SQLAlchemy's
+    reset on return), so an idle one holds no lock and other processes see each commit as before. A pool
+    keeps one connection; threads asking at once get more, closed when they come back. pysqlite's
+    connections may pass between threads: SQLAlchemy's pysqlite dialect sets ``check_same_thread=False``
+    when it pools a file database's connections."""
+
+    def __init__(self, **connect_args) -> None:
+        self._connect_args = connect_args
+        self._engines: OrderedDict[str, Engine] = OrderedDict()
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> Iterator[str]:
+        """The names of the open databases, the least recently used first."""
+        return iter(list(self._engines))
+
+    def get(self, name: str, url: str) -> Engine:
+        """The engine of database ``name`` (at ``url``), opened on first use; now its most recently used."""
+        if self._pid != os.getpid():
+            self._forget_the_parents()
+        with self._lock:
+            engine = self._engines.get(name)
+            if engine is None:
+                engine = create_engine(url, pool_size=1, max_overflow=-1, connect_args=self._connect_args)
+                self._engines[name] = engine
+            else:
+                self._engines.move_to_end(name)
+            return engine
+
+    def close(self, name: str | None = None) -> None:
+        """Closes database ``name``'s connections (every database's by default); it opens again if used."""
+        with self._lock:
+            for closed in list(self._engines) if name is None else [name]:
+                self._engines.pop(closed).dispose()
+
+    def _forget_the_parents(self) -> None:
+        # A forked child must neither use nor close the connections it inherited: SQLAlchemy's "Using
+        # Connection Pools with Multiprocessing or os.fork()" (docs, Connection Pooling), and sqlite's "How
+        # To Corrupt", 2.6. Engine.dispose(close=False) forgets them; the child opens its own. The lock is
+        # new too: another thread of the parent may have held it at the fork.
+        for engine in self._engines.values():
+            engine.dispose(close=False)
+        self._engines, self._pid, self._lock = OrderedDict(), os.getpid(), threading.Lock()
+
+
 class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
     """``SqliteEventLogStorage`` (same config: ``base_dir``, the folder of its run shards and index), and
     ``batch_planned_check_events`` (default false).
@@ -55,13 +107,11 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
 
     Dagster's storage opens an engine and a connection for every operation and disposes of both: with the
     first access's schema read, most of the storage's time in a local night. Here each shard keeps its engine
-    and one pooled connection (the index's, and the ``OPEN_RUN_SHARDS`` last used run shards'). Operations
-    still run one at a time under Dagster's lock, each in its own transaction, so other processes see each
-    commit as before; an idle connection holds no lock."""
+    and pooled connection (:class:`SqliteEngines`; the index's, and the ``OPEN_RUN_SHARDS`` last used run
+    shards'). Operations still run one at a time under Dagster's lock."""
 
     def __init__(self, base_dir: str, inst_data=None, batch_planned_check_events: bool = False):
-        self._engines: OrderedDict[str, Engine] = OrderedDict()
-        self._engines_pid = os.getpid()
+        self._engines = SqliteEngines(timeout=SQLITE_BUSY_TIMEOUT_SECONDS)
         super().__init__(base_dir, inst_data)
         self.batch_planned_check_events = batch_planned_check_events
 
@@ -103,31 +153,15 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
         super()._initdb(engine, for_index_shard)
 
     def _engine(self, shard: str) -> Engine:
-        if self._engines_pid != os.getpid():
-            # A forked child must not use (or close) the parent's connections: forget them, open its own.
-            for engine in self._engines.values():
-                engine.dispose(close=False)
-            self._engines, self._engines_pid = OrderedDict(), os.getpid()
-        engine = self._engines.get(shard)
-        if engine is None:
-            engine = create_engine(
-                create_db_conn_string(self._base_dir, shard),
-                pool_size=1,
-                max_overflow=2,
-                connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS},
-            )
-            self._engines[shard] = engine
-            runs = [s for s in self._engines if s != INDEX_SHARD_NAME]
-            for stale in runs[: max(0, len(runs) - OPEN_RUN_SHARDS)]:
-                self._engines.pop(stale).dispose()
-        else:
-            self._engines.move_to_end(shard)
+        engine = self._engines.get(shard, create_db_conn_string(self._base_dir, shard))
+        runs = [s for s in self._engines if s != INDEX_SHARD_NAME]
+        for stale in runs[: max(0, len(runs) - OPEN_RUN_SHARDS)]:
+            self._engines.close(stale)
         return engine
 
     def _close_connections(self) -> None:
         with self._db_lock:
-            while self._engines:
-                self._engines.popitem()[1].dispose()
+            self._engines.close()
 
     def wipe(self) -> None:
         # Dagster deletes the run shards' files: no connection may stay open on a deleted file.

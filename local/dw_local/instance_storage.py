@@ -1,7 +1,8 @@
 """The storage of the local world's Dagster instances as the deployment configures it (docs/production.md):
 Dagster's own, with the deployment's event log storage (dw_dagster/event_log), which stores a checks run's
 planned check events in one transaction (``batch_planned_check_events``, as the deployment sets it) when
-``DAGSTER_EVENT_BATCH_SIZE`` is set where runs are created."""
+``DAGSTER_EVENT_BATCH_SIZE`` is set where runs are created. On sqlite, the run and schedule storages are
+Dagster's over pooled connections (``dw_local.pooled_storage``)."""
 
 from __future__ import annotations
 
@@ -20,11 +21,27 @@ EVENT_BATCH_SIZE = "1000"
 
 def deployment_storage(home: Path, postgres_url: str | None = None) -> dict:
     """The storage sections of the ``dagster.yaml`` of an instance at ``home``: Dagster's sqlite storage
-    under ``home`` (the files Dagster's default puts there), or dagster-postgres at ``postgres_url``; either
-    with the deployment's event log storage."""
+    under ``home`` (the files Dagster's default puts there) over pooled connections, or dagster-postgres at
+    ``postgres_url``; either with the deployment's event log storage."""
     if postgres_url is None:
         event_log = {"base_dir": str(home / "history" / "runs"), "batch_planned_check_events": True}
-        return {"event_log_storage": {"module": "dw_dagster.event_log.sqlite", "class": "BatchedSqliteEventLogStorage", "config": event_log}}  # fmt: skip
+        return {
+            "run_storage": {
+                "module": "dw_local.pooled_storage",
+                "class": "PooledSqliteRunStorage",
+                "config": {"base_dir": str(home / "history")},
+            },
+            "event_log_storage": {
+                "module": "dw_dagster.event_log.sqlite",
+                "class": "BatchedSqliteEventLogStorage",
+                "config": event_log,
+            },
+            "schedule_storage": {
+                "module": "dw_local.pooled_storage",
+                "class": "PooledSqliteScheduleStorage",
+                "config": {"base_dir": str(home / "schedules")},
+            },
+        }
     pg = {"postgres_url": postgres_url}
     return {
         "run_storage": {
@@ -52,8 +69,8 @@ def _commit_without_fsync(dbapi_connection, _record) -> None:
 
 def without_fsync() -> None:
     """Every sqlite database SQLAlchemy opens in this process from now on commits without waiting for the
-    disk (``PRAGMA synchronous=OFF``): Dagster's sqlite storage opens a connection per operation and its
-    commits and WAL checkpoints each waited for an fsync, more than half of a local night's time (about 430
+    disk (``PRAGMA synchronous=OFF``, set on each new connection): Dagster's sqlite storage's commits and
+    WAL checkpoints each waited for an fsync, more than half of a local night's time (about 430
     a night). What a commit wrote still outlives a killed process (the operating system keeps it); only a
     crash of the machine could lose it, which a local world can afford and production (Postgres) never
     does."""

@@ -10,26 +10,10 @@ import sqlite3
 from pathlib import Path
 
 import dagster as dg
-import pytest
 import sqlalchemy as sa
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
-from sqlalchemy.engine import Engine
 
 from dw_dagster.event_log.sqlite import OPEN_RUN_SHARDS, BatchedSqliteEventLogStorage
-
-
-@pytest.fixture
-def opened() -> list[str]:
-    """The sqlite files every new DBAPI connection of this process opens, in order."""
-    files: list[str] = []
-
-    def count(dbapi_connection, _record) -> None:
-        if isinstance(dbapi_connection, sqlite3.Connection):
-            files.append(Path(dbapi_connection.execute("PRAGMA database_list").fetchone()[2]).name)
-
-    sa.event.listen(Engine, "connect", count)
-    yield files
-    sa.event.remove(Engine, "connect", count)
 
 
 def _events(storage, run_id: str) -> int:
@@ -46,20 +30,20 @@ def _log(storage, run_id: str, n: int) -> None:
         )
 
 
-def test_operations_reuse_one_connection_per_shard_and_commit_each(tmp_path, opened):
+def test_operations_reuse_one_connection_per_shard_and_commit_each(tmp_path, sqlite_opened):
     dagsters = SqliteEventLogStorage(str(tmp_path / "dagster"))
-    opened.clear()
+    sqlite_opened.clear()
     _log(dagsters, "run-a", 20)
-    assert len(opened) >= 20  # Dagster's storage: a connection per operation
+    assert len(sqlite_opened) >= 20  # Dagster's storage: a connection per operation
     storage = BatchedSqliteEventLogStorage(str(tmp_path))
-    opened.clear()
+    sqlite_opened.clear()
     _log(storage, "run-a", 20)
-    assert opened == ["run-a.db"]
+    assert sqlite_opened == ["run-a.db"]
     # Each operation committed: a reader in another connection (as another process) sees all of them.
     with sqlite3.connect(tmp_path / "run-a.db") as other:
         assert other.execute("SELECT COUNT(*) FROM event_logs").fetchone()[0] == 20
     storage.dispose()
-    assert not storage._engines
+    assert not list(storage._engines)
 
 
 def test_a_new_run_shard_is_made_as_dagsters_storage_makes_it(tmp_path):
@@ -109,13 +93,13 @@ def test_a_wipe_closes_the_connections_before_deleting_the_files(tmp_path):
 def test_a_forked_child_opens_its_own_connections(tmp_path):
     storage = BatchedSqliteEventLogStorage(str(tmp_path))
     _log(storage, "run-a", 1)
-    parents = {shard: id(engine) for shard, engine in storage._engines.items()}
+    parents = {shard: id(storage._engine(shard)) for shard in storage._engines}
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: writes through the storage it inherited, then reports what it used
         try:
             _log(storage, "run-a", 1)
-            reused = any(id(e) == parents.get(s) for s, e in storage._engines.items())
+            reused = any(id(storage._engine(s)) == parents.get(s) for s in storage._engines)
             os.write(write, b"reused" if reused else b"own")
         finally:
             os._exit(0)
