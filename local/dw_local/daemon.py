@@ -66,6 +66,7 @@ from dw_dagster.app.definitions import load_definitions
 from dw_dagster.app.project import refresh_coalesce_state
 from dw_dagster.app.remediation import REMEDIATION_RUN_CONFIG_ENV
 from dw_dagster.app.settings import Settings
+from dw_local import resource_schemas
 from dw_local.instance_storage import EVENT_BATCH_SIZE, deployment_instance
 from dw_local.world import LocalWorld
 
@@ -202,6 +203,7 @@ class LocalDaemon:
                            REMEDIATION_RUN_CONFIG_ENV: json.dumps(REMEDIATION_RUN_CONFIG), **(env or {})})  # fmt: skip
         # execute_in_process logs every event at DEBUG to the console; keep warnings and worse.
         logging.getLogger("dagster").setLevel(logging.WARNING)
+        resource_schemas.install()  # every run and tick of this process makes the resources again
         self.settings = Settings.from_env()
         migrate_deployment()  # a deployment creates or migrates the ops schema before anything runs
         self.instance = deployment_instance(dagster_home(lw.root))
