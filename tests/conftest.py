@@ -172,6 +172,19 @@ def seeded_world(seeded_template: Path, tmp_path_factory: pytest.TempPathFactory
         yield lw
 
 
+@pytest.fixture(scope="module")
+def reference_world(tmp_path_factory: pytest.TempPathFactory):
+    """A private running copy of the distributor world with night 60 played and watched by a tick of the
+    local daemon, and the reference night played, not yet watched (dw_local/reference_night.py: played once
+    for every file that starts there); and the diagnosis runs night 60's tick launched, by success."""
+    from dw_local.reference_night import clone_reference_night
+    from dw_local.world import LocalWorld
+
+    root, diagnosed = clone_reference_night(WORLD_CACHE, tmp_path_factory.mktemp("world") / "local")
+    with LocalWorld(root) as lw:
+        yield lw, diagnosed
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _the_environment_each_file_started_with():
     """Each test file leaves the process's environment as it found it. A local daemon points the process at

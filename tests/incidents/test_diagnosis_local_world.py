@@ -14,18 +14,15 @@ from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.records.incidents import CauseClass
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon, _repository_origin
-from dw_local.worlds.distributor.generator import DistributorWorld
 
 pytestmark = pytest.mark.world
 
 
 @pytest.fixture(scope="module")
-def reference_night(seeded_world):
-    daemon = LocalDaemon(seeded_world)
-    world = DistributorWorld()
-    world.play_night(seeded_world.snowflake, seeded_world.coalesce_client(), 60)
-    assert daemon.tick().diagnoses == []
-    world.play_reference_night(seeded_world.snowflake, seeded_world.coalesce_client())
+def reference_night(reference_world):
+    lw, diagnosed = reference_world  # night 60 watched, the reference night played
+    assert diagnosed == [], "night 60 is an ordinary night"
+    daemon = LocalDaemon(lw)
     outcome = daemon.tick()
     store = IncidentStore(daemon.defs.resources["snowflake"], OpsSchema("DW_PROD", "DW_OPS"))
     (incident,) = store.list(status="open")

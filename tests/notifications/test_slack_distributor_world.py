@@ -24,7 +24,6 @@ from dw_local.cli import slack
 from dw_local.daemon import LocalDaemon, dagster_home
 from dw_local.engineer import apply_and_deploy
 from dw_local.world import LOCAL_COALESCE_TOKEN
-from dw_local.worlds.distributor.generator import DistributorWorld
 
 pytestmark = pytest.mark.world
 OWNER_CHANNELS = ("#inventory-analytics", "#planning-ops")
@@ -35,15 +34,12 @@ def _kind(m: dict) -> str:
 
 
 @pytest.fixture(scope="module")
-def night(seeded_world):
-    """Tonight's incident, its diagnosis and held run, both owners' approvals, the deployed node change and
-    the remediation run that verified the fix; then everything the Slack stand-in received."""
-    lw = seeded_world
+def night(reference_world):
+    """Tonight's incident (the reference night, played after night 60: conftest ``reference_world``), its
+    diagnosis and held run, both owners' approvals, the deployed node change and the remediation run that
+    verified the fix; then everything the Slack stand-in received."""
+    lw, _ = reference_world
     daemon = LocalDaemon(lw)
-    world = DistributorWorld()
-    world.play_night(lw.snowflake, lw.coalesce_client(), 60)
-    daemon.tick()
-    world.play_reference_night(lw.snowflake, lw.coalesce_client())
     diagnosed = daemon.tick()
     held = daemon.tick()  # the run is held: its proposal goes out with the buttons that name it
     (run_id,) = diagnosed.submitted + held.submitted

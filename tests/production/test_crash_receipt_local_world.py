@@ -21,7 +21,6 @@ from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon, dagster_home
 from dw_local.engineer import apply_and_deploy
 from dw_local.world import LOCAL_COALESCE_TOKEN
-from dw_local.worlds.distributor.generator import DistributorWorld
 
 pytestmark = pytest.mark.world
 REGION_MAP = '"DW_PROD"."REF_PLANNING"."REGION_MAP"'
@@ -29,12 +28,9 @@ REGION_MAP = '"DW_PROD"."REF_PLANNING"."REGION_MAP"'
 
 class Night:
     def __init__(self, lw):
+        """``lw``: night 60 watched, the reference night played (conftest ``reference_world``)."""
         self.lw = lw
         self.daemon = LocalDaemon(lw)
-        world = DistributorWorld()
-        world.play_night(lw.snowflake, lw.coalesce_client(), 60)
-        self.daemon.tick()
-        world.play_reference_night(lw.snowflake, lw.coalesce_client())
         diagnosed = self.daemon.tick()
         self.store = IncidentStore(self.daemon.defs.resources["snowflake"], OpsSchema("DW_PROD", "DW_OPS"))
         (self.incident,) = self.store.list(status="open")
@@ -73,8 +69,8 @@ class Night:
 
 
 @pytest.fixture(scope="module")
-def night(seeded_world) -> Night:
-    return Night(seeded_world)
+def night(reference_world) -> Night:
+    return Night(reference_world[0])
 
 
 def test_a_run_that_dies_part_way_leaves_a_receipt_an_escalation_and_a_plan_to_approve_again(night: Night):

@@ -18,7 +18,6 @@ from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon, dagster_home
 from dw_local.engineer import apply_and_deploy
 from dw_local.world import LOCAL_COALESCE_TOKEN
-from dw_local.worlds.distributor.generator import DistributorWorld
 
 pytestmark = pytest.mark.world
 REGION_MAP = '"DW_PROD"."REF_PLANNING"."REGION_MAP"'
@@ -26,12 +25,9 @@ REGION_MAP = '"DW_PROD"."REF_PLANNING"."REGION_MAP"'
 
 class Gate:
     def __init__(self, lw):
+        """``lw``: night 60 watched, the reference night played (conftest ``reference_world``)."""
         self.lw = lw
         self.daemon = LocalDaemon(lw)
-        world = DistributorWorld()
-        world.play_night(lw.snowflake, lw.coalesce_client(), 60)
-        self.daemon.tick()
-        world.play_reference_night(lw.snowflake, lw.coalesce_client())
         self.diagnosed = self.daemon.tick()
         self.store = IncidentStore(self.daemon.defs.resources["snowflake"], OpsSchema("DW_PROD", "DW_OPS"))
         (self.incident,) = self.store.list(status="open")
@@ -59,8 +55,8 @@ class Gate:
 
 
 @pytest.fixture(scope="module")
-def gate(seeded_world) -> Gate:
-    return Gate(seeded_world)
+def gate(reference_world) -> Gate:
+    return Gate(reference_world[0])
 
 
 def test_the_plan_proposes_the_map_row_the_node_diff_and_a_scoped_rerun(gate: Gate):

@@ -25,7 +25,6 @@ from dw_dagster.remediation.approvals import ApprovalBook
 from dw_dagster.tags import APPROVAL, APPROVAL_APPROVED, APPROVAL_PENDING
 from dw_dagster.warehouse.ops import OpsSchema
 from dw_local.daemon import LocalDaemon, dagster_home
-from dw_local.worlds.distributor.generator import DistributorWorld
 
 pytestmark = pytest.mark.world
 REGION_MAP = '"DW_PROD"."REF_PLANNING"."REGION_MAP"'
@@ -45,14 +44,10 @@ def _region_rows(lw, org: int) -> list[tuple]:
 
 
 def test_a_worker_killed_between_the_insert_and_its_record_leaves_a_receipt_an_escalation_and_an_undo(
-    seeded_world,
+    reference_world,
 ):
-    lw = seeded_world
+    lw, _ = reference_world  # night 60 watched, the reference night played
     daemon = LocalDaemon(lw)
-    world = DistributorWorld()
-    world.play_night(lw.snowflake, lw.coalesce_client(), 60)
-    daemon.tick()
-    world.play_reference_night(lw.snowflake, lw.coalesce_client())
     (run_id,) = daemon.tick().submitted + daemon.tick().submitted
     store = IncidentStore(daemon.defs.resources["snowflake"], OpsSchema("DW_PROD", "DW_OPS"))
     (incident,) = store.list(status="open")

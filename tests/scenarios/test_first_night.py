@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from world_cache import WORLD_CACHE
 
+from dw_local.played import OBSERVED
 from dw_local.scenarios import first_night
 from dw_local.scenarios.model import load_scenario
 from dw_local.scenarios.observe import Observer
@@ -37,7 +38,7 @@ def _observed(night) -> tuple:
 def _played(world: str) -> dict[Path, int]:
     """The kept quiet nights of ``world`` and when each was written."""
     folder = WORLD_CACHE / "first-night" / world
-    return {p: (p / first_night.OBSERVED).stat().st_mtime_ns for p in folder.iterdir() if p.is_dir()}
+    return {p: (p / OBSERVED).stat().st_mtime_ns for p in folder.iterdir() if p.is_dir()}
 
 
 def test_the_shared_first_night_is_the_night_a_scenario_plays_itself(tmp_path: Path) -> None:
