@@ -173,6 +173,18 @@ def seeded_world(seeded_template: Path, tmp_path_factory: pytest.TempPathFactory
 
 
 @pytest.fixture(scope="module")
+def ordinary_world(tmp_path_factory: pytest.TempPathFactory):
+    """A private running copy of the distributor world with night 60 played and watched by a tick of the
+    local daemon (dw_local/reference_night.py: played once for every file that starts there)."""
+    from dw_local.reference_night import clone_ordinary_night
+    from dw_local.world import LocalWorld
+
+    root, _ = clone_ordinary_night(WORLD_CACHE, tmp_path_factory.mktemp("world") / "local")
+    with LocalWorld(root) as lw:
+        yield lw
+
+
+@pytest.fixture(scope="module")
 def reference_world(tmp_path_factory: pytest.TempPathFactory):
     """A private running copy of the distributor world with night 60 played and watched by a tick of the
     local daemon, and the reference night played, not yet watched (dw_local/reference_night.py: played once

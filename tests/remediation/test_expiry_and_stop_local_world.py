@@ -24,19 +24,18 @@ pytestmark = pytest.mark.world
 
 
 @pytest.fixture(scope="module")
-def stopped_night(seeded_world):
-    """The reference night played while an org-wide stop is in force."""
-    daemon = LocalDaemon(seeded_world)
+def stopped_night(ordinary_world):
+    """The reference night played while an org-wide stop is in force (after night 60, played and watched:
+    conftest ``ordinary_world``)."""
+    daemon = LocalDaemon(ordinary_world)
     ops = OpsSchema("DW_PROD", "DW_OPS")
     context = load_context_file(daemon.settings.context_file)
     control = OrgControl(daemon.defs.resources["snowflake"], ops, context)
     world = DistributorWorld()
-    world.play_night(seeded_world.snowflake, seeded_world.coalesce_client(), 60)
-    daemon.tick()
     # Omar (data-platform, the domain's escalation team) stops it: --as alone, the local world's way.
     state = control.set("stop", command_signer(context, "Omar Haddad"), "warehouse migration tonight")
     assert state.stopped
-    world.play_reference_night(seeded_world.snowflake, seeded_world.coalesce_client())
+    world.play_reference_night(ordinary_world.snowflake, ordinary_world.coalesce_client())
     outcome = daemon.tick()
     assert [r.success for r in outcome.diagnoses] == [True]
     store = IncidentStore(daemon.defs.resources["snowflake"], ops)

@@ -83,10 +83,8 @@ class Ticks:
 
 
 @pytest.fixture(scope="module")
-def night(seeded_world):
-    daemon = LocalDaemon(seeded_world)
-    DistributorWorld().play_night(seeded_world.snowflake, seeded_world.coalesce_client(), 60)
-    daemon.tick()  # an ordinary night first, as the local daemon plays it
+def night(ordinary_world):
+    daemon = LocalDaemon(ordinary_world)  # an ordinary night first, played and watched (conftest)
     ticks = Ticks(daemon)
     ticks.settle()
     return daemon, ticks
