@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +148,7 @@ SERVICE_NAMES = {
     "slack": "the Slack stand-in",
 }
 STOP_SECONDS = 30.0  # how long a process has to stop on SIGTERM before it is killed
+PORT_ATTEMPTS = 3  # how many times a world's picked ports are picked again when another process took one
 
 
 @dataclass
@@ -158,11 +159,20 @@ class WorldPorts:
     snowflake: int = 0
     coalesce: int = 0
     slack: int = 0
+    picked: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+    """The servers whose port was picked free here, not given."""
 
     def __post_init__(self) -> None:
-        missing = [name for name in ("snowflake", "coalesce", "slack") if not getattr(self, name)]
-        for name, port in zip(missing, free_ports(len(missing)), strict=True):
+        self.picked = tuple(name for name in ("snowflake", "coalesce", "slack") if not getattr(self, name))
+        self.pick_again()
+
+    def pick_again(self) -> None:
+        """New free ports for the servers whose port was picked here (none the same as another's)."""
+        for name, port in zip(self.picked, free_ports(len(self.picked)), strict=True):
             setattr(self, name, port)
+
+    def as_dict(self) -> dict[str, int]:
+        return {"snowflake": self.snowflake, "coalesce": self.coalesce, "slack": self.slack}
 
 
 class WorldError(RuntimeError):
@@ -415,6 +425,21 @@ class LocalWorld:
             check_port(getattr(self.ports, name), SERVICE_NAMES[name])
 
     def start(self, timeout: float = 60.0) -> LocalWorld:
+        """Starts the world's servers. A port picked free here (not given) that another process takes before
+        its server binds it (a free port stays free only until someone binds it: the suite's workers start
+        worlds side by side) is picked again, up to ``PORT_ATTEMPTS`` times; a given port that is taken
+        raises :class:`PortInUse` at once."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                return self._start(timeout)
+            except PortInUse as e:
+                picked = {getattr(self.ports, name) for name in self.ports.picked}
+                if attempt == PORT_ATTEMPTS or e.port not in picked:
+                    raise
+                self.ports.pick_again()
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _start(self, timeout: float) -> LocalWorld:
         # Before anything starts: a taken port is named, not found in a server's log after it died.
         self.check_ports()
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
@@ -561,7 +586,7 @@ class LocalWorld:
     def _write_state(self) -> None:
         pids = {name: p.pid for name, p in self._procs.items()}
         state = {
-            "ports": asdict(self.ports),
+            "ports": self.ports.as_dict(),
             "pids": pids,
             # Each process's start, so that `world down` never signals a later process given the same pid.
             "started": {name: process_start(pid) for name, pid in pids.items()},
