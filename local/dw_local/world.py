@@ -163,7 +163,7 @@ class WorldPorts:
     """The servers whose port was picked free here, not given."""
 
     def __post_init__(self) -> None:
-        self.picked = tuple(name for name in ("snowflake", "coalesce", "slack") if not getattr(self, name))
+        self.picked = tuple(name for name in SERVICE_NAMES if not getattr(self, name))
         self.pick_again()
 
     def pick_again(self) -> None:
@@ -172,7 +172,7 @@ class WorldPorts:
             setattr(self, name, port)
 
     def as_dict(self) -> dict[str, int]:
-        return {"snowflake": self.snowflake, "coalesce": self.coalesce, "slack": self.slack}
+        return {name: getattr(self, name) for name in SERVICE_NAMES}
 
 
 class WorldError(RuntimeError):

@@ -15,7 +15,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,8 @@ import httpx
 import pytest
 from world_cache import WORLD_CACHE
 
+from dw_local.world import free_port
+
 pytestmark = [pytest.mark.world, pytest.mark.timeout(1800)]
 DW_DAGSTER = str(Path(sys.executable).parent / "dw-dagster")
 INCIDENT = "INC-20250616-7035b2"
@@ -33,12 +34,6 @@ HEADING_TS = re.compile(r"\bts (\d{9,10}\.\d{6})\b")
 READS = ("list", "proposals", "incidents", "show_typo", "approve_typo", "baseline_typo")
 """The steps that only read the ops schema (and the lookups of `approve` and `baseline accept`): what a person
 types during an incident, which answers without importing Dagster or pandas."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _until(what: str, probe, ceiling: float, every: float = 3.0):
@@ -90,7 +85,7 @@ def _held_reply_ts(log: str) -> str | None:
 def walkthrough(seeded_template, tmp_path_factory):
     """README's commands, in order, on a fresh world; the outputs by step."""
     home = tmp_path_factory.mktemp("walkthrough")
-    ui_port = _free_port()
+    ui_port = free_port()
     clean = {k: v for k, v in os.environ.items()
              if not k.startswith(("COALESCE_", "SNOWFLAKE_", "SLACK_", "DW_", "DAGSTER_", "PYTHONPATH"))}  # fmt: skip
     console = home / "world-up.log"

@@ -22,7 +22,7 @@ from dagster._core.scheduler.instigation import InstigatorType
 from image import Image
 
 from dw_local.instance_storage import EVENT_BATCH_SIZE, deployment_storage
-from dw_local.world import LocalWorld, free_port
+from dw_local.world import LocalWorld, free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -49,7 +49,7 @@ class Deployment:
         config = yaml.safe_load((REPO / "dagster.yaml").read_text())
         config.update(deployment_storage(self.home, postgres_url))
         (self.home / "dagster.yaml").write_text(yaml.safe_dump(config))
-        self.grpc_port, self.web_port = free_port(), free_port()
+        self.grpc_port, self.web_port = free_ports(2)  # two picked one after another could be the same
         self.workspace = root / "workspace.yaml"
         self.workspace.write_text(
             yaml.safe_dump(
