@@ -156,6 +156,15 @@ def _fakesnow_rewrites_each_text_once():
     snowflake_statements.install(in_process=True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fakesnow_stages_in_the_tests_temp(tmp_path_factory: pytest.TempPathFactory):
+    """The stages of fakesnow's in-process connections go with the tests' temporary files, not in the folder
+    fakesnow's import made and never removes (dw_local/snowflake_stages.py)."""
+    from dw_local.snowflake_stages import keep_stages_in
+
+    keep_stages_in(tmp_path_factory.getbasetemp() / "fakesnow-stages")
+
+
 @pytest.fixture(scope="session")
 def seeded_template() -> Path:
     from dw_local.seeding import seeded_template

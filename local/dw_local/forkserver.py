@@ -166,6 +166,11 @@ def serve(path: Path) -> None:
     signal.signal(signal.SIGTERM, leave)
     for name in PRELOAD:
         __import__(name)
+    from dw_local.snowflake_stages import keep_stages_in
+
+    # Each Snowflake server forked from here keeps its stages with its data; the fork server's own (none are
+    # put here) go with its folder, not in a folder fakesnow's import made and nobody removes.
+    keep_stages_in(path.parent / "stages")
     children = Children()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     # Bound under another name and renamed once listening: the client waits for the path, then connects.

@@ -86,6 +86,9 @@ def serve(port: int, data_dir: Path, host: str = "127.0.0.1") -> None:
     from fakesnow.instance import FakeSnow
 
     data_dir.mkdir(parents=True, exist_ok=True)
+    from dw_local.snowflake_stages import keep_stages_in
+
+    keep_stages_in(data_dir / "stages")
     # fakesnow's server ignores its -d flag; persistence is this module global (pinned fakesnow==0.12.1).
     fakesnow.server.shared_fs = FakeSnow(db_path=str(data_dir))
     # A commit need not wait for the disk (about fifty a night): it outlives a killed server all the same;

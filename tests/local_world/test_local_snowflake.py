@@ -3,6 +3,8 @@ column list of any width (DuckDB, under fakesnow, names a wide file's columns ``
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from dw_local.world import LocalWorld
@@ -34,3 +36,59 @@ def test_copy_into_with_a_column_list_loads_every_column(snowflake, tmp_path, wi
         )
         cur.execute(f'SELECT {listed} FROM RAW."WIDE_{width}" ORDER BY "C0"')
         assert [list(r) for r in cur.fetchall()] == rows
+
+
+def test_each_world_keeps_its_stages_with_its_data(tmp_path_factory, tmp_path):
+    """Two worlds' Snowflakes served at once from one fork server, same database, same stage, same file name:
+    each lists and loads only its own file, kept under its own data folder. Before, every server a fork
+    server forked shared the folder fakesnow's import made (``fakesnow_bucket_*``), so the second PUT
+    replaced the first world's file."""
+    roots = [tmp_path_factory.mktemp(f"stages_{w}") / "local" for w in "ab"]
+    with (
+        LocalWorld(roots[0], services=("snowflake",)) as a,
+        LocalWorld(roots[1], services=("snowflake",)) as b,
+    ):
+        for lw, value in ((a, 1), (b, 2)):
+            folder = tmp_path / str(value)
+            folder.mkdir()
+            (folder / "load.csv").write_text(f"{value}\n")
+            with lw.snowflake.connect() as conn:
+                cur = conn.cursor()
+                cur.execute("CREATE SCHEMA IF NOT EXISTS RAW")
+                cur.execute('CREATE STAGE IF NOT EXISTS RAW."LOAD"')
+                cur.execute(f'PUT file://{folder / "load.csv"} @RAW."LOAD" AUTO_COMPRESS=FALSE')
+        for lw, root, value in ((a, roots[0], 1), (b, roots[1], 2)):
+            with lw.snowflake.connect() as conn:
+                cur = conn.cursor()
+                cur.execute('LIST @RAW."LOAD"')
+                assert [row[0] for row in cur.fetchall()] == ["load/load.csv"]
+                cur.execute('CREATE OR REPLACE TABLE RAW."T" ("V" NUMBER(38,0))')
+                cur.execute('COPY INTO RAW."T" FROM @RAW."LOAD"/load.csv FILE_FORMAT=(TYPE=CSV)')
+                cur.execute('SELECT "V" FROM RAW."T"')
+                assert cur.fetchall() == [(value,)]
+            (kept,) = (root / "snowflake" / "stages").rglob("load.csv")
+            assert kept.read_text() == f"{value}\n"
+
+
+def test_a_process_that_imports_fakesnow_leaves_no_folder_of_it(tmp_path):
+    """fakesnow makes a folder for stages when imported and never removes it: one was left in the temporary
+    folder by every test worker, fork server and command (962 after a day). Pointing the stages elsewhere
+    removes it (dw_local/snowflake_stages.py); a folder with another process's files is left alone."""
+    import subprocess
+    import sys
+
+    code = (
+        "import tempfile, pathlib; from fakesnow.transforms import stage; "
+        "made = pathlib.Path(stage.LOCAL_BUCKET_PATH); assert made.is_dir(); "
+        "other = pathlib.Path(tempfile.mkdtemp(prefix='fakesnow_bucket_')); (other / 'f').write_text('x'); "
+        "from dw_local.snowflake_stages import keep_stages_in; keep_stages_in(pathlib.Path(sys.argv[1])); "
+        "assert stage.LOCAL_BUCKET_PATH == sys.argv[1]; "
+        "stage.LOCAL_BUCKET_PATH = str(other); keep_stages_in(pathlib.Path(sys.argv[1])); "
+        "print(made.exists(), other.exists()); import shutil; shutil.rmtree(other)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys; " + code, str(tmp_path / "stages")],
+        capture_output=True, text=True, env={**os.environ, "TMPDIR": str(tmp_path)}, check=True,
+    )  # fmt: skip
+    assert out.stdout.split() == ["False", "True"]
+    assert not list(tmp_path.glob("fakesnow_bucket_*"))
