@@ -49,8 +49,10 @@ def clone_played(
 ) -> tuple[Path, Any]:
     """A private copy at ``dest`` of the world ``play(root)`` leaves at the ``root`` it is given, and what
     ``play`` returned; played the first time it is asked for under ``folder`` (for this ``name`` and this
-    code), or again once it is older than ``max_age`` seconds. Playing it prunes the other worlds kept in
-    ``folder``. ``play`` may point the process's environment at its world: it is put back."""
+    code), or again once it is older than ``max_age`` seconds. Playing it prunes the worlds kept in
+    ``folder`` by other code, which no request of this code can use; those of this code under other names
+    (another night of the same world) stay, or requests for two names would play each other's worlds away.
+    ``play`` may point the process's environment at its world: it is put back."""
     folder.mkdir(parents=True, exist_ok=True)
     played = folder / f"{name}-{code_hash()}"
     with open(folder / ".build.lock", "w") as lock:
@@ -59,7 +61,7 @@ def clone_played(
         if not kept.exists() or (max_age is not None and time.time() - kept.stat().st_mtime > max_age):
             _play(play, played)
             for stale in folder.iterdir():
-                if stale != played and (stale / OBSERVED).exists():
+                if not stale.name.endswith(f"-{code_hash()}") and (stale / OBSERVED).exists():
                     shutil.rmtree(stale, ignore_errors=True)
         observed = pickle.loads(kept.read_bytes())
         return clone_world(played, dest), observed

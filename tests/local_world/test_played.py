@@ -6,6 +6,7 @@ world is."""
 from __future__ import annotations
 
 import os
+import pickle
 import threading
 import time
 from pathlib import Path
@@ -40,12 +41,22 @@ def test_the_first_request_plays_and_the_next_copies_a_private_world(tmp_path: P
     assert (third / "night.txt").read_text() == "night 60" and play.count == 1, "the kept world is unchanged"
 
 
-def test_another_key_plays_again_and_prunes_the_kept_world(tmp_path: Path) -> None:
+def test_another_name_plays_again_and_both_stay_kept(tmp_path: Path) -> None:
+    """Two scenarios starting on different nights of one world alternate without playing each other away."""
     play = Play()
-    clone_played(tmp_path / "cache", "distributor-60", tmp_path / "a", play)
-    clone_played(tmp_path / "cache", "distributor-61", tmp_path / "b", play)
+    for name in ("distributor-60", "distributor-61", "distributor-60", "distributor-61"):
+        clone_played(tmp_path / "cache", name, tmp_path / f"{name}-{play.count}", play)
+    kept = sorted(p.name for p in (tmp_path / "cache").iterdir() if (p / OBSERVED).exists())
+    assert play.count == 2 and kept == [f"distributor-60-{code_hash()}", f"distributor-61-{code_hash()}"]
+
+
+def test_a_world_kept_by_other_code_is_pruned_when_one_is_played(tmp_path: Path) -> None:
+    old = tmp_path / "cache" / "distributor-60-0123456789abcdef"
+    old.mkdir(parents=True)
+    (old / OBSERVED).write_bytes(pickle.dumps({"played": 0}))
+    clone_played(tmp_path / "cache", "distributor-60", tmp_path / "a", Play())
     kept = [p.name for p in (tmp_path / "cache").iterdir() if (p / OBSERVED).exists()]
-    assert play.count == 2 and kept == [f"distributor-61-{code_hash()}"]
+    assert kept == [f"distributor-60-{code_hash()}"]
 
 
 def test_a_change_to_any_file_of_the_code_changes_its_key(tmp_path: Path) -> None:

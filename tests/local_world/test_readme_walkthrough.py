@@ -81,6 +81,12 @@ def _held_reply_ts(log: str) -> str | None:
     return None
 
 
+def _this_checkouts_paths(pythonpath: str) -> str:
+    checkout = Path(__file__).resolve().parents[2]
+    kept = [p for p in pythonpath.split(os.pathsep) if p and Path(p).resolve().is_relative_to(checkout)]
+    return os.pathsep.join(kept)
+
+
 @pytest.fixture(scope="module")
 def walkthrough(seeded_template, tmp_path_factory):
     """README's commands, in order, on a fresh world; the outputs by step."""
@@ -88,6 +94,10 @@ def walkthrough(seeded_template, tmp_path_factory):
     ui_port = free_port()
     clean = {k: v for k, v in os.environ.items()
              if not k.startswith(("COALESCE_", "SNOWFLAKE_", "SLACK_", "DW_", "DAGSTER_", "PYTHONPATH"))}  # fmt: skip
+    # A checkout tested with another checkout's venv puts its own code first with PYTHONPATH: kept (only its
+    # entries inside this checkout), or the commands would run the venv's code, not the code under test.
+    if ours := _this_checkouts_paths(os.environ.get("PYTHONPATH", "")):
+        clean["PYTHONPATH"] = ours
     console = home / "world-up.log"
     with open(console, "w") as out:
         up = subprocess.Popen(

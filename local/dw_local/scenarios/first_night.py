@@ -29,8 +29,8 @@ def shareable(scenario: Scenario) -> bool:
 
 def clone_after(world: ScenarioWorld, night: int, cache: Path, dest: Path) -> tuple[Path, Observed]:
     """A private copy at ``dest`` of ``world`` with its quiet ``night`` (the first after the history) played,
-    and what that night showed; played the first time it is asked for (``played.clone_played``: only this
-    world's older quiet nights are pruned)."""
+    and what that night showed; played the first time it is asked for (``played.clone_played``: this world's
+    quiet nights kept by older code are pruned)."""
     cache = cache.resolve()
     template = world.template(cache)
 
