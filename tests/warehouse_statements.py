@@ -48,3 +48,20 @@ def bound_statements() -> Iterator[list[tuple[str, list[str | None]]]]:
         yield sent
     finally:
         SnowflakeConnection.cmd_query = original  # type: ignore[method-assign]
+
+
+@contextmanager
+def logins() -> Iterator[list[str]]:
+    """``with logins() as signed_in:``: each sign-in this process makes inside the block (its host)."""
+    signed_in: list[str] = []
+    original = SnowflakeConnection.connect
+
+    def recording(self, **kwargs):
+        original(self, **kwargs)
+        signed_in.append(self.host)
+
+    SnowflakeConnection.connect = recording  # type: ignore[method-assign]
+    try:
+        yield signed_in
+    finally:
+        SnowflakeConnection.connect = original  # type: ignore[method-assign]

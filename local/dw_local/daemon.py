@@ -407,11 +407,14 @@ class LocalDaemon:
     def _run_requests(self, sensor: dg.SensorDefinition, tick: SensorTick) -> list[dg.RunRequest]:
         with self._sensor_context(sensor) as context:
             result = sensor(context)
-        # A skip (e.g. the org-wide stop) requests nothing.
-        if result is None or isinstance(result, dg.SkipReason):
-            tick.skip_reason = result.skip_message if result is not None else None
-            return []
-        items = list(result)
+            # A skip (e.g. the org-wide stop) requests nothing.
+            if result is None or isinstance(result, dg.SkipReason):
+                tick.skip_reason = result.skip_message if result is not None else None
+                return []
+            # Consumed while the tick's resources are up, as Dagster's evaluation does (``evaluate_tick``
+            # lists a generator inside the context): after the teardown, a generator sensor's every store
+            # call signed in to the warehouse on its own, three logins a tick instead of one.
+            items = list(result)
         skips = [r.skip_message for r in items if isinstance(r, dg.SkipReason)]
         tick.skip_reason = skips[0] if skips else None
         return [r for r in items if isinstance(r, dg.RunRequest)]

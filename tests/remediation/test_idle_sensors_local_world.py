@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import dagster as dg
 import pytest
 from dagster._core.run_coordinator import SubmitRunContext
-from warehouse_statements import statements
+from warehouse_statements import logins, statements
 from world_cache import running_copy
 
 from dw_dagster.app.incidents import DIAGNOSE_JOB
@@ -24,6 +24,7 @@ from dw_dagster.incidents.events import latest_diagnosis
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.remediation.approvals import REMEDIATION_JOB, ApprovalBook
 from dw_dagster.warehouse.ops import OpsSchema
+from dw_dagster.warehouse.resources import WarehouseResource
 from dw_local.daemon import QUIET, LocalDaemon, business_clock
 from dw_local.scenarios.suite import SUITE_DIR
 from dw_local.scenarios.worlds import FileScenarioWorld
@@ -143,6 +144,24 @@ def test_an_incident_a_checks_run_opens_is_diagnosed_and_its_fix_expires_on_time
     assert reason == "expired 1 unanswered approval request"
     assert daemon.instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELED
     assert book.decision(plan).kind == "expired"
+
+
+def test_the_local_daemon_runs_a_generator_sensor_with_its_tick_resources_up(night):
+    """As Dagster's evaluation (``evaluate_tick`` lists a generator inside the tick's resource context): every
+    read of one tick shares the tick's warehouse session. The local daemon listed the generator after the
+    teardown, so each read signed in on its own (the incident sensor: a login per store call)."""
+    daemon, _ = night
+
+    @dg.sensor(job_name=DIAGNOSE_JOB)
+    def reads_twice(context, snowflake: WarehouseResource):
+        for _ in range(2):
+            with snowflake.tagged_connection("test.read") as conn:
+                conn.cursor().execute("SELECT 1")
+        yield dg.SkipReason("read twice")
+
+    with logins() as signed_in, daemon._sensor_tick(reads_twice.name) as tick:
+        assert daemon._run_requests(reads_twice, tick) == []
+    assert len(signed_in) == 1 and tick.skip_reason == "read twice"
 
 
 @pytest.fixture(scope="module")
