@@ -657,3 +657,22 @@ def test_steady_growth_grows_the_business_rows_not_a_fixed_count_lookup():
     assert world.rows_tonight("AD_DELIVERY", night + 1, factor) > 1.2 * world.rows_tonight(
         "AD_DELIVERY", night + 1
     )
+
+
+def test_a_month_end_counted_in_business_days_falls_on_the_last_working_days():
+    from dw_local.scenarios.generic import _calendar_factor
+    from dw_local.scenarios.world_file import RowCount
+
+    stock_take = RowCount(per_night=50, month_end_factor=10, month_end_days=1, month_end_on="business")
+    calendar = RowCount(per_night=50, month_end_factor=10, month_end_days=1)
+    no_holidays = lambda day: False  # noqa: E731
+    # November 2025 ends on a Sunday: the stock-take is on Friday 28th, not on the weekend.
+    november = {d: _calendar_factor(stock_take, date(2025, 11, d), no_holidays) for d in (27, 28, 29, 30)}
+    assert november == {27: 1, 28: 10, 29: 1, 30: 1}
+    assert _calendar_factor(calendar, date(2025, 11, 30), no_holidays) == 10
+    assert _calendar_factor(calendar, date(2025, 11, 28), no_holidays) == 1
+    # A holiday on the month's last weekday moves the business month-end before it (two days: 29th and 30th).
+    two = stock_take.model_copy(update={"month_end_days": 2})
+    december = lambda day: day == date(2025, 12, 31)  # noqa: E731
+    factors = {d: _calendar_factor(two, date(2025, 12, d), december) for d in (26, 29, 30, 31)}
+    assert factors == {26: 1, 29: 10, 30: 10, 31: 1}

@@ -14,7 +14,7 @@ by ``NightWorld.play_night``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,12 +31,19 @@ from dw_local.worlds.night_world import Frames, NightWorld, rng_for, to_utc
 _ID_BLOCK = 1_000_000
 
 
-def _calendar_factor(count, day: date, holiday: bool) -> float:
+def _calendar_factor(count, day: date, is_holiday: Callable[[date], bool]) -> float:
     factor = count.weekend_factor if day.weekday() >= 5 else 1.0
     next_month = (day.replace(day=28) + timedelta(days=4)).replace(day=1)
-    if (next_month - day).days <= count.month_end_days:
+    if count.month_end_on == "business":
+        # The days from this one to the month's end, counted in business days (weekdays not holidays).
+        days = (day + timedelta(days=i) for i in range((next_month - day).days))
+        left = sum(1 for d in days if d.weekday() < 5 and not is_holiday(d))
+        in_window = 0 < left <= count.month_end_days and day.weekday() < 5 and not is_holiday(day)
+    else:
+        in_window = (next_month - day).days <= count.month_end_days
+    if in_window:
         factor *= count.month_end_factor
-    return factor * (count.holiday_factor if holiday else 1.0)
+    return factor * (count.holiday_factor if is_holiday(day) else 1.0)
 
 
 class GenericWorld(NightWorld):
@@ -131,7 +138,7 @@ class GenericWorld(NightWorld):
         rng = rng_for(self.spec.seed, f"count/{name}", night)
         noise = np.exp(count.noise_sigma * rng.standard_normal() - count.noise_sigma**2 / 2)
         day = self.business_date(night)
-        factor = _calendar_factor(count, day, self.is_holiday(day))
+        factor = _calendar_factor(count, day, self.is_holiday)
         return max(1, round(count.per_night * factor * noise * growth))
 
     def night_frames(self, night: int, growth: float = 1.0) -> Frames:

@@ -137,6 +137,11 @@ class RowCount(FileModel):
     weekend_factor: float = Field(default=1.0, gt=0)
     month_end_factor: float = Field(default=1.0, gt=0)
     month_end_days: int = Field(default=2, ge=0, le=10)
+    month_end_on: Literal["calendar", "business"] = Field(
+        default="calendar",
+        description="calendar: the month's last month_end_days days; business: its last month_end_days business"
+        " days (weekdays not the world's holidays), as a stock-take on the last working day.",
+    )
     holiday_factor: float = Field(default=1.0, gt=0, description="On the world's holidays (`holidays`).")
     noise_sigma: float = Field(default=0.0, ge=0, le=1, description="Lognormal noise of the night's count.")
 
