@@ -36,6 +36,8 @@ def _calendar_factor(count, day: date, holiday: bool) -> float:
     next_month = (day.replace(day=28) + timedelta(days=4)).replace(day=1)
     if (next_month - day).days <= count.month_end_days:
         factor *= count.month_end_factor
+        if day.month % 3 == 0:  # the month-end that closes a quarter (March, June, September, December)
+            factor *= count.quarter_end_factor
     return factor * (count.holiday_factor if holiday else 1.0)
 
 

@@ -137,6 +137,9 @@ class RowCount(FileModel):
     weekend_factor: float = Field(default=1.0, gt=0)
     month_end_factor: float = Field(default=1.0, gt=0)
     month_end_days: int = Field(default=2, ge=0, le=10)
+    quarter_end_factor: float = Field(
+        default=1.0, gt=0, description="On the month-end days of March, June, September and December, on top."
+    )
     holiday_factor: float = Field(default=1.0, gt=0, description="On the world's holidays (`holidays`).")
     noise_sigma: float = Field(default=0.0, ge=0, le=1, description="Lognormal noise of the night's count.")
 
