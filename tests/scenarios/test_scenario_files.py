@@ -449,6 +449,32 @@ def test_a_world_calendar_dips_or_peaks_on_its_holidays():
     )
 
 
+@pytest.mark.parametrize(
+    ("world_file", "table", "month_end", "quarter_end"),
+    [
+        (ECOMMERCE, "ORDER_LINES", date(2025, 5, 31), date(2025, 6, 30)),
+        (BILLPAY, "BILL_PAYMENTS", date(2026, 5, 31), date(2026, 6, 30)),
+    ],
+)
+def test_a_quarter_end_factor_peaks_only_the_month_ends_that_close_a_quarter(
+    world_file, table, month_end, quarter_end
+):
+    world = FileScenarioWorld(world_file).world
+    plain = FileScenarioWorld(world_file).world
+    source = world.spec.sources[table]
+    counted = source.model_copy(update={"count": source.count.model_copy(update={"quarter_end_factor": 1.5})})
+    world.spec = world.spec.model_copy(update={"sources": {**world.spec.sources, table: counted}})
+
+    def night(day):
+        return (day - world.spec.first_business_day).days
+
+    # The same draws; the factor on top on the quarter's last month-end days only.
+    ratio = world.rows_tonight(table, night(quarter_end)) / plain.rows_tonight(table, night(quarter_end))
+    assert ratio == pytest.approx(1.5, abs=1e-3)
+    for day in (month_end, quarter_end - timedelta(days=7)):
+        assert world.rows_tonight(table, night(day)) == plain.rows_tonight(table, night(day))
+
+
 def test_the_distributor_calendar_dips_on_its_holidays():
     from dw_local.worlds.distributor.generator import DistributorWorld
     from dw_local.worlds.distributor.simulation import calendar_factor

@@ -43,6 +43,8 @@ def _calendar_factor(count, day: date, is_holiday: Callable[[date], bool]) -> fl
         in_window = (next_month - day).days <= count.month_end_days
     if in_window:
         factor *= count.month_end_factor
+        if day.month % 3 == 0:  # the month-end that closes a quarter (March, June, September, December)
+            factor *= count.quarter_end_factor
     return factor * (count.holiday_factor if is_holiday(day) else 1.0)
 
 

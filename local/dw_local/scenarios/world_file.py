@@ -142,6 +142,9 @@ class RowCount(FileModel):
         description="calendar: the month's last month_end_days days; business: its last month_end_days business"
         " days (weekdays not the world's holidays), as a stock-take on the last working day.",
     )
+    quarter_end_factor: float = Field(
+        default=1.0, gt=0, description="On the month-end days of March, June, September and December, on top."
+    )
     holiday_factor: float = Field(default=1.0, gt=0, description="On the world's holidays (`holidays`).")
     noise_sigma: float = Field(default=0.0, ge=0, le=1, description="Lognormal noise of the night's count.")
 
