@@ -2,7 +2,8 @@
 nothing about them: the last business days (or the last days) of a month or a quarter, a day of the month.
 
 A team that wrote no ``month_end`` still invoices on the last business day; its history shows it. A kind of
-day is **learned** for a series when its past occurrences (at least two) each moved the series beyond its
+day is **learned** for a series when its past occurrences (at least two for a period's last days, three for
+a day of the month, one of 31 candidates where chance finds two) each moved the series beyond its
 ordinary noise, the same way and by a like amount (the largest effect at most three times the smallest):
 those nights then leave the ordinary nights (they do not widen the spread of Tuesdays), and tonight, if it
 is such a day, is compared with them (``judge.py``'s like nights). One earlier occurrence only is not a
@@ -25,7 +26,12 @@ from statistics import median
 from dw_dagster.checks.calendar import BusinessCalendar, CalendarDay
 
 MIN_OCCURRENCES = 2
-"""Past occurrences, each beyond the noise and alike, that make a kind of day learned."""
+"""Past occurrences, each beyond the noise and alike, that make a period's last days learned."""
+MIN_DAY_OF_MONTH_OCCURRENCES = 3
+"""The same for a day of the month. A month or a quarter has a few last days to look at, a month 31 days: in
+a short history some one of the 31 moved twice the same way by chance (a heavy-tailed series' 25th, once a
+Saturday and once a Tuesday), and taken for a pattern it made a real fault on that day a calendar night,
+excused by the two chance nights."""
 MATERIAL = 2.5
 """An occurrence moved the series when its effect is beyond this many of the ordinary errors' spread."""
 ALIKE = math.log(3)
@@ -137,7 +143,7 @@ def learn(
         if math.log(max(sizes) / min(sizes)) > ALIKE:
             continue
         found.effects.update(effects)
-        if len(effects) >= MIN_OCCURRENCES:
+        if len(effects) >= (MIN_OCCURRENCES if period_end else MIN_DAY_OF_MONTH_OCCURRENCES):
             found.learned[key] = sorted(effects)
         elif key in tonight_keys and found.once is None and not key.startswith("day_of_month"):
             # A period's last days recur for every business; a day of the month moving once is as likely

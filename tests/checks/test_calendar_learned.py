@@ -239,3 +239,37 @@ def test_a_holiday_period_the_series_does_not_keep_leaves_its_month_end_a_month_
         assert j.severity is None, (day, j.describe())
         fault = judge(history, day, series[day] * 0.6, CONFIG, Direction.DOWN, calendar=calendar)
         assert fault.severity == "ERROR", (day, fault.describe())
+
+
+@pytest.mark.parametrize(
+    ("make", "calendar"),
+    [(_invoices, NO_CALENDAR), (_shop, SHOP_DAYS)],
+    ids=["distributor-weekdays", "shop-every-day"],
+)
+def test_a_day_of_the_month_that_moved_twice_by_chance_does_not_excuse_a_fault_on_it(make, calendar):
+    """Among a month's 31 days, some one moves twice the same way by chance in a short history: taken for a
+    pattern, it made tonight a calendar night and a real fault on the 25th passed, compared with the two
+    chance nights. A day of the month needs three occurrences; two are still chance."""
+    day = date(2025, 9, 25)
+    chance = {date(2025, 7, 25): 0.6, date(2025, 8, 25): 0.62}
+    series = {d: v for d, v in make(day).items() if d >= date(2025, 6, 26)}  # the 25th on record twice
+    history = {d: v * chance.get(d, 1.0) for d, v in series.items() if d < day}
+    fault = judge(history, day, series[day] * 0.55, CONFIG, Direction.DOWN, calendar=calendar)
+    assert fault.calendar_day is None and fault.severity == "ERROR", fault.describe()
+
+
+@pytest.mark.parametrize(
+    ("make", "calendar"),
+    [(_invoices, NO_CALENDAR), (_shop, SHOP_DAYS)],
+    ids=["distributor-weekdays", "shop-every-day"],
+)
+def test_a_day_of_the_month_the_history_holds_three_times_is_learned(make, calendar):
+    """A payday the team never wrote down: the 15th sells 40% less, three months running, and tonight's 15th
+    doing the same is no fault; half of it missing still is."""
+    day = date(2025, 9, 15)
+    series = {d: v * (0.6 if d.day == 15 else 1.0) for d, v in make(day).items() if d >= date(2025, 6, 1)}
+    history = {d: v for d, v in series.items() if d < day}
+    j = judge(history, day, series[day], CONFIG, Direction.BOTH, calendar=calendar)
+    assert j.severity is None and "day 15 of the month (learned from 3" in j.describe(), j.describe()
+    fault = judge(history, day, series[day] * 0.5, CONFIG, Direction.DOWN, calendar=calendar)
+    assert fault.severity == "ERROR", fault.describe()
