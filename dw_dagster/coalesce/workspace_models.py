@@ -59,6 +59,9 @@ class CoalesceColumn(CoalesceModel):
     nullable: bool = True
     transform: str = ""
     is_business_key: bool = False
+    # Tracked for change (a type-2 dimension's or persistent stage's history): the node keeps a row per
+    # version of a business key, so its key repeats by design.
+    is_change_tracking: bool = False
     is_surrogate_key: bool = False
     primary_key: bool = False
     unique_key: bool = False
