@@ -160,7 +160,9 @@ def test_a_key_unique_on_the_recorded_nights_that_repeats_tonight_is_duplication
         measured = measure(cur, checks.parts(), Binds())
         history = HistorySession(conn, OpsSchema("DB"))
         nights = [TONIGHT - timedelta(days=d) for d in range(1, 8)]
-        past = {repeats_series(a): {d: Recorded(business_date=d, value=0.0) for d in nights} for a in declared}
+        past = {
+            repeats_series(a): {d: Recorded(business_date=d, value=0.0) for d in nights} for a in declared
+        }
         past[repeats_series(grain)] = {d: Recorded(business_date=d, value=1.0) for d in nights}
         findings: list[Finding] = []
         night = Night(context=None, run=CheckRun(TONIGHT, "r1", None, "nightly"), warehouse=None,
@@ -188,7 +190,9 @@ def test_a_key_unique_on_the_recorded_nights_that_repeats_tonight_is_duplication
         # named by the repeated keys.
         for t in (tables[source], tables[fact]):
             cur.execute(f'DELETE FROM "{t[0]}"."{t[1]}"."{t[2]}"')
-        columns = [c for c in specs_by_key[fact].metadata["dagster/column_schema"].columns if c.name != fact_key]
+        columns = [
+            c for c in specs_by_key[fact].metadata["dagster/column_schema"].columns if c.name != fact_key
+        ]
         number = next(c.name for c in columns if c.type.startswith("NUMBER"))
         _insert(cur, tables[fact], fact_key, [1, 2, 3, 1, 2, 3], other=number)
         d = diagnose(incident, findings, ctx)
