@@ -5,11 +5,12 @@ key does not hold.
 
 Each monitored table built as a table (a view's count would run its query) has its rows and distinct keys
 counted every night, one part of the night's statement (``measure.py``): tonight's build is what the table
-holds. How many rows share a key with another is recorded as the series ``key_repeats:<asset>``, and a key
-that repeated on most recorded nights is not unique by design (an aggregate whose declared key is part of
-its grain): it never alarms. A node that tracks changes (a type-2 history) declares no key here
-(``coalesce/translator.py``). A key unique on the recorded nights that repeats tonight is a finding the
-diagnosis classes as duplication (``incidents/duplication.py``); with no recorded night to tell, a WARN.
+holds. How many rows more than one a key the table holds is recorded as the series ``key_repeats:<asset>``,
+and a key that repeated on a recorded night (not an incident's) is not unique by design (an aggregate whose
+declared key is part of its grain): it never alarms. A node that tracks changes (a type-2 history) declares
+no key here (``coalesce/translator.py``). A key unique on every recorded night (``MIN_NIGHTS`` at least)
+that repeats tonight is a finding the diagnosis classes as duplication (``incidents/duplication.py``); with
+fewer nights to tell, a WARN.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from sqlglot import exp
 
 from dw_dagster.checks.history import Reading, Recorded
 from dw_dagster.checks.measure import Part, quoted_table
+from dw_dagster.checks.recorded_totals import HISTORY_DAYS
 from dw_dagster.checks.tonight import Night
 from dw_dagster.coalesce.metadata import CoalesceMetadataSet
 from dw_dagster.sql import table_parts
 
 BUSINESS_KEY_CHECK = "business_key"
-REPEATS_LOOKBACK_DAYS = 28
+REPEATS_LOOKBACK_DAYS = HISTORY_DAYS
+MIN_NIGHTS = 5
 
 
 def repeats_series(asset_key: str) -> str:
@@ -98,25 +101,25 @@ def judge_repeats(
     rows: int, keys: int, past: Mapping[date, Recorded], excluded: set[date], columns: Sequence[str]
 ) -> KeyVerdict:
     """Tonight's repeats of a declared key against the nights recorded before (``excluded``: incident
-    nights, left out as every baseline leaves them out)."""
+    nights, left out as every baseline leaves them out). A key that repeated on any other night is not
+    unique by design, however seldom it repeats (a false alarm costs a night's trust); a key unique on
+    fewer than ``MIN_NIGHTS`` nights has not shown it is unique yet."""
     repeats = rows - keys
     key = ", ".join(columns)
     nights = [r for d, r in past.items() if d not in excluded and r.value is not None]
     repeated = sum(1 for r in nights if (r.value or 0) > 0)
     if repeats <= 0:
         return KeyVerdict(None, f"{rows:,} rows, each with its own {key}")
-    shared = f"{repeats:,} rows share their {key} with another ({rows:,} rows, {keys:,} keys)"
-    if 2 * repeated > len(nights):
+    shared = f"{rows:,} rows hold {keys:,} distinct {key}: {repeats:,} more than one a key"
+    if repeated:
         return KeyVerdict(
-            None,
-            f"{shared}; the key repeated on {repeated} of the {len(nights)} nights recorded: "
-            "not unique by design",
+            None, f"{shared}; the key repeated on {repeated} of the {len(nights)} nights recorded: not unique"
         )
-    if not nights:
-        return KeyVerdict("WARN", f"{shared}; no night recorded yet says whether the key is unique")
-    return KeyVerdict(
-        "ERROR", f"{shared}; unique on {len(nights) - repeated} of the {len(nights)} nights recorded before"
-    )
+    if len(nights) < MIN_NIGHTS:
+        return KeyVerdict(
+            "WARN", f"{shared}; unique on {len(nights)} nights recorded, {MIN_NIGHTS} needed to tell"
+        )
+    return KeyVerdict("ERROR", f"{shared}; unique on each of the {len(nights)} nights recorded before")
 
 
 class BusinessKeys:

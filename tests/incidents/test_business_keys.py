@@ -101,14 +101,16 @@ def test_the_business_key_is_read_from_the_node_and_not_from_a_node_that_tracks_
     assert fact not in {k.to_user_string() for k in keyed(_specs(raw, environment))}
 
 
-def test_a_key_repeated_on_most_recorded_nights_is_not_unique_by_design():
-    nights = {TONIGHT - timedelta(days=d): Recorded(business_date=TONIGHT, value=v) for d, v in
-              [(1, 0), (2, 0), (3, 0), (4, 31), (5, 0)]}  # fmt: skip
+def test_a_key_that_repeated_on_a_night_recorded_is_not_unique_by_design():
+    nights = {TONIGHT - timedelta(days=d): Recorded(business_date=TONIGHT, value=0.0) for d in range(1, 8)}
     assert judge_repeats(62, 31, nights, set(), ["ADJUSTMENT_ID"]).severity == "ERROR"
     assert judge_repeats(31, 31, nights, set(), ["ADJUSTMENT_ID"]).severity is None
-    grain = {d: r.model_copy(update={"value": 12.0}) for d, r in nights.items()}
-    assert judge_repeats(40, 14, grain, set(), ["HEALTH_BOARD"]).severity is None
-    # Nothing recorded (or only incident nights): shown, never an incident.
+    once = TONIGHT - timedelta(days=3)
+    seldom = {**nights, once: nights[once].model_copy(update={"value": 2.0})}
+    assert judge_repeats(40, 14, seldom, set(), ["HEALTH_BOARD"]).severity is None
+    # An incident's night is left out: the key still held on every other night.
+    assert judge_repeats(62, 31, seldom, {once}, ["ADJUSTMENT_ID"]).severity == "ERROR"
+    # Too few nights recorded (or only incident nights): shown, never an incident.
     assert judge_repeats(62, 31, {}, set(), ["ADJUSTMENT_ID"]).severity == "WARN"
     assert judge_repeats(62, 31, nights, set(nights), ["ADJUSTMENT_ID"]).severity == "WARN"
 
