@@ -11,9 +11,9 @@ statements to the warehouse however many checks, tables and nights of history it
 A bad night adds its findings (through the reporter the step hands in); a night after a verified fix records the levels it
 re-based (``levels.py``); a table whose growth new upstream keys may explain counts their rows. The checks
 are judged in the order the former steps ran, input freshness, recorded totals (the reconciled first), then
-volume, then the business keys, so on a bad night the same finding opens (and titles) its incident. Each check keeps its own name,
-asset, description and metadata; a check that could not be measured is errored, never passed, and named
-with its table in the step's failure.
+volume, then the business keys, so on a bad night the same finding opens (and titles) its incident. Each
+check keeps its own name, asset, description and metadata; a check that could not be measured is errored,
+never passed, and named with its table in the step's failure.
 """
 
 from __future__ import annotations

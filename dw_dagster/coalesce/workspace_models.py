@@ -59,9 +59,6 @@ class CoalesceColumn(CoalesceModel):
     nullable: bool = True
     transform: str = ""
     is_business_key: bool = False
-    # Tracked for change (a type-2 dimension's or persistent stage's history): the node keeps a row per
-    # version of a business key, so its key repeats by design.
-    is_change_tracking: bool = False
     is_surrogate_key: bool = False
     primary_key: bool = False
     unique_key: bool = False
@@ -69,6 +66,13 @@ class CoalesceColumn(CoalesceModel):
     applied_column_tests: dict[str, bool] = {}
     # Column-level lineage.
     sources: list[CoalesceColumnSource] = []
+
+    @property
+    def is_change_tracking(self) -> bool:
+        """Tracked for change (``isChangeTracking``): a type-2 dimension or persistent stage keeps a row per
+        version of a business key, so its key repeats by design. Set only where it is on (absent elsewhere,
+        as the Transform MCP server's tests find it): kept as an extra field, so a node dumps as it came."""
+        return (self.model_extra or {}).get("isChangeTracking") is True
 
 
 class CoalesceCustomSQL(CoalesceModel):
