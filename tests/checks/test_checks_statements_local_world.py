@@ -162,7 +162,7 @@ def test_a_missing_table_errors_its_own_volume_check_only_named(daemon, tmp_path
     gone = [c for c in outcome.checks if c.asset == "mart/mart_days_of_supply"]
     assert {c.check for c in gone} == {"volume", "business_key"} and all(c.passed is None for c in gone)
     others = [c for c in outcome.checks if c.asset != "mart/mart_days_of_supply"]
-    assert len(others) == 9 and all(c.passed is not None for c in others), "every other check is judged"
+    assert len(others) == 10 and all(c.passed is not None for c in others), "every other check is judged"
     run = daemon.instance.get_runs(limit=1)[0]
     failures = daemon.instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
     messages = " ".join(str(e.dagster_event.step_failure_data.error) for e in failures)
