@@ -3,16 +3,17 @@ statements to the warehouse however many checks, tables and nights of history it
 
 1. One read of what it judges against: the accepted levels, the incident days, the fixed incidents and the
    history of every series it judges (``HistorySession.night_context``).
-2. One measurement: every input-freshness maximum, recorded total, row count and small table's keys, as
-   parts of one statement (``measure.py``); a part that fails is that check's failure only.
+2. One measurement: every input-freshness maximum, recorded total, row count, small table's keys and
+   keyed table's rows and distinct business keys (``business_keys.py``), as parts of one statement
+   (``measure.py``); a part that fails is that check's failure only.
 3. One write of tonight's readings, the nights its failures flag included (``HistorySession.record_night``).
 
 A bad night adds its findings (through the reporter the step hands in); a night after a verified fix records the levels it
 re-based (``levels.py``); a table whose growth new upstream keys may explain counts their rows. The checks
 are judged in the order the former steps ran, input freshness, recorded totals (the reconciled first), then
-volume, so on a bad night the same finding opens (and titles) its incident. Each check keeps its own name,
-asset, description and metadata; a check that could not be measured is errored, never passed, and named
-with its table in the step's failure.
+volume, then the business keys, so on a bad night the same finding opens (and titles) its incident. Each
+check keeps its own name, asset, description and metadata; a check that could not be measured is errored,
+never passed, and named with its table in the step's failure.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from datetime import timedelta
 import dagster as dg
 
 from dw_dagster.checks.attributes import carried_attributes
+from dw_dagster.checks.business_keys import BUSINESS_KEY_CHECK, BusinessKeys, business_key_specs, keyed
 from dw_dagster.checks.freshness import INPUT_FRESHNESS_CHECK, InputFreshnessChecks, input_freshness_specs
 from dw_dagster.checks.history import HistoryStore, NightContext, total_series, volume_series
 from dw_dagster.checks.levels import LazyLineage, remediation_levels
@@ -63,10 +65,13 @@ class NightlyChecks:
         self.resolve_table = resolve_table
         self.cause_scopes = cause_scopes
         self.monitored = {s.key: s for s in monitored_specs(metrics, specs)}
+        # The monitored tables whose node declares a business key: checked for keys that repeat.
+        self.keyed = keyed(list(self.monitored.values()))
         self.check_specs = [
             *input_freshness_specs(metrics, specs),
             *total_specs(metrics),
             *volume_specs(metrics, list(self.monitored)),
+            *business_key_specs(self.keyed),
         ]
         self.ops = OpsSchema(database, metrics.ops_schema)
         self.lineage = LazyLineage(specs)
@@ -117,12 +122,15 @@ class NightlyChecks:
         volumes = Volumes(
             metrics, self.monitored, [k.asset_key for k in selected if k.name == VOLUME_CHECK], lineage
         )
+        keys = BusinessKeys(self.keyed, [k.asset_key for k in selected if k.name == BUSINESS_KEY_CHECK])
         day = run.business_date
         since = day - timedelta(days=HISTORY_DAYS)
         series = {
             **dict.fromkeys(totals.series(), since),
-            **{s: day - timedelta(days=n) for s, n in volumes.series(HISTORY_DAYS).items()},
-            **{s: day - timedelta(days=n) for s, n in freshness.series().items()},
+            **{
+                s: day - timedelta(days=n)
+                for s, n in {**volumes.series(HISTORY_DAYS), **freshness.series(), **keys.series()}.items()
+            },
         }
         store = HistoryStore(warehouse, self.ops, check=NIGHTLY_CHECKS, dagster_run_id=run.dagster_run_id)
         with store.session("check.history") as history:
@@ -147,6 +155,7 @@ class NightlyChecks:
                 *freshness.parts(),
                 *totals.parts(),
                 *volumes.parts(context.instance, run, read.past, binds),
+                *keys.parts(),
             ]
             with warehouse.tagged_connection("check.measure", **run.tag_fields(NIGHTLY_CHECKS)) as conn:
                 cur = conn.cursor()
@@ -158,6 +167,9 @@ class NightlyChecks:
             results += totals.evaluate(night)
             errors += [f"{check}: {why}" for check, why in totals.unfinished().items()]
             judged, unmeasured = volumes.evaluate(night)
+            results += judged
+            errors += unmeasured
+            judged, unmeasured = keys.evaluate(night, measured)
             results += judged
             errors += unmeasured
             night.write()

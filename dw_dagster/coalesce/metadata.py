@@ -75,6 +75,9 @@ class CoalesceMetadataSet(_CoalesceNamespace):
         node_tests (Optional[JsonMetadataValue]): The names of its node tests.
         column_sources (Optional[MarkdownMetadataValue]): Each column and the columns it is built from,
             as a table the open-source UI renders (``dagster/column_lineage`` carries the same, typed).
+        business_key (Optional[JsonMetadataValue]): The columns the node declares its business key
+            (``isBusinessKey``), in the node's order; absent on a node that tracks changes
+            (``isChangeTracking``: a row per version of a key, so the key repeats by design).
     """
 
     node_id: str | None = None
@@ -88,6 +91,7 @@ class CoalesceMetadataSet(_CoalesceNamespace):
     join: dg.MarkdownMetadataValue | None = None
     node_tests: dg.JsonMetadataValue | None = None
     column_sources: dg.MarkdownMetadataValue | None = None
+    business_key: dg.JsonMetadataValue | None = None
 
     @property
     def environment_id(self) -> str | None:
@@ -106,6 +110,15 @@ class CoalesceMetadataSet(_CoalesceNamespace):
         if not isinstance(jobs, Sequence):  # none, or not the list the translator writes
             return []
         return [(str(j["id"]), str(j["name"])) for j in jobs]
+
+    @classmethod
+    def key_columns(cls, values: Mapping[str, Any]) -> list[str]:
+        """The business key's columns on a spec's metadata (none when it declares none)."""
+        key = cls.read(values, "business_key")
+        columns = getattr(key, "data", key)
+        if not isinstance(columns, Sequence) or isinstance(columns, str):
+            return []
+        return [str(c) for c in columns]
 
 
 class CoalesceRunMetadataSet(_CoalesceNamespace):

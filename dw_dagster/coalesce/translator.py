@@ -203,6 +203,7 @@ class DagsterCoalesceTranslator:
                 else None
             ),
             column_sources=column_sources_markdown(node, lineage),
+            business_key=_business_key(node),
         )
         metadata: dict[str, object] = {
             "dagster/table_name": props.table_name,
@@ -285,6 +286,16 @@ _CONSTRAINTS = {
     for nullable in (False, True)
     for unique in (False, True)
 }
+
+
+def _business_key(node: CoalesceNode) -> dg.JsonMetadataValue | None:
+    """The node's business key columns, when the key identifies a row: a node that tracks changes keeps a
+    row per version of a key (type 2), and the checks would read its repeats as duplicates."""
+    columns = node.metadata.columns
+    key = [c.name for c in columns if c.is_business_key]
+    if not key or any(c.is_change_tracking for c in columns):
+        return None
+    return dg.MetadataValue.json(key)
 
 
 def column_sources_markdown(

@@ -67,6 +67,13 @@ class CoalesceColumn(CoalesceModel):
     # Column-level lineage.
     sources: list[CoalesceColumnSource] = []
 
+    @property
+    def is_change_tracking(self) -> bool:
+        """Tracked for change (``isChangeTracking``): a type-2 dimension or persistent stage keeps a row per
+        version of a business key, so its key repeats by design. Set only where it is on (absent elsewhere,
+        as the Transform MCP server's tests find it): kept as an extra field, so a node dumps as it came."""
+        return (self.model_extra or {}).get("isChangeTracking") is True
+
 
 class CoalesceCustomSQL(CoalesceModel):
     custom_sql: str = ""

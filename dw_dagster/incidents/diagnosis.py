@@ -10,7 +10,8 @@ decided by a measurement, never by the words of an alert, and only from the pipe
   (``staleness.py``);
 - a gap to the source that a join or a filter on the path explains is value loss, or a reference-data
   change when the key used to match (``value_loss.py``, ``origins.py``);
-- exact duplicate rows are duplication, with their keys and load (``duplication.py``);
+- exact duplicate rows are duplication, with their keys and load, and so is a declared business key that
+  repeats (``duplication.py``);
 - a subset whose values moved by a measured factor, or flipped sign, is a unit or sign change
   (``drilldown.py``);
 - a night whose numbers repeat the last good night's on a stopped source is stale input;
@@ -26,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 
+from dw_dagster.checks.business_keys import BUSINESS_KEY_CHECK
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.cost import COST_CHECK
 from dw_dagster.governance.diagnosis import sensitive_column_diagnosis
@@ -39,7 +41,7 @@ from dw_dagster.incidents.drilldown import (
     rows_held,
     unit_or_sign_diagnosis,
 )
-from dw_dagster.incidents.duplication import find_duplicates
+from dw_dagster.incidents.duplication import copy_candidates, find_duplicates, key_repeats_diagnosis
 from dw_dagster.incidents.evidence import (
     HISTORY_DAYS,
     DiagnosisContext,
@@ -59,7 +61,7 @@ from dw_dagster.incidents.group_shift import (
 from dw_dagster.incidents.run_findings import RUN_FINDINGS
 from dw_dagster.incidents.shortfall import null_value_diagnosis, shortfall_keys
 from dw_dagster.incidents.staleness import stale_diagnosis
-from dw_dagster.incidents.structure import nearest, source_columns, sources_upstream, table
+from dw_dagster.incidents.structure import source_columns, table
 from dw_dagster.incidents.value_loss import diagnose_fall, diagnose_gap
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
 from dw_dagster.records.keys import split_label
@@ -165,6 +167,8 @@ def _classify(incident: Incident, primary: Finding, ctx: DiagnosisContext) -> Di
         return diagnose_failed(incident, primary, ctx)
     if primary.check_name == "input_freshness":
         return stale_diagnosis(incident, primary, ctx) or _unknown(incident, primary, ctx)
+    if primary.check_name == BUSINESS_KEY_CHECK:
+        return key_repeats_diagnosis(incident, primary, ctx)
     if primary.check_name == COST_CHECK:  # a cost jump is not a data fault: its finding says what grew
         return cost_diagnosis(incident, primary, ctx)
     total = total_of(primary, ctx.metrics)
@@ -349,10 +353,7 @@ def _volume(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diag
     expected = (finding.evidence.get("baseline") or {}).get("expected")
     up = isinstance(rows, int | float) and isinstance(expected, int | float) and rows > expected
     key = finding.asset_key
-    # Every source the lineage gives, nearest first (up to ``SEARCH_TABLES``), then the table itself: copies a
-    # join or more up the path are found whatever the source's name.
-    sources = [s for s in sources_upstream(ctx.graph, key) if s != key]
-    candidates = [*nearest(ctx.graph, key, sources), key] if key in ctx.graph else []
+    candidates = copy_candidates(ctx, key)
     copies = find_duplicates(ctx, candidates) if up and candidates else None
     evidence = {
         "row_count": rows or 0,

@@ -5,16 +5,18 @@ Exact duplicates (every column equal, the load's own timestamp included) are wha
 leaves; they are counted per key (the metrics file's group keys that the table has) with the range of their
 load column, in one statement per table. A unique test that failed the Coalesce job is evidence of the same
 class: the duplicated values of the tested column are read from the node's table, then traced to the source
-that holds the copies.
+that holds the copies. So is a declared business key that repeats (the checks' ``business_key`` finding,
+``checks/business_keys.py``): the copies are looked for upstream, nearest first; where none are exact, the
+key's repeated values are named.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dw_dagster.incidents.evidence import DiagnosisContext
-from dw_dagster.incidents.structure import table, time_columns
-from dw_dagster.records.incidents import KeyGap
+from dw_dagster.incidents.evidence import DiagnosisContext, feeders
+from dw_dagster.incidents.structure import nearest, sources_upstream, table, time_columns
+from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
 from dw_dagster.records.keys import plain
 from dw_dagster.sql import quote_identifier
 
@@ -136,3 +138,62 @@ def find_duplicates(ctx: DiagnosisContext, candidates: list[str]) -> Duplicates 
         if found is not None:
             return found
     return None
+
+
+def copy_candidates(ctx: DiagnosisContext, key: str) -> list[str]:
+    """Where to look for the copies behind a table's extra rows: every source the lineage gives, nearest
+    first (up to ``SEARCH_TABLES``), then the table itself, so copies a join or more up the path are found
+    whatever the source's name."""
+    if key not in ctx.graph:
+        return []
+    sources = [s for s in sources_upstream(ctx.graph, key) if s != key]
+    return [*nearest(ctx.graph, key, sources), key]
+
+
+def key_repeats_diagnosis(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diagnosis:
+    """A declared business key that repeats tonight is duplication: of a load applied twice where a table
+    upstream holds exact copies (named with their keys and load), else of rows that share a key in the
+    table itself (a join that fans out, a row sent again changed), named by the key's repeated values."""
+    key = finding.asset_key
+    columns = [str(c) for c in finding.evidence.get("key") or []]
+    repeats = int(finding.evidence.get("repeats") or 0)
+    candidates = copy_candidates(ctx, key)
+    copies = find_duplicates(ctx, candidates)
+    known = key in ctx.graph
+    path = [*sorted(ctx.graph.upstream(key)), key] if known else [key]
+    evidence = {
+        "business_key": ", ".join(columns),
+        "key_repeats": repeats,
+        "row_count": int(finding.evidence.get("row_count") or 0),
+        "duplicate_rows": copies.extra_rows if copies else 0,
+    }
+    if copies is not None:
+        evidence["duplicates_in"] = copies.asset
+        if copies.load:
+            evidence["duplicate_load"] = copies.load
+        load = f", brought by {copies.load}" if copies.load else ""
+        return Diagnosis(
+            incident_id=incident.incident_id,
+            classification=CauseClass.DUPLICATION,
+            cause=f"{finding.summary}; {copies.asset} holds {copies.extra_rows:,} exact duplicate rows{load}",
+            evidence=evidence,
+            keys=copies.keys[:10],
+            upstream_change=f"duplicate rows loaded into {copies.asset}{load}",
+            cause_asset=copies.asset,
+            path=ctx.graph.path(copies.asset, key) if known and copies.asset != key else path,
+            owners=ctx.graph.owners_on(feeders(ctx, copies.asset)),
+            test_query=copies.query,
+        )
+    repeated = duplicated_values(ctx, key, columns[0]) if len(columns) == 1 else []
+    searched = ", ".join(candidates) or "nothing: the table is not in the lineage"
+    return Diagnosis(
+        incident_id=incident.incident_id,
+        classification=CauseClass.DUPLICATION,
+        cause=f"{finding.summary}; no exact copies in {searched}: rows that share a key differ in another "
+        "column (a join that fans out, or a row sent again changed)",
+        evidence=evidence,
+        keys=repeated[:10],
+        cause_asset=key,
+        path=path,
+        owners=ctx.graph.owners_on([key]) if known else [],
+    )

@@ -65,7 +65,8 @@ def assert_three_statements(sent: list[tuple[str, list[str | None]]], outcome: T
 def assert_measured_as_the_tables_hold(
     lw, database: str, metrics_file: str, outcome: TickOutcome, specs
 ) -> None:
-    """Each volume check's row count and each total's value are what the table holds, read apart."""
+    """Each volume check's row count, each business key's rows and distinct keys and each total's value are
+    what the table holds, read apart."""
     tables = {s.key.to_user_string(): s.metadata.get("dagster/table_name") for s in specs}
     totals = {f"total_{t.name}": t for t in load_metrics_file(metrics_file).totals}
     with lw.snowflake.connect(database=database) as conn:
@@ -74,6 +75,15 @@ def assert_measured_as_the_tables_hold(
             if check.check == "volume":
                 cur.execute(f"SELECT COUNT(*) FROM {table_reference(*tables[check.asset].split('.'))}")
                 assert check.metadata["row_count"] == cur.fetchone()[0], check.asset
+            elif check.check == "business_key":
+                columns = [f'"{c}"' for c in check.metadata["business_key"].split(", ")]
+                table = table_reference(*tables[check.asset].split("."))
+                keyed = " AND ".join(f"{c} IS NOT NULL" for c in columns)
+                cur.execute(
+                    f"SELECT COUNT(*), COUNT(DISTINCT {', '.join(columns)}) FROM {table} WHERE {keyed}"
+                )
+                found = cur.fetchone()
+                assert (check.metadata["rows"], check.metadata["distinct_keys"]) == tuple(found), check.asset
             elif check.check in totals:
                 sql = resolve_refs(
                     totals[check.check].sql, lambda loc, name: table_reference(database, loc, name)
@@ -91,8 +101,9 @@ def test_an_ordinary_distributor_night_is_three_statements(daemon):
         ("total_network_onhand_units", "inventory/fct_inventory_position"),
         ("total_ebs_onhand_units", "raw_ebs/mtl_onhand_quantities_detail"),
         ("total_reorder_candidates", "mart/mart_reorder_candidates"),
-        *(("volume", a) for a in ("inventory/dim_warehouse", "inventory/fct_inventory_position",
-                                  "mart/mart_days_of_supply", "mart/mart_reorder_candidates")),
+        *((check, a) for a in ("inventory/dim_warehouse", "inventory/fct_inventory_position",
+                               "mart/mart_days_of_supply", "mart/mart_reorder_candidates")
+          for check in ("volume", "business_key")),
     }  # fmt: skip
     assert all(c.passed is True for c in outcome.checks), [c for c in outcome.checks if not c.passed]
     assert_three_statements(checks_run, outcome)
@@ -147,8 +158,11 @@ def test_a_missing_table_errors_its_own_volume_check_only_named(daemon, tmp_path
             )
     volume = {c.asset: c for c in outcome.checks if c.check == "volume"}
     assert volume["mart/mart_days_of_supply"].passed is None, "errored, never passed"
-    others = [c for c in outcome.checks if (c.check, c.asset) != ("volume", "mart/mart_days_of_supply")]
-    assert len(others) == 7 and all(c.passed is not None for c in others), "every other check is judged"
+    # Its business key, counted in the same table, errors with it.
+    gone = [c for c in outcome.checks if c.asset == "mart/mart_days_of_supply"]
+    assert {c.check for c in gone} == {"volume", "business_key"} and all(c.passed is None for c in gone)
+    others = [c for c in outcome.checks if c.asset != "mart/mart_days_of_supply"]
+    assert len(others) == 10 and all(c.passed is not None for c in others), "every other check is judged"
     run = daemon.instance.get_runs(limit=1)[0]
     failures = daemon.instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
     messages = " ".join(str(e.dagster_event.step_failure_data.error) for e in failures)
