@@ -397,6 +397,8 @@ def evaluate_total(
         excluded_days=excluded,
         rebases=night.levels,
         share=night.share(total.asset),
+        # A cumulative total's rows are to date too: no chance of no row tonight from them.
+        rows=night.past.get(group_rows_series(total.name)) if period is None else None,
     )
     metadata: dict[str, Any] = {
         "value": dg.MetadataValue.float(float(value.value)),
@@ -645,6 +647,7 @@ def rows_by_group(
         # total's minimum change (a quarter of the day's rows in one channel of half of them): the groups say
         # where it is.
         moved=verdict.severity is not None,
+        rows=history,
     )
     if verdict.severity == "ERROR" and not found.problem:
         moved = ", ".join(m.describe(" rows") for m in found.moves[:3])
