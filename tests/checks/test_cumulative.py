@@ -149,6 +149,9 @@ def test_the_night_after_a_failed_build_is_judged_over_the_days_since_the_last_b
     result = _evaluated(total, own, repaired, history[repaired], failed)
     assert result.passed, result.description
     assert "over the 2 days since the last build" in result.metadata["baseline_judged_on"].text
+    # A skipped night that recorded nothing at all: the same two days.
+    skipped = {d: r for d, r in own.items() if d != failed}
+    assert _evaluated(total, skipped, repaired, history[repaired], failed).passed
     # The repaired night replays its own day's rows: its two days' increment is half again as large.
     doubled = history[repaired].model_copy(
         update={"value": history[repaired].value + daily[repaired],
