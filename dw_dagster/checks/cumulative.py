@@ -8,6 +8,11 @@ A total is cumulative when the metrics file says so (``cumulative: month``) or w
 at least), and at every period boundary on record (one at least) it falls to less than half. ``cumulative:
 no`` turns detection off.
 
+A night whose record repeats the night before it (:func:`repeats`) added nothing: a failed or skipped build
+left the table as it was and its stale value was recorded. The next night's increment is taken from the last
+night the node was built (:func:`base_night`) and judged against past increments over as many days
+(``increments(own, period, span)``), so the repaired night is an ordinary two days, not a doubled one.
+
 A fault's effect stays in a cumulative total until the period restarts or the night is rebuilt: the nights
 after a bad increment are right in themselves but the total still carries it. :func:`carried` names the
 flagged nights of tonight's period whose increment is still anomalous, so the check's finding continues the
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import date, timedelta
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from dw_dagster.checks.history import Recorded
 
@@ -71,33 +76,54 @@ def period_of(declared: str, values: Mapping[date, float]) -> Period | None:
     return declared  # type: ignore[return-value]
 
 
-def _increment(now: float | None, before: tuple[date, float | None] | None, day: date, period: Period):
-    """Tonight's increment from the night before (None: no comparable night)."""
+def repeats(own: Mapping[date, Recorded]) -> set[date]:
+    """The nights whose record repeats the night before it exactly, the total and every group: nothing was
+    added, as when the node was not rebuilt (a failed or skipped build recorded its stale value), or on a
+    night with nothing to add."""
+    out: set[date] = set()
+    days = sorted(d for d, r in own.items() if r.value is not None)
+    for a, b in zip(days, days[1:], strict=False):
+        was, now = own[a], own[b]
+        if (b - a).days <= MAX_STEP_DAYS and _alike(was.value, now.value) and _same_groups(was, now):
+            out.add(b)
+    return out
+
+
+def _alike(a: float | None, b: float | None) -> bool:
+    return a is None and b is None or (a is not None and b is not None and abs(a - b) <= 1e-9 * abs(a))
+
+
+def _same_groups(a: Recorded, b: Recorded) -> bool:
+    return a.groups.keys() == b.groups.keys() and all(_alike(v, b.groups[g]) for g, v in a.groups.items())
+
+
+def _increment(now: float | None, was: float | None, base: date, day: date, period: Period) -> float | None:
+    """``day``'s increment from ``base`` (None: no value to take it from)."""
     if now is None:
         return None
-    if before is None:
-        return now if day == period_start(day, period) else None
-    prev, was = before
-    if (day - prev).days > MAX_STEP_DAYS:
-        return None
-    if period_start(prev, period) != period_start(day, period):
+    if period_start(base, period) != period_start(day, period):
         return now  # the period restarted since
     return None if was is None else now - was
 
 
-def increments(own: Mapping[date, Recorded], period: Period) -> dict[date, Recorded]:
-    """The history as increments, the total and each group alike; nights with no comparable night before
-    them are left out."""
+def increments(own: Mapping[date, Recorded], period: Period, span: int = 1) -> dict[date, Recorded]:
+    """The history as increments over ``span`` days (a night's value less that of ``span`` days before,
+    or its value when the period restarted since), the total and each group alike. Nights with no record
+    ``span`` days before them are left out, and so are those whose record then repeated the night before it
+    (``repeats``): their increment covers more days than ``span``."""
     out: dict[date, Recorded] = {}
-    days = sorted(own)
-    for i, d in enumerate(days):
-        r = own[d]
-        prev = own[days[i - 1]] if i else None
-        increment = _increment(r.value, (prev.business_date, prev.value) if prev else None, d, period)
+    stale = repeats(own)
+    for d, r in own.items():
+        base = d - timedelta(days=span)
+        restarted = period_start(base, period) != period_start(d, period)
+        prev = own.get(base)
+        if not restarted and (prev is None or base in stale):
+            continue
+        increment = _increment(r.value, prev.value if prev else None, base, d, period)
         if increment is None:
             continue
         groups = {
-            g: _increment(v, (prev.business_date, prev.groups.get(g, 0.0)) if prev else None, d, period)
+            g: _increment(v, prev.groups.get(g, 0.0) if prev else None, base, d, period)
             for g, v in r.groups.items()
         }
         out[d] = Recorded(
@@ -109,28 +135,47 @@ def increments(own: Mapping[date, Recorded], period: Period) -> dict[date, Recor
     return out
 
 
+class Tonight(NamedTuple):
+    value: float
+    groups: dict[str, float | None]
+    span: int
+    """The days tonight's increment covers: from the last night the node was built (``base_night``)."""
+
+
+def base_night(own: Mapping[date, Recorded], day: date) -> date | None:
+    """The night tonight's increment is taken from: the last night on record before ``day``, or, when it
+    repeated the night before it (a failed or skipped build recorded its stale value), the last one before
+    that which did not, so that the repaired night's increment is judged as covering the days since. A
+    record unchanged for longer than ``MAX_STEP_DAYS`` is a quiet series, not an unbuilt node: its last
+    night. None: no night on record in the ``MAX_STEP_DAYS`` before ``day``."""
+    before = sorted((d for d in own if d < day and (day - d).days <= MAX_STEP_DAYS), reverse=True)
+    if not before:
+        return None
+    stale = repeats(own)
+    return next((d for d in before if d not in stale), before[0])
+
+
 def tonight(
     own: Mapping[date, Recorded], day: date, value: float, groups: Mapping[str, float | None], period: Period
-) -> tuple[float, dict[str, float | None]] | None:
-    """Tonight's increment and its groups' (None: no comparable night before tonight)."""
-    before = [d for d in own if d < day]
-    last = own[max(before)] if before else None
-    increment = _increment(value, (last.business_date, last.value) if last else None, day, period)
+) -> Tonight | None:
+    """Tonight's increment and its groups' since the last night the node was built (None: no comparable
+    night before tonight)."""
+    base = base_night(own, day)
+    if base is None:
+        return Tonight(value, dict(groups), 1) if day == period_start(day, period) else None
+    last = own[base]
+    increment = _increment(value, last.value, base, day, period)
     if increment is None:
         return None
     per_group: dict[str, float | None] = {}
     for g, v in groups.items():
-        per_group[g] = (
-            None
-            if v is None
-            else _increment(v, (last.business_date, last.groups.get(g, 0.0)) if last else None, day, period)
-        )
-    if last is not None and period_start(last.business_date, period) == period_start(day, period):
+        per_group[g] = None if v is None else _increment(v, last.groups.get(g, 0.0), base, day, period)
+    if period_start(base, period) == period_start(day, period):
         # A group that was there last night and is gone tonight fell by all it had.
         for g, v in last.groups.items():
             if g not in groups and v:
                 per_group[g] = -v
-    return increment, per_group
+    return Tonight(increment, per_group, (day - base).days)
 
 
 def flagged_in_period(day: date, period: Period, nights: Mapping[date, Recorded]) -> list[date]:

@@ -7,8 +7,12 @@ the total (``judge.py``: calendar, small counts, accepted levels). Then:
   own baselines and materially (by at least the total's ``min_relative_change`` of the group's own level,
   and at least 1% of the total): a finding naming the groups that lost and gained, with their shares of
   the total before and after;
-- **a group gone**: one group went to nothing and nothing gained: a finding of its own (a group that only
-  fell, with nothing gaining elsewhere, is noted on the check: alone it is too often the group's noise);
+- **a group gone**: one group went to nothing and nothing gained: a finding of its own, when its own record
+  makes nothing tonight improbable at the table's false-alarm rate (``_nothing_is_usual``): a group of a
+  sparse table often absent on the nights like tonight (weekends and holidays, or business days), or with so
+  few rows expected that none is a chance (Poisson, where the total's SQL returns ``ROWS``), went to nothing
+  as it does: noted, not raised (a group that only fell, with nothing gaining elsewhere, is noted on the
+  check: alone it is too often the group's noise);
 - a loss that went to groups new tonight (a new key, a new account) is the business moving, not a
   fault: noted, not raised (whether the new key reached the target is the reconciliation's job). A group
   is judged from its first night, and counts as new until its own baseline has enough nights (a key that
@@ -22,13 +26,14 @@ the total (``judge.py``: calendar, small counts, accepted levels). Then:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping, Sequence
 from datetime import date
 from typing import Literal
 
 from pydantic import BaseModel
 
-from dw_dagster.checks.baseline import BaselineConfig, BaselineStatus, Direction
+from dw_dagster.checks.baseline import BaselineConfig, BaselineStatus, Direction, false_alarm_alpha
 from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.history import Rebase, Recorded, total_series
 from dw_dagster.checks.judge import Judgement, judge
@@ -96,9 +101,11 @@ def judge_groups(
     rebases: Mapping[str, Sequence[Rebase]],
     share: int = 1,
     moved: bool | None = None,
+    rows: Mapping[date, Recorded] | None = None,
 ) -> GroupVerdict:
     """``moved``: whether the total moved, so that its judgement speaks and the groups only name where (by
-    default: beyond its own band, ``_total_moved``)."""
+    default: beyond its own band, ``_total_moved``). ``rows``: the groups' row counts night by night, where
+    the total's SQL returns ``ROWS`` (a total of rows: its own history), for a group's chance of no row."""
     if not total.group_keys:
         return GroupVerdict(moves=[])
     last = own[max(own)] if own else None
@@ -126,6 +133,7 @@ def judge_groups(
         excluded_days | {d for d in own if calendar.day(d) is not None} if calendar_night else set()
     )
     moves = []
+    usual: list[str] = []
     for g in names:
         tonight = groups.get(g, 0.0)
         if tonight is None:
@@ -178,6 +186,15 @@ def judge_groups(
             # dip).
             continue
         status = "gained" if tonight > r.expected else ("went" if tonight <= 0 else "lost")
+        # While the total holds, a group gone speaks for itself: only when its own record says it is news.
+        alpha = false_alarm_alpha(total.baseline, share)
+        if (
+            status == "went"
+            and not moved
+            and (why := _nothing_is_usual(total, g, day, own, rows, since, calendar, excluded_days, alpha))
+        ):
+            usual.append(why)
+            continue
         moves.append(
             GroupMove(
                 group=g,
@@ -190,26 +207,37 @@ def judge_groups(
             )
         )
     moves.sort(key=lambda m: -abs(m.change))
+
+    def noted(verdict: GroupVerdict) -> GroupVerdict:
+        if not usual:
+            return verdict
+        seen = f"went to nothing as on its own nights like tonight: {'; '.join(usual)}"
+        return verdict.model_copy(update={"note": f"{verdict.note}; {seen}" if verdict.note else seen})
+
     lost = [m for m in moves if m.status in ("lost", "went")]
     gained = [m for m in moves if m.status == "gained"]
     new = [m for m in moves if m.status == "new"]
     if moved or not (lost or gained):
         # The total moved (an ERROR, a WARN the calendar explains, or a move in the direction that does not
         # hurt): its judgement speaks; the groups only name where.
-        return GroupVerdict(moves=moves)
+        return noted(GroupVerdict(moves=moves))
     said = lambda ms: ", ".join(m.describe() for m in ms[:5])  # noqa: E731
     held = f"{total.name} held ({100 * (total_verdict.result.relative_change or 0):+.1f}%)"
     if gained and lost:
-        return GroupVerdict(
-            moves=moves,
-            problem=f"a shift between groups while {held}: lost {said(lost)}; gained {said(gained)}",
+        return noted(
+            GroupVerdict(
+                moves=moves,
+                problem=f"a shift between groups while {held}: lost {said(lost)}; gained {said(gained)}",
+            )
         )
     loss = -sum(m.change for m in lost)
     if lost and new and sum(m.change for m in new) >= loss - floor:
-        return GroupVerdict(moves=moves, note=f"moved to groups new tonight: {said(new)}, from {said(lost)}")
+        return noted(
+            GroupVerdict(moves=moves, note=f"moved to groups new tonight: {said(new)}, from {said(lost)}")
+        )
     went = [m for m in lost if m.status == "went"]
     if went:
-        return GroupVerdict(moves=moves, problem=f"{said(went)} went to nothing while {held}")
+        return noted(GroupVerdict(moves=moves, problem=f"{said(went)} went to nothing while {held}"))
     # A group that fell alone while the others held: its values changed (a unit, a scale), or its rows went
     # missing. One group's noise often looks like it, so its share of the total must have moved beyond its
     # own errors at the table's rate split over every group (a share cancels the day's common level). A
@@ -229,14 +257,56 @@ def judge_groups(
         )
     ]
     if alone:
-        return GroupVerdict(
-            moves=moves,
-            problem=f"{said(alone)} fell alone while {held} and the other groups held: its share of the "
-            "total moved beyond its own record",
+        return noted(
+            GroupVerdict(
+                moves=moves,
+                problem=f"{said(alone)} fell alone while {held} and the other groups held: its share of the "
+                "total moved beyond its own record",
+            )
         )
-    return GroupVerdict(
-        moves=moves, note=f"{'fell' if lost else 'rose'} while {held}: {said(lost or gained)}"
+    return noted(
+        GroupVerdict(moves=moves, note=f"{'fell' if lost else 'rose'} while {held}: {said(lost or gained)}")
     )
+
+
+def _nothing_is_usual(
+    total: RecordedTotal,
+    group: str,
+    day: date,
+    own: Mapping[date, Recorded],
+    rows: Mapping[date, Recorded] | None,
+    since: date,
+    calendar: BusinessCalendar,
+    excluded_days: set[date],
+    alpha: float,
+) -> str | None:
+    """Why the group's nothing tonight is within its own record at the false-alarm probability ``alpha``
+    (None: improbable, a finding). On its nights like tonight (business days, or the weekends and holidays
+    the business is closed: a sparse table's group is absent on its quiet days, present on the others) it had
+    nothing often enough; or, where its rows are counted, so few are expected tonight (its rows' own
+    baseline, the calendar's say included) that none is a Poisson chance at least that large. A group present
+    on every like night, with rows enough that none is improbable, is gone."""
+    open_day = calendar.is_business_day(day)
+    like = [
+        v
+        for d, v in group_series(own, group).items()
+        if since <= d < day and d not in excluded_days and calendar.is_business_day(d) == open_day
+    ]
+    absent = sum(v is not None and v <= 0 for v in like)
+    if like and absent >= alpha * len(like):
+        kind = "business days" if open_day else "weekends and holidays"
+        return f"{group} had nothing on {absent} of its {len(like)} past {kind}"
+    first = min((d for d, r in (rows or {}).items() if r.groups.get(group)), default=None)
+    if rows is None or first is None:
+        return None
+    counts = {d: v for d, v in group_series(rows, group).items() if d >= first}
+    expected = judge(
+        counts, day, 0.0, total.baseline, calendar=calendar, excluded_days=excluded_days
+    ).result.expected
+    chance = math.exp(-expected) if expected is not None else 0.0
+    if chance < alpha:
+        return None
+    return f"{group} expected {expected:.1f} rows: none by chance on {100 * chance:.1f}% of such nights"
 
 
 def _total_moved(verdict: Judgement, config: BaselineConfig) -> bool:

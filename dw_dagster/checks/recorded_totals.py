@@ -361,12 +361,16 @@ def evaluate_total(
         total.cumulative, {d: r.value for d, r in own.items() if r.value is not None}
     )
     judged, judged_value, judged_groups = own, value.value, value.groups
+    tonight = cumulative.tonight(own, day, value.value, value.groups, period) if period else None
     if period is not None:
-        judged = cumulative.increments(own, period)
-        tonight = cumulative.tonight(own, day, value.value, value.groups, period)
-        judged_value, judged_groups = tonight if tonight is not None else (value.value, {})
         if tonight is None:
+            judged_value, judged_groups = value.value, {}
             judged = {}  # no comparable night before tonight: nothing to judge the increment against
+        else:
+            # An increment covering the days since a failed or skipped build is judged against past
+            # increments over as many days.
+            judged_value, judged_groups = tonight.value, tonight.groups
+            judged = cumulative.increments(own, period, tonight.span)
 
     def verdict_on(d: date, v: float):
         return judge(
@@ -393,6 +397,8 @@ def evaluate_total(
         excluded_days=excluded,
         rebases=night.levels,
         share=night.share(total.asset),
+        # A cumulative total's rows are to date too: no chance of no row tonight from them.
+        rows=night.past.get(group_rows_series(total.name)) if period is None else None,
     )
     metadata: dict[str, Any] = {
         "value": dg.MetadataValue.float(float(value.value)),
@@ -401,7 +407,8 @@ def evaluate_total(
     }
     carried: list[tuple[date, float, float]] = []
     if period is not None:
-        metadata["baseline_judged_on"] = f"the increment ({period} to date): {judged_value:,.0f}"
+        days = f", over the {tonight.span} days since the last build" if tonight and tonight.span > 1 else ""
+        metadata["baseline_judged_on"] = f"the increment ({period} to date{days}): {judged_value:,.0f}"
         # A bad night of this period whose increment is still in tonight's total: the same fault.
         for d in cumulative.flagged_in_period(day, period, own):
             if d in judged and (was := judged[d].value) is not None:
@@ -503,7 +510,14 @@ def evaluate_total(
         evidence["carried_from"] = [d.isoformat() for d, _, _ in carried]
     if verdict.severity is not None:
         moved = ", ".join(m.describe() for m in by_group.moves[:3])
-        what = f"{total.name}'s increment tonight" if period is not None else total.name
+        what = total.name
+        if period is not None:
+            span = tonight.span if tonight else 1
+            what += (
+                f"'s increment over the {span} days since its last build"
+                if span > 1
+                else "'s increment tonight"
+            )
         problems.append(
             f"{what} = {deviation(verdict, counted_unit(total))}"
             + (f"; moved: {moved}" if moved else "")
@@ -633,6 +647,7 @@ def rows_by_group(
         # total's minimum change (a quarter of the day's rows in one channel of half of them): the groups say
         # where it is.
         moved=verdict.severity is not None,
+        rows=history,
     )
     if verdict.severity == "ERROR" and not found.problem:
         moved = ", ".join(m.describe(" rows") for m in found.moves[:3])

@@ -11,15 +11,21 @@ import pytest
 
 from dw_dagster.checks import cumulative
 from dw_dagster.checks.baseline import BaselineConfig
-from dw_dagster.checks.history import Recorded
+from dw_dagster.checks.calendar import BusinessCalendar
+from dw_dagster.checks.history import Reading, Recorded
 from dw_dagster.checks.judge import judge
 from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.checks.recorded_totals import evaluate_total
+from dw_dagster.checks.run_context import CheckRun
+from dw_dagster.checks.tonight import Night
+from dw_dagster.checks.total_value import TotalValue
 
 CONFIG = BaselineConfig(weeks=6)
 
 
 def _to_date(daily: dict[date, float], period: cumulative.Period) -> dict[date, Recorded]:
-    """The running total of ``daily`` within each period, by biller category (two groups, 60/40)."""
+    """The running total of ``daily`` within each period, by biller category (two groups, 60/40; nights
+    missing from ``daily`` have no record)."""
     out, running, groups = {}, 0.0, {"CATEGORY=utility": 0.0, "CATEGORY=telecom": 0.0}
     for d in sorted(daily):
         if d == cumulative.period_start(d, period):
@@ -78,8 +84,80 @@ def test_the_first_of_the_month_and_the_nights_after_a_bad_one_are_ordinary_incr
         replayed.severity == clean.severity and replayed.result.direction == clean.result.direction == "down"
     )
     # Tonight's increment from the recorded nights; its groups' too.
-    step, groups = cumulative.tonight(history, bad, history[bad].value, history[bad].groups, "month")
-    assert step == pytest.approx(daily[bad]) and groups["CATEGORY=utility"] == pytest.approx(0.6 * daily[bad])
+    step, groups, span = cumulative.tonight(history, bad, history[bad].value, history[bad].groups, "month")
+    assert (
+        span == 1
+        and step == pytest.approx(daily[bad])
+        and groups["CATEGORY=utility"] == pytest.approx(0.6 * daily[bad])
+    )
     flagged = {**history, bad: history[bad].model_copy(update={"flagged": True})}
     assert cumulative.flagged_in_period(date(2026, 7, 4), "month", flagged) == [bad]
     assert cumulative.flagged_in_period(date(2026, 8, 1), "month", flagged) == []
+
+
+def _evaluated(total: RecordedTotal, own: dict[date, Recorded], day: date, tonight: Recorded, failed: date):
+    """The total's check tonight, as the checks run evaluates it, the night ``failed`` an incident's."""
+    night = Night(
+        context=None, run=CheckRun(day, "test-run", None, None), warehouse=None, ops=None, history=None,
+        cause_scopes={}, calendar=BusinessCalendar.model_validate({"holidays": []}), levels={},
+        incident_days={failed}, past={total.name: own}, reporter=lambda finding: None, shares={total.asset: 2},
+    )  # fmt: skip
+    value = TotalValue(value=tonight.value, groups=tonight.groups)
+    night.record(total.name, Reading(value=value.value, groups=value.groups))
+    return evaluate_total(night, total, {total.name: value})
+
+
+def _parcels(start: date, days: int, seed: int = 3) -> dict[date, float]:
+    """Parcels dispatched on business days only (no record at weekends): Mondays carry the weekend's."""
+    rng = random.Random(seed)
+    out = {}
+    for k in range(days):
+        d = start + timedelta(days=k)
+        if d.weekday() < 5:
+            out[d] = 12_000 * (1.4 if d.weekday() == 0 else 1.0) * (1 + rng.gauss(0, 0.04))
+    return out
+
+
+SHAPES = {
+    # Bill payments month to date by biller category, every night, weekends at half.
+    "payments": ("month", _payments(date(2026, 4, 27), 70), date(2026, 6, 24), "CATEGORY"),
+    # Parcels week to date by depot, business days only: the build fails on a Thursday.
+    "parcels": ("week", _parcels(date(2026, 4, 27), 70), date(2026, 6, 25), "DEPOT"),
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_night_after_a_failed_build_is_judged_over_the_days_since_the_last_build(shape):
+    """A failed build leaves the to-date table as it was and its stale value is recorded: the repaired
+    night's increment covers two days, judged against two-day increments; a fault in it is still seen."""
+    period, daily, failed, key = SHAPES[shape]
+    total = RecordedTotal.model_validate(
+        {"name": f"{shape}_to_date", "owner": "o", "asset": f"mart/{shape}_to_date", "sql": "SELECT 1 AS VALUE",
+         "group_keys": [key], "baseline": {"weeks": 6, "min_relative_change": 0.1}}
+    )  # fmt: skip
+    history = _to_date(daily, period)
+    history = {d: r.model_copy(update={"groups": {f"{key}={g.split('=')[1]}": v for g, v in r.groups.items()}})
+               for d, r in history.items()}  # fmt: skip
+    repaired = min(d for d in history if d > failed)
+    before = max(d for d in history if d < failed)
+    own = {d: r for d, r in history.items() if d < repaired}
+    # The failed night: the table was not rebuilt, its value is last night's, and that is a finding.
+    own[failed] = own[before].model_copy(update={"business_date": failed})
+    stale = _evaluated(total, {d: r for d, r in own.items() if d < failed}, failed, own[failed], failed)
+    assert not stale.passed, stale.description
+    assert cumulative.base_night(own, repaired) == before
+    result = _evaluated(total, own, repaired, history[repaired], failed)
+    assert result.passed, result.description
+    assert "over the 2 days since the last build" in result.metadata["baseline_judged_on"].text
+    # A skipped night that recorded nothing at all: the same two days.
+    skipped = {d: r for d, r in own.items() if d != failed}
+    assert _evaluated(total, skipped, repaired, history[repaired], failed).passed
+    # The repaired night replays its own day's rows: its two days' increment is half again as large.
+    doubled = history[repaired].model_copy(
+        update={"value": history[repaired].value + daily[repaired],
+                "groups": {g: v + (0.6 if g.endswith("utility") else 0.4) * daily[repaired]
+                           for g, v in history[repaired].groups.items()}}
+    )  # fmt: skip
+    replayed = _evaluated(total, own, repaired, doubled, failed)
+    assert not replayed.passed
+    assert f"{total.name}'s increment over the 2 days since its last build" in replayed.description

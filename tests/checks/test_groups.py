@@ -366,3 +366,96 @@ def test_a_remap_under_a_noisy_total_within_its_band_is_a_shift():
                                    excluded_days=set(), rebases={})  # fmt: skip
             assert verdict.problem and "a shift between groups" in verdict.problem, (spec.name, seed, verdict)
             assert f"lost {lost}" in verdict.problem and f"gained {gained}" in verdict.problem
+
+
+def _sparse_total(name: str, key: str, rows: bool) -> RecordedTotal:
+    counted = ', COUNT(*) AS "ROWS"' if rows else ""
+    return RecordedTotal.model_validate(
+        {"name": name, "owner": "ops", "asset": f"core/{name}", "group_keys": [key], "hurts": "both",
+         "sql": f'SELECT "{key}", SUM("AMOUNT") AS "VALUE"{counted} FROM t GROUP BY 1',
+         "baseline": {"weeks": 6, "min_relative_change": 0.3}}
+    )  # fmt: skip
+
+
+def _sparse_history(
+    day: date, seed: int, calendar: BusinessCalendar, draw
+) -> tuple[dict, dict, random.Random]:
+    """Nine weeks of rows and values by group; ``draw(d, closed, rng)`` gives a night's rows (or values)."""
+    rng, rows, values = random.Random(seed), {}, {}
+    for k in range(1, 64):
+        d = day - timedelta(days=k)
+        r = draw(d, not calendar.is_business_day(d), rng)
+        v = {g: n * 40 * rng.lognormvariate(0, 0.3) for g, n in r.items()}
+        rows[d] = Recorded(business_date=d, value=sum(r.values()), groups=r)
+        values[d] = Recorded(business_date=d, value=sum(v.values()), groups=v)
+    return rows, values, rng
+
+
+def _refunds(d: date, closed: bool, rng: random.Random) -> dict[str, float]:
+    """Refunds by store, a few a day on weekends: one store has two to four then (never none in nine weeks),
+    another a steady dozen every day."""
+    return {
+        "STORE=harbour": float(rng.randint(10, 16) if closed else rng.randint(50, 70)),
+        "STORE=station": float(rng.randint(10, 16) if closed else rng.randint(40, 60)),
+        "STORE=kiosk": float(rng.randint(2, 4) if closed else rng.randint(6, 11)),
+        "STORE=outlet": float(rng.randint(10, 14)),
+    }
+
+
+def _chargebacks(d: date, closed: bool, rng: random.Random) -> dict[str, float]:
+    """Chargebacks by card scheme, every day: one scheme's disputes come on business days, and on one weekend
+    night in three there is none; another's come every day alike."""
+    k = (DAY - d).days
+    return {
+        "SCHEME=visa": 225 * (0.4 if closed else 1) * rng.lognormvariate(0, 0.2),
+        "SCHEME=mastercard": 150 * (0.4 if closed else 1) * rng.lognormvariate(0, 0.2),
+        "SCHEME=discover": 37.5 * rng.lognormvariate(0, 0.2),
+        "SCHEME=amex": 0.0
+        if closed and k % 3 == 0
+        else 22.5 * (0.3 if closed else 1) * rng.lognormvariate(0, 0.4),
+    }
+
+
+def test_a_group_of_a_sparse_table_gone_on_a_quiet_night_is_noted_and_a_steady_one_gone_is_a_finding():
+    """A group going to nothing is a finding only where its own record makes nothing tonight improbable: a
+    store with a few refunds on a Sunday (rows counted: none is a Poisson chance of its expected few), a card
+    scheme with no chargebacks on one weekend night in three (no rows: its own weekends say so); a store or
+    a scheme present every night, with rows enough, gone is still found."""
+    NO_HOLIDAYS = BusinessCalendar.model_validate({"holidays": []})
+    sunday = date(2026, 3, 15)
+    for shape, key, gone, steady, draw, with_rows in (
+        ("refunds", "STORE", "STORE=kiosk", "STORE=outlet", _refunds, True),
+        ("chargebacks", "SCHEME", "SCHEME=amex", "SCHEME=discover", _chargebacks, False),
+    ):
+        total, noted = _sparse_total(shape, key, with_rows), 0
+        for seed in range(4):
+            rows, values, rng = _sparse_history(sunday, seed, NO_HOLIDAYS, draw)
+            tonight = draw(sunday, True, rng)
+            for g in (gone, steady):
+                r = {**tonight, g: 0.0}
+                v = {x: n * 40 for x, n in r.items()}
+                value = TotalValue(
+                    value=sum(v.values()),
+                    groups=v,
+                    rows={x: int(n) for x, n in r.items()} if with_rows else {},
+                )
+                night = Night(
+                    context=None, run=CheckRun(sunday, "test-run", None, None), warehouse=None, ops=None,
+                    history=None, cause_scopes={}, calendar=NO_HOLIDAYS, levels={}, incident_days=set(),
+                    past={total.name: values, **({group_rows_series(total.name): rows} if with_rows else {})},
+                    reporter=lambda finding: None, shares={total.asset: 2},
+                )  # fmt: skip
+                night.record(total.name, Reading(value=value.value, groups=value.groups))
+                result = evaluate_total(night, total, {total.name: value})
+                if g == gone:
+                    assert result.passed, (shape, seed, result.description)
+                    note = result.metadata.get("groups_note")
+                    noted += (
+                        note is not None
+                        and f"went to nothing as on its own nights like tonight: {gone}" in note.text
+                    )
+                else:
+                    assert not result.passed and f"{steady} (" in result.description, (shape, seed)
+                    assert "went to nothing" in result.description
+        # The record said so (on the other seeds the group's own spread held it anyway).
+        assert noted >= 2, shape
