@@ -34,12 +34,16 @@ def attribute_series(total: str, column: str) -> str:
     return f"attribute:{total}:{column}"
 
 
-def _roots(graph: LineageGraph, column: tuple[str, str]) -> set[str]:
-    """The assets of the columns ``column`` is first derived from (those with no lineage above them)."""
+def root_columns(graph: LineageGraph, column: tuple[str, str]) -> set[tuple[str, str]]:
+    """The columns ``column`` is first derived from (those with no lineage above them)."""
     if column not in graph.columns:
         return set()
-    found = {a for a in nx.ancestors(graph.columns, column) if graph.columns.in_degree(a) == 0}
-    return {a[0] for a in found}
+    return {a for a in nx.ancestors(graph.columns, column) if graph.columns.in_degree(a) == 0}
+
+
+def _roots(graph: LineageGraph, column: tuple[str, str]) -> set[str]:
+    """The assets of the columns ``column`` is first derived from."""
+    return {a[0] for a in root_columns(graph, column)}
 
 
 def carried_attributes(graph: LineageGraph, total: RecordedTotal, measures: Sequence[str]) -> list[str]:
@@ -97,18 +101,15 @@ def not_regrouped(sql: str) -> str | None:
     return found if isinstance(found, str) else None
 
 
-def regrouped(
+def projected(
     sql: str,
     column: str,
-    names: Sequence[str],
-    alias: str,
     projections: Callable[[exp.Column, exp.Alias], list[exp.Expression] | None],
-) -> exp.Select | None:
-    """A total's SQL grouped by ``column`` instead of its group keys, selecting ``names`` from the
-    ``projections(key, value)`` it is given (``value``: the total's VALUE projection; None from it: not
-    regrouped), or None when its SQL is not one SELECT over one table with a VALUE (a join, a CTE, a set
-    operation: then it is not regrouped, ``not_regrouped`` says why). Shared by the attributes' parts and the
-    subsets' typical rows."""
+) -> tuple[exp.Select, exp.Column] | None:
+    """The total's SELECT row by row, selecting the ``projections(key, value)`` it is given (``key``:
+    ``column`` qualified as the total's table is; ``value``: the total's VALUE projection; None from it: none),
+    its filters kept and its grouping, order and limit dropped; with ``key``. None when its SQL is not one
+    SELECT over one table with a VALUE (``not_regrouped`` says why)."""
     found = _one_table(sql)
     if isinstance(found, str):
         return None
@@ -120,14 +121,37 @@ def regrouped(
     selected = projections(key, value)
     if selected is None:
         return None
-    regrouped = tree.copy()
-    regrouped.set("expressions", selected)
+    rows = tree.copy()
+    rows.set("expressions", selected)
+    for clause in ("group", "order", "limit", "having", "qualify"):
+        rows.set(clause, None)
+    return rows, key
+
+
+def regrouped(
+    sql: str,
+    column: str,
+    names: Sequence[str],
+    alias: str,
+    projections: Callable[[exp.Column, exp.Alias], list[exp.Expression] | None],
+) -> exp.Select | None:
+    """A total's SQL grouped by ``column`` instead of its group keys, selecting ``names`` from the
+    ``projections(key, value)`` it is given (``projected``), or None when its SQL is not one SELECT over one
+    table with a VALUE (a join, a CTE, a set operation: then it is not regrouped, ``not_regrouped`` says why).
+    Shared by the attributes' parts and the subsets' typical rows."""
+    found = projected(sql, column, projections)
+    if found is None:
+        return None
+    regrouped, key = found
     regrouped.set("group", exp.Group(expressions=[key.copy()]))
-    for clause in ("order", "limit", "having", "qualify"):
-        regrouped.set(clause, None)
+    return outer_select(regrouped, names, alias)
+
+
+def outer_select(inner: exp.Select, names: Sequence[str], alias: str) -> exp.Select:
+    """``SELECT names FROM (inner) AS alias``, each name quoted."""
     outer = exp.to_identifier(alias, quoted=True)
     return exp.select(*(exp.column(exp.to_identifier(n, quoted=True), table=outer) for n in names)).from_(
-        regrouped.subquery(outer)
+        inner.subquery(outer)
     )
 
 
