@@ -9,14 +9,17 @@ its rows (a lognormal's 1.4 over 84 rows: 0.15), and a factor of 0.25 is 1.39 in
 the total's own table, filtered as the total filters it, is read again grouped by each subset key (a part of
 the night's one statement: the table is read anyway), with the geometric mean of the summed expression's
 absolute value per row, recorded as the series ``row_value:<total>:<COLUMN>``. The subset keys are those the
-pipeline names: the total's ``item_key``, its group keys, and the dimension attributes its table carries
-from a reference table (``attributes.py``).
+pipeline names: the total's ``item_key``, its group keys, the other totals' keys on its table, and the
+dimension attributes its table carries from a reference table (``attributes.py``). When the lineage names a
+basis that takes the rows' mix out (``RowBases``), the same is read on it: the measure per unit of a companion
+converted at a joined factor (``PER``), and each row against the same item's rows in the other subsets
+(``AMONG``).
 
 Each subset is judged in units of its own record's spread, against a threshold the key's own record sets:
 its largest subset move of each ordinary night, read at the table's false-alarm rate (``judge_row_values``;
-docs/watch.md, "A subset's typical row"), and raised only when its typical row moved by at least x1.5 while
-the others, pooled by their rows, held within 15% (a common move is the business or the calendar, not one
-subset's unit). A subset new or too new for its own baseline is not judged; a month-to-date total is not
+docs/watch.md, "A subset's typical row"), and raised when its typical row moved beyond that, by more than
+rounding, while the others, pooled by their rows, held within 15% (a common move is the business or the
+calendar, not one subset's unit). A subset new or too new for its own baseline is not judged; a month-to-date total is not
 read this way (its rows grow through the month).
 """
 
