@@ -16,12 +16,18 @@ total's check, its evidence naming the attribute for the diagnosis). An attribut
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import date
 
 import networkx as nx
 import sqlglot
 from sqlglot import exp
 
+from dw_dagster.checks.baseline import BaselineMethod
+from dw_dagster.checks.groups import MIN_SHARE_OF_TOTAL, SHARE_UNITS, GroupMove
+from dw_dagster.checks.history import Recorded
+from dw_dagster.checks.judge import judge
 from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.context.lineage import LineageGraph
@@ -166,3 +172,73 @@ def attribute_part(total: RecordedTotal, sql: str, column: str) -> Part | None:
         lambda attribute, value: [exp.alias_(attribute, "ATTRIBUTE", quoted=True), value.copy()],
     )
     return None if query is None else Part(("attribute", total.name, column), query, shape="attribute")
+
+
+def shifted_shares(
+    total: RecordedTotal,
+    day: date,
+    groups: Mapping[str, float | None],
+    past: Mapping[date, Recorded],
+    *,
+    excluded_days: Collection[date],
+    share: int,
+) -> list[GroupMove]:
+    """The values of an attribute whose *share* of the total moved against each other tonight: one that fell
+    and one that rose, each beyond its own shares of the nights before (less ``excluded_days``: incidents' and
+    the calendar's; at the table's rate split over the attribute's values), while the values that did neither held theirs. Empty when none did.
+
+    A share cancels the night's common level: on a night the calendar (learned or declared) makes unlike the
+    others, a value's own record of like nights is one or two nights long, too thin to judge its level on,
+    but its share of the total is the share it has on ordinary nights. A key newly mapped into one value
+    dilutes every other value's share alike; a reference row re-pointed takes the share of one value alone,
+    so the values neither side moved must have held (relatively, within the attribute's ``MAX_VALUES``), and
+    an attribute of two values (a fall of one is the rise of the other) is left to the values' own levels."""
+    names = [g for g, v in groups.items() if v is not None and v > 0]
+    whole = sum(groups[g] or 0.0 for g in names)
+    if len(names) < 3 or not whole:
+        return []
+    config = total.baseline.model_copy(
+        update={"method": BaselineMethod.DAY_OVER_DAY, "small_below": 0, "calendar": False}
+    )
+    moves, ratios = [], {}
+    for g in names:
+        series = {
+            d: SHARE_UNITS * (r.groups.get(g) or 0.0) / r.value
+            for d, r in past.items()
+            if r.value and r.groups and g in r.groups and d < day
+        }
+        tonight = groups[g] or 0.0
+        verdict = judge(
+            series,
+            day,
+            SHARE_UNITS * tonight / whole,
+            config,
+            excluded_days=excluded_days,
+            share=share * len(names),
+        )
+        expected = verdict.result.expected
+        if not expected:
+            return []  # a value too new for its own shares: a key still arriving
+        ratios[g] = tonight / whole * SHARE_UNITS / expected
+        if verdict.severity != "ERROR" or abs(tonight / whole - expected / SHARE_UNITS) < MIN_SHARE_OF_TOTAL:
+            continue
+        moves.append(
+            GroupMove(
+                group=g,
+                value=tonight,
+                expected=expected / SHARE_UNITS * whole,
+                change=tonight - expected / SHARE_UNITS * whole,
+                share_before=expected / SHARE_UNITS,
+                share_after=tonight / whole,
+                status="gained" if ratios[g] > 1 else "lost",
+            )
+        )
+    moved = {m.group for m in moves}
+    held = [r for g, r in ratios.items() if g not in moved]
+    if not held or not {m.status for m in moves} == {"lost", "gained"}:
+        return []
+    # Diluted alike (a newcomer's rows): every value that did not gain fell by the same factor.
+    level = sorted(held)[len(held) // 2]
+    if any(abs(math.log(level)) > abs(math.log(ratios[m.group])) / 2 for m in moves if m.status == "lost"):
+        return []
+    return sorted(moves, key=lambda m: -abs(m.change))

@@ -17,7 +17,13 @@ import sqlglot
 from sqlglot import exp
 
 from dw_dagster.checks import cumulative
-from dw_dagster.checks.attributes import MAX_VALUES, attribute_part, attribute_series, not_regrouped
+from dw_dagster.checks.attributes import (
+    MAX_VALUES,
+    attribute_part,
+    attribute_series,
+    not_regrouped,
+    shifted_shares,
+)
 from dw_dagster.checks.groups import (
     GroupMove,
     GroupVerdict,
@@ -553,13 +559,25 @@ def evaluate_total(
                 share=night.share(total.asset),
             )
             # Only a shift: a value that gained alone is a new key mapped to it, one that fell alone lost
-            # rows the total's own check sees.
-            if shifted.problem and shifted.problem.startswith("a shift between groups"):
-                problems.append(f"{shifted.problem} ({column} is carried from a reference table)")
+            # rows the total's own check sees. On a night unlike the others (the calendar's), each value's
+            # level has one or two like nights to go by: its share of the total has every ordinary night.
+            shift, moves = shifted.problem, shifted.moves
+            if not (shift and shift.startswith("a shift between groups")):
+                ordinary = excluded | {d for d in past if night.calendar.day(d) is not None}
+                moves = shifted_shares(
+                    total, day, groups, past, excluded_days=ordinary, share=night.share(total.asset)
+                )
+                lost = ", ".join(m.describe() for m in moves if m.status == "lost")
+                gained = ", ".join(m.describe() for m in moves if m.status == "gained")
+                shift = (
+                    f"a shift between groups' shares while {total.name} held: lost {lost}; gained {gained}"
+                )
+            if moves and shift.startswith("a shift between groups"):
+                problems.append(f"{shift} ({column} is carried from a reference table)")
                 evidence["attribute_shift"] = {
                     "column": column,
                     "series": attribute_series(name, column),
-                    "moves": [m.model_dump(mode="json") for m in shifted.moves],
+                    "moves": [m.model_dump(mode="json") for m in moves],
                 }
                 break
     if period is None and verdict.severity is None and not problems and not fixed:

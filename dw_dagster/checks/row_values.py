@@ -463,7 +463,9 @@ def judge_row_values(
     record = [as_one(max(z), len(z)) for z in largest.values()]
     if len(records) < 2 or len(record) < MIN_RESIDUALS:
         return None
-    threshold = of_one(tail_threshold(record, false_alarm_alpha(total.baseline, share)), len(records))
+    alpha = false_alarm_alpha(total.baseline, share)
+    # Never below a normal tail (the record is in spreads): a record exact on its basis is all zeros.
+    threshold = of_one(max(tail_threshold(record, alpha), NormalDist().inv_cdf(1 - alpha / 2)), len(records))
     best: RowValueMove | None = None
     shares = _row_shares(past_rows, nights)
     tonight_rows = sum(tonight.rows.values())
