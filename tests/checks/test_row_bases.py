@@ -251,3 +251,46 @@ def test_a_subsets_rows_moved_against_the_same_items_elsewhere(subsets, items, s
     assert "against the same ITEM elsewhere" in found.describe("COST")
     # Its own typical row is within the spread its mix of heavy-tailed items gives it.
     assert judged(plain, 1) is None
+
+
+def _attribute_history(rng: random.Random, shares: dict[str, float], nights: int = 56):
+    """A total's value by an attribute's values each night: a level moving 30% night to night, each value's
+    share steady within 3%."""
+    past = {}
+    for i in range(nights):
+        d = START + timedelta(days=i)
+        level = 1e6 * math.exp(rng.gauss(0, 0.3))
+        groups = {g: level * s * math.exp(rng.gauss(0, 0.03)) for g, s in shares.items()}
+        past[d] = Recorded(business_date=d, value=sum(groups.values()), groups=groups)
+    return past, START + timedelta(days=nights)
+
+
+@pytest.mark.parametrize(
+    ("column", "shares", "source", "target"),
+    [
+        # Sales regions; one account of 9% of the money re-pointed from AMERICAS to ASIA.
+        ("SALES_REGION", {"ANZ": 0.38, "ASIA": 0.17, "AMERICAS": 0.2, "EMEA": 0.25}, "AMERICAS", "ASIA"),
+        # A carrier's invoicing groups; one lane of 9% re-pointed from group B to group E.
+        ("GRP", {"A": 0.3, "B": 0.25, "C": 0.2, "D": 0.15, "E": 0.1}, "B", "E"),
+    ],
+)
+def test_a_shift_between_an_attributes_values_is_read_on_their_shares(column, shares, source, target):
+    from dw_dagster.checks.attributes import shifted_shares
+
+    total = _total("t", "core/f", "AMOUNT", ["CURRENCY"])
+    past, day = _attribute_history(random.Random(5), {f"{column}={g}": s for g, s in shares.items()})
+    # Tonight at x3 (a month-end the calendar learned, its level judged on its like nights alone).
+    tonight = {g: 3e6 * s for g, s in shares.items()}
+    moved = {**tonight, source: tonight[source] - 0.09 * 3e6, target: tonight[target] + 0.09 * 3e6}
+
+    def judged(groups):
+        return shifted_shares(total, day, {f"{column}={g}": v for g, v in groups.items()}, past, excluded_days=set(), share=2)  # fmt: skip
+
+    found = judged(moved)
+    assert {(m.group, m.status) for m in found} == {
+        (f"{column}={source}", "lost"),
+        (f"{column}={target}", "gained"),
+    }
+    assert judged(tonight) == []
+    # A newcomer mapped into the target brings as much: every other value's share falls alike, nothing shifted.
+    assert judged({**tonight, target: tonight[target] + 0.4 * 3e6}) == []
