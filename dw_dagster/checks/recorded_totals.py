@@ -539,28 +539,38 @@ def evaluate_total(
         problems.append(by_rows.problem)
         evidence["group_rows_moved"] = [m.model_dump(mode="json") for m in by_rows.moves]
     fixed = any(r.kind == "remediation" for r in night.levels.get(total_series(total.name), ()))
-    if period is None and verdict.severity is None and not by_group.problem and not fixed:
+    if verdict.severity is None and not by_group.problem and not fixed:
         # Money moved between the values of an attribute no total groups by (a reference row re-pointed).
         for (name, column), (total_of_values, groups) in attributes.items():
             past = night.past.get(attribute_series(name, column), {})
             if name != total.name or not past:
                 continue
+            if period is not None:
+                # A period-to-date total's values grow through the period, its values' shares do not: judged
+                # on the nights of tonight's period alone (its first nights have none to go by).
+                start = cumulative.period_start(day, period)
+                past = {d: r for d, r in past.items() if d >= start}
             by = total.model_copy(update={"name": f"{total.name} by {column}", "group_keys": [column]})
-            shifted = judge_groups(
-                by,
-                day,
-                total_of_values,
-                groups,
-                past,
-                verdict,
-                calendar=night.calendar,
-                excluded_days=excluded,
-                rebases={},
-                share=night.share(total.asset),
+            shifted = (
+                judge_groups(
+                    by,
+                    day,
+                    total_of_values,
+                    groups,
+                    past,
+                    verdict,
+                    calendar=night.calendar,
+                    excluded_days=excluded,
+                    rebases={},
+                    share=night.share(total.asset),
+                )
+                if period is None
+                else GroupVerdict(moves=[])
             )
             # Only a shift: a value that gained alone is a new key mapped to it, one that fell alone lost
             # rows the total's own check sees. On a night unlike the others (the calendar's), each value's
-            # level has one or two like nights to go by: its share of the total has every ordinary night.
+            # level has one or two like nights to go by, and a period-to-date total's level grows: its share
+            # of the total has every ordinary night.
             shift, moves = shifted.problem, shifted.moves
             if not (shift and shift.startswith("a shift between groups")):
                 ordinary = excluded | {d for d in past if night.calendar.day(d) is not None}
