@@ -16,12 +16,18 @@ total's check, its evidence naming the attribute for the diagnosis). An attribut
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import date
 
 import networkx as nx
 import sqlglot
 from sqlglot import exp
 
+from dw_dagster.checks.baseline import BaselineMethod
+from dw_dagster.checks.groups import MIN_SHARE_OF_TOTAL, SHARE_UNITS, GroupMove
+from dw_dagster.checks.history import Recorded
+from dw_dagster.checks.judge import judge
 from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.context.lineage import LineageGraph
@@ -34,12 +40,16 @@ def attribute_series(total: str, column: str) -> str:
     return f"attribute:{total}:{column}"
 
 
-def _roots(graph: LineageGraph, column: tuple[str, str]) -> set[str]:
-    """The assets of the columns ``column`` is first derived from (those with no lineage above them)."""
+def root_columns(graph: LineageGraph, column: tuple[str, str]) -> set[tuple[str, str]]:
+    """The columns ``column`` is first derived from (those with no lineage above them)."""
     if column not in graph.columns:
         return set()
-    found = {a for a in nx.ancestors(graph.columns, column) if graph.columns.in_degree(a) == 0}
-    return {a[0] for a in found}
+    return {a for a in nx.ancestors(graph.columns, column) if graph.columns.in_degree(a) == 0}
+
+
+def _roots(graph: LineageGraph, column: tuple[str, str]) -> set[str]:
+    """The assets of the columns ``column`` is first derived from."""
+    return {a[0] for a in root_columns(graph, column)}
 
 
 def carried_attributes(graph: LineageGraph, total: RecordedTotal, measures: Sequence[str]) -> list[str]:
@@ -97,18 +107,15 @@ def not_regrouped(sql: str) -> str | None:
     return found if isinstance(found, str) else None
 
 
-def regrouped(
+def projected(
     sql: str,
     column: str,
-    names: Sequence[str],
-    alias: str,
     projections: Callable[[exp.Column, exp.Alias], list[exp.Expression] | None],
-) -> exp.Select | None:
-    """A total's SQL grouped by ``column`` instead of its group keys, selecting ``names`` from the
-    ``projections(key, value)`` it is given (``value``: the total's VALUE projection; None from it: not
-    regrouped), or None when its SQL is not one SELECT over one table with a VALUE (a join, a CTE, a set
-    operation: then it is not regrouped, ``not_regrouped`` says why). Shared by the attributes' parts and the
-    subsets' typical rows."""
+) -> tuple[exp.Select, exp.Column] | None:
+    """The total's SELECT row by row, selecting the ``projections(key, value)`` it is given (``key``:
+    ``column`` qualified as the total's table is; ``value``: the total's VALUE projection; None from it: none),
+    its filters kept and its grouping, order and limit dropped; with ``key``. None when its SQL is not one
+    SELECT over one table with a VALUE (``not_regrouped`` says why)."""
     found = _one_table(sql)
     if isinstance(found, str):
         return None
@@ -120,14 +127,37 @@ def regrouped(
     selected = projections(key, value)
     if selected is None:
         return None
-    regrouped = tree.copy()
-    regrouped.set("expressions", selected)
+    rows = tree.copy()
+    rows.set("expressions", selected)
+    for clause in ("group", "order", "limit", "having", "qualify"):
+        rows.set(clause, None)
+    return rows, key
+
+
+def regrouped(
+    sql: str,
+    column: str,
+    names: Sequence[str],
+    alias: str,
+    projections: Callable[[exp.Column, exp.Alias], list[exp.Expression] | None],
+) -> exp.Select | None:
+    """A total's SQL grouped by ``column`` instead of its group keys, selecting ``names`` from the
+    ``projections(key, value)`` it is given (``projected``), or None when its SQL is not one SELECT over one
+    table with a VALUE (a join, a CTE, a set operation: then it is not regrouped, ``not_regrouped`` says why).
+    Shared by the attributes' parts and the subsets' typical rows."""
+    found = projected(sql, column, projections)
+    if found is None:
+        return None
+    regrouped, key = found
     regrouped.set("group", exp.Group(expressions=[key.copy()]))
-    for clause in ("order", "limit", "having", "qualify"):
-        regrouped.set(clause, None)
+    return outer_select(regrouped, names, alias)
+
+
+def outer_select(inner: exp.Select, names: Sequence[str], alias: str) -> exp.Select:
+    """``SELECT names FROM (inner) AS alias``, each name quoted."""
     outer = exp.to_identifier(alias, quoted=True)
     return exp.select(*(exp.column(exp.to_identifier(n, quoted=True), table=outer) for n in names)).from_(
-        regrouped.subquery(outer)
+        inner.subquery(outer)
     )
 
 
@@ -142,3 +172,73 @@ def attribute_part(total: RecordedTotal, sql: str, column: str) -> Part | None:
         lambda attribute, value: [exp.alias_(attribute, "ATTRIBUTE", quoted=True), value.copy()],
     )
     return None if query is None else Part(("attribute", total.name, column), query, shape="attribute")
+
+
+def shifted_shares(
+    total: RecordedTotal,
+    day: date,
+    groups: Mapping[str, float | None],
+    past: Mapping[date, Recorded],
+    *,
+    excluded_days: Collection[date],
+    share: int,
+) -> list[GroupMove]:
+    """The values of an attribute whose *share* of the total moved against each other tonight: one that fell
+    and one that rose, each beyond its own shares of the nights before (less ``excluded_days``: incidents' and
+    the calendar's; at the table's rate split over the attribute's values), while the values that did neither held theirs. Empty when none did.
+
+    A share cancels the night's common level: on a night the calendar (learned or declared) makes unlike the
+    others, a value's own record of like nights is one or two nights long, too thin to judge its level on,
+    but its share of the total is the share it has on ordinary nights. A key newly mapped into one value
+    dilutes every other value's share alike; a reference row re-pointed takes the share of one value alone,
+    so the values neither side moved must have held (relatively, within the attribute's ``MAX_VALUES``), and
+    an attribute of two values (a fall of one is the rise of the other) is left to the values' own levels."""
+    names = [g for g, v in groups.items() if v is not None and v > 0]
+    whole = sum(groups[g] or 0.0 for g in names)
+    if len(names) < 3 or not whole:
+        return []
+    config = total.baseline.model_copy(
+        update={"method": BaselineMethod.DAY_OVER_DAY, "small_below": 0, "calendar": False}
+    )
+    moves, ratios = [], {}
+    for g in names:
+        series = {
+            d: SHARE_UNITS * (r.groups.get(g) or 0.0) / r.value
+            for d, r in past.items()
+            if r.value and r.groups and g in r.groups and d < day
+        }
+        tonight = groups[g] or 0.0
+        verdict = judge(
+            series,
+            day,
+            SHARE_UNITS * tonight / whole,
+            config,
+            excluded_days=excluded_days,
+            share=share * len(names),
+        )
+        expected = verdict.result.expected
+        if not expected:
+            return []  # a value too new for its own shares: a key still arriving
+        ratios[g] = tonight / whole * SHARE_UNITS / expected
+        if verdict.severity != "ERROR" or abs(tonight / whole - expected / SHARE_UNITS) < MIN_SHARE_OF_TOTAL:
+            continue
+        moves.append(
+            GroupMove(
+                group=g,
+                value=tonight,
+                expected=expected / SHARE_UNITS * whole,
+                change=tonight - expected / SHARE_UNITS * whole,
+                share_before=expected / SHARE_UNITS,
+                share_after=tonight / whole,
+                status="gained" if ratios[g] > 1 else "lost",
+            )
+        )
+    moved = {m.group for m in moves}
+    held = [r for g, r in ratios.items() if g not in moved]
+    if not held or not {m.status for m in moves} == {"lost", "gained"}:
+        return []
+    # Diluted alike (a newcomer's rows): every value that did not gain fell by the same factor.
+    level = sorted(held)[len(held) // 2]
+    if any(abs(math.log(level)) > abs(math.log(ratios[m.group])) / 2 for m in moves if m.status == "lost"):
+        return []
+    return sorted(moves, key=lambda m: -abs(m.change))

@@ -38,6 +38,7 @@ from dw_dagster.checks.recorded_totals import (
     total_specs,
     value_columns,
 )
+from dw_dagster.checks.row_values import RowBases, row_bases
 from dw_dagster.checks.run_context import check_run
 from dw_dagster.checks.tonight import Night, Reporter
 from dw_dagster.checks.volume import VOLUME_CHECK, Volumes, monitored_specs, volume_specs
@@ -78,6 +79,7 @@ class NightlyChecks:
         self._total_checks = {check_name(t) for t in metrics.totals}
         self._monitored_paths = {k.to_user_string() for k in self.monitored}
         self._attributes: dict[str, list[str]] | None = None
+        self._bases: dict[str, RowBases] = {}
         # The series judged on each table share its false-alarm rate (BaselineConfig.false_alarm_rate).
         self.shares: dict[str, int] = {p: 1 for p in self._monitored_paths}
         for t in metrics.totals:
@@ -95,6 +97,7 @@ class NightlyChecks:
                 except ValueError:
                     continue  # a ref the resolver does not know: the total's own check says so
                 self._attributes[t.name] = carried_attributes(graph, t, measures)
+                self._bases[t.name] = row_bases(graph, t, measures, self.metrics.totals)
         return self._attributes
 
     def series_of(self, asset: str) -> list[str]:
@@ -118,6 +121,7 @@ class NightlyChecks:
             self.resolve_table,
             [k.name for k in selected if k.name in self._total_checks],
             self.attributes(),
+            self._bases,  # found with the attributes, above
         )
         volumes = Volumes(
             metrics, self.monitored, [k.asset_key for k in selected if k.name == VOLUME_CHECK], lineage

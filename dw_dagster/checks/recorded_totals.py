@@ -17,7 +17,13 @@ import sqlglot
 from sqlglot import exp
 
 from dw_dagster.checks import cumulative
-from dw_dagster.checks.attributes import MAX_VALUES, attribute_part, attribute_series, not_regrouped
+from dw_dagster.checks.attributes import (
+    MAX_VALUES,
+    attribute_part,
+    attribute_series,
+    not_regrouped,
+    shifted_shares,
+)
 from dw_dagster.checks.groups import (
     GroupMove,
     GroupVerdict,
@@ -31,8 +37,12 @@ from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
 from dw_dagster.checks.reconcile import Reconciled, reconcile
 from dw_dagster.checks.row_values import (
+    AMONG,
+    PER,
+    RowBases,
     RowValues,
     judge_row_values,
+    paired_part,
     row_count_series,
     row_value_part,
     row_value_series,
@@ -203,6 +213,7 @@ class Totals:
         resolve_table: TableResolver,
         checks: Sequence[str],
         attributes: Mapping[str, Sequence[str]] = {},  # noqa: B006 - read only
+        bases: Mapping[str, RowBases] = {},  # noqa: B006 - read only
     ):
         by_check = {check_name(t): t for t in metrics.totals}
         # Reconciled totals first: on a bad night the gap to the source is the finding that opens (and
@@ -227,11 +238,12 @@ class Totals:
         # table (attributes.py) and, per subset, for its typical row (row_values.py). A total whose SQL cannot
         # be (a join, a CTE, ...) has neither: its check says which columns went undrilled and why.
         self.attribute_parts: dict[tuple[str, str], Part] = {}
-        self.row_value_parts: dict[tuple[str, str], Part] = {}
+        self.row_value_parts: dict[tuple[str, str, str], Part] = {}
         self.undrilled: dict[str, str] = {}
         for t in self.selected:
             q = self.queries.get(t.name)
-            columns = subset_keys(t, attributes.get(t.name, ())) if q is not None else []
+            more = bases.get(t.name, RowBases())
+            columns = subset_keys(t, attributes.get(t.name, ()), more.keys) if q is not None else []
             if not columns:
                 continue
             if why := not_regrouped(q.sql):
@@ -244,9 +256,18 @@ class Totals:
             if t.cumulative not in ("auto", "no"):
                 continue  # declared cumulative: its rows grow through the period
             for column in columns:
-                part = row_value_part(t, q.sql, column)
-                if part is not None:
-                    self.row_value_parts[(t.name, column)] = part
+                # Each subset's typical row; per unit of a companion converted at a joined factor; against
+                # the same items in the other subsets (not on the item key itself: each item is its own
+                # subset there), per unit of the companion when one.
+                per = more.companion if more.joined else None
+                paired = more.item if more.item and more.item.upper() != column.upper() else None
+                for basis, part in (
+                    ("", row_value_part(t, q.sql, column)),
+                    (f"{PER}{per}", per and row_value_part(t, q.sql, column, per)),
+                    (f"{AMONG}{paired}", paired and paired_part(t, q.sql, column, paired, more.companion)),
+                ):
+                    if part:
+                        self.row_value_parts[(t.name, column, basis)] = part
         self.attribute_values: dict[tuple[str, str], tuple[float, dict[str, float | None]]] = {}
         self.row_values: dict[str, list[RowValues]] = {}
 
@@ -256,8 +277,8 @@ class Totals:
             *self.needed,
             *(group_rows_series(t.name) for t in self.selected if t.group_keys),
             *(attribute_series(t, c) for t, c in self.attribute_parts),
-            *(row_value_series(t, c) for t, c in self.row_value_parts),
-            *(row_count_series(t, c) for t, c in self.row_value_parts),
+            *(row_value_series(t, c, b) for t, c, b in self.row_value_parts),
+            *(row_count_series(t, c) for t, c, b in self.row_value_parts if not b),
         ]
 
     def parts(self) -> list[Part]:
@@ -287,12 +308,12 @@ class Totals:
                 continue
             groups = {f"{column}={plain_value(v)}": (None if x is None else float(x)) for v, x in rows}
             self.attribute_values[(name, column)] = (sum(x for x in groups.values() if x is not None), groups)
-        for (name, column), part in self.row_value_parts.items():
+        for (name, column, basis), part in self.row_value_parts.items():
             rows = measured.get(part.key)
             # Like an attribute's: not measured, not judged tonight; the total still is.
             if rows is None or isinstance(rows, Exception):
                 continue
-            found = take_row_values(column, rows, " or ".join(value_columns(self.queries[name].sql)))
+            found = take_row_values(column, rows, " or ".join(value_columns(self.queries[name].sql)), basis)
             if found is not None:
                 self.row_values.setdefault(name, []).append(found)
 
@@ -315,8 +336,11 @@ class Totals:
         for name, found in self.row_values.items():
             for rv in found:
                 night.record(
-                    row_value_series(name, rv.column), Reading(value=rv.value, groups=dict(rv.typical))
+                    row_value_series(name, rv.column, rv.basis),
+                    Reading(value=rv.value, groups=dict(rv.typical)),
                 )
+                if rv.basis:
+                    continue  # the subsets' rows are recorded once, with their own typical rows
                 rows = {g: float(n) for g, n in rv.rows.items()}
                 night.record(
                     row_count_series(name, rv.column), Reading(value=sum(rows.values()), groups=rows)
@@ -529,40 +553,62 @@ def evaluate_total(
         problems.append(by_rows.problem)
         evidence["group_rows_moved"] = [m.model_dump(mode="json") for m in by_rows.moves]
     fixed = any(r.kind == "remediation" for r in night.levels.get(total_series(total.name), ()))
-    if period is None and verdict.severity is None and not by_group.problem and not fixed:
+    if verdict.severity is None and not by_group.problem and not fixed:
         # Money moved between the values of an attribute no total groups by (a reference row re-pointed).
         for (name, column), (total_of_values, groups) in attributes.items():
             past = night.past.get(attribute_series(name, column), {})
             if name != total.name or not past:
                 continue
+            if period is not None:
+                # A period-to-date total's values grow through the period, its values' shares do not: judged
+                # on the nights of tonight's period alone (its first nights have none to go by).
+                start = cumulative.period_start(day, period)
+                past = {d: r for d, r in past.items() if d >= start}
             by = total.model_copy(update={"name": f"{total.name} by {column}", "group_keys": [column]})
-            shifted = judge_groups(
-                by,
-                day,
-                total_of_values,
-                groups,
-                past,
-                verdict,
-                calendar=night.calendar,
-                excluded_days=excluded,
-                rebases={},
-                share=night.share(total.asset),
+            shifted = (
+                judge_groups(
+                    by,
+                    day,
+                    total_of_values,
+                    groups,
+                    past,
+                    verdict,
+                    calendar=night.calendar,
+                    excluded_days=excluded,
+                    rebases={},
+                    share=night.share(total.asset),
+                )
+                if period is None
+                else GroupVerdict(moves=[])
             )
             # Only a shift: a value that gained alone is a new key mapped to it, one that fell alone lost
-            # rows the total's own check sees.
-            if shifted.problem and shifted.problem.startswith("a shift between groups"):
-                problems.append(f"{shifted.problem} ({column} is carried from a reference table)")
+            # rows the total's own check sees. On a night unlike the others (the calendar's), each value's
+            # level has one or two like nights to go by, and a period-to-date total's level grows: its share
+            # of the total has every ordinary night.
+            shift, moves = shifted.problem, shifted.moves
+            if not (shift and shift.startswith("a shift between groups")):
+                ordinary = excluded | {d for d in past if night.calendar.day(d) is not None}
+                moves = shifted_shares(
+                    total, day, groups, past, excluded_days=ordinary, share=night.share(total.asset)
+                )
+                lost = ", ".join(m.describe() for m in moves if m.status == "lost")
+                gained = ", ".join(m.describe() for m in moves if m.status == "gained")
+                shift = (
+                    f"a shift between groups' shares while {total.name} held: lost {lost}; gained {gained}"
+                )
+            if moves and shift.startswith("a shift between groups"):
+                problems.append(f"{shift} ({column} is carried from a reference table)")
                 evidence["attribute_shift"] = {
                     "column": column,
                     "series": attribute_series(name, column),
-                    "moves": [m.model_dump(mode="json") for m in shifted.moves],
+                    "moves": [m.model_dump(mode="json") for m in moves],
                 }
                 break
     if period is None and verdict.severity is None and not problems and not fixed:
         # One subset's rows scaled by a factor while the others held: within the total's spread, and its
         # subset's, when the measure is heavy-tailed; its typical row is not (row_values.py).
         for rv in row_values:
-            series = row_value_series(total.name, rv.column)
+            series = row_value_series(total.name, rv.column, rv.basis)
             move = judge_row_values(
                 total,
                 day,

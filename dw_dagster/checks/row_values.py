@@ -9,20 +9,24 @@ its rows (a lognormal's 1.4 over 84 rows: 0.15), and a factor of 0.25 is 1.39 in
 the total's own table, filtered as the total filters it, is read again grouped by each subset key (a part of
 the night's one statement: the table is read anyway), with the geometric mean of the summed expression's
 absolute value per row, recorded as the series ``row_value:<total>:<COLUMN>``. The subset keys are those the
-pipeline names: the total's ``item_key``, its group keys, and the dimension attributes its table carries
-from a reference table (``attributes.py``).
+pipeline names: the total's ``item_key``, its group keys, the other totals' keys on its table, and the
+dimension attributes its table carries from a reference table (``attributes.py``). When the lineage names a
+basis that takes the rows' mix out (``RowBases``), the same is read on it: the measure per unit of a companion
+converted at a joined factor (``PER``), and each row against the same item's rows in the other subsets
+(``AMONG``).
 
 Each subset is judged in units of its own record's spread, against a threshold the key's own record sets:
 its largest subset move of each ordinary night, read at the table's false-alarm rate (``judge_row_values``;
-docs/watch.md, "A subset's typical row"), and raised only when its typical row moved by at least x1.5 while
-the others, pooled by their rows, held within 15% (a common move is the business or the calendar, not one
-subset's unit). A subset new or too new for its own baseline is not judged; a month-to-date total is not
+docs/watch.md, "A subset's typical row"), and raised when its typical row moved beyond that, by more than
+rounding, while the others, pooled by their rows, held within 15% (a common move is the business or the
+calendar, not one subset's unit). A subset new or too new for its own baseline is not judged; a month-to-date total is not
 read this way (its rows grow through the month).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from datetime import date
 from statistics import NormalDist, median
@@ -31,7 +35,7 @@ from typing import Any
 from pydantic import BaseModel
 from sqlglot import exp
 
-from dw_dagster.checks.attributes import regrouped
+from dw_dagster.checks.attributes import outer_select, projected, regrouped, root_columns
 from dw_dagster.checks.baseline import (
     MAD_TO_SIGMA,
     MIN_RESIDUALS,
@@ -43,6 +47,7 @@ from dw_dagster.checks.baseline import (
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.records.keys import key_label, plain
 
 MAX_SUBSETS = 50
@@ -55,17 +60,30 @@ MIN_NIGHTS = 14
 ROWS_HELD = 0.25
 """A subset's rows held when within a quarter of its usual share of the night's rows (or three times the
 sampling error of its count)."""
-MOVED = math.log(1.5)
-"""A subset's typical row moved when it changed by more than x1.5 (or /1.5)."""
+NEGLIGIBLE = math.log(1.001)
+"""A move within 0.1% is the rounding of the stored values, never a unit: a subset whose measure is exact on its
+basis (every row at its item's value, every row at the same rate) has a record of rounding alone."""
+EXACT = NEGLIGIBLE / 10
+"""The least spread of a subset's record: a tenth of a negligible move."""
 HELD = math.log(1.15)
 """The other subsets held when their typical row, pooled by their rows, changed by less than 15%."""
+_NUMERIC = ("NUMBER", "DECIMAL", "NUMERIC", "INT", "BIGINT", "FLOAT", "DOUBLE", "REAL")
+_COUNT = re.compile(r"(NUMBER|DECIMAL|NUMERIC)(\(\s*\d+\s*(,\s*0\s*)?\))?|(BIG|SMALL|TINY)?INT(EGER)?")
+"""A Snowflake type of whole numbers (a scale of 0, Snowflake's default)."""
 SCALE = 1e6
 """The geometric mean is recorded in millionths of the measure's unit: the judge reads a series as
 log(1 + x), which is log x for a series far above 1 (a per-row value of a few cents as well as of millions)."""
 
 
-def row_value_series(total: str, column: str) -> str:
-    return f"row_value:{total}:{column}"
+PER = "per "
+"""A basis ``per <COLUMN>``: the measure per unit of a companion measure the same rows carry."""
+AMONG = "among "
+"""A basis ``among <ITEM>``: each row's measure against its item's rows in the other subsets tonight."""
+
+
+def row_value_series(total: str, column: str, basis: str = "") -> str:
+    """The typical row per subset of ``column``; on a ``basis`` (``PER``, ``AMONG``), of the paired measure."""
+    return f"row_value:{total}:{column}" + (f":{basis}" if basis else "")
 
 
 def row_count_series(total: str, column: str) -> str:
@@ -73,37 +91,172 @@ def row_count_series(total: str, column: str) -> str:
     return f"row_count:{total}:{column}"
 
 
-def subset_keys(total: RecordedTotal, attributes: Sequence[str]) -> list[str]:
-    """The columns whose values are subsets of the total's rows: its item key, group keys and carried
-    attributes, each once."""
+class RowBases(BaseModel):
+    """What the lineage and the other totals on a total's table add to its subsets' typical rows."""
+
+    keys: list[str] = []
+    """The group and item keys of the other totals on the same table (columns it has): subsets too."""
+    item: str | None = None
+    """The table's item key (the total's own, or another total's on the table): each row is paired with its
+    item's rows in the other subsets tonight."""
+    companion: str | None = None
+    """A measure the same rows carry that the summed one is derived from: the summed one is read per unit of
+    it against the same items elsewhere (a line's cost per pack)."""
+    joined: bool = False
+    """Whether the rest of the summed measure is joined from another table (an amount converted at a joined
+    rate): then it is also read per unit of its companion on its own (``PER``)."""
+
+
+def row_bases(
+    graph: LineageGraph, total: RecordedTotal, measures: Sequence[str], totals: Sequence[RecordedTotal]
+) -> RowBases:
+    """The other totals' keys on the total's table, its item key and its measure's companion (``RowBases``).
+
+    The companion is a numeric column whose source columns are part of the measure's: the one whose other
+    source columns all come from other tables (the measure is it converted by a factor joined on: a rate, a
+    price; the largest such, when one), else the one count (an integer column: the measure is per unit of it,
+    a line's cost per pack), when one. Two candidates alike: which the factor multiplies is not read."""
+    if total.asset not in graph:
+        return RowBases()
+    info = graph.info(total.asset)
+    by_upper = {c.upper(): c for c in info.columns}
+    siblings = [t for t in totals if t.asset == total.asset and t.name != total.name]
+    keys = [
+        by_upper[k.upper()]
+        for t in siblings
+        for k in [*t.group_keys, *([t.item_key] if t.item_key else [])]
+        if k.upper() in by_upper
+    ]
+    item = next(
+        (k for k in [total.item_key, *(t.item_key for t in siblings)] if k and k.upper() in by_upper), None
+    )
+    wanted = {m.upper() for m in measures}
+    if len(wanted) != 1 or next(iter(wanted)) not in by_upper:
+        return RowBases(keys=keys, item=item)
+    measure = root_columns(graph, (total.asset, by_upper[next(iter(wanted))]))
+    joined: dict[int, list[str]] = {}
+    counts = []
+    for column in info.columns:
+        kind = info.type_of(column).upper()
+        if column.upper() in wanted or not kind.startswith(_NUMERIC):
+            continue
+        base = root_columns(graph, (total.asset, column))
+        rest = measure - base
+        if not base or not rest or not base < measure:
+            continue
+        if not {a for a, _ in base} & {a for a, _ in rest}:
+            joined.setdefault(len(base), []).append(column)
+        elif _COUNT.fullmatch(kind):
+            counts.append(column)
+    largest = joined.get(max(joined)) if joined else None
+    if largest and len(largest) == 1:
+        return RowBases(keys=keys, item=item, companion=largest[0], joined=True)
+    return RowBases(keys=keys, item=item, companion=counts[0] if len(counts) == 1 else None)
+
+
+def subset_keys(total: RecordedTotal, attributes: Sequence[str], others: Sequence[str] = ()) -> list[str]:
+    """The columns whose values are subsets of the total's rows: its item key, group keys, the other totals'
+    keys on its table and its carried attributes, each once, in that order (the first key that raises is the
+    one reported: a key a total groups by before an attribute of a coarser grain)."""
     out: dict[str, str] = {}
-    for column in [*([total.item_key] if total.item_key else []), *total.group_keys, *attributes]:
+    for column in [*([total.item_key] if total.item_key else []), *total.group_keys, *others, *attributes]:
         out.setdefault(column.upper(), column)
     return list(out.values())
 
 
-def row_value_part(total: RecordedTotal, sql: str, column: str) -> Part | None:
+def _log_of(measure: exp.Expression) -> tuple[exp.Expression, exp.Expression]:
+    """``ABS(measure)`` with a zero as NULL, and its log. A zero has no logarithm and no unit: left out of the
+    rows counted and of the mean (both skip NULL)."""
+    nonzero = exp.Nullif(this=exp.Abs(this=measure.copy()), expression=exp.Literal.number(0))
+    return nonzero, exp.Ln(this=nonzero.copy())
+
+
+def _moments(key: exp.Expression, counted: exp.Expression, log: exp.Expression) -> list[exp.Expression]:
+    return [
+        exp.alias_(key, "SUBSET", quoted=True),
+        exp.alias_(exp.Count(this=counted), "ROWS", quoted=True),
+        exp.alias_(exp.Avg(this=log.copy()), "LOG_ROW", quoted=True),
+        exp.alias_(exp.Avg(this=exp.Mul(this=log.copy(), expression=log.copy())), "LOG_SQ", quoted=True),
+    ]
+
+
+_NAMES = ("SUBSET", "ROWS", "LOG_ROW", "LOG_SQ")
+
+
+def row_value_part(total: RecordedTotal, sql: str, column: str, companion: str | None = None) -> Part | None:
     """Per value of ``column``: the rows and the mean log (and mean squared log) of the absolute value of what
-    the total's VALUE sums,
-    over the rows the total reads; None when its SQL is not one SELECT over one table or VALUE is not a
-    ``SUM`` (a count has no per-row value)."""
+    the total's VALUE sums (with a ``companion``: of it per unit of the companion, ``PER``) over the rows the
+    total reads; None when its SQL is not one SELECT over one table or VALUE is not a ``SUM`` (a count has no
+    per-row value)."""
 
     def projections(key: exp.Column, value: exp.Alias) -> list[exp.Expression] | None:
         if not isinstance(value.this, exp.Sum):
             return None
-        measure = value.this.this
-        # A zero has no logarithm and no unit: left out of the rows counted and of the mean (both skip NULL).
-        nonzero = exp.Nullif(this=exp.Abs(this=measure.copy()), expression=exp.Literal.number(0))
-        log = exp.Ln(this=nonzero.copy())
+        nonzero, log = _log_of(value.this.this)
+        if companion is None:
+            return _moments(key, nonzero, log)
+        other = exp.column(exp.to_identifier(companion, quoted=True), table=key.args.get("table"))
+        base, base_log = _log_of(other)
+        ratio = exp.Paren(this=exp.Sub(this=log, expression=base_log))
+        return _moments(key, exp.Mul(this=nonzero, expression=base), ratio)
+
+    query = regrouped(sql, column, _NAMES, "r", projections)
+    basis = f"{PER}{companion}" if companion else ""
+    return None if query is None else Part(("row_value", total.name, column, basis), query, shape="row_value")
+
+
+def paired_part(
+    total: RecordedTotal, sql: str, column: str, item: str, companion: str | None = None
+) -> Part | None:
+    """Per value of ``column``: the rows and the mean log (and mean squared log) of each row's measure (per unit
+    of its ``companion``, when one) against the mean log of the same ``item``'s rows in the other subsets
+    tonight, over the rows the total reads (``AMONG``). An item's value is its own (a product's pack cost, a
+    tariff), whichever subset its rows fall in: a subset whose rows of the same items moved against the
+    others' moved by a factor, though its mix of heavy-tailed items hides it in its own typical row. An item
+    no other subset has tonight has nothing to pair with: its rows count, and are left out of the mean. None
+    when ``row_value_part`` would be."""
+
+    def projections(key: exp.Column, value: exp.Alias) -> list[exp.Expression] | None:
+        if not isinstance(value.this, exp.Sum):
+            return None
+        _, log = _log_of(value.this.this)
+        if companion is not None:
+            other = exp.column(exp.to_identifier(companion, quoted=True), table=key.args.get("table"))
+            log = exp.Paren(this=exp.Sub(this=log, expression=_log_of(other)[1]))
+        paired = exp.column(exp.to_identifier(item, quoted=True), table=key.args.get("table"))
         return [
             exp.alias_(key, "SUBSET", quoted=True),
-            exp.alias_(exp.Count(this=nonzero), "ROWS", quoted=True),
-            exp.alias_(exp.Avg(this=log.copy()), "LOG_ROW", quoted=True),
-            exp.alias_(exp.Avg(this=exp.Mul(this=log.copy(), expression=log)), "LOG_SQ", quoted=True),
+            exp.alias_(paired, "ITEM", quoted=True),
+            exp.alias_(log, "L", quoted=True),
         ]
 
-    query = regrouped(sql, column, ("SUBSET", "ROWS", "LOG_ROW", "LOG_SQ"), "r", projections)
-    return None if query is None else Part(("row_value", total.name, column), query, shape="row_value")
+    found = projected(sql, column, projections)
+    if found is None:
+        return None
+
+    def col(name: str) -> exp.Column:
+        return exp.column(exp.to_identifier(name, quoted=True))
+
+    def over(agg: type[exp.AggFunc], *by: str) -> exp.Window:
+        return exp.Window(this=agg(this=col("L")), partition_by=[col(b) for b in by])
+
+    # The other subsets' rows of the item: the item's, less the subset's own.
+    elsewhere = exp.Div(
+        this=exp.Paren(this=exp.Sub(this=over(exp.Sum, "ITEM"), expression=over(exp.Sum, "ITEM", "SUBSET"))),
+        expression=exp.Nullif(
+            this=exp.Sub(this=over(exp.Count, "ITEM"), expression=over(exp.Count, "ITEM", "SUBSET")),
+            expression=exp.Literal.number(0),
+        ),
+    )
+    against = exp.select(
+        col("SUBSET"), col("L"), exp.alias_(exp.Sub(this=col("L"), expression=elsewhere), "P", quoted=True)
+    ).from_(found[0].subquery(exp.to_identifier("i", quoted=True)))
+    by_subset = exp.select(*_moments(col("SUBSET"), col("L"), col("P"))).from_(
+        against.subquery(exp.to_identifier("p", quoted=True))
+    )
+    by_subset.set("group", exp.Group(expressions=[col("SUBSET")]))
+    query = outer_select(by_subset, _NAMES, "r")
+    return Part(("row_value", total.name, column, f"{AMONG}{item}"), query, shape="row_value")
 
 
 class RowValues(BaseModel):
@@ -117,6 +270,8 @@ class RowValues(BaseModel):
     """The standard deviation of the log of the measure over the subset's rows tonight."""
     measure: str = ""
     """The columns the total's VALUE sums."""
+    basis: str = ""
+    """What each row's measure is read against (``PER``, ``AMONG``); "": itself."""
 
     @property
     def value(self) -> float:
@@ -127,7 +282,9 @@ class RowValues(BaseModel):
         return math.exp(sum(self.rows.get(g, 0) * math.log(v) for g, v in self.typical.items()) / n)
 
 
-def take_row_values(column: str, rows: Sequence[tuple[Any, ...]], measure: str = "") -> RowValues | None:
+def take_row_values(
+    column: str, rows: Sequence[tuple[Any, ...]], measure: str = "", basis: str = ""
+) -> RowValues | None:
     """The part's rows as subsets (None: too many values to judge one by one)."""
     if len(rows) > MAX_SUBSETS:
         return None
@@ -140,7 +297,9 @@ def take_row_values(column: str, rows: Sequence[tuple[Any, ...]], measure: str =
         counted[label] = int(n)
         if log_sq is not None and n > 1:
             spread[label] = math.sqrt(max(float(log_sq) - float(log_row) ** 2, 0.0) * n / (n - 1))
-    return RowValues(column=column, typical=typical, rows=counted, spread=spread, measure=measure)
+    return RowValues(
+        column=column, typical=typical, rows=counted, spread=spread, measure=measure, basis=basis
+    )
 
 
 class RowValueMove(BaseModel):
@@ -161,10 +320,18 @@ class RowValueMove(BaseModel):
     before: float
     after: float
     """The subset's typical row (in the measure's unit) usually and tonight."""
+    basis: str = ""
+    """What each row's measure was read against (``RowValues.basis``)."""
 
     def describe(self, measure: str) -> str:
+        if self.basis.startswith(PER):
+            what = f"{measure} {self.basis} of {self.subset}"
+        elif self.basis.startswith(AMONG):
+            what = f"per-row {measure} of {self.subset} against the same {self.basis[len(AMONG) :]} elsewhere"
+        else:
+            what = f"per-row {measure} of {self.subset}"
         return (
-            f"per-row {measure} of {self.subset} moved x{self.factor:.3g} (a typical row {self.before:,.4g} -> "
+            f"{what} moved x{self.factor:.3g} (a typical row {self.before:,.4g} -> "
             f"{self.after:,.4g}, {self.rows:,} rows; z {self.z:+.1f}, threshold {self.threshold:.1f} from "
             f"{self.nights} nights of {self.column}'s record) while every "
             f"other {self.column} held (x{self.others:.3g}): that subset's values scaled (a unit change, or its source rows counted more than once)"
@@ -274,6 +441,9 @@ def judge_row_values(
     if len(known) < 2:
         return None
     centre = {g: median(s.values()) for g, s in known.items()}
+    # A measure per unit of its companion is the factor joined onto each row (a rate), not a mean of
+    # heavy-tailed log-values: a subset of one aggregated row a night has it as well as one of thousands.
+    least = 1 if tonight.basis.startswith(PER) else MIN_ROWS
     moves = {g: math.log(tonight.typical[g]) - centre[g] for g in known}
     # Each subset's record in units of its own spread, and the key's largest of them each night.
     records: dict[str, tuple[float, float, float, int]] = {}
@@ -281,29 +451,31 @@ def judge_row_values(
     for g in known:
         errors, usual = _errors(g, known, centre, past_rows)
         # A subset of a handful of rows is never judged: its strays are no measure of the others'.
-        if len(errors) < MIN_NIGHTS or usual < MIN_ROWS:
+        if len(errors) < MIN_NIGHTS or usual < least:
             continue
         bias = median(errors.values())
-        sigma = MAD_TO_SIGMA * median(abs(e - bias) for e in errors.values())
-        if not sigma:
-            continue
+        # A record exact on its basis (every pack of a product at its price, wherever dispensed) is one of
+        # rounding: any move beyond it (NEGLIGIBLE) is many of its spreads.
+        sigma = max(MAD_TO_SIGMA * median(abs(e - bias) for e in errors.values()), EXACT)
         records[g] = (bias, sigma, usual, len(errors))
         for d, e in errors.items():
             largest.setdefault(d, []).append(abs(e - bias) / sigma)
     record = [as_one(max(z), len(z)) for z in largest.values()]
     if len(records) < 2 or len(record) < MIN_RESIDUALS:
         return None
-    threshold = of_one(tail_threshold(record, false_alarm_alpha(total.baseline, share)), len(records))
+    alpha = false_alarm_alpha(total.baseline, share)
+    # Never below a normal tail (the record is in spreads): a record exact on its basis is all zeros.
+    threshold = of_one(max(tail_threshold(record, alpha), NormalDist().inv_cdf(1 - alpha / 2)), len(records))
     best: RowValueMove | None = None
     shares = _row_shares(past_rows, nights)
     tonight_rows = sum(tonight.rows.values())
     for g, (bias, sigma, usual, points) in records.items():
         n = tonight.rows.get(g, 0)
-        if n < MIN_ROWS or not _rows_held(n, tonight_rows, [s[g] for s in shares if g in s]):
+        if n < least or not _rows_held(n, tonight_rows, [s[g] for s in shares if g in s]):
             continue
         common = median(m for h, m in moves.items() if h != g)
         moved = moves[g] - common
-        if abs(moved) < MOVED or abs(common) > HELD:
+        if abs(moved) < NEGLIGIBLE or abs(common) > HELD:
             continue
         # Tonight is out of the record (the median of the nights before), spread for tonight's rows.
         widen = inflation(points) * relative_noise(n, usual)
@@ -323,5 +495,6 @@ def judge_row_values(
                 rows=n,
                 before=math.exp(centre[g]) / SCALE,
                 after=tonight.typical[g] / SCALE,
+                basis=tonight.basis,
             )
     return best

@@ -319,7 +319,7 @@ def test_a_total_that_cannot_be_regrouped_says_which_columns_went_undrilled_and_
     totals = Totals(metrics, lambda db, table: f'"DW"."{db}"."{table}"', [f"total_{n}" for n in shapes])
     for name, (_, keys, item, why) in shapes.items():
         if why is None:
-            assert name not in totals.undrilled and (name, item) in totals.row_value_parts
+            assert name not in totals.undrilled and (name, item, "") in totals.row_value_parts
         else:
             assert totals.undrilled[name] == f"{item}, {keys[0]} not drilled: {why}"
             assert not [k for k in totals.row_value_parts if k[0] == name]
