@@ -110,7 +110,8 @@ def null_subset(
     groups ``labels``: their value's and NULL keys' Source columns, by column lineage, and per low-cardinality
     column of each source (``drilldown._profile``: a source the pipeline selects by business day), the
     value whose rows got the new NULLs while the other values' rows got none. The finest is the one with the
-    fewest rows (a pharmacy, not the board that holds it), then the column with more values."""
+    fewest rows (a pharmacy, not the board that holds it); among as many rows, a key the metrics group by,
+    then the column with more values."""
     if not before:
         return None
     wanted = list(measure_columns(total))
@@ -119,20 +120,28 @@ def null_subset(
     for column in wanted:
         for key, col in source_columns(ctx.graph, (total.asset, column)):
             by_source.setdefault(key, []).append(col)
+    group_keys = {g.upper() for t in ctx.metrics.totals for g in t.group_keys}
     best: tuple[tuple, NullSubset] | None = None
     for src in nearest(ctx.graph, total.asset, by_source):
         nulled = list(dict.fromkeys(by_source[src]))
         profiled = _profile(ctx, src, nulled, day, before)
         if profiled is None or not profiled[1]:
             continue
-        found = _null_cells(ctx, src, nulled, *profiled, day, before)
+        found = _null_cells(ctx, src, nulled, *profiled, day, before, group_keys)
         if found is not None and (best is None or found[0] < best[0]):
             best = found
     return best[1] if best else None
 
 
 def _null_cells(
-    ctx: DiagnosisContext, src: str, columns: list[str], time_col: str, dims: list[str], day: date, before
+    ctx: DiagnosisContext,
+    src: str,
+    columns: list[str],
+    time_col: str,
+    dims: list[str],
+    day: date,
+    before: list[date],
+    group_keys: set[str],
 ) -> tuple[tuple, NullSubset] | None:
     nulls = [f"SUM(CASE WHEN {quote_identifier(c)} IS NULL THEN 1 ELSE 0 END)" for c in columns]
     anywhere = " OR ".join(f"{quote_identifier(c)} IS NULL" for c in columns)
@@ -173,7 +182,7 @@ def _null_cells(
                 continue
             if rest_z / rest_n > (1 - NEARLY_ALL) * z / n1:
                 continue
-            rank = (n1, -len(values), dims[i])
+            rank = (n1, dims[i].upper() not in group_keys, -len(values), dims[i])
             if best is None or rank < best[0]:
                 (_, _, c1), (n0, _, c0) = values[value][1], values[value].get(0, (0, 0, [0] * len(columns)))
                 nulled = [c for c, a, b in zip(columns, c1, c0, strict=True) if beyond(n1, a, n0, b) > 0]
