@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from statistics import median
 
 from dw_dagster.checks.history import Recorded, group_rows_series
 from dw_dagster.checks.metrics import RecordedTotal
-from dw_dagster.incidents.drilldown import MIN_ROWS, _profile, by_value
+from dw_dagster.incidents.drilldown import MIN_ROWS, _profile, _texts, by_value
 from dw_dagster.incidents.evidence import (
     HISTORY_DAYS,
     DiagnosisContext,
@@ -34,7 +34,7 @@ from dw_dagster.incidents.evidence import (
     last_good_night,
     measure_columns,
 )
-from dw_dagster.incidents.structure import nearest, source_columns, sources_upstream
+from dw_dagster.incidents.structure import day_columns, nearest, source_columns, sources_upstream, table
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
 from dw_dagster.records.keys import plain, split_label, split_labels
 from dw_dagster.sql import quote_identifier
@@ -124,13 +124,39 @@ def null_subset(
     best: tuple[tuple, NullSubset] | None = None
     for src in nearest(ctx.graph, total.asset, by_source):
         nulled = list(dict.fromkeys(by_source[src]))
-        profiled = _profile(ctx, src, nulled, day, before)
+        latest = _latest_day(ctx, src, day)
+        if latest is None:
+            continue
+        # A run after the business day's cutoff builds the day before (the pipeline selects the latest day
+        # the source holds): the source's nights are the business dates moved back as far.
+        shift = day - latest
+        nights = [d - shift for d in before]
+        profiled = _profile(ctx, src, nulled, latest, nights)
         if profiled is None or not profiled[1]:
             continue
-        found = _null_cells(ctx, src, nulled, *profiled, day, before, group_keys)
+        found = _null_cells(ctx, src, nulled, *profiled, latest, nights, group_keys)
         if found is not None and (best is None or found[0] < best[0]):
             best = found
     return best[1] if best else None
+
+
+def _latest_day(ctx: DiagnosisContext, src: str, day: date) -> date | None:
+    """The latest day, up to ``day``, that the source holds rows of by a column the pipeline selects its days
+    by; None when it is not selected by day or holds none."""
+    times = day_columns(ctx.graph, src, _texts(ctx, src))
+    if not times or table(ctx.graph, src) is None:
+        return None
+    latest = ", ".join(
+        f"MAX(CASE WHEN CAST({quote_identifier(t)} AS DATE) <= ? THEN CAST({quote_identifier(t)} AS DATE) END)"
+        for t in times
+    )
+    rows = ctx.rows(
+        f"the latest day {src} holds up to the business date",
+        f"SELECT {latest} FROM {table(ctx.graph, src)}",
+        tuple(day for _ in times),
+    )
+    found = [v.date() if isinstance(v, datetime) else v for v in (rows[0] if rows else ()) if v is not None]
+    return max(found) if found else None
 
 
 def _null_cells(

@@ -145,10 +145,13 @@ class World:
         counted = {g: float(len(v)) for g, v in values.items()}
         self.ctx.history.record_metric(group_rows_series(name), day, sum(counted.values()), counted, None, None)  # type: ignore[union-attr]  # fmt: skip
 
-    def diagnose(self, name: str, by: str, nulled: str):
+    def diagnose(self, name: str, by: str, nulled: str, lag: int = 0):
+        """``lag``: the run after the business day's cutoff builds the source's day before (each business
+        date's rows are stamped ``lag`` days before it)."""
         for k in range(7, 0, -1):
-            self.record(name, by, TONIGHT - timedelta(days=k), self.night(TONIGHT - timedelta(days=k)))
-        self.record(name, by, TONIGHT, self.night(TONIGHT, nulled))
+            day = TONIGHT - timedelta(days=k)
+            self.record(name, by, day, self.night(day - timedelta(days=lag)))
+        self.record(name, by, TONIGHT, self.night(TONIGHT - timedelta(days=lag), nulled))
         tonight = self.ctx.history.metric_history(name, TONIGHT + timedelta(days=1), 2)[TONIGHT]
         nulls = [g for g, v in tonight.groups.items() if v is None]
         finding = Finding(check_name=f"total_{name}", asset_key=self.asset, business_date=TONIGHT,
@@ -166,19 +169,21 @@ def world(request):
         yield World(conn, SHAPES[request.param])
 
 
-@pytest.mark.parametrize("nulled", ["price", "key"])
-def test_nulls_in_one_source_subset_are_value_loss_on_that_subset(world, nulled):
+@pytest.mark.parametrize(("nulled", "lag"), [("price", 0), ("key", 0), ("key", 1)])
+def test_nulls_in_one_source_subset_are_value_loss_on_that_subset(world, nulled, lag):
     """price: the price arrives NULL for one store (meter) alone in its region (feeder), and the total, by
     region, sees that region NULL-valued: the store is named, not the region. key: the currency (tariff)
     arrives NULL on one channel's (read type's) rows; the rows leave their groups for a NULL-keyed group the
-    rate join could not price, new tonight, with no value on the last good night to explain the fall."""
+    rate join could not price, new tonight, with no value on the last good night to explain the fall. lag 1:
+    the business date is a day after the source's rows (a run after the cutoff), and the source's own latest
+    day is traced."""
     w = world
     by, label, rows, column, group = {
         "price": (w.group, f"{w.sub}={w.nulled_subset}", 4 * len(w.kinds), w.price,
                   f"{w.group}={w.groups[w.nulled_subset]}"),
         "key": (w.key, f"{w.kind}={w.nulled_kind}", 4 * len(w.subs), w.key, f"{w.key}=None"),
     }[nulled]  # fmt: skip
-    nulls, d = w.diagnose(w.total(by), by, nulled)
+    nulls, d = w.diagnose(w.total(by), by, nulled, lag)
     assert nulls == [group]
     assert d.classification is CauseClass.VALUE_LOSS, d.cause
     assert [k.label for k in d.keys] == [label], d.cause
