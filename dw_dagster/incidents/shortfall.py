@@ -223,6 +223,7 @@ def null_value_diagnosis(
     total's fall (ranked by how much each explains), named by the source subset that holds the new NULLs
     where one does (:func:`null_subset`); None when no finding names NULL groups, or they explain little of
     it."""
+    found = []
     for finding in findings:
         named = finding.evidence.get("null_groups") or {}
         for name, groups in named.items():
@@ -240,59 +241,81 @@ def null_value_diagnosis(
             lost = sum(u for _, u in units)
             if lost <= 0 or (fall > 0 and lost < EXPLAINS * fall):
                 continue
-            what = " or ".join(measure_columns(total)) or "VALUE"
-            labels = ", ".join(g for g, _ in units[:MAX_KEYS])
-            cause = (
-                f"{name}: {labels} has no value tonight (NULL, not zero): {lost:,.0f} units, "
-                f"{100 * lost / (before.value or 1):.0f}% of {name} on the last good night ({before.business_date})."
-            )
-            subset = null_subset(ctx, total, groups, day, good_nights(ctx, history, day))
-            if subset is not None:
-                key = KeyGap(
-                    column=subset.column,
-                    value=subset.value,
-                    rows=subset.nulls,
-                    units=-lost,
-                    change=f"{' or '.join(subset.nulled)} NULL on {subset.nulls:,} of its {subset.rows:,} rows "
-                    f"tonight, on no other {subset.column}'s",
+            found.append(
+                (
+                    fall > 0,
+                    lost / before.value,
+                    name,
+                    total,
+                    groups,
+                    day,
+                    history,
+                    tonight,
+                    before,
+                    fall,
+                    units,
+                    lost,
                 )
-                keys, source = [key], subset.asset
-                cause += (
-                    f" The rows arrived; the values did not: {' or '.join(subset.nulled)} arrives NULL in "
-                    f"{subset.asset} for {key.label} ({subset.nulls:,} of its {subset.rows:,} rows tonight) and "
-                    f"for no other {subset.column}."
-                )
-                change = f"{' or '.join(subset.nulled)} arrives empty in {subset.asset} for {key.label}"
-            else:
-                keys = [
-                    _key(g, -u, f"its {what} is NULL tonight: {u:,.0f} units on the last good night")
-                    for g, u in units[:MAX_KEYS]
-                ]
-                sources = sources_upstream(ctx.graph, total.asset) if total.asset in ctx.graph else []
-                source = sources[0] if sources else total.asset
-                cause += " The rows arrived; the values did not."
-                change = f"{what} arrives empty for {', '.join(k.label for k in keys)}"
-            return Diagnosis(
-                incident_id=incident.incident_id,
-                classification=CauseClass.VALUE_LOSS,
-                cause=cause,
-                evidence={
-                    "total": name,
-                    "value": tonight.value or 0.0,
-                    "last_good_value": before.value,
-                    "null_units": lost,
-                    "fall_units": fall,
-                    **({"null_source": subset.asset, "null_rows": subset.nulls} if subset else {}),
-                },
-                keys=keys,
-                upstream_change=change,
-                cause_asset=source if subset is not None else total.asset,
-                path=ctx.graph.path(source, total.asset)
-                if source in ctx.graph and source != total.asset
-                else [total.asset],
-                owners=ctx.graph.owners_on(feeders(ctx, source)),
             )
-    return None
+    if not found:
+        return None
+    # The total the NULLs explain best: one that fell, the largest share of its value (a quarter to date
+    # grows whatever a night lost).
+    *_, name, total, groups, day, history, tonight, before, fall, units, lost = max(
+        found, key=lambda f: f[:2]
+    )
+    what = " or ".join(measure_columns(total)) or "VALUE"
+    labels = ", ".join(g for g, _ in units[:MAX_KEYS])
+    cause = (
+        f"{name}: {labels} has no value tonight (NULL, not zero): {lost:,.0f} units, "
+        f"{100 * lost / (before.value or 1):.0f}% of {name} on the last good night ({before.business_date})."
+    )
+    subset = null_subset(ctx, total, groups, day, good_nights(ctx, history, day))
+    if subset is not None:
+        key = KeyGap(
+            column=subset.column,
+            value=subset.value,
+            rows=subset.nulls,
+            units=-lost,
+            change=f"{' or '.join(subset.nulled)} NULL on {subset.nulls:,} of its {subset.rows:,} rows "
+            f"tonight, on no other {subset.column}'s",
+        )
+        keys, source = [key], subset.asset
+        cause += (
+            f" The rows arrived; the values did not: {' or '.join(subset.nulled)} arrives NULL in "
+            f"{subset.asset} for {key.label} ({subset.nulls:,} of its {subset.rows:,} rows tonight) and "
+            f"for no other {subset.column}."
+        )
+        change = f"{' or '.join(subset.nulled)} arrives empty in {subset.asset} for {key.label}"
+    else:
+        keys = [
+            _key(g, -u, f"its {what} is NULL tonight: {u:,.0f} units on the last good night")
+            for g, u in units[:MAX_KEYS]
+        ]
+        sources = sources_upstream(ctx.graph, total.asset) if total.asset in ctx.graph else []
+        source = sources[0] if sources else total.asset
+        cause += " The rows arrived; the values did not."
+        change = f"{what} arrives empty for {', '.join(k.label for k in keys)}"
+    return Diagnosis(
+        incident_id=incident.incident_id,
+        classification=CauseClass.VALUE_LOSS,
+        cause=cause,
+        evidence={
+            "total": name,
+            "value": tonight.value or 0.0,
+            "last_good_value": before.value,
+            "null_units": lost,
+            "fall_units": fall,
+            **({"null_source": subset.asset, "null_rows": subset.nulls} if subset else {}),
+        },
+        keys=keys,
+        upstream_change=change,
+        cause_asset=source if subset is not None else total.asset,
+        path=ctx.graph.path(source, total.asset)
+        if source in ctx.graph and source != total.asset
+        else [total.asset],
+        owners=ctx.graph.owners_on(feeders(ctx, source)),
+    )
 
 
 def _null_worth(
