@@ -12,8 +12,8 @@ first finding's wording.
 - :func:`null_subset`: the NULL traced back through column lineage to the Source columns it arrives in (the
   measure's, and a group key recorded NULL), and the low-cardinality value of the source whose rows hold
   (nearly) all tonight's new NULLs while the other values' rows hold none: the subset the source stopped
-  filling, however the total groups (a pharmacy under its health board; the orders of one channel whose
-  currency, the lookup's key, arrives NULL).
+  filling, however the total groups (one site under the region the total groups by; the rows of one channel whose
+  lookup key arrives NULL).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def null_subset(
     groups ``labels``: their value's and NULL keys' Source columns, by column lineage, and per low-cardinality
     column of each source (``drilldown._profile``: a source the pipeline selects by business day), the
     value whose rows got the new NULLs while the other values' rows got none. The finest is the one with the
-    fewest rows (a pharmacy, not the board that holds it); among as many rows, a key the metrics group by,
+    fewest rows (a site, not the region that holds it); among as many rows, a key the metrics group by,
     then the column with more values."""
     if not before:
         return None
