@@ -12,8 +12,8 @@ first finding's wording.
 - :func:`null_subset`: the NULL traced back through column lineage to the Source columns it arrives in (the
   measure's, and a group key recorded NULL), and the low-cardinality value of the source whose rows hold
   (nearly) all tonight's new NULLs while the other values' rows hold none: the subset the source stopped
-  filling, however the total groups (one site under the region the total groups by; the rows of one channel whose
-  lookup key arrives NULL).
+  filling, however the total groups (one site under the region the total groups by; the rows of one channel
+  whose lookup key arrives NULL).
 """
 
 from __future__ import annotations
