@@ -195,27 +195,42 @@ def drill_source(
     return best[1] if best else None
 
 
-def _drill(ctx, src, time_col, dims, measures, day, before, group_keys):
+def by_value(
+    ctx: DiagnosisContext,
+    src: str,
+    time_col: str,
+    dims: list[str],
+    aggregates: str,
+    day: date,
+    before: list[date],
+    what: str,
+) -> list | None:
+    """(column's index in ``dims``, value, 1 for ``day``'s rows and 0 for the nights ``before``, rows,
+    ``aggregates``...) of the source's rows, per value of each of ``dims``: one statement."""
     tbl = table(ctx.graph, src)
     t = f"CAST({quote_identifier(time_col)} AS DATE)"
+    parts, params = [], []
+    for i, d in enumerate(dims):
+        parts.append(
+            f"SELECT {i} AS DIM, CAST({quote_identifier(d)} AS VARCHAR) AS V,"
+            f" CASE WHEN {t} = ? THEN 1 ELSE 0 END AS TONIGHT, COUNT(*) AS N, {aggregates}"
+            f" FROM {tbl} WHERE {t} IN ({placeholders(1 + len(before))}) GROUP BY 1, 2, 3"
+        )
+        params += [day, day, *before]
+    return ctx.rows(
+        f"{what} by {', '.join(dims)}, tonight against the last good nights",
+        "\nUNION ALL\n".join(parts),
+        tuple(params),
+    )
+
+
+def _drill(ctx, src, time_col, dims, measures, day, before, group_keys):
     sums = ", ".join(
         f"SUM({quote_identifier(m)}), SUM(CASE WHEN {quote_identifier(m)} < 0 THEN 1 ELSE 0 END),"
         f" SUM(CAST({quote_identifier(m)} AS DOUBLE) * CAST({quote_identifier(m)} AS DOUBLE))"
         for m in measures
     )
-    parts, params = [], []
-    for i, d in enumerate(dims):
-        parts.append(
-            f"SELECT {i} AS DIM, CAST({quote_identifier(d)} AS VARCHAR) AS V,"
-            f" CASE WHEN {t} = ? THEN 1 ELSE 0 END AS TONIGHT, COUNT(*) AS N, {sums}"
-            f" FROM {tbl} WHERE {t} IN ({placeholders(1 + len(before))}) GROUP BY 1, 2, 3"
-        )
-        params += [day, day, *before]
-    rows = ctx.rows(
-        f"{src}'s values by {', '.join(dims)}, tonight against the last good night",
-        "\nUNION ALL\n".join(parts),
-        tuple(params),
-    )
+    rows = by_value(ctx, src, time_col, dims, sums, day, before, f"{src}'s values")
     if not rows:
         return None
     # cells[dim][value][tonight] = (rows, [(sum, negatives, sum of squares) per measure])
