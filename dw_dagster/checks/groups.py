@@ -134,6 +134,7 @@ def judge_groups(
     )
     moves = []
     usual: list[str] = []
+    alpha = false_alarm_alpha(total.baseline, share)
     for g in names:
         tonight = groups.get(g, 0.0)
         if tonight is None:
@@ -187,7 +188,6 @@ def judge_groups(
             continue
         status = "gained" if tonight > r.expected else ("went" if tonight <= 0 else "lost")
         # While the total holds, a group gone speaks for itself: only when its own record says it is news.
-        alpha = false_alarm_alpha(total.baseline, share)
         if (
             status == "went"
             and not moved
