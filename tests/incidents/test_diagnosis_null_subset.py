@@ -100,12 +100,13 @@ class World:
                                     HistorySession(conn, OpsSchema("DB")), cur)  # fmt: skip
         self.rng = random.Random(7)
 
-    def total(self, by: str) -> str:
+    def total(self, by: str, *also: str) -> str:
+        """The total by ``by`` (and totals named ``also`` over the same rows); its name."""
         name = f"value_by_{by.lower()}"
         self.ctx.metrics = MetricsFile.model_validate({"totals": [{
-            "name": name, "owner": "finance", "asset": self.asset, "group_keys": [by], "hurts": "down",
+            "name": n, "owner": "finance", "asset": self.asset, "group_keys": [by], "hurts": "down",
             "sql": f"SELECT \"{by}\", SUM(\"VALUE\") AS \"VALUE\", COUNT(*) AS \"ROWS\" FROM {{{{ ref('CORE', '{self.asset.split('/')[1].upper()}') }}}} GROUP BY 1",
-        }]})  # fmt: skip
+        } for n in (name, *also)]})  # fmt: skip
         return name
 
     def night(self, day: date, nulled: str | None = None) -> list[tuple]:
@@ -129,9 +130,10 @@ class World:
         )
         return rows
 
-    def record(self, name: str, by: str, day: date, rows: list[tuple]) -> None:
+    def record(self, name: str, by: str, day: date, rows: list[tuple], so_far: dict | None = None) -> None:
         """The total's groups as the check records them: a group with any NULL value is NULL-valued only
-        when all its rows are (SUM skips NULLs), and its rows by group."""
+        when all its rows are (SUM skips NULLs), and its rows by group. ``so_far``: a to-date total, the
+        nights before added (updated in place)."""
         values: dict[str, list[float | None]] = {}
         for _, sub, _, key, qty, price in rows:
             group = self.groups[sub] if by == self.group else key
@@ -140,27 +142,36 @@ class World:
             values.setdefault(f"{by}={group}", []).append(value)
         groups = {g: (sum(x for x in v if x is not None) if any(x is not None for x in v) else None)
                   for g, v in values.items()}  # fmt: skip
+        if so_far is not None:
+            for g, v in groups.items():
+                so_far[g] = None if v is None else (so_far.get(g) or 0.0) + v
+            groups = dict(so_far)
         total = sum(v for v in groups.values() if v is not None)
         self.ctx.history.record_metric(name, day, total, groups, None, None)  # type: ignore[union-attr]
         counted = {g: float(len(v)) for g, v in values.items()}
         self.ctx.history.record_metric(group_rows_series(name), day, sum(counted.values()), counted, None, None)  # type: ignore[union-attr]  # fmt: skip
 
-    def diagnose(self, name: str, by: str, nulled: str, lag: int = 0):
+    def diagnose(self, name: str, by: str, nulled: str, lag: int = 0, to_date: str | None = None):
         """``lag``: the run after the business day's cutoff builds the source's day before (each business
-        date's rows are stamped ``lag`` days before it)."""
-        for k in range(7, 0, -1):
+        date's rows are stamped ``lag`` days before it). ``to_date``: a to-date total over the same rows,
+        its finding first."""
+        so_far: dict = {}
+        for k in range(7, -1, -1):
             day = TONIGHT - timedelta(days=k)
-            self.record(name, by, day, self.night(day - timedelta(days=lag)))
-        self.record(name, by, TONIGHT, self.night(TONIGHT - timedelta(days=lag), nulled))
+            rows = self.night(day - timedelta(days=lag), nulled if day == TONIGHT else None)
+            self.record(name, by, day, rows)
+            if to_date:
+                self.record(to_date, by, day, rows, so_far)
         tonight = self.ctx.history.metric_history(name, TONIGHT + timedelta(days=1), 2)[TONIGHT]
         nulls = [g for g, v in tonight.groups.items() if v is None]
-        finding = Finding(check_name=f"total_{name}", asset_key=self.asset, business_date=TONIGHT,
-                          summary=f"{name}: rows with no VALUE", cause_scope="job:x",
-                          evidence={"null_groups": {name: nulls}, "baseline": {"expected": 1.0}})  # fmt: skip
+        findings = [Finding(check_name=f"total_{n}", asset_key=self.asset, business_date=TONIGHT,
+                            summary=f"{n}: rows with no VALUE", cause_scope="job:x",
+                            evidence={"null_groups": {n: nulls}, "baseline": {"expected": 1.0}})
+                    for n in [*([to_date] if to_date else []), name]]  # fmt: skip
         now = datetime.now(UTC)
         incident = Incident(incident_id="INC-1", cause_key="k", status="open", business_date=TONIGHT, title="t",
                             severity="ERROR", opened_at=now, updated_at=now)  # fmt: skip
-        return nulls, diagnose(incident, [finding], self.ctx)
+        return nulls, diagnose(incident, findings, self.ctx)
 
 
 @pytest.fixture(params=SHAPES)
@@ -208,3 +219,14 @@ def test_nulls_on_every_row_are_no_subset_and_name_the_null_valued_groups(world)
         == sorted({f"{w.group}={g}" for g in w.groups.values()})
     )
     assert d.cause_asset == w.asset
+
+
+def test_of_two_totals_with_the_null_group_the_one_that_fell_is_explained(world):
+    """A to-date total grows whatever a night lost: the NULL group is judged on the night's total, even when
+    the to-date total's finding came first."""
+    w = world
+    name = w.total(w.key, "value_to_date")
+    _, d = w.diagnose(name, w.key, "key", to_date="value_to_date")
+    assert d.classification is CauseClass.VALUE_LOSS, d.cause
+    assert d.evidence["total"] == name and d.evidence["fall_units"] > 0, d.cause
+    assert [k.label for k in d.keys] == [f"{w.kind}={w.nulled_kind}"]
