@@ -332,8 +332,11 @@ def _total_anomaly(
     if missing or fell:
         # The source's values whose rows did not arrive, else the groups that hold the fall, ranked by how
         # much of it each explains (a group gone counts all).
-        keys = _lost_keys(drill.lost) or (shortfall_keys(tonight, before) if tonight.groups else [])
-        held_by = ", ".join(f"{k.label} ({k.units:+,.0f})" for k in keys)
+        lost = _lost_keys(drill.lost)
+        keys = lost or (shortfall_keys(tonight, before) if tonight.groups else [])
+        held_by = ", ".join(
+            f"{k.label} ({-k.rows:+,} rows)" if lost else f"{k.label} ({k.units:+,.0f})" for k in keys
+        )
         return Diagnosis(
             incident_id=incident.incident_id,
             classification=CauseClass.VOLUME_LOSS,

@@ -149,6 +149,8 @@ def test_rows_lost_by_two_members_are_named_on_them_not_on_the_coarser_key_they_
     d = _diagnose(ctx, s)
     assert d.classification is CauseClass.VOLUME_LOSS, d.cause
     assert {k.label for k in d.keys} == {f"{s.fine}={m}" for m in two}, d.cause
+    assert all(k.rows == round(0.7 * n) for k in d.keys for f, _, n, _ in s.members if f == k.value)
+    assert f"{s.fine}={two[0]} (-" in d.cause and " rows)" in d.cause, d.cause
 
 
 @pytest.mark.parametrize("shape", SHAPES)
