@@ -32,7 +32,7 @@ from dw_dagster.checks.groups import (
     usual_null_groups,
 )
 from dw_dagster.checks.history import Reading, Recorded, group_rows_series, total_series
-from dw_dagster.checks.judge import deviation, figure, judge, judgement_metadata
+from dw_dagster.checks.judge import Judgement, deviation, figure, judge, judgement_metadata
 from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
 from dw_dagster.checks.reconcile import Reconciled, reconcile
@@ -441,8 +441,10 @@ def evaluate_total(
                     carried.append((d, was, then.result.expected))
     # A group that lost rows while the others held (a partial load of one channel's partition): its rows say so
     # more plainly than its heavy-tailed value can.
-    by_rows = (
-        rows_by_group(night, total, value, excluded) if period is None and not by_group.problem else None
+    by_rows, rows_verdict = (
+        rows_by_group(night, total, value, excluded)
+        if period is None and not by_group.problem
+        else (None, None)
     )
     if by_group.moves:
         metadata["groups_moved"] = dg.MetadataValue.md(_moves_table(by_group.moves))
@@ -549,9 +551,12 @@ def evaluate_total(
         )
     if by_group.problem:
         problems.append(by_group.problem)
-    elif by_rows is not None and by_rows.problem:
+    elif by_rows is not None and rows_verdict is not None and by_rows.problem:
         problems.append(by_rows.problem)
         evidence["group_rows_moved"] = [m.model_dump(mode="json") for m in by_rows.moves]
+        # The rows against their calendar-aware expectation: a fall on a month-end night may still be above
+        # the ordinary night before it, which is all the diagnosis's last good night can say.
+        evidence["rows_baseline"] = rows_verdict.result.model_dump(mode="json")
     fixed = any(r.kind == "remediation" for r in night.levels.get(total_series(total.name), ()))
     if verdict.severity is None and not by_group.problem and not fixed:
         # Money moved between the values of an attribute no total groups by (a reference row re-pointed).
@@ -655,15 +660,16 @@ def evaluate_total(
 
 def rows_by_group(
     night: Night, total: RecordedTotal, value: TotalValue, excluded: set[date]
-) -> GroupVerdict | None:
+) -> tuple[GroupVerdict, Judgement] | tuple[None, None]:
     """The total's rows judged group by group as its value is (``judge_groups``): a group whose rows fell
-    alone while the others held, rows that moved between groups, a group whose rows went. None when the
-    total's SQL returns no ``ROWS`` or no night of them is on record. A count is light-tailed where the
-    value is not: half of one channel's payments lost is beyond its rows' record on the first night, while
-    its dollars, a few large payments among many small, move that much on their own."""
+    alone while the others held, rows that moved between groups, a group whose rows went; with the
+    judgement of all its rows. Nones when the total's SQL returns no ``ROWS`` or no night of them is on
+    record. A count is light-tailed where the value is not: half of one channel's payments lost is beyond
+    its rows' record on the first night, while its dollars, a few large payments among many small, move
+    that much on their own."""
     past = night.past.get(group_rows_series(total.name), {})
     if not total.group_keys or not value.rows or not past:
-        return None
+        return None, None
     day = night.day
     rows = {g: float(n) for g, n in value.rows.items()}
     counted = total.model_copy(update={"name": f"{total.name}'s rows"})
@@ -703,7 +709,7 @@ def rows_by_group(
                 + (f"; moved: {moved}" if moved else "")
             }
         )
-    return found
+    return found, verdict
 
 
 def _moves_table(moves: list[GroupMove]) -> str:

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from dw_dagster.checks.business_keys import BUSINESS_KEY_CHECK
+from dw_dagster.checks.history import Recorded, group_rows_series
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.cost import COST_CHECK
 from dw_dagster.governance.diagnosis import sensitive_column_diagnosis
@@ -35,6 +36,7 @@ from dw_dagster.governance.watch import CHECK_NAME as SENSITIVE_COLUMN
 from dw_dagster.incidents.audit import AuditTrail
 from dw_dagster.incidents.cost_increase import cost_diagnosis
 from dw_dagster.incidents.drilldown import (
+    Lost,
     drill_groups,
     drill_source,
     from_finding,
@@ -284,11 +286,12 @@ def _total_anomaly(
         )
     group_keys = [g.upper() for t in ctx.metrics.totals for g in t.group_keys]
     nights = good_nights(ctx, history, day)
-    moved = drill_source(ctx, total, day, nights, group_keys)
+    drill = drill_source(ctx, total, day, nights, group_keys)
+    moved = drill.moved
     held = None
     if moved is None:
         held = rows_held(ctx, total.asset, day, before.business_date)
-        moved = drill_groups(tonight, before, held, total.asset)
+        moved = drill_groups(tonight, before, held, total.asset, _group_rows(ctx, total, day, before))
     if moved is None:
         moved = from_finding(finding, total)
     if moved is not None:
@@ -310,7 +313,10 @@ def _total_anomaly(
         checked.append("shares of the groups: no shift traced to a reference row")
     if held is None:
         held = rows_held(ctx, total.asset, day, before.business_date)
-    fell = (tonight.value or 0) < (before.value or 0)
+    # A subset of the source whose rows fell while the others' arrived: rows are missing, however closely
+    # the whole table's count held (one pharmacy's lines within the day-to-day noise of all of them).
+    held = held and drill.lost is None
+    fell = (tonight.value or 0) < (before.value or 0) or _rows_fell(finding)
     if held or (tonight.value == before.value and tonight.groups == before.groups):
         # The rows are all there (or the number repeats the last good night's to the unit): a source that
         # stopped, a lookup included, before anything else.
@@ -328,9 +334,13 @@ def _total_anomaly(
         checked.append("every join and filter the total is built through: none drops the fall")
     missing = [g for g in before.groups if g not in tonight.groups]
     if missing or fell:
-        # The groups that hold the fall, ranked by how much of it each explains (a group gone counts all).
-        keys = shortfall_keys(tonight, before) if tonight.groups else []
-        held_by = ", ".join(f"{k.label} ({k.units:+,.0f})" for k in keys)
+        # The source's values whose rows did not arrive, else the groups that hold the fall, ranked by how
+        # much of it each explains (a group gone counts all).
+        lost = _lost_keys(drill.lost)
+        keys = lost or (shortfall_keys(tonight, before) if tonight.groups else [])
+        held_by = ", ".join(
+            f"{k.label} ({-k.rows:+,} rows)" if lost else f"{k.label} ({k.units:+,.0f})" for k in keys
+        )
         return Diagnosis(
             incident_id=incident.incident_id,
             classification=CauseClass.VOLUME_LOSS,
@@ -344,6 +354,39 @@ def _total_anomaly(
             owners=ctx.graph.owners_on([total.asset]),
         )
     return _unknown(incident, finding, ctx, evidence, path, checked)
+
+
+def _group_rows(ctx: DiagnosisContext, total: RecordedTotal, day, before) -> tuple[Recorded, Recorded] | None:
+    """The total's rows by group (its SQL's ``ROWS``) tonight and on the night ``before``, when on record."""
+    if not total.group_keys:
+        return None
+    history = ctx.history.metric_history(group_rows_series(total.name), day + timedelta(days=1), HISTORY_DAYS)
+    now, then = history.get(day), history.get(before.business_date)
+    return (now, then) if now is not None and then is not None else None
+
+
+def _rows_fell(finding: Finding) -> bool:
+    """Whether the finding's own judgement of the total's rows (against its calendar-aware expectation: a
+    month-end night's usual level, not the ordinary night before it) says they fell."""
+    judged = finding.evidence.get("rows_baseline") or {}
+    rows, expected = judged.get("value"), judged.get("expected")
+    return isinstance(rows, int | float) and isinstance(expected, int | float) and rows < expected
+
+
+def _lost_keys(lost: Lost | None) -> list[KeyGap]:
+    if lost is None:
+        return []
+    return [
+        KeyGap(
+            column=lost.column,
+            value=value,
+            rows=round(short),
+            units=0.0,
+            change=f"{lost.column}{' IS NULL' if value is None else '=' + value} is {short:,.0f} rows short in "
+            f"{lost.asset} (at the level of the day its other values show)",
+        )
+        for value, short in lost.values
+    ]
 
 
 def _volume(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diagnosis:

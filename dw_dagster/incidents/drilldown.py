@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import date, timedelta
+from statistics import median
 
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
@@ -51,6 +52,13 @@ MOVED = math.log(1.5)
 HELD = math.log(1.15)
 """The rest of the rows held when their average changed by less than 15%."""
 MIN_ROWS = 5
+LOST = 0.8
+"""A subset lost rows when under this share of its usual rows arrived, at the level of the day the other
+subsets show (a fifth of one seller's lines missing while the other sellers' are complete)."""
+EXPLAINS_ALL = 0.85
+"""A subset explains (nearly) all of a move when it carries this share of the units (or rows) of the subset
+that carries most: a finer subset whose coarser one's other rows held."""
+MAX_KEYS = 5
 NOISE_Z = 3.0
 """A subset's average moved only beyond this many standard errors of its own rows' spread: a few dozen
 heavy-tailed payments (a tax, a few hundred dollars to tens of thousands) average x1.5 apart from one night to
@@ -168,19 +176,51 @@ def _profile(ctx: DiagnosisContext, src: str, measures: list[str], day: date, be
     return (time_col, low) if time_col else None
 
 
+@dataclass
+class Lost:
+    """Values of one column of a source whose rows did not all arrive tonight while the other values' did."""
+
+    column: str
+    values: list[tuple[str | None, float]]
+    """Each value with the rows it is short (at the level of the day the other values show), most first."""
+    asset: str
+    kept: float
+    """The share of the values' usual rows that arrived, at the other values' level."""
+    share: float
+    """The rows short as a share of the source's usual day."""
+
+
+@dataclass
+class Drill:
+    """What the drill-down of a total's source rows found: a subset whose per-row values moved by a factor,
+    a subset whose rows fell, either, or neither."""
+
+    moved: Moved | None = None
+    lost: Lost | None = None
+
+
+@dataclass
+class _Candidate:
+    rank: tuple
+    moved: Moved
+    excess: float
+    """The units the subset's move explains: tonight's total against its rows at the good nights' average."""
+
+
 def drill_source(
     ctx: DiagnosisContext, total: RecordedTotal, day: date, before: list[date], group_keys: list[str]
-) -> Moved | None:
-    """The subset of the total's source rows whose values moved by a factor between the good nights
-    ``before`` (the last few, for an average that one night's noise does not move) and ``day``."""
+) -> Drill:
+    """The subsets of the total's source rows whose values moved by a factor, or whose rows fell, between the
+    good nights ``before`` (the last few, for an average that one night's noise does not move) and ``day``."""
     if not before:
-        return None
+        return Drill()
     by_source: dict[str, list[str]] = {}
     for column in measure_columns(total):
         for key, col in source_columns(ctx.graph, (total.asset, column)):
             if is_numeric(ctx.graph, key, col):
                 by_source.setdefault(key, []).append(col)
-    best: tuple[tuple, Moved] | None = None
+    moved: list[_Candidate] = []
+    lost: list[Lost] = []
     for src, measures in by_source.items():
         measures = list(dict.fromkeys(measures))
         profiled = _profile(ctx, src, measures, day, before)
@@ -189,10 +229,17 @@ def drill_source(
         time_col, dims = profiled
         if not dims:
             continue
-        found = _drill(ctx, src, time_col, dims, measures, day, before, group_keys)
-        if found is not None and (best is None or found[0] < best[0]):
-            best = found
-    return best[1] if best else None
+        cells = _cells(ctx, src, time_col, dims, measures, day, before)
+        if not cells:
+            continue
+        moved += _moved(cells, dims, measures, src, len(before), group_keys)
+        found = _lost(cells, dims, src, len(before), group_keys)
+        if found is not None:
+            lost.append(found)
+    return Drill(
+        moved=_sharpest(moved).moved if moved else None,
+        lost=max(lost, key=lambda x: x.share, default=None),
+    )
 
 
 def by_value(
@@ -224,29 +271,31 @@ def by_value(
     )
 
 
-def _drill(ctx, src, time_col, dims, measures, day, before, group_keys):
+Cells = dict[int, dict[str | None, dict[int, tuple[int, list[tuple[float, int, float]]]]]]
+"""cells[dim][value][tonight] = (rows, [(sum, negatives, sum of squares) per measure])"""
+
+
+def _cells(ctx, src, time_col, dims, measures, day, before) -> Cells:
     sums = ", ".join(
         f"SUM({quote_identifier(m)}), SUM(CASE WHEN {quote_identifier(m)} < 0 THEN 1 ELSE 0 END),"
         f" SUM(CAST({quote_identifier(m)} AS DOUBLE) * CAST({quote_identifier(m)} AS DOUBLE))"
         for m in measures
     )
     rows = by_value(ctx, src, time_col, dims, sums, day, before, f"{src}'s values")
-    if not rows:
-        return None
-    # cells[dim][value][tonight] = (rows, [(sum, negatives, sum of squares) per measure])
-    cells: dict[int, dict[str | None, dict[int, tuple[int, list[tuple[float, int, float]]]]]] = {}
-    for r in rows:
+    cells: Cells = {}
+    for r in rows or []:
         per = [
             (float(r[4 + 3 * j] or 0), int(r[5 + 3 * j] or 0), float(r[6 + 3 * j] or 0))
             for j in range(len(measures))
         ]
-        cells.setdefault(int(r[0]), {}).setdefault(plain(r[1]) if r[1] is not None else None, {})[
-            int(r[2])
-        ] = (
-            int(r[3]),
-            per,
-        )
-    best = None
+        value = plain(r[1]) if r[1] is not None else None
+        cells.setdefault(int(r[0]), {}).setdefault(value, {})[int(r[2])] = (int(r[3]), per)
+    return cells
+
+
+def _moved(cells: Cells, dims, measures, src, nights: int, group_keys) -> list[_Candidate]:
+    """Every subset whose per-row average moved by a factor beyond its rows' noise while the rest held."""
+    found = []
     for i, values in cells.items():
         for j, measure in enumerate(measures):
             for value, days in values.items():
@@ -269,17 +318,86 @@ def _drill(ctx, src, time_col, dims, measures, day, before, group_keys):
                 others = _ratio(rs1, rn1, rs0, rn0) if rest else 1.0
                 if others is None or _log(others) > HELD:
                     continue
-                moved = Moved(dims[i], value, measure, r, n1, src, s0 / max(1, len(before)), s1)
+                moved = Moved(dims[i], value, measure, r, n1, src, s0 / max(1, nights), s1)
                 # Best: the rest held most closely; then a key the metrics group by; then the smaller subset.
                 rank = (round(_log(others), 2), dims[i].upper() not in group_keys, n1)
-                if best is None or rank < best[0]:
-                    best = (rank, moved)
-    return best
+                found.append(_Candidate(rank, moved, s1 - s0 / n0 * n1))
+    return found
 
 
-def drill_groups(tonight: Recorded, before: Recorded, rows_held: bool | None, asset: str) -> Moved | None:
+def _sharpest(found: list[_Candidate]) -> _Candidate:
+    """The subset that explains the move most sharply. Subsets of several columns carry the same move when
+    the columns are correlated (a seller that sells in one currency only): of those that explain nearly all
+    of it (``EXPLAINS_ALL`` of the largest, the rest of the coarser subset held), the one whose rows moved
+    by the largest factor, as the moved rows moved entirely and the coarser subset's average is diluted by
+    the rows of it that held; within ``HELD`` of that factor, by ``rank``. Units of different measures are
+    not compared: each measure's sharpest, then by ``rank``."""
+    picks = []
+    for measure in dict.fromkeys((c.moved.asset, c.moved.measure) for c in found):
+        same = [c for c in found if (c.moved.asset, c.moved.measure) == measure]
+        top = max(same, key=lambda c: abs(c.excess))
+        explain = [
+            c for c in same if c.excess * top.excess > 0 and abs(c.excess) >= EXPLAINS_ALL * abs(top.excess)
+        ] or [top]
+        sharp = max(_log(c.moved.factor) for c in explain)
+        picks.append(min((c for c in explain if _log(c.moved.factor) >= sharp - HELD), key=lambda c: c.rank))
+    return min(picks, key=lambda c: c.rank)
+
+
+def _lost(cells: Cells, dims, src, nights: int, group_keys) -> Lost | None:
+    """The values of a column whose rows fell tonight (at most ``MAX_KEYS``; under ``LOST`` of their usual
+    rows at the level of the day the other values show, beyond the rows' counting noise) while the other
+    values held. Of the columns whose values explain nearly all of the rows short (``EXPLAINS_ALL``), the
+    one whose values lost the largest share of their rows (a seller's lines, not the currency it sells in);
+    within ``HELD`` of it, the fewest values, then a key the metrics group by."""
+    found = []
+    for i, values in cells.items():
+        usual = {v: d[0][0] / nights for v, d in values.items() if 0 in d}
+        now = {v: values[v][1][0] if 1 in values[v] else 0 for v in usual}
+        ratios = [now[v] / usual[v] for v in usual if usual[v] >= MIN_ROWS]
+        if len(ratios) < 2:
+            continue
+        level = median(ratios)
+        gone = [
+            v
+            for v in usual
+            if usual[v] >= MIN_ROWS
+            and now[v] < LOST * level * usual[v]
+            and level * usual[v] - now[v] >= NOISE_Z * math.sqrt(level * usual[v])
+        ]
+        rest = [v for v in usual if v not in gone]
+        held = sum(usual[v] for v in rest)
+        at = sum(now[v] for v in rest) / held if held else 0.0
+        if not gone or len(gone) > MAX_KEYS or not at:
+            continue
+        kept = sum(now[v] for v in gone) / (at * sum(usual[v] for v in gone))
+        if kept > LOST:
+            continue
+        short = sorted(((v, at * usual[v] - now[v]) for v in gone), key=lambda vs: -vs[1])
+        found.append(Lost(dims[i], short, src, kept, sum(s for _, s in short) / (at * sum(usual.values()))))
+    if not found:
+        return None
+    top = max(sum(s for _, s in x.values) for x in found)
+    explain = [x for x in found if sum(s for _, s in x.values) >= EXPLAINS_ALL * top]
+    sharp = max(_log(x.kept) for x in explain)
+    return min(
+        (x for x in explain if _log(x.kept) >= sharp - HELD),
+        key=lambda x: (len(x.values), x.column.upper() not in group_keys, -x.share),
+    )
+
+
+def drill_groups(
+    tonight: Recorded,
+    before: Recorded,
+    rows_held: bool | None,
+    asset: str,
+    rows: tuple[Recorded, Recorded] | None = None,
+) -> Moved | None:
     """The recorded group whose value moved by a factor while the others held (and the table's row count
-    held: otherwise rows went missing, which is not a unit change)."""
+    held: otherwise rows went missing, which is not a unit change). With the groups' rows on record
+    (``rows``: tonight's and the last good night's), the group's value per row must have moved as well: a
+    group whose rows fell with its value lost rows (a partial load of its partition) however closely the
+    whole table's count held."""
     if rows_held is False:
         return None
     ratios = {g: tonight.groups[g] / v for g, v in before.groups.items() if v and g in tonight.groups}
@@ -292,12 +410,29 @@ def drill_groups(tonight: Recorded, before: Recorded, rows_held: bool | None, as
         others = sum(tonight.groups[h] for h in rest) / b if b else 1.0
         if _log(others) > HELD or _offset(tonight, before, ratios, g):
             continue
+        per_row = _per_row(r, g, rows)
+        if per_row is not None and _log(per_row) < MOVED:
+            continue
         if best is None or _log(r) > _log(best[1]):
             best = (g, r)
     if best is None:
         return None
     column, value = split_label(best[0])
     return Moved(column, value, "", best[1], 0, asset, before.groups[best[0]], tonight.groups[best[0]], True)
+
+
+def _per_row(r: float, group: str, rows: tuple[Recorded, Recorded] | None) -> float | None:
+    """A group's value ratio ``r`` per row: over its rows' ratio, each against the other groups' (the day's
+    level); None when its rows are not on record."""
+    if rows is None:
+        return None
+    now, then = rows
+    n1, n0 = now.groups.get(group), then.groups.get(group)
+    rest1 = sum(v or 0 for h, v in now.groups.items() if h != group)
+    rest0 = sum(v or 0 for h, v in then.groups.items() if h != group)
+    if not n1 or not n0 or not rest1 or not rest0:
+        return None
+    return r / ((n1 / n0) / (rest1 / rest0))
 
 
 def from_finding(finding: Finding, total: RecordedTotal) -> Moved | None:

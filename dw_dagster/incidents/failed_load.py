@@ -58,7 +58,7 @@ def diagnose_failed(incident: Incident, finding: Finding, ctx: DiagnosisContext)
                 finding.business_date,
                 good_nights(ctx, history, finding.business_date),
                 _group_keys(ctx),
-            )
+            ).moved
             if moved is not None:
                 diagnosis = unit_or_sign_diagnosis(incident, finding, total, moved, ctx, {})
                 return diagnosis.model_copy(

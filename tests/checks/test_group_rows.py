@@ -90,16 +90,17 @@ def test_a_group_that_lost_half_its_rows_is_found_by_its_rows():
             r, v = _day(rng, shares, count, sigma)
             # An ordinary night: nothing.
             tonight = TotalValue(value=sum(v.values()), groups=v, rows=r)
-            quiet = rows_by_group(_night(total, day, rows, values), total, tonight, set())
+            quiet, _ = rows_by_group(_night(total, day, rows, values), total, tonight, set())
             assert quiet is not None and quiet.problem is None, (name, seed, quiet.problem)
             r[lost] //= 2
             v[lost] /= 2
             partial = TotalValue(value=sum(v.values()), groups=v, rows=r)
-            found = rows_by_group(_night(total, day, rows, values), total, partial, set())
+            found, judged = rows_by_group(_night(total, day, rows, values), total, partial, set())
             # Half of one group's rows never landed: the rows say which group (fell alone while the rest held,
             # or the table's rows fell beyond their record and the fall is in that group).
             assert found is not None and found.problem and lost in found.problem, (name, seed, found)
             assert found.moves[0].group == lost and found.moves[0].status == "lost"
+            assert judged is not None and judged.result.value == sum(r.values())
         # The value alone, judged as the checks always have, does not see it on the heavy-tailed payments.
         if name == "payments":
             flat = judge(
@@ -115,16 +116,16 @@ def test_a_new_group_taking_rows_and_a_total_without_rows_raise_nothing():
     rows, values, rng = _history(shares, count, sigma, start, day, weekend, 7)
     r, v = _day(rng, {**shares, "DEPOT=BOD": 0.15}, count * 1.0, sigma)  # a depot opened tonight
     r["DEPOT=LYS"] = round(r["DEPOT=LYS"] * 0.6)  # its parcels came from Lyon's round
-    opened = rows_by_group(
+    opened, _ = rows_by_group(
         _night(total, day, rows, values), total, TotalValue(value=sum(v.values()), groups=v, rows=r), set()
     )
     assert opened is not None and opened.problem is None, opened.problem
     assert any(m.status == "new" and m.group == "DEPOT=BOD" for m in opened.moves)
     # No ROWS in the total's SQL, or none on record: nothing to judge.
-    assert (
-        rows_by_group(_night(total, day, rows, values), total, TotalValue(value=1.0, groups=v), set()) is None
+    assert rows_by_group(_night(total, day, rows, values), total, TotalValue(value=1.0, groups=v), set()) == (
+        None,
+        None,
     )
-    assert (
-        rows_by_group(_night(total, day, {}, values), total, TotalValue(value=1.0, groups=v, rows=r), set())
-        is None
-    )
+    assert rows_by_group(
+        _night(total, day, {}, values), total, TotalValue(value=1.0, groups=v, rows=r), set()
+    ) == (None, None)
