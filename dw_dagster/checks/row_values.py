@@ -67,6 +67,10 @@ EXACT = NEGLIGIBLE / 10
 """The least spread of a subset's record: a tenth of a negligible move."""
 HELD = math.log(1.15)
 """The other subsets held when their typical row, pooled by their rows, changed by less than 15%."""
+MATERIAL = HELD
+"""The least factor a subset's per-row values must move by to be a unit change: beyond the band within which
+the other subsets are said to hold. Within it a key's own record can be exact enough to call a price, a mix or
+a business moving (a benign new org's night moved another org's on-hand rows by x0.88, z -6.3) a unit."""
 _NUMERIC = ("NUMBER", "DECIMAL", "NUMERIC", "INT", "BIGINT", "FLOAT", "DOUBLE", "REAL")
 _COUNT = re.compile(r"(NUMBER|DECIMAL|NUMERIC)(\(\s*\d+\s*(,\s*0\s*)?\))?|(BIG|SMALL|TINY)?INT(EGER)?")
 """A Snowflake type of whole numbers (a scale of 0, Snowflake's default)."""
@@ -440,6 +444,11 @@ def judge_row_values(
     known = {g: s for g, s in logs.items() if len(s) >= MIN_NIGHTS}
     if len(known) < 2:
         return None
+    if tonight.basis.startswith(AMONG) and len(known) < len(logs):
+        # Each row is read against the same items in the other subsets: a subset new tonight (a key mapped
+        # today) is one of those others, so every known subset's reading moved with it (a benign new org
+        # moved another's by x0.88, z -6.3): no record compares with tonight's.
+        return None
     centre = {g: median(s.values()) for g, s in known.items()}
     # A measure per unit of its companion is the factor joined onto each row (a rate), not a mean of
     # heavy-tailed log-values: a subset of one aggregated row a night has it as well as one of thousands.
@@ -475,7 +484,7 @@ def judge_row_values(
             continue
         common = median(m for h, m in moves.items() if h != g)
         moved = moves[g] - common
-        if abs(moved) < NEGLIGIBLE or abs(common) > HELD:
+        if abs(moved) < MATERIAL or abs(common) > HELD:
             continue
         # Tonight is out of the record (the median of the nights before), spread for tonight's rows.
         widen = inflation(points) * relative_noise(n, usual)
