@@ -558,7 +558,31 @@ def evaluate_total(
         # the ordinary night before it, which is all the diagnosis's last good night can say.
         evidence["rows_baseline"] = rows_verdict.result.model_dump(mode="json")
     fixed = any(r.kind == "remediation" for r in night.levels.get(total_series(total.name), ()))
-    if verdict.severity is None and not by_group.problem and not fixed:
+    if period is None and verdict.severity is None and not problems and not fixed:
+        # Judged before the attributes: a subset scaled also shifts the attributes' shares, and the unit
+        # change, not a re-pointed reference row, is what explains it.
+        # One subset's rows scaled by a factor while the others held: within the total's spread, and its
+        # subset's, when the measure is heavy-tailed; its typical row is not (row_values.py).
+        for rv in row_values:
+            series = row_value_series(total.name, rv.column, rv.basis)
+            move = judge_row_values(
+                total,
+                day,
+                rv,
+                night.past.get(series, {}),
+                night.past.get(row_count_series(total.name, rv.column), {}),
+                excluded_days=excluded,
+                # Each of the total's row-value series (a subset key on a basis) is one more chance of a false
+                # alarm a night: together they spend the series' part of the table's rate, not one part each.
+                share=night.share(total.asset) * len(row_values),
+            )
+            if move is not None:
+                problems.append(move.describe(rv.measure or "VALUE"))
+                evidence["row_values_moved"] = {"series": series, **move.model_dump(mode="json")}
+                night.flag(series)
+                night.flag(row_count_series(total.name, rv.column))
+                break
+    if verdict.severity is None and not by_group.problem and not fixed and "row_values_moved" not in evidence:
         # Money moved between the values of an attribute no total groups by (a reference row re-pointed).
         for (name, column), (total_of_values, groups) in attributes.items():
             past = night.past.get(attribute_series(name, column), {})
@@ -608,28 +632,6 @@ def evaluate_total(
                     "series": attribute_series(name, column),
                     "moves": [m.model_dump(mode="json") for m in moves],
                 }
-                break
-    if period is None and verdict.severity is None and not problems and not fixed:
-        # One subset's rows scaled by a factor while the others held: within the total's spread, and its
-        # subset's, when the measure is heavy-tailed; its typical row is not (row_values.py).
-        for rv in row_values:
-            series = row_value_series(total.name, rv.column, rv.basis)
-            move = judge_row_values(
-                total,
-                day,
-                rv,
-                night.past.get(series, {}),
-                night.past.get(row_count_series(total.name, rv.column), {}),
-                excluded_days=excluded,
-                # Each of the total's row-value series (a subset key on a basis) is one more chance of a false
-                # alarm a night: together they spend the series' part of the table's rate, not one part each.
-                share=night.share(total.asset) * len(row_values),
-            )
-            if move is not None:
-                problems.append(move.describe(rv.measure or "VALUE"))
-                evidence["row_values_moved"] = {"series": series, **move.model_dump(mode="json")}
-                night.flag(series)
-                night.flag(row_count_series(total.name, rv.column))
                 break
     # Only a deviation the calendar explains is a WARN; reconciliation, shifts and NULLs are ERRORs.
     severity = (
