@@ -572,9 +572,7 @@ def evaluate_total(
                 night.past.get(series, {}),
                 night.past.get(row_count_series(total.name, rv.column), {}),
                 excluded_days=excluded,
-                # Each of the total's row-value series (a subset key on a basis) is one more chance of a false
-                # alarm a night: together they spend the series' part of the table's rate, not one part each.
-                share=night.share(total.asset) * len(row_values),
+                share=night.share(total.asset),
             )
             if move is not None:
                 problems.append(move.describe(rv.measure or "VALUE"))
