@@ -68,9 +68,13 @@ EXACT = NEGLIGIBLE / 10
 HELD = math.log(1.15)
 """The other subsets held when their typical row, pooled by their rows, changed by less than 15%."""
 MATERIAL = HELD
-"""The least factor a subset's per-row values must move by to be a unit change: beyond the band within which
-the other subsets are said to hold. Within it a key's own record can be exact enough to call a price, a mix or
-a business moving (a benign new org's night moved another org's on-hand rows by x0.88, z -6.3) a unit."""
+"""The least factor a subset's per-row values must move by to be a unit change on a matched basis (per unit of
+a companion measure, or against the same items elsewhere): beyond the band within which the other subsets are
+said to hold. Within it a key's own record can be exact enough to call a price or a business moving a unit."""
+MIXED = math.log(1.5)
+"""The same on the plain basis, a subset's typical row over whatever items it holds tonight: that moves with its
+mix (a benign new org mapped the same night moved another org's on-hand rows x0.85 at z -7.6), so only a factor
+no mix makes is a unit there."""
 _NUMERIC = ("NUMBER", "DECIMAL", "NUMERIC", "INT", "BIGINT", "FLOAT", "DOUBLE", "REAL")
 _COUNT = re.compile(r"(NUMBER|DECIMAL|NUMERIC)(\(\s*\d+\s*(,\s*0\s*)?\))?|(BIG|SMALL|TINY)?INT(EGER)?")
 """A Snowflake type of whole numbers (a scale of 0, Snowflake's default)."""
@@ -484,7 +488,7 @@ def judge_row_values(
             continue
         common = median(m for h, m in moves.items() if h != g)
         moved = moves[g] - common
-        if abs(moved) < MATERIAL or abs(common) > HELD:
+        if abs(moved) < (MATERIAL if tonight.basis.startswith((PER, AMONG)) else MIXED) or abs(common) > HELD:
             continue
         # Tonight is out of the record (the median of the nights before), spread for tonight's rows.
         widen = inflation(points) * relative_noise(n, usual)
