@@ -120,7 +120,7 @@ def beyond_noise(r: float, before: tuple[float, float, int], tonight: tuple[floa
     return _log(r) >= NOISE_Z * se
 
 
-def _texts(ctx: DiagnosisContext, src: str) -> list[str]:
+def source_texts(ctx: DiagnosisContext, src: str) -> list[str]:
     """The SQL that reads the source: its children's join text and the totals over it, refs resolved."""
     from dw_dagster.coalesce.sql import resolve_refs
 
@@ -138,12 +138,12 @@ def _texts(ctx: DiagnosisContext, src: str) -> list[str]:
     return out
 
 
-def _profile(ctx: DiagnosisContext, src: str, measures: list[str], day: date, before: list[date]):
+def profile_source(ctx: DiagnosisContext, src: str, measures: list[str], day: date, before: list[date]):
     """(time column, low-cardinality columns) of a source table, or None when the pipeline does not select
     its rows by business day (a snapshot) or it has no rows of both days."""
     tbl = table(ctx.graph, src)
     info = ctx.graph.info(src)
-    times = day_columns(ctx.graph, src, _texts(ctx, src))
+    times = day_columns(ctx.graph, src, source_texts(ctx, src))
     dims = [c for c in info.columns if c not in measures and not is_time(ctx.graph, src, c)]
     if tbl is None or not times:
         return None
@@ -223,7 +223,7 @@ def drill_source(
     lost: list[Lost] = []
     for src, measures in by_source.items():
         measures = list(dict.fromkeys(measures))
-        profiled = _profile(ctx, src, measures, day, before)
+        profiled = profile_source(ctx, src, measures, day, before)
         if profiled is None:
             continue
         time_col, dims = profiled

@@ -25,7 +25,7 @@ from statistics import median
 
 from dw_dagster.checks.history import Recorded, group_rows_series
 from dw_dagster.checks.metrics import RecordedTotal
-from dw_dagster.incidents.drilldown import MIN_ROWS, _profile, _texts, by_value
+from dw_dagster.incidents.drilldown import MIN_ROWS, by_value, profile_source, source_texts
 from dw_dagster.incidents.evidence import (
     HISTORY_DAYS,
     DiagnosisContext,
@@ -108,7 +108,7 @@ def null_subset(
 ) -> NullSubset | None:
     """The finest source subset holding (nearly) all of tonight's new NULLs behind ``total``'s NULL-valued
     groups ``labels``: their value's and NULL keys' Source columns, by column lineage, and per low-cardinality
-    column of each source (``drilldown._profile``: a source the pipeline selects by business day), the
+    column of each source (``drilldown.profile_source``: a source the pipeline selects by business day), the
     value whose rows got the new NULLs while the other values' rows got none. The finest is the one with the
     fewest rows (a site, not the region that holds it); among as many rows, a key the metrics group by,
     then the column with more values."""
@@ -131,7 +131,7 @@ def null_subset(
         # the source holds): the source's nights are the business dates moved back as far.
         shift = day - latest
         nights = [d - shift for d in before]
-        profiled = _profile(ctx, src, nulled, latest, nights)
+        profiled = profile_source(ctx, src, nulled, latest, nights)
         if profiled is None or not profiled[1]:
             continue
         found = _null_cells(ctx, src, nulled, *profiled, latest, nights, group_keys)
@@ -143,7 +143,7 @@ def null_subset(
 def _latest_day(ctx: DiagnosisContext, src: str, day: date) -> date | None:
     """The latest day, up to ``day``, that the source holds rows of by a column the pipeline selects its days
     by; None when it is not selected by day or holds none."""
-    times = day_columns(ctx.graph, src, _texts(ctx, src))
+    times = day_columns(ctx.graph, src, source_texts(ctx, src))
     if not times or table(ctx.graph, src) is None:
         return None
     latest = ", ".join(
