@@ -559,10 +559,9 @@ def evaluate_total(
         evidence["rows_baseline"] = rows_verdict.result.model_dump(mode="json")
     fixed = any(r.kind == "remediation" for r in night.levels.get(total_series(total.name), ()))
     if period is None and verdict.severity is None and not problems and not fixed:
-        # Judged before the attributes: a subset scaled also shifts the attributes' shares, and the unit
-        # change, not a re-pointed reference row, is what explains it.
         # One subset's rows scaled by a factor while the others held: within the total's spread, and its
-        # subset's, when the measure is heavy-tailed; its typical row is not (row_values.py).
+        # subset's, when the measure is heavy-tailed; its typical row is not (row_values.py). Judged before
+        # the attributes: a scaled subset shifts their shares too, and the unit change is what explains it.
         for rv in row_values:
             series = row_value_series(total.name, rv.column, rv.basis)
             move = judge_row_values(
