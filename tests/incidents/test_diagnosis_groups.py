@@ -40,3 +40,21 @@ def test_a_group_scaled_while_the_others_held_is_a_unit_change(factor):
     moved = drill_groups(tonight, before, True, "usage/mart")
     assert moved is not None and (moved.column, moved.value) == ("REGION", "W")
     assert moved.factor == pytest.approx(factor)
+
+
+@pytest.mark.parametrize(
+    "before_groups,null_group",
+    [
+        ({"REGION=N": 5_000, "REGION=S": 5_000, "REGION=E": 4_000, "REGION=W": 1_500}, "REGION=W"),
+        ({"AGENCY=N": 20_000, "AGENCY=F": 4_000, "AGENCY=C": 2_000}, "AGENCY=C"),
+    ],
+)
+def test_a_group_null_tonight_is_not_a_unit_change_and_does_not_fail(before_groups, null_group):
+    """A group valued before and NULL tonight lost its values; the others (one scaled) are still judged."""
+    before = _r(D0, before_groups)
+    tonight = Recorded(business_date=D1, value=None, groups={**before_groups, null_group: None})
+    assert drill_groups(tonight, before, True, "usage/mart") is None
+    scaled = next(g for g in before_groups if g != null_group)
+    tonight.groups[scaled] = before_groups[scaled] * 3.7
+    moved = drill_groups(tonight, before, True, "usage/mart")
+    assert moved is not None and moved.factor == pytest.approx(3.7)
