@@ -402,7 +402,9 @@ def drill_groups(
         return None
     # Only groups valued on both nights take part: a group NULL tonight lost its values (a value loss,
     # which the shortfall traces), it did not change unit.
-    ratios = {g: tonight.groups[g] / v for g, v in before.groups.items() if v and tonight.groups.get(g) is not None}
+    ratios = {
+        g: tonight.groups[g] / v for g, v in before.groups.items() if v and tonight.groups.get(g) is not None
+    }
     best = None
     for g, r in ratios.items():
         if _log(r) < MOVED or (rows_held is None and _log(r) < math.log(3)):
