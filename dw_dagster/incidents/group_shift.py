@@ -13,7 +13,7 @@ recorded total is grouped by that key, its last good night says the same from th
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from statistics import mean, pstdev
 from typing import Any
@@ -63,6 +63,9 @@ class Judged:
 
     lost: frozenset[str]
     gained: frozenset[str]
+    spreads: Mapping[str, float] = field(default_factory=dict)
+    """Each group's day-to-day spread of its share of the total, on the good nights (from ``MIN_NIGHTS``):
+    what a group lost is known only to that noise."""
 
 
 def judged_groups(
@@ -74,7 +77,8 @@ def judged_groups(
     """The groups the finding's check judged moved (``moves``: its ``GroupMove`` records, each against the
     group's own baseline; the reconciliation's groups whose gap to the source changed beyond its tolerance);
     when it judged none, the groups whose share tonight is beyond ``NOISE_Z`` spreads of their own shares on
-    the good ``nights`` (at least ``MIN_NIGHTS``; read only then)."""
+    the good ``nights`` (at least ``MIN_NIGHTS``). Those spreads are kept either way: they bound how nearly a
+    key's units can be known to match what a group lost."""
     lost = {str(m["group"]) for m in moves if m.get("status") in ("lost", "went")}
     gained = {str(m["group"]) for m in moves if m.get("status") == "gained"}
     if reconciliation:
@@ -86,24 +90,30 @@ def judged_groups(
                 lost.add(str(g["group"]))
             elif change < -tolerance:
                 gained.add(str(g["group"]))
+    shares = _shares(nights(), tonight)
+    spreads = {g: pstdev(v) for g, v in shares.items()}
     if lost:
-        return Judged(frozenset(lost), frozenset(gained))
-    return _own_moves(nights(), tonight)
-
-
-def _own_moves(nights: Sequence[Recorded], tonight: Recorded) -> Judged:
-    usable = [r for r in nights if r.value]
-    if len(usable) < MIN_NIGHTS or not tonight.value:
-        return Judged(frozenset(), frozenset())
-    lost, gained = set(), set()
-    for g in set(tonight.groups).union(*(r.groups for r in usable)):
-        shares = [(r.groups.get(g) or 0.0) / r.value for r in usable]  # type: ignore[operator]
+        return Judged(frozenset(lost), frozenset(gained), spreads)
+    if not shares or not tonight.value:
+        return Judged(frozenset(), frozenset(), spreads)
+    lost, gained = set(), set()  # the check judged no group lost: its gains alone are no shift
+    for g, past in shares.items():
         now = (tonight.groups.get(g) or 0.0) / tonight.value
         # A floor of float rounding only: shares steady to the last digit still move on any real change.
-        spread = max(pstdev(shares), 1e-9)
-        if abs(now - mean(shares)) > NOISE_Z * spread:
-            (lost if now < mean(shares) else gained).add(g)
-    return Judged(frozenset(lost), frozenset(gained))
+        if abs(now - mean(past)) > NOISE_Z * max(spreads[g], 1e-9):
+            (lost if now < mean(past) else gained).add(g)
+    return Judged(frozenset(lost), frozenset(gained), spreads)
+
+
+def _shares(nights: Sequence[Recorded], tonight: Recorded) -> dict[str, list[float]]:
+    """Each group's shares of the total on the good ``nights`` (none when fewer than ``MIN_NIGHTS``)."""
+    usable = [r for r in nights if r.value]
+    if len(usable) < MIN_NIGHTS:
+        return {}
+    return {
+        g: [(r.groups.get(g) or 0.0) / r.value for r in usable]  # type: ignore[operator]
+        for g in set(tonight.groups).union(*(r.groups for r in usable))
+    }
 
 
 def moved_groups(
@@ -222,7 +232,9 @@ def trace_shift(
             k = tuple(plain(v) for v in row[starts[i] : starts[i] + len(level.columns)])
             grp = plain(row[len(read)])
             units[(k, grp)] = units.get((k, grp), 0.0) + float(row[-1] or 0)
-        keys = _matching(ctx, level, units, lost, gained_groups, tonight, before, node_group, total)
+        keys = _matching(
+            ctx, level, units, lost, gained_groups, judged.spreads, tonight, before, node_group, total
+        )
         if keys:
             reference = level.reference
             break
@@ -259,52 +271,66 @@ def _matching(
     level: Level,
     units: dict[tuple, float],
     lost: dict[str, float],
-    gained_groups: set,
+    gained: set,
+    spreads: Mapping[str, float],
     tonight: Recorded,
     before: Recorded,
     node_group: str,
     total: RecordedTotal,
 ) -> list[KeyGap]:
-    """The key (of one lookup) now wholly in a group that gained whose units tonight come closest to what a
-    losing group lost (within 15%), one per losing group; or whose share on the last good night (a total
-    grouped by the key) matches its share. The closest, not every one within 15%: the gaining group's own
-    keys may be of a similar size, while the key that moved carries what the group lost to the unit. A key
-    now in no group (NULL: a left join that no longer finds its row) is told deleted or changed by its row."""
+    """The keys (of one lookup) now wholly in a group that gained whose units tonight are what a losing group
+    lost, within ``_band`` of it; or whose share on the last good night (a total grouped by the key) matches
+    its share. Every such key, nearest first: a key that was in the gaining group all along may be as large
+    as the one that moved, or nearer by chance, and tonight's mapping cannot tell them apart (nothing keeps
+    a key's group of the night before), so the text says so rather than name one of them moved. A key now
+    in no group (NULL: a left join that no longer finds its row) is told deleted or changed by its row."""
     per_key = _per_key(ctx, level.columns, before)
     by_key: dict = {}
     for (k, _), v in units.items():
         by_key[k] = by_key.get(k, 0.0) + v
     where = table(ctx.graph, level.reference) or level.reference
-    found: list[tuple[tuple, float, str | None, str]] = []
+    found: dict[tuple, tuple[float, str | None, str, float]] = {}
     for g, amount in sorted(lost.items(), key=lambda kv: -kv[1]):
         share = amount / tonight.value if tonight.value else 0.0
-        _, was = split_label(g)
+        band = _band(amount, spreads.get(g), tonight)
         for (k, grp), v in sorted(units.items(), key=lambda kv: abs(kv[1] - amount)):
-            if grp not in gained_groups or not v or abs(v - by_key[k]) > 0.01 * abs(by_key[k]):
+            if k in found or grp not in gained or not v or abs(v - by_key[k]) > 0.01 * abs(by_key[k]):
                 continue
             earlier = None
             if per_key is not None and per_key[0].value:
                 earlier = per_key[0].groups.get(_label(level.columns, k, per_key[1]))
-            matches = abs(v - amount) <= MATCH * amount or (
+            if abs(v - amount) <= band or (
                 earlier is not None and abs(earlier / per_key[0].value - share) <= MATCH * share  # type: ignore[index, operator]
-            )
-            if matches:
-                found.append((k, v, grp, was or "None"))
-                break
-    gone = [k for k, _, grp, _ in found if grp is None]
+            ):
+                found[k] = (v, grp, g, amount)
+    gone = [k for k, (_, grp, _, _) in found.items() if grp is None]
     present = rows_on_table(ctx, level.reference, list(level.reference_columns), gone) if gone else None
     keys = []
-    for k, v, grp, was in found:
-        if grp is not None:
-            change = (
-                f"its row in {where} now maps it to {node_group}={grp}; it was in {total.group_keys[0]}={was}"
+    for k, (v, grp, g, amount) in found.items():
+        alike = sum(1 for _, _, other, _ in found.values() if other == g)
+        carries = f"its {v:,.0f} units tonight are about what {g} lost ({amount:,.0f})"
+        if alike > 1:
+            carries += (
+                f", as are those of {alike - 1} other key{'s' if alike > 2 else ''} now in a gaining group:"
+                " tonight's mapping cannot tell which of them moved"
             )
+        if grp is not None:
+            change = f"its row in {where} now maps it to {node_group}={grp}; {carries}"
         elif present is not None and not present.get(k):
-            change = f"its row was deleted from {where}: it now has no {node_group}; it was in {total.group_keys[0]}={was}"
+            change = f"its row was deleted from {where}: it now has no {node_group}; {carries}"
         else:
-            change = f"its row in {where} no longer matches: it now has no {node_group}; it was in {total.group_keys[0]}={was}"
+            change = f"its row in {where} no longer matches: it now has no {node_group}; {carries}"
         keys.append(_key_gap(level, k, v, change))
     return keys
+
+
+def _band(amount: float, spread: float | None, tonight: Recorded) -> float:
+    """How far a key's units may be from what a group lost and still carry it. What the group lost is its
+    share tonight against the last good night's, each as noisy as its shares on the good nights: ``NOISE_Z``
+    of their spreads (at least 1%, for rounding); ``MATCH`` of it where no spread is known."""
+    if spread is None:
+        return MATCH * amount
+    return max(NOISE_Z * spread * (tonight.value or 0.0), 0.01 * amount)
 
 
 def attribute_shift_diagnosis(
