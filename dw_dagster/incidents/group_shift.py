@@ -36,10 +36,12 @@ from dw_dagster.incidents.evidence import (
 from dw_dagster.incidents.origins import rows_on_table
 from dw_dagster.incidents.structure import derives_from, table
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
-from dw_dagster.records.keys import plain, split_label
+from dw_dagster.records.keys import key_label, plain, split_label
 from dw_dagster.sql import quote_identifier
 
 MATCH = 0.15
+RECORDED = 0.005
+"""How nearly a node's rows of a night must sum to the total recorded that night to stand for it."""
 MIN_NIGHTS = 3
 """Good nights a group's own shares need before they judge its move (when the finding judged no group)."""
 
@@ -216,25 +218,33 @@ def trace_shift(
         for (_, r), c in zip(join.on, levels[0].columns, strict=True)
     )
     on_lookup = f" LEFT JOIN {lookup} D ON {on}" if lookup and any(lv.on_lookup for lv in levels) else ""
-    rows = ctx.rows(
-        f"{node}'s {', '.join(c for _, c in read)} by {node_group} tonight",
-        f"SELECT {columns}, F.{quote_identifier(node_group)}, {value} FROM {tbl} F{on_lookup}"
-        f" GROUP BY {', '.join(str(i + 1) for i in range(len(read) + 1))}",
+    select = f"SELECT {columns}, F.{quote_identifier(node_group)}"
+    width = len(read) + 1
+    read_what = f"{node}'s {', '.join(c for _, c in read)} by {node_group}"
+    rows, last = _dated_rows(
+        ctx, node, f"{tbl} F{on_lookup}", select, value, width, read_what, tonight, before
     )
+    if rows is None:
+        rows = ctx.rows(
+            f"{read_what} tonight",
+            f"{select}, {value} FROM {tbl} F{on_lookup} GROUP BY {', '.join(str(i + 1) for i in range(width))}",
+        )
     gained_groups = {split_label(g)[1] for g in gained}
     # Furthest up the lookups first: a row there moves every key below it at once, so a key of a nearer
     # lookup carries only part of what the group lost.
     starts = [sum(len(lv.columns) for lv in levels[:i]) for i in range(len(levels))]
     for i in reversed(range(len(levels))):
         level = levels[i]
-        units: dict[tuple, float] = {}
-        for row in rows or []:
-            k = tuple(plain(v) for v in row[starts[i] : starts[i] + len(level.columns)])
-            grp = plain(row[len(read)])
-            units[(k, grp)] = units.get((k, grp), 0.0) + float(row[-1] or 0)
-        keys = _matching(
-            ctx, level, units, lost, gained_groups, judged.spreads, tonight, before, node_group, total
-        )
+        units = _by_key(rows or [], starts[i], level, len(read))
+        if last is not None:
+            # The last good night's own rows say which key moved: no key is named by its size alone.
+            keys = _moved_since(
+                ctx, level, units, _by_key(last, starts[i], level, len(read)), before, node_group
+            )
+        else:
+            keys = _matching(
+                ctx, level, units, lost, gained_groups, judged.spreads, tonight, before, node_group, total
+            )
         if keys:
             reference = level.reference
             break
@@ -250,6 +260,115 @@ def trace_shift(
         ]
     )
     return Shift(group_column, lost, gained, node, join, keys[:5], reference, owners)
+
+
+def _by_key(rows: Sequence[tuple], start: int, level: Level, group_at: int) -> dict[tuple, float]:
+    """Units by (key of ``level``, group) from the rows read (the key's columns from ``start``, the group at
+    ``group_at``, the units last)."""
+    units: dict[tuple, float] = {}
+    for row in rows:
+        k = tuple(plain(v) for v in row[start : start + len(level.columns)])
+        grp = plain(row[group_at])
+        units[(k, grp)] = units.get((k, grp), 0.0) + float(row[-1] or 0)
+    return units
+
+
+def _day_column(ctx: DiagnosisContext, node: str) -> str | None:
+    """The node's first DATE column: where it keeps its rows by day, the last good night's rows are there."""
+    info = ctx.graph.info(node)
+    return next((c for c in info.columns if info.type_of(c).upper().split("(")[0].strip() == "DATE"), None)
+
+
+def _dated_rows(
+    ctx: DiagnosisContext,
+    node: str,
+    source: str,
+    select: str,
+    value: str,
+    width: int,
+    what: str,
+    tonight: Recorded,
+    before: Recorded,
+) -> tuple[list[tuple] | None, list[tuple] | None]:
+    """(tonight's rows, the last good night's rows) of a node that keeps its rows by a DATE column, read in
+    one statement from the last good night on, each night's units checked against the total recorded that
+    night (within ``RECORDED``): rows that are not what the total measured are no evidence. (None, None)
+    when the node has no such column or tonight's rows are not so dated (then it is read whole, as before);
+    (rows, None) when it does not keep the last good night's rows (a table of the latest day only)."""
+    day = _day_column(ctx, node)
+    if day is None or not before.value or not tonight.value:
+        return None, None
+    d = f"CAST(F.{quote_identifier(day)} AS DATE)"
+    rows = ctx.rows(
+        f"{what}, the last good night and tonight",
+        f"{select}, {d}, {value} FROM {source} WHERE {d} >= ?"
+        f" GROUP BY {', '.join(str(i + 1) for i in range(width + 1))}",
+        (before.business_date,),
+    )
+    if rows is None:
+        return None, None
+    now = [
+        r[:width] + r[width + 1 :] for r in rows if r[width] is not None and r[width] > before.business_date
+    ]
+    last = [r[:width] + r[width + 1 :] for r in rows if r[width] == before.business_date]
+    if not _as_recorded(now, tonight.value):
+        return None, None
+    return now, last if _as_recorded(last, before.value) else None
+
+
+def _as_recorded(rows: Sequence[tuple], recorded: float) -> bool:
+    return bool(rows) and abs(sum(float(r[-1] or 0) for r in rows) - recorded) <= RECORDED * abs(recorded)
+
+
+def _moved_since(
+    ctx: DiagnosisContext,
+    level: Level,
+    units: dict[tuple, float],
+    last: dict[tuple, float],
+    before: Recorded,
+    node_group: str,
+) -> list[KeyGap]:
+    """The keys whose group changed since the last good night, shown by that night's own rows: mapped as
+    tonight (each key to its group in tonight's rows), they put more units in a group than its total
+    recorded that night, and fewer in another, each by the key's own units that night (within
+    ``RECORDED`` of them). A key that was in its group all along explains no difference, however near its
+    size; a key whose move explains no group's difference is not named."""
+    tonight_group: dict[tuple, str | None] = {}
+    for k, grp in units:
+        tonight_group.setdefault(k, grp)
+    then: dict[tuple, float] = {}
+    remapped: dict[str | None, float] = {}
+    for (k, grp), v in last.items():
+        then[k] = then.get(k, 0.0) + v
+        g = tonight_group.get(k, grp)
+        remapped[g] = remapped.get(g, 0.0) + v
+    recorded = {split_label(label)[1]: v or 0.0 for label, v in before.groups.items()}
+    column = split_label(next(iter(before.groups), node_group))[0]
+    diff = {g: remapped.get(g, 0.0) - recorded.get(g, 0.0) for g in set(remapped) | set(recorded)}
+    found: dict[tuple, tuple[float, str | None, str | None]] = {}
+    for k, v in sorted(then.items(), key=lambda kv: -abs(kv[1])):
+        g = tonight_group.get(k)
+        if k in tonight_group and v and _explains(v, diff.get(g, 0.0)):
+            found[k] = (v, g, next((x for x in diff if x != g and _explains(-v, diff[x])), None))
+    now = _now_maps(ctx, level, {k: g for k, (_, g, _) in found.items()}, node_group)
+    day = before.business_date.isoformat()
+    keys = []
+    for k, (v, g, was) in found.items():
+        # That night's rows, mapped as tonight, differ from what was recorded by exactly this key's units.
+        story = (
+            f"on {day} its {v:,.0f} units were in {key_label(column, was)}'s recorded total, not"
+            f" {key_label(column, g)}'s"
+            if was is not None
+            else f"on {day} its {v:,.0f} units were not in {key_label(column, g)}'s recorded total"
+        )
+        keys.append(_key_gap(level, k, units.get((k, g), 0.0), f"{now[k]}; {story}"))
+    return keys
+
+
+def _explains(units: float, difference: float) -> bool:
+    """Whether a key's units that night are a group's difference between that night's rows mapped as tonight
+    and its recorded total: the same rows, so to their rounding, not to a size alike."""
+    return bool(difference) and abs(difference - units) <= RECORDED * abs(units)
 
 
 def _key_gap(level: Level, values: tuple, units: float, change: str) -> KeyGap:
@@ -288,7 +407,6 @@ def _matching(
     by_key: dict = {}
     for (k, _), v in units.items():
         by_key[k] = by_key.get(k, 0.0) + v
-    where = table(ctx.graph, level.reference) or level.reference
     found: dict[tuple, tuple[float, str | None, str, float]] = {}
     for g, amount in sorted(lost.items(), key=lambda kv: -kv[1]):
         share = amount / tonight.value if tonight.value else 0.0
@@ -303,10 +421,9 @@ def _matching(
                 earlier is not None and abs(earlier / per_key[0].value - share) <= MATCH * share  # type: ignore[index, operator]
             ):
                 found[k] = (v, grp, g, amount)
-    gone = [k for k, (_, grp, _, _) in found.items() if grp is None]
-    present = rows_on_table(ctx, level.reference, list(level.reference_columns), gone) if gone else None
+    now = _now_maps(ctx, level, {k: grp for k, (_, grp, _, _) in found.items()}, node_group)
     keys = []
-    for k, (v, grp, g, amount) in found.items():
+    for k, (v, _, g, amount) in found.items():
         alike = sum(1 for _, _, other, _ in found.values() if other == g)
         carries = f"its {v:,.0f} units tonight are about what {g} lost ({amount:,.0f})"
         if alike > 1:
@@ -314,14 +431,27 @@ def _matching(
                 f", as are those of {alike - 1} other key{'s' if alike > 2 else ''} now in a gaining group:"
                 " tonight's mapping cannot tell which of them moved"
             )
-        if grp is not None:
-            change = f"its row in {where} now maps it to {node_group}={grp}; {carries}"
-        elif present is not None and not present.get(k):
-            change = f"its row was deleted from {where}: it now has no {node_group}; {carries}"
-        else:
-            change = f"its row in {where} no longer matches: it now has no {node_group}; {carries}"
-        keys.append(_key_gap(level, k, v, change))
+        keys.append(_key_gap(level, k, v, f"{now[k]}; {carries}"))
     return keys
+
+
+def _now_maps(
+    ctx: DiagnosisContext, level: Level, groups: Mapping[tuple, str | None], node_group: str
+) -> dict[tuple, str]:
+    """What each key's row in the reference table says tonight: the group it maps the key to, or, a key now
+    in no group (NULL: a left join no longer finds its row), whether its row was deleted or changed."""
+    where = table(ctx.graph, level.reference) or level.reference
+    gone = [k for k, grp in groups.items() if grp is None]
+    present = rows_on_table(ctx, level.reference, list(level.reference_columns), gone) if gone else None
+    out = {}
+    for k, grp in groups.items():
+        if grp is not None:
+            out[k] = f"its row in {where} now maps it to {node_group}={grp}"
+        elif present is not None and not present.get(k):
+            out[k] = f"its row was deleted from {where}: it now has no {node_group}"
+        else:
+            out[k] = f"its row in {where} no longer matches: it now has no {node_group}"
+    return out
 
 
 def _band(amount: float, spread: float | None, tonight: Recorded) -> float:
