@@ -5,9 +5,18 @@ reference rows that changed. The groups are those the finding's check judged mov
 The group column is followed through column lineage to the join that brings it (the join whose right side
 the column is read from), and on through the lookups behind it (``chain.py``): each of their keys is what a
 reference row may map to a group. Tonight's mapping is read from the joining node's table by every key and
-the group (one statement); furthest up first, a key now wholly in a group that gained, whose units match
-what the losing group lost (within 15%), is the key whose reference row was pointed elsewhere. Where a
-recorded total is grouped by that key, its last good night says the same from the other side.
+the group (one statement). Nothing keeps a key's group of the night before, so a key is named moved only on
+evidence, furthest up the lookups first:
+
+- where the node keeps its rows by a DATE column and still holds the last good night's (``_moved_since``),
+  that night's rows mapped as tonight differ from the totals recorded that night by exactly the units of
+  the keys that moved: the key whose units that night are a gaining group's excess and a losing group's
+  shortfall moved from the one to the other, however many keys of its new group are of its size;
+- otherwise (a table of the latest day only) only sizes are left (``_matching``): the keys now wholly in a
+  gaining group whose units tonight are what a losing group lost, within that group's own noise (its
+  shares' spread on the good nights), are named as what may have moved, every one alike, and the text
+  claims no former group for any. Where a recorded total is grouped by that key, its last good night's
+  share says the same from the other side.
 """
 
 from __future__ import annotations
