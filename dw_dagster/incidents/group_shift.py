@@ -299,8 +299,8 @@ def _dated_rows(
     tonight: Recorded,
     before: Recorded,
 ) -> tuple[list[tuple] | None, list[tuple] | None]:
-    """(tonight's rows, the last good night's rows) of a node that keeps its rows by a DATE column, read in
-    one statement from the last good night on, each night's units checked against the total recorded that
+    """(tonight's rows, the last good night's rows) of a node that keeps its rows by a DATE column, both
+    nights read in one statement, each night's units checked against the total recorded that
     night (within ``RECORDED``): rows that are not what the total measured are no evidence. (None, None)
     when the node has no such column or tonight's rows are not so dated (then it is read whole, as before);
     (rows, None) when it does not keep the last good night's rows (a table of the latest day only)."""
@@ -310,15 +310,13 @@ def _dated_rows(
     d = f"CAST(F.{quote_identifier(day)} AS DATE)"
     rows = ctx.rows(
         f"{what}, the last good night and tonight",
-        f"{select}, {d}, {value} FROM {source} WHERE {d} >= ?"
+        f"{select}, {d}, {value} FROM {source} WHERE {d} IN (?, ?)"
         f" GROUP BY {', '.join(str(i + 1) for i in range(width + 1))}",
-        (before.business_date,),
+        (before.business_date, tonight.business_date),
     )
     if rows is None:
         return None, None
-    now = [
-        r[:width] + r[width + 1 :] for r in rows if r[width] is not None and r[width] > before.business_date
-    ]
+    now = [r[:width] + r[width + 1 :] for r in rows if r[width] == tonight.business_date]
     last = [r[:width] + r[width + 1 :] for r in rows if r[width] == before.business_date]
     if not _as_recorded(now, tonight.value):
         return None, None
