@@ -5,15 +5,24 @@ reference rows that changed. The groups are those the finding's check judged mov
 The group column is followed through column lineage to the join that brings it (the join whose right side
 the column is read from), and on through the lookups behind it (``chain.py``): each of their keys is what a
 reference row may map to a group. Tonight's mapping is read from the joining node's table by every key and
-the group (one statement); furthest up first, a key now wholly in a group that gained, whose units match
-what the losing group lost (within 15%), is the key whose reference row was pointed elsewhere. Where a
-recorded total is grouped by that key, its last good night says the same from the other side.
+the group (one statement). Nothing keeps a key's group of the night before, so a key is named moved only on
+evidence, furthest up the lookups first:
+
+- where the node keeps its rows by a DATE column and still holds the last good night's (``_moved_since``),
+  that night's rows mapped as tonight differ from the totals recorded that night by exactly the units of
+  the keys that moved: the key whose units that night are a gaining group's excess and a losing group's
+  shortfall moved from the one to the other, however many keys of its new group are of its size;
+- otherwise (a table of the latest day only) only sizes are left (``_matching``): the keys now wholly in a
+  gaining group whose units tonight are what a losing group lost, within that group's own noise (its
+  shares' spread on the good nights), are named as what may have moved, every one alike, and the text
+  claims no former group for any. Where a recorded total is grouped by that key, its last good night's
+  share says the same from the other side.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from statistics import mean, pstdev
 from typing import Any
@@ -36,10 +45,12 @@ from dw_dagster.incidents.evidence import (
 from dw_dagster.incidents.origins import rows_on_table
 from dw_dagster.incidents.structure import derives_from, table
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
-from dw_dagster.records.keys import plain, split_label
+from dw_dagster.records.keys import key_label, plain, split_label
 from dw_dagster.sql import quote_identifier
 
 MATCH = 0.15
+RECORDED = 0.005
+"""How nearly a node's rows of a night must sum to the total recorded that night to stand for it."""
 MIN_NIGHTS = 3
 """Good nights a group's own shares need before they judge its move (when the finding judged no group)."""
 
@@ -63,6 +74,9 @@ class Judged:
 
     lost: frozenset[str]
     gained: frozenset[str]
+    spreads: Mapping[str, float] = field(default_factory=dict)
+    """Each group's day-to-day spread of its share of the total, on the good nights (from ``MIN_NIGHTS``):
+    what a group lost is known only to that noise."""
 
 
 def judged_groups(
@@ -74,7 +88,8 @@ def judged_groups(
     """The groups the finding's check judged moved (``moves``: its ``GroupMove`` records, each against the
     group's own baseline; the reconciliation's groups whose gap to the source changed beyond its tolerance);
     when it judged none, the groups whose share tonight is beyond ``NOISE_Z`` spreads of their own shares on
-    the good ``nights`` (at least ``MIN_NIGHTS``; read only then)."""
+    the good ``nights`` (at least ``MIN_NIGHTS``). Those spreads are kept either way: they bound how nearly a
+    key's units can be known to match what a group lost."""
     lost = {str(m["group"]) for m in moves if m.get("status") in ("lost", "went")}
     gained = {str(m["group"]) for m in moves if m.get("status") == "gained"}
     if reconciliation:
@@ -86,24 +101,30 @@ def judged_groups(
                 lost.add(str(g["group"]))
             elif change < -tolerance:
                 gained.add(str(g["group"]))
+    shares = _shares(nights(), tonight)
+    spreads = {g: pstdev(v) for g, v in shares.items()}
     if lost:
-        return Judged(frozenset(lost), frozenset(gained))
-    return _own_moves(nights(), tonight)
-
-
-def _own_moves(nights: Sequence[Recorded], tonight: Recorded) -> Judged:
-    usable = [r for r in nights if r.value]
-    if len(usable) < MIN_NIGHTS or not tonight.value:
-        return Judged(frozenset(), frozenset())
-    lost, gained = set(), set()
-    for g in set(tonight.groups).union(*(r.groups for r in usable)):
-        shares = [(r.groups.get(g) or 0.0) / r.value for r in usable]  # type: ignore[operator]
+        return Judged(frozenset(lost), frozenset(gained), spreads)
+    if not shares or not tonight.value:
+        return Judged(frozenset(), frozenset(), spreads)
+    lost, gained = set(), set()  # the check judged no group lost: its gains alone are no shift
+    for g, past in shares.items():
         now = (tonight.groups.get(g) or 0.0) / tonight.value
         # A floor of float rounding only: shares steady to the last digit still move on any real change.
-        spread = max(pstdev(shares), 1e-9)
-        if abs(now - mean(shares)) > NOISE_Z * spread:
-            (lost if now < mean(shares) else gained).add(g)
-    return Judged(frozenset(lost), frozenset(gained))
+        if abs(now - mean(past)) > NOISE_Z * max(spreads[g], 1e-9):
+            (lost if now < mean(past) else gained).add(g)
+    return Judged(frozenset(lost), frozenset(gained), spreads)
+
+
+def _shares(nights: Sequence[Recorded], tonight: Recorded) -> dict[str, list[float]]:
+    """Each group's shares of the total on the good ``nights`` (none when fewer than ``MIN_NIGHTS``)."""
+    usable = [r for r in nights if r.value]
+    if len(usable) < MIN_NIGHTS:
+        return {}
+    return {
+        g: [(r.groups.get(g) or 0.0) / r.value for r in usable]  # type: ignore[operator]
+        for g in set(tonight.groups).union(*(r.groups for r in usable))
+    }
 
 
 def moved_groups(
@@ -206,23 +227,33 @@ def trace_shift(
         for (_, r), c in zip(join.on, levels[0].columns, strict=True)
     )
     on_lookup = f" LEFT JOIN {lookup} D ON {on}" if lookup and any(lv.on_lookup for lv in levels) else ""
-    rows = ctx.rows(
-        f"{node}'s {', '.join(c for _, c in read)} by {node_group} tonight",
-        f"SELECT {columns}, F.{quote_identifier(node_group)}, {value} FROM {tbl} F{on_lookup}"
-        f" GROUP BY {', '.join(str(i + 1) for i in range(len(read) + 1))}",
+    select = f"SELECT {columns}, F.{quote_identifier(node_group)}"
+    width = len(read) + 1
+    read_what = f"{node}'s {', '.join(c for _, c in read)} by {node_group}"
+    rows, last = _dated_rows(
+        ctx, node, f"{tbl} F{on_lookup}", select, value, width, read_what, tonight, before
     )
+    if rows is None:
+        rows = ctx.rows(
+            f"{read_what} tonight",
+            f"{select}, {value} FROM {tbl} F{on_lookup} GROUP BY {', '.join(str(i + 1) for i in range(width))}",
+        )
     gained_groups = {split_label(g)[1] for g in gained}
     # Furthest up the lookups first: a row there moves every key below it at once, so a key of a nearer
     # lookup carries only part of what the group lost.
     starts = [sum(len(lv.columns) for lv in levels[:i]) for i in range(len(levels))]
     for i in reversed(range(len(levels))):
         level = levels[i]
-        units: dict[tuple, float] = {}
-        for row in rows or []:
-            k = tuple(plain(v) for v in row[starts[i] : starts[i] + len(level.columns)])
-            grp = plain(row[len(read)])
-            units[(k, grp)] = units.get((k, grp), 0.0) + float(row[-1] or 0)
-        keys = _matching(ctx, level, units, lost, gained_groups, tonight, before, node_group, total)
+        units = _by_key(rows or [], starts[i], level, len(read))
+        if last is not None:
+            # The last good night's own rows say which key moved: no key is named by its size alone.
+            keys = _moved_since(
+                ctx, level, units, _by_key(last, starts[i], level, len(read)), before, node_group
+            )
+        else:
+            keys = _matching(
+                ctx, level, units, lost, gained_groups, judged.spreads, tonight, before, node_group, total
+            )
         if keys:
             reference = level.reference
             break
@@ -238,6 +269,113 @@ def trace_shift(
         ]
     )
     return Shift(group_column, lost, gained, node, join, keys[:5], reference, owners)
+
+
+def _by_key(rows: Sequence[tuple], start: int, level: Level, group_at: int) -> dict[tuple, float]:
+    """Units by (key of ``level``, group) from the rows read (the key's columns from ``start``, the group at
+    ``group_at``, the units last)."""
+    units: dict[tuple, float] = {}
+    for row in rows:
+        k = tuple(plain(v) for v in row[start : start + len(level.columns)])
+        grp = plain(row[group_at])
+        units[(k, grp)] = units.get((k, grp), 0.0) + float(row[-1] or 0)
+    return units
+
+
+def _day_column(ctx: DiagnosisContext, node: str) -> str | None:
+    """The node's first DATE column: where it keeps its rows by day, the last good night's rows are there."""
+    info = ctx.graph.info(node)
+    return next((c for c in info.columns if info.type_of(c).upper().split("(")[0].strip() == "DATE"), None)
+
+
+def _dated_rows(
+    ctx: DiagnosisContext,
+    node: str,
+    source: str,
+    select: str,
+    value: str,
+    width: int,
+    what: str,
+    tonight: Recorded,
+    before: Recorded,
+) -> tuple[list[tuple] | None, list[tuple] | None]:
+    """(tonight's rows, the last good night's rows) of a node that keeps its rows by a DATE column, both
+    nights read in one statement, each night's units checked against the total recorded that
+    night (within ``RECORDED``): rows that are not what the total measured are no evidence. (None, None)
+    when the node has no such column or tonight's rows are not so dated (then it is read whole, as before);
+    (rows, None) when it does not keep the last good night's rows (a table of the latest day only)."""
+    day = _day_column(ctx, node)
+    if day is None or not before.value or not tonight.value:
+        return None, None
+    d = f"CAST(F.{quote_identifier(day)} AS DATE)"
+    rows = ctx.rows(
+        f"{what}, the last good night and tonight",
+        f"{select}, {d}, {value} FROM {source} WHERE {d} IN (?, ?)"
+        f" GROUP BY {', '.join(str(i + 1) for i in range(width + 1))}",
+        (before.business_date, tonight.business_date),
+    )
+    if rows is None:
+        return None, None
+    now = [r[:width] + r[width + 1 :] for r in rows if r[width] == tonight.business_date]
+    last = [r[:width] + r[width + 1 :] for r in rows if r[width] == before.business_date]
+    if not _as_recorded(now, tonight.value):
+        return None, None
+    return now, last if _as_recorded(last, before.value) else None
+
+
+def _as_recorded(rows: Sequence[tuple], recorded: float) -> bool:
+    return bool(rows) and abs(sum(float(r[-1] or 0) for r in rows) - recorded) <= RECORDED * abs(recorded)
+
+
+def _moved_since(
+    ctx: DiagnosisContext,
+    level: Level,
+    units: dict[tuple, float],
+    last: dict[tuple, float],
+    before: Recorded,
+    node_group: str,
+) -> list[KeyGap]:
+    """The keys whose group changed since the last good night, shown by that night's own rows: mapped as
+    tonight (each key to its group in tonight's rows), they put more units in a group than its total
+    recorded that night, and fewer in another, each by the key's own units that night (within
+    ``RECORDED`` of them). A key that was in its group all along explains no difference, however near its
+    size; a key whose move explains no group's difference is not named."""
+    tonight_group: dict[tuple, str | None] = {}
+    for k, grp in units:
+        tonight_group.setdefault(k, grp)
+    then: dict[tuple, float] = {}
+    remapped: dict[str | None, float] = {}
+    for (k, grp), v in last.items():
+        then[k] = then.get(k, 0.0) + v
+        g = tonight_group.get(k, grp)
+        remapped[g] = remapped.get(g, 0.0) + v
+    recorded = {split_label(label)[1]: v or 0.0 for label, v in before.groups.items()}
+    column = split_label(next(iter(before.groups), node_group))[0]
+    diff = {g: remapped.get(g, 0.0) - recorded.get(g, 0.0) for g in set(remapped) | set(recorded)}
+    found: dict[tuple, tuple[float, str | None, str | None]] = {}
+    for k, v in sorted(then.items(), key=lambda kv: -abs(kv[1])):
+        g = tonight_group.get(k)
+        if k in tonight_group and v and _explains(v, diff.get(g, 0.0)):
+            found[k] = (v, g, next((x for x in diff if x != g and _explains(-v, diff[x])), None))
+    now = _now_maps(ctx, level, {k: g for k, (_, g, _) in found.items()}, node_group)
+    day = before.business_date.isoformat()
+    keys = []
+    for k, (v, g, was) in found.items():
+        # That night's rows, mapped as tonight, differ from what was recorded by exactly this key's units.
+        story = (
+            f"on {day} its {v:,.0f} units were in {key_label(column, was)}'s recorded total, not"
+            f" {key_label(column, g)}'s"
+            if was is not None
+            else f"on {day} its {v:,.0f} units were not in {key_label(column, g)}'s recorded total"
+        )
+        keys.append(_key_gap(level, k, units.get((k, g), 0.0), f"{now[k]}; {story}"))
+    return keys
+
+
+def _explains(units: float, difference: float) -> bool:
+    """Whether a key's units that night are a group's difference between that night's rows mapped as tonight
+    and its recorded total: the same rows, so to their rounding, not to a size alike."""
+    return bool(difference) and abs(difference - units) <= RECORDED * abs(units)
 
 
 def _key_gap(level: Level, values: tuple, units: float, change: str) -> KeyGap:
@@ -259,52 +397,77 @@ def _matching(
     level: Level,
     units: dict[tuple, float],
     lost: dict[str, float],
-    gained_groups: set,
+    gained: set,
+    spreads: Mapping[str, float],
     tonight: Recorded,
     before: Recorded,
     node_group: str,
     total: RecordedTotal,
 ) -> list[KeyGap]:
-    """The key (of one lookup) now wholly in a group that gained whose units tonight come closest to what a
-    losing group lost (within 15%), one per losing group; or whose share on the last good night (a total
-    grouped by the key) matches its share. The closest, not every one within 15%: the gaining group's own
-    keys may be of a similar size, while the key that moved carries what the group lost to the unit. A key
-    now in no group (NULL: a left join that no longer finds its row) is told deleted or changed by its row."""
+    """The keys (of one lookup) now wholly in a group that gained whose units tonight are what a losing group
+    lost, within ``_band`` of it; or whose share on the last good night (a total grouped by the key) matches
+    its share. Every such key, nearest first: a key that was in the gaining group all along may be as large
+    as the one that moved, or nearer by chance, and tonight's mapping cannot tell them apart (nothing keeps
+    a key's group of the night before), so the text says so rather than name one of them moved. A key now
+    in no group (NULL: a left join that no longer finds its row) is told deleted or changed by its row."""
     per_key = _per_key(ctx, level.columns, before)
     by_key: dict = {}
     for (k, _), v in units.items():
         by_key[k] = by_key.get(k, 0.0) + v
-    where = table(ctx.graph, level.reference) or level.reference
-    found: list[tuple[tuple, float, str | None, str]] = []
+    found: dict[tuple, tuple[float, str | None, str, float]] = {}
     for g, amount in sorted(lost.items(), key=lambda kv: -kv[1]):
         share = amount / tonight.value if tonight.value else 0.0
-        _, was = split_label(g)
+        band = _band(amount, spreads.get(g), tonight)
         for (k, grp), v in sorted(units.items(), key=lambda kv: abs(kv[1] - amount)):
-            if grp not in gained_groups or not v or abs(v - by_key[k]) > 0.01 * abs(by_key[k]):
+            if k in found or grp not in gained or not v or abs(v - by_key[k]) > 0.01 * abs(by_key[k]):
                 continue
             earlier = None
             if per_key is not None and per_key[0].value:
                 earlier = per_key[0].groups.get(_label(level.columns, k, per_key[1]))
-            matches = abs(v - amount) <= MATCH * amount or (
+            if abs(v - amount) <= band or (
                 earlier is not None and abs(earlier / per_key[0].value - share) <= MATCH * share  # type: ignore[index, operator]
-            )
-            if matches:
-                found.append((k, v, grp, was or "None"))
-                break
-    gone = [k for k, _, grp, _ in found if grp is None]
-    present = rows_on_table(ctx, level.reference, list(level.reference_columns), gone) if gone else None
+            ):
+                found[k] = (v, grp, g, amount)
+    now = _now_maps(ctx, level, {k: grp for k, (_, grp, _, _) in found.items()}, node_group)
     keys = []
-    for k, v, grp, was in found:
-        if grp is not None:
-            change = (
-                f"its row in {where} now maps it to {node_group}={grp}; it was in {total.group_keys[0]}={was}"
+    for k, (v, _, g, amount) in found.items():
+        alike = sum(1 for _, _, other, _ in found.values() if other == g)
+        carries = f"its {v:,.0f} units tonight are about what {g} lost ({amount:,.0f})"
+        if alike > 1:
+            carries += (
+                f", as are those of {alike - 1} other key{'s' if alike > 2 else ''} now in a gaining group:"
+                " tonight's mapping cannot tell which of them moved"
             )
-        elif present is not None and not present.get(k):
-            change = f"its row was deleted from {where}: it now has no {node_group}; it was in {total.group_keys[0]}={was}"
-        else:
-            change = f"its row in {where} no longer matches: it now has no {node_group}; it was in {total.group_keys[0]}={was}"
-        keys.append(_key_gap(level, k, v, change))
+        keys.append(_key_gap(level, k, v, f"{now[k]}; {carries}"))
     return keys
+
+
+def _now_maps(
+    ctx: DiagnosisContext, level: Level, groups: Mapping[tuple, str | None], node_group: str
+) -> dict[tuple, str]:
+    """What each key's row in the reference table says tonight: the group it maps the key to, or, a key now
+    in no group (NULL: a left join no longer finds its row), whether its row was deleted or changed."""
+    where = table(ctx.graph, level.reference) or level.reference
+    gone = [k for k, grp in groups.items() if grp is None]
+    present = rows_on_table(ctx, level.reference, list(level.reference_columns), gone) if gone else None
+    out = {}
+    for k, grp in groups.items():
+        if grp is not None:
+            out[k] = f"its row in {where} now maps it to {node_group}={grp}"
+        elif present is not None and not present.get(k):
+            out[k] = f"its row was deleted from {where}: it now has no {node_group}"
+        else:
+            out[k] = f"its row in {where} no longer matches: it now has no {node_group}"
+    return out
+
+
+def _band(amount: float, spread: float | None, tonight: Recorded) -> float:
+    """How far a key's units may be from what a group lost and still carry it. What the group lost is its
+    share tonight against the last good night's, each as noisy as its shares on the good nights: ``NOISE_Z``
+    of their spreads (at least 1%, for rounding); ``MATCH`` of it where no spread is known."""
+    if spread is None:
+        return MATCH * amount
+    return max(NOISE_Z * spread * (tonight.value or 0.0), 0.01 * amount)
 
 
 def attribute_shift_diagnosis(
