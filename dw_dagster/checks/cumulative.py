@@ -92,7 +92,8 @@ def period_of(declared: str, values: Mapping[date, float], day: date, value: flo
     commonest is taken; but a boundary of it on which the total did not drop tonight is no reset: the period
     is another that fits the same record and runs on through tonight (a quarter-to-date total on 1 August),
     tonight's increment is an ordinary one, and the record then tells the two apart. A fault tonight is
-    still judged on that increment. A declared period is never second-guessed: a month-to-date total that
+    still seen: on that increment, or, a fall below half read as a reset, as a period's worth in one night.
+    A declared period is never second-guessed: a month-to-date total that
     did not restart on the 1st is a fault."""
     if declared == "no":
         return None
