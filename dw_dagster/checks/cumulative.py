@@ -6,7 +6,8 @@ tonight's value on the first night of a period) it is an ordinary daily number.
 A total is cumulative when the metrics file says so (``cumulative: month``) or when its history shows it
 (``cumulative: auto``, the default): within each period it never falls (nine steps in ten at least, ten steps
 at least), and at every period boundary on record (one at least) it falls to less than half. ``cumulative:
-no`` turns detection off.
+no`` turns detection off. With one reset on record a month and a quarter fit alike: a boundary on which the
+total did not drop is then no reset (:func:`period_of`).
 
 A night whose record repeats the night before it (:func:`repeats`) added nothing: a failed or skipped build
 left the table as it was and its stale value was recorded. The next night's increment is taken from the last
@@ -48,11 +49,16 @@ def period_start(day: date, period: Period) -> date:
     return date(day.year, 1, 1)
 
 
-def detect(values: Mapping[date, float]) -> Period | None:
-    """The period a series resets at, from its history; None when it does not look cumulative."""
+def _fitting(values: Mapping[date, float]) -> list[tuple[Period, frozenset[date]]]:
+    """The periods a series' history fits, commonest first, each with its boundaries on record (the first
+    night of a period after a night of the one before): within each period it never falls (nine steps in ten,
+    ``MIN_STEPS`` at least) and at every boundary on record (one at least) it falls to less than half."""
     days = sorted(d for d, v in values.items() if v is not None)
+    out: list[tuple[Period, frozenset[date]]] = []
     for period in PERIODS:
-        within = rising = resets = boundaries = 0
+        within = rising = 0
+        boundaries: set[date] = set()
+        resets = True
         for a, b in zip(days, days[1:], strict=False):
             if (b - a).days > MAX_STEP_DAYS:
                 continue
@@ -60,20 +66,52 @@ def detect(values: Mapping[date, float]) -> Period | None:
                 within += 1
                 rising += values[b] >= values[a] - 1e-9 * abs(values[a])
             else:
-                boundaries += 1
-                resets += values[a] > 0 and values[b] < RESET * values[a]
-        if boundaries and resets == boundaries and within >= MIN_STEPS and rising >= RISING * within:
-            return period
-    return None
+                boundaries.add(b)
+                resets = resets and _dropped(values[a], values[b])
+        if boundaries and resets and within >= MIN_STEPS and rising >= RISING * within:
+            out.append((period, frozenset(boundaries)))
+    return out
 
 
-def period_of(declared: str, values: Mapping[date, float]) -> Period | None:
-    """The period of a total: declared in the metrics file, or detected (``auto``); None: not cumulative."""
+def _dropped(was: float, now: float) -> bool:
+    return was > 0 and now < RESET * was
+
+
+def detect(values: Mapping[date, float]) -> Period | None:
+    """The period a series resets at, from its history; None when it does not look cumulative."""
+    fits = _fitting(values)
+    return fits[0][0] if fits else None
+
+
+def period_of(declared: str, values: Mapping[date, float], day: date, value: float) -> Period | None:
+    """The period of a total tonight (``value`` on ``day``): declared in the metrics file, or detected
+    (``auto``); None: not cumulative.
+
+    A detected period is read from the boundaries at which the series dropped. While those on record are
+    boundaries of more than one period (one reset on record: 1 July starts a month and a quarter), the
+    commonest is taken; but a boundary of it on which the total did not drop tonight is no reset: the period
+    is another that fits the same record and runs on through tonight (a quarter-to-date total on 1 August),
+    tonight's increment is an ordinary one, and the record then tells the two apart. A fault tonight is
+    still seen: on that increment, or, a fall below half read as a reset, as a period's worth in one night.
+    A declared period is never second-guessed: a month-to-date total that
+    did not restart on the 1st is a fault."""
     if declared == "no":
         return None
-    if declared == "auto":
-        return detect(values)
-    return declared  # type: ignore[return-value]
+    if declared != "auto":
+        return declared  # type: ignore[return-value]
+    fits = _fitting(values)
+    if not fits:
+        return None
+    (period, boundaries), others = fits[0], fits[1:]
+    last = max((d for d in values if d < day and (day - d).days <= MAX_STEP_DAYS), default=None)
+    if last is None or _dropped(values[last], value):
+        return period
+    if period_start(last, period) == period_start(day, period):
+        return period
+    return next(
+        (p for p, theirs in others if theirs == boundaries and period_start(last, p) == period_start(day, p)),
+        period,
+    )
 
 
 def repeats(own: Mapping[date, Recorded]) -> set[date]:

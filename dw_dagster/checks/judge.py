@@ -157,6 +157,20 @@ def judge(
     configured = cal if cal is not None and not cal.empty else None
     kinds = {d: configured.day(d) for d in usable} if configured else {}
     named = {d: v for d, v in usable.items() if kinds.get(d) is None}
+    # The nights left out as an incident's, since the last level's first night, that the calendar does not
+    # name, on weekdays the series is open: a recurring day among them that moved like its earlier
+    # occurrences is one more of them (recurring.py).
+    since = active[-1].from_date if active else date.min
+    flagged = {
+        d: v
+        for d, v in history.items()
+        if since <= d < day
+        and v is not None
+        and d not in usable
+        and d.weekday() not in closed.weekdays
+        and (configured is None or configured.day(d) is None)
+    }
+    values = {**usable, **flagged}
     alpha = false_alarm_alpha(config, share)
     # The threshold from the series' own one-step errors on ordinary nights, at the false-alarm rate.
     calibration = calibrate(named, config, absolute, alpha, hurts)
@@ -166,21 +180,21 @@ def judge(
     lenient = config.model_copy(update={"min_points": 1})
 
     def effect_of(d: date, points: Mapping[date, float]) -> float | None:
-        s = score({k: v for k, v in points.items() if k < d}, d, usable[d], lenient, absolute=absolute)
+        s = score({k: v for k, v in points.items() if k < d}, d, values[d], lenient, absolute=absolute)
         if s.expected is None or s.status is BaselineStatus.INSUFFICIENT:
             # The first nights of a history have no like weekday before them: a past night's effect is
             # measured against the like weekdays after it instead (the nights after it, mirrored), so the
             # first month-end of a short history is an occurrence like the others.
             after = {d - (k - d): v for k, v in points.items() if k > d}
-            s = score(after, d, usable[d], lenient, absolute=absolute)
+            s = score(after, d, values[d], lenient, absolute=absolute)
         if s.expected is None or s.status is BaselineStatus.INSUFFICIENT:
             return None
-        return f(usable[d]) - f(max(s.expected, 0.0))
+        return f(values[d]) - f(max(s.expected, 0.0))
 
     today = configured.day(day) if configured else None
     # Recurring days the file's calendar says nothing about, learned from the series' own history.
     recurring = (
-        learn(named, day, cal, effect_of, calibration.sigma)
+        learn(named, day, cal, effect_of, calibration.sigma, flagged)
         if cal is not None and calibration
         else Recurring()
     )

@@ -382,7 +382,7 @@ def evaluate_total(
     excluded = night.excluded(own)
     # A month-to-date total is judged on tonight's increment, as an ordinary daily number (cumulative.py).
     period = cumulative.period_of(
-        total.cumulative, {d: r.value for d, r in own.items() if r.value is not None}
+        total.cumulative, {d: r.value for d, r in own.items() if r.value is not None}, day, value.value
     )
     judged, judged_value, judged_groups = own, value.value, value.groups
     tonight = cumulative.tonight(own, day, value.value, value.groups, period) if period else None

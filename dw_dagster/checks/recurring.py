@@ -8,7 +8,10 @@ ordinary noise, the same way and by a like amount (the largest effect at most th
 those nights then leave the ordinary nights (they do not widen the spread of Tuesdays), and tonight, if it
 is such a day, is compared with them (``judge.py``'s like nights). One earlier occurrence only is not a
 pattern: on a month's or quarter's last days, a night that moves like it (same way, within half to twice its
-effect) is a WARN, not an ERROR, and stays in the history to make the second occurrence.
+effect) is a WARN, not an ERROR, and stays in the history to make the second occurrence. A night flagged
+(an incident's, left out of the ordinary nights) that moved like its kind's earlier occurrences, by that
+same test against each, is an occurrence too: a month-end taken for a fault before the pattern formed would
+otherwise keep it from ever forming. One that moved unlike them (a fault on a month-end) teaches nothing.
 
 What the file's calendar configures overrides: a ``month_end`` or ``quarter_end`` window turns off the
 learning of month- or quarter-ends, ``day_of_month`` entries the learning of days of the month.
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import calendar as stdlib_calendar
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from statistics import median
@@ -102,11 +105,18 @@ Effect = Callable[[date, Mapping[date, float]], float | None]
 
 
 def learn(
-    ordinary: Mapping[date, float], day: date, calendar: BusinessCalendar, effect: Effect, noise: float
+    ordinary: Mapping[date, float],
+    day: date,
+    calendar: BusinessCalendar,
+    effect: Effect,
+    noise: float,
+    flagged: Collection[date] = (),
 ) -> Recurring:
     """The recurring kinds the ``ordinary`` nights (those the calendar does not name) hold, and tonight's.
     ``effect`` measures a night against the nights it is given; ``noise`` is the spread of an ordinary
-    night's error (the same units)."""
+    night's error (the same units). ``flagged``: the nights left out of the ordinary ones as an incident's
+    (``effect`` measures them too); one that moved like its kind's earlier occurrences is one more of them
+    (:func:`_like_earlier`)."""
     found = Recurring()
     if noise <= 0:
         return found
@@ -116,11 +126,16 @@ def learn(
         for key, name in candidate_keys(d, calendar):
             occurrences.setdefault(key, []).append(d)
             names[key] = name
+    flagged_occurrences: dict[str, list[date]] = {}
+    for d in sorted(flagged):
+        for key, _ in candidate_keys(d, calendar):
+            flagged_occurrences.setdefault(key, []).append(d)
     tonight = candidate_keys(day, calendar)
     tonight_keys = {key for key, _ in tonight}
     for key, days in occurrences.items():
         period_end = not key.startswith("day_of_month")
-        if len(days) < MIN_OCCURRENCES and key not in tonight_keys and not period_end:
+        seen = len(days) + len(flagged_occurrences.get(key, []))
+        if seen < MIN_OCCURRENCES and key not in tonight_keys and not period_end:
             continue
         # Each occurrence against the ordinary nights before it that are not occurrences themselves.
         mine = set(days)
@@ -142,6 +157,14 @@ def learn(
         sizes = [abs(e) for e in effects.values()]
         if math.log(max(sizes) / min(sizes)) > ALIKE:
             continue
+        # A flagged night of this kind (a month-end taken for a fault before the kind was learned) that moved
+        # like the earlier ones is an occurrence too: left out, it kept the pattern from ever forming, and
+        # every later one stayed unexplained. One that moved unlike them (a fault) teaches nothing.
+        for d in flagged_occurrences.get(key, []):
+            if (e := effect(d, others)) is not None and _like_earlier(
+                e, [v for k, v in effects.items() if k < d], noise
+            ):
+                effects[d] = e
         found.effects.update(effects)
         if len(effects) >= (MIN_OCCURRENCES if period_end else MIN_DAY_OF_MONTH_OCCURRENCES):
             found.learned[key] = sorted(effects)
@@ -166,7 +189,19 @@ def learn(
     return found
 
 
+def _like_earlier(effect: float, earlier: Sequence[float], noise: float) -> bool:
+    """A flagged night's ``effect`` is like its kind's ``earlier`` occurrences' (one at least): beyond the
+    noise as they are, and like each of them as tonight must be like an only earlier one to be a WARN
+    (:func:`moves_like_once`). Stricter than the occurrences' own likeness (:data:`ALIKE`): the night was
+    taken for a fault, and a fault that multiplied a month-end's run must not teach the calendar."""
+    return bool(earlier) and abs(effect) >= MATERIAL * noise and all(_moves_like(effect, e) for e in earlier)
+
+
+def _moves_like(effect: float, earlier: float) -> bool:
+    """The same way, within half to twice the earlier effect."""
+    return effect * earlier > 0 and abs(math.log(abs(effect) / abs(earlier))) <= LIKE_ONE
+
+
 def moves_like_once(tonight_effect: float, once: tuple[str, date, float]) -> bool:
     """Tonight moved like the only earlier occurrence: the same way, within half to twice its effect."""
-    _, _, earlier = once
-    return tonight_effect * earlier > 0 and abs(math.log(abs(tonight_effect) / abs(earlier))) <= LIKE_ONE
+    return _moves_like(tonight_effect, once[2])

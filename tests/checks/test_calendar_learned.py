@@ -273,3 +273,61 @@ def test_a_day_of_the_month_the_history_holds_three_times_is_learned(make, calen
     assert j.severity is None and "day 15 of the month (learned from 3" in j.describe(), j.describe()
     fault = judge(history, day, series[day] * 0.5, CONFIG, Direction.DOWN, calendar=calendar)
     assert fault.severity == "ERROR", fault.describe()
+
+
+@pytest.mark.parametrize(
+    ("make", "day", "flagged", "calendar"),
+    [
+        # Friday 29 August: 30 June, then 31 July taken for a fault (nothing before it to learn from).
+        (_invoices, date(2025, 8, 29), {date(2025, 7, 31)}, NO_CALENDAR),
+        # From 1 June: 29-30 June, then 30-31 July both taken for faults; tonight Sunday 31 August.
+        (
+            lambda end: {d: v for d, v in _shop(end).items() if d >= date(2025, 6, 1)},
+            date(2025, 8, 31),
+            {date(2025, 7, 30), date(2025, 7, 31)},
+            SHOP_DAYS,
+        ),
+    ],
+    ids=["distributor-weekdays", "shop-every-day"],
+)
+def test_a_flagged_month_end_that_moved_like_the_earlier_ones_is_an_occurrence(make, day, flagged, calendar):
+    """A month-end flagged before the pattern formed left the occurrences, so it never formed and every
+    month-end after it stayed a WARN. Flagged, it still counts when it moved like the earlier ones; a
+    flagged one that moved unlike them (a fault) does not teach the calendar."""
+    series = make(day)
+    history = {d: v for d, v in series.items() if d < day}
+    j = judge(history, day, series[day], CONFIG, Direction.BOTH, calendar=calendar, excluded_days=flagged)
+    assert j.severity is None and j.calendar_day.kind == "recurring", j.describe()
+    assert "learned from 2 past occurrences" in j.calendar_day.name and flagged & set(j.like_days)
+    fault = judge(
+        history, day, series[day] * 0.5, CONFIG, Direction.DOWN, calendar=calendar, excluded_days=flagged
+    )
+    assert fault.severity == "ERROR", fault.describe()
+    # The flagged month-end a partial load (a sixth of its run) or a replay (five times it): no occurrence,
+    # so tonight's is still the second on record, a WARN, not compared with the faulty night.
+    for factor in (1 / 6, 5.0):
+        faulty = {d: v * (factor if d in flagged else 1.0) for d, v in history.items()}
+        j = judge(faulty, day, series[day], CONFIG, Direction.BOTH, calendar=calendar, excluded_days=flagged)
+        assert j.severity == "WARN" and j.calendar_day is None, (factor, j.describe())
+        assert "moved like the only earlier one on record" in j.describe()
+
+
+@pytest.mark.parametrize(
+    ("make", "calendar"),
+    [(_invoices, NO_CALENDAR), (_shop, SHOP_DAYS)],
+    ids=["distributor-weekdays", "shop-every-day"],
+)
+def test_a_flagged_day_of_the_month_counts_only_when_it_moved_like_the_others(make, calendar):
+    """A payday on the 15th three months running, the middle one flagged: it moved like the others, so the
+    day is learned (three occurrences); flagged after moving unlike them, the two others are not enough."""
+    day = date(2025, 9, 15)
+    flagged = {date(2025, 7, 15)}
+    series = {d: v * (0.6 if d.day == 15 else 1.0) for d, v in make(day).items() if d >= date(2025, 6, 1)}
+    history = {d: v for d, v in series.items() if d < day}
+    j = judge(history, day, series[day], CONFIG, Direction.BOTH, calendar=calendar, excluded_days=flagged)
+    assert j.severity is None and "day 15 of the month (learned from 3" in j.describe(), j.describe()
+    faulty = {d: v * (0.3 if d in flagged else 1.0) for d, v in history.items()}
+    fault = judge(
+        faulty, day, series[day] * 0.5, CONFIG, Direction.DOWN, calendar=calendar, excluded_days=flagged
+    )
+    assert fault.calendar_day is None and fault.severity == "ERROR", fault.describe()

@@ -57,8 +57,9 @@ def test_a_to_date_total_is_recognised_from_its_history(period):
     total = RecordedTotal.model_validate(
         {"name": "x", "owner": "o", "asset": "a/b", "sql": "SELECT 1 AS VALUE"}
     )
-    assert total.cumulative == "auto" and cumulative.period_of("no", values) is None
-    assert cumulative.period_of("quarter", values) == "quarter"
+    day = max(values) + timedelta(days=1)
+    assert total.cumulative == "auto" and cumulative.period_of("no", values, day, 0.0) is None
+    assert cumulative.period_of("quarter", values, day, 0.0) == "quarter"
 
 
 def test_the_first_of_the_month_and_the_nights_after_a_bad_one_are_ordinary_increments():
@@ -163,3 +164,67 @@ def test_the_night_after_a_failed_build_is_judged_over_the_days_since_the_last_b
     replayed = _evaluated(total, own, repaired, doubled, failed)
     assert not replayed.passed
     assert f"{total.name}'s increment over the 2 days since its last build" in replayed.description
+
+
+def _shaped(shape: str, daily: dict[date, float], period: cumulative.Period) -> dict[date, Recorded]:
+    """``daily`` to date, its two groups keyed by the shape's key."""
+    key = ONE_RESET[shape][0]
+    return {d: r.model_copy(update={"groups": {f"{key}={g.split('=')[1]}": v for g, v in r.groups.items()}})
+            for d, r in _to_date(daily, period).items()}  # fmt: skip
+
+
+ONE_RESET = {
+    # Revenue quarter to date by listing currency, every night, from 26 June: 1 July the only reset on
+    # record (a month's, a quarter's), 1 August the first month boundary after it.
+    "revenue_qtd": ("CURRENCY_CODE", "quarter", _payments(date(2026, 6, 26), 40), [date(2026, 8, 1)]),
+    # Parcels year to date by depot, business days only, from 8 December: 2 January the only reset on record
+    # (a month's, a quarter's, a year's); 2 February and 1 April the first month and quarter boundaries after.
+    "parcels_ytd": ("DEPOT", "year", _parcels(date(2025, 12, 8), 120), [date(2026, 2, 2), date(2026, 4, 1)]),
+}
+
+
+@pytest.mark.parametrize("shape", ONE_RESET)
+def test_a_boundary_with_no_drop_is_no_reset_while_one_reset_is_on_record(shape):
+    """With one reset on record a longer period's total fits a month's record as well: on the first boundary
+    of the shorter period the total does not drop, and that is an ordinary increment (its period is longer),
+    not a month-to-date total that failed to restart. A fault on that night is still one."""
+    key, period, daily, nights = ONE_RESET[shape]
+    total = RecordedTotal.model_validate(
+        {"name": f"{shape}", "owner": "o", "asset": f"mart/{shape}", "sql": "SELECT 1 AS VALUE",
+         "group_keys": [key], "baseline": {"weeks": 6, "min_relative_change": 0.1}}
+    )  # fmt: skip
+    history = _shaped(shape, daily, period)
+    nobody = date(2000, 1, 1)
+    for day in nights:
+        own = {d: r for d, r in history.items() if d < day}
+        values = {d: r.value for d, r in own.items()}
+        # The record fits a month as well as the total's own period; tonight did not drop.
+        assert cumulative.detect(values) in ("month", "quarter")
+        # Read as a longer period's: tonight continues the period of the last night on record.
+        chosen = cumulative.period_of("auto", values, day, history[day].value)
+        assert chosen != cumulative.detect(values) and cumulative.period_start(day, chosen) <= max(own)
+        result = _evaluated(total, own, day, history[day], nobody)
+        assert result.passed, result.description
+        # The night's rows loaded twice: its increment doubled, an ERROR.
+        doubled = history[day].model_copy(
+            update={"value": history[day].value + daily[day],
+                    "groups": {g: v + (0.6 if i == 0 else 0.4) * daily[day]
+                               for i, (g, v) in enumerate(history[day].groups.items())}}
+        )  # fmt: skip
+        assert not _evaluated(total, own, day, doubled, nobody).passed
+        # The total fell to a third (most of the period's rows lost): a drop read as a month's reset, whose
+        # first night is a period's worth of days, not one.
+        lost = history[day].model_copy(
+            update={
+                "value": history[day].value / 3,
+                "groups": {g: v / 3 for g, v in history[day].groups.items()},
+            }
+        )
+        assert not _evaluated(total, own, day, lost, nobody).passed
+    # Declared, the period is not second-guessed: a month-to-date total that did not restart is a fault.
+    day = nights[0]
+    own = {d: r for d, r in history.items() if d < day}
+    values = {d: r.value for d, r in own.items()}
+    assert cumulative.period_of("month", values, day, history[day].value) == "month"
+    declared = total.model_copy(update={"cumulative": "month"})
+    assert not _evaluated(declared, own, day, history[day], nobody).passed
