@@ -13,9 +13,8 @@ from __future__ import annotations
 import random
 from datetime import UTC, date, datetime, time, timedelta
 
-import dagster as dg
 import pytest
-from diagnosis_db import diagnosis_db
+from diagnosis_db import diagnosis_db, node_spec
 
 from dw_dagster.checks.history import HistorySession, Reading, group_rows_series, input_load_series
 from dw_dagster.checks.metrics import MetricsFile
@@ -42,23 +41,6 @@ SHAPES = {
 }  # fmt: skip
 ROWS = 8
 """Rows per subset value a night."""
-
-
-def _spec(key: str, table: str, types: dict[str, str], lineage=None, join=None) -> dg.AssetSpec:
-    metadata = {
-        "dagster/table_name": table,
-        "dagster/column_schema": dg.TableSchema(columns=[dg.TableColumn(c, t) for c, t in types.items()]),
-        "coalesce/node_type": "Fact" if join else "Source",
-    }
-    deps: set[str] = set()
-    if lineage:
-        metadata["dagster/column_lineage"] = dg.TableColumnLineage(
-            deps_by_column={c: [dg.TableColumnDep(asset_key=dg.AssetKey.from_user_string(k), column_name=n)
-                                for k, n in srcs] for c, srcs in lineage.items()}
-        )  # fmt: skip
-        metadata["coalesce/join"] = join
-        deps = {k for srcs in lineage.values() for k, _ in srcs}
-    return dg.AssetSpec(key, kinds={"coalesce"}, deps=sorted(deps), metadata=metadata)
 
 
 class World:
@@ -88,12 +70,12 @@ class World:
         stg_types = {group: "VARCHAR", key: "NUMBER(38,0)", measure: "NUMBER(12,2)"}
         both = lambda i: [(self.m_key, main[i]), (self.p_key, partner[i])]  # noqa: E731
         graph = LineageGraph([
-            _spec(self.m_key, f"DB.RAW.{main[0]}", types[main[0]]),
-            _spec(self.p_key, f"DB.PARTNER.{partner[0]}", types[partner[0]]),
-            _spec(r_key, f"DB.REF.{ref}", {ref_key: "NUMBER(38,0)", "NAME": "VARCHAR"}),
-            _spec("staging/stg", "DB.STAGING.STG", stg_types, {group: both(3), key: both(5), measure: both(6)},
+            node_spec(self.m_key, f"DB.RAW.{main[0]}", types[main[0]]),
+            node_spec(self.p_key, f"DB.PARTNER.{partner[0]}", types[partner[0]]),
+            node_spec(r_key, f"DB.REF.{ref}", {ref_key: "NUMBER(38,0)", "NAME": "VARCHAR"}),
+            node_spec("staging/stg", "DB.STAGING.STG", stg_types, {group: both(3), key: both(5), measure: both(6)},
                   union),
-            _spec(self.asset, "DB.CORE.FCT", stg_types,
+            node_spec(self.asset, "DB.CORE.FCT", stg_types,
                   {group: [("staging/stg", group)], key: [("staging/stg", key)],
                    measure: [("staging/stg", measure)]}, fact_join),
         ])  # fmt: skip
