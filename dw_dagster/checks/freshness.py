@@ -34,7 +34,7 @@ CADENCE_LOOKBACK_DAYS = 56
 """The input's loads of the last eight weeks say on which nights it loads."""
 MAX_QUIET_NIGHTS = 14
 """A closure longer than two weeks is a feed that stopped, whatever its record says."""
-STALLED_NIGHTS = "advanced_on_nights"
+ADVANCED_ON_NIGHTS = "advanced_on_nights"
 """The metadata key of a finding whose input did not load tonight: the nights like tonight it loaded on."""
 MIN_ADVANCING_NIGHTS = 14
 """Nights like tonight on which the input's latest load advanced, every one of them, before a night it did not
@@ -335,7 +335,7 @@ def _judge(
     held: datetime | None,
     latest: datetime | None,
     allowed: AllowedAge,
-    stalled: int = 0,
+    stalled: int,
 ) -> dg.AssetCheckResult:
     key = key_from_path(rule.asset)
     built = _built_at(night.context.instance, key) or datetime.now(UTC)
@@ -368,7 +368,7 @@ def _judge(
     if allowed.quiet:
         metadata["allowed_age"] = allowed.describe()
     if stalled:
-        metadata[STALLED_NIGHTS] = stalled
+        metadata[ADVANCED_ON_NIGHTS] = stalled
     if latest is not None:
         metadata["input_age_hours"] = figure((built - latest).total_seconds() / 3600, 1)
     if problems:

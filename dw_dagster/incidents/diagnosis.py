@@ -340,11 +340,12 @@ def _total_anomaly(
         checked.append("the inputs' latest loads: each advanced tonight, or its record shows it skips nights")
     # The sources delivered their rows and the total kept fewer of them than on its good nights: the rows
     # went inside the pipeline (a join on NULL or unknown keys), not at the source.
-    kept = None if held or drill.lost is not None else kept_share(ctx, total, day, nights)
+    kept = None if held or drill.lost is not None else _kept_share(ctx, total, day, nights)
     if kept is not None:
         evidence.update({"kept_share": kept[0], "kept_share_good_nights": kept[1]})
     if (held or kept is not None) and fell and not evidence.get("gap_units"):
-        # No source total to reconcile with, yet the rows held: a join on the path drops value.
+        # No source total to reconcile with, yet the rows held (or the sources delivered what the total
+        # lost): a join on the path drops value.
         found = diagnose_fall(
             incident, finding, total, ctx, (before.value or 0) - (tonight.value or 0), evidence
         )
@@ -374,7 +375,7 @@ def _total_anomaly(
     return _unknown(incident, finding, ctx, evidence, path, checked)
 
 
-def kept_share(
+def _kept_share(
     ctx: DiagnosisContext, total: RecordedTotal, day: date, nights: Sequence[date]
 ) -> tuple[float, float] | None:
     """The share of its sources' rows the total kept tonight and on its good nights (their median), when it
