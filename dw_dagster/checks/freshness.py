@@ -34,6 +34,11 @@ CADENCE_LOOKBACK_DAYS = 56
 """The input's loads of the last eight weeks say on which nights it loads."""
 MAX_QUIET_NIGHTS = 14
 """A closure longer than two weeks is a feed that stopped, whatever its record says."""
+ADVANCED_ON_NIGHTS = "advanced_on_nights"
+"""The metadata key of a finding whose input did not load tonight: the nights like tonight it loaded on."""
+MIN_ADVANCING_NIGHTS = 14
+"""Nights like tonight on which the input's latest load advanced, every one of them, before a night it did not
+is stale whatever its age: two weeks, so a feed that skips one night in ten has most likely shown a skip."""
 _DAILY = re.compile(r"^(\d{1,2})\s+(\d{1,2})\s+(\*\s+\*\s+\S+)$")
 
 
@@ -133,7 +138,7 @@ def input_freshness_specs(metrics: MetricsFile, specs: Sequence[dg.AssetSpec]) -
             additional_deps=[key_from_path(r.input)],
             description=f"Holds {r.input}'s latest load, and that load was at most "
             f"{r.max_input_age_hours:g} h old when the table was built, more after the nights it does not load "
-            "(its own cadence)",
+            "(its own cadence); and it advanced tonight if it advanced on every night like tonight on record",
         )
         for r in rules
     ]
@@ -191,8 +196,10 @@ class InputFreshnessChecks:
             series = input_load_series(rule.input)
             if latest is not None:
                 night.record(series, Reading(value=latest.timestamp()))
-            allowed = allowed_age(rule, night.past.get(series, {}), night.day, self.calendar)
-            results.append(_judge(night, rule, held, latest, allowed))
+            past = night.past.get(series, {})
+            allowed = allowed_age(rule, past, night.day, self.calendar)
+            stalled = stalled_nights(latest and latest.timestamp(), past, night.day, self.calendar)
+            results.append(_judge(night, rule, held, latest, allowed, stalled))
         return results, errors
 
     def _instant(self, path: str, column: str, value: datetime | None) -> datetime | None:
@@ -232,24 +239,66 @@ class AllowedAge:
         )
 
 
-def quiet_weekdays(past: Mapping[date, Recorded], calendar: BusinessCalendar) -> frozenset[int]:
-    """The weekdays (of the business date) on which an input's latest load does not advance: by its own
-    record (``input_load`` series), a weekday with three nights on record is quiet when the load stood still
-    on at least three in four of them (at most one in four advanced: ``calendar.routine_weekdays``, the rule
-    closed days follow too); a weekday with fewer is quiet when the calendar says it is no business day. An
-    input quiet every day has no cadence to follow. Nights whose check failed count too (never flagged out): a feed's first Mondays may fail before its record
-    shows it never loads on them, and a stall of a night or two is too rare to make a weekday quiet."""
+def _stood_still(past: Mapping[date, Recorded]) -> dict[date, bool]:
+    """Each recorded night whose night before is on record too: whether the input's latest load stood still."""
     still: dict[date, bool] = {}
     for d, r in past.items():
         before = past.get(d - timedelta(days=1))
         if r.value is None or before is None or before.value is None:
             continue
         still[d] = r.value <= before.value
+    return still
+
+
+def quiet_weekdays(past: Mapping[date, Recorded], calendar: BusinessCalendar) -> frozenset[int]:
+    """The weekdays (of the business date) on which an input's latest load does not advance: by its own
+    record (``input_load`` series), a weekday with three nights on record is quiet when the load stood still
+    on at least three in four of them (at most one in four advanced: ``calendar.routine_weekdays``, the rule
+    closed days follow too); a weekday with fewer is quiet when the calendar says it is no business day. An
+    input quiet every day has no cadence to follow. Nights whose check failed count too (never flagged out):
+    a feed's first Mondays may fail before its record shows it never loads on them, and a stall of a night
+    or two is too rare to make a weekday quiet."""
+    still = _stood_still(past)
     on_record = Counter(d.weekday() for d in still)
     quiet = set(routine_weekdays(still)) | {
         w for w in range(7) if on_record[w] < ROUTINE_NIGHTS and WEEKDAYS[w] not in calendar.business_days
     }
     return frozenset() if len(quiet) == 7 else frozenset(quiet)
+
+
+def advancing_nights(past: Mapping[date, Recorded], day: date, calendar: BusinessCalendar) -> int:
+    """How many nights like ``day`` the input's record (``input_load`` series, before ``day``) holds, its
+    latest load having advanced over the night before on every one of them: the nights of the weekdays it
+    loads on (not ``quiet_weekdays``: a weekday-only feed keeps its weekend) that are no holiday of the
+    calendar. 0 when the record does not say the load advances on every such night: it stood still on one
+    (a feed that skips a night now and then is judged by its age alone), ``day`` is a quiet weekday or a
+    holiday, or the record is short (under ``MIN_ADVANCING_NIGHTS`` such nights, or under three of
+    ``day``'s weekday)."""
+    quiet = quiet_weekdays(past, calendar)
+    if day.weekday() in quiet or calendar.holiday(day) is not None:
+        return 0
+    loading = {
+        d: s
+        for d, s in _stood_still(past).items()
+        if d.weekday() not in quiet and calendar.holiday(d) is None
+    }
+    same = sum(1 for d in loading if d.weekday() == day.weekday())
+    if any(loading.values()) or len(loading) < MIN_ADVANCING_NIGHTS or same < ROUTINE_NIGHTS:
+        return 0
+    return len(loading)
+
+
+def stalled_nights(
+    latest: float | None, past: Mapping[date, Recorded], day: date, calendar: BusinessCalendar
+) -> int:
+    """The nights like ``day`` on which the input's latest load advanced (``advancing_nights``) when it did
+    not advance tonight (``latest``, epoch seconds, against the night before's record); else 0. A feed whose
+    last load lands a day before the build is within a fixed age on the night its load never came: its own
+    record says the night's load is missing."""
+    before = past.get(day - timedelta(days=1))
+    if latest is None or before is None or before.value is None or latest > before.value:
+        return 0
+    return advancing_nights(past, day, calendar)
 
 
 def allowed_age(
@@ -286,6 +335,7 @@ def _judge(
     held: datetime | None,
     latest: datetime | None,
     allowed: AllowedAge,
+    stalled: int,
 ) -> dg.AssetCheckResult:
     key = key_from_path(rule.asset)
     built = _built_at(night.context.instance, key) or datetime.now(UTC)
@@ -299,6 +349,12 @@ def _judge(
                 f"built on stale input: {rule.input}'s latest load was {age.total_seconds() / 3600:.1f} h "
                 f"old when {rule.asset} was built (allowed {allowed.describe()})"
             )
+        elif stalled:
+            problems.append(
+                f"built on stale input: {rule.input}'s latest load ({latest:%Y-%m-%d %H:%M} UTC) did not advance "
+                f"since the night before, though it advanced on each of the {stalled} nights like tonight on "
+                "record"
+            )
         if held is None or latest - held > timedelta(minutes=rule.max_lag_minutes):
             problems.append(
                 f"{rule.asset} holds loads up to {held}, but {rule.input} has loads up to {latest}"
@@ -311,6 +367,8 @@ def _judge(
     }
     if allowed.quiet:
         metadata["allowed_age"] = allowed.describe()
+    if stalled:
+        metadata[ADVANCED_ON_NIGHTS] = stalled
     if latest is not None:
         metadata["input_age_hours"] = figure((built - latest).total_seconds() / 3600, 1)
     if problems:

@@ -25,9 +25,11 @@ on: it never fails the job, so the incident is always alerted.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import date, timedelta
+from statistics import median
 
 from dw_dagster.checks.business_keys import BUSINESS_KEY_CHECK
+from dw_dagster.checks.calendar import ROUTINE_NIGHTS
 from dw_dagster.checks.history import Recorded, group_rows_series
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.cost import COST_CHECK
@@ -61,7 +63,7 @@ from dw_dagster.incidents.group_shift import (
     trace_shift,
 )
 from dw_dagster.incidents.run_findings import RUN_FINDINGS
-from dw_dagster.incidents.shortfall import null_value_diagnosis, shortfall_keys
+from dw_dagster.incidents.shortfall import null_subset, null_value_diagnosis, shortfall_keys
 from dw_dagster.incidents.staleness import stale_diagnosis
 from dw_dagster.incidents.structure import source_columns, table
 from dw_dagster.incidents.value_loss import diagnose_fall, diagnose_gap
@@ -69,6 +71,10 @@ from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Inciden
 from dw_dagster.records.keys import split_label
 
 __all__ = ["DiagnosisContext", "by_priority", "diagnose"]
+
+KEPT_STEADY = 0.02
+"""The share of its sources' rows a total keeps is steady within this on its good nights (as ``rows_held``
+judges a row count), and fell tonight when it is below every good night's by more than this."""
 
 
 def by_priority(findings: Sequence[Finding]) -> list[Finding]:
@@ -324,15 +330,28 @@ def _total_anomaly(
         if stale is not None:
             return stale
         checked.append("the source tables' latest loads: none stopped")
-    if held and fell and not evidence.get("gap_units"):
-        # No source total to reconcile with, yet the rows held: a join on the path drops value.
+    missing = [g for g in before.groups if g not in tonight.groups]
+    if not held and (missing or fell):
+        # Rows went (whole groups, or the total's rows fell): an input that delivered nothing tonight, though
+        # its own record says it loads on every night like this one, before volume loss.
+        stale = stale_diagnosis(incident, finding, ctx, stalled_only=True)
+        if stale is not None:
+            return stale
+        checked.append("the inputs' latest loads: each advanced tonight, or its record shows it skips nights")
+    # The sources delivered their rows and the total kept fewer of them than on its good nights: the rows
+    # went inside the pipeline (a join on NULL or unknown keys), not at the source.
+    kept = None if held or drill.lost is not None else _kept_share(ctx, total, day, nights)
+    if kept is not None:
+        evidence.update({"kept_share": kept[0], "kept_share_good_nights": kept[1]})
+    if (held or kept is not None) and fell and not evidence.get("gap_units"):
+        # No source total to reconcile with, yet the rows held (or the sources delivered what the total
+        # lost): a join on the path drops value.
         found = diagnose_fall(
             incident, finding, total, ctx, (before.value or 0) - (tonight.value or 0), evidence
         )
         if found is not None:
-            return found
+            return _null_keys_subset(found, total, ctx, day, nights)
         checked.append("every join and filter the total is built through: none drops the fall")
-    missing = [g for g in before.groups if g not in tonight.groups]
     if missing or fell:
         # The source's values whose rows did not arrive, else the groups that hold the fall, ranked by how
         # much of it each explains (a group gone counts all).
@@ -354,6 +373,74 @@ def _total_anomaly(
             owners=ctx.graph.owners_on([total.asset]),
         )
     return _unknown(incident, finding, ctx, evidence, path, checked)
+
+
+def _kept_share(
+    ctx: DiagnosisContext, total: RecordedTotal, day: date, nights: Sequence[date]
+) -> tuple[float, float] | None:
+    """The share of its sources' rows the total kept tonight and on its good nights (their median), when it
+    fell beyond ``KEPT_STEADY`` below a share steady within it on every good night; None otherwise, or when
+    it is not on record. The sources are the Source tables the total's measure is read from, each with a
+    recorded total whose rows are on record (its SQL's ``ROWS``); a total's and its sources' rows rise and
+    fall together with the day, so their ratio shows rows lost between them however much the day varies."""
+    sources = {k for c in measure_columns(total) for k, _ in source_columns(ctx.graph, (total.asset, c))}
+    feeding = [t for t in ctx.metrics.totals if t.group_keys and t.asset in sources and t.name != total.name]
+    if not total.group_keys or not feeding or {t.asset for t in feeding} != sources:
+        return None
+    rows = [
+        ctx.history.metric_history(group_rows_series(t.name), day + timedelta(days=1), HISTORY_DAYS)
+        for t in [total, *feeding]
+    ]
+
+    def share(d: date) -> float | None:
+        found = [r.get(d) for r in rows]
+        if any(f is None or f.value is None for f in found):
+            return None
+        delivered = sum(f.value for f in found[1:])  # type: ignore[misc, union-attr]
+        return found[0].value / delivered if delivered else None  # type: ignore[union-attr, operator]
+
+    tonight = share(day)
+    good = [s for d in nights if (s := share(d)) is not None]
+    if tonight is None or len(good) < ROUTINE_NIGHTS:
+        return None
+    low, high = min(good), max(good)
+    if high > low * (1 + KEPT_STEADY) or tonight >= low * (1 - KEPT_STEADY):
+        return None
+    return round(tonight, 4), round(median(good), 4)
+
+
+def _null_keys_subset(
+    found: Diagnosis, total: RecordedTotal, ctx: DiagnosisContext, day: date, nights: Sequence[date]
+) -> Diagnosis:
+    """A join's value loss on rows whose key arrives NULL, named by the source subset that holds tonight's
+    new NULL keys (``shortfall.null_subset``: per low-cardinality column of the source, the value whose rows
+    got them while the others got none): the region whose lookup failed, not ``KEY IS NULL``."""
+    nulls = [k for k in found.keys if k.value is None]
+    if found.classification is not CauseClass.VALUE_LOSS or not nulls:
+        return found
+    subset = null_subset(ctx, total, [k.label for k in nulls], day, list(nights))
+    if subset is None:
+        return found
+    key = KeyGap(
+        column=subset.column,
+        value=subset.value,
+        rows=subset.nulls,
+        units=sum(k.units for k in nulls),
+        change=f"{' or '.join(subset.nulled)} NULL on {subset.nulls:,} of its {subset.rows:,} rows tonight, "
+        f"on no other {subset.column}'s",
+    )
+    nulled = " or ".join(subset.nulled)
+    return found.model_copy(
+        update={
+            "keys": [key, *found.keys],
+            "cause": f"{found.cause} The rows arrived; their keys did not: {nulled} arrives NULL in "
+            f"{subset.asset} for {key.label} ({subset.nulls:,} of its {subset.rows:,} rows tonight) and for no "
+            f"other {subset.column}.",
+            "upstream_change": f"{nulled} arrives empty in {subset.asset} for {key.label}",
+            "cause_asset": subset.asset,
+            "evidence": {**found.evidence, "null_source": subset.asset, "null_rows": subset.nulls},
+        }
+    )
 
 
 def _group_rows(ctx: DiagnosisContext, total: RecordedTotal, day, before) -> tuple[Recorded, Recorded] | None:

@@ -23,6 +23,7 @@ from dw_dagster.checks.freshness import (
     INPUT_FRESHNESS_CHECK,
     allowed_age,
     quiet_nights,
+    stalled_nights,
 )
 from dw_dagster.checks.history import input_load_series
 from dw_dagster.checks.metrics import InputFreshness
@@ -52,16 +53,30 @@ class SourceAge:
     """Fed continuously (a freshness rule names it, or it loaded on ``LIVE_DAYS`` of the last two weeks)."""
     allowed_hours: float
     """The age it may have at the build."""
+    stalled: int = 0
+    """An input a freshness rule names whose latest load did not advance tonight: the nights like tonight on
+    which its record shows it advanced, every one (``freshness.stalled_nights``); else 0."""
 
     @property
     def stale(self) -> bool:
-        return self.live and (self.latest is None or (self.age_hours or 0) > self.allowed_hours)
+        return self.live and (
+            self.latest is None or (self.age_hours or 0) > self.allowed_hours or self.stalled > 0
+        )
 
     @property
     def shown(self) -> str:
         if self.latest is None:
             return f"{self.asset} has no rows"
-        return f"{self.asset} (latest {self.column} {self.latest:%Y-%m-%d %H:%M}, {self.age_hours:.1f} h before the build)"
+        stall = (
+            f"; nothing new since the night before, though it loaded on each of the {self.stalled} nights like "
+            "tonight on record"
+            if self.stalled
+            else ""
+        )
+        return (
+            f"{self.asset} (latest {self.column} {self.latest:%Y-%m-%d %H:%M}, {self.age_hours:.1f} h before the "
+            f"build{stall})"
+        )
 
 
 def _utc(v: object) -> datetime | None:
@@ -75,8 +90,28 @@ def _utc(v: object) -> datetime | None:
 def allowed_hours(ctx: DiagnosisContext, rule: InputFreshness, day: date) -> float:
     """The age the input-freshness check allows ``rule``'s input on business date ``day``, from the input's
     recorded loads as the check reads them."""
-    past = ctx.history.metric_history(input_load_series(rule.input), day, CADENCE_LOOKBACK_DAYS)
-    return allowed_age(rule, past, day, ctx.metrics.calendar).hours
+    return judged_inputs(ctx, [rule], day)[rule.input][0]
+
+
+def judged_inputs(
+    ctx: DiagnosisContext, rules: list[InputFreshness], day: date
+) -> dict[str, tuple[float, int]]:
+    """Per input of ``rules``: the age its check allows on business date ``day``, and the nights like it on
+    which its latest load advanced when it did not on ``day`` (``freshness.stalled_nights``; else 0), from
+    its recorded loads as the check reads them and the night's own (recorded by the night's checks run)."""
+    calendar = ctx.metrics.calendar
+    out = {}
+    for rule in rules:
+        # Read once per diagnosis (the audited history keeps what it read).
+        past = dict(
+            ctx.history.metric_history(
+                input_load_series(rule.input), day + timedelta(days=1), CADENCE_LOOKBACK_DAYS + 1
+            )
+        )
+        tonight = past.pop(day, None)
+        stalled = stalled_nights(tonight.value if tonight else None, past, day, calendar)
+        out[rule.input] = (allowed_age(rule, past, day, calendar).hours, stalled)
+    return out
 
 
 def source_ages(ctx: DiagnosisContext, asset: str, built_at: datetime, day: date) -> list[SourceAge]:
@@ -102,15 +137,16 @@ def source_ages(ctx: DiagnosisContext, asset: str, built_at: datetime, day: date
     rows = ctx.rows(
         f"the latest row of each source table upstream of {asset}", "\nUNION ALL\n".join(parts), tuple(params)
     )
+    judged = judged_inputs(ctx, [r for k, r in rules.items() if any(m[0] == k for m in meta)], day)
     best: dict[str, SourceAge] = {}
     for i, latest, days in rows or []:
         key, column = meta[int(i)]
         when = _utc(latest)
         age = (built_at - when).total_seconds() / 3600 if when else None
         rule = rules.get(key)
-        limit = allowed_hours(ctx, rule, day) if rule else DEFAULT_MAX_AGE_HOURS
+        limit, stalled = judged[key] if rule else (DEFAULT_MAX_AGE_HOURS, 0)
         live = rule is not None or int(days or 0) >= LIVE_DAYS
-        found = SourceAge(key, column, when, int(days or 0), age, live, limit)
+        found = SourceAge(key, column, when, int(days or 0), age, live, limit, stalled)
         # A table's latest row is its latest across its time columns.
         if key not in best or (when and (best[key].latest is None or when > best[key].latest)):
             best[key] = found
@@ -177,13 +213,28 @@ def built_at(finding: Finding, ctx: DiagnosisContext) -> datetime:
     return datetime.combine(day, time(tz.cutoff_hour), ZoneInfo(tz.timezone)).astimezone(UTC)
 
 
-def stale_diagnosis(incident: Incident, finding: Finding, ctx: DiagnosisContext) -> Diagnosis | None:
+def stale_diagnosis(
+    incident: Incident, finding: Finding, ctx: DiagnosisContext, stalled_only: bool = False
+) -> Diagnosis | None:
     """Stale input, per source table: the tables that stopped, by how long, and who feeds them; None when
     no source stopped and the input-freshness finding does not say its input was older than its rule allows
-    (a table that only trails a fresh input has another cause: a build that left rows out, a skipped load)."""
+    (a table that only trails a fresh input has another cause: a build that left rows out, a skipped load).
+    With ``stalled_only`` (rows went missing), only the inputs whose load did not advance on a night their
+    record says it always does (``SourceAge.stalled``): a feed that delivered nothing tonight explains the
+    rows that went, a table that merely looks old beside a partial load does not."""
     rule = next((r for r in ctx.metrics.freshness.inputs if r.asset == finding.asset_key), None)
+    if stalled_only:
+        upstream = set(sources_upstream(ctx.graph, finding.asset_key))
+        inputs = [r for r in ctx.metrics.freshness.inputs if r.input in upstream]
+        # The inputs' records first (one read): the tables are read only when one of them stalled.
+        if not any(stalled for _, stalled in judged_inputs(ctx, inputs, finding.business_date).values()):
+            return None
     built = built_at(finding, ctx)
     stale = stopped(ctx, finding.asset_key, built, finding.business_date)
+    if stalled_only:
+        stale = [a for a in stale if a.stalled]
+        if not stale:
+            return None
     if not stale and (
         rule is None
         or finding.check_name != INPUT_FRESHNESS_CHECK

@@ -11,9 +11,8 @@ from __future__ import annotations
 import random
 from datetime import UTC, date, datetime, timedelta
 
-import dagster as dg
 import pytest
-from diagnosis_db import diagnosis_db
+from diagnosis_db import diagnosis_db, node_spec
 
 from dw_dagster.checks.history import HistorySession, group_rows_series
 from dw_dagster.checks.metrics import MetricsFile
@@ -45,23 +44,6 @@ SHAPES = {
 }  # fmt: skip
 
 
-def _spec(key: str, table: str, types: dict[str, str], lineage=None, join=None) -> dg.AssetSpec:
-    metadata = {
-        "dagster/table_name": table,
-        "dagster/column_schema": dg.TableSchema(columns=[dg.TableColumn(c, t) for c, t in types.items()]),
-        "coalesce/node_type": "Fact" if join else "Source",
-    }
-    deps: set[str] = set()
-    if lineage:
-        metadata["dagster/column_lineage"] = dg.TableColumnLineage(
-            deps_by_column={c: [dg.TableColumnDep(asset_key=dg.AssetKey.from_user_string(k), column_name=n)
-                                for k, n in srcs] for c, srcs in lineage.items()}
-        )  # fmt: skip
-        metadata["coalesce/join"] = join
-        deps = {k for srcs in lineage.values() for k, _ in srcs}
-    return dg.AssetSpec(key, kinds={"coalesce"}, deps=sorted(deps), metadata=metadata)
-
-
 class World:
     """A source selected by business day, a rate lookup joined on a key, a grouping of the subset column;
     the fact's value is quantity x price x rate, a NULL if any of them is."""
@@ -79,11 +61,11 @@ class World:
                 f"WHERE CAST(\"S\".\"{self.time}\" AS DATE) = "
                 f"(SELECT MAX(CAST(\"{self.time}\" AS DATE)) FROM {{{{ ref('RAW', '{src}') }}}})")  # fmt: skip
         graph = LineageGraph([
-            _spec(s, f"DB.RAW.{src}", {self.time: "TIMESTAMP_NTZ", self.sub: "VARCHAR", self.kind: "VARCHAR",
+            node_spec(s, f"DB.RAW.{src}", {self.time: "TIMESTAMP_NTZ", self.sub: "VARCHAR", self.kind: "VARCHAR",
                                        self.key: "VARCHAR", self.qty: "NUMBER(12,0)", self.price: "NUMBER(12,2)"}),
-            _spec(r, f"DB.REF.{ref}", {self.key: "VARCHAR", rate: "NUMBER(12,4)"}),
-            _spec(g, f"DB.REF.{grp}", {self.sub: "VARCHAR", group: "VARCHAR"}),
-            _spec(f"core/{fact.lower()}", f"DB.CORE.{fact}",
+            node_spec(r, f"DB.REF.{ref}", {self.key: "VARCHAR", rate: "NUMBER(12,4)"}),
+            node_spec(g, f"DB.REF.{grp}", {self.sub: "VARCHAR", group: "VARCHAR"}),
+            node_spec(f"core/{fact.lower()}", f"DB.CORE.{fact}",
                   {self.sub: "VARCHAR", self.key: "VARCHAR", group: "VARCHAR", "VALUE": "NUMBER(16,2)"},
                   {self.sub: [(s, self.sub)], self.key: [(s, self.key)], group: [(g, group)],
                    "VALUE": [(s, self.qty), (s, self.price), (r, rate)]}, join),
