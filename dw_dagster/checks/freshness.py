@@ -126,6 +126,8 @@ def _built_at(instance: dg.DagsterInstance, key: dg.AssetKey) -> datetime | None
 
 
 def input_freshness_specs(metrics: MetricsFile, specs: Sequence[dg.AssetSpec]) -> list[dg.AssetCheckSpec]:
+    """One check a table, over every input a rule names for it: a table fed by two sources (a union of two
+    feeds) has a rule for each, and a check named twice on one asset would judge one of them only."""
     rules = metrics.freshness.inputs
     paths = {s.key.to_user_string() for s in specs}
     missing = sorted({p for r in rules for p in (r.asset, r.input) if p not in paths})
@@ -134,14 +136,27 @@ def input_freshness_specs(metrics: MetricsFile, specs: Sequence[dg.AssetSpec]) -
     return [
         dg.AssetCheckSpec(
             name=INPUT_FRESHNESS_CHECK,
-            asset=key_from_path(r.asset),
-            additional_deps=[key_from_path(r.input)],
-            description=f"Holds {r.input}'s latest load, and that load was at most "
-            f"{r.max_input_age_hours:g} h old when the table was built, more after the nights it does not load "
-            "(its own cadence); and it advanced tonight if it advanced on every night like tonight on record",
+            asset=key_from_path(asset),
+            additional_deps=[key_from_path(r.input) for r in its],
+            description=f"Holds {_names([r.input for r in its])}'s latest load, and that load was at most "
+            f"{_names([f'{r.max_input_age_hours:g} h' for r in its])} old when the table was built, more after "
+            "the nights it does not load (its own cadence); and it advanced tonight if it advanced on every night "
+            "like tonight on record",
         )
-        for r in rules
+        for asset, its in _by_asset(rules).items()
     ]
+
+
+def _by_asset(rules: Sequence[InputFreshness]) -> dict[str, list[InputFreshness]]:
+    """The rules grouped by the table they judge, in the file's order."""
+    out: dict[str, list[InputFreshness]] = {}
+    for r in rules:
+        out.setdefault(r.asset, []).append(r)
+    return out
+
+
+def _names(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _latest(table: tuple[str, str, str], column: str) -> exp.Expression:
@@ -155,8 +170,8 @@ class InputFreshnessChecks:
     """The input-freshness checks of one checks run: both maxima of each rule, and their judgement."""
 
     def __init__(self, metrics: MetricsFile, specs: Sequence[dg.AssetSpec], selected: Sequence[dg.AssetKey]):
-        by_asset = {key_from_path(r.asset): r for r in metrics.freshness.inputs}
-        self.rules = [by_asset[k] for k in sorted(set(selected), key=lambda k: k.to_user_string())]
+        wanted = {k.to_user_string() for k in selected}
+        self.rules = {a: its for a, its in sorted(_by_asset(metrics.freshness.inputs).items()) if a in wanted}
         self.specs_by_path = {s.key.to_user_string(): s for s in specs}
         self.calendar = metrics.calendar
         self.timezone = ZoneInfo(metrics.business_day.timezone)
@@ -164,42 +179,49 @@ class InputFreshnessChecks:
 
     def series(self) -> dict[str, int]:
         """The series these checks learn the inputs' cadence from -> how many nights back."""
-        return {input_load_series(r.input): CADENCE_LOOKBACK_DAYS for r in self.rules}
+        return {input_load_series(r.input): CADENCE_LOOKBACK_DAYS for its in self.rules.values() for r in its}
 
     def parts(self) -> list[Part]:
         parts = []
-        for r in self.rules:
-            try:
-                table, source = (_table_of(self.specs_by_path, p) for p in (r.asset, r.input))
-            except dg.DagsterInvariantViolationError as e:
-                self.errors[r.asset] = str(e)
-                continue
-            query = exp.select(_latest(table, r.column), _latest(source, r.input_column))
-            parts.append(Part(("freshness", r.asset), query))
+        for its in self.rules.values():
+            for r in its:
+                try:
+                    table, source = (_table_of(self.specs_by_path, p) for p in (r.asset, r.input))
+                except dg.DagsterInvariantViolationError as e:
+                    self.errors[r.asset] = str(e)
+                    continue
+                query = exp.select(_latest(table, r.column), _latest(source, r.input_column))
+                parts.append(Part(("freshness", r.asset, r.input), query))
         return parts
 
     def evaluate(
         self, night: Night, measured: Mapping[Hashable, list[tuple] | Exception]
     ) -> tuple[list[dg.AssetCheckResult], list[str]]:
-        """Each rule measured judged, and why the others could not be."""
+        """Each table's rules measured judged, one result a table, and why the others could not be."""
         results, errors = [], []
-        for rule in self.rules:
-            found = measured.get(("freshness", rule.asset))
-            if isinstance(found, Exception):
-                self.errors[rule.asset] = f"input freshness not measured ({type(found).__name__}: {found})"
-            if rule.asset in self.errors:
-                errors.append(f"{INPUT_FRESHNESS_CHECK} of {rule.asset}: {self.errors[rule.asset]}")
+        for asset, its in self.rules.items():
+            judged = []
+            for rule in its:
+                found = measured.get(("freshness", asset, rule.input))
+                if isinstance(found, Exception):
+                    self.errors[asset] = f"input freshness not measured ({type(found).__name__}: {found})"
+                if asset in self.errors:
+                    break
+                held, latest = found[0]  # type: ignore[index]
+                held = self._instant(asset, rule.column, held)
+                latest = self._instant(rule.input, rule.input_column, latest)
+                series = input_load_series(rule.input)
+                if latest is not None:
+                    night.record(series, Reading(value=latest.timestamp()))
+                past = night.past.get(series, {})
+                allowed = allowed_age(rule, past, night.day, self.calendar)
+                stalled = stalled_nights(latest and latest.timestamp(), past, night.day, self.calendar)
+                judged.append(_judge(night, rule, held, latest, allowed, stalled))
+            if asset in self.errors:
+                # One input not measured leaves the table's check unjudged: a pass would say all its inputs are fresh.
+                errors.append(f"{INPUT_FRESHNESS_CHECK} of {asset}: {self.errors[asset]}")
                 continue
-            held, latest = found[0]  # type: ignore[index]
-            held = self._instant(rule.asset, rule.column, held)
-            latest = self._instant(rule.input, rule.input_column, latest)
-            series = input_load_series(rule.input)
-            if latest is not None:
-                night.record(series, Reading(value=latest.timestamp()))
-            past = night.past.get(series, {})
-            allowed = allowed_age(rule, past, night.day, self.calendar)
-            stalled = stalled_nights(latest and latest.timestamp(), past, night.day, self.calendar)
-            results.append(_judge(night, rule, held, latest, allowed, stalled))
+            results.append(_result(night, asset, judged))
         return results, errors
 
     def _instant(self, path: str, column: str, value: datetime | None) -> datetime | None:
@@ -336,7 +358,8 @@ def _judge(
     latest: datetime | None,
     allowed: AllowedAge,
     stalled: int,
-) -> dg.AssetCheckResult:
+) -> tuple[list[str], dict[str, object]]:
+    """One rule's problems tonight (none: its input is fresh) and its figures."""
     key = key_from_path(rule.asset)
     built = _built_at(night.context.instance, key) or datetime.now(UTC)
     problems = []
@@ -359,7 +382,8 @@ def _judge(
             problems.append(
                 f"{rule.asset} holds loads up to {held}, but {rule.input} has loads up to {latest}"
             )
-    metadata = {
+    metadata: dict[str, object] = {
+        "input": rule.input,
         "input_latest_load": str(latest),
         "table_latest_load": str(held),
         "built_at": built.isoformat(),
@@ -371,11 +395,21 @@ def _judge(
         metadata[ADVANCED_ON_NIGHTS] = stalled
     if latest is not None:
         metadata["input_age_hours"] = figure((built - latest).total_seconds() / 3600, 1)
+    return problems, metadata
+
+
+def _result(
+    night: Night, asset: str, judged: Sequence[tuple[list[str], dict[str, object]]]
+) -> dg.AssetCheckResult:
+    """A table's check over its inputs: failed when any input is stale, its figures those of the first stale
+    input (the diagnosis reads them, ``input`` naming which), else of the first input."""
+    problems = [p for found, _ in judged for p in found]
+    metadata = next((m for found, m in judged if found), judged[0][1])
     if problems:
-        night.report(INPUT_FRESHNESS_CHECK, rule.asset, "; ".join(problems), metadata)
+        night.report(INPUT_FRESHNESS_CHECK, asset, "; ".join(problems), metadata)
     return dg.AssetCheckResult(
         check_name=INPUT_FRESHNESS_CHECK,
-        asset_key=key,
+        asset_key=key_from_path(asset),
         passed=not problems,
         severity=dg.AssetCheckSeverity.ERROR,
         description="; ".join(problems) or None,

@@ -222,7 +222,10 @@ def stale_diagnosis(
     With ``stalled_only`` (rows went missing), only the inputs whose load did not advance on a night their
     record says it always does (``SourceAge.stalled``): a feed that delivered nothing tonight explains the
     rows that went, a table that merely looks old beside a partial load does not."""
-    rule = next((r for r in ctx.metrics.freshness.inputs if r.asset == finding.asset_key), None)
+    # The rule whose input the finding names (a table fed by two inputs has a rule for each), else its first.
+    rules = [r for r in ctx.metrics.freshness.inputs if r.asset == finding.asset_key]
+    named = getattr(finding.evidence.get("input"), "value", finding.evidence.get("input"))
+    rule = next((r for r in rules if r.input == named), rules[0] if rules else None)
     if stalled_only:
         upstream = set(sources_upstream(ctx.graph, finding.asset_key))
         inputs = [r for r in ctx.metrics.freshness.inputs if r.input in upstream]

@@ -257,7 +257,7 @@ def test_a_date_load_column_covers_its_whole_day(
         ):
             cur.execute(f'CREATE TABLE "DB"."BILLING"."{name}" ("{column}" {kind})')
             cur.execute(f'INSERT INTO "DB"."BILLING"."{name}" VALUES (\'{value}\'::{kind})')
-        ((held, latest),) = measure(cur, checks.parts(), Binds())[("freshness", rule["asset"])]
+        ((held, latest),) = measure(cur, checks.parts(), Binds())[("freshness", rule["asset"], rule["input"])]
         conn.close()
     held = checks._instant(rule["asset"], column, held)
     latest = checks._instant(rule["input"], column, latest)

@@ -81,5 +81,5 @@ def test_the_input_freshness_check_reads_each_latest_load_as_the_same_instant(
     checks = InputFreshnessChecks(metrics, feeds, [dg.AssetKey(["feeds", a]) for a, _ in pairs])
     with warehouse.tagged_connection("test.time_zones") as conn:
         measured = measure(conn.cursor(), checks.parts(), Binds())
-    assert measured == {("freshness", f"feeds/{a}"): [(INSTANT, INSTANT)] for a, _ in pairs}
+    assert measured == {("freshness", f"feeds/{a}", f"feeds/{i}"): [(INSTANT, INSTANT)] for a, i in pairs}
     assert all(v.tzinfo is not None for rows in measured.values() for v in rows[0])
