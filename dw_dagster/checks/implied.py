@@ -137,7 +137,7 @@ class ImpliedGap(BaseModel):
             return f"{what} against {theirs}: not judged, {self.why}"
         pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
         return (
-            f"{what} is {pct(self.ratio or 0.0)} of {theirs} tonight ({self.target:,.0f} of "
+            f"{what} {'are' if self.basis == 'rows' else 'is'} {pct(self.ratio or 0.0)} of {theirs} tonight ({self.target:,.0f} of "
             f"{self.source_sum:,.0f}), against {pct(self.usual_ratio or 0.0)} on the last clean nights "
             f"(the ratio's own spread {pct(self.spread or 0.0)} over {self.nights} nights, threshold "
             f"{pct(self.threshold or 0.0)})"

@@ -218,11 +218,11 @@ class Totals:
         implied: Mapping[str, Sequence[str]] = {},  # noqa: B006 - read only
     ):
         by_check = {check_name(t): t for t in metrics.totals}
-        # Reconciled totals first (declared or implied): on a bad night the gap to the source is the finding
-        # that opens (and titles) the incident, whatever order Dagster hands the selection in.
+        # Reconciled totals first (declared, then implied): on a bad night the gap to the source is the
+        # finding that opens (and titles) the incident, whatever order Dagster hands the selection in.
         self.selected = sorted(
             (by_check[c] for c in checks),
-            key=lambda t: (t.reconcile_with is None and t.name not in implied, t.name),
+            key=lambda t: (t.reconcile_with is None, t.name not in implied, t.name),
         )
         # A total's implied sources are judged with the values this run measures anyway (implied.py).
         self.implied = {t.name: list(implied[t.name]) for t in self.selected if t.name in implied}

@@ -239,6 +239,6 @@ def test_the_rows_are_a_second_basis_when_the_values_wander():
     values[target.name] = t.model_copy(update={"rows": {"K=a": round(t.rows["K=a"] * 0.93)}})
     result, findings = _judge(shape, past, values)
     assert not result.passed and findings, result.metadata["implied_reconciliation"]
-    assert "parcel_kg's rows is 93.0% of" in result.description
+    assert "parcel_kg's rows are 93.0% of" in result.description
     assert "parcel_kg against" in result.metadata["implied_reconciliation"].value  # the value: not judged
     assert math.isfinite(findings[0].evidence["reconciliation"]["gap_change"])
