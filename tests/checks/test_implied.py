@@ -12,12 +12,13 @@ from datetime import date, timedelta
 
 import dagster as dg
 import pytest
+from test_keys import _node  # a node with its columns' lineage
 
 from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.history import Reading, Recorded, group_rows_series
 from dw_dagster.checks.implied import implied_reconciliations, implied_sources
 from dw_dagster.checks.metrics import RecordedTotal
-from dw_dagster.checks.recorded_totals import evaluate_total
+from dw_dagster.checks.recorded_totals import evaluate_total, value_columns
 from dw_dagster.checks.run_context import CheckRun
 from dw_dagster.checks.tonight import Night
 from dw_dagster.checks.total_value import TotalValue
@@ -25,23 +26,6 @@ from dw_dagster.context.lineage import LineageGraph
 
 NO_HOLIDAYS = BusinessCalendar.model_validate({"holidays": []})
 DAY = date(2026, 9, 29)
-
-
-def _node(key: str, columns: dict[str, list[str]]) -> dg.AssetSpec:
-    """A node: each column with the ``asset.COLUMN`` it is built from."""
-    lineage = {
-        c: [dg.TableColumnDep(asset_key=dg.AssetKey.from_user_string(s.rsplit(".", 1)[0]), column_name=s.rsplit(".", 1)[1]) for s in sources]
-        for c, sources in columns.items()
-        if sources
-    }  # fmt: skip
-    metadata: dict = {
-        "dagster/table_name": f"DB.{key.split('/')[0].upper()}.{key.split('/')[1].upper()}",
-        "dagster/column_schema": dg.TableSchema(columns=[dg.TableColumn(c, "NUMBER") for c in columns]),
-    }
-    if lineage:
-        metadata["dagster/column_lineage"] = dg.TableColumnLineage(deps_by_column=lineage)
-    deps = sorted({s.rsplit(".", 1)[0] for sources in columns.values() for s in sources})
-    return dg.AssetSpec(key, deps=deps, metadata=metadata)
 
 
 def _total(name: str, asset: str, value: str, key: str, **more) -> RecordedTotal:
@@ -97,8 +81,6 @@ METER_TOTALS = [METERED, BILLED, REGION_KWH]
 
 
 def _measures(totals: list[RecordedTotal]) -> dict[str, list[str]]:
-    from dw_dagster.checks.recorded_totals import value_columns
-
     return {t.name: value_columns(t.sql) for t in totals}
 
 
