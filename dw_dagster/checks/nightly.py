@@ -27,6 +27,7 @@ from dw_dagster.checks.attributes import carried_attributes
 from dw_dagster.checks.business_keys import BUSINESS_KEY_CHECK, BusinessKeys, business_key_specs, keyed
 from dw_dagster.checks.freshness import INPUT_FRESHNESS_CHECK, InputFreshnessChecks, input_freshness_specs
 from dw_dagster.checks.history import HistoryStore, NightContext, total_series, volume_series
+from dw_dagster.checks.implied import implied_reconciliations
 from dw_dagster.checks.levels import LazyLineage, remediation_levels
 from dw_dagster.checks.measure import Binds, measure
 from dw_dagster.checks.metrics import MetricsFile
@@ -80,6 +81,7 @@ class NightlyChecks:
         self._monitored_paths = {k.to_user_string() for k in self.monitored}
         self._attributes: dict[str, list[str]] | None = None
         self._bases: dict[str, RowBases] = {}
+        self._implied: dict[str, tuple[str, ...]] = {}
         # The series judged on each table share its false-alarm rate (BaselineConfig.false_alarm_rate).
         self.shares: dict[str, int] = {p: 1 for p in self._monitored_paths}
         for t in metrics.totals:
@@ -91,13 +93,17 @@ class NightlyChecks:
         if self._attributes is None:
             graph = self.lineage.graph()
             self._attributes = {}
+            measured: dict[str, list[str]] = {}
             for t in self.metrics.totals:
                 try:
                     measures = value_columns(resolve_refs(t.sql, self.resolve_table))
                 except ValueError:
                     continue  # a ref the resolver does not know: the total's own check says so
+                measured[t.name] = measures
                 self._attributes[t.name] = carried_attributes(graph, t, measures)
                 self._bases[t.name] = row_bases(graph, t, measures, self.metrics.totals)
+            # And the reconciliations the column lineage implies between them (implied.py).
+            self._implied = implied_reconciliations(graph, self.metrics.totals, measured)
         return self._attributes
 
     def series_of(self, asset: str) -> list[str]:
@@ -122,6 +128,7 @@ class NightlyChecks:
             [k.name for k in selected if k.name in self._total_checks],
             self.attributes(),
             self._bases,  # found with the attributes, above
+            self._implied,
         )
         volumes = Volumes(
             metrics, self.monitored, [k.asset_key for k in selected if k.name == VOLUME_CHECK], lineage

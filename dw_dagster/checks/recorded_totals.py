@@ -32,6 +32,7 @@ from dw_dagster.checks.groups import (
     usual_null_groups,
 )
 from dw_dagster.checks.history import Reading, Recorded, group_rows_series, total_series
+from dw_dagster.checks.implied import implied_evidence, implied_note, implied_problem, reconcile_implied
 from dw_dagster.checks.judge import Judgement, deviation, figure, judge, judgement_metadata
 from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
@@ -214,13 +215,17 @@ class Totals:
         checks: Sequence[str],
         attributes: Mapping[str, Sequence[str]] = {},  # noqa: B006 - read only
         bases: Mapping[str, RowBases] = {},  # noqa: B006 - read only
+        implied: Mapping[str, Sequence[str]] = {},  # noqa: B006 - read only
     ):
         by_check = {check_name(t): t for t in metrics.totals}
-        # Reconciled totals first: on a bad night the gap to the source is the finding that opens (and
-        # titles) the incident, whatever order Dagster hands the selection in.
+        # Reconciled totals first (declared, then implied): on a bad night the gap to the source is the
+        # finding that opens (and titles) the incident, whatever order Dagster hands the selection in.
         self.selected = sorted(
-            (by_check[c] for c in checks), key=lambda t: (t.reconcile_with is None, t.name)
+            (by_check[c] for c in checks),
+            key=lambda t: (t.reconcile_with is None, t.name not in implied, t.name),
         )
+        # A total's implied sources are judged with the values this run measures anyway (implied.py).
+        self.implied = {t.name: list(implied[t.name]) for t in self.selected if t.name in implied}
         self.needed = {t.name: t for t in self.selected}
         for t in self.selected:
             if t.reconcile_with:
@@ -272,10 +277,16 @@ class Totals:
         self.row_values: dict[str, list[RowValues]] = {}
 
     def series(self) -> list[str]:
-        """The series these totals judge against: their own, and their attributes'."""
+        """The series these totals judge against: their own, their attributes' and their implied sources'."""
         return [
             *self.needed,
             *(group_rows_series(t.name) for t in self.selected if t.group_keys),
+            *(
+                s
+                for sources in self.implied.values()
+                for src in sources
+                for s in (src, group_rows_series(src))
+            ),
             *(attribute_series(t, c) for t, c in self.attribute_parts),
             *(row_value_series(t, c, b) for t, c, b in self.row_value_parts),
             *(row_count_series(t, c) for t, c, b in self.row_value_parts if not b),
@@ -353,6 +364,7 @@ class Totals:
                 self.attribute_values,
                 self.row_values.get(t.name, ()),
                 undrilled=self.undrilled.get(t.name),
+                implied=self.implied.get(t.name, ()),
             )
             for t in self.selected
             if t.name in self.values and not (t.reconcile_with and t.reconcile_with.total in self.errors)
@@ -375,6 +387,7 @@ def evaluate_total(
     attributes: Mapping[tuple[str, str], tuple[float, dict[str, float | None]]] = {},  # noqa: B006 - read only
     row_values: Sequence[RowValues] = (),
     undrilled: str | None = None,
+    implied: Sequence[str] = (),
 ) -> dg.AssetCheckResult:
     day = night.day
     value = values[total.name]
@@ -524,6 +537,18 @@ def evaluate_total(
                 f"{_signed_pct(rec.source_change_pct)}: the gap to the source changed by {_fmt(rec.gap_change)} "
                 f"units (tolerance {_fmt(rec.tolerance)})" + (f"; held by {where}" if where else "")
             )
+
+    if implied:
+        # Sources the column lineage says the measure is built from alone: the ratio to their sum, against
+        # its own record (implied.py). A declared reconciliation that failed keeps the evidence.
+        gaps = reconcile_implied(night, total, implied, values)
+        metadata["implied_reconciliation"] = evidence["implied_reconciliation"] = implied_note(
+            total.name, gaps
+        )
+        if problem := implied_problem(total.name, gaps):
+            problems.append(problem)
+            if evidence.get("reconciliation", {}).get("passed") is not False:
+                evidence["reconciliation"] = implied_evidence(total.name, gaps, values, night)
 
     if carried and verdict.severity is None:
         of = f" {counted_unit(total)}" if counted_unit(total) else ""

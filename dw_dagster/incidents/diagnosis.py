@@ -180,11 +180,8 @@ def _classify(incident: Incident, primary: Finding, ctx: DiagnosisContext) -> Di
     if primary.check_name == COST_CHECK:  # a cost jump is not a data fault: its finding says what grew
         return cost_diagnosis(incident, primary, ctx)
     total = total_of(primary, ctx.metrics)
-    if (
-        total is not None
-        and total.reconcile_with
-        and primary.evidence.get("reconciliation", {}).get("passed") is False
-    ):
+    # Declared (reconcile_with) or implied by the lineage (checks/implied.py): the evidence names the sources.
+    if total is not None and primary.evidence.get("reconciliation", {}).get("passed") is False:
         found = diagnose_gap(incident, primary, total, ctx)
         if found is not None:
             return found

@@ -122,10 +122,16 @@ def diagnose_gap(
     incident: Incident, finding: Finding, total: RecordedTotal, ctx: DiagnosisContext
 ) -> Diagnosis | None:
     """Value loss or a reference-data change on the path, or None when no join or filter explains the gap."""
-    assert total.reconcile_with is not None
-    source = ctx.metrics.get(total.reconcile_with.total)
     rec = finding.evidence["reconciliation"]
+    # One source total, declared; or the several an implied reconciliation sums (a UNION's inputs), largest
+    # first: the joins between each of them and the total.
+    declared = total.reconcile_with.total if total.reconcile_with else None
+    sources = [ctx.metrics.get(n) for n in rec.get("sources") or [rec.get("source") or declared]]
+    source = sources[0]
     path = ctx.graph.path(source.asset, total.asset)
+    if len(sources) > 1:
+        between = {n for s in sources for n in ctx.graph.path(s.asset, total.asset)}
+        path = list(nx.topological_sort(ctx.graph.assets.subgraph(between)))
     gap = float(rec["gap_change"])
     evidence: dict[str, float | int | str] = {
         "gap_units": gap,
