@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import dagster as dg
 import fakesnow
 import snowflake.connector
 
@@ -28,3 +29,22 @@ def diagnosis_db(*schemas: str) -> Iterator[Any]:
             yield conn
         finally:
             conn.close()
+
+
+def asset_spec(key: str, table: str, types: dict[str, str], lineage=None, join=None) -> dg.AssetSpec:
+    """A Source table (or, with column ``lineage`` {column: [(asset, column)]} and its ``join`` text, a
+    Coalesce node built from it) of ``types`` {column: type}, as the Coalesce component describes it."""
+    metadata = {
+        "dagster/table_name": table,
+        "dagster/column_schema": dg.TableSchema(columns=[dg.TableColumn(c, t) for c, t in types.items()]),
+        "coalesce/node_type": "Fact" if join else "Source",
+    }
+    deps: set[str] = set()
+    if lineage:
+        metadata["dagster/column_lineage"] = dg.TableColumnLineage(
+            deps_by_column={c: [dg.TableColumnDep(asset_key=dg.AssetKey.from_user_string(k), column_name=n)
+                                for k, n in srcs] for c, srcs in lineage.items()}
+        )  # fmt: skip
+        metadata["coalesce/join"] = join
+        deps = {k for srcs in lineage.values() for k, _ in srcs}
+    return dg.AssetSpec(key, kinds={"coalesce"}, deps=sorted(deps), metadata=metadata)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import random
 from datetime import UTC, date, datetime, timedelta
 
-import dagster as dg
 import pytest
+from diagnosis_db import asset_spec as _spec
 from diagnosis_db import diagnosis_db
 
 from dw_dagster.checks.history import HistorySession, group_rows_series
@@ -43,23 +43,6 @@ SHAPES = {
                                      "M6": "F3", "M7": "F3"}),
                "FCT_USAGE", "M5", "manual"),
 }  # fmt: skip
-
-
-def _spec(key: str, table: str, types: dict[str, str], lineage=None, join=None) -> dg.AssetSpec:
-    metadata = {
-        "dagster/table_name": table,
-        "dagster/column_schema": dg.TableSchema(columns=[dg.TableColumn(c, t) for c, t in types.items()]),
-        "coalesce/node_type": "Fact" if join else "Source",
-    }
-    deps: set[str] = set()
-    if lineage:
-        metadata["dagster/column_lineage"] = dg.TableColumnLineage(
-            deps_by_column={c: [dg.TableColumnDep(asset_key=dg.AssetKey.from_user_string(k), column_name=n)
-                                for k, n in srcs] for c, srcs in lineage.items()}
-        )  # fmt: skip
-        metadata["coalesce/join"] = join
-        deps = {k for srcs in lineage.values() for k, _ in srcs}
-    return dg.AssetSpec(key, kinds={"coalesce"}, deps=sorted(deps), metadata=metadata)
 
 
 class World:

@@ -15,10 +15,9 @@ import math
 import random
 from datetime import UTC, date, datetime, timedelta
 
-import dagster as dg
 import pandas as pd
 import pytest
-from diagnosis_db import diagnosis_db
+from diagnosis_db import asset_spec, diagnosis_db
 from snowflake.connector import pandas_tools
 
 from dw_dagster.checks.history import HistorySession
@@ -60,23 +59,6 @@ SHAPES = {
 }  # fmt: skip
 
 
-def _spec(key, table, types, lineage=None, join=None) -> dg.AssetSpec:
-    metadata = {
-        "dagster/table_name": f"DB.{table}",
-        "dagster/column_schema": dg.TableSchema(columns=[dg.TableColumn(c, t) for c, t in types.items()]),
-        "coalesce/node_type": "Fact" if join else "Source",
-    }
-    deps: set[str] = set()
-    if lineage:
-        metadata["dagster/column_lineage"] = dg.TableColumnLineage(
-            deps_by_column={c: [dg.TableColumnDep(asset_key=dg.AssetKey.from_user_string(k), column_name=n)
-                                for k, n in srcs] for c, srcs in lineage.items()}
-        )  # fmt: skip
-        metadata["coalesce/join"] = join
-        deps = {k for srcs in lineage.values() for k, _ in srcs}
-    return dg.AssetSpec(key, kinds={"coalesce"}, deps=sorted(deps), metadata=metadata)
-
-
 class World:
     def __init__(self, conn, shape: str):
         self.sources, fact, self.group, measure, join = SHAPES[shape]
@@ -90,13 +72,15 @@ class World:
                 s.column: types["C"],
                 s.measure: types["M"],
             }
-            specs.append(_spec(s.key, f"RAW.{s.table}", cols))
+            specs.append(asset_spec(s.key, f"DB.RAW.{s.table}", cols))
             declared = ", ".join(f'"{c}" {t}' for c, t in cols.items())
             conn.cursor().execute(f'CREATE TABLE "DB"."RAW"."{s.table}" ({declared})')
         lineage = {self.group: [(s.key, s.column) for s in self.sources],
                    measure: [(s.key, s.measure) for s in self.sources]}  # fmt: skip
         specs.append(
-            _spec(self.asset, f"CORE.{fact}", {self.group: "VARCHAR", measure: "NUMBER(18,4)"}, lineage, join)
+            asset_spec(
+                self.asset, f"DB.CORE.{fact}", {self.group: "VARCHAR", measure: "NUMBER(18,4)"}, lineage, join
+            )
         )
         sql = (f'SELECT "{self.group}", SUM("{measure}") AS "VALUE", COUNT(*) AS "ROWS" '
                f"FROM {{{{ ref('CORE', '{fact}') }}}} GROUP BY 1")  # fmt: skip
