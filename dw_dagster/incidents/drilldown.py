@@ -546,13 +546,13 @@ def _holding_source(ctx: DiagnosisContext, where: str, columns: list[str]) -> st
 
 
 def _group_source(ctx: DiagnosisContext, total: RecordedTotal, moved: Moved) -> tuple[Column, Column] | None:
-    """The source's (measure, key) columns a recorded group's value moved in: of the sources feeding both the
-    total's measure and its group column (``source_pairs``), the one whose key column holds the group's value
-    in most rows. A union of two inputs feeds the one column from both, and the first by name was the wrong
-    input whenever it sorted first; None when no source feeds both."""
+    """The union input's (measure, key) columns a recorded group's value moved in: of the sources feeding
+    both the total's measure and its group column (``source_pairs``), the one whose key column holds the
+    group's value in most rows. A union of two inputs feeds the one column from both, and the first by name
+    was the wrong input whenever it sorted first; None when fewer than two sources feed both."""
     pairs = source_pairs(ctx.graph, (total.asset, measure_column(total) or ""), (total.asset, moved.column))
     if len(pairs) < 2:
-        return pairs[0] if pairs else None
+        return None
     parts, params = [], []
     for i, (_, (src, key)) in enumerate(pairs):
         if table(ctx.graph, src) is None:
@@ -588,14 +588,13 @@ def unit_or_sign_diagnosis(
         # A recorded group moved: the measure and the subset's key as the source table holds them, the key
         # named in that source's column (a union's input calls the group by its own name).
         pair = _group_source(ctx, total, moved)
-        if pair is not None:
-            (moved.asset, moved.measure), (_, moved.column) = pair
-            key_source = moved.column
-        else:
-            src = source_column(ctx.graph, (total.asset, measure_column(total) or ""))
-            if src is not None:
-                moved.asset, moved.measure = src
-                key_source = ""
+        src = pair[0] if pair else source_column(ctx.graph, (total.asset, measure_column(total) or ""))
+        key_src = pair[1] if pair else source_column(ctx.graph, (total.asset, moved.column))
+        if src is not None:
+            moved.asset, moved.measure = src
+            key_source = ""
+            if key_src is not None and key_src[0] == src[0]:
+                moved.column = key_source = key_src[1]
     measure = moved.measure or measure_column(total) or "the measure"
     key = KeyGap(
         column=moved.column,
