@@ -63,14 +63,13 @@ class World:
     def __init__(self, conn, shape: str):
         self.sources, fact, self.group, measure, join = SHAPES[shape]
         self.conn, self.asset = conn, f"core/{fact.lower()}"
-        types = {"LINE_ID": "NUMBER(38,0)", "T": "TIMESTAMP_NTZ", "C": "VARCHAR", "M": "NUMBER(18,4)"}
         specs = []
         for s in self.sources:
             cols = {
-                "LINE_ID": types["LINE_ID"],
-                s.time: types["T"],
-                s.column: types["C"],
-                s.measure: types["M"],
+                "LINE_ID": "NUMBER(38,0)",
+                s.time: "TIMESTAMP_NTZ",
+                s.column: "VARCHAR",
+                s.measure: "NUMBER(18,4)",
             }
             specs.append(asset_spec(s.key, f"DB.RAW.{s.table}", cols))
             declared = ", ".join(f'"{c}" {t}' for c, t in cols.items())
