@@ -316,9 +316,12 @@ def _moved(cells: Cells, dims, measures, src, nights: int, group_keys) -> list[_
     """Every subset whose per-row average moved by a factor beyond its rows' noise while the rest held."""
     found = []
     for i, values in cells.items():
+        # A subset whose rows fell lost rows: what is left of it averages apart from its usual rows when the
+        # load kept a part of them that is not like the whole (the night's first files), no unit change.
+        gone = (_short(values, nights) or ({}, {}, []))[2]
         for j, measure in enumerate(measures):
             for value, days in values.items():
-                if 0 not in days or 1 not in days:
+                if 0 not in days or 1 not in days or value in gone:
                     continue
                 (n0, p0), (n1, p1) = days[0], days[1]
                 s0, neg0, q0 = p0[j]
@@ -385,6 +388,26 @@ def _sharpest(found: list[_Candidate]) -> _Candidate:
     return min(picks, key=lambda c: c.rank)
 
 
+def _short(values: dict, nights: int) -> tuple[dict, dict, list] | None:
+    """(usual rows a night, tonight's rows, the values whose rows fell) of one column's values: under
+    ``LOST`` of their usual rows at the level of the day the other values show (their median), beyond the
+    rows' counting noise (``NOISE_Z``); None with fewer than two values of ``MIN_ROWS`` usual rows."""
+    usual = {v: d[0][0] / nights for v, d in values.items() if 0 in d}
+    now = {v: values[v][1][0] if 1 in values[v] else 0 for v in usual}
+    ratios = [now[v] / usual[v] for v in usual if usual[v] >= MIN_ROWS]
+    if len(ratios) < 2:
+        return None
+    level = median(ratios)
+    gone = [
+        v
+        for v in usual
+        if usual[v] >= MIN_ROWS
+        and now[v] < LOST * level * usual[v]
+        and level * usual[v] - now[v] >= NOISE_Z * math.sqrt(level * usual[v])
+    ]
+    return usual, now, gone
+
+
 def _lost(cells: Cells, dims, src, nights: int, group_keys) -> Lost | None:
     """The values of a column whose rows fell tonight (at most ``MAX_KEYS``; under ``LOST`` of their usual
     rows at the level of the day the other values show, beyond the rows' counting noise) while the other
@@ -393,19 +416,10 @@ def _lost(cells: Cells, dims, src, nights: int, group_keys) -> Lost | None:
     within ``HELD`` of it, the fewest values, then a key the metrics group by."""
     found = []
     for i, values in cells.items():
-        usual = {v: d[0][0] / nights for v, d in values.items() if 0 in d}
-        now = {v: values[v][1][0] if 1 in values[v] else 0 for v in usual}
-        ratios = [now[v] / usual[v] for v in usual if usual[v] >= MIN_ROWS]
-        if len(ratios) < 2:
+        short = _short(values, nights)
+        if short is None:
             continue
-        level = median(ratios)
-        gone = [
-            v
-            for v in usual
-            if usual[v] >= MIN_ROWS
-            and now[v] < LOST * level * usual[v]
-            and level * usual[v] - now[v] >= NOISE_Z * math.sqrt(level * usual[v])
-        ]
+        usual, now, gone = short
         rest = [v for v in usual if v not in gone]
         held = sum(usual[v] for v in rest)
         at = sum(now[v] for v in rest) / held if held else 0.0
@@ -414,8 +428,10 @@ def _lost(cells: Cells, dims, src, nights: int, group_keys) -> Lost | None:
         kept = sum(now[v] for v in gone) / (at * sum(usual[v] for v in gone))
         if kept > LOST:
             continue
-        short = sorted(((v, at * usual[v] - now[v]) for v in gone), key=lambda vs: -vs[1])
-        found.append(Lost(dims[i], short, src, kept, sum(s for _, s in short) / (at * sum(usual.values()))))
+        missing = sorted(((v, at * usual[v] - now[v]) for v in gone), key=lambda vs: -vs[1])
+        found.append(
+            Lost(dims[i], missing, src, kept, sum(s for _, s in missing) / (at * sum(usual.values())))
+        )
     if not found:
         return None
     top = max(sum(s for _, s in x.values) for x in found)

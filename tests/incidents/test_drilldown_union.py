@@ -125,10 +125,18 @@ def _heavy(rng: random.Random, rows: int) -> list[float]:
     return [round(15 * rng.lognormvariate(0, 1.6), 4) for _ in range(rows)]
 
 
-def _with_subsets(world: World, rng: random.Random, moved: str, factor: float, rest: list[str], drift: float):
-    """The last source: ``moved``'s light-tailed rows scaled by ``factor`` tonight, the ``rest`` heavy-tailed
-    (a few dozen rows each, the same every night), their amounts drifting by ``drift`` tonight. The other
-    sources steady."""
+def _with_subsets(
+    world: World,
+    rng: random.Random,
+    moved: str,
+    factor: float,
+    rest: list[str],
+    drift: float,
+    kept: float = 1.0,
+):
+    """The last source: ``moved``'s light-tailed rows scaled by ``factor`` tonight (only the ``kept`` share of
+    them with the smallest amounts arrived), the ``rest`` heavy-tailed (a few dozen rows each, the same every
+    night), their amounts drifting by ``drift`` tonight. The other sources steady."""
     for s in world.sources[:-1]:
         world.load(s, _steady(rng, ["NORTH", "SOUTH", "EAST"]))
     usual = {v: _heavy(rng, 60 // len(rest)) for v in rest}
@@ -136,6 +144,8 @@ def _with_subsets(world: World, rng: random.Random, moved: str, factor: float, r
     for d in [TONIGHT, *NIGHTS]:
         scale, move = (drift, factor) if d == TONIGHT else (1.0, 1.0)
         nights[d] = {moved: [move * rng.uniform(20, 60) for _ in range(40)]}
+        if d == TONIGHT:
+            nights[d][moved] = sorted(nights[d][moved])[: round(40 * kept)]
         nights[d].update({v: [scale * a for a in amounts] for v, amounts in usual.items()})
     world.load(world.sources[-1], nights)
     return nights
@@ -181,6 +191,19 @@ def test_units_moved_from_a_noisy_rest_to_a_subset_are_a_shift_not_a_unit_change
     )
     assert (rest_sum - gained) / rest_sum < math.exp(-HELD)  # the rest fell beyond 15%
     assert world.drill().moved is None
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_partial_load_that_kept_the_smaller_rows_of_a_subset_lost_rows_and_changed_no_unit(conn, shape):
+    world = World(conn, shape)
+    rest = ["AZORES"] if shape == "union" else ["UPPER", "LOWER"]
+    # A fifth of the subset's rows arrived, its smallest (the night's first files): their average is x0.6 of
+    # its usual rows', far beyond their noise, while the rest held.
+    _with_subsets(world, random.Random(3), "MADEIRA", 1.0, rest, drift=1.0, kept=0.2)
+    drill = world.drill()
+    assert drill.moved is None, drill.moved
+    assert drill.lost is not None and [v for v, _ in drill.lost.values] == ["MADEIRA"]
+    assert drill.lost.column == world.sources[-1].column
 
 
 @pytest.mark.parametrize("shape", SHAPES)
