@@ -24,6 +24,7 @@ from statistics import median
 
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.context.lineage import Column
 from dw_dagster.incidents.evidence import (
     HISTORY_DAYS,
     DiagnosisContext,
@@ -38,6 +39,7 @@ from dw_dagster.incidents.structure import (
     nearest,
     source_column,
     source_columns,
+    source_pairs,
     sources_upstream,
     table,
 )
@@ -138,9 +140,13 @@ def source_texts(ctx: DiagnosisContext, src: str) -> list[str]:
     return out
 
 
-def profile_source(ctx: DiagnosisContext, src: str, measures: list[str], day: date, before: list[date]):
+def profile_source(
+    ctx: DiagnosisContext, src: str, measures: list[str], day: date, before: list[date], empty: bool = False
+):
     """(time column, low-cardinality columns) of a source table, or None when the pipeline does not select
-    its rows by business day (a snapshot) or it has no rows of both days."""
+    its rows by business day (a snapshot) or it has no rows of both days. ``empty``: a source with no rows
+    of ``day`` that had rows on each of the nights ``before`` is profiled too (an input that delivered
+    nothing tonight: all of its rows are the subset lost)."""
     tbl = table(ctx.graph, src)
     info = ctx.graph.info(src)
     times = day_columns(ctx.graph, src, source_texts(ctx, src))
@@ -149,11 +155,11 @@ def profile_source(ctx: DiagnosisContext, src: str, measures: list[str], day: da
         return None
     parts, params = [], []
     for t in times:
-        parts.append(f"SUM(CASE WHEN CAST({quote_identifier(t)} AS DATE) = ? THEN 1 ELSE 0 END)")
-        parts.append(
-            f"SUM(CASE WHEN CAST({quote_identifier(t)} AS DATE) IN ({placeholders(len(before))}) THEN 1 ELSE 0 END)"
-        )
-        params += [day, *before]
+        d = f"CAST({quote_identifier(t)} AS DATE)"
+        parts.append(f"SUM(CASE WHEN {d} = ? THEN 1 ELSE 0 END)")
+        parts.append(f"SUM(CASE WHEN {d} IN ({placeholders(len(before))}) THEN 1 ELSE 0 END)")
+        parts.append(f"COUNT(DISTINCT CASE WHEN {d} IN ({placeholders(len(before))}) THEN {d} END)")
+        params += [day, *before, *before]
     parts += [f"COUNT(DISTINCT {quote_identifier(c)})" for c in dims]
     rows = ctx.rows(
         f"which columns of {src} partition by day and which are low-cardinality",
@@ -166,12 +172,13 @@ def profile_source(ctx: DiagnosisContext, src: str, measures: list[str], day: da
     total = int(row[0] or 0)
     time_col = None
     for i, t in enumerate(times):
-        tonight, last = int(row[1 + 2 * i] or 0), int(row[2 + 2 * i] or 0)
+        tonight, last, nights = (int(v or 0) for v in row[1 + 3 * i : 4 + 3 * i])
         # A day's rows, not the whole table: the column partitions the rows by business day.
-        if tonight >= MIN_ROWS and last >= MIN_ROWS and tonight < 0.9 * total:
+        delivered = tonight >= MIN_ROWS or (empty and tonight == 0 and nights == len(before))
+        if delivered and last >= MIN_ROWS and tonight < 0.9 * total:
             time_col = t
             break
-    counts = row[1 + 2 * len(times) :]
+    counts = row[1 + 3 * len(times) :]
     low = [c for c, n in zip(dims, counts, strict=True) if 2 <= int(n or 0) <= MAX_LEVELS]
     return (time_col, low) if time_col else None
 
@@ -221,9 +228,11 @@ def drill_source(
                 by_source.setdefault(key, []).append(col)
     moved: list[_Candidate] = []
     lost: list[Lost] = []
+    empty: list[Lost] = []
+    delivered = False
     for src, measures in by_source.items():
         measures = list(dict.fromkeys(measures))
-        profiled = profile_source(ctx, src, measures, day, before)
+        profiled = profile_source(ctx, src, measures, day, before, empty=len(by_source) > 1)
         if profiled is None:
             continue
         time_col, dims = profiled
@@ -232,10 +241,18 @@ def drill_source(
         cells = _cells(ctx, src, time_col, dims, measures, day, before)
         if not cells:
             continue
+        if not any(1 in days for values in cells.values() for days in values.values()):
+            empty.append(_delivered_nothing(cells, dims, src, len(before), group_keys))
+            continue
+        delivered = True
         moved += _moved(cells, dims, measures, src, len(before), group_keys)
         found = _lost(cells, dims, src, len(before), group_keys)
         if found is not None:
             lost.append(found)
+    # An input of several that delivered nothing tonight while another delivered is the subset lost; the
+    # only source of a total delivering nothing is the total's own fall, no subset of it.
+    if delivered:
+        lost += empty
     return Drill(
         moved=_sharpest(moved).moved if moved else None,
         lost=max(lost, key=lambda x: x.share, default=None),
@@ -273,6 +290,8 @@ def by_value(
 
 Cells = dict[int, dict[str | None, dict[int, tuple[int, list[tuple[float, int, float]]]]]]
 """cells[dim][value][tonight] = (rows, [(sum, negatives, sum of squares) per measure])"""
+Cell = tuple[float, float, int]
+"""(sum, sum of squares, rows) of a subset's measure on the good nights or tonight."""
 
 
 def _cells(ctx, src, time_col, dims, measures, day, before) -> Cells:
@@ -297,9 +316,12 @@ def _moved(cells: Cells, dims, measures, src, nights: int, group_keys) -> list[_
     """Every subset whose per-row average moved by a factor beyond its rows' noise while the rest held."""
     found = []
     for i, values in cells.items():
+        # A subset whose rows fell lost rows: what is left of it averages apart from its usual rows when the
+        # load kept a part of them that is not like the whole (the night's first files), no unit change.
+        gone = (_short(values, nights) or ({}, {}, []))[2]
         for j, measure in enumerate(measures):
             for value, days in values.items():
-                if 0 not in days or 1 not in days:
+                if 0 not in days or 1 not in days or value in gone:
                     continue
                 (n0, p0), (n1, p1) = days[0], days[1]
                 s0, neg0, q0 = p0[j]
@@ -311,18 +333,40 @@ def _moved(cells: Cells, dims, measures, src, nights: int, group_keys) -> list[_
                 if not flipped and (_log(r) < MOVED or not beyond_noise(r, (s0, q0, n0), (s1, q1, n1))):
                     continue
                 rest = [v for v in values.values() if v is not days and 0 in v and 1 in v]
-                rs1 = sum(v[1][1][j][0] for v in rest)
-                rn1 = sum(v[1][0] for v in rest)
-                rs0 = sum(v[0][1][j][0] for v in rest)
-                rn0 = sum(v[0][0] for v in rest)
-                others = _ratio(rs1, rn1, rs0, rn0) if rest else 1.0
-                if others is None or _log(others) > HELD:
+                rest0, rest1 = _pooled(rest, 0, j), _pooled(rest, 1, j)
+                others = _ratio(rest1[0], rest1[2], rest0[0], rest0[2]) if rest else 1.0
+                if others is None or not _rest_held(r, others, ((s0, q0, n0), (s1, q1, n1)), (rest0, rest1)):
                     continue
                 moved = Moved(dims[i], value, measure, r, n1, src, s0 / max(1, nights), s1)
                 # Best: the rest held most closely; then a key the metrics group by; then the smaller subset.
                 rank = (round(_log(others), 2), dims[i].upper() not in group_keys, n1)
                 found.append(_Candidate(rank, moved, s1 - s0 / n0 * n1))
     return found
+
+
+def _pooled(cells: list, night: int, j: int) -> Cell:
+    """(sum, sum of squares, rows) of measure ``j`` over ``cells`` on ``night`` (1 tonight, 0 the good nights)."""
+    return (
+        sum(c[night][1][j][0] for c in cells),
+        sum(c[night][1][j][2] for c in cells),
+        sum(c[night][0] for c in cells),
+    )
+
+
+def _rest_held(r: float, others: float, subset: tuple[Cell, Cell], rest: tuple[Cell, Cell]) -> bool:
+    """Whether the rest of the rows held while a subset's per-row average moved by ``r``: their own average
+    moved by ``others`` within ``HELD``, or within the sampling noise of their rows (``NOISE_Z`` standard
+    errors, as ``beyond_noise`` judges the subset) while the subset moved by a factor against them: a few
+    hundred heavy-tailed rows of the one other subset average x1.3 apart from night to night by chance, and
+    a fixed 15% rejected a glaring x1024 beside them. Beyond ``HELD``, the rest must also not have
+    taken the opposite of what the subset gained or lost (half of its units or more): units moving between
+    subsets are a shift, not a unit change."""
+    if _log(others) <= HELD:
+        return True
+    if beyond_noise(others, *rest) or _log(r / others) < MOVED:
+        return False
+    change, opposite = (now[0] - then[0] / then[2] * now[2] for then, now in (subset, rest))
+    return not (change * opposite < 0 and abs(opposite) >= 0.5 * abs(change))
 
 
 def _sharpest(found: list[_Candidate]) -> _Candidate:
@@ -344,6 +388,26 @@ def _sharpest(found: list[_Candidate]) -> _Candidate:
     return min(picks, key=lambda c: c.rank)
 
 
+def _short(values: dict, nights: int) -> tuple[dict, dict, list] | None:
+    """(usual rows a night, tonight's rows, the values whose rows fell) of one column's values: under
+    ``LOST`` of their usual rows at the level of the day the other values show (their median), beyond the
+    rows' counting noise (``NOISE_Z``); None with fewer than two values of ``MIN_ROWS`` usual rows."""
+    usual = {v: d[0][0] / nights for v, d in values.items() if 0 in d}
+    now = {v: values[v][1][0] if 1 in values[v] else 0 for v in usual}
+    ratios = [now[v] / usual[v] for v in usual if usual[v] >= MIN_ROWS]
+    if len(ratios) < 2:
+        return None
+    level = median(ratios)
+    gone = [
+        v
+        for v in usual
+        if usual[v] >= MIN_ROWS
+        and now[v] < LOST * level * usual[v]
+        and level * usual[v] - now[v] >= NOISE_Z * math.sqrt(level * usual[v])
+    ]
+    return usual, now, gone
+
+
 def _lost(cells: Cells, dims, src, nights: int, group_keys) -> Lost | None:
     """The values of a column whose rows fell tonight (at most ``MAX_KEYS``; under ``LOST`` of their usual
     rows at the level of the day the other values show, beyond the rows' counting noise) while the other
@@ -352,19 +416,10 @@ def _lost(cells: Cells, dims, src, nights: int, group_keys) -> Lost | None:
     within ``HELD`` of it, the fewest values, then a key the metrics group by."""
     found = []
     for i, values in cells.items():
-        usual = {v: d[0][0] / nights for v, d in values.items() if 0 in d}
-        now = {v: values[v][1][0] if 1 in values[v] else 0 for v in usual}
-        ratios = [now[v] / usual[v] for v in usual if usual[v] >= MIN_ROWS]
-        if len(ratios) < 2:
+        short = _short(values, nights)
+        if short is None:
             continue
-        level = median(ratios)
-        gone = [
-            v
-            for v in usual
-            if usual[v] >= MIN_ROWS
-            and now[v] < LOST * level * usual[v]
-            and level * usual[v] - now[v] >= NOISE_Z * math.sqrt(level * usual[v])
-        ]
+        usual, now, gone = short
         rest = [v for v in usual if v not in gone]
         held = sum(usual[v] for v in rest)
         at = sum(now[v] for v in rest) / held if held else 0.0
@@ -373,8 +428,10 @@ def _lost(cells: Cells, dims, src, nights: int, group_keys) -> Lost | None:
         kept = sum(now[v] for v in gone) / (at * sum(usual[v] for v in gone))
         if kept > LOST:
             continue
-        short = sorted(((v, at * usual[v] - now[v]) for v in gone), key=lambda vs: -vs[1])
-        found.append(Lost(dims[i], short, src, kept, sum(s for _, s in short) / (at * sum(usual.values()))))
+        missing = sorted(((v, at * usual[v] - now[v]) for v in gone), key=lambda vs: -vs[1])
+        found.append(
+            Lost(dims[i], missing, src, kept, sum(s for _, s in missing) / (at * sum(usual.values())))
+        )
     if not found:
         return None
     top = max(sum(s for _, s in x.values) for x in found)
@@ -384,6 +441,14 @@ def _lost(cells: Cells, dims, src, nights: int, group_keys) -> Lost | None:
         (x for x in explain if _log(x.kept) >= sharp - HELD),
         key=lambda x: (len(x.values), x.column.upper() not in group_keys, -x.share),
     )
+
+
+def _delivered_nothing(cells: Cells, dims, src, nights: int, group_keys) -> Lost:
+    """A source with no rows tonight as the subset lost: all of its values of one column (a key the metrics
+    group by, else the column with the fewest values), each its usual rows short."""
+    i = min(cells, key=lambda i: (dims[i].upper() not in group_keys, len(cells[i]), i))
+    usual = sorted(((v, d[0][0] / nights) for v, d in cells[i].items() if 0 in d), key=lambda vs: -vs[1])
+    return Lost(dims[i], usual[:MAX_KEYS], src, 0.0, 1.0)
 
 
 def drill_groups(
@@ -496,6 +561,35 @@ def _holding_source(ctx: DiagnosisContext, where: str, columns: list[str]) -> st
     )
 
 
+def _group_source(ctx: DiagnosisContext, total: RecordedTotal, moved: Moved) -> tuple[Column, Column] | None:
+    """The union input's (measure, key) columns a recorded group's value moved in: of the sources feeding
+    both the total's measure and its group column (``source_pairs``), the one whose key column holds the
+    group's value in most rows. A union of two inputs feeds the one column from both, and the first by name
+    was the wrong input whenever it sorted first; None when fewer than two sources feed both."""
+    pairs = source_pairs(ctx.graph, (total.asset, measure_column(total) or ""), (total.asset, moved.column))
+    if len(pairs) < 2:
+        return None
+    parts, params = [], []
+    for i, (_, (src, key)) in enumerate(pairs):
+        if table(ctx.graph, src) is None:
+            continue
+        if moved.value is None:
+            match = f"{quote_identifier(key)} IS NULL"
+        else:
+            match = f"CAST({quote_identifier(key)} AS VARCHAR) = ?"
+            params.append(moved.value)
+        parts.append(f"SELECT {i}, COUNT(*) FROM {table(ctx.graph, src)} WHERE {match}")
+    if not parts:
+        return pairs[0]
+    rows = ctx.rows(
+        f"which input of {total.asset} holds {moved.column}={moved.value}",
+        "\nUNION ALL\n".join(parts),
+        tuple(params),
+    )
+    held = {int(r[0]): int(r[1] or 0) for r in rows or []}
+    return pairs[max(range(len(pairs)), key=lambda i: (held.get(i, 0), -i))]
+
+
 def unit_or_sign_diagnosis(
     incident: Incident,
     finding: Finding,
@@ -507,12 +601,16 @@ def unit_or_sign_diagnosis(
     sign = moved.sign
     key_source = moved.column
     if moved.from_history:
-        # A recorded group moved: the measure and the subset's key as the source table holds them.
-        src = source_column(ctx.graph, (total.asset, measure_column(total) or ""))
-        key_src = source_column(ctx.graph, (total.asset, moved.column))
+        # A recorded group moved: the measure and the subset's key as the source table holds them, the key
+        # named in that source's column (a union's input calls the group by its own name).
+        pair = _group_source(ctx, total, moved)
+        src = pair[0] if pair else source_column(ctx.graph, (total.asset, measure_column(total) or ""))
+        key_src = pair[1] if pair else source_column(ctx.graph, (total.asset, moved.column))
         if src is not None:
             moved.asset, moved.measure = src
-            key_source = key_src[1] if key_src is not None and key_src[0] == src[0] else ""
+            key_source = ""
+            if key_src is not None and key_src[0] == src[0]:
+                moved.column = key_source = key_src[1]
     measure = moved.measure or measure_column(total) or "the measure"
     key = KeyGap(
         column=moved.column,

@@ -57,8 +57,8 @@ def nearest(graph: LineageGraph, key: str, keys: Iterable[str]) -> list[str]:
 
 
 def source_column(graph: LineageGraph, column: Column) -> Column | None:
-    """The Source table column a column is read from, walking column lineage upstream (the first one, when
-    it is computed from several)."""
+    """The Source table column a column is read from, walking column lineage upstream (the first one by
+    name, when it is computed from several: ``source_pairs`` tells a union's inputs apart)."""
     if column[0] in graph and is_source(graph, column[0]):
         return column
     for ancestor in sorted(_ancestors(graph, column)):
@@ -72,6 +72,20 @@ def source_columns(graph: LineageGraph, column: Column) -> list[Column]:
     if column[0] in graph and is_source(graph, column[0]):
         return [column]
     return sorted(a for a in _ancestors(graph, column) if a[0] in graph and is_source(graph, a[0]))
+
+
+def source_pairs(graph: LineageGraph, measure: Column, key: Column) -> list[tuple[Column, Column]]:
+    """The Source tables that feed both ``measure`` and ``key`` (columns of one table), each with the column
+    it feeds each from, in a stable order: one for a table built from one source, one per input of a union
+    of sources of different layouts (REGION from one input's region column and the other's group column)."""
+    keys = {}
+    for k in source_columns(graph, key):
+        keys.setdefault(k[0], k)
+    pairs = {}
+    for m in source_columns(graph, measure):
+        if m[0] in keys:
+            pairs.setdefault(m[0], (m, keys[m[0]]))
+    return list(pairs.values())
 
 
 def _ancestors(graph: LineageGraph, column: Column) -> set[Column]:
