@@ -184,7 +184,7 @@ def _classify(incident: Incident, primary: Finding, ctx: DiagnosisContext) -> Di
     if total is not None and primary.evidence.get("reconciliation", {}).get("passed") is False:
         found = diagnose_gap(incident, primary, total, ctx)
         if found is not None:
-            return found
+            return _null_keys_subset(found, total, ctx, primary.business_date)
         rec = primary.evidence["reconciliation"]
         extra = {"gap_units": float(rec["gap_change"])}
         return _total_anomaly(incident, primary, total, ctx, extra)
@@ -407,14 +407,23 @@ def _kept_share(
 
 
 def _null_keys_subset(
-    found: Diagnosis, total: RecordedTotal, ctx: DiagnosisContext, day: date, nights: Sequence[date]
+    found: Diagnosis,
+    total: RecordedTotal,
+    ctx: DiagnosisContext,
+    day: date,
+    nights: Sequence[date] | None = None,
 ) -> Diagnosis:
     """A join's value loss on rows whose key arrives NULL, named by the source subset that holds tonight's
     new NULL keys (``shortfall.null_subset``: per low-cardinality column of the source, the value whose rows
-    got them while the others got none): the region whose lookup failed, not ``KEY IS NULL``."""
+    got them while the others got none): the region whose lookup failed, not ``KEY IS NULL``. Whichever
+    finding led there (the total's own check, or its reconciliation, declared or implied); ``nights``: the
+    total's good nights (read when not given)."""
     nulls = [k for k in found.keys if k.value is None]
     if found.classification is not CauseClass.VALUE_LOSS or not nulls:
         return found
+    if nights is None:
+        history = ctx.history.metric_history(total.name, day + timedelta(days=1), HISTORY_DAYS)
+        nights = good_nights(ctx, history, day)
     subset = null_subset(ctx, total, [k.label for k in nulls], day, list(nights))
     if subset is None:
         return found

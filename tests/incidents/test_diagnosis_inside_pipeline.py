@@ -140,9 +140,10 @@ class World:
             group_rows_series(name): Reading(value=sum(counted.values()), groups=counted),
         }
 
-    def diagnose(self, fault: str):
+    def diagnose(self, fault: str, implied: bool = False):
         """Eight nights, the last with ``fault``: 'stall' (the partner's feed delivers nothing), 'null_key'
-        (one main subset's keys arrive NULL), 'lost' (one main subset's rows never arrive)."""
+        (one main subset's keys arrive NULL), 'lost' (one main subset's rows never arrive). ``implied``: the
+        finding is the reconciliation the lineage implies with the two inputs' totals (checks/implied.py)."""
         main, partner, cur = self.main, self.partner, self.conn.cursor()
         subset = main[4][2]
         nights: dict[date, dict[str, Reading]] = {}
@@ -176,6 +177,7 @@ class World:
             last_p = p_rows or last_p
             if now:
                 loaded[("STAGING", "STG")], loaded[("CORE", "FCT")] = union, kept
+                dropped = sum(a for _, _, a in union) - sum(a for _, _, a in kept)
         for (schema, t), rows in loaded.items():
             marks = ", ".join([f"({', '.join('?' * len(rows[0]))})"] * len(rows))
             cur.execute(
@@ -187,6 +189,11 @@ class World:
         finding = Finding(check_name=f"total_{self.total}", asset_key=self.asset, business_date=TONIGHT,
                           summary=f"{self.total} fell", cause_scope="job:x",
                           evidence={"baseline": {"expected": 1.0}, "built_at": built.isoformat()})  # fmt: skip
+        if implied:
+            sources = [f"main_{main[6].lower()}", f"partner_{partner[6].lower()}"]
+            finding.evidence["reconciliation"] = {
+                "inferred": True, "source": sources[0], "sources": sources, "passed": False,
+                "gap_change": dropped, "tolerance": 0.01 * dropped, "groups": []}  # fmt: skip
         now = datetime.now(UTC)
         incident = Incident(incident_id="INC-1", cause_key="k", status="open", business_date=TONIGHT, title="t",
                             severity="ERROR", opened_at=now, updated_at=now)  # fmt: skip
@@ -208,10 +215,12 @@ def test_a_feed_that_delivered_nothing_tonight_is_stale_input_whatever_its_age(w
     assert "nothing new since the night before" in d.cause, d.cause
 
 
-def test_rows_a_join_dropped_on_null_keys_are_value_loss_on_the_source_subset(world):
+@pytest.mark.parametrize("implied", [False, True], ids=["total", "implied_reconciliation"])
+def test_rows_a_join_dropped_on_null_keys_are_value_loss_on_the_source_subset(world, implied):
     """One main subset's keys arrive NULL: the source's rows held, the fact kept fewer of them than on any
-    good night, and the inner join drops them. Named in the source's own column, not the fact's group."""
-    d = world.diagnose("null_key")
+    good night, and the inner join drops them. Named in the source's own column, not the fact's group, whether
+    the total's own check or the reconciliation the lineage implies with its inputs' totals found it."""
+    d = world.diagnose("null_key", implied)
     assert d.classification is CauseClass.VALUE_LOSS, d.cause
     main = world.main
     assert f"{main[3]}={main[4][2]}" in [k.label for k in d.keys], d.cause
