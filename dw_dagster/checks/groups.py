@@ -222,7 +222,8 @@ def judge_groups(
         # hurt): its judgement speaks; the groups only name where.
         return noted(GroupVerdict(moves=moves))
     said = lambda ms: ", ".join(m.describe() for m in ms[:5])  # noqa: E731
-    held = f"{total.name} held ({100 * (total_verdict.result.relative_change or 0):+.1f}%)"
+    # Within its own range, not "held": a wide-spread total can fall by a sixth on an ordinary night.
+    held = f"{total.name} stayed within its usual range ({100 * (total_verdict.result.relative_change or 0):+.1f}%)"
     if gained and lost:
         return noted(
             GroupVerdict(

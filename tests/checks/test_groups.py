@@ -152,6 +152,8 @@ def test_a_group_that_went_with_nothing_gained_is_a_finding():
     assert total.severity is None
     # Alone, beyond what its share of the total does (3% noise): its values or rows changed, a finding.
     assert "CHANNEL=marketplace" in verdict.problem and "fell alone" in verdict.problem
+    # The total moved within its range (-8.8%): said so, not that it held.
+    assert "stayed within its usual range (-" in verdict.problem and "held (" not in verdict.problem
     # A group whose share swings by a third on ordinary nights: the same fall is its noise, noted.
     rng = random.Random(4)
     noisy = {}
