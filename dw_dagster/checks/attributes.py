@@ -20,7 +20,6 @@ import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import date
 
-import networkx as nx
 import sqlglot
 from sqlglot import exp
 
@@ -42,9 +41,7 @@ def attribute_series(total: str, column: str) -> str:
 
 def root_columns(graph: LineageGraph, column: tuple[str, str]) -> set[tuple[str, str]]:
     """The columns ``column`` is first derived from (those with no lineage above them)."""
-    if column not in graph.columns:
-        return set()
-    return {a for a in nx.ancestors(graph.columns, column) if graph.columns.in_degree(a) == 0}
+    return {a for a in graph.column_ancestors(column) if graph.columns.in_degree(a) == 0}
 
 
 def _roots(graph: LineageGraph, column: tuple[str, str]) -> set[str]:

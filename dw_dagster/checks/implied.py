@@ -19,12 +19,11 @@ from datetime import date
 from statistics import median
 from typing import Any, Literal
 
-import networkx as nx
 from pydantic import BaseModel
 
 from dw_dagster.checks.history import Recorded, group_rows_series, total_series
 from dw_dagster.checks.metrics import RecordedTotal
-from dw_dagster.checks.reconcile import _pct, _previous
+from dw_dagster.checks.reconcile import change_pct, previous_recorded
 from dw_dagster.checks.tonight import Night
 from dw_dagster.checks.total_value import TotalValue
 from dw_dagster.context.lineage import Column, LineageGraph
@@ -53,10 +52,6 @@ def _measure(graph: LineageGraph, total: RecordedTotal, columns: Sequence[str]) 
     return found if len(found) == len({c.upper() for c in columns}) else set()
 
 
-def _ancestors(graph: LineageGraph, columns: set[Column]) -> set[Column]:
-    return set().union(*(nx.ancestors(graph.columns, c) for c in columns if c in graph.columns))
-
-
 def implied_sources(
     graph: LineageGraph,
     total: RecordedTotal,
@@ -69,7 +64,7 @@ def implied_sources(
     is one of theirs or feeds one (a price joined from a table no total sums makes a ratio that moves with
     the mix: not implied). None when the total declares a reconciliation with one of them: declared wins."""
     own = _measure(graph, total, measures.get(total.name, ()))
-    above = _ancestors(graph, own)
+    above = graph.column_ancestors(*own)
     if not above:
         return ()
     candidates: dict[str, set[Column]] = {}
@@ -79,7 +74,7 @@ def implied_sources(
         cols = _measure(graph, t, measures.get(t.name, ()))
         if cols and cols <= above:
             candidates[t.name] = cols
-    fed = {n: _ancestors(graph, cols) for n, cols in candidates.items()}
+    fed = {n: graph.column_ancestors(*cols) for n, cols in candidates.items()}
     nearest = {
         n: cols for n, cols in candidates.items() if not any(cols & fed[m] for m in candidates if m != n)
     }
@@ -274,9 +269,9 @@ def implied_evidence(
     between the sources and the total the same way): the gap's change in the total's units."""
     by_value = next(g for g in gaps if g.basis == "value")
     sources = sorted(by_value.sources, key=lambda s: -values[s].value)
-    before = [_previous(night.past.get(s, {}), night.day) for s in sources]
+    before = [previous_recorded(night.past.get(s, {}), night.day) for s in sources]
     prev_sum = sum(r.value for r in before if r is not None and r.value is not None) if all(before) else None
-    prev_t = _previous(night.past.get(total, {}), night.day)
+    prev_t = previous_recorded(night.past.get(total, {}), night.day)
     return {
         "inferred": True,
         "source": sources[0],
@@ -285,8 +280,8 @@ def implied_evidence(
         "gap_change": by_value.shortfall,
         "tolerance": (by_value.threshold or FLOOR) * (by_value.usual_ratio or 1.0) * by_value.source_sum,
         "groups": [],
-        "source_change_pct": _pct(by_value.source_sum, prev_sum),
-        "target_change_pct": None if prev_t is None else _pct(by_value.target, prev_t.value),
+        "source_change_pct": change_pct(by_value.source_sum, prev_sum),
+        "target_change_pct": None if prev_t is None else change_pct(by_value.target, prev_t.value),
         "bases": [g.model_dump(mode="json") for g in gaps],
     }
 

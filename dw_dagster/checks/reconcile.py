@@ -39,11 +39,13 @@ class Reconciled(BaseModel):
     """Groups whose gap changed, largest change first."""
 
 
-def _pct(now: float, before: float | None) -> float | None:
+def change_pct(now: float, before: float | None) -> float | None:
+    """The change from ``before`` in percent (None without a ``before``)."""
     return None if not before else (now - before) / before * 100
 
 
-def _previous(history: Mapping[date, Recorded], day: date) -> Recorded | None:
+def previous_recorded(history: Mapping[date, Recorded], day: date) -> Recorded | None:
+    """The latest night before ``day`` with a value on record."""
     earlier = [d for d in history if d < day and history[d].value is not None]
     return history[max(earlier)] if earlier else None
 
@@ -112,7 +114,7 @@ def reconcile(
                 )
             )
     groups.sort(key=lambda x: -abs(x.gap_change))
-    prev_t, prev_s = _previous(target_history, day), _previous(source_history, day)
+    prev_t, prev_s = previous_recorded(target_history, day), previous_recorded(source_history, day)
     return Reconciled(
         # Group by group too: a key pointed at the wrong group moves the gap between groups, not in total.
         passed=abs(gap - usual_gap) <= tolerance and all(abs(g.gap_change) <= tolerance for g in groups),
@@ -120,7 +122,7 @@ def reconcile(
         usual_gap=usual_gap,
         gap_change=gap - usual_gap,
         tolerance=tolerance,
-        target_change_pct=_pct(target.value, prev_t.value if prev_t else None),
-        source_change_pct=_pct(source.value, prev_s.value if prev_s else None),
+        target_change_pct=change_pct(target.value, prev_t.value if prev_t else None),
+        source_change_pct=change_pct(source.value, prev_s.value if prev_s else None),
         groups=groups,
     )

@@ -106,6 +106,11 @@ class LineageGraph:
         )
         return [n for n in nx.topological_sort(self.assets.subgraph(between))]
 
+    def column_ancestors(self, *columns: Column) -> set[Column]:
+        """Every column any of ``columns`` is derived from, walking column lineage upstream (none for a column
+        without lineage)."""
+        return set().union(*(nx.ancestors(self.columns, c) for c in columns if c in self.columns))
+
     def column_sources(self, column: Column) -> list[Column]:
         """The columns one step upstream of ``column``."""
         return list(self.columns.predecessors(column)) if column in self.columns else []

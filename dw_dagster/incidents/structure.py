@@ -61,7 +61,7 @@ def source_column(graph: LineageGraph, column: Column) -> Column | None:
     name, when it is computed from several: ``source_pairs`` tells a union's inputs apart)."""
     if column[0] in graph and is_source(graph, column[0]):
         return column
-    for ancestor in sorted(_ancestors(graph, column)):
+    for ancestor in sorted(graph.column_ancestors(column)):
         if ancestor[0] in graph and is_source(graph, ancestor[0]):
             return ancestor
     return None
@@ -71,7 +71,7 @@ def source_columns(graph: LineageGraph, column: Column) -> list[Column]:
     """Every Source table column a column is computed from."""
     if column[0] in graph and is_source(graph, column[0]):
         return [column]
-    return sorted(a for a in _ancestors(graph, column) if a[0] in graph and is_source(graph, a[0]))
+    return sorted(a for a in graph.column_ancestors(column) if a[0] in graph and is_source(graph, a[0]))
 
 
 def source_pairs(graph: LineageGraph, measure: Column, key: Column) -> list[tuple[Column, Column]]:
@@ -86,10 +86,6 @@ def source_pairs(graph: LineageGraph, measure: Column, key: Column) -> list[tupl
         if m[0] in keys:
             pairs.setdefault(m[0], (m, keys[m[0]]))
     return list(pairs.values())
-
-
-def _ancestors(graph: LineageGraph, column: Column) -> set[Column]:
-    return set(nx.ancestors(graph.columns, column)) if column in graph.columns else set()
 
 
 def time_columns(graph: LineageGraph, key: str) -> list[str]:
@@ -107,7 +103,7 @@ def is_numeric(graph: LineageGraph, key: str, column: str) -> bool:
 
 def derives_from(graph: LineageGraph, column: Column, asset: str) -> bool:
     """Whether ``column`` is computed (in part) from a column of ``asset``."""
-    return any(a[0] == asset for a in _ancestors(graph, column))
+    return any(a[0] == asset for a in graph.column_ancestors(column))
 
 
 def day_columns(graph: LineageGraph, key: str, texts: list[str]) -> list[str]:
