@@ -645,7 +645,8 @@ def evaluate_total(
                 lost = ", ".join(m.describe() for m in moves if m.status == "lost")
                 gained = ", ".join(m.describe() for m in moves if m.status == "gained")
                 shift = (
-                    f"a shift between groups' shares while {total.name} held: lost {lost}; gained {gained}"
+                    f"a shift between groups' shares while {total.name} stayed within its usual range: lost {lost}; "
+                    f"gained {gained}"
                 )
             if moves and shift.startswith("a shift between groups"):
                 problems.append(f"{shift} ({column} is carried from a reference table)")
