@@ -43,7 +43,7 @@ from dw_dagster.incidents.evidence import (
     traced,
 )
 from dw_dagster.incidents.origins import rows_on_table
-from dw_dagster.incidents.structure import derives_from, table
+from dw_dagster.incidents.structure import derives_from, is_date, table
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
 from dw_dagster.records.keys import key_label, plain, split_label
 from dw_dagster.sql import quote_identifier
@@ -284,8 +284,7 @@ def _by_key(rows: Sequence[tuple], start: int, level: Level, group_at: int) -> d
 
 def _day_column(ctx: DiagnosisContext, node: str) -> str | None:
     """The node's first DATE column: where it keeps its rows by day, the last good night's rows are there."""
-    info = ctx.graph.info(node)
-    return next((c for c in info.columns if info.type_of(c).upper().split("(")[0].strip() == "DATE"), None)
+    return next((c for c in ctx.graph.info(node).columns if is_date(ctx.graph, node, c)), None)
 
 
 def _dated_rows(

@@ -13,6 +13,7 @@ from dw_dagster.context.lineage import Column, LineageGraph
 from dw_dagster.sql import table_parts, table_reference
 
 _TIME = re.compile(r"^(TIMESTAMP\w*|DATETIME|DATE)\b", re.IGNORECASE)
+_DATE = re.compile(r"^DATE\b", re.IGNORECASE)
 _NUMERIC = re.compile(
     r"^(NUMBER|DECIMAL|NUMERIC|INT|INTEGER|BIGINT|SMALLINT|TINYINT|BYTEINT|FLOAT|DOUBLE|REAL)\b",
     re.IGNORECASE,
@@ -95,6 +96,11 @@ def time_columns(graph: LineageGraph, key: str) -> list[str]:
 
 def is_time(graph: LineageGraph, key: str, column: str) -> bool:
     return bool(_TIME.match(graph.info(key).type_of(column)))
+
+
+def is_date(graph: LineageGraph, key: str, column: str) -> bool:
+    """A DATE column (Snowflake's DATETIME is a timestamp)."""
+    return bool(_DATE.match(graph.info(key).type_of(column)))
 
 
 def is_numeric(graph: LineageGraph, key: str, column: str) -> bool:
