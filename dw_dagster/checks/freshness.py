@@ -203,10 +203,12 @@ class InputFreshnessChecks:
             judged = []
             for rule in its:
                 found = measured.get(("freshness", asset, rule.input))
-                if isinstance(found, Exception):
-                    self.errors[asset] = f"input freshness not measured ({type(found).__name__}: {found})"
-                if asset in self.errors:
-                    break
+                if found is None or isinstance(found, Exception):
+                    # Unjudged (a table name missing says so from ``parts``); the table's other inputs are
+                    # still judged, so their loads are recorded tonight.
+                    why = f"({type(found).__name__}: {found})" if found is not None else "(no part)"
+                    self.errors.setdefault(asset, f"input freshness of {rule.input} not measured {why}")
+                    continue
                 held, latest = found[0]  # type: ignore[index]
                 held = self._instant(asset, rule.column, held)
                 latest = self._instant(rule.input, rule.input_column, latest)

@@ -15,6 +15,7 @@ import snowflake.connector
 
 from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.freshness import INPUT_FRESHNESS_CHECK, InputFreshnessChecks, input_freshness_specs
+from dw_dagster.checks.history import input_load_series
 from dw_dagster.checks.measure import Binds, measure
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.checks.run_context import CheckRun
@@ -51,7 +52,9 @@ class _Context:
         self.instance = instance
 
 
-def _evaluated(shape: str, hours_old: tuple[float, float]):
+def _evaluated(shape: str, hours_old: tuple[float, float], missing: int | None = None):
+    """The table's check over its two inputs, loaded ``hours_old`` ago; ``missing``: that input's table is
+    not there (its part of the statement fails)."""
     fact, inputs = SHAPES[shape]
     specs = [_spec(t) for t in (fact, *inputs)]
     rules = [
@@ -64,6 +67,8 @@ def _evaluated(shape: str, hours_old: tuple[float, float]):
         conn = snowflake.connector.connect(database="DB", paramstyle="qmark")
         cur = conn.cursor()
         for table, age in ((fact, min(hours_old)), *zip(inputs, hours_old, strict=True)):
+            if missing is not None and table == inputs[missing]:
+                continue
             schema, _ = table.split(".")
             cur.execute(f'CREATE SCHEMA IF NOT EXISTS "DB"."{schema}"')
             quoted = ".".join(f'"{p}"' for p in ("DB", *table.split(".")))
@@ -80,7 +85,7 @@ def _evaluated(shape: str, hours_old: tuple[float, float]):
             levels={}, incident_days=set(), past={}, reporter=found.append,
         )  # type: ignore[arg-type]  # fmt: skip
         results, errors = checks.evaluate(night, measured)
-    return specs, metrics, results, errors, found
+    return specs, metrics, results, errors, found, night
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -89,7 +94,7 @@ def test_a_stale_input_fails_the_tables_one_check_whichever_rule_names_it(shape:
     fact, inputs = SHAPES[shape]
     # Older than any allowance (26 h, and a weekend a business-day calendar adds when today is a Monday).
     ages = (120.0, 1.0) if stale == 0 else (1.0, 120.0)
-    specs, metrics, results, errors, found = _evaluated(shape, ages)
+    specs, metrics, results, errors, found, _ = _evaluated(shape, ages)
     checks = input_freshness_specs(metrics, specs)
     assert [(c.name, c.asset_key) for c in checks] == [(INPUT_FRESHNESS_CHECK, specs[0].key)]
     assert {d.asset_key for d in checks[0].additional_deps} == {s.key for s in specs[1:]}
@@ -105,6 +110,22 @@ def test_a_stale_input_fails_the_tables_one_check_whichever_rule_names_it(shape:
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_a_table_whose_inputs_are_all_fresh_passes(shape: str) -> None:
-    _, _, results, errors, found = _evaluated(shape, (2.0, 3.0))
+    _, _, results, errors, found, _ = _evaluated(shape, (2.0, 3.0))
     (result,) = results
     assert result.passed and not errors and not found
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("missing", [0, 1])
+def test_an_input_not_measured_leaves_the_check_errored_and_the_other_inputs_load_recorded(
+    shape: str, missing: int
+) -> None:
+    """Not a pass (one input is unjudged), and the other input's load is still recorded tonight: its cadence
+    (the nights its load advanced) keeps no hole."""
+    fact, inputs = SHAPES[shape]
+    _, _, results, errors, found, night = _evaluated(shape, (1.0, 2.0), missing=missing)
+    assert not results and not found
+    (error,) = errors
+    assert _path(fact) in error and _path(inputs[missing]) in error
+    assert input_load_series(_path(inputs[1 - missing])) in night.readings
+    assert input_load_series(_path(inputs[missing])) not in night.readings
