@@ -4,12 +4,13 @@ nothing, and its key is named, though other versions of the key are on the right
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from dw_dagster.checks.history import HistorySession
+from dw_dagster.checks.keys import rows_series
 from dw_dagster.checks.metrics import RecordedTotal, load_metrics_file
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.incidents.evidence import DiagnosisContext
@@ -66,12 +67,13 @@ def conn():
             " (3, 'BRL', '2025-09-10', 50), (4, 'USD', '2025-09-10', 10)"
         )
         c.execute(
-            'CREATE TABLE "DB"."REF"."FX_RATES" (CURRENCY VARCHAR, RATE_FROM DATE, RATE_TO DATE, RATE NUMBER(18,6))'
+            'CREATE TABLE "DB"."REF"."FX_RATES" (RATE_ID NUMBER(38,0), CURRENCY VARCHAR, RATE_FROM DATE,'
+            " RATE_TO DATE, RATE NUMBER(18,6))"
         )
-        # BRL's rate for October went; September's is still there.
+        # BRL's rate for October (RATE_ID 4) went; September's is still there.
         c.execute(
-            "INSERT INTO \"DB\".\"REF\".\"FX_RATES\" VALUES ('USD', '2025-09-01', '2025-09-30', 0.9),"
-            " ('USD', '2025-10-01', '2025-10-31', 0.92), ('BRL', '2025-09-01', '2025-09-30', 0.17)"
+            "INSERT INTO \"DB\".\"REF\".\"FX_RATES\" VALUES (1, 'USD', '2025-09-01', '2025-09-30', 0.9),"
+            " (2, 'USD', '2025-10-01', '2025-10-31', 0.92), (3, 'BRL', '2025-09-01', '2025-09-30', 0.17)"
         )
         yield conn
 
@@ -114,7 +116,28 @@ def test_a_key_with_no_valid_version_matches_nothing_under_the_whole_condition(
     assert [(str(r[0]), r[1]) for r in cur.fetchall()] == [(label.split("=")[1], rows)]
 
 
-def test_a_fall_through_a_range_join_names_the_key_whose_version_went(conn):
+def _diagnosed(
+    conn, graph: LineageGraph, name: str, asset: str, table: str, fall: float, keyed: str, went: str
+):
+    """The fall of ``name`` diagnosed through the joins, ``keyed``'s rows having lost ``went`` tonight (its
+    recorded keys, as the volume check records a small keyed table's)."""
+    history = HistorySession(conn, OpsSchema("DB"))
+    before = {"KEEP=1": 1.0, went: 1.0}
+    history.record_metric(rows_series(keyed), TONIGHT - timedelta(days=1), 2.0, before, None, None)
+    history.record_metric(rows_series(keyed), TONIGHT, 1.0, {"KEEP=1": 1.0}, None, None)
+    total = RecordedTotal(
+        name=name, owner="finance", asset=asset, sql=f'SELECT SUM("{name.upper()}") AS "VALUE" FROM {table}'
+    )
+    now = datetime.now(UTC)
+    incident = Incident(incident_id="INC-1", cause_key="k", status="open", title=f"{name} fell",
+                        business_date=TONIGHT, severity="ERROR", opened_at=now, updated_at=now)  # fmt: skip
+    finding = Finding(check_name=f"total_{name}", asset_key=asset, business_date=TONIGHT,
+                      summary=f"{name} fell", cause_scope="job")  # fmt: skip
+    ctx = DiagnosisContext(graph, load_metrics_file(METRICS), _resolve, history, conn.cursor())
+    return diagnose_fall(incident, finding, total, ctx, fall, {"total": name})
+
+
+def test_a_fall_through_a_range_join_names_the_version_that_went_and_the_key_left_without_one(conn):
     graph = LineageGraph(
         [
             node_spec("raw/calls", "DB.RAW.CALLS", {"CALL_ID": "NUMBER(38,0)", "LINE_ID": "NUMBER(38,0)", "CALL_DAY": "DATE", "SECONDS": "NUMBER(38,0)"}),
@@ -126,23 +149,30 @@ def test_a_fall_through_a_range_join_names_the_key_whose_version_went(conn):
                       TARIFF_JOIN),
         ]
     )  # fmt: skip
-    total = RecordedTotal(
-        name="charge_eur",
-        owner="billing",
-        asset="mart/fct_calls",
-        sql="SELECT SUM(\"CHARGE_EUR\") AS \"VALUE\" FROM {{ ref('MART', 'FCT_CALLS') }}",
-    )
-    now = datetime.now(UTC)
-    incident = Incident(incident_id="INC-1", cause_key="k", status="open", title="charges fell",
-                        business_date=TONIGHT, severity="ERROR", opened_at=now, updated_at=now)  # fmt: skip
-    finding = Finding(check_name="total_charge_eur", asset_key="mart/fct_calls", business_date=TONIGHT,
-                      summary="charge_eur fell", cause_scope="job")  # fmt: skip
-    ctx = DiagnosisContext(
-        graph, load_metrics_file(METRICS), _resolve, HistorySession(conn, OpsSchema("DB")), conn.cursor()
-    )
-    d = diagnose_fall(incident, finding, total, ctx, 2.0, {"total": "charge_eur"})
+    table = "{{ ref('MART', 'FCT_CALLS') }}"
+    d = _diagnosed(conn, graph, "charge_eur", "mart/fct_calls", table, 2.0, "core/tariff_versions", "TARIFF_VERSION_ID=202")  # fmt: skip
     assert d is not None
     assert d.classification is CauseClass.REFERENCE_DATA_CHANGE, d.cause
-    assert [k.label for k in d.keys] == ["TARIFF_ID=2"] and d.keys[0].rows == 2
-    assert "excluded by the join's condition" in d.keys[0].change
+    assert [k.label for k in d.keys] == ["TARIFF_VERSION_ID=202", "TARIFF_ID=2"]
+    assert d.keys[0].rows == d.keys[1].rows == 2 and "TARIFF_ID=2 has no row" in d.cause
+    assert "excluded by the join's condition" in d.keys[1].change
     assert d.joins[0].right == '"DB"."CORE"."TARIFF_VERSIONS"'
+
+
+def test_a_fall_through_a_between_join_names_the_rate_that_went(conn):
+    graph = LineageGraph(
+        [
+            node_spec("raw/invoices", "DB.RAW.INVOICES", {"INVOICE_ID": "NUMBER(38,0)", "CURRENCY": "VARCHAR", "INVOICE_DAY": "DATE", "AMOUNT": "NUMBER(18,2)"}),
+            node_spec("ref/fx_rates", "DB.REF.FX_RATES", {"RATE_ID": "NUMBER(38,0)", "CURRENCY": "VARCHAR", "RATE_FROM": "DATE", "RATE_TO": "DATE", "RATE": "NUMBER(18,6)"}),
+            node_spec("mart/fct_invoices", "DB.MART.FCT_INVOICES", {"INVOICE_ID": "NUMBER(38,0)", "CURRENCY": "VARCHAR", "AMOUNT_EUR": "NUMBER(18,2)"},
+                      {"INVOICE_ID": [("raw/invoices", "INVOICE_ID")], "CURRENCY": [("raw/invoices", "CURRENCY")],
+                       "AMOUNT_EUR": [("raw/invoices", "AMOUNT"), ("ref/fx_rates", "RATE")]},
+                      FX_JOIN),
+        ]
+    )  # fmt: skip
+    table = "{{ ref('MART', 'FCT_INVOICES') }}"
+    d = _diagnosed(conn, graph, "amount_eur", "mart/fct_invoices", table, 400.0, "ref/fx_rates", "RATE_ID=4")
+    assert d is not None
+    assert d.classification is CauseClass.REFERENCE_DATA_CHANGE, d.cause
+    assert [k.label for k in d.keys] == ["RATE_ID=4", "CURRENCY=BRL"]
+    assert d.keys[0].units == 400.0 and d.cause.startswith("mart/fct_invoices inner-joins")
