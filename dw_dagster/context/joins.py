@@ -40,6 +40,29 @@ class Relation:
 
 
 @dataclass(frozen=True)
+class Reaching:
+    """The rows that reach a join: the node's FROM and its joins before it."""
+
+    source: str
+    """``FROM ... JOIN ...`` as the node writes it."""
+    left: str
+    """The join's left alias, as the node writes it."""
+    tables: tuple[tuple[str, str, str], ...]
+    """The other tables: (alias, alias as the node writes it, fully quoted table)."""
+
+    def select(self, names: list[str]) -> str:
+        """A subquery of the left table's columns and ``names`` (``"ALIAS.COLUMN"`` of the other tables)."""
+        written = {alias: sql for alias, sql, _ in self.tables}
+        columns = [
+            f"{written[alias]}.{quote_identifier(column)} AS {quote_identifier(name)}"
+            for name in dict.fromkeys(names)
+            for alias, _, column in [name.partition(".")]
+            if alias in written
+        ]
+        return f"(SELECT {', '.join([f'{self.left}.*', *columns])} {self.source})"
+
+
+@dataclass(frozen=True)
 class ParsedJoin:
     kind: str
     """INNER, LEFT, RIGHT, FULL or CROSS."""
@@ -56,15 +79,17 @@ class ParsedJoin:
     relations: tuple[Relation, ...] = ()
     """The conditions relating both sides other than by equality, in the ON or the WHERE clause: a left row
     with no right row of its key that meets them matches nothing (a type-2 dimension's version that went)."""
-    left_input: str = ""
-    """The rows that reach the join, as a subquery, when its relations read a table joined before the left
-    one (a session's date against the version of its subscriber's plan): the left table's columns and
-    those, from the node's own FROM and earlier joins. Empty: the left table itself."""
+    reaching: Reaching | None = None
+    """The rows that reach the join, when its relations read a table joined before the left one (a session's
+    date against the version of its subscriber's plan). None: the left table itself."""
 
-    @property
-    def left_from(self) -> str:
-        """What the measurements read as the join's left side."""
-        return self.left_input or self.left_table
+    def left_from(self, *read: str | None) -> str:
+        """What the measurements read as the join's left side (alias ``L``): the left table; or the rows that
+        reach the join, with the left table's columns, the relations' and ``read`` (``"ALIAS.COLUMN"``)."""
+        if self.reaching is None:
+            return self.left_table
+        names = [*(c for r in self.relations for c in r.left_columns), *(c for c in read if c)]
+        return self.reaching.select(names)
 
 
 @dataclass(frozen=True)
@@ -143,9 +168,9 @@ def _relation(condition: exp.Expression, right_alias: str, tables: dict[str, str
 
 def _relations(
     conditions: list[exp.Expression], left_alias: str, right_alias: str
-) -> tuple[tuple[Relation, ...], list[exp.Column]]:
-    """The relations written on ``L`` and ``R``, and the columns they read of tables other than the two."""
-    out, others = [], []
+) -> tuple[tuple[Relation, ...], bool]:
+    """The relations written on ``L`` and ``R``, and whether they read tables other than the two."""
+    out, others = [], False
     for cond in conditions:
         copy = cond.copy()
         read = []
@@ -155,8 +180,7 @@ def _relations(
                 c.set("table", exp.to_identifier("R"))
             else:
                 name = c.name if c.table == left_alias else f"{c.table}.{c.name}"
-                if c.table != left_alias:
-                    others.append(c.copy())
+                others = others or c.table != left_alias
                 read.append(name)
                 c.set("table", exp.to_identifier("L"))
             c.set("this", exp.to_identifier(name, quoted=True))
@@ -165,21 +189,18 @@ def _relations(
     return tuple(out), others
 
 
-def _left_input(tree: exp.Select, before: int, left: exp.Identifier, others: list[exp.Column]) -> str:
-    """The rows that reach the join at ``before``: the left table's columns and ``others`` (named
-    ``"ALIAS.COLUMN"``) from the node's FROM and its joins before it."""
+def _reaching(
+    tree: exp.Select, before: int, left: str, names: dict[str, exp.Identifier], tables: dict[str, str]
+) -> Reaching:
+    """The rows that reach the join at ``before``: the node's FROM and its joins before it."""
     prefix = tree.copy()
     prefix.set("joins", (tree.args.get("joins") or [])[:before])
     prefix.set("where", None)
-    seen = {(c.table, c.name): c for c in others}
-    prefix.set(
-        "expressions",
-        [
-            exp.Column(this=exp.Star(), table=left.copy()),
-            *(exp.alias_(c, f"{t}.{n}", quoted=True) for (t, n), c in seen.items()),
-        ],
-    )
-    return f"({prefix.sql(dialect='snowflake')})"
+    prefix.set("expressions", [exp.Star()])
+    source = prefix.sql(dialect="snowflake").removeprefix("SELECT * ")
+    ident = {a: i.sql(dialect="snowflake") for a, i in names.items()}
+    others = tuple((a, ident[a], t) for a, t in tables.items() if a != left and a in ident)
+    return Reaching(source, ident[left], others)
 
 
 def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], str]) -> NodeSql:
@@ -234,6 +255,7 @@ def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], st
         related += [c for c in where if _relation(c, right_alias, tables) is not None]
         if pairs and left_alias and right_alias in tables:
             relations, others = _relations(related, left_alias, right_alias)
+            earlier = {a: t for a, t in tables.items() if a != right_alias}
             out.joins.append(
                 ParsedJoin(
                     kind,
@@ -244,7 +266,7 @@ def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], st
                     right_alias,
                     left_alias,
                     relations,
-                    _left_input(tree, index, names[left_alias], others) if others else "",
+                    _reaching(tree, index, left_alias, names, earlier) if others else None,
                 )
             )
     if from_alias and from_alias in tables:

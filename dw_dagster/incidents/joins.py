@@ -42,10 +42,12 @@ def _match(join: ParsedJoin) -> str:
     return " AND ".join([*on, *_conditions(join)])
 
 
-def unmatched_from(join: ParsedJoin) -> str:
-    """``FROM ... WHERE ...`` of the left rows (alias ``L``) that match nothing on the right."""
+def unmatched_from(join: ParsedJoin, *read: str | None) -> str:
+    """``FROM ... WHERE ...`` of the left rows (alias ``L``) that match nothing on the right; ``read``: the
+    columns of tables joined before the left one the caller reads (``"ALIAS.COLUMN"``, see
+    :meth:`ParsedJoin.left_from`)."""
     return (
-        f"FROM {join.left_from} L\n"
+        f"FROM {join.left_from(*read)} L\n"
         f"LEFT JOIN {join.right_table} R ON {_match(join)}\n"
         f"WHERE R.{quote_identifier(join.on[0][1])} IS NULL"
     )
@@ -60,7 +62,7 @@ def unmatched_rows_query(join: ParsedJoin, measure_column: str | None, item_colu
     )
     return (
         f"SELECT {keys},\n  COUNT(*) AS UNMATCHED_ROWS,\n  {units} AS UNMATCHED_UNITS{items}\n"
-        f"{unmatched_from(join)}\n"
+        f"{unmatched_from(join, measure_column, item_column)}\n"
         f"GROUP BY {keys}\n"
         f"ORDER BY UNMATCHED_UNITS DESC"
     )
@@ -102,7 +104,7 @@ def _measure_query(
     return (
         f"SELECT {keys}, COUNT(*) AS UNMATCHED_ROWS, {units} AS UNMATCHED_UNITS, {items} AS UNMATCHED_ITEMS,"
         f" {present} AS ON_RIGHT, {fanout} AS FANOUT{each}\n"
-        f"FROM {join.left_from} L\nLEFT JOIN {join.right_table} R ON {_match(join)}{anywhere}{each_join}\n"
+        f"FROM {join.left_from(measure_column, item_column)} L\nLEFT JOIN {join.right_table} R ON {_match(join)}{anywhere}{each_join}\n"
         f"WHERE R.{quote_identifier(join.on[0][1])} IS NULL{restrict}\n"
         f"GROUP BY {keys}\nORDER BY UNMATCHED_UNITS DESC\nLIMIT {MAX_KEYS}"
     )
@@ -189,7 +191,7 @@ def _fanout_query(join: ParsedJoin) -> str:
     by = ", ".join(f"L.{quote_identifier(c)}" for c in read)
     return (
         f"SELECT COALESCE(SUM(N - 1), 0) FROM (SELECT COUNT(*) AS N FROM (SELECT DISTINCT {left}"
-        f" FROM {join.left_from}) L JOIN {join.right_table} R ON {_match(join)} GROUP BY {by}"
+        f" FROM {join.left_from()}) L JOIN {join.right_table} R ON {_match(join)} GROUP BY {by}"
         " HAVING COUNT(*) > 1)"
     )
 

@@ -60,8 +60,8 @@ def _measured_joins(
             )
             if join.kind not in ("INNER", "CROSS") and not (join.kind == "LEFT" and reads_right):
                 continue
-            left_measure = traced(ctx, total.asset, measure, left_key)
-            left_item = traced(ctx, total.asset, item, left_key)
+            left_measure = _on_left(ctx, total, measure, join, left_key)
+            left_item = _on_left(ctx, total, item, join, left_key)
             with ctx.purpose(f"rows {key}'s {join.kind} join to {join.right_table} drops"):
                 try:
                     effect = measure_join(ctx.cursor, key, join, left_measure, left_item)
@@ -89,6 +89,22 @@ def _measured_joins(
             if effect.dropped_rows:
                 out.append((effect, None))
     return out
+
+
+def _on_left(
+    ctx: DiagnosisContext, total: RecordedTotal, column: str | None, join: ParsedJoin, left_key: str | None
+) -> str | None:
+    """The total's ``column`` as the join's left side reads it: the left table's; else, where the rows that
+    reach the join are read (a range on an earlier table's date), an earlier table's, as ``"ALIAS.COLUMN"``:
+    the units a dimension's join drops are then the fact's, not a count of rows."""
+    found = traced(ctx, total.asset, column, left_key)
+    if found is not None or join.reaching is None:
+        return found
+    for alias, _, table in join.reaching.tables:
+        earlier = traced(ctx, total.asset, column, ctx.graph.key_for_table(table))
+        if earlier is not None:
+            return f"{alias}.{earlier}"
+    return None
 
 
 def _rows_went(
@@ -343,6 +359,6 @@ def _unmatched_rows(
         return None
     return unmatched_rows_query(
         join,
-        traced(ctx, total.asset, measure_column(total), left_key),
-        traced(ctx, total.asset, total.item_key, left_key),
+        _on_left(ctx, total, measure_column(total), join, left_key),
+        _on_left(ctx, total, total.item_key, join, left_key),
     )

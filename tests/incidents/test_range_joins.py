@@ -86,9 +86,12 @@ def test_the_range_conditions_of_a_join_are_kept_with_the_rows_that_reach_it():
         '"CALLS"."CALL_DAY" < "TV"."VALID_TO"',
     ]
     # The call's day is read from the calls the tariff join receives, not from the lines.
-    assert '"CALLS"."CALL_DAY" AS "CALLS.CALL_DAY"' in tariff.left_input
+    assert tariff.left_from() == (
+        '(SELECT "LINES".*, "CALLS"."CALL_DAY" AS "CALLS.CALL_DAY" FROM "DB"."RAW"."CALLS" AS "CALLS"'
+        ' INNER JOIN "DB"."CORE"."LINES" AS "LINES" ON "CALLS"."LINE_ID" = "LINES"."LINE_ID")'
+    )
     (fx,) = parse_joins(FX_JOIN, _resolve)
-    assert fx.on == [("CURRENCY", "CURRENCY")] and fx.left_input == ""
+    assert fx.on == [("CURRENCY", "CURRENCY")] and fx.left_from("AMOUNT") == '"DB"."RAW"."INVOICES"'
     assert [r.sql for r in fx.relations] == ['L."INVOICE_DAY" BETWEEN R."RATE_FROM" AND R."RATE_TO"']
 
 
@@ -150,11 +153,13 @@ def test_a_fall_through_a_range_join_names_the_version_that_went_and_the_key_lef
         ]
     )  # fmt: skip
     table = "{{ ref('MART', 'FCT_CALLS') }}"
-    d = _diagnosed(conn, graph, "charge_eur", "mart/fct_calls", table, 2.0, "core/tariff_versions", "TARIFF_VERSION_ID=202")  # fmt: skip
+    d = _diagnosed(conn, graph, "charge_eur", "mart/fct_calls", table, 135.0, "core/tariff_versions", "TARIFF_VERSION_ID=202")  # fmt: skip
     assert d is not None
     assert d.classification is CauseClass.REFERENCE_DATA_CHANGE, d.cause
     assert [k.label for k in d.keys] == ["TARIFF_VERSION_ID=202", "TARIFF_ID=2"]
     assert d.keys[0].rows == d.keys[1].rows == 2 and "TARIFF_ID=2 has no row" in d.cause
+    # The units are the calls' seconds, read where the calls reach the join, not a count of lines.
+    assert d.keys[0].units == d.keys[1].units == 135.0
     assert "excluded by the join's condition" in d.keys[1].change
     assert d.joins[0].right == '"DB"."CORE"."TARIFF_VERSIONS"'
 
