@@ -156,14 +156,12 @@ def _on_alias(condition: exp.Expression, alias: str, as_: str) -> str | None:
     return copy.sql(dialect="snowflake")
 
 
-def _relation(condition: exp.Expression, right_alias: str, tables: dict[str, str]) -> exp.Expression | None:
-    """``condition`` if it relates the right side to tables joined before it other than by equality."""
+def _relates(condition: exp.Expression, right_alias: str, tables: dict[str, str]) -> bool:
+    """Whether ``condition`` relates the right side to tables joined before it other than by equality."""
     if not isinstance(condition, _RANGE) or condition.find(exp.Subquery, exp.Select) is not None:
-        return None
+        return False
     aliases = {c.table for c in condition.find_all(exp.Column)}
-    if right_alias not in aliases or aliases == {right_alias} or not aliases <= tables.keys():
-        return None
-    return condition
+    return right_alias in aliases and aliases != {right_alias} and aliases <= tables.keys()
 
 
 def _relations(
@@ -248,11 +246,11 @@ def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], st
             shown = _on_alias(cond, right_alias, "R")
             if shown:
                 extra.append(shown)
-            elif _relation(cond, right_alias, tables) is not None:
+            elif _relates(cond, right_alias, tables):
                 related.append(cond)
         # A WHERE on the right side alone drops the left rows it does not match, as an inner join would.
         extra += [s for s in (_on_alias(c, right_alias, "R") for c in where) if s]
-        related += [c for c in where if _relation(c, right_alias, tables) is not None]
+        related += [c for c in where if _relates(c, right_alias, tables)]
         if pairs and left_alias and right_alias in tables:
             relations, others = _relations(related, left_alias, right_alias)
             earlier = {a: t for a, t in tables.items() if a != right_alias}

@@ -1,6 +1,6 @@
 """What a node's joins and filters do to a measured quantity: rows and units a join drops (an inner join, a
-join whose condition also filters the right side, a left join to a lookup the measure is read from), rows a
-filter in the join text leaves out, rows a join fans out.
+join whose condition also filters the right side or relates the two by a range, a left join to a lookup the
+measure is read from), rows a filter in the join text leaves out, rows a join fans out.
 
 A node's join text (Coalesce's ``sourceMapping[].join.joinCondition``) is parsed by
 :func:`dw_dagster.context.joins.parse_node` (the checks follow a key across joins with it too). Text sqlglot
