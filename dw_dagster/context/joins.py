@@ -22,6 +22,46 @@ class JoinParseError(ValueError):
     """A node's join text that sqlglot cannot parse, or whose templates do not render."""
 
 
+_RANGE = (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between)
+"""The conditions that relate the two sides other than by equality: a validity range (``F.D >= R.VALID_FROM
+AND F.D < R.VALID_TO``, ``F.D BETWEEN R.VALID_FROM AND R.VALID_TO``) or an ordering."""
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A condition of the join relating both sides other than by equality (a validity range)."""
+
+    sql: str
+    """Written on the aliases ``L`` and ``R``, the left input's columns of other tables as ``L."ALIAS.COLUMN"``."""
+    shown: str
+    """As the node writes it."""
+    left_columns: tuple[str, ...]
+    """The left input's columns it reads, as ``L`` names them."""
+
+
+@dataclass(frozen=True)
+class Reaching:
+    """The rows that reach a join: the node's FROM and its joins before it."""
+
+    source: str
+    """``FROM ... JOIN ...`` as the node writes it."""
+    left: str
+    """The join's left alias, as the node writes it."""
+    tables: tuple[tuple[str, str, str], ...]
+    """The other tables: (alias, alias as the node writes it, fully quoted table)."""
+
+    def select(self, names: list[str]) -> str:
+        """A subquery of the left table's columns and ``names`` (``"ALIAS.COLUMN"`` of the other tables)."""
+        written = {alias: sql for alias, sql, _ in self.tables}
+        columns = [
+            f"{written[alias]}.{quote_identifier(column)} AS {quote_identifier(name)}"
+            for name in dict.fromkeys(names)
+            for alias, _, column in [name.partition(".")]
+            if alias in written
+        ]
+        return f"(SELECT {', '.join([f'{self.left}.*', *columns])} {self.source})"
+
+
 @dataclass(frozen=True)
 class ParsedJoin:
     kind: str
@@ -36,6 +76,20 @@ class ParsedJoin:
     right_alias: str = ""
     left_alias: str = ""
     """The aliases the node's SQL gives the two sides (``"STG"``), as its ON clause names them."""
+    relations: tuple[Relation, ...] = ()
+    """The conditions relating both sides other than by equality, in the ON or the WHERE clause: a left row
+    with no right row of its key that meets them matches nothing (a type-2 dimension's version that went)."""
+    reaching: Reaching | None = None
+    """The rows that reach the join, when its relations read a table joined before the left one (a session's
+    date against the version of its subscriber's plan). None: the left table itself."""
+
+    def left_from(self, *read: str | None) -> str:
+        """What the measurements read as the join's left side (alias ``L``): the left table; or the rows that
+        reach the join, with the left table's columns, the relations' and ``read`` (``"ALIAS.COLUMN"``)."""
+        if self.reaching is None:
+            return self.left_table
+        names = [*(c for r in self.relations for c in r.left_columns), *(c for c in read if c)]
+        return self.reaching.select(names)
 
 
 @dataclass(frozen=True)
@@ -102,6 +156,51 @@ def _on_alias(condition: exp.Expression, alias: str, as_: str) -> str | None:
     return copy.sql(dialect="snowflake")
 
 
+def _relates(condition: exp.Expression, right_alias: str, tables: dict[str, str]) -> bool:
+    """Whether ``condition`` relates the right side to tables joined before it other than by equality."""
+    if not isinstance(condition, _RANGE) or condition.find(exp.Subquery, exp.Select) is not None:
+        return False
+    aliases = {c.table for c in condition.find_all(exp.Column)}
+    return right_alias in aliases and aliases != {right_alias} and aliases <= tables.keys()
+
+
+def _relations(
+    conditions: list[exp.Expression], left_alias: str, right_alias: str
+) -> tuple[tuple[Relation, ...], bool]:
+    """The relations written on ``L`` and ``R``, and whether they read tables other than the two."""
+    out, others = [], False
+    for cond in conditions:
+        copy = cond.copy()
+        read = []
+        for c in copy.find_all(exp.Column):
+            if c.table == right_alias:
+                name = c.name
+                c.set("table", exp.to_identifier("R"))
+            else:
+                name = c.name if c.table == left_alias else f"{c.table}.{c.name}"
+                others = others or c.table != left_alias
+                read.append(name)
+                c.set("table", exp.to_identifier("L"))
+            c.set("this", exp.to_identifier(name, quoted=True))
+        shown = cond.sql(dialect="snowflake")
+        out.append(Relation(copy.sql(dialect="snowflake"), shown, tuple(dict.fromkeys(read))))
+    return tuple(out), others
+
+
+def _reaching(
+    tree: exp.Select, before: int, left: str, names: dict[str, exp.Identifier], tables: dict[str, str]
+) -> Reaching:
+    """The rows that reach the join at ``before``: the node's FROM and its joins before it."""
+    prefix = tree.copy()
+    prefix.set("joins", (tree.args.get("joins") or [])[:before])
+    prefix.set("where", None)
+    prefix.set("expressions", [exp.Star()])
+    source = prefix.sql(dialect="snowflake").removeprefix("SELECT * ")
+    ident = {a: i.sql(dialect="snowflake") for a, i in names.items()}
+    others = tuple((a, ident[a], t) for a, t in tables.items() if a != left and a in ident)
+    return Reaching(source, ident[left], others)
+
+
 def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], str]) -> NodeSql:
     """The FROM table, the joins (with the table on each side of their equalities) and the filters of a
     Coalesce join condition. Raises :class:`JoinParseError`."""
@@ -110,21 +209,26 @@ def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], st
     if source is None:
         return NodeSql(None)
     tables: dict[str, str] = {}
+    names: dict[str, exp.Identifier] = {}
+    """Alias -> its identifier as the node writes it (quoted or not)."""
 
     def add(table: exp.Expression) -> None:
         if isinstance(table, exp.Table):
             tables[table.alias_or_name] = ".".join(quote_identifier(p.name) for p in table.parts)
+            alias = table.args.get("alias")
+            names[table.alias_or_name] = alias.this if alias is not None else table.this
 
     add(source.this)
     from_alias = source.this.alias_or_name if isinstance(source.this, exp.Table) else None
     where = _conjuncts(tree.args["where"].this) if tree.args.get("where") else []
     out = NodeSql(tables.get(from_alias) if from_alias else None, aliases=tables)
-    for join in tree.args.get("joins") or []:
+    for index, join in enumerate(tree.args.get("joins") or []):
         add(join.this)
         right_alias = join.this.alias_or_name
         kind = (join.side or join.kind or "INNER").upper()
         pairs: list[tuple[str, str]] = []
         extra: list[str] = []
+        related: list[exp.Expression] = []
         left_alias = None
         for cond in _conjuncts(join.args.get("on")):
             a, b = (cond.left, cond.right) if isinstance(cond, exp.EQ) else (None, None)
@@ -142,9 +246,14 @@ def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], st
             shown = _on_alias(cond, right_alias, "R")
             if shown:
                 extra.append(shown)
+            elif _relates(cond, right_alias, tables):
+                related.append(cond)
         # A WHERE on the right side alone drops the left rows it does not match, as an inner join would.
         extra += [s for s in (_on_alias(c, right_alias, "R") for c in where) if s]
+        related += [c for c in where if _relates(c, right_alias, tables)]
         if pairs and left_alias and right_alias in tables:
+            relations, others = _relations(related, left_alias, right_alias)
+            earlier = {a: t for a, t in tables.items() if a != right_alias}
             out.joins.append(
                 ParsedJoin(
                     kind,
@@ -154,6 +263,8 @@ def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], st
                     tuple(extra),
                     right_alias,
                     left_alias,
+                    relations,
+                    _reaching(tree, index, left_alias, names, earlier) if others else None,
                 )
             )
     if from_alias and from_alias in tables:

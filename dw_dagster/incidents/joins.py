@@ -1,6 +1,6 @@
 """What a node's joins and filters do to a measured quantity: rows and units a join drops (an inner join, a
-join whose condition also filters the right side, a left join to a lookup the measure is read from), rows a
-filter in the join text leaves out, rows a join fans out.
+join whose condition also filters the right side or relates the two by a range, a left join to a lookup the
+measure is read from), rows a filter in the join text leaves out, rows a join fans out.
 
 A node's join text (Coalesce's ``sourceMapping[].join.joinCondition``) is parsed by
 :func:`dw_dagster.context.joins.parse_node` (the checks follow a key across joins with it too). Text sqlglot
@@ -32,15 +32,22 @@ def parse_joins(
     return parse_node(node, join_text, resolve_table).joins
 
 
-def _match(join: ParsedJoin, with_conditions: bool = True) -> str:
+def _conditions(join: ParsedJoin) -> list[str]:
+    """The join's conditions besides its equalities: on the right side alone, and relating both sides."""
+    return [*join.right_conditions, *(r.sql for r in join.relations)]
+
+
+def _match(join: ParsedJoin) -> str:
     on = [f"R.{quote_identifier(r)} = L.{quote_identifier(lc)}" for lc, r in join.on]
-    return " AND ".join([*on, *(join.right_conditions if with_conditions else ())])
+    return " AND ".join([*on, *_conditions(join)])
 
 
-def unmatched_from(join: ParsedJoin) -> str:
-    """``FROM ... WHERE ...`` of the left rows (alias ``L``) that match nothing on the right."""
+def unmatched_from(join: ParsedJoin, *read: str | None) -> str:
+    """``FROM ... WHERE ...`` of the left rows (alias ``L``) that match nothing on the right; ``read``: the
+    columns of tables joined before the left one the caller reads (``"ALIAS.COLUMN"``, see
+    :meth:`ParsedJoin.left_from`)."""
     return (
-        f"FROM {join.left_table} L\n"
+        f"FROM {join.left_from(*read)} L\n"
         f"LEFT JOIN {join.right_table} R ON {_match(join)}\n"
         f"WHERE R.{quote_identifier(join.on[0][1])} IS NULL"
     )
@@ -55,7 +62,7 @@ def unmatched_rows_query(join: ParsedJoin, measure_column: str | None, item_colu
     )
     return (
         f"SELECT {keys},\n  COUNT(*) AS UNMATCHED_ROWS,\n  {units} AS UNMATCHED_UNITS{items}\n"
-        f"{unmatched_from(join)}\n"
+        f"{unmatched_from(join, measure_column, item_column)}\n"
         f"GROUP BY {keys}\n"
         f"ORDER BY UNMATCHED_UNITS DESC"
     )
@@ -72,19 +79,16 @@ def _measure_query(
     right_keys = ", ".join(quote_identifier(r) for _, r in join.on)
     present = (
         f"MAX(CASE WHEN A.{quote_identifier(join.on[0][1])} IS NOT NULL THEN 1 ELSE 0 END)"
-        if join.right_conditions
+        if _conditions(join)
         else "0"
     )
     anywhere = (
         f"\nLEFT JOIN (SELECT DISTINCT {right_keys} FROM {join.right_table}) A ON "
         + " AND ".join(f"A.{quote_identifier(r)} = L.{quote_identifier(lc)}" for lc, r in join.on)
-        if join.right_conditions
+        if _conditions(join)
         else ""
     )
-    fanout = (
-        f"(SELECT COALESCE(SUM(N - 1), 0) FROM (SELECT COUNT(*) AS N FROM {join.right_table}"
-        f" GROUP BY {right_keys} HAVING COUNT(*) > 1))"
-    )
+    fanout = f"({_fanout_query(join)})"
     # A key of several columns: whether each of its values is on the right at all, to name the ones that fail.
     alone = [(i, r, lc) for i, (lc, r) in enumerate(join.on)] if len(join.on) > 1 else []
     each = "".join(
@@ -100,7 +104,7 @@ def _measure_query(
     return (
         f"SELECT {keys}, COUNT(*) AS UNMATCHED_ROWS, {units} AS UNMATCHED_UNITS, {items} AS UNMATCHED_ITEMS,"
         f" {present} AS ON_RIGHT, {fanout} AS FANOUT{each}\n"
-        f"FROM {join.left_table} L\nLEFT JOIN {join.right_table} R ON {_match(join)}{anywhere}{each_join}\n"
+        f"FROM {join.left_from(measure_column, item_column)} L\nLEFT JOIN {join.right_table} R ON {_match(join)}{anywhere}{each_join}\n"
         f"WHERE R.{quote_identifier(join.on[0][1])} IS NULL{restrict}\n"
         f"GROUP BY {keys}\nORDER BY UNMATCHED_UNITS DESC\nLIMIT {MAX_KEYS}"
     )
@@ -127,6 +131,9 @@ def measure_join(
         cur.execute(_measure_query(join, measure_column, item_column))
     rows = cur.fetchall()
     width = len(join.on)
+    # Shown as the node writes them: on the right side's own alias.
+    shown = [re.sub(r"\bR\.", f"{quote_identifier(join.right_alias)}.", c) for c in join.right_conditions]
+    shown += [r.shown for r in join.relations]
     unmatched = []
     for row in rows:
         values = [plain(v) for v in row[:width]]
@@ -144,20 +151,12 @@ def measure_join(
                 rows=int(row[width]),
                 units=float(row[width + 1] or 0),
                 distinct_items=int(row[width + 2]) if item_column and row[width + 2] is not None else None,
-                change=(
-                    f"on {join.right_table} but excluded by the join's condition "
-                    + " AND ".join(
-                        re.sub(r"\bR\.", f"{quote_identifier(join.right_alias)}.", c)
-                        for c in join.right_conditions
-                    )
-                    if on_right
-                    else None
-                ),
+                change=f"on {join.right_table} but excluded by the join's condition {' AND '.join(shown)}"
+                if on_right
+                else None,
             )
         )
     fanout = int(rows[0][width + 4] or 0) if rows else _fanout(cur, join)
-    # Shown as the node writes them: on the right side's own alias.
-    shown = [re.sub(r"\bR\.", f"{quote_identifier(join.right_alias)}.", c) for c in join.right_conditions]
     return JoinEffect(
         asset_key=asset_key,
         join_type=join.kind,
@@ -177,12 +176,28 @@ def _qualified(alias: str, column: str) -> str:
     return f"{alias}.{column}" if alias else column
 
 
-def _fanout(cur: Any, join: ParsedJoin) -> int:
+def _fanout_query(join: ParsedJoin) -> str:
+    """The right rows beyond the first that share a key. With relations (a type-2 dimension's versions of a
+    key), the right rows beyond the first that one left key and the values the relations read all meet:
+    overlapping versions, not the versions themselves."""
     right_keys = ", ".join(quote_identifier(r) for _, r in join.on)
-    cur.execute(
-        f"SELECT COALESCE(SUM(N - 1), 0) FROM (SELECT COUNT(*) AS N FROM {join.right_table}"
-        f" GROUP BY {right_keys} HAVING COUNT(*) > 1)"
+    if not join.relations:
+        return (
+            f"SELECT COALESCE(SUM(N - 1), 0) FROM (SELECT COUNT(*) AS N FROM {join.right_table}"
+            f" GROUP BY {right_keys} HAVING COUNT(*) > 1)"
+        )
+    read = dict.fromkeys([*(lc for lc, _ in join.on), *(c for r in join.relations for c in r.left_columns)])
+    left = ", ".join(quote_identifier(c) for c in read)
+    by = ", ".join(f"L.{quote_identifier(c)}" for c in read)
+    return (
+        f"SELECT COALESCE(SUM(N - 1), 0) FROM (SELECT COUNT(*) AS N FROM (SELECT DISTINCT {left}"
+        f" FROM {join.left_from()}) L JOIN {join.right_table} R ON {_match(join)} GROUP BY {by}"
+        " HAVING COUNT(*) > 1)"
     )
+
+
+def _fanout(cur: Any, join: ParsedJoin) -> int:
+    cur.execute(_fanout_query(join))
     return int(cur.fetchone()[0] or 0)
 
 

@@ -11,10 +11,11 @@ the lookup's own joins: the chain of lookups is walked (``chain.py``) to the row
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, timedelta
 
 import networkx as nx
 
+from dw_dagster.checks.keys import KEYS_LOOKBACK_DAYS, key_change, rows_series
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.context.joins import JoinParseError, ParsedJoin, parse_node
 from dw_dagster.incidents.chain import UpstreamDrop, dropped_upstream
@@ -26,9 +27,9 @@ from dw_dagster.incidents.evidence import (
 )
 from dw_dagster.incidents.joins import measure_filter, measure_join, unmatched_rows_query
 from dw_dagster.incidents.origins import KeyOrigin, key_origins
-from dw_dagster.incidents.structure import derives_from, is_time
+from dw_dagster.incidents.structure import derives_from, is_time, source_column
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, JoinEffect, KeyGap
-from dw_dagster.records.keys import same_key
+from dw_dagster.records.keys import same_key, split_label
 
 MAX_NAMED_KEYS = 5
 
@@ -59,8 +60,8 @@ def _measured_joins(
             )
             if join.kind not in ("INNER", "CROSS") and not (join.kind == "LEFT" and reads_right):
                 continue
-            left_measure = traced(ctx, total.asset, measure, left_key)
-            left_item = traced(ctx, total.asset, item, left_key)
+            left_measure = _on_left(ctx, total, measure, join, left_key)
+            left_item = _on_left(ctx, total, item, join, left_key)
             with ctx.purpose(f"rows {key}'s {join.kind} join to {join.right_table} drops"):
                 try:
                     effect = measure_join(ctx.cursor, key, join, left_measure, left_item)
@@ -88,6 +89,62 @@ def _measured_joins(
             if effect.dropped_rows:
                 out.append((effect, None))
     return out
+
+
+def _on_left(
+    ctx: DiagnosisContext, total: RecordedTotal, column: str | None, join: ParsedJoin, left_key: str | None
+) -> str | None:
+    """The total's ``column`` as the join's left side reads it: the left table's; else, where the rows that
+    reach the join are read (a range on an earlier table's date), an earlier table's, as ``"ALIAS.COLUMN"``:
+    the units a dimension's join drops are then the fact's, not a count of rows."""
+    found = traced(ctx, total.asset, column, left_key)
+    if found is not None or join.reaching is None:
+        return found
+    for alias, _, table in join.reaching.tables:
+        earlier = traced(ctx, total.asset, column, ctx.graph.key_for_table(table))
+        if earlier is not None:
+            return f"{alias}.{earlier}"
+    return None
+
+
+def _rows_went(
+    ctx: DiagnosisContext, join: ParsedJoin | None, excluded: list[KeyGap], day: date
+) -> list[KeyOrigin]:
+    """The right side's rows that went tonight, when the join's relations leave keys with no row they meet
+    though other rows of the key are on the right (a type-2 dimension's current version deleted, its closed
+    one kept): the join's key says which left rows went, the right table's own recorded keys (its ``rows:``
+    series, or its Source table's) name the row that went."""
+    right_key = ctx.graph.key_for_table(join.right_table) if join is not None and join.relations else None
+    if join is None or right_key is None or not excluded:
+        return []
+    behind = source_column(ctx.graph, (right_key, join.on[0][1]))
+    for asset in dict.fromkeys([right_key, *([behind[0]] if behind else [])]):
+        past = ctx.history.metric_history(rows_series(asset), day + timedelta(days=1), KEYS_LOOKBACK_DAYS)
+        if day not in past:
+            continue
+        went = key_change("", past[day].groups, {d: r for d, r in past.items() if d < day}).went
+        if not went:
+            continue
+        lost = ", ".join(k.label for k in excluded)
+        meet = " AND ".join(r.shown for r in join.relations)
+        story = f"went from {asset} tonight, so {lost} has no row of {join.right_table} that meets {meet}"
+        # One row that went holds the whole loss; of several, which holds what is not known.
+        one = len(went) == 1
+        return [
+            KeyOrigin(
+                KeyGap(
+                    column=column,
+                    value=value,
+                    units=sum(k.units for k in excluded) if one else 0.0,
+                    rows=sum(k.rows for k in excluded) if one else 0,
+                    change=story,
+                ),
+                True,
+                story,
+            )
+            for column, value in (split_label(label) for label in went[:MAX_NAMED_KEYS])
+        ]
+    return []
 
 
 def _explaining(effects: list[tuple[JoinEffect, ParsedJoin | None]], gap: float):
@@ -176,7 +233,8 @@ def _through_joins(
     keys = _gap_keys(effect, rec, gap)
     if not keys:
         return None
-    origins = key_origins(ctx, effect, join, keys, day, total, source)
+    went = _rows_went(ctx, join, [k for k in keys if k.change], day)
+    origins = went + key_origins(ctx, effect, join, keys, day, total, source)
     keys = [o.key for o in origins]
     top = max(origins, key=lambda o: abs(o.key.units))
     evidence.update({"dropped_units": effect.dropped_units, "dropped_rows": effect.dropped_rows})
@@ -301,6 +359,6 @@ def _unmatched_rows(
         return None
     return unmatched_rows_query(
         join,
-        traced(ctx, total.asset, measure_column(total), left_key),
-        traced(ctx, total.asset, total.item_key, left_key),
+        _on_left(ctx, total, measure_column(total), join, left_key),
+        _on_left(ctx, total, total.item_key, join, left_key),
     )
