@@ -53,19 +53,18 @@ def verify(
     out = []
     for e in checks:
         implied = raised.get(e.subject) if e.kind == "reconciles" else None
-        steps = []
         if implied is not None:
-            steps.append(lambda e=e, i=implied: _implied(e, i, day, metrics, resolve_table, cursor, history))
+            out.append(_checked(_implied, e, implied, day, metrics, resolve_table, cursor, history))
         if implied is None or metrics.get(e.subject).reconcile_with is not None:
-            steps.append(lambda e=e: _one(e, day, metrics, resolve_table, cursor, history, run_results))
-        for step in steps:
-            try:
-                out.append(step())
-            except Exception as exc:  # noqa: BLE001 - an expectation that cannot be checked is errored, not passed
-                out.append(
-                    VerificationResult(expectation=e, passed=None, detail=f"could not be checked: {exc}")
-                )
+            out.append(_checked(_one, e, day, metrics, resolve_table, cursor, history, run_results))
     return out
+
+
+def _checked(check: Callable[..., VerificationResult], e: Expectation, *args: Any) -> VerificationResult:
+    try:
+        return check(e, *args)
+    except Exception as exc:  # noqa: BLE001 - an expectation that cannot be checked is errored, not passed
+        return VerificationResult(expectation=e, passed=None, detail=f"could not be checked: {exc}")
 
 
 class _Implied(NamedTuple):
