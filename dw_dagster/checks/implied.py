@@ -17,11 +17,11 @@ import math
 from collections.abc import Mapping, Sequence
 from datetime import date
 from statistics import median
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
 
-from dw_dagster.checks.history import Recorded, group_rows_series, total_series
+from dw_dagster.checks.history import Rebase, Recorded, group_rows_series, total_series
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.checks.reconcile import change_pct, previous_recorded
 from dw_dagster.checks.tonight import Night
@@ -52,17 +52,19 @@ def _measure(graph: LineageGraph, total: RecordedTotal, columns: Sequence[str]) 
     return found if len(found) == len({c.upper() for c in columns}) else set()
 
 
-def implied_sources(
+def built_from(
     graph: LineageGraph,
     total: RecordedTotal,
     totals: Sequence[RecordedTotal],
     measures: Mapping[str, Sequence[str]],
 ) -> tuple[str, ...]:
-    """The recorded totals upstream whose measures the total's measure is built from, and from nothing else:
-    each source's measure columns are ancestors of the total's, the nearest ones (a source whose measure
-    feeds another candidate's gives way to it), and every column the total's measure is first derived from
-    is one of theirs or feeds one (a price joined from a table no total sums makes a ratio that moves with
-    the mix: not implied). None when the total declares a reconciliation with one of them: declared wins."""
+    """The recorded totals upstream whose measures the total's measure is built from, and from nothing else
+    (``measures``: each total's measure columns): each one's measure columns are ancestors of the total's
+    (column lineage, not merely a table on the path: a total of another column of the same table is not
+    one), on another table, the nearest ones (a source whose measure feeds another candidate's gives way to
+    it), and every column the total's measure is first derived from is one of theirs or feeds one (a price
+    joined from a table no total sums: none). The one answer to the question, for the implied
+    reconciliation and for the diagnosis's share of the sources' rows a total kept."""
     own = _measure(graph, total, measures.get(total.name, ()))
     above = graph.column_ancestors(*own)
     if not above:
@@ -82,9 +84,21 @@ def implied_sources(
     covered = set().union(*(cols | fed[n] for n, cols in nearest.items()))
     if not nearest or not roots <= covered:
         return ()
-    if total.reconcile_with is not None and total.reconcile_with.total in nearest:
-        return ()
     return tuple(sorted(nearest))
+
+
+def implied_sources(
+    graph: LineageGraph,
+    total: RecordedTotal,
+    totals: Sequence[RecordedTotal],
+    measures: Mapping[str, Sequence[str]],
+) -> tuple[str, ...]:
+    """The totals the total's measure is ``built_from``, to reconcile with; none when the total declares a
+    reconciliation with one of them: declared wins."""
+    sources = built_from(graph, total, totals, measures)
+    if total.reconcile_with is not None and total.reconcile_with.total in sources:
+        return ()
+    return sources
 
 
 def implied_reconciliations(
@@ -209,11 +223,29 @@ def judge_ratio(
     return gap.model_copy(update={"threshold": threshold, "judged": True, "passed": passed})
 
 
+class Record(Protocol):
+    """What the ratio is judged against: a checks run's ``Night``, or the ``NightContext`` verification reads
+    for the night a fix rebuilt (the same judgement, on the same record)."""
+
+    @property
+    def levels(self) -> Mapping[str, Sequence[Rebase]]: ...
+
+    @property
+    def incident_days(self) -> set[date]: ...
+
+    @property
+    def past(self) -> Mapping[str, Mapping[date, Recorded]]: ...
+
+
 def reconcile_implied(
-    night: Night, total: RecordedTotal, sources: Sequence[str], values: Mapping[str, TotalValue]
+    day: date,
+    record: Record,
+    total: RecordedTotal,
+    sources: Sequence[str],
+    values: Mapping[str, TotalValue],
 ) -> list[ImpliedGap]:
-    """The total against its implied sources tonight: on the values, and on the rows where every side counts
-    them. A source not measured in this run leaves the pair unjudged (reading it would cost a scan)."""
+    """The total against its implied sources on ``day``: on the values, and on the rows where every side
+    counts them. A source not measured in this run leaves the pair unjudged (reading it would cost a scan)."""
     missing = [s for s in sources if s not in values]
     value = values[total.name]
     if missing:
@@ -227,21 +259,23 @@ def reconcile_implied(
     # A level an owner accepted for the total starts its ratio's record again.
     accepted = [
         r.from_date
-        for r in night.levels.get(total_series(total.name), ())
-        if r.kind == "accepted" and r.from_date <= night.day
+        for r in record.levels.get(total_series(total.name), ())
+        if r.kind == "accepted" and r.from_date <= day
     ]
     since = max(accepted, default=None)
-    excluded = night.excluded(night.past.get(total.name, {}))
-    for s in sources:
-        excluded |= night.excluded(night.past.get(s, {}))
+    # Left out: the nights of incidents, and those either side's total flagged (``Night.excluded``).
+    past = record.past
+    excluded = set(record.incident_days)
+    for name in (total.name, *sources):
+        excluded |= {d for d, r in past.get(name, {}).items() if r.flagged}
     out = [
         judge_ratio(
-            night.day,
+            day,
             "value",
             value.value,
             {s: values[s].value for s in sources},
-            night.past.get(total.name, {}),
-            {s: night.past.get(s, {}) for s in sources},
+            past.get(total.name, {}),
+            {s: past.get(s, {}) for s in sources},
             excluded,
             since,
         )
@@ -249,12 +283,12 @@ def reconcile_implied(
     if value.rows and all(values[s].rows for s in sources):
         out.append(
             judge_ratio(
-                night.day,
+                day,
                 "rows",
                 float(sum(value.rows.values())),
                 {s: float(sum(values[s].rows.values())) for s in sources},
-                night.past.get(group_rows_series(total.name), {}),
-                {s: night.past.get(group_rows_series(s), {}) for s in sources},
+                past.get(group_rows_series(total.name), {}),
+                {s: past.get(group_rows_series(s), {}) for s in sources},
                 excluded,
                 since,
             )

@@ -541,7 +541,7 @@ def evaluate_total(
     if implied:
         # Sources the column lineage says the measure is built from alone: the ratio to their sum, against
         # its own record (implied.py). A declared reconciliation that failed keeps the evidence.
-        gaps = reconcile_implied(night, total, implied, values)
+        gaps = reconcile_implied(night.day, night, total, implied, values)
         metadata["implied_reconciliation"] = evidence["implied_reconciliation"] = implied_note(
             total.name, gaps
         )

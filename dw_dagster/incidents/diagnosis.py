@@ -31,6 +31,7 @@ from statistics import median
 from dw_dagster.checks.business_keys import BUSINESS_KEY_CHECK
 from dw_dagster.checks.calendar import ROUTINE_NIGHTS
 from dw_dagster.checks.history import Recorded, group_rows_series
+from dw_dagster.checks.implied import built_from
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.cost import COST_CHECK
 from dw_dagster.governance.diagnosis import sensitive_column_diagnosis
@@ -377,12 +378,16 @@ def _kept_share(
 ) -> tuple[float, float] | None:
     """The share of its sources' rows the total kept tonight and on its good nights (their median), when it
     fell beyond ``KEPT_STEADY`` below a share steady within it on every good night; None otherwise, or when
-    it is not on record. The sources are the Source tables the total's measure is read from, each with a
-    recorded total whose rows are on record (its SQL's ``ROWS``); a total's and its sources' rows rise and
-    fall together with the day, so their ratio shows rows lost between them however much the day varies."""
-    sources = {k for c in measure_columns(total) for k, _ in source_columns(ctx.graph, (total.asset, c))}
-    feeding = [t for t in ctx.metrics.totals if t.group_keys and t.asset in sources and t.name != total.name]
-    if not total.group_keys or not feeding or {t.asset for t in feeding} != sources:
+    it is not on record. The sources are the recorded totals the total's measure is built from alone
+    (``checks.implied.built_from``, the implied reconciliation's own answer), each with its rows on record
+    (its SQL's ``ROWS``); a total's and its sources' rows rise and fall together with the day, so their ratio
+    shows rows lost between them however much the day varies."""
+    if not total.group_keys:
+        return None
+    totals = ctx.metrics.totals
+    names = built_from(ctx.graph, total, totals, {t.name: measure_columns(t) for t in totals})
+    feeding = [ctx.metrics.get(n) for n in names]
+    if not feeding or not all(t.group_keys for t in feeding):
         return None
     rows = [
         ctx.history.metric_history(group_rows_series(t.name), day + timedelta(days=1), HISTORY_DAYS)

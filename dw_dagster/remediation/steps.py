@@ -17,6 +17,7 @@ from dw_dagster.checks.history import HistorySession
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.coalesce.resources import CoalesceWorkspace
 from dw_dagster.context.models import ContextFile
+from dw_dagster.incidents.events import findings_of
 from dw_dagster.incidents.store import IncidentStore
 from dw_dagster.notifications.receipt_text import receipt_markdown
 from dw_dagster.notifications.resources import SlackNotifier
@@ -320,7 +321,10 @@ class RemediationSteps:
         slack: SlackNotifier,
     ) -> list[VerificationResult]:
         resources = {"coalesce": coalesce, "snowflake": snowflake, "slack": slack}
-        approved = self.require_approval(context, config, self.store(snowflake, context), resources)
+        store = self.store(snowflake, context)
+        approved = self.require_approval(context, config, store, resources)
+        # The reconciliations that raised the incident are checked again, whatever the plan lists.
+        findings = findings_of(store, approved.incident.incident_id)
         results = coalesce.get_client().get_run_results(rerun.coalesce_run_id)
         day = approved.incident.business_date
         if day is None:
@@ -336,6 +340,7 @@ class RemediationSteps:
                 cursor=conn.cursor(),
                 history=HistorySession(conn, self.ops),
                 run_results=results,
+                findings=findings,
             )
         for v in out:
             context.log.info(

@@ -9,19 +9,28 @@
 - ``no_duplicates``: the de-duplicated table holds no exact duplicate rows any more;
 - ``input_fresh``: the rebuilt table holds its source's latest load (within the rule's allowed lag).
 
-A check that cannot run is reported as errored (``passed=None``) and fails the verification.
+Every reconciliation that raised the incident (its findings') is checked again, listed in the plan or not:
+a declared one as ``reconciles``; one the pipeline implies (``checks/implied.py``) by the same judgement
+the nightly check made, the total's ratio to the sum of the sources its finding named, on the tables as
+rebuilt, against the ratio's own record before the night.
+
+A check that cannot run is reported as errored (``passed=None``) and fails the verification; so is an
+implied ratio that cannot be judged again on a basis (value, rows) its finding judged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import date
-from typing import Any
+from collections.abc import Callable, Sequence
+from datetime import date, timedelta
+from typing import Any, NamedTuple
 
-from dw_dagster.checks.history import HistorySession
+from dw_dagster.checks.history import HistorySession, group_rows_series
+from dw_dagster.checks.implied import implied_note, reconcile_implied
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.checks.recorded_totals import HISTORY_DAYS, compute_total, reconcile
 from dw_dagster.coalesce.run_models import CoalesceRunResults
+from dw_dagster.incidents.evidence import total_of
+from dw_dagster.records.incidents import Finding
 from dw_dagster.records.remediation import Expectation, VerificationResult
 from dw_dagster.sql import quote_identifier
 
@@ -35,14 +44,80 @@ def verify(
     cursor: Any,
     history: HistorySession,
     run_results: CoalesceRunResults | None,
+    findings: Sequence[Finding] = (),
 ) -> list[VerificationResult]:
+    """Each expectation of the plan checked, and each reconciliation the incident's ``findings`` failed."""
+    raised = _reconciliations_raised(findings, metrics)
+    listed = {e.subject for e in expectations if e.kind == "reconciles"}
+    checks = [*expectations, *(Expectation(kind="reconciles", subject=n) for n in raised if n not in listed)]
     out = []
-    for e in expectations:
-        try:
-            out.append(_one(e, day, metrics, resolve_table, cursor, history, run_results))
-        except Exception as exc:  # noqa: BLE001 - an expectation that cannot be checked is errored, not passed
-            out.append(VerificationResult(expectation=e, passed=None, detail=f"could not be checked: {exc}"))
+    for e in checks:
+        implied = raised.get(e.subject) if e.kind == "reconciles" else None
+        if implied is not None:
+            out.append(_checked(_implied, e, implied, day, metrics, resolve_table, cursor, history))
+        if implied is None or metrics.get(e.subject).reconcile_with is not None:
+            out.append(_checked(_one, e, day, metrics, resolve_table, cursor, history, run_results))
     return out
+
+
+def _checked(check: Callable[..., VerificationResult], e: Expectation, *args: Any) -> VerificationResult:
+    try:
+        return check(e, *args)
+    except Exception as exc:  # noqa: BLE001 - an expectation that cannot be checked is errored, not passed
+        return VerificationResult(expectation=e, passed=None, detail=f"could not be checked: {exc}")
+
+
+class _Implied(NamedTuple):
+    sources: tuple[str, ...]
+    bases: frozenset[str]
+    """The bases (value, rows) the finding judged: each must be judged again."""
+
+
+def _reconciliations_raised(findings: Sequence[Finding], metrics: MetricsFile) -> dict[str, _Implied | None]:
+    """Each total whose reconciliation a finding failed -> the implied reconciliation's sources and judged
+    bases, or None for a declared one (``reconcile_with``)."""
+    out: dict[str, _Implied | None] = {}
+    for f in findings:
+        rec = f.evidence.get("reconciliation") or {}
+        total = total_of(f, metrics)
+        if total is None or rec.get("passed") is not False:
+            continue
+        if not rec.get("inferred"):
+            out.setdefault(total.name, None)
+            continue
+        bases = frozenset(b["basis"] for b in rec.get("bases") or [] if b.get("judged"))
+        if out.get(total.name) is None:
+            out[total.name] = _Implied(tuple(rec.get("sources") or ()), bases)
+    return out
+
+
+def _implied(e, implied: _Implied, day, metrics, resolve_table, cursor, history) -> VerificationResult:
+    """The total's ratio to its implied sources' sum on the rebuilt tables, judged as the nightly check
+    judges it (``reconcile_implied``) on the record before the night."""
+    assert implied.sources, f"{e.subject}: its finding names no source totals"
+    total = metrics.get(e.subject)
+    values = {
+        t.name: compute_total(cursor, t, resolve_table) for t in [total, *map(metrics.get, implied.sources)]
+    }
+    since = day - timedelta(days=HISTORY_DAYS)
+    series = [s for n in values for s in (n, group_rows_series(n))]
+    record = history.night_context(since, day, dict.fromkeys(series, since))
+    gaps = reconcile_implied(day, record, total, implied.sources, values)
+    judged = {g.basis for g in gaps if g.judged}
+    missing = sorted((implied.bases or {"value"}) - judged)
+    failed = [g for g in gaps if g.judged and not g.passed]
+    return VerificationResult(
+        expectation=e,
+        passed=None if missing else not failed,
+        observed={
+            "sources": list(implied.sources),
+            **{n: v.value for n, v in values.items()},
+            **{f"{g.basis}_ratio": g.ratio for g in gaps},
+            **{f"{g.basis}_usual_ratio": g.usual_ratio for g in gaps},
+        },
+        detail=implied_note(total.name, gaps)
+        + (f" (could not be judged again on its {', '.join(missing)})" if missing else ""),
+    )
 
 
 def _one(e, day, metrics, resolve_table, cursor, history, run_results) -> VerificationResult:
