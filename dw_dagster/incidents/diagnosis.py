@@ -259,9 +259,16 @@ def _total_anomaly(
         evidence["baseline_expected"] = float(expected)
     checked: list[str] = []
     sources = _measure_sources(ctx, total)
+    # Above its sources (a reconciliation's gap below its usual): copies in any table the total is built
+    # through multiply its rows (a lookup or a bridge loaded twice fans them out), not only in those its
+    # measure is read from, before the total's own table (whose copies a fan-out made); they are named by the
+    # key the table is joined on.
+    surplus = float(evidence.get("gap_units") or 0) < 0
+    if surplus:
+        sources = [s for s in sources if s != total.asset] + copy_candidates(ctx, total.asset)
     # Every copy in the table is counted, an older load's too: a replicated snapshot's rows keep the stamp of
     # their last change, so the night's copies of old rows carry old stamps (no stamp tells tonight's copies).
-    copies = find_duplicates(ctx, sources)
+    copies = find_duplicates(ctx, sources, by_join=surplus)
     checked.append(f"exact duplicate rows in {', '.join(sources)}: none")
     if copies is not None:
         evidence.update({"duplicate_rows": copies.extra_rows, "duplicates_in": copies.asset})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dw_dagster.context.joins import JoinParseError, parse_node
 from dw_dagster.incidents.evidence import DiagnosisContext, feeders
 from dw_dagster.incidents.structure import nearest, sources_upstream, table, time_columns
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
@@ -53,6 +54,24 @@ def duplicates_query(ctx: DiagnosisContext, key: str) -> str | None:
     return f"SELECT {cols}, COUNT(*) AS COPIES FROM {tbl} GROUP BY {cols} HAVING COUNT(*) > 1"
 
 
+def joined_on(ctx: DiagnosisContext, key: str) -> str | None:
+    """The column the nodes reading ``key`` join its table on (its side of their first equality): the key
+    its copies multiply the joined rows by, when a lookup or a bridge fans the rows out."""
+    tbl = table(ctx.graph, key)
+    for reader in sorted(ctx.graph.assets.successors(key)) if tbl else []:
+        text = ctx.graph.info(reader).join
+        try:
+            joins = parse_node(reader, text, ctx.resolve_table).joins if text else []
+        except JoinParseError:
+            continue
+        for join in joins:
+            if join.right_table == tbl:
+                return join.on[0][1]
+            if join.left_table == tbl:
+                return join.on[0][0]
+    return None
+
+
 def _group_key(ctx: DiagnosisContext, key: str) -> str | None:
     """The key to count copies by: a group key of the metrics file the table has."""
     columns = {c.upper(): c for c in ctx.graph.info(key).columns}
@@ -63,12 +82,13 @@ def _group_key(ctx: DiagnosisContext, key: str) -> str | None:
     return None
 
 
-def exact_duplicates(ctx: DiagnosisContext, key: str) -> Duplicates | None:
-    """The table's exact duplicate rows by key, with the load that brought them (one statement)."""
+def exact_duplicates(ctx: DiagnosisContext, key: str, by_join: bool = False) -> Duplicates | None:
+    """The table's exact duplicate rows by key, with the load that brought them (one statement). The key is
+    a group key of the metrics file; with ``by_join``, first the column the table is joined on."""
     copies = duplicates_query(ctx, key)
     if copies is None:
         return None
-    by = _group_key(ctx, key)
+    by = (joined_on(ctx, key) if by_join else None) or _group_key(ctx, key)
     load = load_column(ctx, key)
     group = quote_identifier(by) if by else "NULL"
     stamp = quote_identifier(load) if load else "NULL"
@@ -131,10 +151,11 @@ def duplicated_values(ctx: DiagnosisContext, key: str, column: str) -> list[KeyG
     ]
 
 
-def find_duplicates(ctx: DiagnosisContext, candidates: list[str]) -> Duplicates | None:
-    """The first table (sources first, as given) holding exact duplicate rows."""
+def find_duplicates(ctx: DiagnosisContext, candidates: list[str], by_join: bool = False) -> Duplicates | None:
+    """The first table (sources first, as given) holding exact duplicate rows (see :func:`exact_duplicates`
+    for ``by_join``)."""
     for key in candidates:
-        found = exact_duplicates(ctx, key)
+        found = exact_duplicates(ctx, key, by_join)
         if found is not None:
             return found
     return None

@@ -150,7 +150,7 @@ def _rows_went(
 def _explaining(effects: list[tuple[JoinEffect, ParsedJoin | None]], gap: float):
     """The join or filter whose dropped units come closest to the gap (a filter that leaves out far more
     than the gap every night is by design, not the cause)."""
-    fits = [(e, j) for e, j in effects if gap <= 0 or e.dropped_units <= 3 * abs(gap) or j is not None]
+    fits = [(e, j) for e, j in effects if e.dropped_units <= 3 * gap or j is not None]
     return min(fits, key=lambda ej: abs(ej[0].dropped_units - gap), default=None)
 
 
@@ -170,7 +170,7 @@ def _gap_keys(effect: JoinEffect, rec: dict, gap: float) -> list[KeyGap]:
     for g in sorted(effect.unmatched, key=lambda k: -abs(k.units)):
         out.append(g)
         covered += g.units
-        if len(out) >= MAX_NAMED_KEYS or (gap > 0 and covered >= 0.9 * gap):
+        if len(out) >= MAX_NAMED_KEYS or covered >= 0.9 * gap:
             break
     return out
 
@@ -190,6 +190,11 @@ def diagnose_gap(
         between = {n for s in sources for n in ctx.graph.path(s.asset, total.asset)}
         path = list(nx.topological_sort(ctx.graph.assets.subgraph(between)))
     gap = float(rec["gap_change"])
+    if gap <= 0:
+        # The total rose above what its sources give (or they fell beneath it): rows a join or a filter drops
+        # make a total fall short of its sources, never exceed them, so none on the path explains this gap.
+        ctx.note(f"{total.name} is above its sources by {-gap:,.2f} units: not a loss in a join or filter")
+        return None
     evidence: dict[str, float | int | str] = {
         "gap_units": gap,
         "target_change_pct": rec.get("target_change_pct") or 0.0,
