@@ -6,8 +6,13 @@ region) moves money between that attribute's values while every recorded total, 
 stays flat. The lineage says which columns of a total's table are such attributes, with nothing to
 configure: a text column whose column lineage leads to a table none of the measure's columns come from (it
 was brought by a join, from a reference table), that is neither a group key of the total nor declared
-unique. Each night the total's own aggregate is measured again grouped by each such attribute (a part of
-the night's one statement: the total's table is read anyway), recorded as the series
+unique. A key a join brought from a reference table is such an attribute too, whatever its type (a
+subscriber's plan id, read from the subscribers' table and joined on to the plans): a column of the total's
+table copied from one column that a join on its path equates with another's. Re-pointed upstream (the
+CRM moving subscribers from one plan to another), the old key's units go to the new key while every text
+attribute of the plans may hold, and the key that lost them is the one to name. Each night the total's own
+aggregate is measured again grouped by each such attribute (a part of the night's one statement: the
+total's table is read anyway; at most ``MAX_VALUES`` + 1 values read), recorded as the series
 ``attribute:<total>:<COLUMN>``, and judged like the total's groups (``groups.py``): existing values that lost
 while others gained, with the total holding, is a shift between the attribute's values (an ERROR on the
 total's check, its evidence naming the attribute for the diagnosis). An attribute with more than
@@ -29,7 +34,7 @@ from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.judge import judge
 from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import RecordedTotal
-from dw_dagster.context.lineage import LineageGraph
+from dw_dagster.context.lineage import Column, LineageGraph
 
 MAX_VALUES = 50
 _TEXT = ("VARCHAR", "TEXT", "STRING", "CHAR")
@@ -49,9 +54,31 @@ def _roots(graph: LineageGraph, column: tuple[str, str]) -> set[str]:
     return {a[0] for a in root_columns(graph, column)}
 
 
+def carried_keys(graph: LineageGraph, asset: str) -> set[str]:
+    """The columns of ``asset`` that hold a join key: each copied from one column (not a key mixed with
+    another column) that a join on the asset's path equates with another table's (``ON L.A = R.B``)."""
+    # Imported here: keys.py reads recorded_totals.py, which reads this module.
+    from dw_dagster.checks.keys import _equated
+
+    if asset not in graph:
+        return set()
+    # A node and its inputs each described (an asset known only as another's dep has no columns or table).
+    described = {n for n, d in graph.assets.nodes(data=True) if "info" in d}
+    nodes = [n for n in graph.upstream(asset) | {asset} if {n, *graph.assets.predecessors(n)} <= described]
+    equated = {c for node in nodes for pair in _equated(graph, node) for c in pair}
+    out = set()
+    for column in graph.info(asset).columns:
+        own: Column = (asset, column)
+        if len(root_columns(graph, own)) == 1 and ({own} | graph.column_ancestors(own)) & equated:
+            out.add(column)
+    return out
+
+
 def carried_attributes(graph: LineageGraph, total: RecordedTotal, measures: Sequence[str]) -> list[str]:
-    """The text columns of the total's table that a join brought from a reference table: their lineage leads
-    to tables the measure's columns do not come from. Neither group keys nor unique columns."""
+    """The columns of the total's table that a join brought from a reference table: their lineage leads to
+    tables the measure's columns do not come from. Text columns, and join keys of any type (``carried_keys``)
+    first: a key re-pointed moves every attribute it maps, its own values name where. Neither group keys nor
+    unique columns."""
     if total.asset not in graph:
         return []
     info = graph.info(total.asset)
@@ -61,16 +88,17 @@ def carried_attributes(graph: LineageGraph, total: RecordedTotal, measures: Sequ
     if not measure_roots:
         return []
     keys = {k.upper() for k in total.group_keys}
+    joined = carried_keys(graph, total.asset)
     out = []
     for column in info.columns:
         if column.upper() in keys | wanted or column in info.unique:
             continue
-        if not info.type_of(column).upper().startswith(_TEXT):
+        if column not in joined and not info.type_of(column).upper().startswith(_TEXT):
             continue
         roots = _roots(graph, (total.asset, column))
         if roots and not roots & measure_roots:
             out.append(column)
-    return out
+    return sorted(out, key=lambda c: c not in joined)
 
 
 def _one_table(sql: str) -> tuple[exp.Select, exp.Table, exp.Alias] | str:
@@ -137,16 +165,19 @@ def regrouped(
     names: Sequence[str],
     alias: str,
     projections: Callable[[exp.Column, exp.Alias], list[exp.Expression] | None],
+    limit: int | None = None,
 ) -> exp.Select | None:
     """A total's SQL grouped by ``column`` instead of its group keys, selecting ``names`` from the
-    ``projections(key, value)`` it is given (``projected``), or None when its SQL is not one SELECT over one
-    table with a VALUE (a join, a CTE, a set operation: then it is not regrouped, ``not_regrouped`` says why).
-    Shared by the attributes' parts and the subsets' typical rows."""
+    ``projections(key, value)`` it is given (``projected``), at most ``limit`` groups when given, or None when
+    its SQL is not one SELECT over one table with a VALUE (a join, a CTE, a set operation: then it is not
+    regrouped, ``not_regrouped`` says why). Shared by the attributes' parts and the subsets' typical rows."""
     found = projected(sql, column, projections)
     if found is None:
         return None
     regrouped, key = found
     regrouped.set("group", exp.Group(expressions=[key.copy()]))
+    if limit is not None:
+        regrouped = regrouped.limit(limit)
     return outer_select(regrouped, names, alias)
 
 
@@ -160,13 +191,20 @@ def outer_select(inner: exp.Select, names: Sequence[str], alias: str) -> exp.Sel
 
 def attribute_part(total: RecordedTotal, sql: str, column: str) -> Part | None:
     """The total's aggregate grouped by ``column`` instead of its group keys, or None when its SQL is not one
-    SELECT over one table (a join, a CTE, a set operation: then it is not regrouped)."""
+    SELECT over one table (a join, a CTE, a set operation: then it is not regrouped). Each value as text,
+    so a numeric key shares the attributes' columns in the night's statement; one value beyond
+    ``MAX_VALUES`` read, which says there are too many to judge without reading them all (a key of every
+    customer)."""
     query = regrouped(
         sql,
         column,
         ("ATTRIBUTE", "VALUE"),
         "a",
-        lambda attribute, value: [exp.alias_(attribute, "ATTRIBUTE", quoted=True), value.copy()],
+        lambda attribute, value: [
+            exp.alias_(exp.cast(attribute, "VARCHAR"), "ATTRIBUTE", quoted=True),
+            value.copy(),
+        ],
+        MAX_VALUES + 1,
     )
     return None if query is None else Part(("attribute", total.name, column), query, shape="attribute")
 

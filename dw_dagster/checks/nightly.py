@@ -23,7 +23,7 @@ from datetime import timedelta
 
 import dagster as dg
 
-from dw_dagster.checks.attributes import carried_attributes
+from dw_dagster.checks.attributes import carried_attributes, carried_keys
 from dw_dagster.checks.business_keys import BUSINESS_KEY_CHECK, BusinessKeys, business_key_specs, keyed
 from dw_dagster.checks.freshness import INPUT_FRESHNESS_CHECK, InputFreshnessChecks, input_freshness_specs
 from dw_dagster.checks.history import HistoryStore, NightContext, total_series, volume_series
@@ -81,6 +81,7 @@ class NightlyChecks:
         self._monitored_paths = {k.to_user_string() for k in self.monitored}
         self._attributes: dict[str, list[str]] | None = None
         self._bases: dict[str, RowBases] = {}
+        self._keys: dict[str, set[str]] = {}
         self._implied: dict[str, tuple[str, ...]] = {}
         # The series judged on each table share its false-alarm rate (BaselineConfig.false_alarm_rate).
         self.shares: dict[str, int] = {p: 1 for p in self._monitored_paths}
@@ -101,6 +102,7 @@ class NightlyChecks:
                     continue  # a ref the resolver does not know: the total's own check says so
                 measured[t.name] = measures
                 self._attributes[t.name] = carried_attributes(graph, t, measures)
+                self._keys[t.name] = carried_keys(graph, t.asset) & set(self._attributes[t.name])
                 self._bases[t.name] = row_bases(graph, t, measures, self.metrics.totals)
             # And the reconciliations the column lineage implies between them (implied.py).
             self._implied = implied_reconciliations(graph, self.metrics.totals, measured)
@@ -129,6 +131,7 @@ class NightlyChecks:
             self.attributes(),
             self._bases,  # found with the attributes, above
             self._implied,
+            self._keys,
         )
         volumes = Volumes(
             metrics, self.monitored, [k.asset_key for k in selected if k.name == VOLUME_CHECK], lineage

@@ -17,6 +17,10 @@ evidence, furthest up the lookups first:
   shares' spread on the good nights), are named as what may have moved, every one alike, and the text
   claims no former group for any. Where a recorded total is grouped by that key, its last good night's
   share says the same from the other side.
+
+Where no key carries the move, no shift is traced: the finding's other evidence is read instead (a group
+that lost alone raised the others' shares, and that is a loss). An attribute that is itself a join key is
+then named by its own values (``_key_shift``): the rows that hold it were re-pointed upstream.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from statistics import mean, pstdev
+from statistics import mean, median, pstdev
 from typing import Any
 
+from dw_dagster.checks.attributes import carried_keys, root_columns
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.context.joins import JoinParseError, ParsedJoin, parse_node
@@ -42,7 +47,7 @@ from dw_dagster.incidents.evidence import (
     reference_systems,
     traced,
 )
-from dw_dagster.incidents.origins import rows_on_table
+from dw_dagster.incidents.origins import on_table, rows_on_table
 from dw_dagster.incidents.structure import derives_from, is_date, table
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
 from dw_dagster.records.keys import key_label, plain, split_label
@@ -77,6 +82,8 @@ class Judged:
     spreads: Mapping[str, float] = field(default_factory=dict)
     """Each group's day-to-day spread of its share of the total, on the good nights (from ``MIN_NIGHTS``):
     what a group lost is known only to that noise."""
+    levels: Mapping[str, float] = field(default_factory=dict)
+    """Each group's own expected units: the median of its units on the good nights (from ``MIN_NIGHTS``)."""
 
 
 def judged_groups(
@@ -101,19 +108,21 @@ def judged_groups(
                 lost.add(str(g["group"]))
             elif change < -tolerance:
                 gained.add(str(g["group"]))
-    shares = _shares(nights(), tonight)
+    good = nights()
+    shares = _shares(good, tonight)
     spreads = {g: pstdev(v) for g, v in shares.items()}
+    levels = {g: median((r.groups.get(g) or 0.0) for r in good if r.value) for g in shares}
     if lost:
-        return Judged(frozenset(lost), frozenset(gained), spreads)
+        return Judged(frozenset(lost), frozenset(gained), spreads, levels)
     if not shares or not tonight.value:
-        return Judged(frozenset(), frozenset(), spreads)
+        return Judged(frozenset(), frozenset(), spreads, levels)
     lost, gained = set(), set()  # the check judged no group lost: its gains alone are no shift
     for g, past in shares.items():
         now = (tonight.groups.get(g) or 0.0) / tonight.value
         # A floor of float rounding only: shares steady to the last digit still move on any real change.
         if abs(now - mean(past)) > NOISE_Z * max(spreads[g], 1e-9):
             (lost if now < mean(past) else gained).add(g)
-    return Judged(frozenset(lost), frozenset(gained), spreads)
+    return Judged(frozenset(lost), frozenset(gained), spreads, levels)
 
 
 def _shares(nights: Sequence[Recorded], tonight: Recorded) -> dict[str, list[float]]:
@@ -133,8 +142,11 @@ def moved_groups(
     """(lost, gained) by group, in tonight's units, when a judged group's share of the total fell (by shares:
     the day's level may differ from the last good night's by its weekday) and others' rose; None otherwise.
     The groups that gained are the judged ones whose share rose, or when none was judged (a large group's
-    gain of a small group's loss is within its own noise), every group that took at least half of the
-    smallest loss: a group that only rose with the total's rounding took nothing."""
+    gain of a small group's loss is within its own noise), every group whose share rose and whose units
+    tonight are above its own expected units (``Judged.levels``; the last good night's without them) by at
+    least half the smallest loss. A share is a part of the whole: a group that lost alone raises every other
+    group's share while their units hold, and a loss is not a shift (nor is a rise with the total's
+    rounding)."""
     if not before.value or not tonight.value:
         return None
     groups = set(tonight.groups) | set(before.groups)
@@ -146,8 +158,12 @@ def moved_groups(
     if not lost:
         return None
     rose = {g: c * tonight.value for g, c in change.items() if c > 0}
+    least = 0.5 * min(lost.values())
     gained = {g: v for g, v in rose.items() if g in judged.gained} or {
-        g: v for g, v in rose.items() if v >= 0.5 * min(lost.values())
+        g: v
+        for g, v in rose.items()
+        if v >= least
+        and (tonight.groups.get(g) or 0.0) - judged.levels.get(g, before.groups.get(g) or 0.0) >= least
     }
     return (lost, gained) if gained else None
 
@@ -258,7 +274,9 @@ def trace_shift(
             reference = level.reference
             break
     else:
-        reference, keys = levels[0].reference, []
+        # No key carries what the groups lost: a shift named by no row is no cause, and a loss read by
+        # shares (a group gone raises the others') is left to the loss's own evidence.
+        return None
     right = ctx.graph.key_for_table(join.right_table)
     owners = ctx.graph.owners_on(
         [
@@ -493,8 +511,68 @@ def attribute_shift_diagnosis(
     )
     shift = trace_shift(ctx, by, tonight, before, judged)
     if shift is None:
-        return None
+        return _key_shift(
+            incident, by, ctx, tonight, before, judged, {"total": total.name, "attribute": column}
+        )
     return shift_diagnosis(incident, by, shift, ctx, {"total": total.name, "attribute": column})
+
+
+def _key_shift(
+    incident: Incident,
+    by: RecordedTotal,
+    ctx: DiagnosisContext,
+    tonight: Recorded,
+    before: Recorded,
+    judged: Judged,
+    evidence: dict,
+) -> Diagnosis | None:
+    """An attribute that is itself a join key (``carried_keys``) whose values moved, no reference row of
+    a lookup above it carrying the move: the rows that hold the key were re-pointed in the table it is read
+    from (its lineage's one root), and the keys that lost are what changed (a plan's subscribers moved to
+    another plan: the plan they left is named, not any one subscriber). How many of that table's rows still
+    hold each is read (one statement). None when the column is no such key or its values did not move."""
+    column = by.group_keys[0]
+    moved = moved_groups(tonight, before, judged)
+    roots = root_columns(ctx.graph, (by.asset, column))
+    if moved is None or column not in carried_keys(ctx.graph, by.asset) or len(roots) != 1:
+        return None
+    lost, gained = moved
+    ((source, source_column),) = roots
+    where = table(ctx.graph, source) or source
+    values = [split_label(g)[1] for g in lost]
+    held = on_table(ctx, source, source_column, [v for v in values if v is not None])
+    to = ", ".join(gained)
+    keys = []
+    for g, units in sorted(lost.items(), key=lambda kv: -kv[1]):
+        value = split_label(g)[1]
+        now = (
+            f"{held.get(str(value), 0):,} rows of {where} hold it tonight"
+            if held is not None and value is not None
+            else f"its rows in {where} were not counted"
+        )
+        change = f"its {units:,.0f} units went to {to}; {now}"
+        keys.append(KeyGap(column=column, value=value, units=units, rows=0, change=change))
+    said = "; ".join(f"{k.label}: {k.change}" for k in keys[:5])
+    cause = (
+        f"{evidence.get('total', by.name)} held while its {column} values moved ({', '.join(lost)} lost; "
+        f"{to} gained): {by.asset} carries {column} from {where}.{source_column}, a key a join on its path "
+        f"looks up, so rows of {where} were re-pointed from one {column} to another. {said}."
+    )
+    return Diagnosis(
+        incident_id=incident.incident_id,
+        classification=CauseClass.REFERENCE_DATA_CHANGE,
+        cause=cause,
+        evidence={
+            **evidence,
+            "groups_lost": ", ".join(f"{g} lost {v:,.0f}" for g, v in lost.items()),
+            "groups_gained": ", ".join(f"{g} gained {v:,.0f}" for g, v in gained.items()),
+        },
+        keys=keys[:5],
+        upstream_change=f"rows of {where} re-pointed from {', '.join(k.label for k in keys[:5])}",
+        cause_asset=source,
+        path=ctx.graph.path(source, by.asset) if source in ctx.graph and source != by.asset else [by.asset],
+        owners=ctx.graph.owners_on([source, *reference_systems(ctx, source)]),
+    )
 
 
 def shift_diagnosis(
