@@ -34,6 +34,7 @@ from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.judge import judge
 from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.context.joins import equated
 from dw_dagster.context.lineage import Column, LineageGraph
 
 MAX_VALUES = 50
@@ -57,19 +58,16 @@ def _roots(graph: LineageGraph, column: tuple[str, str]) -> set[str]:
 def carried_keys(graph: LineageGraph, asset: str) -> set[str]:
     """The columns of ``asset`` that hold a join key: each copied from one column (not a key mixed with
     another column) that a join on the asset's path equates with another table's (``ON L.A = R.B``)."""
-    # Imported here: keys.py reads recorded_totals.py, which reads this module.
-    from dw_dagster.checks.keys import _equated
-
     if asset not in graph:
         return set()
     # A node and its inputs each described (an asset known only as another's dep has no columns or table).
     described = {n for n, d in graph.assets.nodes(data=True) if "info" in d}
     nodes = [n for n in graph.upstream(asset) | {asset} if {n, *graph.assets.predecessors(n)} <= described]
-    equated = {c for node in nodes for pair in _equated(graph, node) for c in pair}
+    joined = {c for node in nodes for pair in equated(graph, node) for c in pair}
     out = set()
     for column in graph.info(asset).columns:
         own: Column = (asset, column)
-        if len(root_columns(graph, own)) == 1 and ({own} | graph.column_ancestors(own)) & equated:
+        if len(root_columns(graph, own)) == 1 and ({own} | graph.column_ancestors(own)) & joined:
             out.add(column)
     return out
 

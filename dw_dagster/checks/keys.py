@@ -29,9 +29,9 @@ from sqlglot import exp
 from dw_dagster.checks.history import Reading, Recorded
 from dw_dagster.checks.measure import Part, quoted_table
 from dw_dagster.checks.recorded_totals import plain_value
-from dw_dagster.context.joins import JoinParseError, parse_node
+from dw_dagster.context.joins import equated
 from dw_dagster.context.lineage import Column, LineageGraph
-from dw_dagster.sql import placeholders, quote_identifier, table_parts, table_reference
+from dw_dagster.sql import placeholders, quote_identifier, table_reference
 
 KEYS_LOOKBACK_DAYS = 14
 
@@ -112,44 +112,6 @@ def rows_with_keys(cur: Any, table: tuple[str, str, str], column: str, values: S
     return int(cur.fetchone()[0])
 
 
-def _inputs(graph: LineageGraph, node: str) -> dict[str, str]:
-    """A node's inputs by the name its join's refs give them (a ref's node name is its table's name); a
-    name two inputs share is left out, as neither can be told by it."""
-    by_name: dict[str, list[str]] = {}
-    for parent in graph.assets.predecessors(node):
-        parts = table_parts(graph.info(parent).table_name)
-        if parts is not None:
-            by_name.setdefault(parts[2], []).append(parent)
-    return {name: found[0] for name, found in by_name.items() if len(found) == 1}
-
-
-def _equated(graph: LineageGraph, node: str) -> list[tuple[Column, Column]]:
-    """The pairs of input columns a node's joins equate (an ON clause's ``L.A = R.B``); none when its join
-    text does not parse or names a table that is not one of its inputs."""
-    join = graph.info(node).join
-    if not join:
-        return []
-    inputs = _inputs(graph, node)
-
-    def resolve(location: str, name: str) -> str:
-        # Each input stands for itself by its name alone: only which input each side is matters here.
-        if name not in inputs:
-            raise JoinParseError(f"{node}: ref('{location}', '{name}') is none of its inputs")
-        return quote_identifier(name)
-
-    try:
-        joins = parse_node(node, join, resolve).joins
-    except JoinParseError:
-        return []
-    named = {quote_identifier(name): asset for name, asset in inputs.items()}
-    return [
-        ((named[j.left_table], left), (named[j.right_table], right))
-        for j in joins
-        if j.left_table in named and j.right_table in named  # a table named outright, not by a ref
-        for left, right in j.on
-    ]
-
-
 def key_columns(graph: LineageGraph, small: str, key: str, grown: str) -> list[str]:
     """The columns of ``grown`` that hold the values of ``small``'s column ``key``, in the table's order:
     node by node from ``small`` down, a column is the key's when every column it is built from is (not the
@@ -160,7 +122,7 @@ def key_columns(graph: LineageGraph, small: str, key: str, grown: str) -> list[s
     held: set[Column] = {(small, key)}
     for node in graph.path(small, grown)[1:]:
         here = set(held)
-        pairs = _equated(graph, node)
+        pairs = equated(graph, node)
         grew = True
         while grew:  # a key equated along a chain of joins in one node
             grew = False

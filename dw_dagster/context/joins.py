@@ -13,7 +13,8 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from dw_dagster.coalesce.sql import RefSyntaxError, resolve_refs
-from dw_dagster.sql import quote_identifier
+from dw_dagster.context.lineage import Column, LineageGraph
+from dw_dagster.sql import quote_identifier, table_parts
 
 _TEMPLATE = re.compile(r"\{\{|\{%|%\}|\}\}")
 
@@ -274,3 +275,41 @@ def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], st
                 cols = tuple(dict.fromkeys(c.name for c in cond.find_all(exp.Column)))
                 out.filters.append(ParsedFilter(tables[from_alias], shown, cols))
     return out
+
+
+def node_inputs(graph: LineageGraph, node: str) -> dict[str, str]:
+    """A node's inputs by the name its join's refs give them (a ref's node name is its table's name); a
+    name two inputs share is left out, as neither can be told by it."""
+    by_name: dict[str, list[str]] = {}
+    for parent in graph.assets.predecessors(node):
+        parts = table_parts(graph.info(parent).table_name)
+        if parts is not None:
+            by_name.setdefault(parts[2], []).append(parent)
+    return {name: found[0] for name, found in by_name.items() if len(found) == 1}
+
+
+def equated(graph: LineageGraph, node: str) -> list[tuple[Column, Column]]:
+    """The pairs of input columns a node's joins equate (an ON clause's ``L.A = R.B``); none when its join
+    text does not parse or names a table that is not one of its inputs."""
+    join = graph.info(node).join
+    if not join:
+        return []
+    inputs = node_inputs(graph, node)
+
+    def resolve(location: str, name: str) -> str:
+        # Each input stands for itself by its name alone: only which input each side is matters here.
+        if name not in inputs:
+            raise JoinParseError(f"{node}: ref('{location}', '{name}') is none of its inputs")
+        return quote_identifier(name)
+
+    try:
+        joins = parse_node(node, join, resolve).joins
+    except JoinParseError:
+        return []
+    named = {quote_identifier(name): asset for name, asset in inputs.items()}
+    return [
+        ((named[j.left_table], left), (named[j.right_table], right))
+        for j in joins
+        if j.left_table in named and j.right_table in named  # a table named outright, not by a ref
+        for left, right in j.on
+    ]
