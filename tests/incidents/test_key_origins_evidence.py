@@ -9,10 +9,8 @@ from __future__ import annotations
 from datetime import date, timedelta
 from pathlib import Path
 
-import dagster as dg
-import fakesnow
 import pytest
-import snowflake.connector
+from diagnosis_db import diagnosis_db, node_spec
 
 from dw_dagster.checks.history import HistorySession, Reading
 from dw_dagster.checks.metrics import load_metrics_file
@@ -20,7 +18,7 @@ from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.incidents.evidence import DiagnosisContext
 from dw_dagster.incidents.joins import measure_join, parse_joins
 from dw_dagster.incidents.origins import key_origins
-from dw_dagster.warehouse.ops import TABLES, OpsSchema
+from dw_dagster.warehouse.ops import OpsSchema
 
 METRICS = Path(__file__).resolve().parent / "worlds" / "meters" / "metrics.yaml"
 METERS_NIGHT = date(2025, 10, 28)
@@ -37,28 +35,15 @@ def _resolve(location: str, name: str) -> str:
     return f'"DB"."{location}"."{name}"'
 
 
-def _spec(key: str, table: str, columns: dict[str, str]) -> dg.AssetSpec:
-    schema = dg.TableSchema(columns=[dg.TableColumn(c, t) for c, t in columns.items()])
-    return dg.AssetSpec(
-        key, kinds={"snowflake"}, metadata={"dagster/table_name": table, "dagster/column_schema": schema}
-    )
-
-
 @pytest.fixture(scope="module")
 def conn():
-    with fakesnow.patch():
-        conn = snowflake.connector.connect(database="DB", schema="RAW", paramstyle="qmark")
+    with diagnosis_db("RAW", "REF") as conn:
         yield conn
-        conn.close()
 
 
 @pytest.fixture(scope="module")
 def ctx(conn):
     c = conn.cursor()
-    for schema in ("RAW", "REF", "DW_OPS"):
-        c.execute(f'CREATE SCHEMA IF NOT EXISTS "DB"."{schema}"')
-    for name in ("METRIC_HISTORY", "INCIDENTS"):
-        c.execute(f'CREATE TABLE "DB"."DW_OPS"."{name}" ({TABLES[name]})')
     c.execute('CREATE TABLE "DB"."REF"."UNITS" (SITE VARCHAR, TAG VARCHAR)')
     c.execute('INSERT INTO "DB"."REF"."UNITS" VALUES (\'N\', \'A-1\')')  # N/A-3 deleted, N/A-7 never added
     c.execute(
@@ -93,10 +78,10 @@ def ctx(conn):
     )
     graph = LineageGraph(
         [
-            _spec("raw/readings", "DB.RAW.READINGS", {"SITE": "VARCHAR", "TAG": "VARCHAR", "QTY": "NUMBER(38,0)", "READ_ON": "DATE"}),
-            _spec("ref/units", "DB.REF.UNITS", {"SITE": "VARCHAR", "TAG": "VARCHAR"}),
-            _spec("raw/usage", "DB.RAW.USAGE", {"SUBSCRIBER_ID": "NUMBER(38,0)", "MB": "NUMBER(38,0)", "SESSION_DAY": "DATE"}),
-            _spec("ref/subscribers", "DB.REF.SUBSCRIBERS", {"SUBSCRIBER_ID": "NUMBER(38,0)", "PLAN_ID": "NUMBER(38,0)"}),
+            node_spec("raw/readings", "DB.RAW.READINGS", {"SITE": "VARCHAR", "TAG": "VARCHAR", "QTY": "NUMBER(38,0)", "READ_ON": "DATE"}),
+            node_spec("ref/units", "DB.REF.UNITS", {"SITE": "VARCHAR", "TAG": "VARCHAR"}),
+            node_spec("raw/usage", "DB.RAW.USAGE", {"SUBSCRIBER_ID": "NUMBER(38,0)", "MB": "NUMBER(38,0)", "SESSION_DAY": "DATE"}),
+            node_spec("ref/subscribers", "DB.REF.SUBSCRIBERS", {"SUBSCRIBER_ID": "NUMBER(38,0)", "PLAN_ID": "NUMBER(38,0)"}),
         ]
     )  # fmt: skip
     return DiagnosisContext(graph, metrics, _resolve, history, c)
