@@ -14,7 +14,8 @@ Told apart by the rows themselves, not by whether the key happens to be a group 
   gone, it was deleted if it was there before (by the evidence above), else it is missing from the reference
   (it never matched: a new key nobody mapped).
 
-Two statements at most, whatever the number of keys (their values bound).
+Two statements of the tables' rows at most, whatever the number of keys (their values bound); the nights with
+an incident (for the last good night) are read once per diagnosis, shared with its other steps.
 """
 
 from __future__ import annotations
