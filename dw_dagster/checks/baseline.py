@@ -465,19 +465,6 @@ def calibrate(
     )
 
 
-def small_count_noise(points: Mapping[date, float], config: BaselineConfig) -> float | None:
-    """The spread of a small count's one-step errors on its ordinary nights ``points``, in its own units
-    (1.4826 x MAD), floored as ``score`` floors its scale (``small_scale_floor``, the Poisson spread of its
-    usual level); None for too short a record. What its recurring days are read against
-    (``recurring.learn``): a small count is judged on absolute change, with no calibration of its own."""
-    errors = one_step_errors(points, config, absolute=True)
-    if len(errors) < MIN_RESIDUALS:
-        return None
-    centre = median(errors)
-    spread = MAD_TO_SIGMA * median(abs(e - centre) for e in errors)
-    return max(spread, config.small_scale_floor, math.sqrt(max(usual_level(points), 0.0)))
-
-
 def score(
     history: Mapping[date, float],
     day: date,
@@ -530,11 +517,9 @@ def score(
         mad = median(
             abs(x - typical) * s for x, s in zip(refs, ref.ref_steps or [1.0] * len(refs), strict=True)
         )
-        # A small count's spread is at least its Poisson spread at the level it is expected at: a calendar
-        # day's effect (``offset``) that moves it up (a month-end at fifteen times the day's count) moves
-        # its spread with it.
-        poisson = math.sqrt(max(ref.level, ref.level + offset, 0.0))
-        floor = max(config.small_scale_floor, poisson) if absolute else config.scale_floor
+        floor = (
+            max(config.small_scale_floor, math.sqrt(max(ref.level, 0.0))) if absolute else config.scale_floor
+        )
         scale = max(MAD_TO_SIGMA * mad, floor) * scale_factor
     z = (target - centre) / scale * ref.steps_of_noise
     if same_weekday:

@@ -36,7 +36,6 @@ from dw_dagster.checks.baseline import (
     false_alarm_alpha,
     is_small,
     score,
-    small_count_noise,
     transform,
     untransform,
 )
@@ -193,11 +192,11 @@ def judge(
         return f(values[d]) - f(max(s.expected, 0.0))
 
     today = configured.day(day) if configured else None
-    # Recurring days the file's calendar says nothing about, learned from the series' own history: a small
-    # count's against the spread of its own one-step errors in its units (it has no calibration).
-    noise = calibration.sigma if calibration else small_count_noise(named, config) if absolute else None
+    # Recurring days the file's calendar says nothing about, learned from the series' own history.
     recurring = (
-        learn(named, day, cal, effect_of, noise, flagged) if cal is not None and noise else Recurring()
+        learn(named, day, cal, effect_of, calibration.sigma, flagged)
+        if cal is not None and calibration
+        else Recurring()
     )
     ordinary = {d: v for d, v in named.items() if d not in recurring.nights}
     if recurring.nights:
