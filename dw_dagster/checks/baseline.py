@@ -366,6 +366,76 @@ def tail_threshold(deviations: Sequence[float], p: float) -> float:
     return max(extrapolated, gaussian)
 
 
+CHANGE_P = 0.001
+"""The significance at which the one-step errors are taken to have changed regime (``recent_regime``): strict,
+as the errors of a same-weekday baseline share references and so run in short streaks."""
+
+
+def _ranks(values: Sequence[float]) -> list[float]:
+    """Each value's rank among ``values`` (1-based; ties share their mean rank)."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in order[i : j + 1]:
+            ranks[k] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def change_point(errors: Sequence[float]) -> int | None:
+    """Where the errors' level changed, if it did at ``CHANGE_P``: the index of the first error of the later
+    regime. Pettitt's rank test ("A non-parametric approach to the change-point problem", Appl. Statist.
+    1979): U_t = 2 x (the sum of the first t ranks) - t(n + 1), K = max |U_t|, p ~ 2 exp(-6K^2 / (n^3 + n^2));
+    ranks, so a few outlying nights neither make nor hide a change."""
+    n = len(errors)
+    best, split, running = 0.0, 0, 0.0
+    for t, r in enumerate(_ranks(errors)[:-1], start=1):
+        running += r
+        if abs(u := 2 * running - t * (n + 1)) > best:
+            best, split = abs(u), t
+    if split == 0 or 2 * math.exp(-6 * best**2 / (n**3 + n**2)) >= CHANGE_P:
+        return None
+    return split
+
+
+def _trending(errors: Sequence[float]) -> bool:
+    """Whether the errors still move one way (the Mann-Kendall trend test at ``CHANGE_P``; the variance
+    without its correction for ties, which only makes the test stricter)."""
+    n = len(errors)
+    s = sum((b > a) - (b < a) for i, a in enumerate(errors) for b in errors[i + 1 :])
+    z = (abs(s) - 1) / math.sqrt(n * (n - 1) * (2 * n + 5) / 18)
+    return 2 * (1 - NormalDist().cdf(z)) < CHANGE_P
+
+
+def recent_regime(errors: Sequence[float]) -> tuple[float, list[float]]:
+    """The bias tonight's expectation carries and the deviations its threshold is read from.
+
+    A steady trend the median lags gives steady errors: their median is the bias, and their deviations from it
+    the spread. A series whose trend changed (a table that keeps a rolling window filled it, and stopped
+    growing) has errors that changed regime: the bias of the growth is no longer tonight's, and its errors
+    would widen the threshold. So the errors are read from their latest change point on (``change_point``,
+    applied again to what follows each change while at least ``MIN_RESIDUALS`` errors remain); if those still
+    move one way (a baseline of past weeks catching up with a level that stopped, for as many weeks as it
+    looks back), the bias is where their robust line (Theil-Sen: the median of the pairwise slopes) has
+    reached at the latest error, and the deviations are from that line."""
+    start = 0
+    while (cut := change_point(errors[start:])) is not None and len(errors) - start - cut >= MIN_RESIDUALS:
+        start += cut
+    recent = list(errors[start:])
+    if start and _trending(recent):
+        slope = median((b - a) / (j - i) for i, a in enumerate(recent) for j, b in enumerate(recent) if j > i)
+        intercept = median(e - slope * i for i, e in enumerate(recent))
+        return intercept + slope * (len(recent) - 1), [
+            abs(e - intercept - slope * i) for i, e in enumerate(recent)
+        ]
+    bias = median(recent)
+    return bias, [abs(e - bias) for e in recent]
+
+
 def false_alarm_alpha(config: BaselineConfig, share: int = 1) -> float:
     """The false-alarm probability one series may spend per ordinary night: the table's rate, split between
     the ``share`` series judged on it."""
@@ -382,12 +452,11 @@ def calibrate(
     errors = one_step_errors(points, config, absolute)
     if len(errors) < MIN_RESIDUALS:
         return None
-    bias = median(errors)
-    deviations = [abs(e - bias) for e in errors]
+    bias, deviations = recent_regime(errors)
     # Deviations are taken as symmetric: a side that alone hurts may spend alpha on its own.
     p = min(0.5, alpha if hurts is Direction.BOTH else 2 * alpha)
     return Calibration(
-        residuals=len(errors),
+        residuals=len(deviations),
         bias=bias,
         sigma=MAD_TO_SIGMA * median(deviations),
         threshold=tail_threshold(deviations, p),

@@ -4,26 +4,30 @@ Told apart by the rows themselves, not by whether the key happens to be a group 
 
 - the **source's own rows**: the earliest date any time column of the source table holds for the key (the
   column the key is read from, traced through column lineage to its Source table). A key whose rows date
-  from before tonight's business date was there on the last good night, when the join matched it;
+  from the target's last good night or before (the latest not flagged and with no incident) was there when
+  the join matched it; one first seen since (on the incident's first night, read again the night after) is
+  new, however many nights ago that was;
 - the **recorded histories**, where the key is a group key: the target total had the key on an earlier
-  night (it matched then), or the source total first had it tonight;
+  night (it matched then), or the source total had it by the last good night;
 - the **reference table's rows**: whether the key is still on the join's right side (and in the Source table
   behind it). Still there, it no longer matches (a changed row, or the join's condition now excludes it);
-  gone, it was deleted.
+  gone, it was deleted if it was there before (by the evidence above), else it is missing from the reference
+  (it never matched: a new key nobody mapped).
 
-Two statements at most, whatever the number of keys (their values bound).
+Two statements of the tables' rows at most, whatever the number of keys (their values bound); the nights with
+an incident (for the last good night) are read once per diagnosis, shared with its other steps.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.context.joins import ParsedJoin
 from dw_dagster.context.lineage import Column, LineageGraph
-from dw_dagster.incidents.evidence import HISTORY_DAYS, DiagnosisContext
+from dw_dagster.incidents.evidence import HISTORY_DAYS, DiagnosisContext, last_good_night
 from dw_dagster.incidents.structure import source_column, table, time_columns
 from dw_dagster.records.incidents import JoinEffect, KeyGap
 from dw_dagster.records.keys import plain, same_key, typed
@@ -140,8 +144,14 @@ def _one_table(graph: LineageGraph, columns: list[Column | None]) -> tuple[str, 
     return columns[0][0], [c[1] for c in columns]
 
 
-def _in_history(history: dict, column: str, value: str | None) -> bool:
-    return any(same_key(g, column, value) for r in history.values() for g in r.groups)
+def _in_history(history: dict, column: str, value: str | None, until: date | None = None) -> bool:
+    """Whether a night of ``history`` (up to ``until``, when given) had the key among its groups."""
+    return any(
+        same_key(g, column, value)
+        for d, r in history.items()
+        if until is None or d <= until
+        for g in r.groups
+    )
 
 
 def key_origins(
@@ -174,6 +184,11 @@ def key_origins(
         )
         present = rows_on_table(ctx, reference[0], reference[1], values)
     where = src[0] if src else effect.left
+    # The key was there before only if it was by the target's last good night: rows first seen on the
+    # incident's first night are new on its second night too. No recorded night: before tonight.
+    good = last_good_night(ctx, target_history, day) if target_history else None
+    until = good.business_date if good is not None else day - timedelta(days=1)
+    ref_table = table(graph, reference[0]) if reference else effect.right
 
     out = []
     for k in keys:
@@ -188,8 +203,8 @@ def key_origins(
             continue
         first = seen.get(k.values)
         matched_before = _in_history(target_history, k.column, k.value)
-        in_source_before = (first is not None and first < day) or _in_history(
-            source_history, k.column, k.value
+        in_source_before = (first is not None and first <= until) or _in_history(
+            source_history, k.column, k.value, until
         )
         # The join's own condition excludes a row that is on the reference side: a changed row, whatever
         # the histories say.
@@ -198,7 +213,6 @@ def key_origins(
             since = (
                 f" (its rows in {where} date back to {first.isoformat()})" if first and first < day else ""
             )
-            ref_table = table(graph, reference[0]) if reference else effect.right
             kept = not k.change and present is not None and bool(present.get(k.values))
             if excluded:
                 story = f"used to match and no longer does: its row is {k.change}{since}"
@@ -210,15 +224,23 @@ def key_origins(
                 story = f"used to match and no longer does{since}"
             out.append(KeyOrigin(k.model_copy(update={"change": story}), True, story, kept))
         else:
-            story = (
-                f"is new in {where} since {day.isoformat()} and has no match in {effect.right or effect.left}"
+            since_day = first if first is not None and first < day else day
+            # A new key no reference row holds was never there to be deleted: it is missing.
+            missing = present is not None and not present.get(k.values)
+            story = f"is new in {where} since {since_day.isoformat()} and " + (
+                f"is missing from {ref_table}"
+                if missing
+                else f"has no match in {effect.right or effect.left}"
             )
             # A new key whose row the reference's Source table has (it was mapped) yet the lookup node lacks:
             # the lookup's own join dropped it, one table further up (``chain.py`` walks there).
             mapped = not k.change and present is not None and bool(present.get(k.values))
             out.append(
                 KeyOrigin(
-                    k.model_copy(update={"change": story, "new_in_source_since": day}), False, story, mapped
+                    k.model_copy(update={"change": story, "new_in_source_since": since_day}),
+                    False,
+                    story,
+                    mapped,
                 )
             )
     return out
