@@ -3,7 +3,9 @@
 A fresh build of stale input is the green job that built an old number: the input-freshness check compares
 the input's latest load (e.g. ``_LOADED_AT`` of the replicated RAW table) with what the built table
 holds and with when it was built. Both maxima are one part of the checks run's measurement statement
-(``measure.py``); Snowflake answers MAX of a column from micro-partition metadata, without a scan.
+(``measure.py``); Snowflake answers MAX of a column from micro-partition metadata, without a scan. So is
+the latest stamp of every other Source the checked tables are built from (``read_sources``): a snapshot's
+rows hold only its last load, and only this record of it says whether it loads.
 """
 
 import calendar as stdlib_calendar

@@ -6,7 +6,8 @@ freshness rule names that looks stale, a second: the days it loaded on, for the 
 several days (replicated, appended) whose latest row is older than the allowed input age stopped (for an
 input a freshness rule names, the age its input-freshness check allows that night: more after the nights it
 does not load on, ``checks/freshness.py`` ``allowed_age``); a table loaded once (a hand-kept map, a catalogue loaded at set-up) is not stale for being old, unless a freshness
-rule of the metrics file names it. Time columns are compared as instants, cast to TIMESTAMP_TZ in the
+rule of the metrics file names it. A table reloaded whole (a snapshot) shows one load day in its rows: the
+checks' record of its latest stamp, night by night, says whether it loads (``_judge_by_record``). Time columns are compared as instants, cast to TIMESTAMP_TZ in the
 session's UTC: a TIMESTAMP_NTZ column is read as UTC, as replication stamps are; an LTZ or TZ column by its
 own zone.
 """
