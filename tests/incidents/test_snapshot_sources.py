@@ -13,7 +13,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import dagster as dg
 import pytest
-from diagnosis_db import diagnosis_db
+from diagnosis_db import diagnosis_db, node_spec
 
 from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.freshness import InputFreshnessChecks
@@ -63,17 +63,16 @@ SHAPES = {
 }  # fmt: skip
 
 
-def _spec(key: str, table: str, columns: dict[str, str], deps=(), node="Source") -> dg.AssetSpec:
-    schema = dg.TableSchema(columns=[dg.TableColumn(c, t) for c, t in columns.items()])
-    return dg.AssetSpec(key, kinds={"coalesce"}, deps=list(deps),
-                        metadata={"dagster/table_name": table, "dagster/column_schema": schema,
-                                  "coalesce/node_type": node})  # fmt: skip
-
-
 def _specs(s: Shape) -> list[dg.AssetSpec]:
-    specs = [_spec(k, f"DB.{sc}.{t}", cols) for k, sc, t, cols in (s.feed, s.snapshot, s.once)]
-    for key, schema, name, deps in [*s.nodes, s.fact]:
-        specs.append(_spec(key, f"DB.{schema}.{name}", {"LOADED": "TIMESTAMP_NTZ"}, deps, "Fact"))
+    """The sources, and each node: its stamp read from its first input, the others read in its join alone
+    (the control table in a WHERE subquery, the snapshot and the once-loaded table joined)."""
+    specs = [node_spec(k, f"DB.{sc}.{t}", cols) for k, sc, t, cols in (s.feed, s.snapshot, s.once)]
+    stamps = {k: next(c for c, t in cols.items() if t.startswith("TIMESTAMP")) for k, _, _, cols in (s.feed,)}
+    for key, schema, name, (first, *others) in [*s.nodes, s.fact]:
+        lineage = {"LOADED": [(first, stamps.get(first, "LOADED"))]}
+        specs.append(
+            node_spec(key, f"DB.{schema}.{name}", {"LOADED": "TIMESTAMP_NTZ"}, lineage, "FROM ...", others)
+        )
     return specs
 
 
