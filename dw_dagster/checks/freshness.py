@@ -3,7 +3,9 @@
 A fresh build of stale input is the green job that built an old number: the input-freshness check compares
 the input's latest load (e.g. ``_LOADED_AT`` of the replicated RAW table) with what the built table
 holds and with when it was built. Both maxima are one part of the checks run's measurement statement
-(``measure.py``); Snowflake answers MAX of a column from micro-partition metadata, without a scan.
+(``measure.py``); Snowflake answers MAX of a column from micro-partition metadata, without a scan. So is
+the latest stamp of every other Source the checked tables are built from (``read_sources``): a snapshot's
+rows hold only its last load, and only this record of it says whether it loads.
 """
 
 import calendar as stdlib_calendar
@@ -26,6 +28,7 @@ from dw_dagster.checks.keys import table_columns
 from dw_dagster.checks.measure import Part, quoted_table
 from dw_dagster.checks.metrics import InputFreshness, JobSchedule, MetricsFile
 from dw_dagster.checks.tonight import Night
+from dw_dagster.coalesce.metadata import CoalesceMetadataSet
 from dw_dagster.context.specs import key_from_path
 from dw_dagster.sql import table_parts
 
@@ -40,6 +43,7 @@ MIN_ADVANCING_NIGHTS = 14
 """Nights like tonight on which the input's latest load advanced, every one of them, before a night it did not
 is stale whatever its age: two weeks, so a feed that skips one night in ten has most likely shown a skip."""
 _DAILY = re.compile(r"^(\d{1,2})\s+(\d{1,2})\s+(\*\s+\*\s+\S+)$")
+_TIME = re.compile(r"^(TIMESTAMP\w*|DATETIME|DATE)\b", re.IGNORECASE)
 
 
 def freshness_policy_for(schedule: JobSchedule) -> dg.FreshnessPolicy:
@@ -140,8 +144,9 @@ def input_freshness_specs(metrics: MetricsFile, specs: Sequence[dg.AssetSpec]) -
             additional_deps=[key_from_path(r.input) for r in its],
             description=f"Holds {_names([r.input for r in its])}'s latest load, and that load was at most "
             f"{_names([f'{r.max_input_age_hours:g} h' for r in its])} old when the table was built, more after "
-            "the nights it does not load (its own cadence); and it advanced tonight if it advanced on every night "
-            "like tonight on record",
+            "the nights it does not load (its own cadence); and it, and every other Source table the table is "
+            "built from (a control table its filter reads, a snapshot it joins), advanced tonight if it advanced "
+            "on every night like tonight on record",
         )
         for asset, its in _by_asset(rules).items()
     ]
@@ -166,8 +171,52 @@ def _latest(table: tuple[str, str, str], column: str) -> exp.Expression:
     return query.from_(quoted_table(*table)).subquery()
 
 
+def _is_source(spec: dg.AssetSpec) -> bool:
+    """A table the pipeline reads and does not build: a Coalesce Source node, or a table of another tool."""
+    node_type = CoalesceMetadataSet.read(spec.metadata, "node_type")
+    named = table_parts(spec.metadata.get("dagster/table_name")) is not None
+    return named and (node_type == "Source" or "coalesce" not in (spec.kinds or ()))
+
+
+def read_sources(specs_by_path: Mapping[str, dg.AssetSpec], asset: str, inputs: set[str]) -> list[str]:
+    """The Source tables ``asset`` is built from, through every node upstream, that no freshness rule names
+    (``inputs``) and that have a time column: a control table a node reads only in its WHERE (the day to
+    process), a snapshot it joins (FX rates, an export reloaded whole). Their rows hold only the last load's
+    stamp, so only their record of it, night by night, says whether they load (``advancing_nights``)."""
+    seen: set[str] = set()
+    todo = [asset]
+    while todo:
+        spec = specs_by_path.get(todo.pop())
+        for dep in spec.deps if spec else ():
+            path = dep.asset_key.to_user_string()
+            if path not in seen:
+                seen.add(path)
+                todo.append(path)
+    return sorted(
+        p
+        for p in seen - inputs
+        if p in specs_by_path and _is_source(specs_by_path[p]) and _time_columns(specs_by_path[p])
+    )
+
+
+def _time_columns(spec: dg.AssetSpec) -> list[str]:
+    return [c.name for c in table_columns(spec) if _TIME.match(c.type or "")]
+
+
+def _latest_of(table: tuple[str, str, str], columns: Sequence[str]) -> exp.Expression:
+    """The latest of the maxima of ``columns``, each read from metadata: GREATEST over COALESCEs that each put
+    a different column first, so a column with no value leaves the others' (Snowflake's GREATEST is NULL
+    when any argument is)."""
+    latest = [_latest(table, c) for c in columns]
+    if len(latest) == 1:
+        return latest[0]
+    rotations = [exp.func("COALESCE", *latest[i:], *latest[:i]) for i in range(len(latest))]
+    return exp.func("GREATEST", *rotations)
+
+
 class InputFreshnessChecks:
-    """The input-freshness checks of one checks run: both maxima of each rule, and their judgement."""
+    """The input-freshness checks of one checks run: both maxima of each rule, the latest load of every other
+    Source table the judged tables are built from (``read_sources``), and their judgement."""
 
     def __init__(self, metrics: MetricsFile, specs: Sequence[dg.AssetSpec], selected: Sequence[dg.AssetKey]):
         wanted = {k.to_user_string() for k in selected}
@@ -176,10 +225,15 @@ class InputFreshnessChecks:
         self.calendar = metrics.calendar
         self.timezone = ZoneInfo(metrics.business_day.timezone)
         self.errors: dict[str, str] = {}
+        # A rule's input is recorded by its rule's column; the other sources by their latest stamp.
+        inputs = {r.input for r in metrics.freshness.inputs}
+        self.sources = {a: read_sources(self.specs_by_path, a, inputs) for a in self.rules}
 
     def series(self) -> dict[str, int]:
         """The series these checks learn the inputs' cadence from -> how many nights back."""
-        return {input_load_series(r.input): CADENCE_LOOKBACK_DAYS for its in self.rules.values() for r in its}
+        inputs = [r.input for its in self.rules.values() for r in its]
+        sources = [s for its in self.sources.values() for s in its]
+        return dict.fromkeys(map(input_load_series, [*inputs, *sources]), CADENCE_LOOKBACK_DAYS)
 
     def parts(self) -> list[Part]:
         parts = []
@@ -192,6 +246,10 @@ class InputFreshnessChecks:
                     continue
                 query = exp.select(_latest(table, r.column), _latest(source, r.input_column))
                 parts.append(Part(("freshness", r.asset, r.input), query))
+        for path in sorted({s for its in self.sources.values() for s in its}):
+            spec = self.specs_by_path[path]
+            query = exp.select(_latest_of(_table_of(self.specs_by_path, path), _time_columns(spec)))
+            parts.append(Part(("source_load", path), query, shape="source_load"))
         return parts
 
     def evaluate(
@@ -199,6 +257,7 @@ class InputFreshnessChecks:
     ) -> tuple[list[dg.AssetCheckResult], list[str]]:
         """Each table's rules measured judged, one result a table, and why the others could not be."""
         results, errors = [], []
+        loads = self._source_loads(night, measured)
         for asset, its in self.rules.items():
             judged = []
             for rule in its:
@@ -219,12 +278,33 @@ class InputFreshnessChecks:
                 allowed = allowed_age(rule, past, night.day, self.calendar)
                 stalled = stalled_nights(latest and latest.timestamp(), past, night.day, self.calendar)
                 judged.append(_judge(night, rule, held, latest, allowed, stalled))
+            for source in self.sources[asset]:
+                if isinstance(loads[source], str):
+                    self.errors.setdefault(asset, f"the latest load of {source} not measured {loads[source]}")
+                elif found := _stalled_source(night, asset, source, loads[source], self.calendar):  # type: ignore[arg-type]
+                    judged.append(found)
             if asset in self.errors:
                 # One input not measured leaves the table's check unjudged: a pass would say all its inputs are fresh.
                 errors.append(f"{INPUT_FRESHNESS_CHECK} of {asset}: {self.errors[asset]}")
                 continue
             results.append(_result(night, asset, judged))
         return results, errors
+
+    def _source_loads(
+        self, night: Night, measured: Mapping[Hashable, list[tuple] | Exception]
+    ) -> dict[str, datetime | str | None]:
+        """Each read source's latest load, recorded tonight (once, however many tables it feeds); why it was
+        not measured instead, when it was not."""
+        out: dict[str, datetime | str | None] = {}
+        for source in {s for its in self.sources.values() for s in its}:
+            found = measured.get(("source_load", source))
+            if found is None or isinstance(found, Exception):
+                out[source] = f"({type(found).__name__}: {found})" if found is not None else "(no part)"
+                continue
+            latest = out[source] = _utc(found[0][0])  # type: ignore[index]
+            if latest is not None:
+                night.record(input_load_series(source), Reading(value=latest.timestamp()))
+        return out
 
     def _instant(self, path: str, column: str, value: datetime | None) -> datetime | None:
         """A load column's maximum as an instant; a DATE column's (read as its midnight, UTC) as the end of
@@ -398,6 +478,30 @@ def _judge(
     if latest is not None:
         metadata["input_age_hours"] = figure((built - latest).total_seconds() / 3600, 1)
     return problems, metadata
+
+
+def _stalled_source(
+    night: Night, asset: str, source: str, latest: datetime | None, calendar: BusinessCalendar
+) -> tuple[list[str], dict[str, object]] | None:
+    """A read source whose latest load did not advance tonight though its record says it advanced on every
+    night like tonight (``stalled_nights``): its problem and figures; else None. Judged by its record alone:
+    a source reloaded whole holds one load's rows, and no rule gives it an age."""
+    past = night.past.get(input_load_series(source), {})
+    stalled = stalled_nights(latest and latest.timestamp(), past, night.day, calendar)
+    if not stalled or latest is None:
+        return None
+    problem = (
+        f"built on stale input: {source}'s latest load ({latest:%Y-%m-%d %H:%M} UTC) did not advance since the "
+        f"night before, though it advanced on each of the {stalled} nights like tonight on record"
+    )
+    built = _built_at(night.context.instance, key_from_path(asset)) or datetime.now(UTC)
+    return [problem], {
+        "input": source,
+        "input_latest_load": str(latest),
+        "built_at": built.isoformat(),
+        "input_age_hours": figure((built - latest).total_seconds() / 3600, 1),
+        ADVANCED_ON_NIGHTS: stalled,
+    }
 
 
 def _result(

@@ -6,7 +6,8 @@ freshness rule names that looks stale, a second: the days it loaded on, for the 
 several days (replicated, appended) whose latest row is older than the allowed input age stopped (for an
 input a freshness rule names, the age its input-freshness check allows that night: more after the nights it
 does not load on, ``checks/freshness.py`` ``allowed_age``); a table loaded once (a hand-kept map, a catalogue loaded at set-up) is not stale for being old, unless a freshness
-rule of the metrics file names it. Time columns are compared as instants, cast to TIMESTAMP_TZ in the
+rule of the metrics file names it. A table reloaded whole (a snapshot) shows one load day in its rows: the
+checks' record of its latest stamp, night by night, says whether it loads (``_judge_by_record``). Time columns are compared as instants, cast to TIMESTAMP_TZ in the
 session's UTC: a TIMESTAMP_NTZ column is read as UTC, as replication stamps are; an LTZ or TZ column by its
 own zone.
 """
@@ -21,11 +22,13 @@ from dw_dagster.checks.calendar import routine_weekdays
 from dw_dagster.checks.freshness import (
     CADENCE_LOOKBACK_DAYS,
     INPUT_FRESHNESS_CHECK,
+    advancing_nights,
     allowed_age,
     quiet_nights,
+    quiet_weekdays,
     stalled_nights,
 )
-from dw_dagster.checks.history import input_load_series
+from dw_dagster.checks.history import Recorded, input_load_series
 from dw_dagster.checks.metrics import InputFreshness
 from dw_dagster.incidents.evidence import DiagnosisContext, replication_of
 from dw_dagster.incidents.structure import sources_upstream, table, time_columns
@@ -102,16 +105,23 @@ def judged_inputs(
     calendar = ctx.metrics.calendar
     out = {}
     for rule in rules:
-        # Read once per diagnosis (the audited history keeps what it read).
-        past = dict(
-            ctx.history.metric_history(
-                input_load_series(rule.input), day + timedelta(days=1), CADENCE_LOOKBACK_DAYS + 1
-            )
-        )
-        tonight = past.pop(day, None)
+        tonight, past = _load_record(ctx, rule.input, day)
         stalled = stalled_nights(tonight.value if tonight else None, past, day, calendar)
         out[rule.input] = (allowed_age(rule, past, day, calendar).hours, stalled)
     return out
+
+
+def _load_record(
+    ctx: DiagnosisContext, source: str, day: date
+) -> tuple[Recorded | None, dict[date, Recorded]]:
+    """The source's latest load as the checks recorded it on business date ``day`` (None when not), and its
+    record of the nights before. Read once per diagnosis (the audited history keeps what it read)."""
+    past = dict(
+        ctx.history.metric_history(
+            input_load_series(source), day + timedelta(days=1), CADENCE_LOOKBACK_DAYS + 1
+        )
+    )
+    return past.pop(day, None), past
 
 
 def source_ages(ctx: DiagnosisContext, asset: str, built_at: datetime, day: date) -> list[SourceAge]:
@@ -150,10 +160,42 @@ def source_ages(ctx: DiagnosisContext, asset: str, built_at: datetime, day: date
         # A table's latest row is its latest across its time columns.
         if key not in best or (when and (best[key].latest is None or when > best[key].latest)):
             best[key] = found
-    unruled = [a for a in best.values() if a.stale and a.latest is not None and a.asset not in rules]
+    recorded = {
+        a.asset
+        for a in _judge_by_record(ctx, [a for a in best.values() if a.asset not in rules and not a.live], day)
+    }
+    # A table judged by its record has its quiet nights from it.
+    unruled = [
+        a
+        for a in best.values()
+        if a.stale and a.latest is not None and a.asset not in rules and a.asset not in recorded
+    ]
     if unruled:
         _allow_quiet_nights(ctx, unruled, built_at, day)
     return list(best.values())
+
+
+def _judge_by_record(ctx: DiagnosisContext, ages: list[SourceAge], day: date) -> list[SourceAge]:
+    """The tables among ``ages`` (no rule names them, their rows show fewer than ``LIVE_DAYS`` load days)
+    whose latest load, as the input-freshness checks record it night by night (``input_load`` series, for
+    each Source a checked table is built from), advanced on every night like ``day`` on record: a snapshot
+    reloaded whole (a batch-control table, FX rates, an export), whose rows hold only the last load. Each is
+    live, allowed the default age and 24 h for each night its record shows it does not load on, and stalled
+    when its load did not advance on ``day``; returned. A table loaded once never advances: it stays as its
+    rows say."""
+    calendar = ctx.metrics.calendar
+    judged = []
+    for a in ages:
+        tonight, past = _load_record(ctx, a.asset, day)
+        if not advancing_nights(past, day, calendar):
+            continue
+        a.live = True
+        a.allowed_hours = DEFAULT_MAX_AGE_HOURS + 24 * len(
+            quiet_nights(quiet_weekdays(past, calendar), day, calendar)
+        )
+        a.stalled = stalled_nights(tonight.value if tonight else None, past, day, calendar)
+        judged.append(a)
+    return judged
 
 
 def _allow_quiet_nights(ctx: DiagnosisContext, ages: list[SourceAge], built_at: datetime, day: date) -> None:

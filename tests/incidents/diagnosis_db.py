@@ -31,9 +31,10 @@ def diagnosis_db(*schemas: str) -> Iterator[Any]:
             conn.close()
 
 
-def node_spec(key: str, table: str, types: dict[str, str], lineage=None, join=None) -> dg.AssetSpec:
+def node_spec(key: str, table: str, types: dict[str, str], lineage=None, join=None, reads=()) -> dg.AssetSpec:
     """A Coalesce node's asset spec: a Source table, or (with ``lineage``: column -> [(asset, column)], and its
-    ``join`` text) a node built from others."""
+    ``join`` text) a node built from others; ``reads``: the tables its join reads no column from (a WHERE
+    subquery's)."""
     metadata = {
         "dagster/table_name": table,
         "dagster/column_schema": dg.TableSchema(columns=[dg.TableColumn(c, t) for c, t in types.items()]),
@@ -46,5 +47,5 @@ def node_spec(key: str, table: str, types: dict[str, str], lineage=None, join=No
                                 for k, n in srcs] for c, srcs in lineage.items()}
         )  # fmt: skip
         metadata["coalesce/join"] = join
-        deps = {k for srcs in lineage.values() for k, _ in srcs}
+        deps = {k for srcs in lineage.values() for k, _ in srcs} | set(reads)
     return dg.AssetSpec(key, kinds={"coalesce"}, deps=sorted(deps), metadata=metadata)

@@ -12,11 +12,14 @@ import dagster as dg
 import pytest
 
 from dw_dagster.checks.freshness import InputFreshnessChecks
+from dw_dagster.checks.history import HistorySession
 from dw_dagster.checks.measure import Binds, measure
 from dw_dagster.checks.metrics import MetricsFile
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.incidents.evidence import DiagnosisContext
 from dw_dagster.incidents.staleness import source_ages
+from dw_dagster.warehouse.migrations import migrate
+from dw_dagster.warehouse.ops import OpsSchema
 from dw_dagster.warehouse.resources import WarehouseResource
 
 DB, SCHEMA = "DW_WH_TEST", "TZ_SOURCES"
@@ -57,10 +60,14 @@ def feeds(warehouse: WarehouseResource) -> list[dg.AssetSpec]:
 def test_every_source_is_as_old_in_the_staleness_diagnosis(warehouse: WarehouseResource, feeds):
     graph = LineageGraph(feeds)
     built = datetime(2026, 3, 10, 6, 0, tzinfo=UTC)
+    # Sources loaded on one day are looked up in the checks' record of their loads (none here).
+    ops = OpsSchema(DB, "OPS_TZ")
+    migrate(warehouse, ops)
     with warehouse.tagged_connection("test.time_zones") as conn:
         ctx = DiagnosisContext(
-            graph=graph, metrics=MetricsFile(), resolve_table=None, history=None, cursor=conn.cursor()
-        )  # type: ignore[arg-type]
+            graph=graph, metrics=MetricsFile(), resolve_table=None, history=HistorySession(conn, ops),
+            cursor=conn.cursor(),
+        )  # type: ignore[arg-type]  # fmt: skip
         ages = {
             a.asset: (a.latest, a.age_hours)
             for s in feeds
