@@ -56,3 +56,11 @@ def positional(text: str, values: Mapping[str, Any]) -> tuple[str, tuple[Any, ..
         return "?"
 
     return _PYFORMAT.sub(replace, text), tuple(bound)
+
+
+_TIME_TYPE = re.compile(r"^(TIMESTAMP\w*|DATETIME|DATE)\b", re.IGNORECASE)
+
+
+def is_time_type(type_name: str | None) -> bool:
+    """Whether a Snowflake column type holds a date or a time (``TIMESTAMP_NTZ(9)``, ``DATE``)."""
+    return bool(_TIME_TYPE.match(type_name or ""))

@@ -30,7 +30,7 @@ from dw_dagster.checks.metrics import InputFreshness, JobSchedule, MetricsFile
 from dw_dagster.checks.tonight import Night
 from dw_dagster.coalesce.metadata import CoalesceMetadataSet
 from dw_dagster.context.specs import key_from_path
-from dw_dagster.sql import table_parts
+from dw_dagster.sql import is_time_type, table_parts
 
 INPUT_FRESHNESS_CHECK = "input_freshness"
 CADENCE_LOOKBACK_DAYS = 56
@@ -43,7 +43,6 @@ MIN_ADVANCING_NIGHTS = 14
 """Nights like tonight on which the input's latest load advanced, every one of them, before a night it did not
 is stale whatever its age: two weeks, so a feed that skips one night in ten has most likely shown a skip."""
 _DAILY = re.compile(r"^(\d{1,2})\s+(\d{1,2})\s+(\*\s+\*\s+\S+)$")
-_TIME = re.compile(r"^(TIMESTAMP\w*|DATETIME|DATE)\b", re.IGNORECASE)
 
 
 def freshness_policy_for(schedule: JobSchedule) -> dg.FreshnessPolicy:
@@ -200,7 +199,7 @@ def read_sources(specs_by_path: Mapping[str, dg.AssetSpec], asset: str, inputs: 
 
 
 def _time_columns(spec: dg.AssetSpec) -> list[str]:
-    return [c.name for c in table_columns(spec) if _TIME.match(c.type or "")]
+    return [c.name for c in table_columns(spec) if is_time_type(c.type)]
 
 
 def _latest_of(table: tuple[str, str, str], columns: Sequence[str]) -> exp.Expression:

@@ -10,9 +10,8 @@ from collections.abc import Iterable
 import networkx as nx
 
 from dw_dagster.context.lineage import Column, LineageGraph
-from dw_dagster.sql import table_parts, table_reference
+from dw_dagster.sql import is_time_type, table_parts, table_reference
 
-_TIME = re.compile(r"^(TIMESTAMP\w*|DATETIME|DATE)\b", re.IGNORECASE)
 _DATE = re.compile(r"^DATE\b", re.IGNORECASE)
 _NUMERIC = re.compile(
     r"^(NUMBER|DECIMAL|NUMERIC|INT|INTEGER|BIGINT|SMALLINT|TINYINT|BYTEINT|FLOAT|DOUBLE|REAL)\b",
@@ -91,11 +90,11 @@ def source_pairs(graph: LineageGraph, measure: Column, key: Column) -> list[tupl
 
 def time_columns(graph: LineageGraph, key: str) -> list[str]:
     info = graph.info(key)
-    return [c for c in info.columns if _TIME.match(info.type_of(c))]
+    return [c for c in info.columns if is_time_type(info.type_of(c))]
 
 
 def is_time(graph: LineageGraph, key: str, column: str) -> bool:
-    return bool(_TIME.match(graph.info(key).type_of(column)))
+    return is_time_type(graph.info(key).type_of(column))
 
 
 def is_date(graph: LineageGraph, key: str, column: str) -> bool:
