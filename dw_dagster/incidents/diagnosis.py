@@ -78,21 +78,21 @@ KEPT_STEADY = 0.02
 judges a row count), and fell tonight when it is below every good night's by more than this."""
 
 
+def _tier(f: Finding) -> int:
+    if f.check_name == "coalesce_run":
+        return 0
+    if f.check_name == "input_freshness":
+        return 1
+    if f.evidence.get("reconciliation", {}).get("passed") is False:
+        return 2
+    if f.check_name.startswith("total_"):
+        return 3
+    return 4
+
+
 def by_priority(findings: Sequence[Finding]) -> list[Finding]:
     """Findings with the likeliest root first: failed load, stale input, reconciliation, totals, volume."""
-
-    def rank(f: Finding) -> int:
-        if f.check_name == "coalesce_run":
-            return 0
-        if f.check_name == "input_freshness":
-            return 1
-        if f.evidence.get("reconciliation", {}).get("passed") is False:
-            return 2
-        if f.check_name.startswith("total_"):
-            return 3
-        return 4
-
-    return sorted(findings, key=rank)
+    return sorted(findings, key=_tier)
 
 
 def diagnose(incident: Incident, findings: Sequence[Finding], ctx: DiagnosisContext) -> Diagnosis:
@@ -108,7 +108,7 @@ def diagnose(incident: Incident, findings: Sequence[Finding], ctx: DiagnosisCont
         return Diagnosis(
             incident_id=incident.incident_id, classification=CauseClass.UNKNOWN, cause="no findings"
         )
-    ranked = _distinct(by_priority(findings))
+    ranked = _distinct(_upstream_first(by_priority(findings), ctx))
     records: list = []
     notes: list[str] = []
     first: Diagnosis | None = None
@@ -153,6 +153,17 @@ def diagnose(incident: Incident, findings: Sequence[Finding], ctx: DiagnosisCont
         first = first or found
     assert first is not None
     return first.model_copy(update={"queries": records, "notes": notes})
+
+
+def _upstream_first(findings: list[Finding], ctx: DiagnosisContext) -> list[Finding]:
+    """Findings of one priority, the table nearer the cause first: a table above another in the lineage has
+    fewer tables above it (a rate card's wrong row moves the billed fact's per-row values, and every total built
+    from it after; the billed fact's own finding names the subset and its factor)."""
+
+    def depth(f: Finding) -> int:
+        return len(ctx.graph.upstream(f.asset_key)) if f.asset_key in ctx.graph else 0
+
+    return sorted(findings, key=lambda f: (_tier(f), depth(f)))  # stable: ties keep their order
 
 
 def _distinct(findings: Sequence[Finding]) -> list[Finding]:

@@ -316,3 +316,31 @@ def test_a_weekday_feed_that_missed_a_business_day_is_stale_input(conn, shape):
     )
     assert d is not None and d.classification is CauseClass.STALE_INPUT
     assert d.evidence["stale_tables"] == s.input
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_of_two_totals_that_moved_the_one_on_the_table_nearer_the_cause_is_read_first(conn, shape):
+    """A source total and the fact's, both short tonight, the fact's finding listed first: the source's is
+    read first, as its table is above the fact's in the lineage (its rows are where the loss began)."""
+    s = SHAPES[shape]
+    ctx = _ctx(conn, s)
+    key, schema, name, cols = s.sources[0]
+    by = next(c for c, t in cols.items() if not t.startswith("TIMESTAMP"))
+    sql = f"SELECT \"{by}\", COUNT(*) AS \"VALUE\" FROM {{{{ ref('{schema}', '{name}') }}}} GROUP BY 1"
+    source_total = {"name": "source_rows", "owner": "ops", "asset": key, "group_keys": [by], "sql": sql}
+    ctx.metrics = MetricsFile.model_validate(
+        {"totals": [*(t.model_dump(exclude_none=True) for t in ctx.metrics.totals), source_total]}
+    )
+    _load(conn, s, 3)
+    partial = list(s.usual)[1]
+    _nights(ctx, s, partial)
+    usual = {"a": 500.0, "b": 300.0}
+    before = {TONIGHT - timedelta(days=k): usual for k in range(1, 8)}
+    _record(ctx, "source_rows", by, before | {TONIGHT: {"a": 250.0, "b": 300.0}})
+    fact = _total(s, "daily_value", sum(s.usual.values()))
+    source = Finding(check_name="total_source_rows", asset_key=key, business_date=TONIGHT,
+                     summary="source_rows moved", cause_scope="job:x", evidence={"baseline": {"expected": 800.0}})  # fmt: skip
+    d = diagnose(_incident(), [fact, source], ctx)
+    assert d.classification is CauseClass.VOLUME_LOSS, d.cause
+    assert d.evidence["total"] == "source_rows" and "explained_by" not in d.evidence, d.evidence
+    assert d.keys and d.keys[0].label == f"{by}=a", d.keys
