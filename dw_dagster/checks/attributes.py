@@ -72,11 +72,13 @@ def carried_keys(graph: LineageGraph, asset: str) -> set[str]:
     return out
 
 
-def carried_attributes(graph: LineageGraph, total: RecordedTotal, measures: Sequence[str]) -> list[str]:
+def carried_attributes(
+    graph: LineageGraph, total: RecordedTotal, measures: Sequence[str], joined: set[str] | None = None
+) -> list[str]:
     """The columns of the total's table that a join brought from a reference table: their lineage leads to
-    tables the measure's columns do not come from. Text columns, and join keys of any type (``carried_keys``)
-    first: a key re-pointed moves every attribute it maps, its own values name where. Neither group keys nor
-    unique columns."""
+    tables the measure's columns do not come from. Text columns, and join keys of any type (``carried_keys``,
+    or ``joined`` when the caller has them: the totals of one table share them) first: a key re-pointed moves
+    every attribute it maps, its own values name where. Neither group keys nor unique columns."""
     if total.asset not in graph:
         return []
     info = graph.info(total.asset)
@@ -86,7 +88,7 @@ def carried_attributes(graph: LineageGraph, total: RecordedTotal, measures: Sequ
     if not measure_roots:
         return []
     keys = {k.upper() for k in total.group_keys}
-    joined = carried_keys(graph, total.asset)
+    joined = carried_keys(graph, total.asset) if joined is None else joined
     out = []
     for column in info.columns:
         if column.upper() in keys | wanted or column in info.unique:

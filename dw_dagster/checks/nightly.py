@@ -95,14 +95,18 @@ class NightlyChecks:
             graph = self.lineage.graph()
             self._attributes = {}
             measured: dict[str, list[str]] = {}
+            # A table's join keys, found once for all its totals (each parses the joins of every node above it).
+            keys_of: dict[str, set[str]] = {}
             for t in self.metrics.totals:
                 try:
                     measures = value_columns(resolve_refs(t.sql, self.resolve_table))
                 except ValueError:
                     continue  # a ref the resolver does not know: the total's own check says so
                 measured[t.name] = measures
-                self._attributes[t.name] = carried_attributes(graph, t, measures)
-                self._keys[t.name] = carried_keys(graph, t.asset) & set(self._attributes[t.name])
+                if t.asset not in keys_of:
+                    keys_of[t.asset] = carried_keys(graph, t.asset)
+                self._attributes[t.name] = carried_attributes(graph, t, measures, keys_of[t.asset])
+                self._keys[t.name] = keys_of[t.asset] & set(self._attributes[t.name])
                 self._bases[t.name] = row_bases(graph, t, measures, self.metrics.totals)
             # And the reconciliations the column lineage implies between them (implied.py).
             self._implied = implied_reconciliations(graph, self.metrics.totals, measured)
