@@ -24,6 +24,7 @@ from statistics import median
 
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.context.joins import JoinParseError, parse_node
 from dw_dagster.context.lineage import Column
 from dw_dagster.incidents.evidence import (
     HISTORY_DAYS,
@@ -590,6 +591,30 @@ def _group_source(ctx: DiagnosisContext, total: RecordedTotal, moved: Moved) -> 
     return pairs[max(range(len(pairs)), key=lambda i: (held.get(i, 0), -i))]
 
 
+def _edited_lookup_row(ctx: DiagnosisContext, where: str, column: str, target: str) -> bool:
+    """Whether ``where``'s rows reach ``target`` through a lookup join on ``column`` alone, no date among its
+    keys: one row per key, edited in place (a rate card, a price list), not a feed of dated rows (a day's rates
+    joined on the currency and the date) whose new rows came in another unit."""
+    if where not in ctx.graph or target not in ctx.graph:
+        return False
+    path = ctx.graph.path(where, target)
+    for node in path[1:]:
+        text = ctx.graph.info(node).join
+        try:
+            joins = parse_node(node, text, ctx.resolve_table).joins if text else []
+        except JoinParseError:
+            continue
+        for join in joins:
+            right = ctx.graph.key_for_table(join.right_table)
+            if right not in path or join.relations:
+                continue
+            keys = [r for _, r in join.on]
+            derived = ctx.graph.column_ancestors(*((right, k) for k in keys)) | {(right, k) for k in keys}
+            if (where, column) in derived and not any(is_time(ctx.graph, right, k) for k in keys):
+                return True
+    return False
+
+
 def unit_or_sign_diagnosis(
     incident: Incident,
     finding: Finding,
@@ -638,21 +663,28 @@ def unit_or_sign_diagnosis(
     basis = (
         "per row, against the last good night" if not moved.from_history else "against the last good night"
     )
+    # A lookup's row for the key (joined on it alone) was edited: reference data changed, not a unit.
+    edited = not sign and _edited_lookup_row(ctx, where, moved.column, total.asset)
     cause = (
         f"{measure} in {where} {what} for {key.label} ({basis}) while every other {moved.column} held: "
         + (
             "the source now posts that key's values with the opposite sign."
             if sign
+            else f"its row in {where}, a lookup joined on {moved.column}, was edited."
+            if edited
             else "the source now posts that key's values in another unit or scale."
         )
     )
+    klass = CauseClass.SIGN_CHANGE if sign else CauseClass.UNIT_CHANGE
     return Diagnosis(
         incident_id=incident.incident_id,
-        classification=CauseClass.SIGN_CHANGE if sign else CauseClass.UNIT_CHANGE,
+        classification=CauseClass.REFERENCE_DATA_CHANGE if edited else klass,
         cause=cause,
         evidence=evidence,
         keys=[key],
-        upstream_change=f"{measure} {'sign' if sign else 'unit'} changed for {key.label} ({moved.shown})",
+        upstream_change=f"{measure} of {key.label}'s row edited in {where} ({moved.shown})"
+        if edited
+        else f"{measure} {'sign' if sign else 'unit'} changed for {key.label} ({moved.shown})",
         cause_asset=where if where in ctx.graph else total.asset,
         path=ctx.graph.path(where, total.asset)
         if where in ctx.graph and where != total.asset
