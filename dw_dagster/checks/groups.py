@@ -178,7 +178,16 @@ def judge_groups(
         if abs(tonight - r.expected) < max(floor, abs(r.expected) * total.baseline.min_relative_change):
             continue
         if calendar_night and not _share_moved(
-            total, day, _share(tonight, value), own, g, None, ordinary_only, 1, candidate.false_alarm_rate
+            total,
+            day,
+            _share(tonight, value),
+            own,
+            g,
+            None,
+            ordinary_only,
+            1,
+            candidate.false_alarm_rate,
+            kind_calendar=calendar,
         ):
             # On a calendar night a group's own record of such nights is thin (one like night, or none where
             # the group happened to hold on it): a heavy-tailed group compared with its one past holiday is
@@ -334,10 +343,14 @@ def _share_moved(
     excluded_days: set[date],
     share: int,
     rate: float | None = None,
+    *,
+    kind_calendar: BusinessCalendar | None = None,
 ) -> bool:
     """Whether the group's share of the total tonight is an ERROR against its own shares of earlier nights
     (at the table's false-alarm rate split ``share`` ways, or at ``rate``; like nights of the ``calendar``'s,
-    or with no calendar every night alike)."""
+    or with no calendar every night alike). A share spreads as the rows behind it, which its level does not
+    tell: it is calibrated on the nights of tonight's kind (``judge.of_tonights_kind``; by ``kind_calendar``'s business
+    days where no ``calendar`` is given)."""
     if tonight is None:
         return False
     series = {
@@ -356,6 +369,7 @@ def _share_moved(
         calendar=calendar,
         excluded_days=excluded_days,
         share=share,
+        kind_calendar=kind_calendar,
     )
     return (
         verdict.severity == "ERROR"
