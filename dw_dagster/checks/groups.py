@@ -349,8 +349,8 @@ def _share_moved(
     """Whether the group's share of the total tonight is an ERROR against its own shares of earlier nights
     (at the table's false-alarm rate split ``share`` ways, or at ``rate``; like nights of the ``calendar``'s,
     or with no calendar every night alike). A share spreads as the rows behind it, which its level does not
-    tell: it is calibrated on the nights of tonight's kind (``judge.of_tonights_kind``; by ``kind_calendar``'s business
-    days where no ``calendar`` is given)."""
+    tell: it is calibrated on the nights of tonight's kind (``judge.of_tonights_kind``; by the business days
+    of ``kind_calendar`` where no ``calendar`` is given)."""
     if tonight is None:
         return False
     series = {

@@ -208,8 +208,6 @@ def judge(
     ordinary = {d: v for d, v in named.items() if d not in recurring.nights}
     if recurring.nights:
         calibration = calibrate(ordinary, config, absolute, alpha, hurts)
-        if calibration is not None and recurring.aside:
-            calibration = calibration.model_copy(update={"set_aside": sorted(recurring.aside)})
     split_by = kind_calendar if kind_calendar is not None else cal
     own_kind = (
         of_tonights_kind(ordinary, day, split_by, config, absolute, alpha, hurts)
@@ -219,8 +217,8 @@ def judge(
     calibrated_on = None
     if own_kind is not None:
         calibrated_on, calibration = own_kind
-        if recurring.aside:
-            calibration = calibration.model_copy(update={"set_aside": sorted(recurring.aside)})
+    if calibration is not None and recurring.aside:
+        calibration = calibration.model_copy(update={"set_aside": sorted(recurring.aside)})
 
     def plain_score(d: date, v: float, points: Mapping[date, float], cfg: BaselineConfig = config, **kw):
         kw.setdefault("calibration", calibration)
@@ -410,7 +408,7 @@ def _verdict(
         result=result,
         level=level,
         calibration=calibration,
-        calibrated_on=calibrated_on if calibration is not None else None,
+        calibrated_on=calibrated_on,
         notes=list(notes),
     )
 
