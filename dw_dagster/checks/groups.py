@@ -250,8 +250,9 @@ def judge_groups(
         return noted(GroupVerdict(moves=moves, problem=f"{said(went)} went to nothing while {held}"))
     # A group that fell alone while the others held: its values changed (a unit, a scale), or its rows went
     # missing. One group's noise often looks like it, so its share of the total must have moved beyond its
-    # own errors at the table's rate split over every group (a share cancels the day's common level). A
-    # group that rose alone is noted only: a new key mapped into it (a new store of a channel) is benign.
+    # own errors at the table's rate split over every group (a share cancels the day's common level: on a
+    # calendar night, against the ordinary nights of tonight's kind, as above). A group that rose alone is
+    # noted only: a new key mapped into it (a new store of a channel) is benign.
     alone = [
         m
         for m in lost
@@ -261,9 +262,10 @@ def judge_groups(
             m.value / value if value else None,
             own,
             m.group,
-            calendar,
-            excluded_days,
+            None if calendar_night else calendar,
+            ordinary_only if calendar_night else excluded_days,
             share * len(names),
+            kind_calendar=calendar,
         )
     ]
     if alone:

@@ -209,9 +209,12 @@ def judge(
     if recurring.nights:
         calibration = calibrate(ordinary, config, absolute, alpha, hurts)
     split_by = kind_calendar if kind_calendar is not None else cal
+    # Only on a night no calendar names: a calendar night's expectation carries its like nights' effect,
+    # whose spread from one month-end to the next the quiet kind's ordinary errors alone understate (a
+    # month-end of steady growth read +34% at z 5.8 against business days' 5).
     own_kind = (
         of_tonights_kind(ordinary, day, split_by, config, absolute, alpha, hurts)
-        if split_by is not None and calibration is not None
+        if split_by is not None and calibration is not None and today is None and recurring.tonight is None
         else None
     )
     calibrated_on = None
@@ -360,7 +363,8 @@ def of_tonights_kind(
     day, and pooled, those weekends set a business day's threshold at 24 spreads instead of 5. Calibrated
     per kind, each kind keeps the false-alarm rate on its own nights (Mondrian conformal prediction: Vovk,
     Gammerman and Shafer, "Algorithmic Learning in a Random World", 2005, ch. 4; category-conditional
-    validity)."""
+    validity). A night the calendar names (a holiday, a month-end) is judged against its like nights on the
+    record of every night."""
     tonight = kinds.is_business_day(day)
     own = {d: v for d, v in ordinary.items() if kinds.is_business_day(d) == tonight}
     other = {d: v for d, v in ordinary.items() if d not in own}
