@@ -357,7 +357,8 @@ def of_tonights_kind(
 ) -> tuple[str, Calibration] | None:
     """The calibration from the ordinary nights of tonight's kind alone (business days, or weekends and
     holidays) and that kind's name, when each kind has a record of its own (``MIN_RESIDUALS`` nights) and
-    their thresholds differ by ``KIND_TAIL_RATIO`` at least; None: one record of every night. A share of a
+    their thresholds differ by ``KIND_TAIL_RATIO`` times what their usual levels explain at least; None: one
+    record of every night. A share of a
     total or a ratio of two spreads as its rows do, which its level does not tell (``relative_noise`` reads
     a level): a B2B group's share of a handful of weekend rows swings 0-85% where it moves 2% on a business
     day, and pooled, those weekends set a business day's threshold at 24 spreads instead of 5. Calibrated
@@ -374,8 +375,14 @@ def of_tonights_kind(
     if mine is None or theirs is None or mine.threshold <= 0:
         # (A kind whose errors are all nil, a constant on its nights, sets no threshold to judge it by.)
         return None
+    # A sum of items spreads as one over the square root of its size (``relative_noise``): a total whose
+    # weekends hold a hundredth of a weekday's rows is told by its level, and its record of every night
+    # scales each night's error by it. Only tails apart by more than their levels explain are of two kinds.
+    levels = sorted((mine.level, theirs.level))
+    if levels[0] <= 0:
+        return None
     low, high = sorted((mine.threshold, theirs.threshold))
-    if high <= KIND_TAIL_RATIO * low:
+    if high <= KIND_TAIL_RATIO * math.sqrt(levels[1] / levels[0]) * low:
         return None
     return ("business days" if tonight else "weekends and holidays"), mine
 

@@ -110,6 +110,18 @@ def test_kinds_that_spread_alike_keep_one_record():
     assert j.severity is None and j.calibration is not None and j.calibrated_on is None
 
 
+def test_a_total_whose_level_tells_its_rows_keeps_one_record():
+    # Hours of 650 shifts a weekday and 6 at weekends: the weekends' wider spread is their level's (a sum of
+    # fewer items), which the record of every night already scales by; a month-end of unlearned effect and
+    # steady growth (+34%) is judged as before, against it.
+    rng, history = random.Random(3), {}
+    for k in range(1, 61):
+        d = FRIDAY - timedelta(days=k)
+        history[d] = sum(rng.uniform(4, 8) for _ in range(b2b_rows(d)))
+    j = judge(history, FRIDAY - timedelta(days=1), 650 * 6, CONFIG, calendar=BusinessCalendar(), share=4)
+    assert j.calibration is not None and j.calibrated_on is None
+
+
 def _group_records(seed: int, day: date) -> dict[date, Recorded]:
     """A count of rows by source channel: TIME_CLOCK half of them, three others the rest; 650 rows a
     weekday, 6 at weekends."""
