@@ -210,8 +210,7 @@ def judge(
         calibration = calibrate(ordinary, config, absolute, alpha, hurts)
     split_by = kind_calendar if kind_calendar is not None else cal
     # Only on a night no calendar names: a calendar night's expectation carries its like nights' effect,
-    # whose spread from one month-end to the next the quiet kind's ordinary errors alone understate (a
-    # month-end of steady growth read +34% at z 5.8 against business days' 5).
+    # whose spread from one month-end to the next the quiet kind's ordinary errors alone understate.
     own_kind = (
         of_tonights_kind(ordinary, day, split_by, config, absolute, alpha, hurts)
         if split_by is not None and calibration is not None and today is None and recurring.tonight is None

@@ -112,8 +112,7 @@ def test_kinds_that_spread_alike_keep_one_record():
 
 def test_a_total_whose_level_tells_its_rows_keeps_one_record():
     # Hours of 650 shifts a weekday and 6 at weekends: the weekends' wider spread is their level's (a sum of
-    # fewer items), which the record of every night already scales by; a month-end of unlearned effect and
-    # steady growth (+34%) is judged as before, against it.
+    # fewer items), which the record of every night already scales by: its thresholds are as before.
     rng, history = random.Random(3), {}
     for k in range(1, 61):
         d = FRIDAY - timedelta(days=k)
