@@ -178,7 +178,16 @@ def judge_groups(
         if abs(tonight - r.expected) < max(floor, abs(r.expected) * total.baseline.min_relative_change):
             continue
         if calendar_night and not _share_moved(
-            total, day, _share(tonight, value), own, g, None, ordinary_only, 1, candidate.false_alarm_rate
+            total,
+            day,
+            _share(tonight, value),
+            own,
+            g,
+            None,
+            ordinary_only,
+            1,
+            candidate.false_alarm_rate,
+            kind_calendar=calendar,
         ):
             # On a calendar night a group's own record of such nights is thin (one like night, or none where
             # the group happened to hold on it): a heavy-tailed group compared with its one past holiday is
@@ -241,8 +250,9 @@ def judge_groups(
         return noted(GroupVerdict(moves=moves, problem=f"{said(went)} went to nothing while {held}"))
     # A group that fell alone while the others held: its values changed (a unit, a scale), or its rows went
     # missing. One group's noise often looks like it, so its share of the total must have moved beyond its
-    # own errors at the table's rate split over every group (a share cancels the day's common level). A
-    # group that rose alone is noted only: a new key mapped into it (a new store of a channel) is benign.
+    # own errors at the table's rate split over every group (a share cancels the day's common level: on a
+    # calendar night, against the ordinary nights of tonight's kind, as above). A group that rose alone is
+    # noted only: a new key mapped into it (a new store of a channel) is benign.
     alone = [
         m
         for m in lost
@@ -252,9 +262,10 @@ def judge_groups(
             m.value / value if value else None,
             own,
             m.group,
-            calendar,
-            excluded_days,
+            None if calendar_night else calendar,
+            ordinary_only if calendar_night else excluded_days,
             share * len(names),
+            kind_calendar=calendar,
         )
     ]
     if alone:
@@ -334,10 +345,14 @@ def _share_moved(
     excluded_days: set[date],
     share: int,
     rate: float | None = None,
+    *,
+    kind_calendar: BusinessCalendar | None = None,
 ) -> bool:
     """Whether the group's share of the total tonight is an ERROR against its own shares of earlier nights
     (at the table's false-alarm rate split ``share`` ways, or at ``rate``; like nights of the ``calendar``'s,
-    or with no calendar every night alike)."""
+    or with no calendar every night alike). A share spreads as the rows behind it, which its level does not
+    tell: it is calibrated on the nights of tonight's kind (``judge.of_tonights_kind``; by the business days
+    of ``kind_calendar`` where no ``calendar`` is given)."""
     if tonight is None:
         return False
     series = {
@@ -356,6 +371,7 @@ def _share_moved(
         calendar=calendar,
         excluded_days=excluded_days,
         share=share,
+        kind_calendar=kind_calendar,
     )
     return (
         verdict.severity == "ERROR"

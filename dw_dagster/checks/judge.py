@@ -27,6 +27,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from dw_dagster.checks.baseline import (
+    MIN_RESIDUALS,
     BaselineConfig,
     BaselineResult,
     BaselineStatus,
@@ -60,6 +61,8 @@ class Judgement(BaseModel):
     accepted_tonight: bool = False
     calibration: Calibration | None = None
     """The series' own errors the threshold was read from (None: too short a record, or a small count)."""
+    calibrated_on: str | None = None
+    """The kind of night the calibration was read from alone (``of_tonights_kind``), or None: every kind."""
     notes: list[str] = Field(default_factory=list)
 
     @property
@@ -102,9 +105,13 @@ def judge(
     excluded_days: Collection[date] = (),
     rebases: Sequence[Rebase] = (),
     share: int = 1,
+    kind_calendar: BusinessCalendar | None = None,
 ) -> Judgement:
     """Tonight's ``value`` of a series against its ``history``. ``share``: how many series are judged on the
-    same table, which share its false-alarm rate (``BaselineConfig.false_alarm_rate``)."""
+    same table, which share its false-alarm rate (``BaselineConfig.false_alarm_rate``). ``kind_calendar``:
+    the calendar whose business days tell the kinds of night apart for the calibration (``of_tonights_kind``;
+    by default ``calendar``), so that a series judged without the calendar's days is still calibrated on
+    nights of tonight's kind."""
     active = sorted((r for r in rebases if r.from_date <= day), key=lambda r: r.from_date)
     # The night an owner accepted (or the check explained) is the new level's first point, even if it was
     # flagged; a remediation's level starts after the bad night, which stays out.
@@ -201,8 +208,19 @@ def judge(
     ordinary = {d: v for d, v in named.items() if d not in recurring.nights}
     if recurring.nights:
         calibration = calibrate(ordinary, config, absolute, alpha, hurts)
-        if calibration is not None and recurring.aside:
-            calibration = calibration.model_copy(update={"set_aside": sorted(recurring.aside)})
+    split_by = kind_calendar if kind_calendar is not None else cal
+    # Only on a night no calendar names: a calendar night's expectation carries its like nights' effect,
+    # whose spread from one month-end to the next the quiet kind's ordinary errors alone understate.
+    own_kind = (
+        of_tonights_kind(ordinary, day, split_by, config, absolute, alpha, hurts)
+        if split_by is not None and calibration is not None and today is None and recurring.tonight is None
+        else None
+    )
+    calibrated_on = None
+    if own_kind is not None:
+        calibrated_on, calibration = own_kind
+    if calibration is not None and recurring.aside:
+        calibration = calibration.model_copy(update={"set_aside": sorted(recurring.aside)})
 
     def plain_score(d: date, v: float, points: Mapping[date, float], cfg: BaselineConfig = config, **kw):
         kw.setdefault("calibration", calibration)
@@ -263,7 +281,7 @@ def judge(
         today = recurring.tonight
         effects, measured = like_effects(today)
     if today is None:
-        out = _verdict(plain, notes=notes, level=level, calibration=calibration)
+        out = _verdict(plain, notes=notes, level=level, calibration=calibration, calibrated_on=calibrated_on)
         once = recurring.once
         if out.severity == "ERROR" and once and plain.expected is not None:
             if moves_like_once(f(value) - f(max(plain.expected, 0.0)), once):
@@ -285,11 +303,13 @@ def judge(
             f"{today.name}: compared with {len(measured)} past like night{'s' if len(measured) != 1 else ''} "
             f"({', '.join(d.isoformat() for d in measured)}; usual effect {pct:+.1f}%)"
         )
-        out = _verdict(adjusted, notes=notes, level=level, calibration=calibration)
+        out = _verdict(
+            adjusted, notes=notes, level=level, calibration=calibration, calibrated_on=calibrated_on
+        )
         return out.model_copy(
             update={"plain": plain, "calendar_day": today, "like_days": measured, "calendar_effect_pct": pct}
         )
-    out = _verdict(plain, notes=notes, level=level, calibration=calibration)
+    out = _verdict(plain, notes=notes, level=level, calibration=calibration, calibrated_on=calibrated_on)
     closed = (
         _closed_day_floor({**shut, **usable}, day, configured, config)
         if configured and today.kind in ("holiday", "holiday_period")
@@ -316,6 +336,56 @@ def judge(
     return out.model_copy(update={"plain": plain, "calendar_day": today, "notes": notes})
 
 
+KIND_TAIL_RATIO = 3.0
+"""How much further one kind of night's errors reach at the false-alarm rate than the other's (business days
+against weekends and holidays) before each kind is calibrated on its own. Two records of the same noise, of
+14 and 35 errors, read thresholds this far apart never in 2,000 Gaussian draws and 1.4-3% of Student-t (3
+degrees of freedom) ones; a B2B share's weekends reach 9 times as far as its business days. Below it, one
+record of every night is the better estimate. Thresholds, not spreads: a share of six rows sits on a few
+values (1/6, 2/6) whose robust spread is small while its tail (a night at none) is not."""
+
+
+def of_tonights_kind(
+    ordinary: Mapping[date, float],
+    day: date,
+    kinds: BusinessCalendar,
+    config: BaselineConfig,
+    absolute: bool,
+    alpha: float,
+    hurts: Direction,
+) -> tuple[str, Calibration] | None:
+    """The calibration from the ordinary nights of tonight's kind alone (business days, or weekends and
+    holidays) and that kind's name, when each kind has a record of its own (``MIN_RESIDUALS`` nights) and
+    their thresholds differ by ``KIND_TAIL_RATIO`` times what their usual levels explain at least; None: one
+    record of every night. A share of a
+    total or a ratio of two spreads as its rows do, which its level does not tell (``relative_noise`` reads
+    a level): a B2B group's share of a handful of weekend rows swings 0-85% where it moves 2% on a business
+    day, and pooled, those weekends set a business day's threshold at 24 spreads instead of 5. Calibrated
+    per kind, each kind keeps the false-alarm rate on its own nights (Mondrian conformal prediction: Vovk,
+    Gammerman and Shafer, "Algorithmic Learning in a Random World", 2005, ch. 4; category-conditional
+    validity). A night the calendar names (a holiday, a month-end) is judged against its like nights on the
+    record of every night."""
+    tonight = kinds.is_business_day(day)
+    own = {d: v for d, v in ordinary.items() if kinds.is_business_day(d) == tonight}
+    other = {d: v for d, v in ordinary.items() if d not in own}
+    if min(len(own), len(other)) < MIN_RESIDUALS:
+        return None
+    mine, theirs = (calibrate(p, config, absolute, alpha, hurts) for p in (own, other))
+    if mine is None or theirs is None or mine.threshold <= 0:
+        # (A kind whose errors are all nil, a constant on its nights, sets no threshold to judge it by.)
+        return None
+    # A sum of items spreads as one over the square root of its size (``relative_noise``): a total whose
+    # weekends hold a hundredth of a weekday's rows is told by its level, and its record of every night
+    # scales each night's error by it. Only tails apart by more than their levels explain are of two kinds.
+    levels = sorted((mine.level, theirs.level))
+    if levels[0] <= 0:
+        return None
+    low, high = sorted((mine.threshold, theirs.threshold))
+    if high <= KIND_TAIL_RATIO * math.sqrt(levels[1] / levels[0]) * low:
+        return None
+    return ("business days" if tonight else "weekends and holidays"), mine
+
+
 def _closed_day_floor(
     usable: Mapping[date, float], day: date, cal: BusinessCalendar, config: BaselineConfig
 ) -> float | None:
@@ -336,13 +406,19 @@ def _effect_pct(effect: float, plain: BaselineResult, absolute: bool) -> float:
 
 
 def _verdict(
-    result: BaselineResult, *, notes: list[str], level: Rebase | None, calibration: Calibration | None
+    result: BaselineResult,
+    *,
+    notes: list[str],
+    level: Rebase | None,
+    calibration: Calibration | None,
+    calibrated_on: str | None = None,
 ) -> Judgement:
     return Judgement(
         severity="ERROR" if result.status is BaselineStatus.ANOMALY else None,
         result=result,
         level=level,
         calibration=calibration,
+        calibrated_on=calibrated_on,
         notes=list(notes),
     )
 
@@ -372,7 +448,13 @@ def judgement_metadata(j: Judgement, prefix: str = "baseline") -> dict[str, obje
     if j.calibration is not None:
         c = j.calibration
         out[f"{prefix}_threshold_from"] = (
-            f"{c.residuals} past nights' one-step errors, at {100 * c.alpha:.2g} false alarms per 100 nights"
+            f"{c.residuals} past nights' one-step errors"
+            + (
+                f" (of {j.calibrated_on} only, tonight's kind: the other nights spread otherwise)"
+                if j.calibrated_on
+                else ""
+            )
+            + f", at {100 * c.alpha:.2g} false alarms per 100 nights"
             + (
                 f" ({len(c.set_aside)} period-end nights that moved the series set aside, the latest "
                 f"{c.set_aside[-1].isoformat()})"
