@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from dw_dagster.context.joins import JoinParseError, ParsedJoin, parse_node
-from dw_dagster.incidents.evidence import DiagnosisContext
+from dw_dagster.context.joins import ParsedJoin
+from dw_dagster.incidents.evidence import DiagnosisContext, node_joins
 from dw_dagster.incidents.joins import measure_join
 from dw_dagster.incidents.origins import on_table
 from dw_dagster.incidents.structure import source_column, table
@@ -44,17 +44,6 @@ class UpstreamDrop:
     """The asset key of the table the rows were deleted from or changed in."""
 
 
-def _joins(ctx: DiagnosisContext, node: str) -> list[ParsedJoin]:
-    info = ctx.graph.info(node)
-    if not info.join:
-        return []
-    try:
-        return parse_node(node, info.join, ctx.resolve_table).joins
-    except JoinParseError as e:
-        ctx.note(f"{e}; the lookups behind it were not walked")
-        return []
-
-
 def _only(
     ctx: DiagnosisContext, node: str, column: str, join: ParsedJoin, values: list
 ) -> tuple[str, list] | None:
@@ -75,7 +64,7 @@ def dropped_upstream(ctx: DiagnosisContext, lookup: str, column: str, values: li
     node = lookup
     for _ in range(MAX_DEPTH):
         found = None
-        for join in _joins(ctx, node):
+        for join in node_joins(ctx, node):
             if join.kind not in ("INNER", "CROSS"):
                 continue  # a left join keeps its left rows
             with ctx.purpose(f"rows {node}'s {join.kind} join to {join.right_table} drops"):
@@ -99,7 +88,7 @@ def dropped_upstream(ctx: DiagnosisContext, lookup: str, column: str, values: li
         present = on_table(ctx, reference[0], reference[1], values) if len(join.on) == 1 else None
         ref_table = table(ctx.graph, reference[0]) or join.right_table
         still = [k for k in effect.unmatched if k.value is not None and present and present.get(k.value)]
-        if still and not any(k.change for k in still) and right != reference[0] and _joins(ctx, right):
+        if still and not any(k.change for k in still) and right != reference[0] and node_joins(ctx, right):
             # The row is there but the next lookup drops it itself: one more step up.
             node, column, values = right, join.on[0][1], [k.value for k in still]
             continue
@@ -186,5 +175,5 @@ def chain_keys(ctx: DiagnosisContext, node: str, join: ParsedJoin) -> list[Level
             out.append(Level(level[0], level[1], reference, ref_columns))
         if right is not None and right not in seen:
             seen.add(right)
-            chain += _joins(ctx, right)
+            chain += node_joins(ctx, right)
     return out

@@ -24,7 +24,6 @@ from statistics import median
 
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
-from dw_dagster.context.joins import JoinParseError, parse_node
 from dw_dagster.context.lineage import Column
 from dw_dagster.incidents.evidence import (
     HISTORY_DAYS,
@@ -32,6 +31,7 @@ from dw_dagster.incidents.evidence import (
     feeders,
     measure_column,
     measure_columns,
+    node_joins,
 )
 from dw_dagster.incidents.structure import (
     day_columns,
@@ -599,12 +599,7 @@ def _edited_lookup_row(ctx: DiagnosisContext, where: str, column: str, target: s
         return False
     path = ctx.graph.path(where, target)
     for node in path[1:]:
-        text = ctx.graph.info(node).join
-        try:
-            joins = parse_node(node, text, ctx.resolve_table).joins if text else []
-        except JoinParseError:
-            continue
-        for join in joins:
+        for join in node_joins(ctx, node):
             right = ctx.graph.key_for_table(join.right_table)
             if right not in path or join.relations:
                 continue

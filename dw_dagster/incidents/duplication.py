@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dw_dagster.context.joins import JoinParseError, parse_node
-from dw_dagster.incidents.evidence import DiagnosisContext, feeders
+from dw_dagster.incidents.evidence import DiagnosisContext, feeders, node_joins
 from dw_dagster.incidents.structure import nearest, sources_upstream, table, time_columns
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
 from dw_dagster.records.keys import plain
@@ -59,12 +58,7 @@ def joined_on(ctx: DiagnosisContext, key: str) -> str | None:
     its copies multiply the joined rows by, when a lookup or a bridge fans the rows out."""
     tbl = table(ctx.graph, key)
     for reader in sorted(ctx.graph.assets.successors(key)) if tbl else []:
-        text = ctx.graph.info(reader).join
-        try:
-            joins = parse_node(reader, text, ctx.resolve_table).joins if text else []
-        except JoinParseError:
-            continue
-        for join in joins:
+        for join in node_joins(ctx, reader):
             if join.right_table == tbl:
                 return join.on[0][1]
             if join.left_table == tbl:

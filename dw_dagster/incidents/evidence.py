@@ -17,6 +17,7 @@ from sqlglot.errors import SqlglotError
 
 from dw_dagster.checks.history import HistorySession, Recorded
 from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
+from dw_dagster.context.joins import JoinParseError, ParsedJoin, parse_node
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.incidents.audit import (
     AuditedCursor,
@@ -160,6 +161,18 @@ def traced(ctx: DiagnosisContext, asset: str, column: str | None, to_asset: str 
         return None
     found = ctx.graph.trace_column((asset, column), to_asset)
     return found[1] if found else None
+
+
+def node_joins(ctx: DiagnosisContext, node: str) -> list[ParsedJoin]:
+    """The joins of a node's join text; none when it has none, or when sqlglot cannot read it (noted)."""
+    text = ctx.graph.info(node).join if node in ctx.graph else None
+    if not text:
+        return []
+    try:
+        return parse_node(node, text, ctx.resolve_table).joins
+    except JoinParseError as e:
+        ctx.note(f"{e}; its joins were not read")
+        return []
 
 
 def feeders(ctx: DiagnosisContext, key: str) -> list[str]:
