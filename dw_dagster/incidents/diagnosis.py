@@ -302,7 +302,9 @@ def _total_anomaly(
             keys=copies.keys[:10] or [_gap(g, tonight, before) for g in sorted(moved)[:5]],
             upstream_change=f"duplicate rows loaded into {copies.asset}{load}",
             cause_asset=copies.asset,
-            path=ctx.graph.path(copies.asset, total.asset) if copies.asset != total.asset else path,
+            # From the table that holds the copies to the total (the total's own table alone, when they are
+            # there: a source total read first, the table's upstream systems are its owners, not its path).
+            path=ctx.graph.path(copies.asset, total.asset) if copies.asset in ctx.graph else path,
             owners=ctx.graph.owners_on(feeders(ctx, copies.asset)),
             test_query=copies.query,
         )
