@@ -8,6 +8,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from diagnosis_db import diagnosis_db, node_spec
 
 from dw_dagster.checks.history import HistorySession
 from dw_dagster.checks.keys import rows_series
@@ -18,7 +19,6 @@ from dw_dagster.incidents.joins import measure_join, parse_joins, unmatched_rows
 from dw_dagster.incidents.value_loss import diagnose_fall
 from dw_dagster.records.incidents import CauseClass, Finding, Incident
 from dw_dagster.warehouse.ops import OpsSchema
-from tests.incidents.diagnosis_db import diagnosis_db, node_spec
 
 METRICS = Path(__file__).resolve().parent / "worlds" / "meters" / "metrics.yaml"
 TONIGHT = date(2025, 10, 28)
