@@ -208,7 +208,9 @@ def row_value_part(total: RecordedTotal, sql: str, column: str, companion: str |
         ratio = exp.Paren(this=exp.Sub(this=log, expression=base_log))
         return _moments(key, exp.Mul(this=nonzero, expression=base), ratio)
 
-    query = regrouped(sql, column, _NAMES, "r", projections)
+    # One value beyond MAX_SUBSETS says the key is not judged value by value: a key of every row (a time stamp,
+    # an order id) would otherwise send back thousands of subsets a night only to be dropped.
+    query = regrouped(sql, column, _NAMES, "r", projections, MAX_SUBSETS + 1)
     basis = f"{PER}{companion}" if companion else ""
     return None if query is None else Part(("row_value", total.name, column, basis), query, shape="row_value")
 
@@ -263,7 +265,7 @@ def paired_part(
         against.subquery(exp.to_identifier("p", quoted=True))
     )
     by_subset.set("group", exp.Group(expressions=[col("SUBSET")]))
-    query = outer_select(by_subset, _NAMES, "r")
+    query = outer_select(by_subset.limit(MAX_SUBSETS + 1), _NAMES, "r")
     return Part(("row_value", total.name, column, f"{AMONG}{item}"), query, shape="row_value")
 
 

@@ -15,11 +15,13 @@ import pytest
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.checks.row_values import (
+    MAX_SUBSETS,
     SCALE,
     RowValues,
     as_one,
     judge_row_values,
     of_one,
+    paired_part,
     row_value_part,
     take_row_values,
 )
@@ -171,6 +173,27 @@ def test_the_part_reads_the_typical_row_from_the_totals_own_sql():
         )
         is None
     )
+
+
+@pytest.mark.parametrize(
+    ("key", "measure", "item"),
+    [("LOADED_AT", "AMOUNT", "PAYEE_CODE"), ("SHIPMENT_ID", "WEIGHT_KG", "LANE")],
+)
+def test_a_key_of_every_row_reads_one_subset_beyond_the_limit_and_is_not_judged(key, measure, item):
+    # A key with a value per row (a load stamp, a shipment id) is not judged value by value: the night's
+    # statement sends back one value beyond the limit, not every row's, for each basis.
+    con = duckdb.connect()
+    con.execute(f'CREATE TABLE t ("{key}" VARCHAR, "{item}" VARCHAR, "{measure}" DOUBLE)')
+    con.executemany("INSERT INTO t VALUES (?, ?, ?)", [(f"k{i}", f"i{i % 7}", 1.0 + i) for i in range(400)])
+    sql = f'SELECT "{item}", SUM("{measure}") AS "VALUE" FROM t GROUP BY "{item}"'
+    for part in (row_value_part(PAYMENTS[0], sql, key), paired_part(PAYMENTS[0], sql, key, item)):
+        assert part is not None
+        rows = con.execute(part.query.sql(dialect="duckdb")).fetchall()
+        assert len(rows) == MAX_SUBSETS + 1
+        assert take_row_values(key, rows, measure) is None
+    # A key of few values reads them all.
+    few = row_value_part(PAYMENTS[0], sql, item)
+    assert len(con.execute(few.query.sql(dialect="duckdb")).fetchall()) == 7
 
 
 def test_the_diagnosis_takes_the_subset_the_check_measured():
