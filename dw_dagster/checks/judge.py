@@ -44,6 +44,9 @@ from dw_dagster.checks.calendar import WEEKDAYS, BusinessCalendar, CalendarDay, 
 from dw_dagster.checks.history import Rebase
 from dw_dagster.checks.recurring import MATERIAL, Recurring, learn, moves_like_once
 
+NEIGHBOURS = 3
+"""The days either side of a past like night whose ordinary nights say whether its departure was its own."""
+
 
 class Judgement(BaseModel):
     severity: Literal["ERROR", "WARN"] | None
@@ -250,11 +253,29 @@ def judge(
             )
         effects, measured = [], []
         for d in like:
-            s = plain_score(d, usable[d], {k: v for k, v in ordinary.items() if k < d}, lenient)
-            if s.expected is not None and s.status is not BaselineStatus.INSUFFICIENT:
-                effects.append(f(usable[d]) - f(max(s.expected, 0.0)))
+            e = departure(d, usable[d])
+            if e is not None and stands_out(d, e):
+                effects.append(e)
                 measured.append(d)
         return effects, measured
+
+    def departure(d: date, v: float) -> float | None:
+        """Night ``d``'s departure from its own ordinary expectation, from the ordinary nights before it."""
+        s = plain_score(d, v, {k: x for k, x in ordinary.items() if k < d}, lenient)
+        if s.expected is None or s.status is BaselineStatus.INSUFFICIENT:
+            return None
+        return f(v) - f(max(s.expected, 0.0))
+
+    def stands_out(d: date, effect: float) -> bool:
+        """A like night's departure is the calendar's only where the ordinary nights beside it held: where they
+        departed alike (a table still filling its retention window, a series still finding its level), the
+        expectation was behind the series, not the night moved by its kind."""
+        near = [k for k in ordinary if 0 < abs((k - d).days) <= NEIGHBOURS]
+        beside = [e for k in near if (e := departure(k, ordinary[k])) is not None]
+        if not beside:
+            return True
+        drift = median(beside)
+        return not (drift * effect > 0 and abs(drift) >= abs(effect) / 2)
 
     effects: list[float] = []
     measured: list[date] = []

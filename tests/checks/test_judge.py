@@ -245,3 +245,36 @@ def test_a_deviation_counts_the_totals_own_items_and_a_measure_carries_no_unit_o
     j = judge(hist, date(2025, 5, 31), 2500 * 0.8 * 1.3 * 0.5, CFG, Direction.DOWN, calendar=CAL)
     assert deviation(j, "SKUs").split(" against")[0].endswith(" SKUs")
     assert " units" not in deviation(j, "") and "  " not in deviation(j, "")
+
+
+def _filling(start: date, end: date, per_day: int, kept_days: int, seed: int) -> dict:
+    """A periodic snapshot that keeps ``kept_days`` of balances: it fills for that long, then holds."""
+    rng, out, d = random.Random(seed), {}, start
+    while d < end:
+        out[d] = per_day * min((d - start).days + 1, kept_days) * (1 + rng.gauss(0, 0.002))
+        d += timedelta(days=1)
+    return out
+
+
+def _ramping(start: date, end: date, level: float, seed: int) -> dict:
+    """A new business finding its level: it climbs towards it, then holds, with its own noise."""
+    rng, out, d = random.Random(seed), {}, start
+    while d < end:
+        out[d] = level * (1 - 0.9 ** ((d - start).days + 1)) * (1 + rng.gauss(0, 0.02))
+        d += timedelta(days=1)
+    return out
+
+
+def test_a_holiday_is_not_compared_with_one_that_fell_while_the_series_was_still_finding_its_level():
+    # Independence Day fell while a 35-day snapshot was still filling (every night then far above the nights
+    # before it); Labor Day, with the snapshot full and flat, is an ordinary night for it.
+    filling = _filling(date(2025, 6, 20), date(2025, 9, 1), per_day=12, kept_days=35, seed=3)
+    j = judge(filling, date(2025, 9, 1), 420.0, CFG, calendar=CAL)
+    assert date(2025, 7, 4) not in j.like_days and j.severity is None, j.describe()
+    # A business climbing to its level over its first weeks, judged on Labor Day at that level.
+    ramp = _ramping(date(2025, 6, 10), date(2025, 9, 1), level=8000.0, seed=4)
+    j = judge(ramp, date(2025, 9, 1), 8000.0, CFG, calendar=CAL)
+    assert {date(2025, 6, 19), date(2025, 7, 4)}.isdisjoint(j.like_days) and j.severity is None, j.describe()
+    # A real holiday dip on a settled series is still a like night.
+    settled = _orders(date(2025, 1, 1), date(2025, 5, 26), holiday=0.5)
+    assert date(2025, 2, 17) in judge(settled, date(2025, 5, 26), 1250.0, CFG, calendar=CAL).like_days
