@@ -75,8 +75,9 @@ class World:
             for p in range(n)
             for _ in range(times)
         ]
-        for seq, (k, p) in enumerate(rows):
-            cur.execute(f"INSERT INTO {self.fact_t} VALUES (?, ?, ?)", (seq, k, p))
+        cur.executemany(
+            f"INSERT INTO {self.fact_t} VALUES (?, ?, ?)", [(i, k, p) for i, (k, p) in enumerate(rows)]
+        )
         self.ctx = DiagnosisContext(self.ctx_graph, metrics, lambda loc, name: f'"DB"."{loc}"."{name}"',
                                     HistorySession(conn, OpsSchema("DB")), cur)  # fmt: skip
 
@@ -84,8 +85,7 @@ class World:
         """The reference rows, the fact and the aggregate rebuilt, and the total's groups as recorded."""
         cur = self.conn.cursor()
         cur.execute(f"DELETE FROM {self.ref_t}")
-        for k, g in mapping.items():
-            cur.execute(f"INSERT INTO {self.ref_t} VALUES (?, ?)", (k, g))
+        cur.executemany(f"INSERT INTO {self.ref_t} VALUES (?, ?)", list(mapping.items()))
         k, g, p = self.key, self.group, self.person
         cur.execute(f'CREATE OR REPLACE TABLE {self.node_t} AS SELECT "F"."{k}", "R"."{g}", "F"."{p}" '
                     f'FROM {self.fact_t} "F" INNER JOIN {self.ref_t} "R" ON "F"."{k}" = "R"."{k}"')  # fmt: skip
