@@ -78,6 +78,11 @@ class CoalesceMetadataSet(_CoalesceNamespace):
         business_key (Optional[JsonMetadataValue]): The columns the node declares its business key
             (``isBusinessKey``), in the node's order; absent on a node that tracks changes
             (``isChangeTracking``: a row per version of a key, so the key repeats by design).
+        column_transforms (Optional[JsonMetadataValue]): What the diagnosis reads of the columns'
+            transforms, by column, only where one says something (``coalesce/transforms.py``):
+            ``aggregate``, the aggregate a column applies at its top level when it is not a sum
+            (``COUNT(DISTINCT)``, ``COUNT(*)``, ``MAX``, ...), and ``defaulted``, the ``[table alias,
+            column]`` it reads only through a COALESCE/IFNULL/NVL default. Absent where none does.
     """
 
     node_id: str | None = None
@@ -92,6 +97,7 @@ class CoalesceMetadataSet(_CoalesceNamespace):
     node_tests: dg.JsonMetadataValue | None = None
     column_sources: dg.MarkdownMetadataValue | None = None
     business_key: dg.JsonMetadataValue | None = None
+    column_transforms: dg.JsonMetadataValue | None = None
 
     @property
     def environment_id(self) -> str | None:

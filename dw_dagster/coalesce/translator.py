@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 import dagster as dg
 
 from dw_dagster.coalesce.metadata import CoalesceMetadataSet
+from dw_dagster.coalesce.transforms import column_transforms
 from dw_dagster.coalesce.workspace_models import (
     CoalesceEnvironment,
     CoalesceJob,
@@ -204,6 +205,7 @@ class DagsterCoalesceTranslator:
             ),
             column_sources=column_sources_markdown(node, lineage),
             business_key=_business_key(node),
+            column_transforms=_column_transforms(node),
         )
         metadata: dict[str, object] = {
             "dagster/table_name": props.table_name,
@@ -296,6 +298,11 @@ def _business_key(node: CoalesceNode) -> dg.JsonMetadataValue | None:
     if not key or any(c.is_change_tracking for c in columns):
         return None
     return dg.MetadataValue.json(key)
+
+
+def _column_transforms(node: CoalesceNode) -> dg.JsonMetadataValue | None:
+    found = column_transforms(node.metadata.columns)
+    return dg.MetadataValue.json(found) if found else None
 
 
 def column_sources_markdown(

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import dagster as dg
 import networkx as nx
 
+from dw_dagster.coalesce.transforms import TransformRead
+
 Column = tuple[str, str]
 """(asset key path, column name)"""
 
@@ -30,8 +32,15 @@ class AssetInfo:
     unique: tuple[str, ...] = ()
     """Columns declared unique (a unique test, a unique or primary key)."""
 
+    transforms: tuple[tuple[str, TransformRead], ...] = ()
+    """What the columns' transforms say to the diagnosis (``coalesce/column_transforms``), by column: a
+    non-additive aggregate, the columns read only through a default. Only the columns that say something."""
+
     def type_of(self, column: str) -> str:
         return dict(zip(self.columns, self.column_types, strict=False)).get(column, "")
+
+    def transform_of(self, column: str) -> TransformRead | None:
+        return next((t for c, t in self.transforms if c == column), None)
 
 
 def _md(spec: dg.AssetSpec, key: str):
@@ -68,6 +77,7 @@ class LineageGraph:
                         for c in getattr(_md(spec, "dagster/column_schema"), "columns", ())
                         if c.constraints and c.constraints.unique
                     ),
+                    transforms=_transforms(_md(spec, "coalesce/column_transforms")),
                 ),
             )
             for dep in spec.deps:
@@ -115,6 +125,20 @@ class LineageGraph:
         """The columns one step upstream of ``column``."""
         return list(self.columns.predecessors(column)) if column in self.columns else []
 
+    def aggregates_between(self, source: Column, column: Column) -> list[tuple[Column, str]]:
+        """The aggregates applied to ``source``'s values on the way to ``column`` (derived from it), each with
+        the column that applies it (``column`` included, ``source`` not: its values are what is aggregated).
+        A sum is none of them."""
+        if source not in self.columns or column not in self.columns:
+            return []
+        between = nx.descendants(self.columns, source) & (nx.ancestors(self.columns, column) | {column})
+        out = []
+        for c in sorted(between):
+            read = self.info(c[0]).transform_of(c[1]) if c[0] in self.assets else None
+            if read is not None and read.aggregate:
+                out.append((c, read.aggregate))
+        return out
+
     def trace_column(self, column: Column, to_asset: str) -> Column | None:
         """The column of ``to_asset`` that ``column`` is derived from, walking column lineage upstream."""
         if column[0] == to_asset:
@@ -132,6 +156,12 @@ class LineageGraph:
             for owner in self.info(key).owners:
                 out.setdefault(owner, None)
         return list(out)
+
+
+def _transforms(data: object) -> tuple[tuple[str, TransformRead], ...]:
+    if not isinstance(data, dict):
+        return ()
+    return tuple((str(c), TransformRead.from_json(t)) for c, t in data.items() if isinstance(t, dict))
 
 
 def _strip_fences(markdown: str) -> str:

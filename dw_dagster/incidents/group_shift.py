@@ -34,6 +34,7 @@ from typing import Any
 from dw_dagster.checks.attributes import carried_keys, root_columns
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.coalesce.transforms import APPROX_COUNT_DISTINCT, COUNT, COUNT_DISTINCT, COUNT_ROWS
 from dw_dagster.context.joins import JoinParseError, ParsedJoin, parse_node
 from dw_dagster.incidents.chain import Level, chain_keys
 from dw_dagster.incidents.drilldown import NOISE_Z
@@ -43,6 +44,7 @@ from dw_dagster.incidents.evidence import (
     good_nights,
     last_good_night,
     measure_column,
+    measure_columns,
     measure_sum,
     reference_systems,
     traced,
@@ -230,11 +232,9 @@ def trace_shift(
     levels = chain_keys(ctx, node, join)
     if tbl is None or not levels:
         return None
-    # The total's own sum (all its columns, e.g. net plus tax), so a key's units compare with what a group lost.
-    measure = traced(ctx, total.asset, measure_column(total), node)
-    value = measure_sum(ctx, total, node, "F") or (
-        f"SUM(F.{quote_identifier(measure)})" if measure else "COUNT(*)"
-    )
+    value = _key_units(ctx, total, node)
+    if value is None:
+        return None
     read = [(lv.on_lookup, c) for lv in levels for c in lv.columns]
     columns = ", ".join(f"{'D' if on_lookup else 'F'}.{quote_identifier(c)}" for on_lookup, c in read)
     lookup = table(ctx.graph, ctx.graph.key_for_table(join.right_table) or "")
@@ -287,6 +287,53 @@ def trace_shift(
         ]
     )
     return Shift(group_column, lost, gained, node, join, keys[:5], reference, owners)
+
+
+_PER_KEY = {
+    COUNT_ROWS: "COUNT(*)",
+    COUNT: "COUNT({})",
+    COUNT_DISTINCT: "COUNT(DISTINCT {})",
+    APPROX_COUNT_DISTINCT: "APPROX_COUNT_DISTINCT({})",
+}
+"""A count on the way from the node to the total, as each key's rows are counted on the node."""
+
+
+def _key_units(ctx: DiagnosisContext, total: RecordedTotal, node: str) -> str | None:
+    """A key's units on ``node`` (as table ``F``), so they compare with what a group lost: the total's own sum
+    (all its columns, e.g. net plus tax); where a column on the way from the node to the total counts the
+    node's rows (a distinct count of workers per branch and day, which the total sums), the key's own count
+    of them, a row count for a COUNT. None, noted, where an aggregate on the way is not split by key (a
+    group's MAX or AVG is not the sum of its keys'): summed per key it would be a number of nothing."""
+    measure = measure_column(total)
+    found = traced(ctx, total.asset, measure, node)
+    applied = [
+        a
+        for c in measure_columns(total)
+        if (source := traced(ctx, total.asset, c, node)) is not None
+        for a in ctx.graph.aggregates_between((node, source), (total.asset, c))
+    ]
+    if not applied:
+        return measure_sum(ctx, total, node, "F") or (
+            f"SUM(F.{quote_identifier(found)})" if found else "COUNT(*)"
+        )
+    (column, aggregate), *more = applied
+    # The count's one argument on the node (a count of several columns is not one column's count).
+    read = [a for a in ctx.graph.column_ancestors(column) if a[0] == node]
+    if (
+        not more
+        and found
+        and measure_columns(total) == [measure]
+        and aggregate in _PER_KEY
+        and (aggregate == COUNT_ROWS or len(read) == 1)
+    ):
+        return _PER_KEY[aggregate].format(f"F.{quote_identifier(found)}")
+    ctx.note(
+        f"{total.name} sums {column[0]}.{column[1]}, a {aggregate} of {node}'s rows"
+        + (f", and {len(more)} more aggregate{'s' if len(more) > 1 else ''} on the way" if more else "")
+        + ": not measured per key (a group's MAX or AVG is not the sum of its keys', nor is a count of"
+        " several columns one column's count), so the keys that moved were not traced"
+    )
+    return None
 
 
 def _by_key(rows: Sequence[tuple], start: int, level: Level, group_at: int) -> dict[tuple, float]:

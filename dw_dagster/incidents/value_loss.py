@@ -52,11 +52,13 @@ def _measured_joins(
             left_key = ctx.graph.key_for_table(join.left_table)
             right_key = ctx.graph.key_for_table(join.right_table)
             node_measure = traced(ctx, total.asset, measure, key)
-            # A left join loses value only where the measure is read from the right side (a lookup).
+            # A left join loses value only where the measure is read from the right side (a lookup), and
+            # not through a default: a row that finds no right row keeps its value with the default.
             reads_right = (
                 node_measure is not None
                 and right_key is not None
                 and derives_from(ctx.graph, (key, node_measure), right_key)
+                and not _defaulted_right(ctx, key, node_measure, join, right_key)
             )
             if join.kind not in ("INNER", "CROSS") and not (join.kind == "LEFT" and reads_right):
                 continue
@@ -89,6 +91,19 @@ def _measured_joins(
             if effect.dropped_rows:
                 out.append((effect, None))
     return out
+
+
+def _defaulted_right(ctx: DiagnosisContext, key: str, column: str, join: ParsedJoin, right_key: str) -> bool:
+    """Whether ``key``'s ``column`` reads every column of the join's right side it reads only through a
+    default (``"L"."MARGIN" * COALESCE("R"."SPLIT", 1)``): a left join keeps the rows that find no right row,
+    with the default. It may change their value; it drops none of it."""
+    read = ctx.graph.info(key).transform_of(column)
+    if read is None or not read.defaulted:
+        return False
+    alias = join.right_alias.upper()
+    defaulted = {c.upper() for a, c in read.defaulted if a.upper() in ("", alias)}
+    right = [c for t, c in ctx.graph.column_sources((key, column)) if t == right_key]
+    return bool(right) and all(c.upper() in defaulted for c in right)
 
 
 def _on_left(
