@@ -253,25 +253,32 @@ def judge(
             )
         effects, measured = [], []
         for d in like:
-            e = departure(d, usable[d])
+            e = departure(d)
             if e is not None and stands_out(d, e):
                 effects.append(e)
                 measured.append(d)
         return effects, measured
 
-    def departure(d: date, v: float) -> float | None:
-        """Night ``d``'s departure from its own ordinary expectation, from the ordinary nights before it."""
-        s = plain_score(d, v, {k: x for k, x in ordinary.items() if k < d}, lenient)
-        if s.expected is None or s.status is BaselineStatus.INSUFFICIENT:
-            return None
-        return f(v) - f(max(s.expected, 0.0))
+    departures: dict[date, float | None] = {}
+
+    def departure(d: date) -> float | None:
+        """Night ``d``'s departure from its own ordinary expectation, from the ordinary nights before it (once
+        a night: the nights beside one like night are beside the next)."""
+        if d not in departures:
+            s = plain_score(d, usable[d], {k: x for k, x in ordinary.items() if k < d}, lenient)
+            departures[d] = (
+                None
+                if s.expected is None or s.status is BaselineStatus.INSUFFICIENT
+                else f(usable[d]) - f(max(s.expected, 0.0))
+            )
+        return departures[d]
 
     def stands_out(d: date, effect: float) -> bool:
         """A like night's departure is the calendar's only where the ordinary nights beside it held: where they
         departed alike (a table still filling its retention window, a series still finding its level), the
         expectation was behind the series, not the night moved by its kind."""
         near = [k for k in ordinary if 0 < abs((k - d).days) <= NEIGHBOURS]
-        beside = [e for k in near if (e := departure(k, ordinary[k])) is not None]
+        beside = [e for k in near if (e := departure(k)) is not None]
         if not beside:
             return True
         drift = median(beside)
