@@ -27,6 +27,14 @@ APPROX_COUNT_DISTINCT = "APPROX_COUNT_DISTINCT"
 COMBINED = "EXPRESSION"
 """Aggregates combined in an expression (``MAX(X) - MIN(X)``, ``COUNT(*) / 2``): not one of them alone."""
 
+PER_KEY = {
+    COUNT_ROWS: "COUNT(*)",
+    COUNT: "COUNT({})",
+    COUNT_DISTINCT: "COUNT(DISTINCT {})",
+    APPROX_COUNT_DISTINCT: "APPROX_COUNT_DISTINCT({})",
+}
+"""The counts that split by key, each as the SQL that counts a key's rows of a column (``{}``)."""
+
 
 class TransformRead(NamedTuple):
     aggregate: str | None

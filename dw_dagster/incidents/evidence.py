@@ -17,6 +17,7 @@ from sqlglot.errors import SqlglotError
 
 from dw_dagster.checks.history import HistorySession, Recorded
 from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
+from dw_dagster.coalesce.transforms import PER_KEY
 from dw_dagster.context.joins import JoinParseError, ParsedJoin, parse_node
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.incidents.audit import (
@@ -107,6 +108,17 @@ def measure_columns(total: RecordedTotal) -> list[str]:
     """Every column the total's VALUE is computed from (``SUM("QUANTITY" * "UNIT_PRICE")``: both)."""
     values = _value_expressions(total)
     return list(dict.fromkeys(c.name for c in values[0].find_all(exp.Column))) if values else []
+
+
+def counted_on(ctx: DiagnosisContext, total: RecordedTotal, node: str, column: str | None) -> str | None:
+    """The count (``PER_KEY``) the lineage makes of ``node``'s ``column`` on the way to the total's measure,
+    when it is the one aggregate on the way: a total that sums a distinct count of people per group loses
+    people where rows drop, not the sum of their ids. None where the total sums the column itself."""
+    measure = measure_column(total)
+    if measure is None or column is None or node not in ctx.graph:
+        return None
+    applied = ctx.graph.aggregates_between((node, column), (total.asset, measure))
+    return applied[0][1] if len(applied) == 1 and applied[0][1] in PER_KEY else None
 
 
 def measure_sum(ctx: DiagnosisContext, total: RecordedTotal, node: str, alias: str) -> str | None:

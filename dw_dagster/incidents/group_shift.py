@@ -34,7 +34,7 @@ from typing import Any
 from dw_dagster.checks.attributes import carried_keys, root_columns
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
-from dw_dagster.coalesce.transforms import APPROX_COUNT_DISTINCT, COUNT, COUNT_DISTINCT, COUNT_ROWS
+from dw_dagster.coalesce.transforms import COUNT_ROWS, PER_KEY
 from dw_dagster.context.joins import JoinParseError, ParsedJoin, parse_node
 from dw_dagster.incidents.chain import Level, chain_keys
 from dw_dagster.incidents.drilldown import NOISE_Z
@@ -289,15 +289,6 @@ def trace_shift(
     return Shift(group_column, lost, gained, node, join, keys[:5], reference, owners)
 
 
-_PER_KEY = {
-    COUNT_ROWS: "COUNT(*)",
-    COUNT: "COUNT({})",
-    COUNT_DISTINCT: "COUNT(DISTINCT {})",
-    APPROX_COUNT_DISTINCT: "APPROX_COUNT_DISTINCT({})",
-}
-"""A count on the way from the node to the total, as each key's rows are counted on the node."""
-
-
 def _key_units(ctx: DiagnosisContext, total: RecordedTotal, node: str) -> str | None:
     """A key's units on ``node`` (as table ``F``), so they compare with what a group lost: the total's own sum
     (all its columns, e.g. net plus tax); where a column on the way from the node to the total counts the
@@ -323,10 +314,10 @@ def _key_units(ctx: DiagnosisContext, total: RecordedTotal, node: str) -> str | 
         not more
         and found
         and measure_columns(total) == [measure]
-        and aggregate in _PER_KEY
+        and aggregate in PER_KEY
         and (aggregate == COUNT_ROWS or len(read) == 1)
     ):
-        return _PER_KEY[aggregate].format(f"F.{quote_identifier(found)}")
+        return PER_KEY[aggregate].format(f"F.{quote_identifier(found)}")
     ctx.note(
         f"{total.name} sums {column[0]}.{column[1]}, a {aggregate} of {node}'s rows"
         + (f", and {len(more)} more aggregate{'s' if len(more) > 1 else ''} on the way" if more else "")

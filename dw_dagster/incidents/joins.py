@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from dw_dagster.coalesce.transforms import PER_KEY
 from dw_dagster.context.joins import ParsedFilter, ParsedJoin, parse_node
 from dw_dagster.records.incidents import JoinEffect, KeyGap
 from dw_dagster.records.keys import plain
@@ -68,13 +69,28 @@ def unmatched_rows_query(join: ParsedJoin, measure_column: str | None, item_colu
     )
 
 
+def _units(measure_column: str | None, count: str | None) -> str:
+    """A key's units on the left rows ``L``: the measure's sum, or the count the total's lineage makes of it
+    (``PER_KEY``), or the rows where the total has no measure."""
+    if measure_column is None:
+        return "COUNT(*)"
+    column = f"L.{quote_identifier(measure_column)}"
+    return PER_KEY[count].format(column) if count in PER_KEY else f"SUM({column})"
+
+
 def _measure_query(
-    join: ParsedJoin, measure_column: str | None, item_column: str | None, only: tuple[str, int] | None = None
+    join: ParsedJoin,
+    measure_column: str | None,
+    item_column: str | None,
+    only: tuple[str, int] | None = None,
+    count: str | None = None,
 ) -> str:
     """The unmatched rows by key, whether each key is on the right at all (the join's other conditions
-    aside), and the fan-out of the right side's keys: one statement."""
+    aside), and the fan-out of the right side's keys: one statement. ``count``: the count (``PER_KEY``) the
+    total's lineage makes of ``measure_column``, the key's units then (a distinct count of people, not a sum
+    of their ids)."""
     keys = ", ".join(f"L.{quote_identifier(lc)}" for lc, _ in join.on)
-    units = f"SUM(L.{quote_identifier(measure_column)})" if measure_column else "COUNT(*)"
+    units = _units(measure_column, count)
     items = f"COUNT(DISTINCT L.{quote_identifier(item_column)})" if item_column else "NULL"
     right_keys = ", ".join(quote_identifier(r) for _, r in join.on)
     present = (
@@ -117,18 +133,20 @@ def measure_join(
     measure_column: str | None,
     item_column: str | None,
     only: tuple[str, list] | None = None,
+    count: str | None = None,
 ) -> JoinEffect:
     """Rows (and units of ``measure_column``) on the left of a join that match nothing on the right, by left
     key (a NULL key reads ``COLUMN IS NULL``; a key of several columns names the columns that fail to
     match), and right keys that match several rows (fan-out). One
     statement; a key the join's other conditions exclude though it is on the right says so. ``only``: the
-    left rows whose column holds one of these values (bound), and no others."""
+    left rows whose column holds one of these values (bound), and no others. ``count``: the units are that
+    count of ``measure_column`` (``_measure_query``)."""
     if only and only[1]:
         cur.execute(
-            _measure_query(join, measure_column, item_column, (only[0], len(only[1]))), tuple(only[1])
+            _measure_query(join, measure_column, item_column, (only[0], len(only[1])), count), tuple(only[1])
         )
     else:
-        cur.execute(_measure_query(join, measure_column, item_column))
+        cur.execute(_measure_query(join, measure_column, item_column, count=count))
     rows = cur.fetchall()
     width = len(join.on)
     # Shown as the node writes them: on the right side's own alias.
@@ -202,13 +220,18 @@ def _fanout(cur: Any, join: ParsedJoin) -> int:
 
 
 def measure_filter(
-    cur: Any, asset_key: str, flt: ParsedFilter, measure_column: str | None, item_column: str | None
+    cur: Any,
+    asset_key: str,
+    flt: ParsedFilter,
+    measure_column: str | None,
+    item_column: str | None,
+    count: str | None = None,
 ) -> JoinEffect:
     """Rows (and units) of the FROM table the node's WHERE condition leaves out, by the condition's columns:
     one statement. A condition on several columns names each of them (``REGION=EU, STATUS=VOID``), as a join
-    key of several columns does."""
+    key of several columns does. ``count``: as ``measure_join``'s."""
     cols = ", ".join(f"L.{quote_identifier(c)}" for c in flt.columns)
-    units = f"SUM(L.{quote_identifier(measure_column)})" if measure_column else "COUNT(*)"
+    units = _units(measure_column, count)
     items = f"COUNT(DISTINCT L.{quote_identifier(item_column)})" if item_column else "NULL"
     cur.execute(
         f"SELECT {cols}, COUNT(*), {units}, {items} FROM {flt.table} L WHERE NOT COALESCE({flt.condition}, FALSE)"

@@ -21,6 +21,7 @@ from dw_dagster.context.joins import JoinParseError, ParsedJoin, parse_node
 from dw_dagster.incidents.chain import UpstreamDrop, dropped_upstream
 from dw_dagster.incidents.evidence import (
     DiagnosisContext,
+    counted_on,
     measure_column,
     reference_systems,
     traced,
@@ -64,9 +65,10 @@ def _measured_joins(
                 continue
             left_measure = _on_left(ctx, total, measure, join, left_key)
             left_item = _on_left(ctx, total, item, join, left_key)
+            count = counted_on(ctx, total, left_key, left_measure) if left_key else None
             with ctx.purpose(f"rows {key}'s {join.kind} join to {join.right_table} drops"):
                 try:
-                    effect = measure_join(ctx.cursor, key, join, left_measure, left_item)
+                    effect = measure_join(ctx.cursor, key, join, left_measure, left_item, count=count)
                 except Exception as e:  # noqa: BLE001 - recorded in the trail; the other joins still count
                     ctx.note(f"{key}: its join to {join.right_table} could not be measured: {e}")
                     continue
@@ -78,12 +80,14 @@ def _measured_joins(
                 continue  # a window on time leaves out every other day by design
             with ctx.purpose(f"rows {key}'s condition {flt.condition} leaves out"):
                 try:
+                    on_from = traced(ctx, total.asset, measure, from_key)
                     effect = measure_filter(
                         ctx.cursor,
                         key,
                         flt,
-                        traced(ctx, total.asset, measure, from_key),
+                        on_from,
                         traced(ctx, total.asset, item, from_key),
+                        counted_on(ctx, total, from_key, on_from),
                     )
                 except Exception as e:  # noqa: BLE001 - recorded in the trail
                     ctx.note(f"{key}: its condition {flt.condition} could not be measured: {e}")
