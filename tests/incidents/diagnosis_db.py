@@ -5,13 +5,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, date, datetime
 from typing import Any
 
 import dagster as dg
 import fakesnow
 import snowflake.connector
 
-from dw_dagster.warehouse.ops import TABLES
+from dw_dagster.checks.history import HistorySession
+from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
+from dw_dagster.context.lineage import LineageGraph
+from dw_dagster.incidents.evidence import DiagnosisContext
+from dw_dagster.incidents.value_loss import diagnose_fall
+from dw_dagster.records.incidents import Diagnosis, Finding, Incident
+from dw_dagster.warehouse.ops import TABLES, OpsSchema
 
 
 @contextmanager
@@ -49,3 +56,19 @@ def node_spec(key: str, table: str, types: dict[str, str], lineage=None, join=No
         metadata["coalesce/join"] = join
         deps = {k for srcs in lineage.values() for k, _ in srcs} | set(reads)
     return dg.AssetSpec(key, kinds={"coalesce"}, deps=sorted(deps), metadata=metadata)
+
+
+def diagnose_total_fall(
+    conn: Any, graph: LineageGraph, total: RecordedTotal, day: date, gap: float
+) -> Diagnosis | None:
+    """``total`` fell by ``gap`` on ``day``, its load complete and fresh: the joins and filters on its path
+    measured as the diagnosis measures them (``value_loss.diagnose_fall``), each table ``"DB"."LOCATION"."NAME"``."""
+    ctx = DiagnosisContext(graph, MetricsFile.model_validate({"totals": [total.model_dump()]}),
+                           lambda loc, name: f'"DB"."{loc}"."{name}"', HistorySession(conn, OpsSchema("DB")),
+                           conn.cursor())  # fmt: skip
+    now = datetime.now(UTC)
+    incident = Incident(incident_id="INC-1", cause_key="k", status="open", title="fell", business_date=day,
+                        severity="ERROR", opened_at=now, updated_at=now)  # fmt: skip
+    finding = Finding(check_name=f"total_{total.name}", asset_key=total.asset, business_date=day, summary="fell",
+                      cause_scope="job")  # fmt: skip
+    return diagnose_fall(incident, finding, total, ctx, gap, {"total": total.name})

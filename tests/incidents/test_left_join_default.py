@@ -5,20 +5,16 @@ split by account (COALESCE) and a freight charge priced by lane (IFNULL). On Duc
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import date
 
 import dagster as dg
 import pytest
-from diagnosis_db import diagnosis_db, node_spec
+from diagnosis_db import diagnose_total_fall, diagnosis_db, node_spec
 
-from dw_dagster.checks.history import HistorySession
-from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
+from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.coalesce.transforms import read_transform
 from dw_dagster.context.lineage import LineageGraph
-from dw_dagster.incidents.evidence import DiagnosisContext
-from dw_dagster.incidents.value_loss import diagnose_fall
-from dw_dagster.records.incidents import CauseClass, Finding, Incident
-from dw_dagster.warehouse.ops import OpsSchema
+from dw_dagster.records.incidents import CauseClass
 
 TONIGHT = date(2026, 2, 17)
 
@@ -64,15 +60,8 @@ def _diagnose(conn, shape, transform: str):
     cur.execute(f'CREATE TABLE "DB"."MART"."FCT" AS SELECT "L"."{key}", {transform} AS "{out}" {built}')
     total = RecordedTotal(name=out.lower(), owner="finance", asset="mart/fct",
                           sql=f"SELECT SUM(\"{out}\") AS \"VALUE\" FROM {{{{ ref('MART', 'FCT') }}}}")  # fmt: skip
-    ctx = DiagnosisContext(graph, MetricsFile.model_validate({"totals": [total.model_dump()]}),
-                           lambda loc, name: f'"DB"."{loc}"."{name}"', HistorySession(conn, OpsSchema("DB")), cur)  # fmt: skip
-    now = datetime.now(UTC)
-    incident = Incident(incident_id="INC-1", cause_key="k", status="open", title="fell", business_date=TONIGHT,
-                        severity="ERROR", opened_at=now, updated_at=now)  # fmt: skip
-    finding = Finding(check_name=f"total_{out.lower()}", asset_key="mart/fct", business_date=TONIGHT,
-                      summary="fell", cause_scope="job")  # fmt: skip
     unmatched = sum(v for k, v in left_rows if k == shape[-1])
-    return diagnose_fall(incident, finding, total, ctx, float(unmatched), {"total": out.lower()})
+    return diagnose_total_fall(conn, graph, total, TONIGHT, float(unmatched))
 
 
 @pytest.mark.parametrize("shape", SHAPES)

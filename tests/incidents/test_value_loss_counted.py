@@ -6,20 +6,15 @@ On DuckDB under fakesnow."""
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import date
 
 import dagster as dg
 import pytest
-from diagnosis_db import diagnosis_db, node_spec
+from diagnosis_db import diagnose_total_fall, diagnosis_db, node_spec
 
-from dw_dagster.checks.history import HistorySession
-from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
+from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.coalesce.transforms import read_transform
 from dw_dagster.context.lineage import LineageGraph
-from dw_dagster.incidents.evidence import DiagnosisContext
-from dw_dagster.incidents.value_loss import diagnose_fall
-from dw_dagster.records.incidents import Finding, Incident
-from dw_dagster.warehouse.ops import OpsSchema
 
 TONIGHT = date(2026, 4, 14)
 
@@ -72,15 +67,8 @@ def test_a_join_that_drops_a_keys_rows_loses_its_people_not_the_sum_of_their_ids
                     f'FROM "DB"."CORE"."FCT" "FCT" GROUP BY "FCT"."{group}"')  # fmt: skip
         total = RecordedTotal(name=people.lower(), owner="ops", asset="mart/agg",
                               sql=f"SELECT SUM(\"{people}\") AS \"VALUE\" FROM {{{{ ref('MART', 'AGG') }}}}")  # fmt: skip
-        ctx = DiagnosisContext(graph, MetricsFile.model_validate({"totals": [total.model_dump()]}),
-                               lambda loc, name: f'"DB"."{loc}"."{name}"', HistorySession(conn, OpsSchema("DB")), cur)  # fmt: skip
-        now = datetime.now(UTC)
-        incident = Incident(incident_id="INC-1", cause_key="k", status="open", title="fell", business_date=TONIGHT,
-                            severity="ERROR", opened_at=now, updated_at=now)  # fmt: skip
-        finding = Finding(check_name=f"total_{people.lower()}", asset_key="mart/agg", business_date=TONIGHT,
-                          summary="fell", cause_scope="job")  # fmt: skip
         lost = units[deleted][1]
-        d = diagnose_fall(incident, finding, total, ctx, float(lost), {"total": people.lower()})
+        d = diagnose_total_fall(conn, graph, total, TONIGHT, float(lost))
     assert d is not None, "no join or filter explained the fall"
     (gap,) = d.keys
     assert gap.label == f"{key}={deleted}" and gap.units == lost, (gap.label, gap.units)
