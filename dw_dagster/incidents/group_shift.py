@@ -292,7 +292,7 @@ def trace_shift(
 def _key_units(ctx: DiagnosisContext, total: RecordedTotal, node: str) -> str | None:
     """A key's units on ``node`` (as table ``F``), so they compare with what a group lost: the total's own sum
     (all its columns, e.g. net plus tax); where a column on the way from the node to the total counts the
-    node's rows (a distinct count of workers per branch and day, which the total sums), the key's own count
+    node's rows (a distinct count of people per group and day, which the total sums), the key's own count
     of them, a row count for a COUNT. None, noted, where an aggregate on the way is not split by key (a
     group's MAX or AVG is not the sum of its keys'): summed per key it would be a number of nothing."""
     measure = measure_column(total)

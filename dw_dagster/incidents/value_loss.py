@@ -99,7 +99,7 @@ def _measured_joins(
 
 def _defaulted_right(ctx: DiagnosisContext, key: str, column: str, join: ParsedJoin, right_key: str) -> bool:
     """Whether ``key``'s ``column`` reads every column of the join's right side it reads only through a
-    default (``"L"."MARGIN" * COALESCE("R"."SPLIT", 1)``): a left join keeps the rows that find no right row,
+    default (``"L"."AMOUNT" * COALESCE("R"."SHARE", 1)``): a left join keeps the rows that find no right row,
     with the default. It may change their value; it drops none of it."""
     read = ctx.graph.info(key).transform_of(column)
     if read is None or not read.defaulted:
