@@ -13,7 +13,7 @@ been at the new level.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -94,6 +94,12 @@ class NightContext:
         for rs in out.values():
             rs.sort(key=lambda r: r.from_date)
         return out
+
+
+def left_out(past: Mapping[date, Recorded], incident_days: Collection[date]) -> set[date]:
+    """The nights left out of a series' baselines: those it flagged (an incident's night for it), and the
+    nights of incidents on record."""
+    return {d for d, r in past.items() if r.flagged} | set(incident_days)
 
 
 def volume_series(asset_key: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
 
-from dw_dagster.checks.history import Rebase, Recorded, group_rows_series, total_series
+from dw_dagster.checks.history import Rebase, Recorded, group_rows_series, left_out, total_series
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.checks.reconcile import change_pct, previous_recorded
 from dw_dagster.checks.tonight import Night
@@ -263,11 +263,9 @@ def reconcile_implied(
         if r.kind == "accepted" and r.from_date <= day
     ]
     since = max(accepted, default=None)
-    # Left out: the nights of incidents, and those either side's total flagged (``Night.excluded``).
+    # Left out: the nights of incidents, and those either side's total flagged.
     past = record.past
-    excluded = set(record.incident_days)
-    for name in (total.name, *sources):
-        excluded |= {d for d, r in past.get(name, {}).items() if r.flagged}
+    excluded = set().union(*(left_out(past.get(n, {}), record.incident_days) for n in (total.name, *sources)))
     out = [
         judge_ratio(
             day,

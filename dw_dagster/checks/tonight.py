@@ -15,7 +15,7 @@ from typing import Any
 import dagster as dg
 
 from dw_dagster.checks.calendar import BusinessCalendar
-from dw_dagster.checks.history import HistorySession, Reading, Rebase, Recorded
+from dw_dagster.checks.history import HistorySession, Reading, Rebase, Recorded, left_out
 from dw_dagster.checks.run_context import CheckRun
 from dw_dagster.records.incidents import Finding, RecordOutcome
 from dw_dagster.warehouse.ops import OpsSchema
@@ -53,9 +53,8 @@ class Night:
         return max(1, self.shares.get(asset, 1))
 
     def excluded(self, past: Mapping[date, Recorded]) -> set[date]:
-        """The nights left out of a series' baselines: those it flagged (an incident's night for it), and
-        the nights of incidents on record."""
-        return {d for d, r in past.items() if r.flagged} | self.incident_days
+        """The nights left out of a series' baselines (``history.left_out``)."""
+        return left_out(past, self.incident_days)
 
     def record(self, series: str, reading: Reading) -> None:
         self.readings[series] = reading
