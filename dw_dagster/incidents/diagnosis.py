@@ -108,7 +108,7 @@ def diagnose(incident: Incident, findings: Sequence[Finding], ctx: DiagnosisCont
         return Diagnosis(
             incident_id=incident.incident_id, classification=CauseClass.UNKNOWN, cause="no findings"
         )
-    ranked = _distinct(_upstream_first(by_priority(findings), ctx))
+    ranked = _distinct(_upstream_first(findings, ctx))
     records: list = []
     notes: list[str] = []
     first: Diagnosis | None = None
@@ -155,10 +155,11 @@ def diagnose(incident: Incident, findings: Sequence[Finding], ctx: DiagnosisCont
     return first.model_copy(update={"queries": records, "notes": notes})
 
 
-def _upstream_first(findings: list[Finding], ctx: DiagnosisContext) -> list[Finding]:
-    """Findings of one priority, the table nearer the cause first: a table above another in the lineage has
-    fewer tables above it (a rate card's wrong row moves the billed fact's per-row values, and every total built
-    from it after; the billed fact's own finding names the subset and its factor)."""
+def _upstream_first(findings: Sequence[Finding], ctx: DiagnosisContext) -> list[Finding]:
+    """Findings by priority (``by_priority``'s tiers) and, within one, the table nearer the cause first: a
+    table above another in the lineage has fewer tables above it (a rate card's wrong row moves the billed
+    fact's per-row values, and every total built from it after; the billed fact's own finding names the
+    subset and its factor)."""
 
     def depth(f: Finding) -> int:
         return len(ctx.graph.upstream(f.asset_key)) if f.asset_key in ctx.graph else 0
