@@ -54,10 +54,13 @@ def unmatched_from(join: ParsedJoin, *read: str | None) -> str:
     )
 
 
-def unmatched_rows_query(join: ParsedJoin, measure_column: str | None, item_column: str | None = None) -> str:
-    """Ready-to-run SQL: the left rows (their units, their items) that match nothing on the right, by key."""
+def unmatched_rows_query(
+    join: ParsedJoin, measure_column: str | None, item_column: str | None = None, count: str | None = None
+) -> str:
+    """Ready-to-run SQL: the left rows (their units, their items) that match nothing on the right, by key;
+    the units as :func:`measure_join` counts them (``count``)."""
     keys = ", ".join(f"L.{quote_identifier(lc)}" for lc, _ in join.on)
-    units = f"SUM(L.{quote_identifier(measure_column)})" if measure_column else "COUNT(*)"
+    units = _units(measure_column, count)
     items = (
         f",\n  COUNT(DISTINCT L.{quote_identifier(item_column)}) AS UNMATCHED_ITEMS" if item_column else ""
     )

@@ -381,8 +381,6 @@ def _unmatched_rows(
     """The query a person runs to see the rows the join drops, in the join's left table's own columns."""
     if join is None:
         return None
-    return unmatched_rows_query(
-        join,
-        _on_left(ctx, total, measure_column(total), join, left_key),
-        _on_left(ctx, total, total.item_key, join, left_key),
-    )
+    measure = _on_left(ctx, total, measure_column(total), join, left_key)
+    count = counted_on(ctx, total, left_key, measure) if left_key else None
+    return unmatched_rows_query(join, measure, _on_left(ctx, total, total.item_key, join, left_key), count)

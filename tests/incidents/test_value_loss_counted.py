@@ -69,7 +69,12 @@ def test_a_join_that_drops_a_keys_rows_loses_its_people_not_the_sum_of_their_ids
                               sql=f"SELECT SUM(\"{people}\") AS \"VALUE\" FROM {{{{ ref('MART', 'AGG') }}}}")  # fmt: skip
         lost = units[deleted][1]
         d = diagnose_total_fall(conn, graph, total, TONIGHT, float(lost))
+        # The query shown beside the cause counts them as the diagnosis did.
+        proof = conn.cursor()
+        proof.execute(d.test_query if d is not None else "SELECT 1")
+        shown = proof.fetchall()
     assert d is not None, "no join or filter explained the fall"
     (gap,) = d.keys
     assert gap.label == f"{key}={deleted}" and gap.units == lost, (gap.label, gap.units)
     assert d.joins[0].dropped_units == lost
+    assert [(row[0], row[2]) for row in shown] == [(deleted, lost)]
