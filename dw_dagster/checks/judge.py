@@ -42,10 +42,8 @@ from dw_dagster.checks.baseline import (
 )
 from dw_dagster.checks.calendar import WEEKDAYS, BusinessCalendar, CalendarDay, closed_days
 from dw_dagster.checks.history import Rebase
+from dw_dagster.checks.neighbours import stands_out
 from dw_dagster.checks.recurring import MATERIAL, Recurring, learn, moves_like_once
-
-NEIGHBOURS = 3
-"""The days either side of a past like night whose ordinary nights say whether its departure was its own."""
 
 
 class Judgement(BaseModel):
@@ -254,7 +252,8 @@ def judge(
         effects, measured = [], []
         for d in like:
             e = departure(d)
-            if e is not None and stands_out(d, e):
+            # A like night moved by the expectation's lag, not by its kind (neighbours.py), is no like night.
+            if e is not None and stands_out(d, e, ordinary, departure):
                 effects.append(e)
                 measured.append(d)
         return effects, measured
@@ -272,17 +271,6 @@ def judge(
                 else f(usable[d]) - f(max(s.expected, 0.0))
             )
         return departures[d]
-
-    def stands_out(d: date, effect: float) -> bool:
-        """A like night's departure is the calendar's only where the ordinary nights beside it held: where they
-        departed alike (a table still filling its retention window, a series still finding its level), the
-        expectation was behind the series, not the night moved by its kind."""
-        near = [k for k in ordinary if 0 < abs((k - d).days) <= NEIGHBOURS]
-        beside = [e for k in near if (e := departure(k)) is not None]
-        if not beside:
-            return True
-        drift = median(beside)
-        return not (drift * effect > 0 and abs(drift) >= abs(effect) / 2)
 
     effects: list[float] = []
     measured: list[date] = []

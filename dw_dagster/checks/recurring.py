@@ -12,6 +12,8 @@ effect) is a WARN, not an ERROR, and stays in the history to make the second occ
 (an incident's, left out of the ordinary nights) that moved like its kind's earlier occurrences, by that
 same test against each, is an occurrence too: a month-end taken for a fault before the pattern formed would
 otherwise keep it from ever forming. One that moved unlike them (a fault on a month-end) teaches nothing.
+A night that moved the series only as the ordinary nights beside it did (``neighbours.stands_out``, the test a
+past like night passes too) is no occurrence: the expectation was behind a series still climbing or filling.
 
 What the file's calendar configures overrides: a ``month_end`` or ``quarter_end`` window turns off the
 learning of month- or quarter-ends, ``day_of_month`` entries the learning of days of the month.
@@ -27,6 +29,7 @@ from datetime import date
 from statistics import median
 
 from dw_dagster.checks.calendar import BusinessCalendar, CalendarDay
+from dw_dagster.checks.neighbours import stands_out
 
 MIN_OCCURRENCES = 2
 """Past occurrences, each beyond the noise and alike, that make a period's last days learned."""
@@ -116,10 +119,21 @@ def learn(
     ``effect`` measures a night against the nights it is given; ``noise`` is the spread of an ordinary
     night's error (the same units). ``flagged``: the nights left out of the ordinary ones as an incident's
     (``effect`` measures them too); one that moved like its kind's earlier occurrences is one more of them
-    (:func:`_like_earlier`)."""
+    (:func:`_like_earlier`). A night that moved the series only as the ordinary nights beside it did
+    (``neighbours.stands_out``: the expectation was behind a series still filling or climbing) is no
+    occurrence: it neither makes a kind nor keeps one from forming, and is not set aside."""
     found = Recurring()
     if noise <= 0:
         return found
+    # Each ordinary night's departure against the ordinary nights before it, measured once: the nights beside
+    # one occurrence are beside the next, and beside the occurrences of the other kinds that night belongs to.
+    departures: dict[date, float | None] = {}
+
+    def departure(d: date) -> float | None:
+        if d not in departures:
+            departures[d] = effect(d, ordinary)
+        return departures[d]
+
     occurrences: dict[str, list[date]] = {}
     names: dict[str, str] = {}
     for d in sorted(ordinary):
@@ -140,9 +154,14 @@ def learn(
         # Each occurrence against the ordinary nights before it that are not occurrences themselves.
         mine = set(days)
         others = {d: v for d, v in ordinary.items() if d not in mine}
-        effects = {d: e for d in days if (e := effect(d, others)) is not None}
-        material = [d for d, e in effects.items() if abs(e) >= MATERIAL * noise]
-        if len(material) != len(effects) or not effects:
+        measured = {d: e for d in days if (e := effect(d, others)) is not None}
+        if not measured or any(abs(e) < MATERIAL * noise for e in measured.values()):
+            continue
+        # Every one moved the series; one that moved it only as the ordinary nights beside it did was behind a
+        # series still filling or climbing, not moved by its kind. (An immaterial one needs no such test: it
+        # says the kind does not move the series whatever its neighbours did.)
+        effects = {d: e for d, e in measured.items() if stands_out(d, e, others, departure)}
+        if not effects:
             continue
         signs = {e > 0 for e in effects.values()}
         if len(signs) != 1:
@@ -153,7 +172,7 @@ def learn(
             # measure it against) and a lone one alike. Kept among the ordinary nights, they and the nights
             # compared with them would be a short record's largest errors, and its threshold would be read
             # from them.
-            found.aside.update(days)
+            found.aside.update(d for d in days if d in effects or d not in measured)
         sizes = [abs(e) for e in effects.values()]
         if math.log(max(sizes) / min(sizes)) > ALIKE:
             continue
@@ -161,8 +180,10 @@ def learn(
         # like the earlier ones is an occurrence too: left out, it kept the pattern from ever forming, and
         # every later one stayed unexplained. One that moved unlike them (a fault) teaches nothing.
         for d in flagged_occurrences.get(key, []):
-            if (e := effect(d, others)) is not None and _like_earlier(
-                e, [v for k, v in effects.items() if k < d], noise
+            if (
+                (e := effect(d, others)) is not None
+                and _like_earlier(e, [v for k, v in effects.items() if k < d], noise)
+                and stands_out(d, e, others, departure)
             ):
                 effects[d] = e
         found.effects.update(effects)

@@ -24,10 +24,12 @@ from statistics import median
 
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.coalesce.transforms import PER_KEY
 from dw_dagster.context.lineage import Column
 from dw_dagster.incidents.evidence import (
     HISTORY_DAYS,
     DiagnosisContext,
+    counted_on,
     feeders,
     measure_column,
     measure_columns,
@@ -239,7 +241,12 @@ def drill_source(
         time_col, dims = profiled
         if not dims:
             continue
-        cells = _cells(ctx, src, time_col, dims, measures, day, before)
+        # A column the total's lineage counts (a distinct count of people per group, which the total sums) is
+        # drilled in that count: a sum of the counted ids is no number of anything, and its per-row average
+        # moves with whichever ids arrived (a clinic's patients numbered in the millions, another's in the
+        # thousands), which read as a unit change of the ids.
+        counted = {m: c for m in measures if (c := counted_on(ctx, total, src, m)) is not None}
+        cells = _cells(ctx, src, time_col, dims, measures, day, before, counted)
         if not cells:
             continue
         if not any(1 in days for values in cells.values() for days in values.values()):
@@ -295,12 +302,10 @@ Cell = tuple[float, float, int]
 """(sum, sum of squares, rows) of a subset's measure on the good nights or tonight."""
 
 
-def _cells(ctx, src, time_col, dims, measures, day, before) -> Cells:
-    sums = ", ".join(
-        f"SUM({quote_identifier(m)}), SUM(CASE WHEN {quote_identifier(m)} < 0 THEN 1 ELSE 0 END),"
-        f" SUM(CAST({quote_identifier(m)} AS DOUBLE) * CAST({quote_identifier(m)} AS DOUBLE))"
-        for m in measures
-    )
+def _cells(ctx, src, time_col, dims, measures, day, before, counted: dict[str, str]) -> Cells:
+    """The cells of ``measures`` by value of each of ``dims``; a measure in ``counted`` in the count the total's
+    lineage makes of it (``PER_KEY``), each night's on its own."""
+    sums = ", ".join(_aggregates(j, m, counted.get(m), time_col) for j, m in enumerate(measures))
     rows = by_value(ctx, src, time_col, dims, sums, day, before, f"{src}'s values")
     cells: Cells = {}
     for r in rows or []:
@@ -311,6 +316,22 @@ def _cells(ctx, src, time_col, dims, measures, day, before) -> Cells:
         value = plain(r[1]) if r[1] is not None else None
         cells.setdefault(int(r[0]), {}).setdefault(value, {})[int(r[2])] = (int(r[3]), per)
     return cells
+
+
+def _aggregates(j: int, measure: str, count: str | None, time_col: str) -> str:
+    """Measure ``j``'s (units, negative rows, sum of squares) in a subset: its sum, or its ``count``. A count
+    over the good nights is each night's count added up (a person back every night is one a night, not one
+    over the week); each row adds at most one unit, so the rows' units spread as a share does (their squares
+    are the units themselves) and none is negative. Named, so that no two columns are one."""
+    m = quote_identifier(measure)
+    if count is None:
+        units, squares = f"SUM({m})", f"SUM(CAST({m} AS DOUBLE) * CAST({m} AS DOUBLE))"
+        negatives = f"SUM(CASE WHEN {m} < 0 THEN 1 ELSE 0 END)"
+    else:
+        night = f"CAST(CAST({quote_identifier(time_col)} AS DATE) AS VARCHAR) || '|' || CAST({m} AS VARCHAR)"
+        units = squares = PER_KEY[count].format(night)
+        negatives = "0"
+    return f"{units} AS U{j}, {negatives} AS NEG{j}, {squares} AS SQ{j}"
 
 
 def _moved(cells: Cells, dims, measures, src, nights: int, group_keys) -> list[_Candidate]:
@@ -671,6 +692,10 @@ def unit_or_sign_diagnosis(
         )
     )
     klass = CauseClass.SIGN_CHANGE if sign else CauseClass.UNIT_CHANGE
+    # The proof shows each key's rows beside its units as the drill measured them: a counted column's count
+    # (its ids averaged are no number of anything), else the measure's average per row.
+    count = counted_on(ctx, total, where, moved.measure) if moved.measure else None
+    units = PER_KEY[count].format(quote_identifier(measure)) if count else f"AVG({quote_identifier(measure)})"
     return Diagnosis(
         incident_id=incident.incident_id,
         classification=CauseClass.REFERENCE_DATA_CHANGE if edited else klass,
@@ -688,7 +713,7 @@ def unit_or_sign_diagnosis(
             feeders(ctx, _holding_source(ctx, where, [moved.column, measure]) or total.asset)
         ),
         test_query=(
-            f"SELECT {quote_identifier(moved.column)}, COUNT(*), AVG({quote_identifier(measure)}) FROM {table(ctx.graph, where)}"
+            f"SELECT {quote_identifier(moved.column)}, COUNT(*), {units} FROM {table(ctx.graph, where)}"
             f" GROUP BY {quote_identifier(moved.column)}"
             if moved.measure and table(ctx.graph, where)
             else None

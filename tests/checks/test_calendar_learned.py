@@ -331,3 +331,76 @@ def test_a_flagged_day_of_the_month_counts_only_when_it_moved_like_the_others(ma
         faulty, day, series[day] * 0.5, CONFIG, Direction.DOWN, calendar=calendar, excluded_days=flagged
     )
     assert fault.calendar_day is None and fault.severity == "ERROR", fault.describe()
+
+
+def _climbing(start: date, end: date, month_end: float, weekdays: bool, seed: int) -> dict[date, float]:
+    """A new business finding its level over its first weeks (nine tenths of the way in three), times
+    ``month_end`` on its last business day (``weekdays``: weekday invoicing, weekends a trickle) or on the
+    month's last two days (a shop open every day, weekends lower)."""
+    rng, out, d = random.Random(seed), {}, start
+    while d <= end:
+        weekend = d.weekday() >= 5
+        v = (5000.0 * (0.08 if weekend else 1.0)) if weekdays else 8000.0 * (0.8 if weekend else 1.0)
+        v *= 1 - 0.9 ** ((d - start).days + 1)
+        if (not weekend and _last_business_day(d)) if weekdays else (d + timedelta(days=2)).month != d.month:
+            v *= month_end
+        out[d] = v * (1 + rng.gauss(0, 0.03))
+        d += timedelta(days=1)
+    return out
+
+
+def _filling(start: date, end: date, kept_days: int = 35, seed: int = 3) -> dict[date, float]:
+    """A daily snapshot that keeps ``kept_days`` of balances: it fills for that long, then holds."""
+    rng, out, d = random.Random(seed), {}, start
+    while d <= end:
+        out[d] = 12 * min((d - start).days + 1, kept_days) * (1 + rng.gauss(0, 0.002))
+        d += timedelta(days=1)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("make", "day", "calendar"),
+    [
+        # Weekday invoicing from Tuesday 17 June, still climbing at the end of June and July.
+        (lambda end: _climbing(date(2025, 6, 17), end, 1.0, True, seed=3), date(2025, 8, 29), NO_CALENDAR),
+        # A 35-day snapshot from 17 June, filling across the end of June and July.
+        (lambda end: _filling(date(2025, 6, 17), end), date(2025, 8, 31), SHOP_DAYS),
+    ],
+    ids=["climbing-weekdays", "snapshot-filling"],
+)
+def test_a_month_end_that_fell_while_the_series_was_finding_its_level_is_not_learned(make, day, calendar):
+    """Every night of a series still climbing (or a snapshot still filling) runs above the nights before it,
+    its month-ends too: they moved it only as the nights beside them did, so they are no occurrences. Taken
+    for two, they made tonight's ordinary month-end a learned one, compared with them, and an ERROR."""
+    series = make(day)
+    history = {d: v for d, v in series.items() if d < day}
+    j = judge(history, day, series[day], CONFIG, calendar=calendar)
+    assert j.severity is None and j.calendar_day is None, j.describe()
+    assert date(2025, 6, 30) not in j.calibration.set_aside, j.calibration.set_aside
+    fault = judge(history, day, series[day] * 0.5, CONFIG, Direction.DOWN, calendar=calendar)
+    assert fault.severity == "ERROR", fault.describe()
+
+
+@pytest.mark.parametrize(
+    ("make", "calendar"),
+    [
+        # Weekday invoicing from Monday 16 June whose last business day is half a day's (the run is billed the
+        # next morning): its first, at the end of June, fell while the business was still climbing.
+        (lambda end: _climbing(date(2025, 6, 16), end, 0.5, True, seed=1), NO_CALENDAR),
+        # A shop from 12 June whose month's last two days sell half as much again.
+        (lambda end: _climbing(date(2025, 6, 12), end, 1.5, False, seed=1), SHOP_DAYS),
+    ],
+    ids=["weekday-dip", "shop-spike"],
+)
+def test_a_month_end_is_learned_from_its_occurrences_after_the_series_found_its_level(make, calendar):
+    """The month-end of June fell while the series was still climbing: its effect is the climb's as much as
+    the month-end's (a dip cancelled by it, a rise inflated). It is no occurrence; July's and August's are,
+    so tonight's month-end is compared with them, and a fault on it is still an ERROR."""
+    day = date(2025, 9, 30)
+    series = make(day)
+    history = {d: v for d, v in series.items() if d < day}
+    j = judge(history, day, series[day], CONFIG, calendar=calendar)
+    assert j.severity is None and j.calendar_day.kind == "recurring", j.describe()
+    assert j.like_days == [date(2025, 7, 31), date(2025, 8, 29 if calendar is NO_CALENDAR else 31)]
+    fault = judge(history, day, series[day] * 0.5, CONFIG, Direction.DOWN, calendar=calendar)
+    assert fault.severity == "ERROR", fault.describe()
