@@ -259,6 +259,9 @@ class Calibration(BaseModel):
     """The series' usual level (the median of its ordinary nights): a night's spread is scaled from it."""
     set_aside: list[date] = Field(default_factory=list)
     """Period-end nights left out of the errors (``recurring.Recurring.aside``): they moved the series."""
+    catching_up: float = 0.0
+    """A lag closing (``recent_regime``): tonight's bias lies anywhere within this of ``bias`` (units of the
+    errors), and tonight is expected at the point of that span nearest to it."""
 
 
 MIN_RESIDUALS = 10
@@ -411,7 +414,51 @@ def _trending(errors: Sequence[float]) -> bool:
     return 2 * (1 - NormalDist().cdf(z)) < CHANGE_P
 
 
-def recent_regime(errors: Sequence[float]) -> tuple[float, list[float]]:
+CLOSING_STEP = 7
+"""How many nights of its pace a closing lag may close at once (``recent_regime``): the median of past like
+nights takes its middle from nights a week apart, so as they reach the series' new level it moves by at most
+the week its middle night steps over. Of a window that filled at a pace of ``r`` a night and stopped, the
+median of six weeks, the average of its third and fourth, closes at ``r`` a night, then at ``r / 2`` once the
+third has reached the level, and then drops the fourth's last week, ``7 r / 2``, in one night."""
+
+
+@dataclass(frozen=True)
+class Regime:
+    """What the errors of the recent regime say of tonight's (``recent_regime``)."""
+
+    bias: float
+    deviations: list[float]
+    catching_up: float = 0.0
+    """Half the span tonight's bias may lie anywhere in: a lag catching up with the series may close on any
+    night (``Calibration.catching_up``)."""
+
+
+def night_to_night_noise(errors: Sequence[float]) -> float:
+    """The errors' spread from one night to the next over the whole record: 1.4826 x the median absolute
+    second difference of consecutive errors, over sqrt(6) (the second difference of independent noise of
+    spread s spreads as sqrt(6) s). A second difference is a night against the line through its neighbours,
+    so a lag closing or growing at a steady pace leaves nothing in it, and the few nights a change of regime
+    or a step of the median touches are outvoted."""
+    seconds = [abs(c - 2 * b + a) for a, b, c in zip(errors, errors[1:], errors[2:], strict=False)]
+    return MAD_TO_SIGMA * median(seconds) / math.sqrt(6) if seconds else 0.0
+
+
+def _at_least_noise(deviations: list[float], errors: Sequence[float]) -> list[float]:
+    """``deviations`` from a line fitted to the latest errors, widened (the tail's shape kept) to spread at
+    least as the whole record's errors do from night to night (``night_to_night_noise``). A line through a
+    dozen errors of a lag closing at a deterministic pace leaves deviations narrower than the series' noise
+    (half of it, in a window that filled and stopped: a dozen deviations from a line fitted to them), and an
+    ordinary night's wobble would read as ten spreads."""
+    spread = MAD_TO_SIGMA * median(deviations)
+    noise = night_to_night_noise(errors)
+    if spread >= noise:
+        return deviations
+    if spread <= 0:
+        return [noise / MAD_TO_SIGMA + d for d in deviations]
+    return [d * noise / spread for d in deviations]
+
+
+def recent_regime(errors: Sequence[float]) -> Regime:
     """The bias tonight's expectation carries and the deviations its threshold is read from.
 
     A steady trend the median lags gives steady errors: their median is the bias, and their deviations from it
@@ -420,8 +467,20 @@ def recent_regime(errors: Sequence[float]) -> tuple[float, list[float]]:
     would widen the threshold. So the errors are read from their latest change point on (``change_point``,
     applied again to what follows each change while at least ``MIN_RESIDUALS`` errors remain); if those still
     move one way (a baseline of past weeks catching up with a level that stopped, for as many weeks as it
-    looks back), the bias is where their robust line (Theil-Sen: the median of the pairwise slopes) has
-    reached at the latest error, and the deviations are from that line."""
+    looks back), their robust line (Theil-Sen: the median of the pairwise slopes) has reached tonight's bias
+    at the latest error (never further: no night beyond it supports the line), and the deviations are from
+    that line, spread at least as the record's errors do from night to night (``_at_least_noise``).
+
+    A line that heads towards zero is a lag closing: the median of past like nights catching up with a level
+    the series reached. It does not close along the line: the median moves in steps as the nights it takes
+    its middle from reach the new level, and may drop the rest of a week's lag in one night (a window that
+    filled and stopped: errors falling 0.45, 0.30, 0.16 over three weeks, then 0). Where it is tonight the
+    errors cannot tell, only that it lies between the line's latest error and ``CLOSING_STEP`` nights of its
+    pace nearer zero, never beyond zero (a lag does not overshoot the level it closes on: a line that crossed
+    zero reads zero). So tonight's bias is that span's middle and half its width is ``catching_up``: a night
+    is judged from the nearer end of the span, and an ordinary night whose lag closed is not read as a fall of
+    twelve spreads, while a fall below the span still is. A line heading away from zero (a lag growing: a
+    series that started to climb) is taken at its latest error."""
     start = 0
     while (cut := change_point(errors[start:])) is not None and len(errors) - start - cut >= MIN_RESIDUALS:
         start += cut
@@ -429,11 +488,18 @@ def recent_regime(errors: Sequence[float]) -> tuple[float, list[float]]:
     if start and _trending(recent):
         slope = median((b - a) / (j - i) for i, a in enumerate(recent) for j, b in enumerate(recent) if j > i)
         intercept = median(e - slope * i for i, e in enumerate(recent))
-        return intercept + slope * (len(recent) - 1), [
-            abs(e - intercept - slope * i) for i, e in enumerate(recent)
-        ]
+        deviations = _at_least_noise([abs(e - intercept - slope * i) for i, e in enumerate(recent)], errors)
+        latest = intercept + slope * (len(recent) - 1)
+        if abs(latest) >= abs(intercept):
+            return Regime(latest, deviations)
+        near = latest + slope * CLOSING_STEP
+        if near * latest <= 0:
+            near = 0.0
+        if latest * intercept <= 0:
+            latest = near = 0.0
+        return Regime((latest + near) / 2, deviations, abs(latest - near) / 2)
     bias = median(recent)
-    return bias, [abs(e - bias) for e in recent]
+    return Regime(bias, [abs(e - bias) for e in recent])
 
 
 def false_alarm_alpha(config: BaselineConfig, share: int = 1) -> float:
@@ -452,16 +518,18 @@ def calibrate(
     errors = one_step_errors(points, config, absolute)
     if len(errors) < MIN_RESIDUALS:
         return None
-    bias, deviations = recent_regime(errors)
+    regime = recent_regime(errors)
+    deviations = regime.deviations
     # Deviations are taken as symmetric: a side that alone hurts may spend alpha on its own.
     p = min(0.5, alpha if hurts is Direction.BOTH else 2 * alpha)
     return Calibration(
         residuals=len(deviations),
-        bias=bias,
+        bias=regime.bias,
         sigma=MAD_TO_SIGMA * median(deviations),
         threshold=tail_threshold(deviations, p),
         alpha=alpha,
         level=usual_level(points),
+        catching_up=regime.catching_up,
     )
 
 
@@ -509,6 +577,9 @@ def score(
         # In the errors' units: tonight's error, less the series' usual one, against its own tail.
         widen = inflation(len(refs)) * relative_noise(ref.level, calibration.level)
         centre += calibration.bias * widen
+        # A closing lag: tonight is expected at the point of the span it may have reached nearest to it.
+        slack = calibration.catching_up * widen
+        centre = min(max(target, centre - slack), centre + slack)
         scale = max(calibration.sigma * widen, config.scale_floor) * scale_factor
         limit = max(calibration.threshold * widen * scale_factor, config.z_threshold * config.scale_floor)
         threshold = limit / scale
