@@ -47,7 +47,8 @@ class Binds:
                 return exp.var(f"{_MARK}{node.name}__")
             return node
 
-        sql = tree.transform(mark, copy=False).sql(dialect="snowflake")
+        # Nor is it copied for the generator (which may rewrite it): the statement is rendered once and dropped.
+        sql = tree.transform(mark, copy=False).sql(dialect="snowflake", copy=False)
         if not used:
             return sql, None
         if len(_MARKED.findall(sql)) != len(used):
