@@ -12,8 +12,10 @@ effect) is a WARN, not an ERROR, and stays in the history to make the second occ
 (an incident's, left out of the ordinary nights) that moved like its kind's earlier occurrences, by that
 same test against each, is an occurrence too: a month-end taken for a fault before the pattern formed would
 otherwise keep it from ever forming. One that moved unlike them (a fault on a month-end) teaches nothing.
-A night that moved the series only as the ordinary nights beside it did (``neighbours.stands_out``, the test a
-past like night passes too) is no occurrence: the expectation was behind a series still climbing or filling.
+A night that moved the series only as the ordinary nights beside it did (``neighbours.own_effect``, the measure
+a past like night takes too) is no occurrence: the expectation was behind a series still climbing or filling.
+One that moved it beyond them is, and its effect is what it moved beyond them (its departure less theirs): a
+month-end on a climbing series otherwise taught the climb's lag as the month-end's own run.
 
 What the file's calendar configures overrides: a ``month_end`` or ``quarter_end`` window turns off the
 learning of month- or quarter-ends, ``day_of_month`` entries the learning of days of the month.
@@ -29,7 +31,7 @@ from datetime import date
 from statistics import median
 
 from dw_dagster.checks.calendar import BusinessCalendar, CalendarDay
-from dw_dagster.checks.neighbours import stands_out
+from dw_dagster.checks.neighbours import own_effect
 
 MIN_OCCURRENCES = 2
 """Past occurrences, each beyond the noise and alike, that make a period's last days learned."""
@@ -120,8 +122,9 @@ def learn(
     night's error (the same units). ``flagged``: the nights left out of the ordinary ones as an incident's
     (``effect`` measures them too); one that moved like its kind's earlier occurrences is one more of them
     (:func:`_like_earlier`). A night that moved the series only as the ordinary nights beside it did
-    (``neighbours.stands_out``: the expectation was behind a series still filling or climbing) is no
-    occurrence: it neither makes a kind nor keeps one from forming, and is not set aside."""
+    (``neighbours.own_effect``: the expectation was behind a series still filling or climbing) is no
+    occurrence: it neither makes a kind nor keeps one from forming, and is not set aside. An occurrence's
+    effect is its own, net of the drift those nights show."""
     found = Recurring()
     if noise <= 0:
         return found
@@ -158,9 +161,13 @@ def learn(
         if not measured or any(abs(e) < MATERIAL * noise for e in measured.values()):
             continue
         # Every one moved the series; one that moved it only as the ordinary nights beside it did was behind a
-        # series still filling or climbing, not moved by its kind. (An immaterial one needs no such test: it
-        # says the kind does not move the series whatever its neighbours did.)
-        effects = {d: e for d, e in measured.items() if stands_out(d, e, others, departure)}
+        # series still filling or climbing, not moved by its kind, and one that moved it beyond them moved it
+        # by that much only (the lag's share learned too made every month-end after a climb fall short of
+        # it). An immaterial one needs no such test: it says the kind does not move the series whatever its
+        # neighbours did.
+        effects = {
+            d: o for d, e in measured.items() if (o := own_effect(d, e, others, departure)) is not None
+        }
         if not effects:
             continue
         signs = {e > 0 for e in effects.values()}
@@ -182,10 +189,10 @@ def learn(
         for d in flagged_occurrences.get(key, []):
             if (
                 (e := effect(d, others)) is not None
-                and _like_earlier(e, [v for k, v in effects.items() if k < d], noise)
-                and stands_out(d, e, others, departure)
+                and (o := own_effect(d, e, others, departure)) is not None
+                and _like_earlier(o, [v for k, v in effects.items() if k < d], noise)
             ):
-                effects[d] = e
+                effects[d] = o
         found.effects.update(effects)
         if len(effects) >= (MIN_OCCURRENCES if period_end else MIN_DAY_OF_MONTH_OCCURRENCES):
             found.learned[key] = sorted(effects)
