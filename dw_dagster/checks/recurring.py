@@ -158,16 +158,19 @@ def learn(
         mine = set(days)
         others = {d: v for d, v in ordinary.items() if d not in mine}
         measured = {d: e for d in days if (e := effect(d, others)) is not None}
-        if not measured or any(abs(e) < MATERIAL * noise for e in measured.values()):
+        # Each one's own effect: none where it moved the series only as the ordinary nights beside it did (the
+        # expectation was behind a series still filling or climbing, not moved by its kind), else what it moved
+        # the series beyond them (the lag's share, learned too, made every month-end after a climb fall short
+        # of it).
+        own = {d: own_effect(d, e, others, departure) for d, e in measured.items()}
+        # Every one must have moved the series by its own effect: a month-end's dip that a climb's lag hid
+        # moved it all the same. One that did not, and one that neither stood out nor moved it at all, say the
+        # kind does not move the series whatever its neighbours did.
+        if not measured or any(
+            abs(measured[d] if o is None else o) < MATERIAL * noise for d, o in own.items()
+        ):
             continue
-        # Every one moved the series; one that moved it only as the ordinary nights beside it did was behind a
-        # series still filling or climbing, not moved by its kind, and one that moved it beyond them moved it
-        # by that much only (the lag's share learned too made every month-end after a climb fall short of
-        # it). An immaterial one needs no such test: it says the kind does not move the series whatever its
-        # neighbours did.
-        effects = {
-            d: o for d, e in measured.items() if (o := own_effect(d, e, others, departure)) is not None
-        }
+        effects = {d: o for d, o in own.items() if o is not None}
         if not effects:
             continue
         signs = {e > 0 for e in effects.values()}
