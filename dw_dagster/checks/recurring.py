@@ -4,7 +4,7 @@ nothing about them: the last business days (or the last days) of a month or a qu
 A team that wrote no ``month_end`` still invoices on the last business day; its history shows it. A kind of
 day is **learned** for a series when its past occurrences (at least two for a period's last days, three for
 a day of the month, one of 31 candidates where chance finds two) each moved the series beyond its
-ordinary noise, the same way and by a like amount (the largest effect at most three times the smallest):
+ordinary noise by its own effect (below), the same way and by a like amount (the largest effect at most three times the smallest):
 those nights then leave the ordinary nights (they do not widen the spread of Tuesdays), and tonight, if it
 is such a day, is compared with them (``judge.py``'s like nights). One earlier occurrence only is not a
 pattern: on a month's or quarter's last days, a night that moves like it (same way, within half to twice its
