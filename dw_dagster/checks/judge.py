@@ -42,7 +42,7 @@ from dw_dagster.checks.baseline import (
 )
 from dw_dagster.checks.calendar import WEEKDAYS, BusinessCalendar, CalendarDay, closed_days
 from dw_dagster.checks.history import Rebase
-from dw_dagster.checks.neighbours import stands_out
+from dw_dagster.checks.neighbours import own_effect
 from dw_dagster.checks.recurring import MATERIAL, Recurring, learn, moves_like_once
 
 
@@ -251,10 +251,11 @@ def judge(
             )
         effects, measured = [], []
         for d in like:
-            e = departure(d)
-            # A like night moved by the expectation's lag, not by its kind (neighbours.py), is no like night.
-            if e is not None and stands_out(d, e, ordinary, departure):
-                effects.append(e)
+            # A like night moved by the expectation's lag, not by its kind (neighbours.py), is no like night;
+            # one moved by both carries its kind's effect only: a holiday while the business climbed otherwise
+            # taught the climb's lag as the holiday's, and the holidays after the climb fell short of it.
+            if (e := departure(d)) is not None and (o := own_effect(d, e, ordinary, departure)) is not None:
+                effects.append(o)
                 measured.append(d)
         return effects, measured
 

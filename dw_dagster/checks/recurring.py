@@ -4,7 +4,7 @@ nothing about them: the last business days (or the last days) of a month or a qu
 A team that wrote no ``month_end`` still invoices on the last business day; its history shows it. A kind of
 day is **learned** for a series when its past occurrences (at least two for a period's last days, three for
 a day of the month, one of 31 candidates where chance finds two) each moved the series beyond its
-ordinary noise, the same way and by a like amount (the largest effect at most three times the smallest):
+ordinary noise by its own effect (below), the same way and by a like amount (the largest effect at most three times the smallest):
 those nights then leave the ordinary nights (they do not widen the spread of Tuesdays), and tonight, if it
 is such a day, is compared with them (``judge.py``'s like nights). One earlier occurrence only is not a
 pattern: on a month's or quarter's last days, a night that moves like it (same way, within half to twice its
@@ -12,8 +12,10 @@ effect) is a WARN, not an ERROR, and stays in the history to make the second occ
 (an incident's, left out of the ordinary nights) that moved like its kind's earlier occurrences, by that
 same test against each, is an occurrence too: a month-end taken for a fault before the pattern formed would
 otherwise keep it from ever forming. One that moved unlike them (a fault on a month-end) teaches nothing.
-A night that moved the series only as the ordinary nights beside it did (``neighbours.stands_out``, the test a
-past like night passes too) is no occurrence: the expectation was behind a series still climbing or filling.
+A night that moved the series only as the ordinary nights beside it did (``neighbours.own_effect``, the measure
+a past like night takes too) is no occurrence: the expectation was behind a series still climbing or filling.
+One that moved it beyond them is, and its effect is what it moved beyond them (its departure less theirs): a
+month-end on a climbing series otherwise taught the climb's lag as the month-end's own run.
 
 What the file's calendar configures overrides: a ``month_end`` or ``quarter_end`` window turns off the
 learning of month- or quarter-ends, ``day_of_month`` entries the learning of days of the month.
@@ -29,7 +31,7 @@ from datetime import date
 from statistics import median
 
 from dw_dagster.checks.calendar import BusinessCalendar, CalendarDay
-from dw_dagster.checks.neighbours import stands_out
+from dw_dagster.checks.neighbours import own_effect
 
 MIN_OCCURRENCES = 2
 """Past occurrences, each beyond the noise and alike, that make a period's last days learned."""
@@ -120,8 +122,9 @@ def learn(
     night's error (the same units). ``flagged``: the nights left out of the ordinary ones as an incident's
     (``effect`` measures them too); one that moved like its kind's earlier occurrences is one more of them
     (:func:`_like_earlier`). A night that moved the series only as the ordinary nights beside it did
-    (``neighbours.stands_out``: the expectation was behind a series still filling or climbing) is no
-    occurrence: it neither makes a kind nor keeps one from forming, and is not set aside."""
+    (``neighbours.own_effect``: the expectation was behind a series still filling or climbing) is no
+    occurrence: it neither makes a kind nor keeps one from forming, and is not set aside. An occurrence's
+    effect is its own, net of the drift those nights show."""
     found = Recurring()
     if noise <= 0:
         return found
@@ -155,12 +158,19 @@ def learn(
         mine = set(days)
         others = {d: v for d, v in ordinary.items() if d not in mine}
         measured = {d: e for d in days if (e := effect(d, others)) is not None}
-        if not measured or any(abs(e) < MATERIAL * noise for e in measured.values()):
+        # Each one's own effect: none where it moved the series only as the ordinary nights beside it did (the
+        # expectation was behind a series still filling or climbing, not moved by its kind), else what it moved
+        # the series beyond them (the lag's share, learned too, made every month-end after a climb fall short
+        # of it).
+        own = {d: own_effect(d, e, others, departure) for d, e in measured.items()}
+        # Every one must have moved the series by its own effect: a month-end's dip that a climb's lag hid
+        # moved it all the same. One that did not, and one that neither stood out nor moved it at all, say the
+        # kind does not move the series whatever its neighbours did.
+        if not measured or any(
+            abs(measured[d] if o is None else o) < MATERIAL * noise for d, o in own.items()
+        ):
             continue
-        # Every one moved the series; one that moved it only as the ordinary nights beside it did was behind a
-        # series still filling or climbing, not moved by its kind. (An immaterial one needs no such test: it
-        # says the kind does not move the series whatever its neighbours did.)
-        effects = {d: e for d, e in measured.items() if stands_out(d, e, others, departure)}
+        effects = {d: o for d, o in own.items() if o is not None}
         if not effects:
             continue
         signs = {e > 0 for e in effects.values()}
@@ -182,10 +192,10 @@ def learn(
         for d in flagged_occurrences.get(key, []):
             if (
                 (e := effect(d, others)) is not None
-                and _like_earlier(e, [v for k, v in effects.items() if k < d], noise)
-                and stands_out(d, e, others, departure)
+                and (o := own_effect(d, e, others, departure)) is not None
+                and _like_earlier(o, [v for k, v in effects.items() if k < d], noise)
             ):
-                effects[d] = e
+                effects[d] = o
         found.effects.update(effects)
         if len(effects) >= (MIN_OCCURRENCES if period_end else MIN_DAY_OF_MONTH_OCCURRENCES):
             found.learned[key] = sorted(effects)
