@@ -17,12 +17,12 @@ HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "billing_scenarios"
 
 
-def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
+def _cli(*args: str, cwd, cache: Path = WORLD_CACHE) -> subprocess.CompletedProcess:
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("COALESCE_", "SNOWFLAKE_", "SLACK_", "DW_"))
     }
     return subprocess.run(
-        [sys.executable, "-c", "from dw_dagster.app.cli import run; run()", *args, "--cache", str(WORLD_CACHE)],
+        [sys.executable, "-c", "from dw_dagster.app.cli import run; run()", *args, "--cache", str(cache)],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
 
@@ -48,6 +48,31 @@ def test_score_prints_the_table_beside_the_baseline(tmp_path):
     assert "| recall | 1/1 (100%) |" in out.stdout
     assert "| root-cause accuracy | 1/1 (100%) | n/a (no diagnosis) |" in out.stdout
     assert "| billing-new-plan-unpriced | billing | 2 | 1 | 1 |" in out.stdout
+
+
+def test_a_scenario_that_cannot_be_played_is_tried_again_then_named_as_errored_and_the_rest_are_played(
+    tmp_path,
+):
+    # Two scenarios whose world cannot be made (the cache is a file): each is played twice, reported as errored
+    # with what failed, the score still printed for the rest, and the exit says the score is incomplete.
+    scenarios = tmp_path / "scenarios"
+    scenarios.mkdir()
+    text = (SCENARIOS / "new_plan_unpriced.yaml").read_text()
+    text = text.replace("world: ../billing/world.yaml", f"world: {HERE / 'billing' / 'world.yaml'}")
+    (scenarios / "a.yaml").write_text(text)
+    (scenarios / "b.yaml").write_text(text.replace("name: billing-new-plan-unpriced", "name: the-second"))
+    cache = tmp_path / "not-a-folder"
+    cache.write_text("")
+    out = _cli("scenario", "score", str(scenarios), cwd=tmp_path, cache=cache)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "2 more scenarios errored and are not in these figures (the score is incomplete):" in out.stdout
+    for name, path in (("billing-new-plan-unpriced", "a.yaml"), ("the-second", "b.yaml")):
+        assert f"- {name} ({scenarios / path}): NotADirectoryError" in out.stdout
+        for attempt in (1, 2):
+            assert f"{scenarios / path}: play {attempt} of 2 failed: NotADirectoryError" in out.stderr
+    assert out.stderr.index(f"playing {scenarios / 'b.yaml'}") > out.stderr.index(
+        "a.yaml: play 2 of 2 failed"
+    )
 
 
 def test_a_bad_scenario_exits_with_the_file_and_field(tmp_path):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import traceback
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,13 +79,45 @@ def scenario_score(directory: Path, as_json: bool, cache: Path) -> None:
     if problems:
         summary = f"{len(problems)} of {len(files)} scenario files are invalid; nothing was played"
         raise DwConfigError("\n".join([summary, *problems]))
-    reports = []
+    reports, errored = [], []
     for loaded in scenarios:
         click.echo(f"playing {loaded.path} ...", err=True)
         with _world_errors(loaded.path):
-            reports.append(run_scenario(loaded, cache))
-    score = score_reports(reports)
+            played = _played_once_again_on_failure(
+                lambda loaded=loaded: run_scenario(loaded, cache), loaded.path
+            )
+        if isinstance(played, str):
+            errored.append({"name": loaded.name, "path": str(loaded.path), "error": played})
+        else:
+            reports.append(played)
+    score = {**score_reports(reports), "errored": errored}
     click.echo(json.dumps(score, indent=2, default=str) if as_json else format_score(score))
+    if errored:
+        # Figures without them are no pass: the exit says so, as the table's first lines do.
+        raise SystemExit(1)
+
+
+PLAYS = 2
+"""How many times a scenario is played before it is reported as errored: once more on a fresh copy of its
+world, for a failure of the local world's servers rather than of the files (a local Snowflake that did not take
+a night's time on a machine busy enough to hold it for 30 s)."""
+
+
+def _played_once_again_on_failure(play: Callable[[], ScenarioReport], path: Path) -> ScenarioReport | str:
+    """The scenario's report; or, when each of :data:`PLAYS` plays failed, what the last failure said. A
+    scenario that cannot be played does not end the score: the scenarios after it are played, and the score
+    names it as errored (never as scored). A problem in the files (``WorldError``) is not retried."""
+    failure = ""
+    for attempt in range(1, PLAYS + 1):
+        try:
+            return play()
+        except WorldError:
+            raise
+        except Exception as e:  # noqa: BLE001 - reported below and in the score, never dropped
+            failure = f"{type(e).__name__}: {e}"
+            click.echo(f"{path}: play {attempt} of {PLAYS} failed: {failure}", err=True)
+            click.echo(traceback.format_exc(), err=True)
+    return failure
 
 
 @contextmanager

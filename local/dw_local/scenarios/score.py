@@ -242,8 +242,17 @@ def format_score(score: dict[str, Any]) -> str:
         )
         return f"{found}/{faults} ({_pct(_ratio(found, faults))})"
 
+    errored = score.get("errored", [])
     lines = [
         f"{len(score['scenarios'])} scenarios over {len(score['worlds'])} worlds ({', '.join(score['worlds'])})",
+        *(
+            [
+                f"{len(errored)} more scenarios errored and are not in these figures (the score is incomplete):",
+                *(f"- {e['name']} ({e['path']}): {e['error']}" for e in errored),
+            ]
+            if errored
+            else []
+        ),
         "",
         f"| | {DW} | {BASELINE} (abs z > 3 over 14 days back, the last 2 days scored) |",
         "|---|---|---|",
