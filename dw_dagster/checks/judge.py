@@ -11,7 +11,9 @@ their say (``baseline.score`` is the statistics; this is the judgement a person 
 - **The calendar**: an ordinary night is compared with ordinary nights only (past month-ends do not widen
   the spread of Tuesdays). A calendar night is compared with the nights like it: the effect each past like
   night showed against its own ordinary expectation moves tonight's expectation. With no like night on
-  record, a deviation the calendar can explain (its size and direction) is a WARN, never an ERROR.
+  record, a deviation the calendar can explain (its size and direction) is a WARN, never an ERROR. On the
+  first night of a learned kind without another it was never told apart from (``Recurring.untold``), an
+  ERROR needs the deviation beyond both that kind's expectation and the ordinary one.
 
 ERROR needs the deviation to survive all three.
 """
