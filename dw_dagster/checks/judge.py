@@ -11,7 +11,9 @@ their say (``baseline.score`` is the statistics; this is the judgement a person 
 - **The calendar**: an ordinary night is compared with ordinary nights only (past month-ends do not widen
   the spread of Tuesdays). A calendar night is compared with the nights like it: the effect each past like
   night showed against its own ordinary expectation moves tonight's expectation. With no like night on
-  record, a deviation the calendar can explain (its size and direction) is a WARN, never an ERROR.
+  record, a deviation the calendar can explain (its size and direction) is a WARN, never an ERROR. On the
+  first night of a learned kind without another it was never told apart from (``Recurring.untold``), an
+  ERROR needs the deviation beyond both that kind's expectation and the ordinary one.
 
 ERROR needs the deviation to survive all three.
 """
@@ -223,12 +225,19 @@ def judge(
     if calibration is not None and recurring.aside:
         calibration = calibration.model_copy(update={"set_aside": sorted(recurring.aside)})
 
-    def plain_score(d: date, v: float, points: Mapping[date, float], cfg: BaselineConfig = config, **kw):
+    def plain_score(
+        d: date,
+        v: float,
+        points: Mapping[date, float],
+        cfg: BaselineConfig = config,
+        way: Direction = hurts,
+        **kw,
+    ):
         kw.setdefault("calibration", calibration)
-        s = score(points, d, v, cfg, hurts, absolute=absolute, **kw)
+        s = score(points, d, v, cfg, way, absolute=absolute, **kw)
         if s.status is BaselineStatus.INSUFFICIENT and len(points) < len(usable):
             # Too few ordinary nights: every night, calendar ones included, rather than no judgement.
-            s = score({k: x for k, x in usable.items() if k < d}, d, v, cfg, hurts, absolute=absolute, **kw)
+            s = score({k: x for k, x in usable.items() if k < d}, d, v, cfg, way, absolute=absolute, **kw)
         return s
 
     plain = plain_score(day, value, ordinary)
@@ -323,6 +332,11 @@ def judge(
         out = _verdict(
             adjusted, notes=notes, level=level, calibration=calibration, calibrated_on=calibrated_on
         )
+        if today is recurring.tonight and recurring.untold is not None:
+            # Like an ordinary night either way: half a month-end's run missing is no ordinary night, though
+            # it is a rise against one.
+            ordinary_way = plain_score(day, value, ordinary, way=Direction.BOTH)
+            out = _untold(out, ordinary_way, recurring.like, recurring.untold[0])
         return out.model_copy(
             update={"plain": plain, "calendar_day": today, "like_days": measured, "calendar_effect_pct": pct}
         )
@@ -351,6 +365,26 @@ def judge(
             f"{today.name}: no past night like it on record, and the move is beyond what it explains"
         )
     return out.model_copy(update={"plain": plain, "calendar_day": today, "notes": notes})
+
+
+def _untold(out: Judgement, plain: BaselineResult, learned_from: Sequence[date], other: str) -> Judgement:
+    """Tonight's judgement against its learned kind, on the first night of that kind without ``other``, the
+    learned kind it was never told apart from (``Recurring.untold``): either may be the one that moves the
+    series, so neither reading alone raises an ERROR. Only a night beyond the threshold against both its
+    kind's expectation and the ordinary one (``plain``, either way) is one: a run that doubled, half an
+    ordinary night missing. A night like the ordinary ones is a WARN that says so; one like its kind's
+    occurrences passes as any night like its kind does, with the note."""
+    said = (
+        f"never told apart from {other}: every night it was learned from "
+        f"({', '.join(d.isoformat() for d in learned_from)}) was one too, and tonight is the first of the one "
+        f"without the other"
+    )
+    if plain.status is BaselineStatus.ANOMALY and out.severity is None:
+        return out.model_copy(update={"notes": [*out.notes, f"{said}; it moved like its kind's nights"]})
+    if plain.status is not BaselineStatus.ANOMALY and out.severity == "ERROR":
+        note = f"{said}; it moved like an ordinary night ({100 * (plain.relative_change or 0):+.1f}% against one)"
+        return out.model_copy(update={"severity": "WARN", "notes": [*out.notes, note]})
+    return out
 
 
 KIND_TAIL_RATIO = 3.0

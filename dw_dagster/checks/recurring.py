@@ -98,6 +98,9 @@ class Recurring:
     like: list[date] = field(default_factory=list)
     once: tuple[str, date, float] | None = None
     """(name, night, effect) of the only earlier occurrence of a kind tonight belongs to."""
+    untold: tuple[str, list[date]] | None = None
+    """(name, occurrences) of a learned kind tonight is not of, among whose occurrences are all of tonight's
+    kind's: the two were never told apart, and tonight is the first night of the one without the other."""
 
     @property
     def nights(self) -> set[date]:
@@ -216,6 +219,17 @@ def learn(
                 direction="up" if usual > 0 else "down",
             )
             found.like = days
+            # Every occurrence of tonight's kind was an occurrence of another learned kind that tonight is not
+            # (a weekday business's month-ends so far all last business days and last days alike): the history
+            # cannot tell which of the two moved the series, and tonight is the first night that could.
+            # Compared with its kind alone, it made an ordinary Sunday 31 August an ERROR for lacking the run
+            # of a business that runs on the last business day, and the converse business's ordinary Friday
+            # 29 August one too. Told apart once a night of tonight's kind without the other is on record: a
+            # kind whose such night did not move the series is no longer learned.
+            for other, theirs in found.learned.items():
+                if other not in tonight_keys and set(days) <= set(theirs):
+                    found.untold = (names[other], theirs)
+                    break
             break
     return found
 

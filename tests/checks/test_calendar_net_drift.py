@@ -74,10 +74,16 @@ def test_month_ends_after_a_climb_pass_and_a_fault_on_one_is_an_error(
         j = judge(history, night, series[night], CONFIG, Direction.BOTH, calendar=calendar)
         assert j.severity != "ERROR", f"{night}: {j.describe()}"
         assert j.calendar_day is not None and j.calendar_day.kind == "recurring", j.describe()
-        # The month-end's run (or dip) missing, or doubled, is news.
-        for fault in (series[night] / month_end, series[night] * month_end):
+        # The month-end's run (or dip) missing, or doubled, is news. On the first last business day that is
+        # not the month's last day (29 August), a missing run is what an ordinary Friday does if the run is on
+        # the last day instead: the history never told the two apart, so it is a WARN that says so.
+        untold = "never told apart" in j.describe()
+        for fault, missing in ((series[night] / month_end, True), (series[night] * month_end, False)):
             f = judge(history, night, fault, CONFIG, Direction.BOTH, calendar=calendar)
-            assert f.severity == "ERROR", f"{night} at {fault:.0f}: {f.describe()}"
+            if untold and missing:
+                assert f.severity == "WARN" and "like an ordinary night" in f.describe(), f.describe()
+            else:
+                assert f.severity == "ERROR", f"{night} at {fault:.0f}: {f.describe()}"
 
 
 HOLIDAYS = [
