@@ -243,7 +243,7 @@ def drill_source(
             continue
         # A column the total's lineage counts (a distinct count of people per group, which the total sums) is
         # drilled in that count: a sum of the counted ids is no number of anything, and its per-row average
-        # moves with whichever ids arrived (a clinic's patients numbered in the millions, another's in the
+        # moves with whichever ids arrived (one source's ids numbered in the millions, another's in the
         # thousands), which read as a unit change of the ids.
         counted = {m: c for m in measures if (c := counted_on(ctx, total, src, m)) is not None}
         cells = _cells(ctx, src, time_col, dims, measures, day, before, counted)
