@@ -422,6 +422,15 @@ median of six weeks, the average of its third and fourth, closes at ``r`` a nigh
 third has reached the level, and then drops the fourth's last week, ``7 r / 2``, in one night."""
 
 
+LATEST_NIGHTS = 7
+"""The latest errors a lag the trend test does not see may have closed to (``recent_regime``): a week, one
+night of each weekday, so that a weekly rhythm left in the errors does not move their median."""
+SETTLED_LAG = 2.5
+"""A bias beyond this many spreads of its regime's deviations is a lag the series runs ahead of (or behind)
+its past like nights by, which may close on any night (``recent_regime``); one within it is the errors'
+noise about zero and is kept as it is."""
+
+
 @dataclass(frozen=True)
 class Regime:
     """What the errors of the recent regime say of tonight's (``recent_regime``)."""
@@ -444,18 +453,17 @@ def night_to_night_noise(errors: Sequence[float]) -> float:
 
 
 def _at_least_noise(deviations: list[float], errors: Sequence[float]) -> list[float]:
-    """``deviations`` from a line fitted to the latest errors, widened (the tail's shape kept) to spread at
-    least as the whole record's errors do from night to night (``night_to_night_noise``). A line through a
-    dozen errors of a lag closing at a deterministic pace leaves deviations narrower than the series' noise
-    (half of it, in a window that filled and stopped: a dozen deviations from a line fitted to them), and an
-    ordinary night's wobble would read as ten spreads."""
-    spread = MAD_TO_SIGMA * median(deviations)
-    noise = night_to_night_noise(errors)
-    if spread >= noise:
-        return deviations
-    if spread <= 0:
-        return [noise / MAD_TO_SIGMA + d for d in deviations]
-    return [d * noise / spread for d in deviations]
+    """``deviations`` of the recent regime's errors, each lifted to at least the spread the whole record's
+    errors show from night to night (``night_to_night_noise``), so that their spread is never below it and
+    their largest, the tail the threshold is read from, stay as the errors show them. A line through a dozen
+    errors of a lag closing at a deterministic pace leaves deviations narrower than the series' noise (half of
+    it, in a window that filled and stopped), and the change-point test, applied again and again, may leave
+    ten errors that happened to be quiet (a spread of 0.0036 on a series of 2% noise read a +2.8% night at
+    z 8.5): an ordinary night's wobble would read as ten spreads. Widening every deviation by the same factor
+    instead scaled a tail that already stood far out (half the deviations quiet, half at five spreads) to a
+    threshold a 20% fall stayed inside."""
+    floor = night_to_night_noise(errors) / MAD_TO_SIGMA
+    return [max(d, floor) for d in deviations]
 
 
 def recent_regime(errors: Sequence[float]) -> Regime:
@@ -480,7 +488,16 @@ def recent_regime(errors: Sequence[float]) -> Regime:
     zero reads zero). So tonight's bias is that span's middle and half its width is ``catching_up``: a night
     is judged from the nearer end of the span, and an ordinary night whose lag closed is not read as a fall of
     twelve spreads, while a fall below the span still is. A line heading away from zero (a lag growing: a
-    series that started to climb) is taken at its latest error."""
+    series that started to climb) is taken at its latest error.
+
+    Errors that do not move one way at that strictness are the regime's median, their deviations from it
+    spread (after a change point) at least as the record's from night to night. A lag may close too slowly
+    for the trend test and still be closing (a window filling linearly: its log lag shrinks a little each
+    night, then the fill stops): where the median is a lag (beyond ``SETTLED_LAG`` spreads of zero) and the
+    latest week's median (``LATEST_NIGHTS``) is nearer zero, tonight's bias is the span between the two
+    (never beyond zero), judged from its nearer end as above: a 60-day fill's constant bias (0.53, five
+    spreads above its latest week's 0.50) read the night after the fill stopped, two of its noise's spreads
+    low, as a fall of 12.6%, an ERROR."""
     start = 0
     while (cut := change_point(errors[start:])) is not None and len(errors) - start - cut >= MIN_RESIDUALS:
         start += cut
@@ -499,7 +516,16 @@ def recent_regime(errors: Sequence[float]) -> Regime:
             latest = near = 0.0
         return Regime((latest + near) / 2, deviations, abs(latest - near) / 2)
     bias = median(recent)
-    return Regime(bias, [abs(e - bias) for e in recent])
+    deviations = [abs(e - bias) for e in recent]
+    if start:
+        # An uncut regime is the whole record: its deviations are the record's own noise already.
+        deviations = _at_least_noise(deviations, errors)
+    latest = median(recent[-LATEST_NIGHTS:])
+    settled = abs(bias) <= SETTLED_LAG * MAD_TO_SIGMA * median(deviations)
+    if settled or (latest * bias > 0 and abs(latest) >= abs(bias)):
+        return Regime(bias, deviations)
+    near = latest if latest * bias > 0 else 0.0
+    return Regime((bias + near) / 2, deviations, abs(bias - near) / 2)
 
 
 def false_alarm_alpha(config: BaselineConfig, share: int = 1) -> float:
