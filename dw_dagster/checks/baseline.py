@@ -495,9 +495,9 @@ def recent_regime(errors: Sequence[float]) -> Regime:
     for the trend test and still be closing (a window filling linearly: its log lag shrinks a little each
     night, then the fill stops): where the median is a lag (beyond ``SETTLED_LAG`` spreads of zero) and the
     latest week's median (``LATEST_NIGHTS``) is nearer zero, tonight's bias is the span between the two
-    (never beyond zero), judged from its nearer end as above: a 60-day fill's constant bias (0.53, five
-    spreads above its latest week's 0.50) read the night after the fill stopped, two of its noise's spreads
-    low, as a fall of 12.6%, an ERROR."""
+    (never beyond zero), judged from its nearer end as above: a 60-day fill's constant bias (0.53, twelve
+    spreads from zero; its latest week's 0.50) read the night after the fill stopped, two of its noise's
+    spreads low, as a fall of 12.6%, an ERROR."""
     start = 0
     while (cut := change_point(errors[start:])) is not None and len(errors) - start - cut >= MIN_RESIDUALS:
         start += cut
