@@ -4,12 +4,11 @@ location whose files name nothing pays nothing at each load: 10,000 specs indexe
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
-from pathlib import Path
 
 import dagster as dg
 import pytest
+from coalesce_state import bench_load_definitions
 
 from dw_dagster.app.components import ref_resolver
 from dw_dagster.app.references import check_references
@@ -18,17 +17,6 @@ from dw_dagster.coalesce.specs import load_coalesce_asset_specs
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
 from dw_dagster.coalesce.workspace_models import CoalesceEnvironment, CoalesceJob, CoalesceNode
 from dw_dagster.config import DwConfigError
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _bench_workspace(n: int) -> CoalesceWorkspaceData:
-    path = ROOT / "benchmarks" / "bench_load_definitions.py"
-    spec = importlib.util.spec_from_file_location("bench_load_definitions", path)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench.synthetic_workspace(n)
 
 
 def _orders_workspace() -> CoalesceWorkspaceData:
@@ -83,7 +71,7 @@ class _Specs(list):
 
 WORKSPACES = {
     "synthetic": (
-        lambda: _bench_workspace(30),
+        lambda: bench_load_definitions().synthetic_workspace(30),
         ("LOC_03", "NODE_00003"),
         '"DW"."LOC_03"."NODE_00003"',
         "job_4",

@@ -5,12 +5,12 @@ nodes; these check each shortcut on more than its one workspace."""
 
 from __future__ import annotations
 
-import importlib.util
 from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
 import pytest
+from coalesce_state import bench_load_definitions
 from dagster.components.component.component import Component
 from dagster_shared.yaml_utils.source_position import LineCol, SourcePosition
 
@@ -18,17 +18,6 @@ from dw_dagster.coalesce.component import CoalesceComponent
 from dw_dagster.coalesce.errors import CoalesceStateError
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
 from dw_dagster.coalesce.workspace_models import CoalesceEnvironment, CoalesceJob, CoalesceNode
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _synthetic(n: int) -> str:
-    path = ROOT / "benchmarks" / "bench_load_definitions.py"
-    spec = importlib.util.spec_from_file_location("bench_load_definitions", path)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench.synthetic_workspace(n).serialize()
 
 
 def _accented() -> str:
@@ -60,13 +49,21 @@ def _accented() -> str:
     ).serialize()
 
 
-@pytest.mark.parametrize("text", [_synthetic(12), _accented()], ids=["synthetic", "accented"])
+@pytest.mark.parametrize(
+    "text",
+    [bench_load_definitions().synthetic_workspace(12).serialize(), _accented()],
+    ids=["synthetic", "accented"],
+)
 def test_the_state_read_from_its_bytes_is_the_state_read_from_its_text(text: str) -> None:
     from_text = CoalesceWorkspaceData.parse(text, "state")
     assert CoalesceWorkspaceData.parse(text.encode(), "state") == from_text
 
 
-@pytest.mark.parametrize("text", [_synthetic(12), _accented()], ids=["synthetic", "accented"])
+@pytest.mark.parametrize(
+    "text",
+    [bench_load_definitions().synthetic_workspace(12).serialize(), _accented()],
+    ids=["synthetic", "accented"],
+)
 def test_a_broken_state_is_refused_in_the_same_words_from_its_bytes(text: str) -> None:
     for broken in (text[: len(text) // 2], text.replace('"environments"', '"environment_list"')):
         with pytest.raises(CoalesceStateError) as from_text:
