@@ -4,6 +4,8 @@ conftest (see world_cache.py)."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -15,6 +17,18 @@ from typing import Any
 import dagster as dg
 
 from dw_dagster.app.project import coalesce_components
+
+
+@functools.cache
+def bench_load_definitions():
+    """``benchmarks/bench_load_definitions.py`` as a module: its synthetic workspace (``synthetic_workspace``) and
+    its production shape's context file (``CONTEXT``) are what the load's tests load."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_load_definitions.py"
+    spec = importlib.util.spec_from_file_location("bench_load_definitions", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
 
 
 @contextmanager

@@ -22,6 +22,7 @@ environment variables, read through ``dg.EnvVar`` by the resources.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -98,20 +99,25 @@ def _component_type_problem(name: str) -> str | None:
 
 def ref_resolver(specs: Sequence[dg.AssetSpec]) -> Callable[[str, str], str]:
     """Resolves ``{{ ref('LOCATION', 'NAME') }}`` to the node's fully quoted table, as Coalesce does, from
-    the specs' ``coalesce/location``, ``coalesce/node_name`` and ``dagster/table_name``."""
-    tables = {}
-    for spec in specs:
-        if not is_coalesce_spec(spec):
-            continue
-        # Two fields of the set read, not the whole set built: one spec per node of the workspace.
-        location = CoalesceMetadataSet.read(spec.metadata, "location")
-        name = CoalesceMetadataSet.read(spec.metadata, "node_name")
-        parts = table_parts(spec.metadata.get("dagster/table_name"))
-        if parts is not None and location is not None and name is not None:
-            tables[(location, name)] = table_reference(*parts)
+    the specs' ``coalesce/location``, ``coalesce/node_name`` and ``dagster/table_name``. The tables are
+    indexed at the first ``ref()`` resolved: a code location whose SQL names none never reads the specs."""
+
+    @functools.cache
+    def tables() -> dict[tuple[str, str], str]:
+        found = {}
+        for spec in specs:
+            if not is_coalesce_spec(spec):
+                continue
+            # Two fields of the set read, not the whole set built: one spec per node of the workspace.
+            location = CoalesceMetadataSet.read(spec.metadata, "location")
+            name = CoalesceMetadataSet.read(spec.metadata, "node_name")
+            parts = table_parts(spec.metadata.get("dagster/table_name"))
+            if parts is not None and location is not None and name is not None:
+                found[(location, name)] = table_reference(*parts)
+        return found
 
     def resolve(location: str, name: str) -> str:
-        table = tables.get((location, name))
+        table = tables().get((location, name))
         if table is None:
             raise ValueError(f"ref('{location}', '{name}'): no such Coalesce node in the workspace")
         return table

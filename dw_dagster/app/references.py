@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Callable, Iterator, Sequence
+from functools import cached_property
 from pathlib import Path
 
 import dagster as dg
@@ -23,16 +24,30 @@ TableResolver = Callable[[str, str], str]
 
 
 class _Graph:
-    """What the references are checked against: asset keys, Coalesce nodes' columns, Coalesce jobs."""
+    """What the references are checked against: asset keys, Coalesce nodes' columns, Coalesce jobs.
+
+    Each index is built when a reference first asks for it: a code location whose files name nothing (or
+    no job) would otherwise index every spec of the workspace on every load for nothing."""
 
     def __init__(self, specs: Sequence[dg.AssetSpec]):
-        self.assets = {s.key.to_user_string(): s for s in specs}
-        self.nodes = sorted(k for k, s in self.assets.items() if "coalesce/node_id" in s.metadata)
-        self.jobs: set[str] = set()
-        for spec in self.assets.values():
+        self._specs = specs
+
+    @cached_property
+    def assets(self) -> dict[str, dg.AssetSpec]:
+        return {s.key.to_user_string(): s for s in self._specs}
+
+    @cached_property
+    def nodes(self) -> list[str]:
+        return sorted(k for k, s in self.assets.items() if "coalesce/node_id" in s.metadata)
+
+    @cached_property
+    def jobs(self) -> set[str]:
+        found: set[str] = set()
+        for spec in self._specs:
             jobs = spec.metadata.get("coalesce/jobs")
             for job in getattr(jobs, "value", jobs) or []:
-                self.jobs.add(job["name"])
+                found.add(job["name"])
+        return found
 
     def columns(self, key: str) -> set[str] | None:
         schema = self.assets[key].metadata.get("dagster/column_schema")

@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlsplit
 
 import dagster as dg
@@ -55,7 +55,15 @@ from dw_dagster.coalesce.specs import load_coalesce_asset_specs
 from dw_dagster.coalesce.state import REFRESH_HINT, CoalesceWorkspaceData
 from dw_dagster.coalesce.translator import CoalesceNodeProps, DagsterCoalesceTranslator
 
+if TYPE_CHECKING:
+    from dagster_shared.yaml_utils.source_position import SourcePosition
+
 logger = logging.getLogger(__name__)
+
+CodeReference = dg.LocalFileCodeReference | dg.UrlCodeReference
+
+# The code references of each component class's defs.yaml position this process loaded (a handful).
+_YAML_CODE_REFERENCES: dict[tuple[type, Path, SourcePosition], tuple[CodeReference, ...]] = {}
 
 
 class CoalesceWorkspaceArgs(dg.Model, dg.Resolvable):
@@ -358,6 +366,20 @@ class CoalesceComponent(StateBackedComponent, dg.Model, dg.Resolvable):
     def translator(self) -> DagsterCoalesceTranslator:
         return CoalesceComponentTranslator(self)
 
+    @classmethod
+    def get_code_references_for_yaml(
+        cls, yaml_path: Path, source_position: SourcePosition, context: dg.ComponentLoadContext
+    ) -> Sequence[CodeReference]:
+        """Dagster's own (the ``defs.yaml`` file and line), made once per file and line: Dagster's components
+        ask for them once per asset spec, 10,000 times a load of 10,000 nodes, and each made anew is a beta
+        record that warns. The references are immutable; Dagster copies them into each spec's own list."""
+        key = (cls, yaml_path, source_position)
+        found = _YAML_CODE_REFERENCES.get(key)
+        if found is None:
+            found = tuple(super().get_code_references_for_yaml(yaml_path, source_position, context))
+            _YAML_CODE_REFERENCES[key] = found
+        return found
+
     def get_asset_spec(self, props: CoalesceNodeProps) -> dg.AssetSpec:
         """The asset spec of one node; override to change it (the YAML ``translation`` applies after).
         Made with the component's translator, so each parent's key is the one its finished spec has."""
@@ -376,7 +398,7 @@ class CoalesceComponent(StateBackedComponent, dg.Model, dg.Resolvable):
 
     def load_state(self, state_path: Path) -> CoalesceWorkspaceData:
         source = f"Coalesce state {self.defs_state_config.key}"
-        data = CoalesceWorkspaceData.parse(state_path.read_text(), source)
+        data = CoalesceWorkspaceData.parse(state_path.read_bytes(), source)
         data.check_matches(source, self.workspace.base_url, self.workspace.environment_ids)
         if data.age_hours > self.state_max_age_hours:
             logger.warning("%s is %.0f hours old; %s", source, data.age_hours, REFRESH_HINT)

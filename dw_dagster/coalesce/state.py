@@ -43,11 +43,15 @@ class CoalesceWorkspaceData(CoalesceModel):
         return self.model_dump_json()
 
     @classmethod
-    def parse(cls, text: str, source: str) -> CoalesceWorkspaceData:
-        """Reads a serialized snapshot; ``source`` (where it came from) leads every problem reported."""
+    def parse(cls, text: str | bytes, source: str) -> CoalesceWorkspaceData:
+        """Reads a serialized snapshot, as text or as the file's bytes (which the JSON parser reads as they
+        are: no 40 MB decoded to a string first); ``source`` (where it came from) leads every problem
+        reported."""
         try:
             return cls.model_validate_json(text)
         except pydantic.ValidationError as e:
+            if isinstance(text, bytes):  # quoted as text, whichever way the state was read
+                return cls.parse(text.decode("utf-8"), source)
             problems = "\n".join(f"{source}: {p}" for p in describe_validation_errors(e))
             raise CoalesceStateError(f"{problems}\n{REFRESH_HINT}") from None
 

@@ -10,15 +10,13 @@ A change meant to change the specs: ``DW_UPDATE_LOAD_SNAPSHOT=1`` rewrites the s
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import dagster as dg
 import pytest
-from coalesce_state import environ, state_key
+from coalesce_state import bench_load_definitions, environ, state_key
 from dagster._core.remote_representation.external_data import RepositorySnap
 from dagster_shared.serdes import serialize_value
 
@@ -29,19 +27,8 @@ SNAPSHOT = Path(__file__).parent / "data" / "load_snapshot.json"
 NODES = 16
 
 
-@functools.cache
-def _bench():
-    """``bench_load_definitions.py``, whose synthetic workspace and production-shape context file this load is."""
-    path = ROOT / "benchmarks" / "bench_load_definitions.py"
-    spec = importlib.util.spec_from_file_location("bench_load_definitions", path)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
-
-
 def _synthetic_workspace(n: int) -> str:
-    return _bench().synthetic_workspace(n).serialize()
+    return bench_load_definitions().synthetic_workspace(n).serialize()
 
 
 METRICS = """
@@ -57,7 +44,7 @@ def _asset_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, o
     for k in list(os.environ):
         if k.startswith(("DW_", "COALESCE_", "SNOWFLAKE_")):
             monkeypatch.delenv(k)
-    (tmp_path / "context.yaml").write_text(_bench().CONTEXT)
+    (tmp_path / "context.yaml").write_text(bench_load_definitions().CONTEXT)
     (tmp_path / "metrics.yaml").write_text(METRICS)
     settings = {
         "COALESCE_ENVIRONMENT_IDS": "2",
