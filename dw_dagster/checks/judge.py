@@ -9,7 +9,8 @@ their say (``baseline.score`` is the statistics; this is the judgement a person 
 - **Small counts**: a series whose usual level is below ``small_below`` is judged on absolute change
   (``baseline.score``).
 - **The calendar**: an ordinary night is compared with ordinary nights only (past month-ends do not widen
-  the spread of Tuesdays). A calendar night is compared with the nights like it: the effect each past like
+  the spread of Tuesdays); on the same weekday a night left out for its kind keeps its place among the
+  references at its value less its own effect, so its absence does not make them older. A calendar night is compared with the nights like it: the effect each past like
   night showed against its own ordinary expectation moves tonight's expectation. With no like night on
   record, a deviation the calendar can explain (its size and direction) is a WARN, never an ERROR. On the
   first night of a learned kind without another it was never told apart from (``Recurring.untold``), an
