@@ -269,8 +269,9 @@ def judge(
     # read two nights' noise as one's.
     inv = untransform(absolute)
     references = dict(ordinary)
-    for d, v in usable.items() if config.method is BaselineMethod.SAME_WEEKDAY else ():
-        if d in ordinary:
+    for w in range(1, config.weeks + 1) if config.method is BaselineMethod.SAME_WEEKDAY else ():
+        d = day - timedelta(weeks=w)
+        if d in ordinary or (v := usable.get(d)) is None:
             continue
         effect = (
             recurring.effect(d) if d in recurring.nights else own(d) if kinds.get(d) is not None else None

@@ -10,6 +10,7 @@ import random
 from datetime import date, timedelta
 
 import pytest
+from test_calendar_net_drift import _month_end  # the month's last business day (every day's: its last)
 
 from dw_dagster.checks.baseline import BaselineConfig, Direction
 from dw_dagster.checks.calendar import BusinessCalendar
@@ -21,13 +22,6 @@ WEEKDAYS = BusinessCalendar.model_validate({"holidays": []})
 SHOP = BusinessCalendar.model_validate({"holidays": [], "business_days": EVERY_DAY})
 START = date(2025, 6, 2)
 CONFIG = BaselineConfig()
-
-
-def _month_end(d: date, every_day: bool) -> bool:
-    nxt = d + timedelta(days=1)
-    while not every_day and nxt.weekday() >= 5:
-        nxt += timedelta(days=1)
-    return nxt.month != d.month and (every_day or d.weekday() < 5)
 
 
 def _climbing(
