@@ -91,8 +91,11 @@ class Recurring:
     """Every occurrence, measured or not, of a period's last days whose every measured occurrence moved the
     series materially and the same way, learned or not: left out of the ordinary nights, so that neither
     they nor the nights compared with them are taken for the series' ordinary errors."""
-    effects: dict[date, float] = field(default_factory=dict)
-    """Each occurrence's effect against its own ordinary expectation (log units, or units of a small count)."""
+    effects: dict[str, dict[date, float]] = field(default_factory=dict)
+    """Each kind that moved the series alike -> each of its occurrences' effect against the ordinary
+    expectation (log units, or units of a small count), measured for that kind: a night of two kinds (a last
+    business day that is the quarter's too) is measured against the nights that are not occurrences of
+    each, and one dict for every kind kept only the last kind's measurement of it."""
     tonight: CalendarDay | None = None
     """Tonight's learned kind, compared with its occurrences."""
     like: list[date] = field(default_factory=list)
@@ -106,6 +109,12 @@ class Recurring:
     def nights(self) -> set[date]:
         """The nights left out of the ordinary ones: the learned kinds' occurrences and those set aside."""
         return {d for days in self.learned.values() for d in days} | self.aside
+
+    def effect(self, night: date) -> float | None:
+        """``night``'s own effect: the median of what each kind it is an occurrence of measured (None: none
+        measured it)."""
+        measured = [e[night] for e in self.effects.values() if night in e]
+        return median(measured) if measured else None
 
 
 Effect = Callable[[date, Mapping[date, float]], float | None]
@@ -179,6 +188,9 @@ def learn(
         signs = {e > 0 for e in effects.values()}
         if len(signs) != 1:
             continue
+        # Kept for every such kind, learned or only set aside: a night left out of the ordinary ones keeps its
+        # place among their references at its value less its own effect (``judge.py``).
+        found.effects[key] = effects
         if period_end:
             # A period's last days that moved the series every time it could be measured are no ordinary
             # nights even before they make a pattern: the first of a short history (nothing before it to
@@ -199,7 +211,6 @@ def learn(
                 and _like_earlier(o, [v for k, v in effects.items() if k < d], noise)
             ):
                 effects[d] = o
-        found.effects.update(effects)
         if len(effects) >= (MIN_OCCURRENCES if period_end else MIN_DAY_OF_MONTH_OCCURRENCES):
             found.learned[key] = sorted(effects)
         elif key in tonight_keys and found.once is None and not key.startswith("day_of_month"):
@@ -210,7 +221,7 @@ def learn(
     for key, name in tonight:
         if key in found.learned:
             days = found.learned[key]
-            usual = median(found.effects[d] for d in days)
+            usual = median(found.effects[key][d] for d in days)
             found.tonight = CalendarDay(
                 kind="recurring",
                 name=f"{name} (learned from {len(days)} past occurrences)",
