@@ -25,10 +25,15 @@ CONFIG = BaselineConfig()
 
 
 def _climbing(
-    end: date, every_day: bool, seed: int, month_end: float = 1.0, closed: frozenset[date] = frozenset()
+    end: date,
+    every_day: bool,
+    seed: int,
+    month_end: float = 1.0,
+    closed: frozenset[date] = frozenset(),
+    noise: float = 0.02,
 ) -> dict[date, float]:
-    """A business growing 0.5% a night with 2% noise; its month's last business day x``month_end``, the
-    ``closed`` nights at 30%; weekends a trickle (weekdays only) or 0.8 (every day)."""
+    """A business growing 0.5% a night with ``noise`` (2%); its month's last business day x``month_end``,
+    the ``closed`` nights at 30%; weekends a trickle (weekdays only) or 0.8 (every day)."""
     rng, out, d = random.Random(seed), {}, START
     while d <= end:
         v = 5000.0 * 1.005 ** (d - START).days * ((0.8 if every_day else 0.08) if d.weekday() >= 5 else 1.0)
@@ -36,7 +41,7 @@ def _climbing(
             v *= month_end
         if d in closed:
             v *= 0.3
-        out[d] = v * (1 + rng.gauss(0, 0.02))
+        out[d] = v * (1 + rng.gauss(0, noise))
         d += timedelta(days=1)
     return out
 
