@@ -179,6 +179,9 @@ class _Reference:
     (their robust spread varies by a third either way)."""
     ref_steps: list[float] | None = None
     """Each reference's own ``steps_of_noise`` (day over day), so that their spread is one day's."""
+    age: float = 0.0
+    """Same weekday: the median of the references' ages in weeks, how far their median lags a trend
+    (``Calibration.lag_age``); 0 otherwise."""
 
 
 def _reference(
@@ -188,10 +191,10 @@ def _reference(
     night close enough to measure a change from."""
     f = transform(absolute)
     if config.method is BaselineMethod.SAME_WEEKDAY:
-        days = [day - timedelta(weeks=w) for w in range(1, config.weeks + 1)]
-        refs = [f(usable[d]) for d in days if d in usable]
-        level = median(usable[d] for d in days if d in usable) if refs else 0.0
-        return _Reference(refs, f(value), level)
+        weeks = [w for w in range(1, config.weeks + 1) if day - timedelta(weeks=w) in usable]
+        refs = [f(usable[day - timedelta(weeks=w)]) for w in weeks]
+        level = median(usable[day - timedelta(weeks=w)] for w in weeks) if refs else 0.0
+        return _Reference(refs, f(value), level, age=median(weeks) if weeks else 0.0)
     if config.method is BaselineMethod.WEEK_OVER_WEEK:
         values = {d: f(v) for d, v in usable.items() if d < day}
         weekly = week_over_week(values)
@@ -257,6 +260,15 @@ class Calibration(BaseModel):
     """The probability per ordinary night of a false alarm on the side (or sides) that hurt."""
     level: float = 0.0
     """The series' usual level (the median of its ordinary nights): a night's spread is scaled from it."""
+    lag_age: float = 0.0
+    """Same weekday: the median, over the errors ``bias`` was read from, of their references' age in weeks
+    (``_Reference.age``) per unit of the spread each error was divided by (``inflation`` x
+    ``relative_noise``); 0: not measured. The lag of a median of past weeks behind a climb grows with the
+    median's age, not with its widening: in the first weeks of a record each night has one more week of
+    references than the last (up to ``BaselineConfig.weeks``), and the errors' bias, read at two or three
+    weeks and widened to tonight's four or five, put a night climbing 0.5% a night 3-7% below the climb.
+    Tonight's bias lies between ``bias`` widened as a noise (``inflation``) and ``bias`` x tonight's age /
+    ``lag_age`` (x its level's ``relative_noise``): at a full record the two nearly agree."""
     set_aside: list[date] = Field(default_factory=list)
     """Period-end nights left out of the errors (``recurring.Recurring.aside``): they moved the series."""
     catching_up: float = 0.0
@@ -305,6 +317,14 @@ def one_step_errors(points: Mapping[date, float], config: BaselineConfig, absolu
     """Each night of ``points`` against the baseline of the nights before it (at least two references),
     divided by the median's widening for that many references and by the relative spread of its level
     (``relative_noise``), as ``score`` builds them, each value transformed once."""
+    return [e for e, _ in _one_step(points, config, absolute)]
+
+
+def _one_step(
+    points: Mapping[date, float], config: BaselineConfig, absolute: bool
+) -> list[tuple[float, float]]:
+    """``one_step_errors``, each with its references' age per unit of its spread (``Calibration.lag_age``;
+    0 but for the same weekday)."""
     f = transform(absolute)
     values = {d: f(v) for d, v in points.items()}
     usual = usual_level(points)
@@ -312,11 +332,12 @@ def one_step_errors(points: Mapping[date, float], config: BaselineConfig, absolu
     out = []
     if config.method is BaselineMethod.SAME_WEEKDAY:
         for d in days:
-            raw = [points[r] for w in range(1, config.weeks + 1) if (r := d - timedelta(weeks=w)) in points]
-            if len(raw) >= 2:
+            weeks = [w for w in range(1, config.weeks + 1) if d - timedelta(weeks=w) in points]
+            if len(weeks) >= 2:
+                raw = [points[d - timedelta(weeks=w)] for w in weeks]
                 refs = [f(v) for v in raw]
                 spread = inflation(len(refs)) * (1.0 if absolute else relative_noise(median(raw), usual))
-                out.append((values[d] - median(refs)) / spread)
+                out.append(((values[d] - median(refs)) / spread, median(weeks) / spread))
         return out
     if config.method is BaselineMethod.WEEK_OVER_WEEK:
         weekly = week_over_week(values)
@@ -324,7 +345,7 @@ def one_step_errors(points: Mapping[date, float], config: BaselineConfig, absolu
             refs = [c for b, (_, c) in weekly.items() if b < d and (d - b).days <= config.days]
             if len(refs) >= 2:
                 spread = inflation(len(refs)) * (1.0 if absolute else relative_noise(points[prev], usual))
-                out.append((change - median(refs)) * ((d - prev).days // 7) / spread)
+                out.append(((change - median(refs)) * ((d - prev).days // 7) / spread, 0.0))
         return out
     # (the later night, its change per day) for consecutive nights close enough to measure a change
     changes = [
@@ -341,7 +362,7 @@ def one_step_errors(points: Mapping[date, float], config: BaselineConfig, absolu
         if len(refs) >= 2:
             spread = inflation(len(refs)) * (1.0 if absolute else relative_noise(points[prev], usual))
             # A gap's change per day, read as one day's noise (``_Reference.steps_of_noise``).
-            out.append(((values[d] - values[prev]) / gap - median(refs)) * math.sqrt(gap) / spread)
+            out.append((((values[d] - values[prev]) / gap - median(refs)) * math.sqrt(gap) / spread, 0.0))
     return out
 
 
@@ -541,11 +562,13 @@ def calibrate(
     absolute change) or too short a record."""
     if absolute:
         return None
-    errors = one_step_errors(points, config, absolute)
-    if len(errors) < MIN_RESIDUALS:
+    steps = _one_step(points, config, absolute)
+    if len(steps) < MIN_RESIDUALS:
         return None
-    regime = recent_regime(errors)
+    regime = recent_regime([e for e, _ in steps])
     deviations = regime.deviations
+    # The regime's errors are the latest, one deviation each.
+    ages = [a for _, a in steps[-len(deviations) :]]
     # Deviations are taken as symmetric: a side that alone hurts may spend alpha on its own.
     p = min(0.5, alpha if hurts is Direction.BOTH else 2 * alpha)
     return Calibration(
@@ -555,6 +578,7 @@ def calibrate(
         threshold=tail_threshold(deviations, p),
         alpha=alpha,
         level=usual_level(points),
+        lag_age=median(ages) if min(ages) > 0 and not regime.catching_up else 0.0,
         catching_up=regime.catching_up,
     )
 
@@ -601,11 +625,17 @@ def score(
     threshold = config.z_threshold
     if calibration is not None:
         # In the errors' units: tonight's error, less the series' usual one, against its own tail.
-        widen = inflation(len(refs)) * relative_noise(ref.level, calibration.level)
-        centre += calibration.bias * widen
-        # A closing lag: tonight is expected at the point of the span it may have reached nearest to it.
-        slack = calibration.catching_up * widen
-        centre = min(max(target, centre - slack), centre + slack)
+        noise = relative_noise(ref.level, calibration.level)
+        widen = inflation(len(refs)) * noise
+        # The bias at tonight's references: widened as a noise is (``inflation``), or grown with their age as
+        # a lag behind a climb is (``Calibration.lag_age``). While the record fills its weeks the errors cannot
+        # tell the two apart (a climb's lag grows with the age; a window that filled and stopped does not), so
+        # tonight's bias lies anywhere between them, and a closing lag's span (``catching_up``) beyond.
+        aged = noise * ref.age / calibration.lag_age if calibration.lag_age and ref.age else widen
+        low, high = sorted((calibration.bias * widen, calibration.bias * aged))
+        slack = calibration.catching_up * max(widen, aged)
+        # Tonight is expected at the point of that span nearest to it.
+        centre = min(max(target, centre + low - slack), centre + high + slack)
         scale = max(calibration.sigma * widen, config.scale_floor) * scale_factor
         limit = max(calibration.threshold * widen * scale_factor, config.z_threshold * config.scale_floor)
         threshold = limit / scale
