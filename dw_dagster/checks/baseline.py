@@ -263,10 +263,11 @@ class Calibration(BaseModel):
     lag_age: float = 0.0
     """Same weekday: the median, over the errors ``bias`` was read from, of their references' age in weeks
     (``_Reference.age``) per unit of the spread each error was divided by (``inflation`` x
-    ``relative_noise``); 0: not measured. The lag of a median of past weeks behind a climb grows with the
-    median's age, not with its widening: in the first weeks of a record each night has one more week of
-    references than the last (up to ``BaselineConfig.weeks``), and the errors' bias, read at two or three
-    weeks and widened to tonight's four or five, put a night climbing 0.5% a night 3-7% below the climb.
+    ``relative_noise``); 0: not measured (a baseline other than the same weekday's, or a closing lag, whose
+    span, ``catching_up``, already stands for tonight's bias). The lag of a median of past weeks behind a
+    climb grows with the median's age, not with its widening: in the first weeks of a record each night has
+    one more week of references than the last (up to ``BaselineConfig.weeks``), and the errors' bias, read at two or three
+    weeks and widened to tonight's four or five, put a night climbing 0.5% a night 2-7% below the climb.
     Tonight's bias lies between ``bias`` widened as a noise (``inflation``) and ``bias`` x tonight's age /
     ``lag_age`` (x its level's ``relative_noise``): at a full record the two nearly agree."""
     set_aside: list[date] = Field(default_factory=list)
@@ -444,8 +445,9 @@ third has reached the level, and then drops the fourth's last week, ``7 r / 2``,
 
 
 LATEST_NIGHTS = 7
-"""The latest errors a lag the trend test does not see may have closed to (``recent_regime``): a week, one
-night of each weekday, so that a weekly rhythm left in the errors does not move their median."""
+"""The latest errors a lag the trend test does not see may have closed to (``recent_regime``): a week's
+worth (one night of each weekday where every weekday is open and ordinary), so that a weekly rhythm left in
+the errors moves their median little."""
 SETTLED_LAG = 2.5
 """A bias beyond this many spreads of its regime's deviations is a lag the series runs ahead of (or behind)
 its past like nights by, which may close on any night (``recent_regime``); one within it is the errors'
@@ -630,10 +632,10 @@ def score(
         # The bias at tonight's references: widened as a noise is (``inflation``), or grown with their age as
         # a lag behind a climb is (``Calibration.lag_age``). While the record fills its weeks the errors cannot
         # tell the two apart (a climb's lag grows with the age; a window that filled and stopped does not), so
-        # tonight's bias lies anywhere between them, and a closing lag's span (``catching_up``) beyond.
+        # tonight's bias lies anywhere between them; a closing lag's (``catching_up``) lies within its span.
         aged = noise * ref.age / calibration.lag_age if calibration.lag_age and ref.age else widen
         low, high = sorted((calibration.bias * widen, calibration.bias * aged))
-        slack = calibration.catching_up * max(widen, aged)
+        slack = calibration.catching_up * widen  # (a closing lag's calibration has no lag_age: aged is widen)
         # Tonight is expected at the point of that span nearest to it.
         centre = min(max(target, centre + low - slack), centre + high + slack)
         scale = max(calibration.sigma * widen, config.scale_floor) * scale_factor

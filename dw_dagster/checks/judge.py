@@ -227,6 +227,8 @@ def judge(
     if calibration is not None and recurring.aside:
         calibration = calibration.model_copy(update={"set_aside": sorted(recurring.aside)})
 
+    same_weekday = config.method is BaselineMethod.SAME_WEEKDAY
+
     def plain_score(
         d: date,
         v: float,
@@ -236,7 +238,14 @@ def judge(
         **kw,
     ):
         kw.setdefault("calibration", calibration)
-        return score(points, d, v, cfg, way, absolute=absolute, **kw)
+        s = score(points, d, v, cfg, way, absolute=absolute, **kw)
+        if s.status is BaselineStatus.INSUFFICIENT and len(points) < len(usable) and not same_weekday:
+            # Day or week over week bridges a week or two at most: after a longer run of calendar nights (a
+            # Christmas fortnight) it has no night to start from, and every night, calendar ones included, is
+            # judged on rather than none. (The same weekday's references keep each calendar night's place,
+            # below, at its value less its effect.)
+            s = score({k: x for k, x in usable.items() if k < d}, d, v, cfg, way, absolute=absolute, **kw)
+        return s
 
     departures: dict[date, float | None] = {}
 
@@ -258,6 +267,16 @@ def judge(
         e = departure(d)
         return None if e is None else own_effect(d, e, ordinary, departure)
 
+    def in_place(d: date) -> float | None:
+        """What to take off a night left out of the ordinary ones to keep it among tonight's references: a
+        learned or set-aside occurrence's effect, a calendar night's own, nothing for a calendar night that
+        moved only as the nights beside it did (a holiday the business does not keep); None where it cannot be
+        measured."""
+        if d in recurring.nights:
+            return recurring.effect(d)
+        e = departure(d)
+        return None if e is None else (own_effect(d, e, ordinary, departure) or 0.0)
+
     # Tonight's references: the ordinary nights, and on the same weekday, in its place, each night left out of
     # them for its kind (a calendar night, a learned or set-aside occurrence) at its value less its own effect,
     # so that leaving a night out does not make the references older. Dropped, a Monday's month-end made the
@@ -269,14 +288,11 @@ def judge(
     # read two nights' noise as one's.
     inv = untransform(absolute)
     references = dict(ordinary)
-    for w in range(1, config.weeks + 1) if config.method is BaselineMethod.SAME_WEEKDAY else ():
+    for w in range(1, config.weeks + 1) if same_weekday else ():
         d = day - timedelta(weeks=w)
         if d in ordinary or (v := usable.get(d)) is None:
             continue
-        effect = (
-            recurring.effect(d) if d in recurring.nights else own(d) if kinds.get(d) is not None else None
-        )
-        if effect is not None:
+        if (effect := in_place(d)) is not None:
             references[d] = inv(f(v) - effect)
     plain = plain_score(day, value, references)
 

@@ -92,8 +92,9 @@ class Recurring:
     series materially and the same way, learned or not: left out of the ordinary nights, so that neither
     they nor the nights compared with them are taken for the series' ordinary errors."""
     effects: dict[str, dict[date, float]] = field(default_factory=dict)
-    """Each kind that moved the series alike -> each of its occurrences' effect against the ordinary
-    expectation (log units, or units of a small count), measured for that kind: a night of two kinds (a last
+    """Each kind whose nights are left out (learned, or a period's last days set aside) -> each of its
+    occurrences' effect against the ordinary expectation (log units, or units of a small count), measured
+    for that kind: a night of two kinds (a last
     business day that is the quarter's too) is measured against the nights that are not occurrences of
     each, and one dict for every kind kept only the last kind's measurement of it."""
     tonight: CalendarDay | None = None
@@ -188,9 +189,6 @@ def learn(
         signs = {e > 0 for e in effects.values()}
         if len(signs) != 1:
             continue
-        # Kept for every such kind, learned or only set aside: a night left out of the ordinary ones keeps its
-        # place among their references at its value less its own effect (``judge.py``).
-        found.effects[key] = effects
         if period_end:
             # A period's last days that moved the series every time it could be measured are no ordinary
             # nights even before they make a pattern: the first of a short history (nothing before it to
@@ -198,6 +196,10 @@ def learn(
             # compared with them would be a short record's largest errors, and its threshold would be read
             # from them.
             found.aside.update(d for d in days if d in effects or d not in measured)
+            # A night left out of the ordinary ones keeps its place among their references at its value less
+            # its own effect (``judge.py``): kept for every kind that leaves nights out, set aside or learned
+            # (the same dict: a flagged night that joins it below is in neither, and never a reference).
+            found.effects[key] = effects
         sizes = [abs(e) for e in effects.values()]
         if math.log(max(sizes) / min(sizes)) > ALIKE:
             continue
@@ -213,6 +215,7 @@ def learn(
                 effects[d] = o
         if len(effects) >= (MIN_OCCURRENCES if period_end else MIN_DAY_OF_MONTH_OCCURRENCES):
             found.learned[key] = sorted(effects)
+            found.effects[key] = effects
         elif key in tonight_keys and found.once is None and not key.startswith("day_of_month"):
             # A period's last days recur for every business; a day of the month moving once is as likely
             # chance (31 of them), so only a period end on record once makes tonight's like move a WARN.

@@ -51,7 +51,13 @@ class CoalesceWorkspaceData(CoalesceModel):
             return cls.model_validate_json(text)
         except pydantic.ValidationError as e:
             if isinstance(text, bytes):  # quoted as text, whichever way the state was read
-                return cls.parse(text.decode("utf-8"), source)
+                try:
+                    decoded = text.decode("utf-8")
+                except UnicodeDecodeError as bad:
+                    raise CoalesceStateError(
+                        f"{source}: not UTF-8 at byte {bad.start} ({bad.reason}); {REFRESH_HINT}"
+                    ) from None
+                return cls.parse(decoded, source)
             problems = "\n".join(f"{source}: {p}" for p in describe_validation_errors(e))
             raise CoalesceStateError(f"{problems}\n{REFRESH_HINT}") from None
 

@@ -110,11 +110,8 @@ def _window_effect(values: dict[date, float]):
     return effect
 
 
-@pytest.mark.parametrize("every_day", [False, True], ids=["weekdays", "shop"])
-def test_a_night_of_two_kinds_keeps_each_kinds_effect(every_day):
-    """30 September is the month's last (business) day and the quarter's. Measured for the quarter's kind,
-    31 August's x10 is an ordinary night of the month before it; for the month's kind it is not. One effect
-    per night kept the quarter's (measured last), and 31 October compared with it read a smaller run."""
+def _x10_month_ends(every_day: bool):
+    """What ``learn`` finds on 31 October of a series whose month's last (business) day runs at x10, 1% noise."""
     calendar = SHOP if every_day else WEEKDAYS
     values, d = {}, START
     rng = random.Random(7)
@@ -123,7 +120,15 @@ def test_a_night_of_two_kinds_keeps_each_kinds_effect(every_day):
         d += timedelta(days=1)
     tonight = max(d for d in values if _month_end(d, every_day))
     ordinary = {d: v for d, v in values.items() if d < tonight}
-    found = learn(ordinary, tonight, calendar, _window_effect(values), noise=0.01)
+    return learn(ordinary, tonight, calendar, _window_effect(values), noise=0.01)
+
+
+@pytest.mark.parametrize("every_day", [False, True], ids=["weekdays", "shop"])
+def test_a_night_of_two_kinds_keeps_each_kinds_effect(every_day):
+    """30 September is the month's last (business) day and the quarter's. Measured for the quarter's kind,
+    31 August's x10 is an ordinary night of the month before it; for the month's kind it is not. One effect
+    per night kept the quarter's (measured last), and 31 October compared with it read a smaller run."""
+    found = _x10_month_ends(every_day)
     assert found.tonight is not None, found
     (key,) = found.tonight.like_keys
     quarter_end = date(2025, 9, 30)
@@ -132,3 +137,40 @@ def test_a_night_of_two_kinds_keeps_each_kinds_effect(every_day):
     quarter = next(e for k, e in found.effects.items() if k.startswith("quarter_end") and quarter_end in e)
     # Each kind's own reading of 30 September: the month's like its other month-ends, the quarter's less.
     assert quarter[quarter_end] < month[quarter_end] - 0.1, (quarter, month)
+
+
+def test_only_the_kinds_that_leave_nights_out_keep_effects():
+    """A night's effect in place is read from the kinds that leave it out of the ordinary nights (learned, or
+    a period's last days set aside): a day of the month seen twice, learned by nothing, is no reading of it.
+    Both shapes' x10 month-ends, whose 31sts (and 30ths, and the 1sts after) moved the series too."""
+    for every_day in (False, True):
+        found = _x10_month_ends(every_day)
+        assert found.learned, found
+        for key, effects in found.effects.items():
+            assert key in found.learned or set(effects) <= found.aside, (key, found)
+        assert not [k for k in found.effects if k.startswith("day_of_month")], sorted(found.effects)
+
+
+# Two Mondays of the same-weekday references a configured holiday the business does not keep (its nights as
+# ordinary as any): they moved only as the nights beside them did.
+NOT_KEPT = [date(2025, 7, 7), date(2025, 7, 21)]
+
+
+@pytest.mark.parametrize("every_day", [False, True], ids=["weekdays", "shop"])
+def test_a_holiday_the_business_does_not_keep_stays_among_the_references(every_day):
+    """Its own effect is none, so it stays among the next Mondays' references at its value: dropped, it made
+    them a week older on a climb (7 or 6 of 8 on main), the very lag a night left out for its kind no longer
+    adds."""
+    spec: dict = {"dates": [{"date": d.isoformat(), "name": "fete", "direction": "down"} for d in NOT_KEPT]}
+    if every_day:
+        spec["business_days"] = EVERY_DAY
+    calendar = BusinessCalendar.model_validate(spec)
+    points = []
+    for seed in range(5):
+        for night in [date(2025, 7, 28), date(2025, 8, 4), date(2025, 8, 11)]:
+            series = _climbing(night, every_day, seed, noise=0.005)
+            history = {d: v for d, v in series.items() if d < night}
+            j = judge(history, night, series[night], CONFIG, Direction.BOTH, calendar=calendar)
+            assert j.severity is None, j.describe()
+            points.append(j.result.points)
+    assert points == [CONFIG.weeks] * len(points), points

@@ -2,7 +2,7 @@
 ``BaselineConfig.weeks``, 8), and their median lags a climbing business by its age: 1.5 weeks at two
 references, 4.5 at eight. The calibration's bias (the lag its one-step errors showed) was read at two or three
 references and widened to tonight's four to eight by ``inflation``, which shrinks with their number while the
-lag grows: ordinary nights were expected 3-7% below the climb, and with 5% noise a night 10% above it was an
+lag grows: ordinary nights were expected 2-7% below the climb, and with 5% noise a night 10% above it was an
 ERROR. Tonight's bias now lies between the widened one and the one grown with the references' age
 (``Calibration.lag_age``), tonight read from the nearer end: the age's reading alone broke a window that
 fills and stops within the first weeks (``test_regime_catch_up``, 35-day snapshot), where the lag per week of

@@ -74,6 +74,24 @@ def test_a_broken_state_is_refused_in_the_same_words_from_its_bytes(text: str) -
 
 
 @pytest.mark.parametrize(
+    "text",
+    [bench_load_definitions().synthetic_workspace(12).serialize(), _accented()],
+    ids=["synthetic", "accented"],
+)
+def test_a_state_file_that_is_not_utf8_is_refused_with_the_refresh_hint(text: str) -> None:
+    """A state file whose bytes are not UTF-8 (a byte of Latin-1 among them, a multibyte character cut) is
+    refused as any broken state is, naming where it came from and the byte, not with a UnicodeDecodeError
+    nor read with the byte replaced."""
+    raw = text.encode()
+    middle = len(raw) // 2
+    for broken, at in ((raw[:middle] + b"\xe9" + raw[middle:], middle), (raw[:-1] + b"\xc3", len(raw) - 1)):
+        with pytest.raises(CoalesceStateError) as refused:
+            CoalesceWorkspaceData.parse(broken, "Coalesce state k")
+        assert str(refused.value).startswith(f"Coalesce state k: not UTF-8 at byte {at} ")
+        assert "dw-dagster coalesce refresh" in str(refused.value)
+
+
+@pytest.mark.parametrize(
     ("yaml_path", "line"), [(Path("/project/defs/coalesce/defs.yaml"), 1), (Path("/elsewhere/defs.yaml"), 17)]
 )
 def test_the_components_code_references_are_dagsters_own_made_once(yaml_path: Path, line: int) -> None:
