@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 import dagster as dg
@@ -55,15 +55,13 @@ from dw_dagster.coalesce.specs import load_coalesce_asset_specs
 from dw_dagster.coalesce.state import REFRESH_HINT, CoalesceWorkspaceData
 from dw_dagster.coalesce.translator import CoalesceNodeProps, DagsterCoalesceTranslator
 
-if TYPE_CHECKING:
-    from dagster_shared.yaml_utils.source_position import SourcePosition
-
 logger = logging.getLogger(__name__)
 
 CodeReference = dg.LocalFileCodeReference | dg.UrlCodeReference
 
 # The code references of each component class's defs.yaml position this process loaded (a handful).
-_YAML_CODE_REFERENCES: dict[tuple[type, Path, SourcePosition], tuple[CodeReference, ...]] = {}
+# (Dagster's ``SourcePosition`` is not public: the position is only passed through and hashed, so ``Any``.)
+_YAML_CODE_REFERENCES: dict[tuple[type, Path, Any], tuple[CodeReference, ...]] = {}
 
 
 class CoalesceWorkspaceArgs(dg.Model, dg.Resolvable):
@@ -368,7 +366,7 @@ class CoalesceComponent(StateBackedComponent, dg.Model, dg.Resolvable):
 
     @classmethod
     def get_code_references_for_yaml(
-        cls, yaml_path: Path, source_position: SourcePosition, context: dg.ComponentLoadContext
+        cls, yaml_path: Path, source_position: Any, context: dg.ComponentLoadContext
     ) -> Sequence[CodeReference]:
         """Dagster's own (the ``defs.yaml`` file and line), made once per file and line: Dagster's components
         ask for them once per asset spec, 10,000 times a load of 10,000 nodes, and each made anew is a beta
