@@ -266,8 +266,9 @@ class Calibration(BaseModel):
     ``relative_noise``); 0: not measured (a baseline other than the same weekday's, or a closing lag, whose
     span, ``catching_up``, already stands for tonight's bias). The lag of a median of past weeks behind a
     climb grows with the median's age, not with its widening: in the first weeks of a record each night has
-    one more week of references than the last (up to ``BaselineConfig.weeks``), and the errors' bias, read at two or three
-    weeks and widened to tonight's four or five, put a night climbing 0.5% a night 2-7% below the climb.
+    one more week of references than the last (up to ``BaselineConfig.weeks``), and the errors' bias, read
+    at two or three weeks and widened to tonight's four or five, put a night climbing 0.5% a night 2-7%
+    below the climb.
     Tonight's bias lies between ``bias`` widened as a noise (``inflation``) and ``bias`` x tonight's age /
     ``lag_age`` (x its level's ``relative_noise``): at a full record the two nearly agree."""
     set_aside: list[date] = Field(default_factory=list)
@@ -314,18 +315,13 @@ def usual_level(points: Mapping[date, float]) -> float:
     return median(points.values()) if points else 0.0
 
 
-def one_step_errors(points: Mapping[date, float], config: BaselineConfig, absolute: bool) -> list[float]:
-    """Each night of ``points`` against the baseline of the nights before it (at least two references),
-    divided by the median's widening for that many references and by the relative spread of its level
-    (``relative_noise``), as ``score`` builds them, each value transformed once."""
-    return [e for e, _ in _one_step(points, config, absolute)]
-
-
-def _one_step(
+def one_step_errors(
     points: Mapping[date, float], config: BaselineConfig, absolute: bool
 ) -> list[tuple[float, float]]:
-    """``one_step_errors``, each with its references' age per unit of its spread (``Calibration.lag_age``;
-    0 but for the same weekday)."""
+    """Each night of ``points`` against the baseline of the nights before it (at least two references),
+    divided by the median's widening for that many references and by the relative spread of its level
+    (``relative_noise``), as ``score`` builds them, each value transformed once; beside each error, its
+    references' age per unit of that spread (``Calibration.lag_age``; 0 but for the same weekday)."""
     f = transform(absolute)
     values = {d: f(v) for d, v in points.items()}
     usual = usual_level(points)
@@ -564,7 +560,7 @@ def calibrate(
     absolute change) or too short a record."""
     if absolute:
         return None
-    steps = _one_step(points, config, absolute)
+    steps = one_step_errors(points, config, absolute)
     if len(steps) < MIN_RESIDUALS:
         return None
     regime = recent_regime([e for e, _ in steps])
@@ -580,7 +576,9 @@ def calibrate(
         threshold=tail_threshold(deviations, p),
         alpha=alpha,
         level=usual_level(points),
-        lag_age=median(ages) if min(ages) > 0 and not regime.catching_up else 0.0,
+        lag_age=median(ages)
+        if config.method is BaselineMethod.SAME_WEEKDAY and not regime.catching_up
+        else 0.0,
         catching_up=regime.catching_up,
     )
 

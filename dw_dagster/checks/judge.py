@@ -10,8 +10,9 @@ their say (``baseline.score`` is the statistics; this is the judgement a person 
   (``baseline.score``).
 - **The calendar**: an ordinary night is compared with ordinary nights only (past month-ends do not widen
   the spread of Tuesdays); on the same weekday a night left out for its kind keeps its place among the
-  references at its value less its own effect, so its absence does not make them older. A calendar night is compared with the nights like it: the effect each past like
-  night showed against its own ordinary expectation moves tonight's expectation. With no like night on
+  references at its value less its own effect, so its absence does not make them older. A calendar night
+  is compared with the nights like it: the effect each past like night showed against its own ordinary
+  expectation moves tonight's expectation. With no like night on
   record, a deviation the calendar can explain (its size and direction) is a WARN, never an ERROR. On the
   first night of a learned kind without another it was never told apart from (``Recurring.untold``), an
   ERROR needs the deviation beyond both that kind's expectation and the ordinary one.
@@ -274,8 +275,7 @@ def judge(
         measured."""
         if d in recurring.nights:
             return recurring.effect(d)
-        e = departure(d)
-        return None if e is None else (own_effect(d, e, ordinary, departure) or 0.0)
+        return None if departure(d) is None else (own(d) or 0.0)
 
     # Tonight's references: the ordinary nights, and on the same weekday, in its place, each night left out of
     # them for its kind (a calendar night, a learned or set-aside occurrence) at its value less its own effect,

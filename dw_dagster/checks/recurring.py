@@ -94,9 +94,9 @@ class Recurring:
     effects: dict[str, dict[date, float]] = field(default_factory=dict)
     """Each kind whose nights are left out (learned, or a period's last days set aside) -> each of its
     occurrences' effect against the ordinary expectation (log units, or units of a small count), measured
-    for that kind: a night of two kinds (a last
-    business day that is the quarter's too) is measured against the nights that are not occurrences of
-    each, and one dict for every kind kept only the last kind's measurement of it."""
+    for that kind: a night of two kinds (a last business day that is the quarter's too) is measured against
+    the nights that are not occurrences of each, and one dict for every kind kept only the last kind's
+    measurement of it."""
     tonight: CalendarDay | None = None
     """Tonight's learned kind, compared with its occurrences."""
     like: list[date] = field(default_factory=list)
