@@ -132,17 +132,22 @@ def is_small(history: Mapping[date, float], day: date, value: float, config: Bas
 
 
 NEAR_EMPTY = 1.0
-"""A night at or below this (rows or units) is near empty. A count of rare events with no night at 0 or 1
-in four weeks has a level where a zero is rarer than the default false-alarm rate (Poisson: at a mean of 4
-no such night 7% of the time, and a zero then 1.8%, 0.13% together; at 5, 32% and 0.67%, 0.22%; at 6,
-61% and 0.25%); one that had such a night is judged by its spread."""
+"""A night at or below this (rows or units) is near empty."""
 
 
-def _near_empty_before(history: Mapping[date, float], day: date) -> bool:
-    """Whether the series came near empty on any night of the window its usual level is read from."""
-    return any(
-        v <= NEAR_EMPTY for d, v in history.items() if d < day and (day - d).days <= 28 and v is not None
-    )
+def _empty_is_rare(history: Mapping[date, float], day: date, expected: float, rate: float) -> bool:
+    """Whether an empty night is rarer than the false-alarm ``rate`` for a series expected at ``expected``
+    tonight, by its own last four weeks: a series that came near empty in them is judged by its spread. One
+    that did not is one whose nights at tonight's level or below (at most twice it) never came near empty,
+    and a count of independent rows (Poisson) shows that and then an empty night together
+    ``(1 - P(at most 1))^n * P(0)`` of the time: at a mean of 4 and 28 such nights 0.12%, a zero an anomaly;
+    a weekend trickle of 3 or 4 rows has 8 such nights in four weeks (the weekdays, at forty, say nothing of
+    it), 0.9-0.7%, and its zero is its spread's business."""
+    window = [v for d, v in history.items() if d < day and (day - d).days <= 28 and v is not None]
+    if any(v <= NEAR_EMPTY for v in window):
+        return False
+    like = sum(1 for v in window if v <= 2 * expected)
+    return (1 - math.exp(-expected) * (1 + expected)) ** like * math.exp(-expected) < rate
 
 
 def transform(absolute: bool):
@@ -313,6 +318,21 @@ def relative_noise(level: float, usual: float) -> float:
 
 def usual_level(points: Mapping[date, float]) -> float:
     return median(points.values()) if points else 0.0
+
+
+def count_floor(level: float, config: BaselineConfig) -> float:
+    """The least spread of a small count at ``level``: a count of independent rows spreads as the square
+    root of its level (Poisson), and never below ``small_scale_floor``."""
+    return max(config.small_scale_floor, math.sqrt(max(level, 0.0)))
+
+
+def count_noise(points: Mapping[date, float], config: BaselineConfig) -> float:
+    """The spread of an ordinary night's error of a small count, in its units: its one-step errors' robust
+    spread where they have enough of them, floored at the count's own (:func:`count_floor`): what a
+    calibration's ``sigma`` is to a larger series, which a small count has none of."""
+    floor = count_floor(usual_level(points), config)
+    errors = [abs(e) for e, _ in one_step_errors(points, config, absolute=True)]
+    return max(floor, MAD_TO_SIGMA * median(errors)) if len(errors) >= MIN_RESIDUALS else floor
 
 
 def one_step_errors(
@@ -644,9 +664,7 @@ def score(
         mad = median(
             abs(x - typical) * s for x, s in zip(refs, ref.ref_steps or [1.0] * len(refs), strict=True)
         )
-        floor = (
-            max(config.small_scale_floor, math.sqrt(max(ref.level, 0.0))) if absolute else config.scale_floor
-        )
+        floor = count_floor(ref.level, config) if absolute else config.scale_floor
         scale = max(MAD_TO_SIGMA * mad, floor) * scale_factor
     z = (target - centre) / scale * ref.steps_of_noise
     if same_weekday:
@@ -658,10 +676,12 @@ def score(
     direction: Literal["down", "up", "flat"] = "down" if z < 0 else "up" if z > 0 else "flat"
     hurts_here = hurts is Direction.BOTH or hurts.value == direction
     # An empty table or a zero total where the usual level is not zero is an anomaly whatever the spread,
-    # unless the series' own recent nights came near empty (``_near_empty_before``): a small count of rare
-    # events (a few refunds a day) is judged by its spread like any other night, or its ordinary zeros
-    # would raise at their own frequency, far above the false-alarm rate.
-    emptied = absolute and value <= 0 < expected and not _near_empty_before(usable, day)
+    # where the series' own recent nights say an empty one is rarer than the false-alarm rate
+    # (``_empty_is_rare``): a small count of rare events (a few refunds a day) or a weekend trickle is judged
+    # by its spread like any other night, or its ordinary zeros would raise at their own frequency.
+    emptied = (
+        absolute and value <= 0 < expected and _empty_is_rare(usable, day, expected, config.false_alarm_rate)
+    )
     anomalous = (abs(z) >= threshold or emptied) and abs(rel) >= config.min_relative_change and hurts_here
     return BaselineResult(
         status=BaselineStatus.ANOMALY if anomalous else BaselineStatus.OK,

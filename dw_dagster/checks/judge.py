@@ -39,6 +39,7 @@ from dw_dagster.checks.baseline import (
     Calibration,
     Direction,
     calibrate,
+    count_noise,
     false_alarm_alpha,
     is_small,
     score,
@@ -205,11 +206,12 @@ def judge(
         return f(values[d]) - f(max(s.expected, 0.0))
 
     today = configured.day(day) if configured else None
-    # Recurring days the file's calendar says nothing about, learned from the series' own history.
+    # Recurring days the file's calendar says nothing about, learned from the series' own history: a small
+    # count's too, against its own spread (a few dozen invoices a day run on the last business day as a
+    # business's thousands do, and each month-end was an ERROR).
+    noise = calibration.sigma if calibration else count_noise(named, config) if absolute else None
     recurring = (
-        learn(named, day, cal, effect_of, calibration.sigma, flagged)
-        if cal is not None and calibration
-        else Recurring()
+        learn(named, day, cal, effect_of, noise, flagged) if cal is not None and noise else Recurring()
     )
     ordinary = {d: v for d, v in named.items() if d not in recurring.nights}
     if recurring.nights:

@@ -1,0 +1,74 @@
+"""A zero on a small count is an anomaly whatever its spread only where the series' own nights at its level
+say an empty one is rarer than the false-alarm rate: a weekend trickle of three or four rows is empty one
+night in 20 to 30, and its eight weekend nights in four weeks do not say otherwise (the weekdays' forty rows,
+which kept the old rule from ever seeing a night near empty, say nothing of it). Two shapes: a weekday
+business with a weekend trickle, and a six-day business with a Sunday trickle. The business days that empty,
+and a few events a night that never came near empty in four weeks, still raise."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+from dw_dagster.checks.baseline import BaselineConfig, Direction
+from dw_dagster.checks.judge import judge
+from dw_dagster.checks.metrics import MetricsFile
+
+CONFIG = BaselineConfig(weeks=6)
+CALENDAR = MetricsFile.model_validate({"calendar": {"holidays": []}}).calendar
+START = date(2025, 9, 1)  # a Monday
+
+
+def _weekday_business(weekend: tuple[float, ...]) -> dict[date, float]:
+    """Ten weeks of 40-50 rows a weekday and the given trickle on each weekend day (never 0 or 1)."""
+    out = {}
+    for i in range(70):
+        d = START + timedelta(days=i)
+        out[d] = 40.0 + (i * 7) % 11 if d.weekday() < 5 else weekend[i % len(weekend)]
+    return out
+
+
+def _six_days(sunday: tuple[float, ...]) -> dict[date, float]:
+    """Ten weeks of 60-70 rows Monday to Saturday and the given trickle on Sundays (never 0 or 1)."""
+    out = {}
+    for i in range(70):
+        d = START + timedelta(days=i)
+        out[d] = 60.0 + (i * 5) % 9 if d.weekday() < 6 else sunday[(i // 7) % len(sunday)]
+    return out
+
+
+def _few_events(values: tuple[float, ...]) -> dict[date, float]:
+    """Ten weeks of a few events every night, cycling through ``values`` (none at 0 or 1)."""
+    return {START + timedelta(days=i): values[i % len(values)] for i in range(70)}
+
+
+def test_a_weekend_trickle_that_empties_is_its_spreads_business_and_a_weekday_that_empties_is_not():
+    history = _weekday_business((3.0, 4.0, 3.0, 5.0, 2.0, 4.0, 3.0))
+    sunday = START + timedelta(days=70 + 6)
+    j = judge(history, sunday, 0.0, CONFIG, Direction.BOTH, calendar=CALENDAR)
+    assert j.result.absolute and j.result.expected is not None and j.result.expected < 5
+    assert j.severity is None, j.describe()
+    monday = START + timedelta(days=70)
+    empty = judge(history, monday, 0.0, CONFIG, Direction.BOTH, calendar=CALENDAR)
+    assert empty.severity == "ERROR", empty.describe()
+
+
+def test_a_sunday_trickle_that_empties_is_its_spreads_business():
+    calendar = MetricsFile.model_validate(
+        {"calendar": {"holidays": [], "business_days": ["mon", "tue", "wed", "thu", "fri", "sat"]}}
+    ).calendar
+    history = _six_days((4.0, 3.0, 2.0, 4.0, 5.0, 3.0, 4.0, 3.0, 2.0, 4.0))
+    sunday = START + timedelta(days=70 + 6)
+    j = judge(history, sunday, 0.0, CONFIG, Direction.BOTH, calendar=calendar)
+    assert j.result.absolute and j.result.expected is not None and j.result.expected < 5
+    assert j.severity is None, j.describe()
+    saturday = START + timedelta(days=70 + 5)
+    empty = judge(history, saturday, 0.0, CONFIG, Direction.BOTH, calendar=calendar)
+    assert empty.severity == "ERROR", empty.describe()
+
+
+def test_a_few_events_a_night_that_never_came_near_empty_raise_on_an_empty_one():
+    few = _few_events((4.0, 3.0, 5.0, 4.0, 2.0, 4.0, 3.0, 5.0, 4.0, 3.0, 6.0))
+    night = START + timedelta(days=70)
+    j = judge(few, night, 0.0, CONFIG, Direction.BOTH, calendar=CALENDAR)
+    assert j.result.expected is not None and 2 < j.result.expected < 5
+    assert j.severity == "ERROR", j.describe()
