@@ -11,6 +11,12 @@ keeps it. Then, round after round, each in a fresh process (as a code server or 
   layer), then the repository built (``Definitions.get_repository_def``, the asset graph). It pauses the
   cyclic collector while it reads the state and makes the specs, as the product's loader does, so the two
   compare work, not the collector (which, left on, takes most of a load this size).
+- **components**: Dagster's floor for a component: the same plain specs from the same state, made by the
+  smallest ``StateBackedComponent`` a ``defs.yaml`` declares (in a project of its own) and loaded by
+  Dagster's own component tree, then the repository. What it costs beyond **bare** is what Dagster's
+  components add by themselves (the ``defs.yaml`` code references and component origin copied onto every
+  asset, the component library's JSON, the tree), which the product, declared as the brief requires, pays
+  too; the product's own cost is its ratio to this floor.
 - **product**: the code server's load: Dagster's own initial load of ``dw_dagster.definitions`` (the
   component tree, the Coalesce state from the instance's storage, every layer) up to the repository.
 - with ``--run-worker``, **worker**: what a run worker does before its first step, with the load data the
@@ -49,6 +55,7 @@ from pathlib import Path
 
 import dagster as dg
 import yaml
+from dagster.components.utils.defs_state import DefsStateConfig, DefsStateConfigArgs
 
 from dw_dagster.app.checks import CHECKS_JOB
 from dw_dagster.coalesce.state import CoalesceEnvironmentData, CoalesceWorkspaceData
@@ -209,12 +216,74 @@ def bare_dagster_definitions(data: CoalesceWorkspaceData) -> dg.Definitions:
     return dg.Definitions(assets=specs)
 
 
-def load_bare(state: Path) -> dg.RepositoryDefinition:
+def bare_from_state(state: Path) -> dg.Definitions:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        data = CoalesceWorkspaceData.parse(state.read_text(), str(state))
-        defs = bare_dagster_definitions(data)
+        return bare_dagster_definitions(CoalesceWorkspaceData.parse(state.read_text(), str(state)))
+    finally:
+        gc.freeze()
+        if collecting:
+            gc.enable()
+
+
+def load_bare(state: Path) -> dg.RepositoryDefinition:
+    return bare_from_state(state).get_repository_def()
+
+
+# -- Dagster's components, with nothing of the product --------------------------------------------------
+
+FLOOR_KEY = "PlainNodesComponent"
+FLOOR_MODULE = "bench_components_floor"
+
+
+class PlainNodesComponent(dg.StateBackedComponent, dg.Model, dg.Resolvable):
+    """The bare specs as the smallest state-backed component makes them, the state from the instance's
+    storage as the product's is. Given the product's two savings, so that the floor is Dagster's and not a
+    naive component's: the specs as one assets definition (Dagster's components copy each loose spec again
+    to add their metadata), and no cyclic collection while the tree builds (:func:`load_components_floor`)."""
+
+    @property
+    def defs_state_config(self) -> DefsStateConfig:
+        return DefsStateConfig.from_args(DefsStateConfigArgs.versioned_state_storage(), default_key=FLOOR_KEY)
+
+    def write_state_to_path(self, state_path: Path) -> None:
+        raise NotImplementedError("the benchmark stores the state itself")
+
+    def build_defs_from_state(
+        self, context: dg.ComponentLoadContext, state_path: Path | None
+    ) -> dg.Definitions:
+        if state_path is None:
+            raise RuntimeError(f"no state stored under {FLOOR_KEY}")
+        specs = [s for s in bare_from_state(state_path).assets or [] if isinstance(s, dg.AssetSpec)]
+        return dg.Definitions(assets=[dg.AssetsDefinition(specs=specs)])
+
+
+def write_floor_project(root: Path) -> Path:
+    """A project of one ``defs.yaml`` declaring :class:`PlainNodesComponent` (imported from this file)."""
+    package = root / FLOOR_MODULE
+    (package / "defs" / "nodes").mkdir(parents=True)
+    (root / "dg.toml").write_text(
+        f'directory_type = "project"\n\n[project]\nroot_module = "{FLOOR_MODULE}"\n'
+        f'defs_module = "{FLOOR_MODULE}.defs"\n'
+    )
+    (package / "__init__.py").write_text("")
+    (package / "defs" / "__init__.py").write_text("")
+    (package / "defs" / "nodes" / "defs.yaml").write_text(
+        f"type: {Path(__file__).stem}.{PlainNodesComponent.__name__}\n"
+    )
+    return root
+
+
+def load_components_floor(instance: dg.DagsterInstance, project: Path) -> dg.RepositoryDefinition:
+    from dagster._core.storage.defs_state.base import set_defs_state_storage
+    from dagster.components.core.component_tree import ComponentTree
+
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with set_defs_state_storage(instance.defs_state_storage):
+            defs = ComponentTree.for_project(project).build_defs()
     finally:
         gc.freeze()
         if collecting:
@@ -275,6 +344,12 @@ def child(kind: str, home: Path, state: Path, profile: bool) -> dict:
     if kind == "bare":
         t0, c0 = time.perf_counter(), time.process_time()
         repo = load_bare(state)
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+        return {"seconds": elapsed, "cpu": cpu, "assets": len(repo.asset_graph.get_all_asset_keys())}
+    if kind == "components":
+        sys.path.insert(0, str(home / "floor"))
+        t0, c0 = time.perf_counter(), time.process_time()
+        repo = load_components_floor(instance, home / "floor")
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
         return {"seconds": elapsed, "cpu": cpu, "assets": len(repo.asset_graph.get_all_asset_keys())}
     if kind == "product":
@@ -352,7 +427,9 @@ def main() -> None:
         action="store_true",
         help="print the product load's profile (the worker's with --run-worker)",
     )
-    parser.add_argument("--child", choices=["bare", "product", "worker"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--child", choices=["bare", "components", "product", "worker"], help=argparse.SUPPRESS
+    )
     parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--state", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -394,26 +471,36 @@ def main() -> None:
         # The state where `dw-dagster coalesce refresh` keeps it: the instance's definitions state.
         with dg.DagsterInstance.get() as instance:
             (component,) = coalesce_components()
-            instance.defs_state_storage.upload_state_from_path(
-                component.defs_state_config.key, "bench", state
-            )
+            for key in (component.defs_state_config.key, FLOOR_KEY):
+                instance.defs_state_storage.upload_state_from_path(key, "bench", state)
+        write_floor_project(home / "floor")
         if args.profile:
             if args.run_worker:  # the code server's load first: the worker reads the load data it wrote
                 run_child("product", home, state, env)
             run_child("worker" if args.run_worker else "product", home, state, env, profile=True)
             return
-        kinds = ["bare", "product", *(["worker"] if args.run_worker else [])]
+        kinds = ["bare", "components", "product", *(["worker"] if args.run_worker else [])]
         figures: dict[str, list[dict]] = {k: [] for k in kinds}
         loads = []
         for r in range(args.rounds):
-            for kind in kinds if r % 2 == 0 else [kinds[1], kinds[0], *kinds[2:]]:
+            for kind in kinds if r % 2 == 0 else [kinds[2], kinds[1], kinds[0], *kinds[3:]]:
                 figures[kind].append(run_child(kind, home, state, env))
             loads.append(os.getloadavg()[0])
             line = ", ".join(
                 f"{k} {figures[k][-1]['seconds']:.2f} s (CPU {figures[k][-1]['cpu']:.2f} s)" for k in kinds
             )
-            wall, cpu = (figures["product"][-1][m] / figures["bare"][-1][m] for m in ("seconds", "cpu"))
-            print(f"round {r + 1}: {line}; product/bare {wall:.2f}x, CPU {cpu:.2f}x (load {loads[-1]:.1f})")
+            wall, cpu, floor = (
+                figures[a][-1][m] / figures[b][-1][m]
+                for a, b, m in (
+                    ("product", "bare", "seconds"),
+                    ("product", "bare", "cpu"),
+                    ("components", "bare", "seconds"),
+                )
+            )
+            print(
+                f"round {r + 1}: {line}; product/bare {wall:.2f}x, CPU {cpu:.2f}x, components/bare {floor:.2f}x "
+                f"(load {loads[-1]:.1f})"
+            )
         product = figures["product"][-1]
         shape = (
             f", {product['checks']} checks, every job scheduled, every node owned, a warehouse"
@@ -428,9 +515,21 @@ def main() -> None:
         pairs = list(zip(figures["product"], figures["bare"], strict=True))
         ratios = [p["seconds"] / b["seconds"] for p, b in pairs]
         cpu_ratios = [p["cpu"] / b["cpu"] for p, b in pairs]
+        floor_ratios = [
+            c["seconds"] / b["seconds"] for c, b in zip(figures["components"], figures["bare"], strict=True)
+        ]
+        over_floor = [
+            p["seconds"] / c["seconds"]
+            for p, c in zip(figures["product"], figures["components"], strict=True)
+        ]
         print(
             f"bare Dagster (same nodes, plain specs, repository): median {median['bare']:.2f} s "
             f"(CPU {median_cpu['bare']:.2f} s)"
+        )
+        print(
+            f"Dagster's components floor (the same specs from a state-backed component in a defs.yaml): median "
+            f"{median['components']:.2f} s (CPU {median_cpu['components']:.2f} s); components/bare median "
+            f"{statistics.median(floor_ratios):.2f}x (rounds: {', '.join(f'{r:.2f}x' for r in floor_ratios)})"
         )
         print(
             f"dw-dagster code server load: median {median['product']:.2f} s (CPU {median_cpu['product']:.2f} s)"
@@ -438,6 +537,10 @@ def main() -> None:
         print(
             f"ratio to the bare-Dagster floor: median {statistics.median(ratios):.2f}x "
             f"(rounds: {', '.join(f'{r:.2f}x' for r in ratios)}; goal <= 1.2x)"
+        )
+        print(
+            f"ratio to Dagster's components floor: median {statistics.median(over_floor):.2f}x "
+            f"(rounds: {', '.join(f'{r:.2f}x' for r in over_floor)})"
         )
         # On a machine shared with other work the wall time stretches with the load; a load's CPU time
         # much less so (only its own work counts), which makes the CPU ratio the steadier of the two.
