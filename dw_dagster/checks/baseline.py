@@ -251,8 +251,7 @@ class Calibration(BaseModel):
 
     residuals: int
     bias: float
-    """The median error: a trend the median lags (a steadily growing series runs above its past weeks), a
-    move of the level whatever its spread (``lag_apart``)."""
+    """The median error: a trend the median lags (a steadily growing series runs above its past weeks)."""
     sigma: float
     """1.4826 x the median absolute deviation of the errors from ``bias``."""
     threshold: float
@@ -263,15 +262,15 @@ class Calibration(BaseModel):
     """The series' usual level (the median of its ordinary nights): a night's spread is scaled from it."""
     lag_age: float = 0.0
     """Same weekday: the median, over the errors ``bias`` was read from, of their references' age in weeks
-    (``_Reference.age``) per unit of the widening each error's lag was divided by (``inflation``); 0: not
-    measured (a baseline other than the same weekday's, or a closing lag, whose
+    (``_Reference.age``) per unit of the spread each error was divided by (``inflation`` x
+    ``relative_noise``); 0: not measured (a baseline other than the same weekday's, or a closing lag, whose
     span, ``catching_up``, already stands for tonight's bias). The lag of a median of past weeks behind a
     climb grows with the median's age, not with its widening: in the first weeks of a record each night has
     one more week of references than the last (up to ``BaselineConfig.weeks``), and the errors' bias, read
     at two or three weeks and widened to tonight's four or five, put a night climbing 0.5% a night 2-7%
     below the climb.
-    Tonight's bias lies between ``bias`` widened as the median's error (``inflation``) and ``bias`` x
-    tonight's age / ``lag_age``: at a full record the two nearly agree."""
+    Tonight's bias lies between ``bias`` widened as a noise (``inflation``) and ``bias`` x tonight's age /
+    ``lag_age`` (x its level's ``relative_noise``): at a full record the two nearly agree."""
     set_aside: list[date] = Field(default_factory=list)
     """Period-end nights left out of the errors (``recurring.Recurring.aside``): they moved the series."""
     catching_up: float = 0.0
@@ -320,43 +319,31 @@ def one_step_errors(
     points: Mapping[date, float], config: BaselineConfig, absolute: bool
 ) -> list[tuple[float, float]]:
     """Each night of ``points`` against the baseline of the nights before it (at least two references),
-    divided by the median's widening for that many references, its noise also by the relative spread of its
-    level (``relative_noise``), as ``score`` builds them, each value transformed once; beside each error, its
-    references' age per unit of that widening (``Calibration.lag_age``; 0 but for the same weekday).
-
-    The lag a trend leaves (``lag_apart``) is a move of the level, the same fraction of a quiet weekend as of
-    a weekday, so it is not divided by the level's spread: divided, a weekday business climbing 0.5% a night
-    carried its whole lag on weekdays and a third of it on weekends, and pooled, the weekends' errors stood a
-    lag's two thirds from the weekdays' and doubled the threshold."""
+    divided by the median's widening for that many references and by the relative spread of its level
+    (``relative_noise``), as ``score`` builds them, each value transformed once; beside each error, its
+    references' age per unit of that spread (``Calibration.lag_age``; 0 but for the same weekday)."""
     f = transform(absolute)
     values = {d: f(v) for d, v in points.items()}
     usual = usual_level(points)
     days = sorted(values)
-    # (the error per the median's widening, its level's relative spread, its references' age per widening)
-    out: list[tuple[float, float, float]] = []
-
-    def noise(level: float) -> float:
-        return 1.0 if absolute else relative_noise(level, usual)
-
+    out = []
     if config.method is BaselineMethod.SAME_WEEKDAY:
         for d in days:
             weeks = [w for w in range(1, config.weeks + 1) if d - timedelta(weeks=w) in points]
             if len(weeks) >= 2:
                 raw = [points[d - timedelta(weeks=w)] for w in weeks]
                 refs = [f(v) for v in raw]
-                widen = inflation(len(refs))
-                out.append(((values[d] - median(refs)) / widen, noise(median(raw)), median(weeks) / widen))
-        return lag_apart(out)
+                spread = inflation(len(refs)) * (1.0 if absolute else relative_noise(median(raw), usual))
+                out.append(((values[d] - median(refs)) / spread, median(weeks) / spread))
+        return out
     if config.method is BaselineMethod.WEEK_OVER_WEEK:
         weekly = week_over_week(values)
         for d, (prev, change) in weekly.items():
             refs = [c for b, (_, c) in weekly.items() if b < d and (d - b).days <= config.days]
             if len(refs) >= 2:
-                widen = inflation(len(refs))
-                out.append(
-                    ((change - median(refs)) * ((d - prev).days // 7) / widen, noise(points[prev]), 0.0)
-                )
-        return lag_apart(out)
+                spread = inflation(len(refs)) * (1.0 if absolute else relative_noise(points[prev], usual))
+                out.append(((change - median(refs)) * ((d - prev).days // 7) / spread, 0.0))
+        return out
     # (the later night, its change per day) for consecutive nights close enough to measure a change
     changes = [
         (b, a, (values[b] - values[a]) / (b - a).days)
@@ -370,22 +357,9 @@ def one_step_errors(
             continue
         refs = [c for b, a, c in changes if b < d and (d - a).days <= config.days]
         if len(refs) >= 2:
+            spread = inflation(len(refs)) * (1.0 if absolute else relative_noise(points[prev], usual))
             # A gap's change per day, read as one day's noise (``_Reference.steps_of_noise``).
-            moved = ((values[d] - values[prev]) / gap - median(refs)) * math.sqrt(gap)
-            out.append((moved / inflation(len(refs)), noise(points[prev]), 0.0))
-    return lag_apart(out)
-
-
-def lag_apart(errors: Sequence[tuple[float, float, float]]) -> list[tuple[float, float]]:
-    """Errors (each with its level's ``relative_noise`` and its age) with only their noise in units of their
-    level's spread: each error less the lag about it (the median of the ``LATEST_NIGHTS`` errors centred on
-    it, a week of nights, in which a quiet kind's few nights are outvoted), divided by its level's spread, and
-    the lag added back as it was. An error at the usual level is as it was."""
-    out = []
-    for i, (e, spread, age) in enumerate(errors):
-        lo = max(0, min(i - LATEST_NIGHTS // 2, len(errors) - LATEST_NIGHTS))
-        lag = median(x for x, _, _ in errors[lo : lo + LATEST_NIGHTS])
-        out.append((lag + (e - lag) / spread, age))
+            out.append((((values[d] - values[prev]) / gap - median(refs)) * math.sqrt(gap) / spread, 0.0))
     return out
 
 
@@ -651,16 +625,15 @@ def score(
     threshold = config.z_threshold
     if calibration is not None:
         # In the errors' units: tonight's error, less the series' usual one, against its own tail.
-        median_widen = inflation(len(refs))
-        widen = median_widen * relative_noise(ref.level, calibration.level)
-        # The bias at tonight's references, a move of the level whatever its spread (``lag_apart``): widened
-        # as the median's error is (``inflation``), or grown with their age as a lag behind a climb is
-        # (``Calibration.lag_age``). While the record fills its weeks the errors cannot tell the two apart (a
-        # climb's lag grows with the age; a window that filled and stopped does not), so tonight's bias lies
-        # anywhere between them; a closing lag's (``catching_up``) lies within its span.
-        aged = ref.age / calibration.lag_age if calibration.lag_age and ref.age else median_widen
-        low, high = sorted((calibration.bias * median_widen, calibration.bias * aged))
-        slack = calibration.catching_up * median_widen  # (a closing lag has no lag_age: aged is median_widen)
+        noise = relative_noise(ref.level, calibration.level)
+        widen = inflation(len(refs)) * noise
+        # The bias at tonight's references: widened as a noise is (``inflation``), or grown with their age as
+        # a lag behind a climb is (``Calibration.lag_age``). While the record fills its weeks the errors cannot
+        # tell the two apart (a climb's lag grows with the age; a window that filled and stopped does not), so
+        # tonight's bias lies anywhere between them; a closing lag's (``catching_up``) lies within its span.
+        aged = noise * ref.age / calibration.lag_age if calibration.lag_age and ref.age else widen
+        low, high = sorted((calibration.bias * widen, calibration.bias * aged))
+        slack = calibration.catching_up * widen  # (a closing lag's calibration has no lag_age: aged is widen)
         # Tonight is expected at the point of that span nearest to it.
         centre = min(max(target, centre + low - slack), centre + high + slack)
         scale = max(calibration.sigma * widen, config.scale_floor) * scale_factor
