@@ -452,8 +452,8 @@ def of_tonights_kind(
 ) -> tuple[str, Calibration] | None:
     """The calibration from the ordinary nights of tonight's kind alone (business days, or weekends and
     holidays) and that kind's name, when each kind has a record of its own (``MIN_RESIDUALS`` nights) and
-    their thresholds differ by ``KIND_TAIL_RATIO`` times what their usual levels explain at least; None: one
-    record of every night. A share of a
+    their thresholds differ by ``KIND_TAIL_RATIO`` times what their usual levels explain at least, or their
+    biases stand apart in the record of every night (``lags_apart``); None: one record of every night. A share of a
     total or a ratio of two spreads as its rows do, which its level does not tell (``relative_noise`` reads
     a level): a B2B group's share of a handful of weekend rows swings 0-85% where it moves 2% on a business
     day, and pooled, those weekends set a business day's threshold at 24 spreads instead of 5. Calibrated
@@ -565,7 +565,7 @@ def judgement_metadata(j: Judgement, prefix: str = "baseline") -> dict[str, obje
         out[f"{prefix}_threshold_from"] = (
             f"{c.residuals} past nights' one-step errors"
             + (
-                f" (of {j.calibrated_on} only, tonight's kind: the other nights spread otherwise)"
+                f" (of {j.calibrated_on} only, tonight's kind: the other nights stray otherwise)"
                 if j.calibrated_on
                 else ""
             )
