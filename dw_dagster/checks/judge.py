@@ -25,12 +25,13 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 from datetime import date, timedelta
-from statistics import median
+from statistics import NormalDist, median
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from dw_dagster.checks.baseline import (
+    CHANGE_P,
     MIN_RESIDUALS,
     BaselineConfig,
     BaselineMethod,
@@ -42,9 +43,11 @@ from dw_dagster.checks.baseline import (
     count_noise,
     false_alarm_alpha,
     is_small,
+    relative_noise,
     score,
     transform,
     untransform,
+    usual_level,
 )
 from dw_dagster.checks.calendar import WEEKDAYS, BusinessCalendar, CalendarDay, closed_days
 from dw_dagster.checks.history import Rebase
@@ -451,8 +454,8 @@ def of_tonights_kind(
 ) -> tuple[str, Calibration] | None:
     """The calibration from the ordinary nights of tonight's kind alone (business days, or weekends and
     holidays) and that kind's name, when each kind has a record of its own (``MIN_RESIDUALS`` nights) and
-    their thresholds differ by ``KIND_TAIL_RATIO`` times what their usual levels explain at least; None: one
-    record of every night. A share of a
+    their thresholds differ by ``KIND_TAIL_RATIO`` times what their usual levels explain at least, or their
+    biases stand apart in the record of every night (``lags_apart``); None: one record of every night. A share of a
     total or a ratio of two spreads as its rows do, which its level does not tell (``relative_noise`` reads
     a level): a B2B group's share of a handful of weekend rows swings 0-85% where it moves 2% on a business
     day, and pooled, those weekends set a business day's threshold at 24 spreads instead of 5. Calibrated
@@ -471,14 +474,33 @@ def of_tonights_kind(
         return None
     # A sum of items spreads as one over the square root of its size (``relative_noise``): a total whose
     # weekends hold a hundredth of a weekday's rows is told by its level, and its record of every night
-    # scales each night's error by it. Only tails apart by more than their levels explain are of two kinds.
+    # scales each night's error by it. Only tails apart by more than their levels explain are of two kinds,
+    # or biases apart in that record (``lags_apart``).
     levels = sorted((mine.level, theirs.level))
     if levels[0] <= 0:
         return None
     low, high = sorted((mine.threshold, theirs.threshold))
-    if high <= KIND_TAIL_RATIO * math.sqrt(levels[1] / levels[0]) * low:
+    if high <= KIND_TAIL_RATIO * math.sqrt(levels[1] / levels[0]) * low and not lags_apart(
+        mine, theirs, usual_level(ordinary)
+    ):
         return None
     return ("business days" if tonight else "weekends and holidays"), mine
+
+
+def lags_apart(mine: Calibration, theirs: Calibration, usual: float) -> bool:
+    """Whether two kinds' biases stand apart in the record of every night, whose errors are in units of the
+    relative spread of their level (``relative_noise``) against ``usual``: beyond what two medians of their
+    records stray by chance (their standard errors, sqrt(pi / 2) x spread / sqrt(n), at ``CHANGE_P``). A
+    climb's lag is a move of the level, the same fraction of a weekend at 8% of a weekday as of the weekday,
+    and so in that record a third of it on weekends (the spread is kept within 3): pooled, the weekends' errors
+    stood two thirds of a lag from the weekdays' median and doubled the threshold, and a weekend was expected
+    at three times the lag. Each kind on its own record carries the lag whole, in its own level's spread."""
+    scaled = [
+        (c.bias / (r := relative_noise(c.level, usual)), c.sigma / r, c.residuals) for c in (mine, theirs)
+    ]
+    (a, sa, na), (b, sb, nb) = scaled
+    apart = abs(a - b) / math.sqrt(math.pi / 2 * (sa**2 / na + sb**2 / nb)) if sa or sb else 0.0
+    return apart > NormalDist().inv_cdf(1 - CHANGE_P / 2)
 
 
 def _closed_day_floor(
@@ -545,7 +567,7 @@ def judgement_metadata(j: Judgement, prefix: str = "baseline") -> dict[str, obje
         out[f"{prefix}_threshold_from"] = (
             f"{c.residuals} past nights' one-step errors"
             + (
-                f" (of {j.calibrated_on} only, tonight's kind: the other nights spread otherwise)"
+                f" (of {j.calibrated_on} only, tonight's kind: the other nights stray otherwise)"
                 if j.calibrated_on
                 else ""
             )
