@@ -142,12 +142,43 @@ def _empty_is_rare(history: Mapping[date, float], day: date, expected: float, ra
     and a count of independent rows (Poisson) shows that and then an empty night together
     ``(1 - P(at most 1))^n * P(0)`` of the time: at a mean of 4 and 28 such nights 0.12%, a zero an anomaly;
     a weekend trickle of 3 or 4 rows has 8 such nights in four weeks (the weekdays, at forty, say nothing of
-    it), 0.9-0.7%, and its zero is its spread's business."""
+    it), 0.84-0.94%, and its zero is its spread's business. Only where those nights spread as a count does
+    (:func:`_spreads_as_a_count`): a total in thousands, or a job that writes the same 4 rows every weekend, is
+    no count of chance rows, and its zero is an anomaly."""
     window = [v for d, v in history.items() if d < day and (day - d).days <= 28 and v is not None]
     if any(v <= NEAR_EMPTY for v in window):
         return False
-    like = sum(1 for v in window if v <= 2 * expected)
-    return (1 - math.exp(-expected) * (1 + expected)) ** like * math.exp(-expected) < rate
+    like = [v for v in window if v <= 2 * expected]
+    if not _spreads_as_a_count(like):
+        return True
+    return (1 - math.exp(-expected) * (1 + expected)) ** len(like) * math.exp(-expected) < rate
+
+
+def _spreads_as_a_count(values: Sequence[float]) -> bool:
+    """Whether ``values`` spread at least as a count of independent rows at their mean does, by the dispersion
+    test's lower tail at ``CHANGE_P``: ``sum((v - mean)^2) / mean`` is chi-square with n - 1 degrees of
+    freedom for a Poisson count. Fewer than two values say nothing against it."""
+    if len(values) < 2:
+        return True
+    mean = sum(values) / len(values)
+    if mean <= 0:
+        return True
+    return _chi2_lower_tail(sum((v - mean) ** 2 for v in values) / mean, len(values) - 1) >= CHANGE_P
+
+
+def _chi2_lower_tail(x: float, k: int) -> float:
+    """P(chi-square with ``k`` degrees of freedom <= ``x``): the regularized lower incomplete gamma
+    P(k/2, x/2) by its power series, which converges fast in the lower tail this is asked for."""
+    if x <= 0:
+        return 0.0
+    a, y = k / 2, x / 2
+    term = total = 1 / a
+    for n in range(1, 500):
+        term *= y / (a + n)
+        total += term
+        if term < total * 1e-12:
+            break
+    return min(1.0, math.exp(-y + a * math.log(y) - math.lgamma(a)) * total)
 
 
 def transform(absolute: bool):

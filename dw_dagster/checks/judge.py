@@ -129,7 +129,7 @@ def judge(
     usable = {
         d: v
         for d, v in history.items()
-        if d < day and v is not None and (d not in excluded_days or d in restored)
+        if d < day and v is not None and math.isfinite(v) and (d not in excluded_days or d in restored)
     }
     # A series empty on the weekdays its feed does not load (business days only): an empty one is its
     # ordinary night; an open night is judged against open nights only (calendar.closed_days).
@@ -183,6 +183,7 @@ def judge(
         for d, v in history.items()
         if since <= d < day
         and v is not None
+        and math.isfinite(v)
         and d not in usable
         and d.weekday() not in closed.weekdays
         and (configured is None or configured.day(d) is None)
@@ -213,6 +214,14 @@ def judge(
     # count's too, against its own spread (a few dozen invoices a day run on the last business day as a
     # business's thousands do, and each month-end was an ERROR).
     noise = calibration.sigma if calibration else count_noise(named, config) if absolute else None
+    if absolute and noise and config.method is BaselineMethod.SAME_WEEKDAY:
+        # A count whose nights all lie within a material move of each other can learn nothing: each night's
+        # expectation is a median of the others (and its own effect no larger than its departure), so no
+        # occurrence moved it by MATERIAL spreads. Most small counts (a dimension of a few rows) are such,
+        # and learning costs a hundred times a small count's judgement.
+        seen = [*named.values(), *flagged.values()]
+        if max(seen, default=0.0) - min(seen, default=0.0) < MATERIAL * noise:
+            noise = None
     recurring = (
         learn(named, day, cal, effect_of, noise, flagged) if cal is not None and noise else Recurring()
     )
@@ -356,7 +365,10 @@ def judge(
     if today is None:
         out = _verdict(plain, notes=notes, level=level, calibration=calibration, calibrated_on=calibrated_on)
         once = recurring.once
-        if out.severity == "ERROR" and once and plain.expected is not None:
+        # A small count that emptied moves "like" any earlier fall in its units: only an earlier night that
+        # emptied too excuses it (an emptied table was a WARN for a month-end's dip of -56%).
+        emptied = absolute and value <= 0 and (usable.get(once[1], 0.0) if once else 0.0) > 0
+        if out.severity == "ERROR" and once and plain.expected is not None and not emptied:
             if moves_like_once(f(value) - f(max(plain.expected, 0.0)), once):
                 name, night, earlier = once
                 notes.append(

@@ -3,11 +3,14 @@ say an empty one is rarer than the false-alarm rate: a weekend trickle of three 
 night in 20 to 30, and its eight weekend nights in four weeks do not say otherwise (the weekdays' forty rows,
 which kept the old rule from ever seeing a night near empty, say nothing of it). Two shapes: a weekday
 business with a weekend trickle, and a six-day business with a Sunday trickle. The business days that empty,
-and a few events a night that never came near empty in four weeks, still raise."""
+a few events a night that never came near empty in four weeks, a weekend that is always the same 4 rows and a
+total whose weekends sit at 3.5 (no count: they do not spread as one) still raise."""
 
 from __future__ import annotations
 
 from datetime import date, timedelta
+
+import pytest
 
 from dw_dagster.checks.baseline import BaselineConfig, Direction
 from dw_dagster.checks.judge import judge
@@ -19,11 +22,15 @@ START = date(2025, 9, 1)  # a Monday
 
 
 def _weekday_business(weekend: tuple[float, ...]) -> dict[date, float]:
-    """Ten weeks of 40-50 rows a weekday and the given trickle on each weekend day (never 0 or 1)."""
+    """Ten weeks of 40-50 rows a weekday and the given trickle on the weekend days, in turn (never 0 or 1)."""
     out = {}
     for i in range(70):
         d = START + timedelta(days=i)
-        out[d] = 40.0 + (i * 7) % 11 if d.weekday() < 5 else weekend[i % len(weekend)]
+        out[d] = (
+            40.0 + (i * 7) % 11
+            if d.weekday() < 5
+            else weekend[(2 * (i // 7) + d.weekday() - 5) % len(weekend)]
+        )
     return out
 
 
@@ -72,3 +79,29 @@ def test_a_few_events_a_night_that_never_came_near_empty_raise_on_an_empty_one()
     j = judge(few, night, 0.0, CONFIG, Direction.BOTH, calendar=CALENDAR)
     assert j.result.expected is not None and 2 < j.result.expected < 5
     assert j.severity == "ERROR", j.describe()
+
+
+@pytest.mark.parametrize(
+    "weekend",
+    [(4.0,), (3.5, 3.6, 3.5, 3.6, 3.6, 3.5, 3.5)],
+    ids=["the same 4 rows every weekend", "a total at 3.5 thousand on weekends"],
+)
+def test_a_weekend_that_does_not_spread_as_a_count_raises_on_an_empty_one(weekend):
+    history = _weekday_business(weekend)
+    sunday = START + timedelta(days=70 + 6)
+    j = judge(history, sunday, 0.0, CONFIG, Direction.BOTH, calendar=CALENDAR)
+    assert j.result.absolute and j.result.expected is not None and j.result.expected < 5
+    assert j.severity == "ERROR", (j.result.expected, j.result.robust_z, j.describe())
+
+
+def test_an_emptied_month_end_is_not_excused_by_one_earlier_dip():
+    """A small count's month-end that empties is not "like" the only earlier month-end, which fell by half:
+    in a count's units any fall is within half to twice another's."""
+    start = date(2025, 10, 6)  # a Monday: 31 October, a Friday, is the history's first month-end
+    history = {}
+    for i in range((date(2025, 11, 28) - start).days):
+        d = start + timedelta(days=i)
+        history[d] = 40.0 + (i * 7) % 11 if d.weekday() < 5 else 3.0 + i % 3
+    history[date(2025, 10, 31)] = 20.0
+    j = judge(history, date(2025, 11, 28), 0.0, CONFIG, Direction.BOTH, calendar=CALENDAR)
+    assert j.severity == "ERROR", (j.result.expected, j.result.robust_z, j.describe())
