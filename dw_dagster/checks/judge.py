@@ -367,7 +367,7 @@ def judge(
         once = recurring.once
         # A small count that emptied moves "like" any earlier fall in its units: only an earlier night that
         # emptied too excuses it (an emptied table was a WARN for a month-end's dip of -56%).
-        emptied = absolute and value <= 0 and (usable.get(once[1], 0.0) if once else 0.0) > 0
+        emptied = absolute and value <= 0 and once is not None and usable.get(once[1], 0.0) > 0
         if out.severity == "ERROR" and once and plain.expected is not None and not emptied:
             if moves_like_once(f(value) - f(max(plain.expected, 0.0)), once):
                 name, night, earlier = once

@@ -9,23 +9,14 @@ from datetime import date, timedelta
 
 import numpy as np
 import pytest
+from test_calendar_learned import NO_CALENDAR as WEEKDAYS_ONLY
+from test_calendar_learned import SHOP_DAYS as EVERY_DAY
+from test_calendar_learned import _last_business_day
 
 from dw_dagster.checks.baseline import BaselineConfig, Direction
 from dw_dagster.checks.judge import judge
-from dw_dagster.checks.metrics import MetricsFile
 
 CONFIG = BaselineConfig(weeks=6)
-WEEKDAYS_ONLY = MetricsFile.model_validate({"calendar": {"holidays": []}}).calendar
-EVERY_DAY = MetricsFile.model_validate(
-    {"calendar": {"holidays": [], "business_days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]}}
-).calendar
-
-
-def _last_business_day(d: date) -> bool:
-    nxt = d + timedelta(days=1)
-    while nxt.weekday() >= 5:
-        nxt += timedelta(days=1)
-    return nxt.month != d.month
 
 
 def _invoices(end: date, seed: int = 4) -> dict[date, float]:

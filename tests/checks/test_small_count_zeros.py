@@ -11,13 +11,13 @@ from __future__ import annotations
 from datetime import date, timedelta
 
 import pytest
+from test_calendar_learned import NO_CALENDAR as CALENDAR
 
 from dw_dagster.checks.baseline import BaselineConfig, Direction
 from dw_dagster.checks.judge import judge
 from dw_dagster.checks.metrics import MetricsFile
 
 CONFIG = BaselineConfig(weeks=6)
-CALENDAR = MetricsFile.model_validate({"calendar": {"holidays": []}}).calendar
 START = date(2025, 9, 1)  # a Monday
 
 
