@@ -144,11 +144,21 @@ def _empty_is_rare(history: Mapping[date, float], day: date, expected: float, ra
     a weekend trickle of 3 or 4 rows has 8 such nights in four weeks (the weekdays, at forty, say nothing of
     it), 0.84-0.94%, and its zero is its spread's business. Only where those nights spread as a count does
     (:func:`_spreads_as_a_count`): a total in thousands, or a job that writes the same 4 rows every weekend, is
-    no count of chance rows, and its zero is an anomaly."""
-    window = [v for d, v in history.items() if d < day and (day - d).days <= 28 and v is not None]
-    if any(v <= NEAR_EMPTY for v in window):
+    no count of chance rows, and its zero is an anomaly.
+
+    Only the nights of tonight's kind count: those on weekdays whose usual level (their median in the four
+    weeks) is at least half tonight's expectation. A weekday business's weekend trickle that came near empty
+    says nothing of a business day's zero (one group's month-end rows, a few a day on weekends and none on
+    some, went from 138 to none and were judged by the weekends' spread)."""
+    window = {d: v for d, v in history.items() if d < day and (day - d).days <= 28 and v is not None}
+    by_weekday: dict[int, list[float]] = {}
+    for d, v in window.items():
+        by_weekday.setdefault(d.weekday(), []).append(v)
+    usual = {w: median(vs) for w, vs in by_weekday.items()}
+    kind = [v for d, v in window.items() if usual[d.weekday()] >= expected / 2]
+    if any(v <= NEAR_EMPTY for v in kind):
         return False
-    like = [v for v in window if v <= 2 * expected]
+    like = [v for v in kind if v <= 2 * expected]
     if not _spreads_as_a_count(like):
         return True
     return (1 - math.exp(-expected) * (1 + expected)) ** len(like) * math.exp(-expected) < rate

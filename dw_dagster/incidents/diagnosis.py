@@ -379,10 +379,19 @@ def _total_anomaly(
         held_by = ", ".join(
             f"{k.label} ({-k.rows:+,} rows)" if lost else f"{k.label} ({k.units:+,.0f})" for k in keys
         )
+        # On a night that usually rises (a month-end), rows can go missing while the total stands above the
+        # last good night's, even above tonight's expectation (the rest of the rows at a high): no "fell".
+        now, then = tonight.value or 0.0, before.value or 0.0
+        short = (
+            f"{total.name} fell to {now:,.0f} from {then:,.0f}"
+            if now < then or not isinstance(expected, int | float)
+            else f"{total.name} is {now:,.0f} ({expected:,.0f} expected tonight, {then:,.0f} on the last good "
+            "night)"
+        )
         return Diagnosis(
             incident_id=incident.incident_id,
             classification=CauseClass.VOLUME_LOSS,
-            cause=f"{total.name} fell to {tonight.value:,.0f} from {before.value:,.0f}"
+            cause=short
             + (f"; keys missing tonight: {', '.join(missing[:5])}" if missing else "")
             + (f"; the fall is in {held_by}" if held_by else ""),
             evidence=evidence,

@@ -105,3 +105,70 @@ def test_an_emptied_month_end_is_not_excused_by_one_earlier_dip():
     history[date(2025, 10, 31)] = 20.0
     j = judge(history, date(2025, 11, 28), 0.0, CONFIG, Direction.BOTH, calendar=CALENDAR)
     assert j.severity == "ERROR", (j.result.expected, j.result.robust_z, j.describe())
+
+
+def _quiet_weekends(
+    weekday: tuple[float, ...], weekend: tuple[float, ...], days: int = 70
+) -> dict[date, float]:
+    """``days`` nights from START: the business days cycle through ``weekday``, the weekend days through
+    ``weekend`` (a trickle that empties some weekends)."""
+    out = {}
+    for i in range(days):
+        d = START + timedelta(days=i)
+        out[d] = weekday[i % len(weekday)] if d.weekday() < 5 else weekend[i % len(weekend)]
+    return out
+
+
+WEEKEND_TRICKLE = (2.0, 0.0, 1.0, 3.0, 0.0, 2.0, 1.0)
+
+
+def test_a_business_day_that_empties_is_not_excused_by_the_weekends_that_did():
+    """Eight rows a business day, a weekend trickle that empties: a business day at none is a Poisson chance
+    of 0.03% (the weekends' zeros say nothing of it), an anomaly."""
+    history = _quiet_weekends((8.0, 6.0, 10.0, 7.0, 9.0, 11.0, 5.0, 8.0), WEEKEND_TRICKLE)
+    wednesday = START + timedelta(days=70 + 2)
+    j = judge(history, wednesday, 0.0, CONFIG, Direction.BOTH, calendar=CALENDAR)
+    assert j.result.absolute and j.result.expected is not None and 5 < j.result.expected < 12
+    assert j.severity == "ERROR", (j.result.expected, j.result.robust_z, j.describe())
+    saturday = START + timedelta(days=70 + 5)
+    assert judge(history, saturday, 0.0, CONFIG, Direction.BOTH, calendar=CALENDAR).severity is None
+
+
+def test_a_sunday_trickle_that_empties_does_not_excuse_an_empty_saturday():
+    calendar = MetricsFile.model_validate(
+        {"calendar": {"holidays": [], "business_days": ["mon", "tue", "wed", "thu", "fri", "sat"]}}
+    ).calendar
+    history = {
+        d: (7.0 + (i * 3) % 5 if d.weekday() < 6 else WEEKEND_TRICKLE[(i // 7) % len(WEEKEND_TRICKLE)])
+        for i in range(70)
+        for d in [START + timedelta(days=i)]
+    }
+    saturday = START + timedelta(days=70 + 5)
+    j = judge(history, saturday, 0.0, CONFIG, Direction.BOTH, calendar=calendar)
+    assert j.severity == "ERROR", (j.result.expected, j.result.robust_z, j.describe())
+
+
+def test_business_days_that_come_near_empty_themselves_judge_a_zero_by_their_spread():
+    """The guard: a count of a few a business day that itself came near empty in the four weeks (a night at
+    one) is judged by its spread, whatever its weekends do."""
+    history = _quiet_weekends((3.0, 1.0, 4.0, 2.0, 5.0, 3.0, 2.0, 4.0), WEEKEND_TRICKLE)
+    wednesday = START + timedelta(days=70 + 2)
+    j = judge(history, wednesday, 0.0, CONFIG, Direction.BOTH, calendar=CALENDAR)
+    assert j.result.absolute and j.severity is None, j.describe()
+
+
+def test_a_month_end_never_told_apart_that_empties_is_an_error():
+    """A group's rows: eight a business day, a weekend trickle that empties, fifteen times as many on the
+    month-ends, each of which fell on a month's last day too (30 September, 31 October). On 28 November, the
+    last business day but not the last day, the group has none: against an ordinary Friday's eight as much as
+    against a month-end's, no chance (it was a WARN "like an ordinary night", by the weekends' zeros)."""
+    start = date(2025, 9, 1)  # a Monday
+    history = {}
+    for i in range((date(2025, 11, 28) - start).days):
+        d = start + timedelta(days=i)
+        history[d] = (7.0 + (i * 3) % 5) if d.weekday() < 5 else WEEKEND_TRICKLE[i % len(WEEKEND_TRICKLE)]
+    history[date(2025, 9, 30)] = 118.0
+    history[date(2025, 10, 31)] = 131.0
+    j = judge(history, date(2025, 11, 28), 0.0, CONFIG, Direction.BOTH, calendar=CALENDAR)
+    assert j.calendar_day is not None, j.describe()
+    assert j.severity == "ERROR", (j.result.expected, j.result.robust_z, j.describe())

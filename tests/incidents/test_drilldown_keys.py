@@ -195,6 +195,21 @@ def test_a_night_below_its_calendar_expectation_but_above_the_night_before_lost_
     assert _diagnose(ctx, s).classification is CauseClass.UNKNOWN  # no judgement of the rows: nothing said
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_month_end_missing_a_key_above_the_night_before_is_not_said_to_have_fallen(conn, shape):
+    """A month-end at three times an ordinary night with one coarse key's rows all missing stands above the
+    last good night: the cause says what it is against tonight's expectation, not that it "fell" from it."""
+    s = SHAPES[shape]
+    ctx = _ctx(conn, s)
+    coarse = [c for c in {m[1] for m in s.members} if len(_fine(s, c)) == 1][0]
+    _load(conn, ctx, s, {f: ((0.0 if c == coarse else 3.0), 1.0) for f, c, *_ in s.members})
+    ordinary = sum(p * (0.8 + 0.1 * (i % 5)) for _, _, n, p in s.members for i in range(n))
+    d = _diagnose(ctx, s, {"baseline": {"expected": 3 * ordinary}})
+    assert d.classification is CauseClass.VOLUME_LOSS, d.cause
+    assert f"{s.coarse}={coarse}" in [k.label for k in d.keys], d.cause
+    assert "fell to" not in d.cause and f"{3 * ordinary:,.0f} expected tonight" in d.cause, d.cause
+
+
 @pytest.mark.parametrize(
     "groups",
     [
