@@ -14,7 +14,7 @@ in a table of six is +1 against a spread of about 2.4, not a robust z of 100.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 from enum import Enum
@@ -135,7 +135,13 @@ NEAR_EMPTY = 1.0
 """A night at or below this (rows or units) is near empty."""
 
 
-def _empty_is_rare(history: Mapping[date, float], day: date, expected: float, rate: float) -> bool:
+def _empty_is_rare(
+    history: Mapping[date, float],
+    day: date,
+    expected: float,
+    rate: float,
+    open_on: Callable[[date], bool] | None = None,
+) -> bool:
     """Whether an empty night is rarer than the false-alarm ``rate`` for a series expected at ``expected``
     tonight, by its own last four weeks: a series that came near empty in them is judged by its spread. One
     that did not is one whose nights at tonight's level or below (at most twice it) never came near empty,
@@ -146,19 +152,17 @@ def _empty_is_rare(history: Mapping[date, float], day: date, expected: float, ra
     (:func:`_spreads_as_a_count`): a total in thousands, or a job that writes the same 4 rows every weekend, is
     no count of chance rows, and its zero is an anomaly.
 
-    Only the nights of tonight's kind count: those on weekdays whose usual level (their median in the four
-    weeks) is at least half tonight's expectation. A weekday business's weekend trickle that came near empty
-    says nothing of a business day's zero (one group's month-end rows, a few a day on weekends and none on
-    some, went from 138 to none and were judged by the weekends' spread)."""
+    Only the nights of tonight's kind count where the calendar tells them apart (``open_on``: whether a night is
+    a business day): a weekend trickle that came near empty says nothing of a business day's zero (one group's
+    month-end rows, a few a day on weekends and none on some, went from 138 to none and were judged by the
+    weekends' spread), while a weekend's or a holiday's zero is judged against the weekends and holidays."""
     window = {d: v for d, v in history.items() if d < day and (day - d).days <= 28 and v is not None}
-    by_weekday: dict[int, list[float]] = {}
-    for d, v in window.items():
-        by_weekday.setdefault(d.weekday(), []).append(v)
-    usual = {w: median(vs) for w, vs in by_weekday.items()}
-    kind = [v for d, v in window.items() if usual[d.weekday()] >= expected / 2]
-    if any(v <= NEAR_EMPTY for v in kind):
+    if open_on is not None:
+        tonight = open_on(day)
+        window = {d: v for d, v in window.items() if open_on(d) == tonight}
+    if any(v <= NEAR_EMPTY for v in window.values()):
         return False
-    like = [v for v in kind if v <= 2 * expected]
+    like = [v for v in window.values() if v <= 2 * expected]
     if not _spreads_as_a_count(like):
         return True
     return (1 - math.exp(-expected) * (1 + expected)) ** len(like) * math.exp(-expected) < rate
@@ -656,13 +660,15 @@ def score(
     offset: float = 0.0,
     scale_factor: float = 1.0,
     calibration: Calibration | None = None,
+    open_on: Callable[[date], bool] | None = None,
 ) -> BaselineResult:
     """Scores ``value`` on ``day`` against ``history`` (which may contain ``day``: it is never used).
 
     ``absolute``: judge on absolute change (None: when the series is a small count). ``offset`` moves the
     expected level (in the space judged: log units, or units of a small count; a calendar day's effect),
     ``scale_factor`` widens the scale. ``calibration``: the series' own errors set the threshold (else the
-    fixed robust z, ``z_threshold``).
+    fixed robust z, ``z_threshold``). ``open_on``: whether a night is a business day, by the calendar that tells
+    tonight's kind of night (an empty one is judged against the nights of its kind, ``_empty_is_rare``).
     """
     usable = {d: v for d, v in history.items() if d < day and d not in excluded_days and v is not None}
     if absolute is None:
@@ -721,7 +727,9 @@ def score(
     # (``_empty_is_rare``): a small count of rare events (a few refunds a day) or a weekend trickle is judged
     # by its spread like any other night, or its ordinary zeros would raise at their own frequency.
     emptied = (
-        absolute and value <= 0 < expected and _empty_is_rare(usable, day, expected, config.false_alarm_rate)
+        absolute
+        and value <= 0 < expected
+        and _empty_is_rare(usable, day, expected, config.false_alarm_rate, open_on)
     )
     anomalous = (abs(z) >= threshold or emptied) and abs(rel) >= config.min_relative_change and hurts_here
     return BaselineResult(

@@ -141,6 +141,10 @@ def judge(
         )  # fmt: skip
         return Judgement(severity=None, result=empty, notes=[closed.tonight])
     usable, shut = closed.split(usable)
+    cal = calendar if calendar is not None and config.calendar else None
+    split_by = kind_calendar if kind_calendar is not None else cal
+    # An empty night is judged against the nights of its kind (business days, or weekends and holidays).
+    open_on = split_by.is_business_day if split_by is not None else None
     level = active[-1] if active else None
     absolute = is_small(usable, day, value, config)
     unsettled = []
@@ -159,7 +163,7 @@ def judge(
             active = [r for r in active if r is not level]
             level = active[-1] if active else None
     if level is not None and not any(level.from_date <= d for d in usable):
-        plain = score(usable, day, value, config, hurts, absolute=absolute)
+        plain = score(usable, day, value, config, hurts, absolute=absolute, open_on=open_on)
         return Judgement(
             severity=None,
             result=plain,
@@ -170,7 +174,6 @@ def judge(
     usable = rebased(usable, active, config, absolute)
     notes = [*unsettled, *([level.describe()] if level else [])]
 
-    cal = calendar if calendar is not None and config.calendar else None
     configured = cal if cal is not None and not cal.empty else None
     kinds = {d: configured.day(d) for d in usable} if configured else {}
     named = {d: v for d, v in usable.items() if kinds.get(d) is None}
@@ -228,7 +231,6 @@ def judge(
     ordinary = {d: v for d, v in named.items() if d not in recurring.nights}
     if recurring.nights:
         calibration = calibrate(ordinary, config, absolute, alpha, hurts)
-    split_by = kind_calendar if kind_calendar is not None else cal
     # Only on a night no calendar names: a calendar night's expectation carries its like nights' effect,
     # whose spread from one month-end to the next the quiet kind's ordinary errors alone understate.
     own_kind = (
@@ -253,6 +255,7 @@ def judge(
         **kw,
     ):
         kw.setdefault("calibration", calibration)
+        kw.setdefault("open_on", open_on)
         s = score(points, d, v, cfg, way, absolute=absolute, **kw)
         if s.status is BaselineStatus.INSUFFICIENT and len(points) < len(usable) and not same_weekday:
             # Day or week over week bridges a week or two at most: after a longer run of calendar nights (a

@@ -13,7 +13,7 @@ from datetime import date, timedelta
 import pytest
 from test_calendar_learned import NO_CALENDAR as CALENDAR
 
-from dw_dagster.checks.baseline import BaselineConfig, Direction
+from dw_dagster.checks.baseline import BaselineConfig, BaselineMethod, Direction
 from dw_dagster.checks.judge import judge
 from dw_dagster.checks.metrics import MetricsFile
 
@@ -172,3 +172,31 @@ def test_a_month_end_never_told_apart_that_empties_is_an_error():
     j = judge(history, date(2025, 11, 28), 0.0, CONFIG, Direction.BOTH, calendar=CALENDAR)
     assert j.calendar_day is not None, j.describe()
     assert j.severity == "ERROR", (j.result.expected, j.result.robust_z, j.describe())
+
+
+def test_a_holiday_that_empties_is_judged_against_the_weekends_and_holidays():
+    """A business-day count whose weekends and earlier holidays run at one to three: a holiday at none is
+    judged by the spread of its kind of night (weekends and holidays), not by the business days that never
+    came near empty."""
+    calendar = MetricsFile.model_validate({"calendar": {"holidays": [{"country": "US"}]}}).calendar
+    history, d, i = {}, date(2025, 5, 5), 0
+    while d < date(2025, 11, 27):
+        history[d] = 3.0 if calendar.holiday(d) else 6.0 + (i * 3) % 5 if d.weekday() < 5 else 1.0 + i % 2
+        d, i = d + timedelta(days=1), i + 1
+    j = judge(history, date(2025, 11, 27), 0.0, CONFIG, Direction.BOTH, calendar=calendar)
+    assert j.calendar_day is not None and j.severity is None, j.describe()
+
+
+def test_a_weekend_zero_judged_day_over_day_is_judged_against_the_weekends():
+    """Day over day, Saturday's expectation is Friday's level: its zero is still judged against the weekends
+    that came near empty."""
+    weekday, weekend = (
+        (7.0, 9.0, 8.0, 10.0, 6.0, 8.0, 9.0, 7.0, 11.0, 8.0, 5.0, 9.0, 8.0, 7.0),
+        WEEKEND_TRICKLE,
+    )
+    history = _quiet_weekends(weekday, weekend, days=75)
+    config = BaselineConfig(method=BaselineMethod.DAY_OVER_DAY)
+    saturday = START + timedelta(days=75)
+    assert saturday.weekday() == 5
+    j = judge(history, saturday, 0.0, config, Direction.DOWN, calendar=CALENDAR)
+    assert j.result.expected is not None and j.result.expected >= 5 and j.severity is None, j.describe()
