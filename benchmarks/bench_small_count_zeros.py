@@ -36,19 +36,27 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=4)
     args = parser.parse_args()
-    print("| business day | weekend day | ordinary business days that raise | empty business days caught |")
-    print("|---:|---:|---:|---:|")
+    print(
+        "| business day | weekend day | ordinary business days that raise | empty business days caught "
+        "| ordinary weekend days that raise |"
+    )
+    print("|---:|---:|---:|---:|---:|")
     for weekday in (4, 6, 8, 12):
         for weekend in (0.5, 1.0, 2.0):
-            raised = caught = nights = 0
+            raised = caught = nights = quiet = weekends = 0
             for seed in range(args.seeds):
                 rng = random.Random(f"{seed}:{weekday}:{weekend}")
                 days = [START + timedelta(days=i) for i in range(HISTORY + JUDGED)]
                 series = {d: _poisson(rng, weekday if d.weekday() < 5 else weekend) for d in days}
                 for d in days[HISTORY:]:
-                    if d.weekday() >= 5:
-                        continue
                     past = {k: v for k, v in series.items() if k < d}
+                    if d.weekday() >= 5:
+                        weekends += 1
+                        quiet += (
+                            judge(past, d, series[d], CONFIG, Direction.BOTH, calendar=CALENDAR).severity
+                            == "ERROR"
+                        )
+                        continue
                     nights += 1
                     raised += (
                         judge(past, d, series[d], CONFIG, Direction.BOTH, calendar=CALENDAR).severity
@@ -57,7 +65,10 @@ def main() -> None:
                     caught += (
                         judge(past, d, 0.0, CONFIG, Direction.BOTH, calendar=CALENDAR).severity == "ERROR"
                     )
-            print(f"| {weekday} | {weekend} | {raised} of {nights} | {caught} of {nights} |", flush=True)
+            print(
+                f"| {weekday} | {weekend} | {raised} of {nights} | {caught} of {nights} | {quiet} of {weekends} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
