@@ -24,6 +24,7 @@ on: it never fails the job, so the incident is always alerted.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import date, timedelta
 from statistics import median
@@ -379,19 +380,10 @@ def _total_anomaly(
         held_by = ", ".join(
             f"{k.label} ({-k.rows:+,} rows)" if lost else f"{k.label} ({k.units:+,.0f})" for k in keys
         )
-        # On a night that usually rises (a month-end), rows can go missing while the total stands above the
-        # last good night's, even above tonight's expectation (the rest of the rows at a high): no "fell".
-        now, then = tonight.value or 0.0, before.value or 0.0
-        short = (
-            f"{total.name} fell to {now:,.0f} from {then:,.0f}"
-            if now < then or not isinstance(expected, int | float)
-            else f"{total.name} is {now:,.0f} ({expected:,.0f} expected tonight, {then:,.0f} on the last good "
-            "night)"
-        )
         return Diagnosis(
             incident_id=incident.incident_id,
             classification=CauseClass.VOLUME_LOSS,
-            cause=short
+            cause=_level_phrase(total, tonight.value or 0.0, before.value or 0.0, finding)
             + (f"; keys missing tonight: {', '.join(missing[:5])}" if missing else "")
             + (f"; the fall is in {held_by}" if held_by else ""),
             evidence=evidence,
@@ -491,6 +483,31 @@ def _group_rows(ctx: DiagnosisContext, total: RecordedTotal, day, before) -> tup
     history = ctx.history.metric_history(group_rows_series(total.name), day + timedelta(days=1), HISTORY_DAYS)
     now, then = history.get(day), history.get(before.business_date)
     return (now, then) if now is not None and then is not None else None
+
+
+def _level_phrase(total: RecordedTotal, now: float, then: float, finding: Finding) -> str:
+    """Where the total stands tonight, for a volume loss's cause. Below the last good night it fell; on a night
+    that usually rises (a month-end) rows can go missing while it stands above that night, even above tonight's
+    expectation, and saying "fell" would contradict its own figures: it is put against tonight's expectation
+    instead, its rows' where they fell against theirs, its value's where the judgement was of the value itself
+    (a month-to-date total is judged on its increment, whose expectation is no level of the total)."""
+    if now < then:
+        return f"{total.name} fell to {now:,.0f} from {then:,.0f}"
+    last = f"{then:,.0f} on the last good night"
+    rows = finding.evidence.get("rows_baseline") or {}
+    counted, usual = rows.get("value"), rows.get("expected")
+    if isinstance(counted, int | float) and isinstance(usual, int | float) and counted < usual:
+        return f"{total.name} is {now:,.0f} ({last}), its rows {counted:,.0f} against {usual:,.0f} expected tonight"
+    judged = finding.evidence.get("baseline") or {}
+    expected = judged.get("expected")
+    value = judged.get("value")
+    if (
+        isinstance(expected, int | float)
+        and isinstance(value, int | float)
+        and math.isclose(value, now, rel_tol=1e-4)
+    ):
+        return f"{total.name} is {now:,.0f} ({expected:,.0f} expected tonight, {last})"
+    return f"{total.name} is {now:,.0f} ({last})"
 
 
 def _rows_fell(finding: Finding) -> bool:

@@ -192,6 +192,9 @@ def test_a_night_below_its_calendar_expectation_but_above_the_night_before_lost_
     expected = sum(3 * n for _, _, n, _ in s.members)
     d = _diagnose(ctx, s, {"rows_baseline": {"value": rows, "expected": expected}})
     assert d.classification is CauseClass.VOLUME_LOSS, d.cause
+    assert (
+        "fell to" not in d.cause and f"its rows {rows:,} against {expected:,} expected tonight" in d.cause
+    ), d.cause
     assert _diagnose(ctx, s).classification is CauseClass.UNKNOWN  # no judgement of the rows: nothing said
 
 
@@ -204,10 +207,14 @@ def test_a_month_end_missing_a_key_above_the_night_before_is_not_said_to_have_fa
     coarse = [c for c in {m[1] for m in s.members} if len(_fine(s, c)) == 1][0]
     _load(conn, ctx, s, {f: ((0.0 if c == coarse else 3.0), 1.0) for f, c, *_ in s.members})
     ordinary = sum(p * (0.8 + 0.1 * (i % 5)) for _, _, n, p in s.members for i in range(n))
-    d = _diagnose(ctx, s, {"baseline": {"expected": 3 * ordinary}})
+    tonight = sum(p * (0.8 + 0.1 * (i % 5)) for _, c, n, p in s.members if c != coarse for i in range(3 * n))
+    d = _diagnose(ctx, s, {"baseline": {"expected": 3 * ordinary, "value": tonight}})
     assert d.classification is CauseClass.VOLUME_LOSS, d.cause
     assert f"{s.coarse}={coarse}" in [k.label for k in d.keys], d.cause
     assert "fell to" not in d.cause and f"{3 * ordinary:,.0f} expected tonight" in d.cause, d.cause
+    # The expectation of another figure (a month-to-date total's judged increment) is not put against it.
+    d = _diagnose(ctx, s, {"baseline": {"expected": 50.0, "value": 40.0}})
+    assert "fell to" not in d.cause and "expected tonight" not in d.cause, d.cause
 
 
 @pytest.mark.parametrize(
