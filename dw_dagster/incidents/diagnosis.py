@@ -340,7 +340,7 @@ def _total_anomaly(
     if held is None:
         held = rows_held(ctx, total.asset, day, before.business_date)
     # A subset of the source whose rows fell while the others' arrived: rows are missing, however closely
-    # the whole table's count held (one pharmacy's lines within the day-to-day noise of all of them).
+    # the whole table's count held (one group's lines within the day-to-day noise of all of them).
     held = held and drill.lost is None
     fell = (tonight.value or 0) < (before.value or 0) or _rows_fell(finding)
     if held or (tonight.value == before.value and tonight.groups == before.groups):
