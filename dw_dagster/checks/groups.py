@@ -177,7 +177,7 @@ def judge_groups(
             continue
         if abs(tonight - r.expected) < max(floor, abs(r.expected) * total.baseline.min_relative_change):
             continue
-        if calendar_night and not _share_moved(
+        if calendar_night and tonight > 0 and not _share_moved(
             total,
             day,
             _share(tonight, value),
@@ -193,7 +193,9 @@ def judge_groups(
             # the group happened to hold on it): a heavy-tailed group compared with its one past holiday is
             # noise against noise. Its move counts only when its share of the total moved too, against its
             # shares of ordinary nights: a share cancels the day's effect common to every group (a holiday's
-            # dip).
+            # dip). Not a group gone: its absence is judged on its own nights of tonight's kind, as on any night
+            # (``_nothing_is_usual``), where a heavy-tailed value's share (a few large amounts) spreads too
+            # widely to tell a month-end without one site's rows from noise.
             continue
         status = "gained" if tonight > r.expected else ("went" if tonight <= 0 else "lost")
         # While the total holds, a group gone speaks for itself: only when its own record says it is news.
