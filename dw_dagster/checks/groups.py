@@ -177,17 +177,21 @@ def judge_groups(
             continue
         if abs(tonight - r.expected) < max(floor, abs(r.expected) * total.baseline.min_relative_change):
             continue
-        if calendar_night and tonight > 0 and not _share_moved(
-            total,
-            day,
-            _share(tonight, value),
-            own,
-            g,
-            None,
-            ordinary_only,
-            1,
-            candidate.false_alarm_rate,
-            kind_calendar=calendar,
+        if (
+            calendar_night
+            and tonight > 0
+            and not _share_moved(
+                total,
+                day,
+                _share(tonight, value),
+                own,
+                g,
+                None,
+                ordinary_only,
+                1,
+                candidate.false_alarm_rate,
+                kind_calendar=calendar,
+            )
         ):
             # On a calendar night a group's own record of such nights is thin (one like night, or none where
             # the group happened to hold on it): a heavy-tailed group compared with its one past holiday is
