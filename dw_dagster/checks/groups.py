@@ -102,10 +102,12 @@ def judge_groups(
     share: int = 1,
     moved: bool | None = None,
     rows: Mapping[date, Recorded] | None = None,
+    rows_tonight: float | None = None,
 ) -> GroupVerdict:
     """``moved``: whether the total moved, so that its judgement speaks and the groups only name where (by
     default: beyond its own band, ``_total_moved``). ``rows``: the groups' row counts night by night, where
-    the total's SQL returns ``ROWS`` (a total of rows: its own history), for a group's chance of no row."""
+    the total's SQL returns ``ROWS`` (a total of rows: its own history), for a group's chance of no row;
+    ``rows_tonight``: all groups' rows tonight, for the day's level (``_nothing_is_usual``)."""
     if not total.group_keys:
         return GroupVerdict(moves=[])
     last = own[max(own)] if own else None
@@ -206,7 +208,11 @@ def judge_groups(
         if (
             status == "went"
             and not moved
-            and (why := _nothing_is_usual(total, g, day, own, rows, since, calendar, excluded_days, alpha))
+            and (
+                why := _nothing_is_usual(
+                    total, g, day, own, rows, since, calendar, excluded_days, alpha, rows_tonight=rows_tonight
+                )
+            )
         ):
             usual.append(why)
             continue
@@ -297,13 +303,21 @@ def _nothing_is_usual(
     calendar: BusinessCalendar,
     excluded_days: set[date],
     alpha: float,
+    *,
+    rows_tonight: float | None = None,
 ) -> str | None:
     """Why the group's nothing tonight is within its own record at the false-alarm probability ``alpha``
     (None: improbable, a finding). On its nights like tonight (business days, or the weekends and holidays
     the business is closed: a sparse table's group is absent on its quiet days, present on the others) it had
     nothing often enough; or, where its rows are counted, so few are expected tonight (its rows' own
     baseline, the calendar's say included) that none is a Poisson chance at least that large. A group present
-    on every like night, with rows enough that none is improbable, is gone."""
+    on every like night, with rows enough that none is improbable, is gone.
+
+    With ``rows_tonight`` (every group's rows tonight), the group's expectation is scaled by the day's level,
+    tonight's rows against their own expectation, at most 1: on a day the whole table is quiet and the
+    calendar's record does not know yet (the first holiday period on record, a business day at two fifths of
+    an ordinary one), a group of four rows an ordinary night has none by chance (2.7%; one of five such groups
+    on one such day in eight). A heavy-tailed value tells no level: one large amount lifts it."""
     open_day = calendar.is_business_day(day)
     like = [
         v
@@ -321,6 +335,13 @@ def _nothing_is_usual(
     expected = judge(
         counts, day, 0.0, total.baseline, calendar=calendar, excluded_days=excluded_days
     ).result.expected
+    if expected is not None and rows_tonight is not None:
+        everyone = {d: r.value for d, r in rows.items() if r.value is not None}
+        usual = judge(
+            everyone, day, rows_tonight, total.baseline, calendar=calendar, excluded_days=excluded_days
+        ).result.expected
+        if usual:
+            expected *= min(1.0, max(rows_tonight, 0.0) / usual)
     chance = math.exp(-expected) if expected is not None else 0.0
     if chance < alpha:
         return None

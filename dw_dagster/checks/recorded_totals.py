@@ -441,6 +441,7 @@ def evaluate_total(
         share=night.share(total.asset),
         # A cumulative total's rows are to date too: no chance of no row tonight from them.
         rows=night.past.get(group_rows_series(total.name)) if period is None else None,
+        rows_tonight=float(sum(value.rows.values())) if value.rows and period is None else None,
     )
     metadata: dict[str, Any] = {
         "value": dg.MetadataValue.float(float(value.value)),
@@ -736,6 +737,7 @@ def rows_by_group(
         # where it is.
         moved=verdict.severity is not None,
         rows=history,
+        rows_tonight=sum(rows.values()),
     )
     if verdict.severity == "ERROR" and not found.problem:
         moved = ", ".join(m.describe(" rows") for m in found.moves[:3])
