@@ -314,7 +314,7 @@ def _nothing_is_usual(
     on every like night, with rows enough that none is improbable, is gone.
 
     With ``rows_tonight`` (every group's rows tonight), the group's expectation is scaled by the day's level,
-    tonight's rows against their own expectation, at most 1: on a day the whole table is quiet and the
+    the other groups' rows tonight against their expectation, at most 1: on a day the whole table is quiet and the
     calendar's record does not know yet (the first holiday period on record, a business day at two fifths of
     an ordinary one), a group of four rows an ordinary night has none by chance (2.7%; one of five such groups
     on one such day in eight). A heavy-tailed value tells no level: one large amount lifts it."""
@@ -340,8 +340,10 @@ def _nothing_is_usual(
         usual = judge(
             everyone, day, rows_tonight, total.baseline, calendar=calendar, excluded_days=excluded_days
         ).result.expected
-        if usual:
-            expected *= min(1.0, max(rows_tonight, 0.0) / usual)
+        # The others' level: tonight's rows are theirs (this group has none), against their expectation
+        # without this group's, or a group gone would lower the level by its own share.
+        if usual is not None and usual > expected:
+            expected *= min(1.0, max(rows_tonight, 0.0) / (usual - expected))
     chance = math.exp(-expected) if expected is not None else 0.0
     if chance < alpha:
         return None
