@@ -494,10 +494,12 @@ def _level_phrase(total: RecordedTotal, now: float, then: float, finding: Findin
     if now < then:
         return f"{total.name} fell to {now:,.0f} from {then:,.0f}"
     last = f"{then:,.0f} on the last good night"
-    rows = finding.evidence.get("rows_baseline") or {}
-    counted, usual = rows.get("value"), rows.get("expected")
-    if isinstance(counted, int | float) and isinstance(usual, int | float) and counted < usual:
-        return f"{total.name} is {now:,.0f} ({last}), its rows {counted:,.0f} against {usual:,.0f} expected tonight"
+    if _rows_fell(finding):
+        rows = finding.evidence["rows_baseline"]
+        return (
+            f"{total.name} is {now:,.0f} ({last}), its rows {rows['value']:,.0f} against {rows['expected']:,.0f} "
+            "expected tonight"
+        )
     judged = finding.evidence.get("baseline") or {}
     expected = judged.get("expected")
     value = judged.get("value")
