@@ -27,6 +27,7 @@ the total (``judge.py``: calendar, small counts, accepted levels). Then:
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Collection, Mapping, Sequence
 from datetime import date
 from typing import Literal
@@ -76,6 +77,8 @@ class GroupVerdict(BaseModel):
     """A finding (ERROR), or None."""
     note: str | None = None
     """What was seen and left alone."""
+    doubt: str | None = None
+    """What the record cannot tell a fault from a benign night by (a WARN where no problem is found)."""
 
 
 def group_series(own: Mapping[date, Recorded], group: str) -> dict[date, float | None]:
@@ -136,6 +139,7 @@ def judge_groups(
     )
     moves = []
     usual: list[str] = []
+    doubts: list[str] = []
     alpha = false_alarm_alpha(total.baseline, share)
     for g in names:
         tonight = groups.get(g, 0.0)
@@ -179,9 +183,12 @@ def judge_groups(
             continue
         if abs(tonight - r.expected) < max(floor, abs(r.expected) * total.baseline.min_relative_change):
             continue
+        # A group's sign is its expectation's: a usually negative group (refunds, a net export) loses when it
+        # comes nearer nothing and is gone at nothing or beyond it, as a positive one.
+        sign = -1.0 if r.expected < 0 else 1.0
         if (
             calendar_night
-            and tonight > 0
+            and sign * tonight > 0
             and not _share_moved(
                 total,
                 day,
@@ -203,18 +210,38 @@ def judge_groups(
             # (``_nothing_is_usual``), where a heavy-tailed value's share (a few large amounts) spreads too
             # widely to tell a month-end without one site's rows from noise.
             continue
-        status = "gained" if tonight > r.expected else ("went" if tonight <= 0 else "lost")
+        status = (
+            "gained" if sign * tonight > sign * r.expected else ("went" if sign * tonight <= 0 else "lost")
+        )
         # While the total holds, a group gone speaks for itself: only when its own record says it is news.
         if (
             status == "went"
             and not moved
             and (
                 why := _nothing_is_usual(
-                    total, g, day, own, rows, since, calendar, excluded_days, alpha, rows_tonight=rows_tonight
+                    total,
+                    g,
+                    day,
+                    own,
+                    rows,
+                    since,
+                    calendar,
+                    excluded_days,
+                    alpha,
+                    rows_tonight=rows_tonight,
+                    sign=sign,
+                    tonight=tonight,
                 )
             )
         ):
             usual.append(why)
+            continue
+        if (
+            status == "went"
+            and not moved
+            and (first := _first_holiday(g, day, own, since, calendar, excluded_days))
+        ):
+            doubts.append(first)
             continue
         moves.append(
             GroupMove(
@@ -230,6 +257,8 @@ def judge_groups(
     moves.sort(key=lambda m: -abs(m.change))
 
     def noted(verdict: GroupVerdict) -> GroupVerdict:
+        if doubts:
+            verdict = verdict.model_copy(update={"doubt": "; ".join(doubts)})
         if not usual:
             return verdict
         seen = f"went to nothing as on its own nights like tonight: {'; '.join(usual)}"
@@ -245,7 +274,9 @@ def judge_groups(
     said = lambda ms: ", ".join(m.describe() for m in ms[:5])  # noqa: E731
     # Within its own range, not "held": a wide-spread total can fall by a sixth on an ordinary night.
     held = f"{total.name} stayed within its usual range ({100 * (total_verdict.result.relative_change or 0):+.1f}%)"
-    if gained and lost:
+    # A shift moves value from one group to another: their changes are of opposite signs. A negative group
+    # that gained size fell in value, with the group that lost, not against it.
+    if any(g.change * m.change < 0 for g in gained for m in lost):
         return noted(
             GroupVerdict(
                 moves=moves,
@@ -259,7 +290,11 @@ def judge_groups(
         )
     went = [m for m in lost if m.status == "went"]
     if went:
-        return noted(GroupVerdict(moves=moves, problem=f"{said(went)} went to nothing while {held}"))
+        nothing = [m for m in went if m.value == 0]
+        crossed = [m for m in went if m.value != 0]
+        gone = [f"{said(nothing)} went to nothing"] if nothing else []
+        gone += [f"{said(crossed)} changed sign"] if crossed else []
+        return noted(GroupVerdict(moves=moves, problem=f"{' and '.join(gone)} while {held}"))
     # A group that fell alone while the others held: its values changed (a unit, a scale), or its rows went
     # missing. One group's noise often looks like it, so its share of the total must have moved beyond its
     # own errors at the table's rate split over every group (a share cancels the day's common level: on a
@@ -305,6 +340,8 @@ def _nothing_is_usual(
     alpha: float,
     *,
     rows_tonight: float | None = None,
+    sign: float = 1.0,
+    tonight: float = 0.0,
 ) -> str | None:
     """Why the group's nothing tonight is within its own record at the false-alarm probability ``alpha``
     (None: improbable, a finding). On its nights like tonight (business days, or the weekends and holidays
@@ -322,19 +359,22 @@ def _nothing_is_usual(
     others' own noise on an ordinary night from excusing a small group's partial load (one of four groups of 7
     rows gone on an ordinary night: excused on 12% of 40 simulated nights, 7% with no level at all, 27% with
     the group's share in the level and no spread).
-    A heavy-tailed value tells no level: one large amount lifts it."""
+    A heavy-tailed value tells no level: one large amount lifts it.
+
+    ``sign``: the group's usual sign (-1 for refunds, a net export), so that nothing is at or beyond zero from
+    its own side. A group with a value ``tonight`` past zero still has rows: no chance of none excuses it."""
     open_day = calendar.is_business_day(day)
     like = [
         v
         for d, v in group_series(own, group).items()
         if since <= d < day and d not in excluded_days and calendar.is_business_day(d) == open_day
     ]
-    absent = sum(v is not None and v <= 0 for v in like)
+    absent = sum(v is not None and sign * v <= 0 for v in like)
     if like and absent >= alpha * len(like):
         kind = "business days" if open_day else "weekends and holidays"
         return f"{group} had nothing on {absent} of its {len(like)} past {kind}"
     first = min((d for d, r in (rows or {}).items() if r.groups.get(group)), default=None)
-    if rows is None or first is None:
+    if rows is None or first is None or tonight != 0:
         return None
     counts = {d: v for d, v in group_series(rows, group).items() if d >= first}
     expected = judge(
@@ -354,6 +394,36 @@ def _nothing_is_usual(
     if chance < alpha:
         return None
     return f"{group} expected {expected:.1f} rows: none by chance on {100 * chance:.1f}% of such nights"
+
+
+def _first_holiday(
+    group: str,
+    day: date,
+    own: Mapping[date, Recorded],
+    since: date,
+    calendar: BusinessCalendar,
+    excluded_days: set[date],
+) -> str | None:
+    """Why a group gone on a public holiday may be closed for it: tonight is the first weekday holiday on its
+    record (None: not a holiday, or the group traded on an earlier one). A business open every day may still
+    close one branch or segment for a holiday (offices, an industrial line), and a group that traded on every
+    weekend has no night of its own to say which; the total held, so only the group's record could. A WARN,
+    not a finding: shown on the check and kept in the history, so the next holiday is judged against this one.
+    A weekend holiday does not tell, as the group's weekend trade is the same whatever the holiday."""
+    found = calendar.holiday(day)
+    if found is None:
+        return None
+    earlier = [
+        d
+        for d in own
+        if since <= d < day and d not in excluded_days and d.weekday() < 5 and calendar.holiday(d) is not None
+    ]
+    if earlier:
+        return None
+    return (
+        f"{group} went to nothing on {found[0]}, the first weekday holiday on its record: closed for it, or "
+        "lost; its record cannot tell"
+    )
 
 
 def _total_moved(verdict: Judgement, config: BaselineConfig) -> bool:
@@ -398,6 +468,10 @@ def _share_moved(
     config = total.baseline.model_copy(
         update={"small_below": 0, **({"false_alarm_rate": rate} if rate is not None else {})}
     )
+    # A usually negative group's share (refunds in net takings) is judged on its size, in log space as any.
+    sign = -1.0 if series and statistics.median(series.values()) < 0 else 1.0
+    series = {d: sign * v for d, v in series.items()}
+    tonight *= sign
     verdict = judge(
         series,
         day,

@@ -666,9 +666,15 @@ def evaluate_total(
                     "moves": [m.model_dump(mode="json") for m in moves],
                 }
                 break
-    # Only a deviation the calendar explains is a WARN; reconciliation, shifts and NULLs are ERRORs.
+    # Only a deviation the calendar explains, or a group gone that its record cannot tell from a closure for
+    # the night, is a WARN; reconciliation, shifts and NULLs are ERRORs.
+    doubt = by_group.doubt or (by_rows.doubt if by_rows is not None else None)
+    if doubt and not problems:
+        problems.append(doubt)
     severity = (
-        "WARN" if verdict.severity == "WARN" and len(problems) == 1 else ("ERROR" if problems else None)
+        "WARN"
+        if len(problems) == 1 and (verdict.severity == "WARN" or problems[0] == doubt)
+        else ("ERROR" if problems else None)
     )
     result = dict(check_name=check_name(total), asset_key=key_from_path(total.asset), metadata=metadata)
     if severity == "ERROR":
