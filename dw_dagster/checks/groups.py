@@ -35,7 +35,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from dw_dagster.checks.baseline import BaselineConfig, BaselineStatus, Direction, false_alarm_alpha
-from dw_dagster.checks.calendar import BusinessCalendar
+from dw_dagster.checks.calendar import BusinessCalendar, HolidaySource
 from dw_dagster.checks.history import Rebase, Recorded, total_series
 from dw_dagster.checks.judge import Judgement, judge
 from dw_dagster.checks.metrics import RecordedTotal
@@ -139,7 +139,7 @@ def judge_groups(
     )
     moves = []
     usual: list[str] = []
-    doubts: list[str] = []
+    doubtful: dict[str, str] = {}
     alpha = false_alarm_alpha(total.baseline, share)
     for g in names:
         tonight = groups.get(g, 0.0)
@@ -164,8 +164,8 @@ def judge_groups(
             # New, or too new for its own baseline (its first nights, some of them an incident's): a key
             # still arriving, like one new tonight. Rows without a group gained it, when material as any
             # gain is (1% of the total): a few of them are not a shift.
-            gained = tonight >= max(floor, 1e-9) and _null_key(g)
-            if tonight > 0:
+            gained = abs(tonight) >= max(floor, 1e-9) and _null_key(g)
+            if tonight != 0:
                 moves.append(
                     GroupMove(
                         group=g,
@@ -184,8 +184,10 @@ def judge_groups(
         if abs(tonight - r.expected) < max(floor, abs(r.expected) * total.baseline.min_relative_change):
             continue
         # A group's sign is its expectation's: a usually negative group (refunds, a net export) loses when it
-        # comes nearer nothing and is gone at nothing or beyond it, as a positive one.
-        sign = -1.0 if r.expected < 0 else 1.0
+        # comes nearer nothing and is gone at nothing or beyond it, as a positive one. A group whose usual size
+        # is immaterial (a catch-all of a few write-offs) has no side of its own: a new key mapped into it is a
+        # gain, not a change of sign.
+        sign = -1.0 if r.expected <= -floor else 1.0
         if (
             calendar_night
             and sign * tonight > 0
@@ -241,8 +243,8 @@ def judge_groups(
             and not moved
             and (first := _first_holiday(g, day, own, since, calendar, excluded_days))
         ):
-            doubts.append(first)
-            continue
+            # A doubt only when nothing else explains it: gone into another group, it is a shift (below).
+            doubtful[g] = first
         moves.append(
             GroupMove(
                 group=g,
@@ -256,9 +258,9 @@ def judge_groups(
         )
     moves.sort(key=lambda m: -abs(m.change))
 
-    def noted(verdict: GroupVerdict) -> GroupVerdict:
-        if doubts:
-            verdict = verdict.model_copy(update={"doubt": "; ".join(doubts)})
+    def noted(verdict: GroupVerdict, *, doubt: bool = True) -> GroupVerdict:
+        if doubt and doubtful and verdict.problem is None:
+            verdict = verdict.model_copy(update={"doubt": "; ".join(doubtful.values())})
         if not usual:
             return verdict
         seen = f"went to nothing as on its own nights like tonight: {'; '.join(usual)}"
@@ -274,20 +276,29 @@ def judge_groups(
     said = lambda ms: ", ".join(m.describe() for m in ms[:5])  # noqa: E731
     # Within its own range, not "held": a wide-spread total can fall by a sixth on an ordinary night.
     held = f"{total.name} stayed within its usual range ({100 * (total_verdict.result.relative_change or 0):+.1f}%)"
-    # A shift moves value from one group to another: their changes are of opposite signs. A negative group
-    # that gained size fell in value, with the group that lost, not against it.
-    if any(g.change * m.change < 0 for g in gained for m in lost):
+    # A shift moves value from one group to another: their values moved in opposite directions, whatever
+    # their sides of zero (a negative group that grew fell in value, with the group that lost, not against it;
+    # one that shrank rose, as a group gaining does).
+    falls = [m for m in moves if m.status != "new" and m.change < 0]
+    rises = [m for m in moves if m.status != "new" and m.change > 0]
+    if falls and rises:
         return noted(
             GroupVerdict(
                 moves=moves,
-                problem=f"a shift between groups while {held}: lost {said(lost)}; gained {said(gained)}",
+                problem=f"a shift between groups while {held}: lost {said(falls)}; gained {said(rises)}",
             )
         )
-    loss = -sum(m.change for m in lost)
-    if lost and new and sum(m.change for m in new) >= loss - floor:
+    # What the groups lost went to new ones: the new groups' values moved the other way, as much.
+    loss, newly = sum(m.change for m in lost), sum(m.change for m in new)
+    if lost and new and loss * newly < 0 and abs(newly) >= abs(loss) - floor:
         return noted(
-            GroupVerdict(moves=moves, note=f"moved to groups new tonight: {said(new)}, from {said(lost)}")
+            GroupVerdict(moves=moves, note=f"moved to groups new tonight: {said(new)}, from {said(lost)}"),
+            doubt=False,
         )
+    # A group gone on a night its record cannot tell a closure from a loss by (``_first_holiday``): a doubt.
+    lost = [m for m in lost if m.group not in doubtful]
+    if not (lost or gained):
+        return noted(GroupVerdict(moves=moves))
     went = [m for m in lost if m.status == "went"]
     if went:
         nothing = [m for m in went if m.value == 0]
@@ -411,7 +422,9 @@ def _first_holiday(
     not a finding: shown on the check and kept in the history, so the next holiday is judged against this one.
     A weekend holiday does not tell, as the group's weekend trade is the same whatever the holiday."""
     found = calendar.holiday(day)
-    if found is None:
+    # A public holiday on a weekday: a team's own dates (a stock-take) are on record as such, and a weekend
+    # holiday does not tell either.
+    if found is None or not isinstance(found[1], HolidaySource) or day.weekday() >= 5:
         return None
     earlier = [
         d

@@ -141,3 +141,19 @@ def test_the_same_group_gone_on_an_ordinary_day_or_after_trading_on_a_holiday_is
         found.append(not result.passed and f"{s.key}={s.closed} (" in result.description)
     # A heavy-tailed group's own holiday record is thin (one or two like nights): it may hold tonight.
     assert sum(found) >= 6, found
+
+
+def test_a_group_gone_on_a_weekend_holiday_is_an_error_as_on_any_weekend():
+    """German Unity Day on a Saturday (3 October 2026), a business open every day whose record holds no
+    weekday holiday: the group trades on every weekend, so its absence on this one is told by its weekends."""
+    s = Shape(
+        "DE", "REGION", {"N": 20, "S": 20, "E": 20, "W": 20, "C": 20, "X": 20}, "X", 0.9,
+        date(2026, 10, 3), date(2026, 9, 30), 120,
+    )  # fmt: skip
+    for seed in range(6):
+        result = _checked(s, s.holiday, seed, earlier_holiday_traded=True)
+        assert not result.passed and result.severity == dg.AssetCheckSeverity.ERROR, (
+            seed,
+            result.description,
+        )
+        assert "REGION=X (" in result.description and "first weekday holiday" not in result.description
