@@ -149,6 +149,9 @@ class CalendarDay(BaseModel):
     with its own past occurrences)."""
     max_effect_pct: float
     direction: Literal["up", "down", "both"]
+    closure: bool = False
+    """A public holiday whose effect size nobody set: a business may close for it, so a fall beyond
+    ``max_effect_pct`` is no more telling than one within it while no like day is on record."""
 
     def explains(self, relative_change: float) -> bool:
         if abs(relative_change) * 100 > self.max_effect_pct:
@@ -391,6 +394,10 @@ def _calendar_day(kind: str, name: str, like_keys: tuple[str, ...], effect: Cale
         like_keys=like_keys,
         max_effect_pct=effect.max_effect_pct,
         direction=effect.direction,
+        closure=kind == "holiday"
+        and isinstance(effect, HolidaySource)
+        and "max_effect_pct" not in effect.model_fields_set
+        and effect.direction != "up",
     )
 
 

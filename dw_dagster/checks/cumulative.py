@@ -7,7 +7,9 @@ A total is cumulative when the metrics file says so (``cumulative: month``) or w
 (``cumulative: auto``, the default): within each period it never falls (nine steps in ten at least, ten steps
 at least), and at every period boundary on record (one at least) it falls to less than half. ``cumulative:
 no`` turns detection off. With one reset on record a month and a quarter fit alike: a boundary on which the
-total did not drop is then no reset (:func:`period_of`).
+total did not drop is then no reset (:func:`period_of`). A period need not start where the calendar's does: a
+billing cycle from the 28th to the 27th (``month@28``) or a retail week from Sunday (``week@6``) is detected
+from the day of the month, or of the week, on which the history's drops fell.
 
 A night whose record repeats the night before it (:func:`repeats`) added nothing: a failed or skipped build
 left the table as it was and its stale value was recorded. The next night's increment is taken from the last
@@ -23,15 +25,21 @@ flagged nights of tonight's period, which the check re-judges on their increment
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from datetime import date, timedelta
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 from dw_dagster.checks.history import Recorded
 
-Period = Literal["week", "month", "quarter", "year"]
+Period = str
+"""``week``, ``month``, ``quarter``, ``year``, or a month or week anchored elsewhere: ``month@N`` starts on
+day N of each month (2 to 28), ``week@K`` on weekday K (1 Tuesday to 6 Sunday)."""
 PERIODS: tuple[Period, ...] = ("month", "quarter", "week", "year")
-"""Detection tries the commonest first."""
+"""Detection tries the commonest first, then periods anchored where the history's drops fell."""
+LAST_ANCHOR_DAY = 28
+"""A cycle anchored later in the month would start on a different day in short months."""
+WEEKDAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 MAX_STEP_DAYS = 7
 """Nights further apart than this have no increment between them (a gap in the record)."""
 MIN_STEPS = 10
@@ -40,13 +48,45 @@ RESET = 0.5
 
 
 def period_start(day: date, period: Period) -> date:
-    if period == "week":
-        return day - timedelta(days=day.weekday())
+    kind, _, at = period.partition("@")
+    if kind == "week":
+        return day - timedelta(days=(day.weekday() - int(at or 0)) % 7)
+    if kind == "month" and at:
+        anchor = int(at)
+        if day.day >= anchor:
+            return day.replace(day=anchor)
+        before = day.replace(day=1) - timedelta(days=1)
+        return before.replace(day=anchor)
     if period == "month":
         return day.replace(day=1)
     if period == "quarter":
         return date(day.year, 3 * ((day.month - 1) // 3) + 1, 1)
     return date(day.year, 1, 1)
+
+
+def describe(period: Period) -> str:
+    """The period as people say it: ``month``, or ``cycle from the 28th of the month``."""
+    kind, _, at = period.partition("@")
+    if not at:
+        return period
+    if kind == "week":
+        return f"week from {WEEKDAY_NAMES[int(at)]}"
+    n = int(at)
+    suffix = "th" if 11 <= n <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"cycle from the {n}{suffix} of the month"
+
+
+def _anchored(values: Mapping[date, float], days: list[date]) -> list[Period]:
+    """Periods anchored where the series' drops fell: a month from each day of the month, a week from each
+    weekday, on which one did (commonest first); the history then says whether every boundary dropped."""
+    drops = [
+        b
+        for a, b in zip(days, days[1:], strict=False)
+        if (b - a).days <= MAX_STEP_DAYS and _dropped(values[a], values[b])
+    ]
+    months = Counter(d.day for d in drops if 1 < d.day <= LAST_ANCHOR_DAY)
+    weeks = Counter(d.weekday() for d in drops if d.weekday())
+    return [f"month@{n}" for n, _ in months.most_common()] + [f"week@{k}" for k, _ in weeks.most_common()]
 
 
 def _fitting(values: Mapping[date, float]) -> list[tuple[Period, frozenset[date]]]:
@@ -55,7 +95,7 @@ def _fitting(values: Mapping[date, float]) -> list[tuple[Period, frozenset[date]
     ``MIN_STEPS`` at least) and at every boundary on record (one at least) it falls to less than half."""
     days = sorted(d for d, v in values.items() if v is not None)
     out: list[tuple[Period, frozenset[date]]] = []
-    for period in PERIODS:
+    for period in (*PERIODS, *_anchored(values, days)):
         within = rising = 0
         boundaries: set[date] = set()
         resets = True
@@ -65,9 +105,13 @@ def _fitting(values: Mapping[date, float]) -> list[tuple[Period, frozenset[date]
             if period_start(a, period) == period_start(b, period):
                 within += 1
                 rising += values[b] >= values[a] - 1e-9 * abs(values[a])
-            else:
+            elif _dropped(values[a], values[b]):
                 boundaries.add(b)
-                resets = resets and _dropped(values[a], values[b])
+            elif period_start(a, period) >= days[0]:
+                # A period whose start is on record did not drop at its end. One the record opens in the middle
+                # of need not: the record holds only its last nights (a history from the 27th, a cycle from the
+                # 28th), which may add up to less than the next period's first.
+                resets = False
         if boundaries and resets and within >= MIN_STEPS and rising >= RISING * within:
             out.append((period, frozenset(boundaries)))
     return out

@@ -179,7 +179,10 @@ def judge_groups(
                 )
             continue
         r = verdict.result
-        if verdict.severity != "ERROR" or r.expected is None:
+        # A group gone on the first public holiday on record is a WARN on its own series (a closure or a loss):
+        # whether its absence is news is asked below, as for any group gone.
+        closed = verdict.closure and tonight == 0
+        if (verdict.severity != "ERROR" and not closed) or r.expected is None:
             continue
         if abs(tonight - r.expected) < max(floor, abs(r.expected) * total.baseline.min_relative_change):
             continue

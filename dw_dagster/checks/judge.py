@@ -73,6 +73,9 @@ class Judgement(BaseModel):
     """The series' own errors the threshold was read from (None: too short a record, or a small count)."""
     calibrated_on: str | None = None
     """The kind of night the calibration was read from alone (``of_tonights_kind``), or None: every kind."""
+    closure: bool = False
+    """A fall on the first public holiday on record, beyond what a holiday explains: a WARN, since a closure
+    for it and a loss look alike (``CalendarDay.closure``)."""
     notes: list[str] = Field(default_factory=list)
 
     @property
@@ -343,8 +346,12 @@ def judge(
 
     effects: list[float] = []
     measured: list[date] = []
+    on_record = False
     if today is not None:
         effects, measured = like_effects(today)
+        # Any like night, whether or not the series moved on it: a business that traded through its past
+        # holidays does not close for them.
+        on_record = bool(measured)
         noise = calibration.sigma if calibration else (plain.scale or 0.0)
         if today.kind in ("holiday", "month_end", "quarter_end") and effects:
             # Like nights only when they behaved alike: the same holiday in an earlier year, else the holidays
@@ -422,6 +429,16 @@ def judge(
             f"series' own closed days ({closed:,.0f} at the least)"
         )
         out = out.model_copy(update={"severity": "WARN"})
+    elif out.severity == "ERROR" and today.closure and not on_record and value < (plain.expected or 0):
+        # A business may close for a public holiday, its quiet channels too (a weekday wholesaler's weekend
+        # webshop trickle on a Sunday holiday): on the first one on record a closure and a loss look alike. A
+        # WARN, kept in the history, so the next holiday is judged against this one.
+        notes.append(
+            f"{today.name}: no past night like it on record, and a fall of "
+            f"{100 * (plain.relative_change or 0):+.1f}% may be a closure for it or a loss: the first public "
+            "holiday on record cannot tell them apart"
+        )
+        out = out.model_copy(update={"severity": "WARN", "closure": True})
     elif out.severity == "ERROR":
         notes.append(
             f"{today.name}: no past night like it on record, and the move is beyond what it explains"

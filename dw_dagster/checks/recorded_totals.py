@@ -451,7 +451,9 @@ def evaluate_total(
     carried: list[tuple[date, float, float]] = []
     if period is not None:
         days = f", over the {tonight.span} days since the last build" if tonight and tonight.span > 1 else ""
-        metadata["baseline_judged_on"] = f"the increment ({period} to date{days}): {judged_value:,.0f}"
+        metadata["baseline_judged_on"] = (
+            f"the increment ({cumulative.describe(period)} to date{days}): {judged_value:,.0f}"
+        )
         # A bad night of this period whose increment is still in tonight's total: the same fault.
         for d in cumulative.flagged_in_period(day, period, own):
             if d in judged and (was := judged[d].value) is not None:
@@ -561,8 +563,8 @@ def evaluate_total(
         for d, was, expected in carried:
             problems.append(
                 f"{total.name} ({value.value:,.0f}) still carries {d.isoformat()}'s increment of {was:,.0f}{of} "
-                f"against the {expected:,.0f} expected ({was - expected:+,.0f}): a {period}-to-date total keeps a "
-                f"bad night until its {period} starts again or that night is rebuilt"
+                f"against the {expected:,.0f} expected ({was - expected:+,.0f}): a total to date over its "
+                f"{cumulative.describe(period)} keeps a bad night until it starts again or that night is rebuilt"
             )
         evidence["carried_from"] = [d.isoformat() for d, _, _ in carried]
     if verdict.severity is not None:

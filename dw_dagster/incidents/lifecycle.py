@@ -33,7 +33,7 @@ from pydantic import BaseModel
 from dw_dagster.context.models import ContextFile
 from dw_dagster.incidents.diagnosis import by_priority
 from dw_dagster.incidents.events import findings_of
-from dw_dagster.incidents.store import SYSTEM, IncidentStore
+from dw_dagster.incidents.store import SYSTEM, IncidentStore, recent_nights
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident
 from dw_dagster.records.policy import IncidentPolicy
 
@@ -41,8 +41,6 @@ from dw_dagster.records.policy import IncidentPolicy
 # its reference row went away (tonight's diagnosis may tell them apart differently from last night's).
 _FAMILY = {"reference_data_change": "value_loss"}
 UNKNOWN = CauseClass.UNKNOWN.value
-RECENT_SLACK_DAYS = 2
-"""Days beyond ``stale_after_nights`` a last finding may be from (a weekend without runs)."""
 
 
 class Dedup(BaseModel):
@@ -231,7 +229,7 @@ def _recent(store: IncidentStore, incident: Incident, night: date | None, policy
     last = last_night(findings_of(store, incident.incident_id))
     if night is None or last is None:
         return True
-    return 0 <= (night - last).days <= max(1, policy.stale_after_nights) + RECENT_SLACK_DAYS
+    return 0 <= (night - last).days <= recent_nights(policy)
 
 
 def carried_target(store: IncidentStore, findings: Sequence[Finding]) -> Incident | None:

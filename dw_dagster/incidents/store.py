@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Collection, Mapping, Sequence
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from dw_dagster.incidents.explained import explanation_for, explanations
@@ -44,6 +44,15 @@ class TransitionError(ValueError):
 def incident_id_for(cause_key: str, business_date: date) -> str:
     digest = hashlib.sha256(cause_key.encode()).hexdigest()[:6]
     return f"INC-{business_date:%Y%m%d}-{digest}"
+
+
+RECENT_SLACK_DAYS = 2
+"""Days beyond ``stale_after_nights`` a last finding may be from (a weekend without runs)."""
+
+
+def recent_nights(policy: IncidentPolicy) -> int:
+    """How many days back a cause's last finding still makes it going on tonight."""
+    return max(1, policy.stale_after_nights) + RECENT_SLACK_DAYS
 
 
 def finding_key(finding: Finding) -> str:
@@ -145,13 +154,17 @@ class IncidentStore:
         )
 
     def _failing_on_an_earlier_night(self, cur: Any, finding: Finding) -> bool:
+        """Whether the check was failing on one of the last few nights (an open incident's finding within the
+        nights a cause stays recent, ``recent_nights``): a check that failed weeks ago on an incident a
+        cumulative total keeps open is news tonight, in its own lane."""
         prefix = f"{finding.signature}|"
+        since = finding.business_date - timedelta(days=recent_nights(self.policy))
         cur.execute(
             f"SELECT 1 FROM {self.ops.table('INCIDENT_EVENTS')} e"
             f" JOIN {self.ops.table('INCIDENTS')} i ON i.INCIDENT_ID = e.INCIDENT_ID"
             " WHERE i.STATUS = 'open' AND e.KIND = 'finding' AND STARTSWITH(e.EVENT_KEY, ?)"
-            " AND e.EVENT_KEY < ? LIMIT 1",
-            (prefix, finding_key(finding)),
+            " AND e.EVENT_KEY >= ? AND e.EVENT_KEY < ? LIMIT 1",
+            (prefix, f"{prefix}{since.isoformat()}", finding_key(finding)),
         )
         return cur.fetchone() is not None
 

@@ -228,3 +228,49 @@ def test_a_boundary_with_no_drop_is_no_reset_while_one_reset_is_on_record(shape)
     assert cumulative.period_of("month", values, day, history[day].value) == "month"
     declared = total.model_copy(update={"cumulative": "month"})
     assert not _evaluated(declared, own, day, history[day], nobody).passed
+
+
+ANCHORED = {
+    # Energy billed from the 28th to the 27th (a utility's meter-reading cycle), every night alike.
+    "billing cycle from the 28th": (
+        "month@28",
+        date(2026, 8, 27),
+        60,
+        date(2026, 10, 28),
+        date(2026, 10, 30),
+    ),
+    # A retailer's week to date from Sunday, weekends at half.
+    "retail week from Sunday": ("week@6", date(2026, 8, 30), 56, date(2026, 10, 25), date(2026, 10, 28)),
+}
+
+
+@pytest.mark.parametrize("shape", ANCHORED)
+def test_a_period_that_starts_where_the_calendar_s_does_not_is_recognised_and_judged_on_its_increment(shape):
+    """Its first night and the nights after it are ordinary increments, not a fall of nine tenths; a doubled
+    night among them is still the finding it is."""
+    period, start, days, first, later = ANCHORED[shape]
+    total = RecordedTotal.model_validate(
+        {
+            "name": "to_date",
+            "owner": "o",
+            "asset": "a/b",
+            "sql": "SELECT 1 AS VALUE",
+            "baseline": {"weeks": 6},
+        }
+    )
+    for seed in range(3):
+        daily = _payments(start, days + 8, seed=seed)
+        history = _to_date(daily, period)
+        assert cumulative.detect({d: r.value for d, r in history.items() if d < first}) == period
+        assert cumulative.describe(period) in ("cycle from the 28th of the month", "week from Sunday")
+        for day in (first, later):
+            own = {d: r for d, r in history.items() if d < day}
+            result = _evaluated(total, own, day, history[day], failed=date(2000, 1, 1))
+            assert result.passed, (seed, day, result.description)
+            assert "to date" in result.metadata["baseline_judged_on"].text
+        doubled = dict(daily)
+        doubled[later] *= 2
+        bad = _to_date(doubled, period)
+        own = {d: r for d, r in bad.items() if d < later}
+        result = _evaluated(total, own, later, bad[later], failed=date(2000, 1, 1))
+        assert not result.passed and "increment" in result.description, (seed, result.description)

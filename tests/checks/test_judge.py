@@ -57,8 +57,13 @@ def test_a_holiday_with_no_past_holiday_is_at_most_warn():
     j = judge(hist, memorial, 2500 * 0.5, CFG, Direction.DOWN, calendar=CAL)
     assert j.plain.status is BaselineStatus.ANOMALY and j.severity == "WARN"
     assert "Memorial Day: no past night like it on record" in j.describe()
-    # Beyond what a holiday explains (60% by default): judged as on an ordinary night.
-    assert judge(hist, memorial, 2500 * 0.2, CFG, Direction.DOWN, calendar=CAL).severity == "ERROR"
+    # Beyond what a holiday explains (60% by default): a closure for it or a loss, which the first public holiday
+    # on record cannot tell apart, so still a WARN (test_holiday_closure.py); where the team set how much its
+    # holidays explain, judged as on an ordinary night.
+    closure = judge(hist, memorial, 2500 * 0.2, CFG, Direction.DOWN, calendar=CAL)
+    assert closure.severity == "WARN" and "may be a closure for it or a loss" in closure.describe()
+    set_size = BusinessCalendar.model_validate({"holidays": [{"country": "US", "max_effect_pct": 60}]})
+    assert judge(hist, memorial, 2500 * 0.2, CFG, Direction.DOWN, calendar=set_size).severity == "ERROR"
     # No calendar: the same dip is an ERROR.
     assert judge(hist, memorial, 2500 * 0.5, CFG, Direction.DOWN).severity == "ERROR"
 

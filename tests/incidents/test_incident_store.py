@@ -71,6 +71,31 @@ def test_a_repeat_next_night_waits_in_its_own_provisional_incident(warehouse):
     ]
 
 
+def test_a_check_that_failed_weeks_ago_on_an_incident_still_open_is_news_tonight(warehouse):
+    """An incident a month-to-date total keeps open (its bad night carried every night since) does not make
+    every later failure of its other checks a repeat of it: only a failure within the nights a cause stays
+    recent (the stale window and its slack) is."""
+    lw, wh = warehouse
+    store = IncidentStore(wh, ops_schema(wh, "OPS_C2"))
+    weeks_ago = store.record_finding(finding("total_x", "a/b", day=date(2025, 6, 2)))
+    store.record_finding(finding("total_mtd", "a/m", day=date(2025, 6, 2)))
+    for day in range(3, 24):
+        store.record_finding(finding("total_mtd", "a/m", day=date(2025, 6, day)))  # the carry, nightly
+    tonight = store.record_finding(finding("total_x", "a/b", day=date(2025, 6, 23)))
+    assert weeks_ago.incident.status == "open"
+    assert tonight.new_incident and tonight.incident.detail["lane"] == "new"
+    # Within the window it is a repeat: the same check failing the night before, and five nights before.
+    assert (
+        store.record_finding(finding("total_mtd", "a/m", day=date(2025, 6, 24))).incident.detail["lane"]
+        == "repeat"
+    )
+    store.record_finding(finding("volume", "a/v", day=date(2025, 6, 19)))
+    assert (
+        store.record_finding(finding("volume", "a/v", day=date(2025, 6, 24))).incident.detail["lane"]
+        == "repeat"
+    )
+
+
 def test_every_change_of_status_is_an_event_and_only_the_lifecycle_s_changes_are_allowed(warehouse):
     lw, wh = warehouse
     store = IncidentStore(wh, ops_schema(wh, "OPS_D"))
