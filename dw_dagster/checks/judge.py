@@ -401,6 +401,27 @@ def judge(
         out = _verdict(
             adjusted, notes=notes, level=level, calibration=calibration, calibrated_on=calibrated_on
         )
+        quiet = effect < 0 and not absolute and plain.expected and adjusted.expected is not None
+        if (
+            out.severity == "ERROR"
+            and quiet
+            and abs(value - adjusted.expected) < config.min_relative_change * plain.expected
+        ):
+            # A day the business all but closes (a holiday at a twentieth of an ordinary day): its like nights,
+            # a few rows each, say its level loosely, and what it misses against them is a sliver of an
+            # ordinary day's number, less than the smallest move that counts on one.
+            out = out.model_copy(
+                update={
+                    "severity": "WARN",
+                    "notes": [
+                        *out.notes,
+                        f"{today.name}: {value - adjusted.expected:+,.0f} against its like nights' "
+                        f"{adjusted.expected:,.0f} is {100 * abs(value - adjusted.expected) / plain.expected:.1f}% "
+                        f"of an ordinary night's {plain.expected:,.0f}, less than the smallest move that counts "
+                        f"({100 * config.min_relative_change:.0f}%)",
+                    ],
+                }
+            )
         if today is recurring.tonight and recurring.untold is not None:
             # Like an ordinary night either way: half a month-end's run missing is no ordinary night, though
             # it is a rise against one.
