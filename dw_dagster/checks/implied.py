@@ -9,6 +9,11 @@ structure names it, and the ratio's own record decides whether it is one to judg
 history, or a ratio that wanders: other grains, other filters, a price joined in). Both sides move together,
 so the calendar needs no modelling. Recorded values only: it costs the warehouse nothing. Judged on the
 values and, where the totals count their ``ROWS``, on the rows.
+
+A measure converted by a factor joined in from a table no total sums (an amount at the day's exchange rate, a
+quantity at a price) keeps no ratio of values to its sources: the factor moves it. Its rows still flow from
+the sources, so such a total is reconciled on its rows alone (:func:`implied_row_reconciliations`): an inner
+join that drops a new customer's lines is the same step there.
 """
 
 from __future__ import annotations
@@ -57,13 +62,16 @@ def built_from(
     total: RecordedTotal,
     totals: Sequence[RecordedTotal],
     measures: Mapping[str, Sequence[str]],
+    *,
+    factored: bool = False,
 ) -> tuple[str, ...]:
     """The recorded totals upstream whose measures the total's measure is built from, and from nothing else
     (``measures``: each total's measure columns): each one's measure columns are ancestors of the total's
     (column lineage, not merely a table on the path: a total of another column of the same table is not
     one), on another table, the nearest ones (a source whose measure feeds another candidate's gives way to
     it), and every column the total's measure is first derived from is one of theirs or feeds one (a price
-    joined from a table no total sums: none). The one answer to the question, for the implied
+    joined from a table no total sums: none, unless ``factored``, which asks only for the nearest totals it is
+    built from, a factor joined in besides). The one answer to the question, for the implied
     reconciliation and for the diagnosis's share of the sources' rows a total kept."""
     own = _measure(graph, total, measures.get(total.name, ()))
     above = graph.column_ancestors(*own)
@@ -82,7 +90,7 @@ def built_from(
     }
     roots = {c for c in above if graph.columns.in_degree(c) == 0}
     covered = set().union(*(cols | fed[n] for n, cols in nearest.items()))
-    if not nearest or not roots <= covered:
+    if not nearest or not (factored or roots <= covered):
         return ()
     return tuple(sorted(nearest))
 
@@ -108,6 +116,22 @@ def implied_reconciliations(
     out = {}
     for t in totals:
         if sources := implied_sources(graph, t, totals, measures):
+            out[t.name] = sources
+    return out
+
+
+def implied_row_reconciliations(
+    graph: LineageGraph, totals: Sequence[RecordedTotal], measures: Mapping[str, Sequence[str]]
+) -> dict[str, tuple[str, ...]]:
+    """Each total whose measure is its sources' converted by a factor joined in (no value reconciliation is
+    implied: the factor moves the ratio) -> the source totals its rows are reconciled with."""
+    valued = implied_reconciliations(graph, totals, measures)
+    out = {}
+    for t in totals:
+        if t.name in valued:
+            continue
+        sources = built_from(graph, t, totals, measures, factored=True)
+        if sources and not (t.reconcile_with is not None and t.reconcile_with.total in sources):
             out[t.name] = sources
     return out
 
@@ -243,17 +267,28 @@ def reconcile_implied(
     total: RecordedTotal,
     sources: Sequence[str],
     values: Mapping[str, TotalValue],
+    *,
+    rows_only: bool = False,
 ) -> list[ImpliedGap]:
-    """The total against its implied sources on ``day``: on the values, and on the rows where every side
-    counts them. A source not measured in this run leaves the pair unjudged (reading it would cost a scan)."""
+    """The total against its implied sources on ``day``: on the values (unless ``rows_only``: a factor joined
+    in moves them), and on the rows where every side counts them. A source not measured in this run leaves
+    the pair unjudged (reading it would cost a scan)."""
     missing = [s for s in sources if s not in values]
     value = values[total.name]
-    if missing:
-        why = f"{', '.join(missing)} not measured in this run"
+    counted = bool(value.rows) and all(values[s].rows for s in sources if s in values)
+    why = (
+        f"{', '.join(missing)} not measured in this run"
+        if missing
+        else "not every side counts its ROWS"
+        if rows_only and not counted
+        else ""
+    )
+    if why:
         return [
             ImpliedGap(
-                basis="value", sources=list(sources), target=value.value, source_sum=0.0, usual_ratio=None,
-                spread=None, threshold=None, nights=0, judged=False, passed=True, why=why,
+                basis="rows" if rows_only else "value", sources=list(sources), target=value.value,
+                source_sum=0.0, usual_ratio=None, spread=None, threshold=None, nights=0, judged=False,
+                passed=True, why=why,
             )
         ]  # fmt: skip
     # A level an owner accepted for the total starts its ratio's record again.
@@ -266,19 +301,23 @@ def reconcile_implied(
     # Left out: the nights of incidents, and those either side's total flagged.
     past = record.past
     excluded = set().union(*(left_out(past.get(n, {}), record.incident_days) for n in (total.name, *sources)))
-    out = [
-        judge_ratio(
-            day,
-            "value",
-            value.value,
-            {s: values[s].value for s in sources},
-            past.get(total.name, {}),
-            {s: past.get(s, {}) for s in sources},
-            excluded,
-            since,
-        )
-    ]
-    if value.rows and all(values[s].rows for s in sources):
+    out = (
+        []
+        if rows_only
+        else [
+            judge_ratio(
+                day,
+                "value",
+                value.value,
+                {s: values[s].value for s in sources},
+                past.get(total.name, {}),
+                {s: past.get(s, {}) for s in sources},
+                excluded,
+                since,
+            )
+        ]
+    )
+    if counted:
         out.append(
             judge_ratio(
                 day,
@@ -298,8 +337,10 @@ def implied_evidence(
     total: str, gaps: Sequence[ImpliedGap], values: Mapping[str, TotalValue], night: Night
 ) -> dict[str, Any]:
     """The finding's ``reconciliation`` evidence, in a declared one's terms (the diagnosis traces the joins
-    between the sources and the total the same way): the gap's change in the total's units."""
-    by_value = next(g for g in gaps if g.basis == "value")
+    between the sources and the total the same way): the gap's change in the total's units (reconciled on
+    its rows alone: the rows short at tonight's value a row)."""
+    by_value = next((g for g in gaps if g.basis == "value"), gaps[0])
+    per_row = values[total].value / by_value.target if by_value.basis == "rows" and by_value.target else 1.0
     sources = sorted(by_value.sources, key=lambda s: -values[s].value)
     before = [previous_recorded(night.past.get(s, {}), night.day) for s in sources]
     prev_sum = sum(r.value for r in before if r is not None and r.value is not None) if all(before) else None
@@ -309,8 +350,11 @@ def implied_evidence(
         "source": sources[0],
         "sources": sources,
         "passed": False,
-        "gap_change": by_value.shortfall,
-        "tolerance": (by_value.threshold or FLOOR) * (by_value.usual_ratio or 1.0) * by_value.source_sum,
+        "gap_change": by_value.shortfall * per_row,
+        "tolerance": (by_value.threshold or FLOOR)
+        * (by_value.usual_ratio or 1.0)
+        * by_value.source_sum
+        * per_row,
         "groups": [],
         "source_change_pct": change_pct(by_value.source_sum, prev_sum),
         "target_change_pct": None if prev_t is None else change_pct(by_value.target, prev_t.value),
@@ -323,11 +367,18 @@ def implied_problem(total: str, gaps: Sequence[ImpliedGap]) -> str | None:
     failed = [g for g in gaps if g.judged and not g.passed]
     if not failed:
         return None
-    units = next((g.shortfall for g in gaps if g.basis == "value"), 0.0)
+    by = next((g for g in gaps if g.basis == "value"), None)
+    if by is None:
+        rows = next(g.shortfall for g in gaps if g.basis == "rows")
+        return (
+            "; ".join(g.describe(total) for g in failed)
+            + f": {abs(rows):,.0f} rows {'short' if rows >= 0 else 'over'} (a reconciliation the pipeline "
+            f"implies: {total}'s rows come from theirs, its measure converted by a factor joined in)"
+        )
     return (
         "; ".join(g.describe(total) for g in failed)
-        + f": {abs(units):,.0f} units {'short' if units >= 0 else 'over'} (a reconciliation the pipeline "
-        f"implies: {total}'s measure is built from theirs alone)"
+        + f": {abs(by.shortfall):,.0f} units {'short' if by.shortfall >= 0 else 'over'} (a reconciliation the "
+        f"pipeline implies: {total}'s measure is built from theirs alone)"
     )
 
 

@@ -27,7 +27,7 @@ from dw_dagster.checks.attributes import carried_attributes, carried_keys
 from dw_dagster.checks.business_keys import BUSINESS_KEY_CHECK, BusinessKeys, business_key_specs, keyed
 from dw_dagster.checks.freshness import INPUT_FRESHNESS_CHECK, InputFreshnessChecks, input_freshness_specs
 from dw_dagster.checks.history import HistoryStore, NightContext, total_series, volume_series
-from dw_dagster.checks.implied import implied_reconciliations
+from dw_dagster.checks.implied import implied_reconciliations, implied_row_reconciliations
 from dw_dagster.checks.levels import LazyLineage, remediation_levels
 from dw_dagster.checks.measure import Binds, measure
 from dw_dagster.checks.metrics import MetricsFile
@@ -83,6 +83,7 @@ class NightlyChecks:
         self._bases: dict[str, RowBases] = {}
         self._keys: dict[str, set[str]] = {}
         self._implied: dict[str, tuple[str, ...]] = {}
+        self._implied_rows: dict[str, tuple[str, ...]] = {}
         # The series judged on each table share its false-alarm rate (BaselineConfig.false_alarm_rate).
         self.shares: dict[str, int] = {p: 1 for p in self._monitored_paths}
         for t in metrics.totals:
@@ -110,6 +111,7 @@ class NightlyChecks:
                 self._bases[t.name] = row_bases(graph, t, measures, self.metrics.totals)
             # And the reconciliations the column lineage implies between them (implied.py).
             self._implied = implied_reconciliations(graph, self.metrics.totals, measured)
+            self._implied_rows = implied_row_reconciliations(graph, self.metrics.totals, measured)
         return self._attributes
 
     def series_of(self, asset: str) -> list[str]:
@@ -136,6 +138,7 @@ class NightlyChecks:
             self._bases,  # found with the attributes, above
             self._implied,
             self._keys,
+            self._implied_rows,
         )
         volumes = Volumes(
             metrics, self.monitored, [k.asset_key for k in selected if k.name == VOLUME_CHECK], lineage

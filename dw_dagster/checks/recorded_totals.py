@@ -217,16 +217,20 @@ class Totals:
         bases: Mapping[str, RowBases] = {},  # noqa: B006 - read only
         implied: Mapping[str, Sequence[str]] = {},  # noqa: B006 - read only
         keys: Mapping[str, Collection[str]] = {},  # noqa: B006 - read only
+        implied_rows: Mapping[str, Sequence[str]] = {},  # noqa: B006 - read only
     ):
         by_check = {check_name(t): t for t in metrics.totals}
         # Reconciled totals first (declared, then implied): on a bad night the gap to the source is the
         # finding that opens (and titles) the incident, whatever order Dagster hands the selection in.
+        everyone = {**implied_rows, **implied}
         self.selected = sorted(
             (by_check[c] for c in checks),
-            key=lambda t: (t.reconcile_with is None, t.name not in implied, t.name),
+            key=lambda t: (t.reconcile_with is None, t.name not in everyone, t.name),
         )
-        # A total's implied sources are judged with the values this run measures anyway (implied.py).
-        self.implied = {t.name: list(implied[t.name]) for t in self.selected if t.name in implied}
+        # A total's implied sources are judged with the values this run measures anyway (implied.py); on the
+        # rows alone where a factor joined in converts the measure.
+        self.implied = {t.name: list(everyone[t.name]) for t in self.selected if t.name in everyone}
+        self.rows_only = {t.name for t in self.selected if t.name in implied_rows and t.name not in implied}
         # The attributes that are join keys (attributes.carried_keys): judged for a key re-pointed whole.
         self.keys = keys
         self.needed = {t.name: t for t in self.selected}
@@ -369,6 +373,7 @@ class Totals:
                 undrilled=self.undrilled.get(t.name),
                 implied=self.implied.get(t.name, ()),
                 keys=self.keys.get(t.name, ()),
+                rows_only=t.name in self.rows_only,
             )
             for t in self.selected
             if t.name in self.values and not (t.reconcile_with and t.reconcile_with.total in self.errors)
@@ -393,6 +398,7 @@ def evaluate_total(
     undrilled: str | None = None,
     implied: Sequence[str] = (),
     keys: Collection[str] = (),
+    rows_only: bool = False,
 ) -> dg.AssetCheckResult:
     day = night.day
     value = values[total.name]
@@ -549,7 +555,7 @@ def evaluate_total(
     if implied:
         # Sources the column lineage says the measure is built from alone: the ratio to their sum, against
         # its own record (implied.py). A declared reconciliation that failed keeps the evidence.
-        gaps = reconcile_implied(night.day, night, total, implied, values)
+        gaps = reconcile_implied(night.day, night, total, implied, values, rows_only=rows_only)
         metadata["implied_reconciliation"] = evidence["implied_reconciliation"] = implied_note(
             total.name, gaps
         )

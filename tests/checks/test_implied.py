@@ -16,7 +16,7 @@ from test_keys import _node  # a node with its columns' lineage
 
 from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.history import Reading, Recorded, group_rows_series
-from dw_dagster.checks.implied import implied_reconciliations, implied_sources
+from dw_dagster.checks.implied import implied_reconciliations, implied_row_reconciliations, implied_sources
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.checks.recorded_totals import evaluate_total, value_columns
 from dw_dagster.checks.run_context import CheckRun
@@ -224,3 +224,89 @@ def test_the_rows_are_a_second_basis_when_the_values_wander():
     assert "parcel_kg's rows are 93.0% of" in result.description
     assert "parcel_kg against" in result.metadata["implied_reconciliation"].value  # the value: not judged
     assert math.isfinite(findings[0].evidence["reconciliation"]["gap_change"])
+
+
+# Order lines in their document currency, converted to euros at the day's rate joined from a table no total
+# sums, in a fact that inner-joins the customer master.
+ORDERS = LineageGraph([
+    _node("raw/order_lines", {"CUSTOMER_ID": [], "CURRENCY": [], "NET_AMOUNT": []}),
+    _node("ref/fx_rates", {"CURRENCY": [], "RATE_TO_EUR": []}),
+    _node("ref/customers", {"CUSTOMER_ID": [], "CUSTOMER_GROUP_ID": []}),
+    _node("core/fct_order_lines", {"CURRENCY": ["raw/order_lines.CURRENCY"],
+                                   "CUSTOMER_GROUP_ID": ["ref/customers.CUSTOMER_GROUP_ID"],
+                                   "NET_AMOUNT_EUR": ["raw/order_lines.NET_AMOUNT", "ref/fx_rates.RATE_TO_EUR"]}),
+])  # fmt: skip
+LINES = _total("erp_lines", "raw/order_lines", 'SUM("NET_AMOUNT")', "CURRENCY")
+INTAKE = _total("intake_eur", "core/fct_order_lines", 'SUM("NET_AMOUNT_EUR")', "CURRENCY")
+ORDER_TOTALS = [LINES, INTAKE]
+# shape: (graph, totals, the target, its sources)
+FACTORED = {
+    "parcels charged at the account's rate": (PARCELS, PARCEL_TOTALS, CHARGED, [SCANNED, PARTNER]),
+    "order lines at the day's exchange rate": (ORDERS, ORDER_TOTALS, INTAKE, [LINES]),
+}
+
+
+def test_a_measure_converted_by_a_joined_factor_is_reconciled_on_its_rows_alone():
+    assert implied_row_reconciliations(PARCELS, PARCEL_TOTALS, _measures(PARCEL_TOTALS)) == {
+        "charged": ("partner_kg", "scanned_kg")
+    }
+    assert implied_row_reconciliations(ORDERS, ORDER_TOTALS, _measures(ORDER_TOTALS)) == {
+        "intake_eur": ("erp_lines",)
+    }
+    assert implied_reconciliations(ORDERS, ORDER_TOTALS, _measures(ORDER_TOTALS)) == {}
+    # Where the values reconcile, nothing more is implied on the rows alone.
+    assert implied_row_reconciliations(METERS, METER_TOTALS, _measures(METER_TOTALS)) == {}
+
+
+def _factored(shape: str, kept: float, grown: float = 1.0, seed: int = 5):
+    """The target's check tonight: its value at a factor that moves night by night (a rate, a mix of
+    tariffs), its rows those of its sources but ``kept`` of them tonight."""
+    graph, totals, target, sources = FACTORED[shape]
+    rng = random.Random(seed)
+    past: dict[str, dict[date, Recorded]] = {}
+    for t in [target, *sources]:
+        past[t.name], past[group_rows_series(t.name)] = {}, {}
+
+    def night(d: date, kept: float, grown: float) -> dict[str, TotalValue]:
+        week = 0.7 if d.weekday() >= 5 else 1.0
+        out = {}
+        for i, s in enumerate(sources):
+            v = (1 + i) * 40_000 * week * grown * _lognormal(rng, 0.3)
+            out[s.name] = TotalValue(value=v, groups={"K=a": v}, rows={"K=a": round(v / 12)})
+        rows = round(kept * sum(x.rows["K=a"] for x in out.values()))
+        value = kept * sum(x.value for x in out.values()) * 1.1 * _lognormal(rng, 0.05)
+        out[target.name] = TotalValue(value=value, groups={"K=a": value}, rows={"K=a": rows})
+        return out
+
+    for k in range(60, 0, -1):
+        d = DAY - timedelta(days=k)
+        for name, v in night(d, 1.0, 1.0).items():
+            past[name][d] = Recorded(business_date=d, value=v.value, groups={})
+            past[group_rows_series(name)][d] = Recorded(
+                business_date=d, value=sum(v.rows.values()), groups={}
+            )
+    values = night(DAY, kept, grown)
+    findings: list = []
+    n = Night(
+        context=None, run=CheckRun(DAY, "test-run", None, None), warehouse=None, ops=None, history=None,
+        cause_scopes={}, calendar=NO_HOLIDAYS, levels={}, incident_days=set(), past=past,
+        reporter=findings.append, shares={},
+    )  # fmt: skip
+    n.record(target.name, Reading(value=values[target.name].value))
+    implied = implied_row_reconciliations(graph, totals, _measures(totals))[target.name]
+    return evaluate_total(n, target, values, implied=list(implied), rows_only=True), findings, values
+
+
+@pytest.mark.parametrize("shape", FACTORED)
+def test_lines_an_inner_join_drops_are_caught_on_the_rows_where_a_factor_moves_the_values(shape):
+    _, _, target, _ = FACTORED[shape]
+    result, findings, values = _factored(shape, kept=0.95)
+    assert not result.passed and result.severity == dg.AssetCheckSeverity.ERROR, result.description
+    assert f"{target.name}'s rows are 95.0% of" in result.description and "rows short" in result.description
+    rec = findings[0].evidence["reconciliation"]
+    assert rec["inferred"] is True and rec["gap_change"] > 0 and math.isfinite(rec["gap_change"])
+    # The value against its sources is not judged at all: a rate moves it.
+    assert f"{target.name} against" not in result.metadata["implied_reconciliation"].value
+    # A new customer mapped on both sides: its lines grow the sources and the target alike.
+    result, findings, _ = _factored(shape, kept=1.0, grown=1.06)
+    assert result.passed and not findings, result.description
