@@ -45,6 +45,9 @@ MAX_STEP_DAYS = 7
 MIN_STEPS = 10
 RISING = 0.9
 RESET = 0.5
+ANCHORED_RESET = 0.2
+"""A period anchored off the calendar's starts again far lower: its first night is one night's worth (a
+monthly cycle's a thirtieth, a week's a seventh), not a fault's half or a weekly rhythm's quiet day."""
 
 
 def period_start(day: date, period: Period) -> date:
@@ -105,7 +108,7 @@ def _fitting(values: Mapping[date, float]) -> list[tuple[Period, frozenset[date]
             if period_start(a, period) == period_start(b, period):
                 within += 1
                 rising += values[b] >= values[a] - 1e-9 * abs(values[a])
-            elif _dropped(values[a], values[b]):
+            elif _dropped(values[a], values[b], ANCHORED_RESET if "@" in period else RESET):
                 boundaries.add(b)
             elif period_start(a, period) >= days[0]:
                 # A period whose start is on record did not drop at its end. One the record opens in the middle
@@ -117,8 +120,8 @@ def _fitting(values: Mapping[date, float]) -> list[tuple[Period, frozenset[date]
     return out
 
 
-def _dropped(was: float, now: float) -> bool:
-    return was > 0 and now < RESET * was
+def _dropped(was: float, now: float, reset: float = RESET) -> bool:
+    return was > 0 and now < reset * was
 
 
 def detect(values: Mapping[date, float]) -> Period | None:

@@ -31,6 +31,7 @@ from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.checks.reconcile import change_pct, previous_recorded
 from dw_dagster.checks.tonight import Night
 from dw_dagster.checks.total_value import TotalValue
+from dw_dagster.context.joins import equated
 from dw_dagster.context.lineage import Column, LineageGraph
 
 REFERENCES = 7
@@ -70,9 +71,10 @@ def built_from(
     (column lineage, not merely a table on the path: a total of another column of the same table is not
     one), on another table, the nearest ones (a source whose measure feeds another candidate's gives way to
     it), and every column the total's measure is first derived from is one of theirs or feeds one (a price
-    joined from a table no total sums: none, unless ``factored``, which asks only for the nearest totals it is
-    built from, a factor joined in besides). The one answer to the question, for the implied
-    reconciliation and for the diagnosis's share of the sources' rows a total kept."""
+    joined from a table no total sums: none, unless ``factored``, which allows such columns where each is a
+    factor joined in: it meets the rest in a node whose join equates its input with theirs, never in a
+    UNION). The one answer to the question, for the implied reconciliation and for the diagnosis's share of
+    the sources' rows a total kept."""
     own = _measure(graph, total, measures.get(total.name, ()))
     above = graph.column_ancestors(*own)
     if not above:
@@ -90,9 +92,28 @@ def built_from(
     }
     roots = {c for c in above if graph.columns.in_degree(c) == 0}
     covered = set().union(*(cols | fed[n] for n, cols in nearest.items()))
-    if not nearest or not (factored or roots <= covered):
+    if not nearest:
+        return ()
+    if not roots <= covered and not (
+        factored and all(_joined_factor(graph, c, roots - covered) for c in own)
+    ):
         return ()
     return tuple(sorted(nearest))
+
+
+def _joined_factor(graph: LineageGraph, column: Column, factors: set[Column]) -> bool:
+    """Whether ``factors`` (root columns) reach ``column`` only as a factor looked up: where they first meet
+    the other columns it is built from, their input is joined to the others' on a key (an exchange rate on
+    the currency and day), not a second stream of rows beside them (a UNION of adjustments)."""
+    sources = graph.column_sources(column)
+    carrying = [s for s in sources if s in factors or graph.column_ancestors(s) & factors]
+    rest = [s for s in sources if s not in carrying]
+    if not carrying:
+        return True
+    if not rest:
+        return len(sources) == 1 and _joined_factor(graph, sources[0], factors)
+    linked = {frozenset((left[0], right[0])) for left, right in equated(graph, column[0])}
+    return all(f[0] != o[0] and frozenset((f[0], o[0])) in linked for f in carrying for o in rest)
 
 
 def implied_sources(

@@ -54,6 +54,10 @@ from dw_dagster.checks.history import Rebase
 from dw_dagster.checks.neighbours import own_effect
 from dw_dagster.checks.recurring import MATERIAL, Recurring, learn, moves_like_once
 
+ALL_BUT_CLOSED = math.log(0.25)
+"""A calendar night whose like nights ran at a quarter of an ordinary one or less (their effect, in log space:
+one like night of a few heavy-tailed rows measures a thirtieth as anything from a fifth to a hundredth)."""
+
 
 class Judgement(BaseModel):
     severity: Literal["ERROR", "WARN"] | None
@@ -401,15 +405,17 @@ def judge(
         out = _verdict(
             adjusted, notes=notes, level=level, calibration=calibration, calibrated_on=calibrated_on
         )
-        quiet = effect < 0 and not absolute and plain.expected and adjusted.expected is not None
+        quiet = effect <= ALL_BUT_CLOSED and not absolute and plain.expected and adjusted.expected is not None
         if (
             out.severity == "ERROR"
             and quiet
+            and value > 0
             and abs(value - adjusted.expected) < config.min_relative_change * plain.expected
         ):
             # A day the business all but closes (a holiday at a twentieth of an ordinary day): its like nights,
             # a few rows each, say its level loosely, and what it misses against them is a sliver of an
-            # ordinary day's number, less than the smallest move that counts on one.
+            # ordinary day's number, less than the smallest move that counts on one. Not an emptied table,
+            # and not a day that merely runs lower (a holiday at half: its faults are material at its level).
             out = out.model_copy(
                 update={
                     "severity": "WARN",

@@ -274,3 +274,20 @@ def test_a_period_that_starts_where_the_calendar_s_does_not_is_recognised_and_ju
         own = {d: r for d, r in bad.items() if d < later}
         result = _evaluated(total, own, later, bad[later], failed=date(2000, 1, 1))
         assert not result.passed and "increment" in result.description, (seed, result.description)
+
+
+def test_a_stock_half_lost_once_or_a_weekly_climb_is_no_anchored_period():
+    """A period anchored off the calendar's starts again at one night's worth: a stock that only grows, half
+    of it lost one night and reloaded the next, and a daily number that climbs from Sunday to Saturday (a
+    Sunday at a third of the Saturday before), are not cumulative."""
+    rng = random.Random(4)
+    start = date(2026, 8, 31)
+    stock = {start + timedelta(days=k): 1_000_000 + 20_000 * k * (1 + rng.gauss(0, 0.01)) for k in range(45)}
+    stock[date(2026, 9, 14)] *= 0.45
+    assert cumulative.detect(stock) is None
+    climb = {
+        start + timedelta(days=k): (30 + 70 * ((start + timedelta(days=k)).weekday() + 1) % 7 / 6)
+        * (1 + rng.gauss(0, 0.03))
+        for k in range(56)
+    }
+    assert cumulative.detect(climb) is None

@@ -99,3 +99,25 @@ def test_a_holiday_that_ran_at_half_and_fell_to_a_tenth_is_an_error(shape):
         errors.append(verdict.severity == "ERROR")
     # One like night of heavy-tailed amounts says its effect loosely: it may hold a tenth as its noise.
     assert sum(errors) >= 4, errors
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_an_emptied_holiday_or_one_that_runs_at_half_keeps_its_faults(shape):
+    """The rule is for days all but closed, and never for an emptied table: a holiday at a sixth of an ordinary
+    day emptied, and one at half that lost half its rows, are ERRORs as before."""
+    s = SHAPES[shape]
+    for seed in range(6):
+        rng, history = s.history(seed, holiday=s.holiday * 5)
+        verdict = judge(history, s.tonight, 0.0, CONFIG, Direction.BOTH, calendar=s.calendar)
+        assert verdict.severity == "ERROR", (seed, verdict.describe())
+    errors = []
+    for seed in range(6):
+        rng, history = s.history(seed, holiday=0.5)
+        ordinary = s.weekday_rows * (s.weekend if s.tonight.weekday() >= 5 else 1.0)
+        value = s.amount(rng, ordinary * 0.25)
+        verdict = judge(history, s.tonight, value, CONFIG, Direction.BOTH, calendar=s.calendar)
+        # Judged on its like night as before, never excused as a sliver (one like night of heavy-tailed
+        # amounts says its effect loosely: the industrial load's cannot tell a half from noise).
+        assert "less than the smallest move that counts" not in verdict.describe(), (seed, verdict.describe())
+        errors.append(verdict.severity == "ERROR")
+    assert shape == "seven-day industrial load" or sum(errors) >= 4, errors

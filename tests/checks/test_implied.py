@@ -54,7 +54,9 @@ PARCELS = LineageGraph([
                                 "KG": ["raw/depot_scans.KG", "raw/partner_parcels.WEIGHT_G"]}),
     _node("core/fct_parcels", {"SITE": ["stage/stg_parcels.SITE"], "ACCOUNT_ID": ["stage/stg_parcels.ACCOUNT_ID"],
                                "KG": ["stage/stg_parcels.KG"],
-                               "CHARGE": ["stage/stg_parcels.KG", "ref/accounts.RATE"]}),
+                               "CHARGE": ["stage/stg_parcels.KG", "ref/accounts.RATE"]},
+          """FROM {{ ref('STAGE', 'STG_PARCELS') }} "P" INNER JOIN {{ ref('REF', 'ACCOUNTS') }} "A"
+             ON "P"."ACCOUNT_ID" = "A"."ACCOUNT_ID" """),
 ])  # fmt: skip
 SCANNED = _total("scanned_kg", "raw/depot_scans", 'SUM("KG")', "DEPOT")
 PARTNER = _total("partner_kg", "raw/partner_parcels", 'SUM("WEIGHT_G" / 1000)', "HUB")
@@ -234,7 +236,19 @@ ORDERS = LineageGraph([
     _node("ref/customers", {"CUSTOMER_ID": [], "CUSTOMER_GROUP_ID": []}),
     _node("core/fct_order_lines", {"CURRENCY": ["raw/order_lines.CURRENCY"],
                                    "CUSTOMER_GROUP_ID": ["ref/customers.CUSTOMER_GROUP_ID"],
-                                   "NET_AMOUNT_EUR": ["raw/order_lines.NET_AMOUNT", "ref/fx_rates.RATE_TO_EUR"]}),
+                                   "NET_AMOUNT_EUR": ["raw/order_lines.NET_AMOUNT", "ref/fx_rates.RATE_TO_EUR"]},
+          """FROM {{ ref('RAW', 'ORDER_LINES') }} "L"
+             INNER JOIN {{ ref('REF', 'CUSTOMERS') }} "C" ON "L"."CUSTOMER_ID" = "C"."CUSTOMER_ID"
+             LEFT JOIN {{ ref('REF', 'FX_RATES') }} "FX" ON "FX"."CURRENCY" = "L"."CURRENCY" """),
+])  # fmt: skip
+# The same fact fed by a UNION of the order lines and manual adjustments no total sums: a second stream of
+# rows, not a factor, so nothing is implied on the rows either.
+ADJUSTED = LineageGraph([
+    _node("raw/order_lines", {"CURRENCY": [], "NET_AMOUNT": []}),
+    _node("raw/adjustments", {"CURRENCY": [], "AMOUNT": []}),
+    _node("core/fct_order_lines", {"CURRENCY": ["raw/order_lines.CURRENCY", "raw/adjustments.CURRENCY"],
+                                   "NET_AMOUNT_EUR": ["raw/order_lines.NET_AMOUNT", "raw/adjustments.AMOUNT"]},
+          """FROM {{ ref('RAW', 'ORDER_LINES') }} UNION ALL SELECT * FROM {{ ref('RAW', 'ADJUSTMENTS') }}"""),
 ])  # fmt: skip
 LINES = _total("erp_lines", "raw/order_lines", 'SUM("NET_AMOUNT")', "CURRENCY")
 INTAKE = _total("intake_eur", "core/fct_order_lines", 'SUM("NET_AMOUNT_EUR")', "CURRENCY")
@@ -254,8 +268,10 @@ def test_a_measure_converted_by_a_joined_factor_is_reconciled_on_its_rows_alone(
         "intake_eur": ("erp_lines",)
     }
     assert implied_reconciliations(ORDERS, ORDER_TOTALS, _measures(ORDER_TOTALS)) == {}
-    # Where the values reconcile, nothing more is implied on the rows alone.
+    # Where the values reconcile, nothing more is implied on the rows alone; nor where the uncovered input is
+    # a second stream of rows (a UNION), not a factor joined on a key.
     assert implied_row_reconciliations(METERS, METER_TOTALS, _measures(METER_TOTALS)) == {}
+    assert implied_row_reconciliations(ADJUSTED, ORDER_TOTALS, _measures(ORDER_TOTALS)) == {}
 
 
 def _factored(shape: str, kept: float, grown: float = 1.0, seed: int = 5):
