@@ -8,6 +8,7 @@ import random
 from datetime import date, timedelta
 
 import pytest
+from draws import poisson
 
 from dw_dagster.checks.baseline import (
     BaselineConfig,
@@ -109,14 +110,6 @@ def test_small_counts_keep_their_absolute_rule():
     assert judge(small, day, 0, BaselineConfig()).severity == "ERROR"  # emptied: whatever the spread
 
 
-def _poisson(rng: random.Random, mean: float) -> float:
-    # Knuth's method: a day's count of rare events.
-    k, p, floor = 0, 1.0, math.exp(-mean)
-    while (p := p * rng.random()) > floor:
-        k += 1
-    return float(k)
-
-
 @pytest.mark.parametrize(
     ("shape", "mean"),
     [("refunds a day", 2.0), ("payments a day returned by the bank", 4.0)],
@@ -127,7 +120,7 @@ def test_a_small_count_that_is_sometimes_zero_is_not_emptied_by_a_zero(shape: st
     frequency: about one night in seven, and one in fifty)."""
     rng = random.Random(7)
     start = date(2025, 3, 3)
-    series = {start + timedelta(days=k): _poisson(rng, mean) for k in range(120)}
+    series = {start + timedelta(days=k): poisson(rng, mean) for k in range(120)}
     zeros = [d for d in sorted(series)[60:] if series[d] == 0]
     assert zeros, shape
     for d in zeros:

@@ -9,12 +9,12 @@ traded on an earlier weekday holiday on its record."""
 
 from __future__ import annotations
 
-import math
 import random
 from datetime import date, timedelta
 
 import dagster as dg
 import pytest
+from draws import poisson
 
 from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.history import Reading, Recorded, group_rows_series
@@ -25,15 +25,6 @@ from dw_dagster.checks.tonight import Night
 from dw_dagster.checks.total_value import TotalValue
 
 EVERY_DAY = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
-
-
-def _poisson(rng: random.Random, mean: float) -> int:
-    limit, k, p = math.exp(-mean), 0, 1.0
-    while True:
-        p *= rng.random()
-        if p <= limit:
-            return k
-        k += 1
 
 
 class Shape:
@@ -59,7 +50,7 @@ class Shape:
             closes = holiday and d.weekday() < 5 and not trades_on_holidays
             if g == gone or (g == self.closed and closes):
                 continue
-            k = _poisson(rng, n * (self.dip if holiday else 1.0))
+            k = poisson(rng, n * (self.dip if holiday else 1.0))
             values[f"{self.key}={g}"] = sum(rng.lognormvariate(3.5, 1.3) for _ in range(k))
             rows[f"{self.key}={g}"] = k
         return values, rows

@@ -8,11 +8,11 @@ with every group present, raise nothing."""
 
 from __future__ import annotations
 
-import math
 import random
 from datetime import date, timedelta
 
 import pytest
+from draws import poisson
 from test_calendar_learned import NO_CALENDAR, SHOP_DAYS
 
 from dw_dagster.checks.groups import judge_groups
@@ -21,15 +21,6 @@ from dw_dagster.checks.judge import judge
 from dw_dagster.checks.metrics import RecordedTotal
 
 START = date(2025, 8, 4)  # a Monday
-
-
-def _poisson(rng: random.Random, mean: float) -> int:
-    limit, k, p = math.exp(-mean), 0, 1.0
-    while True:
-        p *= rng.random()
-        if p <= limit:
-            return k
-        k += 1
 
 
 class Shape:
@@ -53,7 +44,7 @@ class Shape:
         for g in self.groups:
             if g == gone or (g == self.sparse and rng.random() < 0.5):
                 continue
-            n = _poisson(rng, self.rows * factor / len(self.groups))
+            n = poisson(rng, self.rows * factor / len(self.groups))
             out[f"{self.key}={g}"] = sum(rng.lognormvariate(3.5, 1.3) for _ in range(n))
         return out
 

@@ -10,7 +10,7 @@ import random
 from datetime import date, timedelta
 
 import pytest
-from test_group_gone_calendar_night import _poisson
+from draws import poisson
 
 from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.groups import judge_groups
@@ -45,7 +45,7 @@ def _night(rng: random.Random, shape, d: date, gone: str | None = None) -> tuple
     values, counts = {}, {}
     for g in range(1, groups + 1):
         label = f"{key}={g}"
-        n = 0 if label == gone else _poisson(rng, rows * _factor(calendar, d) / groups)
+        n = 0 if label == gone else poisson(rng, rows * _factor(calendar, d) / groups)
         if n:
             values[label] = sum(rng.lognormvariate(3.5, 1.3) for _ in range(n))
             counts[label] = float(n)

@@ -13,6 +13,7 @@ from datetime import date, timedelta
 
 import dagster as dg
 import pytest
+from draws import poisson
 
 from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.history import Reading, Recorded, group_rows_series
@@ -26,15 +27,6 @@ EVERY_DAY = BusinessCalendar.model_validate(
     {"business_days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"], "holidays": []}
 )
 TONIGHT = date(2026, 3, 18)  # a Wednesday
-
-
-def _poisson(rng: random.Random, mean: float) -> int:
-    limit, k, p = math.exp(-mean), 0, 1.0
-    while True:
-        p *= rng.random()
-        if p <= limit:
-            return k
-        k += 1
 
 
 # Each group: rows a night (Poisson) and a row's typical value (log-normal, sigma 0.5, with its sign).
@@ -53,7 +45,7 @@ SHAPES = {
 def _night(rng: random.Random, key: str, groups, fault: tuple[str, str] | None, extra=None):
     values, rows = {}, {}
     for g, (n, typical) in {**groups, **(extra or {})}.items():
-        k = _poisson(rng, n)
+        k = poisson(rng, n)
         amounts = [math.copysign(abs(typical) * rng.lognormvariate(0, 0.5), typical) for _ in range(k)]
         if fault and fault[0] == g:
             amounts = [] if fault[1] == "gone" else [-a for a in amounts]
