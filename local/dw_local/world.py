@@ -203,6 +203,21 @@ class PortInUse(WorldError):
         super().__init__(f"port {port} ({what}) is in use{by}")
 
 
+class ForeignSnowflake(PortInUse):
+    """Another local world's Snowflake answers on this world's port: it took the port between the pick and
+    this world's bind (the suite builds templates side by side). A port taken, so a picked one is picked
+    again (``LocalWorld.start``)."""
+
+    def __init__(self, port: int, theirs: str):
+        WorldError.__init__(
+            self,
+            f"port {port}: another local Snowflake answers there (data in {theirs}), not this world's; "
+            "start it again on free ports",
+        )
+        self.port, self.what = port, SERVICE_NAMES["snowflake"]
+        self.holder_root = Path(theirs).parent
+
+
 def port_holder(port: int) -> tuple[int, str] | None:
     """The process listening on ``port`` and its command line, if this machine says (Linux's /proc; only
     this user's processes are visible)."""
@@ -566,10 +581,7 @@ class LocalWorld:
             return False
         theirs = answer.json().get("data_dir")
         if theirs != str((self.root / "snowflake").resolve()):
-            raise RuntimeError(
-                f"port {self.ports.snowflake}: another local Snowflake answers there (data in {theirs}), "
-                "not this world's; start it again on free ports"
-            )
+            raise ForeignSnowflake(self.ports.snowflake, str(theirs))
         return True
 
     @staticmethod

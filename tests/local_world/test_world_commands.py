@@ -335,5 +335,10 @@ def test_a_world_never_takes_another_worlds_snowflake_for_its_own(tmp_path):
     with LocalWorld(tmp_path / "a", services=("snowflake",)) as a:
         b = LocalWorld(tmp_path / "b", ports=WorldPorts(snowflake=a.ports.snowflake), services=("snowflake",))
         assert a._snowflake_up()
-        with pytest.raises(RuntimeError, match=rf"port {a.ports.snowflake}: another local Snowflake answers"):
+        with pytest.raises(PortInUse, match=rf"port {a.ports.snowflake}: another local Snowflake answers"):
             b._snowflake_up()
+        # A port picked free and taken by another world before the bind is picked again: the world starts.
+        c = LocalWorld(tmp_path / "c", services=("snowflake",))
+        c.ports.snowflake = a.ports.snowflake
+        with c:
+            assert c.ports.snowflake != a.ports.snowflake and c._snowflake_up()
