@@ -142,11 +142,16 @@ def implied_reconciliations(
 
 
 def implied_row_reconciliations(
-    graph: LineageGraph, totals: Sequence[RecordedTotal], measures: Mapping[str, Sequence[str]]
+    graph: LineageGraph,
+    totals: Sequence[RecordedTotal],
+    measures: Mapping[str, Sequence[str]],
+    valued: Mapping[str, tuple[str, ...]] | None = None,
 ) -> dict[str, tuple[str, ...]]:
     """Each total whose measure is its sources' converted by a factor joined in (no value reconciliation is
-    implied: the factor moves the ratio) -> the source totals its rows are reconciled with."""
-    valued = implied_reconciliations(graph, totals, measures)
+    implied: the factor moves the ratio) -> the source totals its rows are reconciled with. ``valued``: the
+    ``implied_reconciliations`` already found, not walked again."""
+    if valued is None:
+        valued = implied_reconciliations(graph, totals, measures)
     out = {}
     for t in totals:
         if t.name in valued:

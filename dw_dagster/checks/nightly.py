@@ -111,7 +111,9 @@ class NightlyChecks:
                 self._bases[t.name] = row_bases(graph, t, measures, self.metrics.totals)
             # And the reconciliations the column lineage implies between them (implied.py).
             self._implied = implied_reconciliations(graph, self.metrics.totals, measured)
-            self._implied_rows = implied_row_reconciliations(graph, self.metrics.totals, measured)
+            self._implied_rows = implied_row_reconciliations(
+                graph, self.metrics.totals, measured, self._implied
+            )
         return self._attributes
 
     def series_of(self, asset: str) -> list[str]:

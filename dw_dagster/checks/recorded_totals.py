@@ -230,7 +230,7 @@ class Totals:
         # A total's implied sources are judged with the values this run measures anyway (implied.py); on the
         # rows alone where a factor joined in converts the measure.
         self.implied = {t.name: list(everyone[t.name]) for t in self.selected if t.name in everyone}
-        self.rows_only = {t.name for t in self.selected if t.name in implied_rows and t.name not in implied}
+        self.rows_only = {t.name for t in self.selected if t.name in implied_rows}
         # The attributes that are join keys (attributes.carried_keys): judged for a key re-pointed whole.
         self.keys = keys
         self.needed = {t.name: t for t in self.selected}
