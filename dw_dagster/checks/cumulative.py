@@ -161,6 +161,28 @@ def period_of(declared: str, values: Mapping[date, float], day: date, value: flo
     )
 
 
+def detection_values(own: Mapping[date, Recorded], day: date, value: float) -> dict[date, float]:
+    """The record a period is detected from before ``day`` (``value`` tonight): the clean nights, and a flagged
+    night that fell below half of the night before it and stayed there on the next (tonight, if it is the
+    last): a reset read as a fault while no period was known, as the first one on record always is. A bad
+    night's drop that the next night undid (a stock emptied one night and reloaded) stays out, and so does
+    every other flagged night: its value is no period's shape."""
+    nights = sorted((d, r.value) for d, r in own.items() if r.value is not None and d < day)
+    nights.append((day, value))
+    out: dict[date, float] = {}
+    for (a, was), (d, now), (c, then) in zip(nights, nights[1:], nights[2:], strict=False):
+        if not own[d].flagged or (
+            (d - a).days <= MAX_STEP_DAYS
+            and (c - d).days <= MAX_STEP_DAYS
+            and _dropped(was, now)
+            and _dropped(was, then)
+        ):
+            out[d] = now
+    if nights[:-1] and not own[nights[0][0]].flagged:
+        out[nights[0][0]] = nights[0][1]
+    return out
+
+
 def repeats(own: Mapping[date, Recorded]) -> set[date]:
     """The nights whose record repeats the night before it exactly, the total and every group: nothing was
     added, as when the node was not rebuilt (a failed or skipped build recorded its stale value), or on a

@@ -405,12 +405,10 @@ def evaluate_total(
     own = night.past[total.name]
     excluded = night.excluded(own)
     # A month-to-date total is judged on tonight's increment, as an ordinary daily number (cumulative.py).
-    # Detected from the clean nights: a bad night's drop (half a stock lost) is no period's start.
+    # Detected from the clean nights and the resets read as faults before the period was known: a bad night's
+    # drop that the next night undid (a stock emptied and reloaded) is no period's start.
     period = cumulative.period_of(
-        total.cumulative,
-        {d: r.value for d, r in own.items() if r.value is not None and not r.flagged},
-        day,
-        value.value,
+        total.cumulative, cumulative.detection_values(own, day, value.value), day, value.value
     )
     judged, judged_value, judged_groups = own, value.value, value.groups
     tonight = cumulative.tonight(own, day, value.value, value.groups, period) if period else None

@@ -291,3 +291,53 @@ def test_a_stock_half_lost_once_or_a_weekly_climb_is_no_anchored_period():
         for k in range(56)
     }
     assert cumulative.detect(climb) is None
+
+
+def _watched(total: RecordedTotal, history: dict[date, Recorded], start: date) -> dict[date, Recorded]:
+    """The total watched night after night from ``start``, each night's record flagged as its check left it."""
+    own = {d: r for d, r in history.items() if d < start}
+    for day in sorted(d for d in history if d >= start):
+        night = Night(
+            context=None, run=CheckRun(day, "test-run", None, None), warehouse=None, ops=None, history=None,
+            cause_scopes={}, calendar=BusinessCalendar.model_validate({"holidays": []}), levels={},
+            incident_days=set(), past={total.name: own}, reporter=lambda finding: None, shares={total.asset: 2},
+        )  # fmt: skip
+        value = TotalValue(value=history[day].value, groups=history[day].groups)
+        night.record(total.name, Reading(value=value.value, groups=value.groups))
+        evaluate_total(night, total, {total.name: value})
+        own = {**own, day: history[day].model_copy(update={"flagged": night.readings[total.name].flagged})}
+    return own
+
+
+@pytest.mark.parametrize(
+    ("period", "start"),
+    [("month@28", date(2026, 7, 29)), ("month", date(2026, 8, 2)), ("quarter", date(2026, 7, 2))],
+)
+def test_a_reset_read_as_a_fault_before_its_period_was_known_starts_the_period_the_next_night(period, start):
+    """Watched from before its first reset, a total to date has no period on record: its first reset is a
+    fall of nine tenths, flagged. The next night, that fall, kept by the night after it, is the period's
+    start: the total is judged on its increments from then on, and its first reset is the only flagged night.
+    A stock emptied one night and reloaded the next is still no period."""
+    total = RecordedTotal.model_validate(
+        {
+            "name": "to_date",
+            "owner": "o",
+            "asset": "a/b",
+            "sql": "SELECT 1 AS VALUE",
+            "baseline": {"weeks": 6},
+        }
+    )
+    for seed in range(3):
+        history = _to_date(_payments(start, 100, seed=seed), period)
+        first = min(d for d in history if d == cumulative.period_start(d, period) and d > start)
+        flagged = sorted(
+            d for d, r in _watched(total, history, start + timedelta(days=10)).items() if r.flagged
+        )
+        assert flagged == [first], (period, seed, flagged)
+    stock = {date(2026, 8, 2) + timedelta(days=k): 1_000_000 + 20_000 * k for k in range(60)}
+    own = {d: Recorded(business_date=d, value=v) for d, v in stock.items()}
+    emptied = date(2026, 9, 14)
+    own[emptied] = Recorded(business_date=emptied, value=1_000.0, flagged=True)
+    later = date(2026, 9, 20)
+    values = cumulative.detection_values({d: r for d, r in own.items() if d < later}, later, stock[later])
+    assert emptied not in values and cumulative.period_of("auto", values, later, stock[later]) is None
