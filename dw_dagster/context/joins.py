@@ -64,6 +64,35 @@ class Reaching:
 
 
 @dataclass(frozen=True)
+class Derived:
+    """A FROM that is a subquery of selects of one table each, unioned (two registers of one kind of row in one
+    layout): the rows that reach its joins. A UNION matches its inputs' columns by position, so each input's
+    column at each position is what the subquery's column of that position holds."""
+
+    sql: str
+    """The subquery as the node writes it, refs resolved: ``(SELECT ... UNION ALL SELECT ...)``."""
+    columns: tuple[str, ...]
+    """Its columns' names (the first select's)."""
+    inputs: tuple[tuple[str, tuple[str | None, ...]], ...]
+    """Each input: its fully quoted table and, by position, the column it selects (None: a literal or an
+    expression)."""
+
+    def sources(self, column: str) -> list[tuple[str, str]]:
+        """The inputs' (table, column) that the subquery's ``column`` is read from."""
+        if column not in self.columns:
+            return []
+        at = self.columns.index(column)
+        return [(table, read[at]) for table, read in self.inputs if read[at] is not None]
+
+    def column_for(self, table: str, column: str) -> str | None:
+        """The subquery's column that ``table``'s ``column`` is read into."""
+        for name, read in self.inputs:
+            if name == table and column in read:
+                return self.columns[read.index(column)]
+        return None
+
+
+@dataclass(frozen=True)
 class ParsedJoin:
     kind: str
     """INNER, LEFT, RIGHT, FULL or CROSS."""
@@ -83,10 +112,21 @@ class ParsedJoin:
     reaching: Reaching | None = None
     """The rows that reach the join, when its relations read a table joined before the left one (a session's
     date against the version of its subscriber's plan). None: the left table itself."""
+    derived: Derived | None = None
+    """The left side when it is a subquery (a UNION of registers): ``left_table`` is then its alias, quoted,
+    which names no table."""
+
+    def left_sources(self, column: str) -> list[tuple[str, str]]:
+        """The tables and columns the left side's ``column`` is read from: the left table's own, or each
+        input's of a subquery."""
+        return self.derived.sources(column) if self.derived is not None else [(self.left_table, column)]
 
     def left_from(self, *read: str | None) -> str:
-        """What the measurements read as the join's left side (alias ``L``): the left table; or the rows that
-        reach the join, with the left table's columns, the relations' and ``read`` (``"ALIAS.COLUMN"``)."""
+        """What the measurements read as the join's left side (alias ``L``): the left table, or the subquery;
+        or the rows that reach the join, with the left table's columns, the relations' and ``read``
+        (``"ALIAS.COLUMN"``)."""
+        if self.derived is not None:
+            return self.derived.sql
         if self.reaching is None:
             return self.left_table
         names = [*(c for r in self.relations for c in r.left_columns), *(c for c in read if c)]
@@ -202,6 +242,49 @@ def _reaching(
     return Reaching(source, ident[left], others)
 
 
+def _selects(query: exp.Expression) -> list[exp.Select] | None:
+    """The selects a UNION [ALL] of them is made of, in order; None for anything else (an INTERSECT, a
+    subquery nested in one)."""
+    if isinstance(query, exp.Select):
+        return [query]
+    if isinstance(query, exp.Union):
+        left, right = _selects(query.left), _selects(query.right)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def _derived(source: exp.Expression) -> Derived | None:
+    """A FROM subquery of selects of one table each (no join, no star, no grouping), unioned; None for
+    anything else, whose rows the diagnosis does not read."""
+    if not isinstance(source, exp.Subquery) or not source.alias_or_name:
+        return None
+    selects = _selects(source.this)
+    if not selects:
+        return None
+    inputs = []
+    for select in selects:
+        table = (select.args.get("from_") or select.args.get("from") or exp.From()).this
+        if (
+            not isinstance(table, exp.Table)
+            or select.args.get("joins")
+            or select.args.get("group")
+            or any(isinstance(e, exp.Star) or e.find(exp.Star) for e in select.expressions)
+        ):
+            return None
+        read = tuple(
+            inner.name if isinstance(inner := e.unalias(), exp.Column) else None for e in select.expressions
+        )
+        inputs.append((".".join(quote_identifier(p.name) for p in table.parts), read))
+    columns = tuple(e.alias_or_name for e in selects[0].expressions)
+    if (
+        not all(columns)
+        or len(set(columns)) != len(columns)
+        or any(len(r) != len(columns) for _, r in inputs)
+    ):
+        return None
+    return Derived(f"({source.this.sql(dialect='snowflake')})", columns, tuple(inputs))
+
+
 def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], str]) -> NodeSql:
     """The FROM table, the joins (with the table on each side of their equalities) and the filters of a
     Coalesce join condition. Raises :class:`JoinParseError`."""
@@ -221,6 +304,8 @@ def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], st
 
     add(source.this)
     from_alias = source.this.alias_or_name if isinstance(source.this, exp.Table) else None
+    derived = _derived(source.this)
+    derived_alias = source.this.alias_or_name if derived is not None else None
     where = _conjuncts(tree.args["where"].this) if tree.args.get("where") else []
     out = NodeSql(tables.get(from_alias) if from_alias else None, aliases=tables)
     for index, join in enumerate(tree.args.get("joins") or []):
@@ -228,6 +313,8 @@ def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], st
         right_alias = join.this.alias_or_name
         kind = (join.side or join.kind or "INNER").upper()
         pairs: list[tuple[str, str]] = []
+        unread = False
+        """A condition on the subquery other than an equality: the rows it drops are not measured as written."""
         extra: list[str] = []
         related: list[exp.Expression] = []
         left_alias = None
@@ -239,7 +326,7 @@ def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], st
                 # The pairs of one left table: an ON that also equates a column of another table joined
                 # before (``P.ITEM = L.ITEM AND P.REGION = I.REGION``) keeps that table's pair out, rather
                 # than reading I's column on L's table.
-                if b.table == right_alias and a.table in tables and a.table != right_alias:
+                if b.table == right_alias and a.table != right_alias and a.table in (*tables, derived_alias):
                     if left_alias in (None, a.table):
                         pairs.append((a.name, b.name))
                         left_alias = a.table
@@ -249,10 +336,26 @@ def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], st
                 extra.append(shown)
             elif _relates(cond, right_alias, tables):
                 related.append(cond)
+            elif derived_alias and any(c.table == derived_alias for c in cond.find_all(exp.Column)):
+                unread = True
         # A WHERE on the right side alone drops the left rows it does not match, as an inner join would.
         extra += [s for s in (_on_alias(c, right_alias, "R") for c in where) if s]
         related += [c for c in where if _relates(c, right_alias, tables)]
-        if pairs and left_alias and right_alias in tables:
+        if pairs and left_alias == derived_alias and right_alias in tables and derived is not None:
+            if not unread and not related and all(c in derived.columns for c, _ in pairs):
+                out.joins.append(
+                    ParsedJoin(
+                        kind,
+                        quote_identifier(left_alias),
+                        tables[right_alias],
+                        pairs,
+                        tuple(extra),
+                        right_alias,
+                        left_alias,
+                        derived=derived,
+                    )
+                )
+        elif pairs and left_alias and right_alias in tables:
             relations, others = _relations(related, left_alias, right_alias)
             earlier = {a: t for a, t in tables.items() if a != right_alias}
             out.joins.append(

@@ -48,13 +48,20 @@ def _only(
     ctx: DiagnosisContext, node: str, column: str, join: ParsedJoin, values: list
 ) -> tuple[str, list] | None:
     """The join's left rows that carry ``values`` of ``node``'s ``column`` (typed as the left table holds
-    them); None when the left table does not carry the column (then every left row is measured)."""
-    left = ctx.graph.key_for_table(join.left_table)
-    traced = ctx.graph.trace_column((node, column), left) if left else None
-    if traced is None or not values:
+    them); None when the left side does not carry the column (then every left row is measured). A subquery
+    of registers carries it when one of its inputs does, under the subquery's own name for it."""
+    if not values:
         return None
-    kind = ctx.graph.info(left).type_of(traced[1])  # type: ignore[arg-type]
-    return traced[1], [typed(v, kind) for v in values]
+    inputs = [t for t, _ in join.derived.inputs] if join.derived is not None else [join.left_table]
+    for written in inputs:
+        left = ctx.graph.key_for_table(written)
+        traced = ctx.graph.trace_column((node, column), left) if left else None
+        if traced is None:
+            continue
+        name = join.derived.column_for(written, traced[1]) if join.derived is not None else traced[1]
+        if name is not None:
+            return name, [typed(v, ctx.graph.info(traced[0]).type_of(traced[1])) for v in values]
+    return None
 
 
 def dropped_upstream(ctx: DiagnosisContext, lookup: str, column: str, values: list) -> UpstreamDrop | None:
@@ -155,9 +162,11 @@ def chain_keys(ctx: DiagnosisContext, node: str, join: ParsedJoin) -> list[Level
     while i < len(chain) and len(seen) <= MAX_DEPTH + 1:
         j = chain[i]
         i += 1
-        left = graph.key_for_table(j.left_table)
         right = graph.key_for_table(j.right_table)
-        ends = [{(k, c) for k, c in ((left, lc), (right, rc)) if k is not None} for lc, rc in j.on]
+        ends = [
+            {(k, c) for t, c in [*j.left_sources(lc), (j.right_table, rc)] if (k := graph.key_for_table(t))}
+            for lc, rc in j.on
+        ]
         level = None
         for owner in [node, *([lookup] if lookup and i > 1 else [])]:
             columns = _carried(ctx, owner, ends)

@@ -26,9 +26,8 @@ from zoneinfo import ZoneInfo
 
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.context.joins import ParsedJoin
-from dw_dagster.context.lineage import Column, LineageGraph
 from dw_dagster.incidents.evidence import HISTORY_DAYS, DiagnosisContext, last_good_night
-from dw_dagster.incidents.structure import source_column, table, time_columns
+from dw_dagster.incidents.structure import key_tables, table, time_columns
 from dw_dagster.records.incidents import JoinEffect, KeyGap
 from dw_dagster.records.keys import plain, same_key, typed
 from dw_dagster.sql import placeholders, quote_identifier
@@ -137,13 +136,6 @@ def on_table(ctx: DiagnosisContext, key: str, column: str, values: list[str]) ->
     return None if found is None else {str(k[0]): n for k, n in found.items()}
 
 
-def _one_table(graph: LineageGraph, columns: list[Column | None]) -> tuple[str, list[str]] | None:
-    """The Source table all of a key's columns are read from, and its columns; None if they are not one's."""
-    if not columns or any(c is None or c[0] != columns[0][0] for c in columns):
-        return None
-    return columns[0][0], [c[1] for c in columns]
-
-
 def _in_history(history: dict, column: str, value: str | None, until: date | None = None) -> bool:
     """Whether a night of ``history`` (up to ``until``, when given) had the key among its groups."""
     return any(
@@ -171,24 +163,28 @@ def key_origins(
     on = join.on if join is not None else []
     values = [k.values for k in keys if all(v is not None for v in k.values)]
 
-    seen: dict[Keys, date | None] = {}
-    src = _one_table(graph, [source_column(graph, (left_key, lc)) for lc, _ in on]) if left_key else None
-    if src is not None:
-        seen = first_seen_in_rows(ctx, src[0], src[1], values)
-    reference: tuple[str, list[str]] | None = None
+    # Each Source table the key is read from (each input of a union of registers): when its rows first
+    # appear in any of them, and whether any of the reference's holds it still.
+    sources = key_tables(graph, left_key, [lc for lc, _ in on]) if left_key and on else []
+    seen: dict[Keys, tuple[date | None, str]] = {}
+    for source, columns in sources:
+        for k, first in first_seen_in_rows(ctx, source, columns, values).items():
+            if k not in seen or (first is not None and (seen[k][0] is None or first < seen[k][0])):
+                seen[k] = (first, source)
+    references: list[tuple[str, list[str]]] = []
     present: dict[Keys, int] | None = None
     if on and right_key is not None:
-        reference = _one_table(graph, [source_column(graph, (right_key, r)) for _, r in on]) or (
-            right_key,
-            [r for _, r in on],
-        )
-        present = rows_on_table(ctx, reference[0], reference[1], values)
-    where = src[0] if src else effect.left
+        references = key_tables(graph, right_key, [r for _, r in on]) or [(right_key, [r for _, r in on])]
+        counts = [rows_on_table(ctx, reference, columns, values) for reference, columns in references]
+        # Unmeasured in one of them: whether the key is held is not known.
+        if all(c is not None for c in counts):
+            present = {k: sum(c.get(k, 0) for c in counts) for c in counts for k in c}  # type: ignore[union-attr]
+    where = " and ".join(s for s, _ in sources) or effect.left
     # The key was there before only if it was by the target's last good night: rows first seen on the
     # incident's first night are new on its second night too. No recorded night: before tonight.
     good = last_good_night(ctx, target_history, day) if target_history else None
     until = good.business_date if good is not None else day - timedelta(days=1)
-    ref_table = table(graph, reference[0]) if reference else effect.right
+    ref_table = " or ".join(table(graph, r) or r for r, _ in references) or effect.right
 
     out = []
     for k in keys:
@@ -201,7 +197,7 @@ def key_origins(
                 )
             )
             continue
-        first = seen.get(k.values)
+        first, source = seen.get(k.values, (None, where))
         matched_before = _in_history(target_history, k.column, k.value)
         in_source_before = (first is not None and first <= until) or _in_history(
             source_history, k.column, k.value, until
@@ -211,7 +207,7 @@ def key_origins(
         excluded = join is not None and bool(k.change)
         if excluded or matched_before or in_source_before:
             since = (
-                f" (its rows in {where} date back to {first.isoformat()})" if first and first < day else ""
+                f" (its rows in {source} date back to {first.isoformat()})" if first and first < day else ""
             )
             kept = not k.change and present is not None and bool(present.get(k.values))
             if excluded:
@@ -227,7 +223,7 @@ def key_origins(
             since_day = first if first is not None and first < day else day
             # A new key no reference row holds was never there to be deleted: it is missing.
             missing = present is not None and not present.get(k.values)
-            story = f"is new in {where} since {since_day.isoformat()} and " + (
+            story = f"is new in {source} since {since_day.isoformat()} and " + (
                 f"is missing from {ref_table}"
                 if missing
                 else f"has no match in {effect.right or effect.left}"

@@ -74,6 +74,19 @@ def source_columns(graph: LineageGraph, column: Column) -> list[Column]:
     return sorted(a for a in graph.column_ancestors(column) if a[0] in graph and is_source(graph, a[0]))
 
 
+def key_tables(graph: LineageGraph, asset: str, columns: list[str]) -> list[tuple[str, list[str]]]:
+    """The Source tables that feed every one of ``asset``'s ``columns`` (a key of one or several columns),
+    each with the column it feeds each from, in a stable order: one for a table built from one source, each
+    input of a union of registers (a meter is in one register or the other)."""
+    found = [source_columns(graph, (asset, c)) for c in columns]
+    out = []
+    for source in sorted({k for k, _ in found[0]}) if found else []:
+        read = [[c for k, c in each if k == source] for each in found]
+        if all(len(r) == 1 for r in read):
+            out.append((source, [r[0] for r in read]))
+    return out
+
+
 def source_pairs(graph: LineageGraph, measure: Column, key: Column) -> list[tuple[Column, Column]]:
     """The Source tables that feed both ``measure`` and ``key`` (columns of one table), each with the column
     it feeds each from, in a stable order: one for a table built from one source, one per input of a union
