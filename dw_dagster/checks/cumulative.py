@@ -163,23 +163,31 @@ def period_of(declared: str, values: Mapping[date, float], day: date, value: flo
 
 def detection_values(own: Mapping[date, Recorded], day: date, value: float) -> dict[date, float]:
     """The record a period is detected from before ``day`` (``value`` tonight): the clean nights, and a flagged
-    night that fell below half of the night before it and stayed there on the next (tonight, if it is the
-    last): a reset read as a fault while no period was known, as the first one on record always is. A bad
-    night's drop that the next night undid (a stock emptied one night and reloaded) stays out, and so does
-    every other flagged night: its value is no period's shape."""
+    night that fell below half of the clean night before it, stayed below half on the next night and below
+    that night's level on every night of the week after it (tonight included): a reset read as a fault while
+    no period was known, as the first one on record always is. A drop that a later night undid (a stock
+    emptied for a night or two and reloaded) stays out, and so does every other flagged night: its value is
+    no period's shape."""
     nights = sorted((d, r.value) for d, r in own.items() if r.value is not None and d < day)
     nights.append((day, value))
     out: dict[date, float] = {}
-    for (a, was), (d, now), (c, then) in zip(nights, nights[1:], nights[2:], strict=False):
-        if not own[d].flagged or (
-            (d - a).days <= MAX_STEP_DAYS
-            and (c - d).days <= MAX_STEP_DAYS
+    for i, (d, now) in enumerate(nights[:-1]):
+        if not own[d].flagged:
+            out[d] = now
+            continue
+        if i == 0:
+            continue
+        a, was = nights[i - 1]
+        after = [v for c, v in nights[i + 1 :] if (c - d).days <= MAX_STEP_DAYS]
+        if (
+            not own[a].flagged
+            and (d - a).days <= MAX_STEP_DAYS
             and _dropped(was, now)
-            and _dropped(was, then)
+            and after
+            and _dropped(was, after[0])
+            and all(v < was for v in after)
         ):
             out[d] = now
-    if nights[:-1] and not own[nights[0][0]].flagged:
-        out[nights[0][0]] = nights[0][1]
     return out
 
 

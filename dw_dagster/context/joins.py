@@ -247,7 +247,7 @@ def _selects(query: exp.Expression) -> list[exp.Select] | None:
     subquery nested in one)."""
     if isinstance(query, exp.Select):
         return [query]
-    if isinstance(query, exp.Union):
+    if type(query) is exp.Union:  # not an INTERSECT or EXCEPT, which older sqlglot made subclasses of it
         left, right = _selects(query.left), _selects(query.right)
         return None if left is None or right is None else left + right
     return None
@@ -330,6 +330,8 @@ def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], st
                     if left_alias in (None, a.table):
                         pairs.append((a.name, b.name))
                         left_alias = a.table
+                    elif derived_alias in (a.table, left_alias):
+                        unread = True  # the subquery's join also equates another table's column
                     continue
             shown = _on_alias(cond, right_alias, "R")
             if shown:
@@ -340,6 +342,8 @@ def parse_node(node: str, join_text: str, resolve_table: Callable[[str, str], st
                 unread = True
         # A WHERE on the right side alone drops the left rows it does not match, as an inner join would.
         extra += [s for s in (_on_alias(c, right_alias, "R") for c in where) if s]
+        # A WHERE that reads the subquery drops rows of it that the join would be blamed for.
+        unread = unread or any(c.table == derived_alias for cond in where for c in cond.find_all(exp.Column))
         related += [c for c in where if _relates(c, right_alias, tables)]
         if pairs and left_alias == derived_alias and right_alias in tables and derived is not None:
             if not unread and not related and all(c in derived.columns for c, _ in pairs):
@@ -413,6 +417,7 @@ def equated(graph: LineageGraph, node: str) -> list[tuple[Column, Column]]:
     return [
         ((named[j.left_table], left), (named[j.right_table], right))
         for j in joins
-        if j.left_table in named and j.right_table in named  # a table named outright, not by a ref
+        # A table named outright (not by a ref) and a union's alias are none of the inputs.
+        if j.derived is None and j.left_table in named and j.right_table in named
         for left, right in j.on
     ]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from dw_dagster.context.joins import ParsedJoin
-from dw_dagster.incidents.evidence import DiagnosisContext, node_joins
+from dw_dagster.incidents.evidence import DiagnosisContext, node_joins, traced_left
 from dw_dagster.incidents.joins import measure_join
 from dw_dagster.incidents.origins import on_table
 from dw_dagster.incidents.structure import source_column, table
@@ -50,18 +50,11 @@ def _only(
     """The join's left rows that carry ``values`` of ``node``'s ``column`` (typed as the left table holds
     them); None when the left side does not carry the column (then every left row is measured). A subquery
     of registers carries it when one of its inputs does, under the subquery's own name for it."""
-    if not values:
+    found = traced_left(ctx, node, column, join) if values else None
+    if found is None:
         return None
-    inputs = [t for t, _ in join.derived.inputs] if join.derived is not None else [join.left_table]
-    for written in inputs:
-        left = ctx.graph.key_for_table(written)
-        traced = ctx.graph.trace_column((node, column), left) if left else None
-        if traced is None:
-            continue
-        name = join.derived.column_for(written, traced[1]) if join.derived is not None else traced[1]
-        if name is not None:
-            return name, [typed(v, ctx.graph.info(traced[0]).type_of(traced[1])) for v in values]
-    return None
+    name, (left, traced) = found
+    return name, [typed(v, ctx.graph.info(left).type_of(traced)) for v in values]
 
 
 def dropped_upstream(ctx: DiagnosisContext, lookup: str, column: str, values: list) -> UpstreamDrop | None:

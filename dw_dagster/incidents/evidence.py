@@ -175,6 +175,26 @@ def traced(ctx: DiagnosisContext, asset: str, column: str | None, to_asset: str 
     return found[1] if found else None
 
 
+def traced_left(
+    ctx: DiagnosisContext, asset: str, column: str | None, join: ParsedJoin
+) -> tuple[str, tuple[str, str]] | None:
+    """The column of the join's left side (as the measurements read it, alias ``L``) that ``asset``'s
+    ``column`` is derived from, and the table column it is: the left table's own, or, for a subquery that
+    unions registers, the subquery's name for the column of whichever input carries it."""
+    if column is None:
+        return None
+    inputs = [t for t, _ in join.derived.inputs] if join.derived is not None else [join.left_table]
+    for written in inputs:
+        left = ctx.graph.key_for_table(written)
+        found = ctx.graph.trace_column((asset, column), left) if left else None
+        if found is None:
+            continue
+        name = join.derived.column_for(written, found[1]) if join.derived is not None else found[1]
+        if name is not None:
+            return name, found
+    return None
+
+
 def node_joins(ctx: DiagnosisContext, node: str) -> list[ParsedJoin]:
     """The joins of a node's join text; none when it has none, or when sqlglot cannot read it (noted)."""
     text = ctx.graph.info(node).join if node in ctx.graph else None

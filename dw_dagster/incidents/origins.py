@@ -3,18 +3,20 @@
 Told apart by the rows themselves, not by whether the key happens to be a group key of a recorded total:
 
 - the **source's own rows**: the earliest date any time column of the source table holds for the key (the
-  column the key is read from, traced through column lineage to its Source table). A key whose rows date
+  column the key is read from, traced through column lineage to its Source table; each input of a union of
+  registers, the earliest of them). A key whose rows date
   from the target's last good night or before (the latest not flagged and with no incident) was there when
   the join matched it; one first seen since (on the incident's first night, read again the night after) is
   new, however many nights ago that was;
 - the **recorded histories**, where the key is a group key: the target total had the key on an earlier
   night (it matched then), or the source total had it by the last good night;
 - the **reference table's rows**: whether the key is still on the join's right side (and in the Source table
-  behind it). Still there, it no longer matches (a changed row, or the join's condition now excludes it);
+  behind it, or in any of a union's). Still there, it no longer matches (a changed row, or the join's condition now excludes it);
   gone, it was deleted if it was there before (by the evidence above), else it is missing from the reference
   (it never matched: a new key nobody mapped).
 
-Two statements of the tables' rows at most, whatever the number of keys (their values bound); the nights with
+One statement of each table's rows, whatever the number of keys (their values bound): two where the key is
+read from one Source table on each side, one more for each other input of a union; the nights with
 an incident (for the last good night) are read once per diagnosis, shared with its other steps.
 """
 
@@ -26,6 +28,7 @@ from zoneinfo import ZoneInfo
 
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.context.joins import ParsedJoin
+from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.incidents.evidence import HISTORY_DAYS, DiagnosisContext, last_good_night
 from dw_dagster.incidents.structure import key_tables, table, time_columns
 from dw_dagster.records.incidents import JoinEffect, KeyGap
@@ -136,6 +139,24 @@ def on_table(ctx: DiagnosisContext, key: str, column: str, values: list[str]) ->
     return None if found is None else {str(k[0]): n for k, n in found.items()}
 
 
+def _left_sources(
+    graph: LineageGraph, left_key: str | None, join: ParsedJoin | None
+) -> list[tuple[str, list[str]]]:
+    """The Source tables the join's left key is read from, each with its columns: the left table's, or each
+    input's of a subquery that unions registers."""
+    if join is None or not join.on:
+        return []
+    if join.derived is None:
+        return key_tables(graph, left_key, [lc for lc, _ in join.on]) if left_key else []
+    out = []
+    for written, _ in join.derived.inputs:
+        asset = graph.key_for_table(written)
+        columns = [dict(join.left_sources(lc)).get(written) for lc, _ in join.on]
+        if asset is not None and all(columns):
+            out += key_tables(graph, asset, columns)  # type: ignore[arg-type]
+    return out
+
+
 def _in_history(history: dict, column: str, value: str | None, until: date | None = None) -> bool:
     """Whether a night of ``history`` (up to ``until``, when given) had the key among its groups."""
     return any(
@@ -165,7 +186,7 @@ def key_origins(
 
     # Each Source table the key is read from (each input of a union of registers): when its rows first
     # appear in any of them, and whether any of the reference's holds it still.
-    sources = key_tables(graph, left_key, [lc for lc, _ in on]) if left_key and on else []
+    sources = _left_sources(graph, left_key, join)
     seen: dict[Keys, tuple[date | None, str]] = {}
     for source, columns in sources:
         for k, first in first_seen_in_rows(ctx, source, columns, values).items():
@@ -179,7 +200,7 @@ def key_origins(
         # Unmeasured in one of them: whether the key is held is not known.
         if all(c is not None for c in counts):
             present = {k: sum(c.get(k, 0) for c in counts) for c in counts for k in c}  # type: ignore[union-attr]
-    where = " and ".join(s for s, _ in sources) or effect.left
+    where = " or ".join(s for s, _ in sources) or effect.left
     # The key was there before only if it was by the target's last good night: rows first seen on the
     # incident's first night are new on its second night too. No recorded night: before tonight.
     good = last_good_night(ctx, target_history, day) if target_history else None

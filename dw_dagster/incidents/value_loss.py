@@ -25,6 +25,7 @@ from dw_dagster.incidents.evidence import (
     measure_column,
     reference_systems,
     traced,
+    traced_left,
 )
 from dw_dagster.incidents.joins import measure_filter, measure_join, unmatched_rows_query
 from dw_dagster.incidents.origins import KeyOrigin, key_origins
@@ -63,8 +64,8 @@ def _measured_joins(
             )
             if join.kind not in ("INNER", "CROSS") and not (join.kind == "LEFT" and reads_right):
                 continue
-            left_measure = _on_left(ctx, total, measure, join, left_key)
-            left_item = _on_left(ctx, total, item, join, left_key)
+            left_measure = _on_left(ctx, total, measure, join)
+            left_item = _on_left(ctx, total, item, join)
             count = counted_on(ctx, total, left_key, left_measure) if left_key else None
             with ctx.purpose(f"rows {key}'s {join.kind} join to {join.right_table} drops"):
                 try:
@@ -110,13 +111,13 @@ def _defaulted_right(ctx: DiagnosisContext, key: str, column: str, join: ParsedJ
     return bool(right) and all(c.upper() in defaulted for c in right)
 
 
-def _on_left(
-    ctx: DiagnosisContext, total: RecordedTotal, column: str | None, join: ParsedJoin, left_key: str | None
-) -> str | None:
-    """The total's ``column`` as the join's left side reads it: the left table's; else, where the rows that
+def _on_left(ctx: DiagnosisContext, total: RecordedTotal, column: str | None, join: ParsedJoin) -> str | None:
+    """The total's ``column`` as the join's left side reads it: the left table's, or a union of registers';
+    else, where the rows that
     reach the join are read (a range on an earlier table's date), an earlier table's, as ``"ALIAS.COLUMN"``:
     the units a dimension's join drops are then the fact's, not a count of rows."""
-    found = traced(ctx, total.asset, column, left_key)
+    on_left = traced_left(ctx, total.asset, column, join)
+    found = on_left[0] if on_left else None
     if found is not None or join.reaching is None:
         return found
     for alias, _, table in join.reaching.tables:
@@ -381,6 +382,6 @@ def _unmatched_rows(
     """The query a person runs to see the rows the join drops, in the join's left table's own columns."""
     if join is None:
         return None
-    measure = _on_left(ctx, total, measure_column(total), join, left_key)
+    measure = _on_left(ctx, total, measure_column(total), join)
     count = counted_on(ctx, total, left_key, measure) if left_key else None
-    return unmatched_rows_query(join, measure, _on_left(ctx, total, total.item_key, join, left_key), count)
+    return unmatched_rows_query(join, measure, _on_left(ctx, total, total.item_key, join), count)

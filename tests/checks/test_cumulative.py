@@ -317,7 +317,7 @@ def test_a_reset_read_as_a_fault_before_its_period_was_known_starts_the_period_t
     """Watched from before its first reset, a total to date has no period on record: its first reset is a
     fall of nine tenths, flagged. The next night, that fall, kept by the night after it, is the period's
     start: the total is judged on its increments from then on, and its first reset is the only flagged night.
-    A stock emptied one night and reloaded the next is still no period."""
+    A stock emptied for a night or two and reloaded is still no period."""
     total = RecordedTotal.model_validate(
         {
             "name": "to_date",
@@ -334,6 +334,22 @@ def test_a_reset_read_as_a_fault_before_its_period_was_known_starts_the_period_t
             d for d, r in _watched(total, history, start + timedelta(days=10)).items() if r.flagged
         )
         assert flagged == [first], (period, seed, flagged)
+    # A stock that only grows, emptied for two nights on the first of a quarter and reloaded: the record
+    # opens in the middle of a quarter, so one fall there would fit. Its reload undoes the fall: no period.
+    rng = random.Random(7)
+    grows = {
+        date(2026, 6, 1) + timedelta(days=k): (1_000_000.0 + 2_000 * k) * (1 + rng.gauss(0, 0.0005))
+        for k in range(163)
+    }
+    for out in (date(2026, 10, 1), date(2026, 10, 2)):
+        grows[out] = 1_000.0
+    watched = _watched(
+        total, {d: Recorded(business_date=d, value=v) for d, v in grows.items()}, date(2026, 8, 1)
+    )
+    assert watched[date(2026, 10, 1)].flagged
+    for day in (d for d in sorted(watched) if d >= date(2026, 10, 3)):
+        values = cumulative.detection_values({d: r for d, r in watched.items() if d < day}, day, grows[day])
+        assert cumulative.period_of("auto", values, day, grows[day]) is None, day
     stock = {date(2026, 8, 2) + timedelta(days=k): 1_000_000 + 20_000 * k for k in range(60)}
     own = {d: Recorded(business_date=d, value=v) for d, v in stock.items()}
     emptied = date(2026, 9, 14)

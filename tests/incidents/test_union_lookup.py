@@ -151,3 +151,64 @@ def test_a_new_key_of_the_second_register_whose_parent_is_missing_is_named_by_it
     assert d.keys[0].label == f"{pa}=P404", [k.label for k in d.keys]
     assert "deleted" not in d.keys[0].change and "new" in d.keys[0].change, d.keys[0].change
     assert d.evidence["lookup_node"] == "core/dim_key"
+
+
+def test_a_join_on_the_union_that_other_conditions_also_filter_is_not_read_as_a_plain_join():
+    """A WHERE on the union, or an ON that also equates another table's column, drops rows the join's
+    equality alone would not: the join is not measured as if it were plain."""
+    union = (
+        "FROM (SELECT \"K\", \"P\" FROM {{ ref('REF', 'A') }} UNION ALL SELECT \"K2\", \"P2\" FROM {{ ref('REF', 'B') }})"
+        ' "U"\nINNER JOIN {{ ref(\'REF\', \'C\') }} "C" ON "U"."P" = "C"."P"'
+    )
+    resolve = lambda loc, name: f'"DB"."{loc}"."{name}"'  # noqa: E731
+    assert [j.derived is not None for j in parse_node("n", union, resolve).joins] == [True]
+    assert parse_node("n", union + '\nWHERE "U"."K" <> \'Z\'', resolve).joins == []
+    also = union + '\nINNER JOIN {{ ref(\'REF\', \'D\') }} "D" ON "D"."K" = "U"."K" AND "D"."Y" = "C"."Y"'
+    assert [j.right_table for j in parse_node("n", also, resolve).joins] == ['"DB"."REF"."C"']
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_fact_that_unions_two_sources_loses_its_measure_not_a_count_of_rows(shape):
+    """The fact's own FROM is the union (two regions' feeds of one layout, the second naming its columns its
+    own way) and it joins the key lookup: what the join drops is counted in the total's units, read from
+    whichever input carries the measure, and a key new in the second feed is new there."""
+    fact, key, measure, (ra, ka, _), _, _, _, keys, _ = SHAPES[shape]
+    a, b, dim = f"raw/{fact.lower()}_a", f"raw/{fact.lower()}_b", f"ref/{ra.lower()}"
+    text = (f"FROM (SELECT \"{key}\", \"{measure}\" FROM {{{{ ref('RAW', '{fact}_A') }}}}\n"
+            f"  UNION ALL SELECT \"OTHER_KEY\", \"OTHER_{measure}\" FROM {{{{ ref('RAW', '{fact}_B') }}}}) \"U\"\n"
+            f"INNER JOIN {{{{ ref('REF', '{ra}') }}}} \"D\" ON \"U\".\"{key}\" = \"D\".\"{ka}\"")  # fmt: skip
+    graph = LineageGraph([
+        node_spec(a, f"DB.RAW.{fact}_A", {key: "VARCHAR", measure: "NUMBER(38,0)", "ON_DAY": "DATE"}),
+        node_spec(b, f"DB.RAW.{fact}_B", {"OTHER_KEY": "VARCHAR", f"OTHER_{measure}": "NUMBER(38,0)", "ON_DAY": "DATE"}),
+        node_spec(dim, f"DB.REF.{ra}", {ka: "VARCHAR"}),
+        node_spec("core/fct", "DB.CORE.FCT", {key: "VARCHAR", measure: "NUMBER(38,0)"},
+                  {key: [(a, key), (b, "OTHER_KEY")], measure: [(a, measure), (b, f"OTHER_{measure}")]}, text),
+    ])  # fmt: skip
+    with diagnosis_db("RAW", "REF", "CORE") as conn:
+        cur = conn.cursor()
+        cur.execute(
+            f'CREATE TABLE "DB"."RAW"."{fact}_A" ("{key}" VARCHAR, "{measure}" NUMBER(38,0), "ON_DAY" DATE)'
+        )
+        cur.execute(
+            f'CREATE TABLE "DB"."RAW"."{fact}_B" ("OTHER_KEY" VARCHAR, "OTHER_{measure}" NUMBER(38,0), "ON_DAY" DATE)'
+        )
+        cur.execute(f'CREATE TABLE "DB"."REF"."{ra}" ("{ka}" VARCHAR)')
+        for i, (k, (_, _, amount)) in enumerate(keys.items()):
+            cur.execute(
+                f'INSERT INTO "DB"."RAW"."{fact}_{"AB"[i % 2]}" VALUES (?, ?, ?)',
+                (k, amount, TONIGHT - timedelta(days=3)),
+            )
+            cur.execute(f'INSERT INTO "DB"."REF"."{ra}" VALUES (?)', (k,))
+        cur.execute(f'INSERT INTO "DB"."RAW"."{fact}_B" VALUES (?, ?, ?)', ("N9", 77, TONIGHT))
+        rendered = (
+            text.replace("{{ ref('RAW', '", '"DB"."RAW"."')
+            .replace("{{ ref('REF', '", '"DB"."REF"."')
+            .replace("') }}", '"')
+        )
+        cur.execute(f'CREATE TABLE "DB"."CORE"."FCT" AS SELECT "U".* {rendered}')
+        total = RecordedTotal(name="amount", owner="ops", asset="core/fct",
+                              sql=f"SELECT SUM(\"{measure}\") AS \"VALUE\" FROM {{{{ ref('CORE', 'FCT') }}}}")  # fmt: skip
+        d = diagnose_total_fall(conn, graph, total, TONIGHT, 77.0)
+    assert d is not None and d.joins[0].dropped_units == 77 and d.joins[0].dropped_rows == 1, d and d.joins
+    (gap,) = d.keys
+    assert gap.label == f"{key}=N9" and f"is new in raw/{fact.lower()}_b" in gap.change, gap.change
