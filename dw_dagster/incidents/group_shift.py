@@ -254,7 +254,6 @@ def trace_shift(
             f"{read_what} tonight",
             f"{select}, {value} FROM {tbl} F{on_lookup} GROUP BY {', '.join(str(i + 1) for i in range(width))}",
         )
-    gained_groups = {split_label(g)[1] for g in gained}
     # Furthest up the lookups first: a row there moves every key below it at once, so a key of a nearer
     # lookup carries only part of what the group lost.
     starts = [sum(len(lv.columns) for lv in levels[:i]) for i in range(len(levels))]
@@ -268,7 +267,7 @@ def trace_shift(
             )
         else:
             keys = _matching(
-                ctx, level, units, lost, gained_groups, judged.spreads, tonight, before, node_group, total
+                ctx, level, units, lost, gained, judged.spreads, tonight, before, node_group, total
             )
         if keys:
             reference = level.reference
@@ -452,7 +451,7 @@ def _matching(
     level: Level,
     units: dict[tuple, float],
     lost: dict[str, float],
-    gained: set,
+    gained: dict[str, float],
     spreads: Mapping[str, float],
     tonight: Recorded,
     before: Recorded,
@@ -460,21 +459,34 @@ def _matching(
     total: RecordedTotal,
 ) -> list[KeyGap]:
     """The keys (of one lookup) now wholly in a group that gained whose units tonight are what a losing group
-    lost, within ``_band`` of it; or whose share on the last good night (a total grouped by the key) matches
-    its share. Every such key, nearest first: a key that was in the gaining group all along may be as large
-    as the one that moved, or nearer by chance, and tonight's mapping cannot tell them apart (nothing keeps
-    a key's group of the night before), so the text says so rather than name one of them moved. A key now
-    in no group (NULL: a left join that no longer finds its row) is told deleted or changed by its row."""
+    lost, or what the group they are in gained, within ``_band`` of it; or whose share on the last good night
+    (a total grouped by the key) matches that share. What a group lost is also what its own keys moved by (a
+    busy night of the group's others hides part of the loss): the group that gained may have held steadier.
+    Every such key, nearest first: a key that was in the gaining group all along may be as large as the one
+    that moved, or nearer by chance, and tonight's mapping cannot tell them apart (nothing keeps a key's
+    group of the night before), so the text says so rather than name one of them moved. A key now in no
+    group (NULL: a left join that no longer finds its row) is told deleted or changed by its row."""
     per_key = _per_key(ctx, level.columns, before)
     by_key: dict = {}
     for (k, _), v in units.items():
         by_key[k] = by_key.get(k, 0.0) + v
+    into = {split_label(g)[1] for g in gained}
+    # What each losing group lost, into any group that gained; then what each gaining group gained, where its
+    # own shares on the good nights say how nearly that is known.
+    targets = [
+        (g, amount, into, f"what {g} lost") for g, amount in sorted(lost.items(), key=lambda kv: -kv[1])
+    ]
+    targets += [
+        (g, amount, {split_label(g)[1]}, f"what {g} gained")
+        for g, amount in sorted(gained.items(), key=lambda kv: -kv[1])
+        if g in spreads
+    ]
     found: dict[tuple, tuple[float, str | None, str, float]] = {}
-    for g, amount in sorted(lost.items(), key=lambda kv: -kv[1]):
+    for g, amount, groups, what in targets:
         share = amount / tonight.value if tonight.value else 0.0
         band = _band(amount, spreads.get(g), tonight)
         for (k, grp), v in sorted(units.items(), key=lambda kv: abs(kv[1] - amount)):
-            if k in found or grp not in gained or not v or abs(v - by_key[k]) > 0.01 * abs(by_key[k]):
+            if k in found or grp not in groups or not v or abs(v - by_key[k]) > 0.01 * abs(by_key[k]):
                 continue
             earlier = None
             if per_key is not None and per_key[0].value:
@@ -482,12 +494,12 @@ def _matching(
             if abs(v - amount) <= band or (
                 earlier is not None and abs(earlier / per_key[0].value - share) <= MATCH * share  # type: ignore[index, operator]
             ):
-                found[k] = (v, grp, g, amount)
+                found[k] = (v, grp, what, amount)
     now = _now_maps(ctx, level, {k: grp for k, (_, grp, _, _) in found.items()}, node_group)
     keys = []
-    for k, (v, _, g, amount) in found.items():
-        alike = sum(1 for _, _, other, _ in found.values() if other == g)
-        carries = f"its {v:,.0f} units tonight are about what {g} lost ({amount:,.0f})"
+    for k, (v, _, what, amount) in found.items():
+        alike = sum(1 for _, _, other, _ in found.values() if other == what)
+        carries = f"its {v:,.0f} units tonight are about {what} ({amount:,.0f})"
         if alike > 1:
             carries += (
                 f", as are those of {alike - 1} other key{'s' if alike > 2 else ''} now in a gaining group:"

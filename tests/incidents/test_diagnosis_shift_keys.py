@@ -297,6 +297,46 @@ def test_an_account_moved_two_joins_up_is_named_not_a_seller_of_its_new_region_n
     assert "now maps it to REGION=ASIA" in (key.change or "") and "it was in" not in (key.change or "")
 
 
+def test_an_account_moved_on_a_busy_night_of_its_old_region_is_named_by_what_its_new_region_gained(
+    sellers_ctx,
+):
+    # Account A2 (seller S2, 80 units) is pointed at ASIA on a night AMERICAS' other seller sold 50 more and
+    # EUROPE's 50 less: by its share AMERICAS lost only 30, which no account now in ASIA carries, but which is
+    # within AMERICAS' own noise of ASIA's sellers S4 (40) and S3 (60). ASIA, steady on the good nights,
+    # gained 80: A2's, the account of the furthest lookup up, is named, not a seller that never moved.
+    cur = sellers_ctx.cursor
+    cur.execute('INSERT INTO "DB"."REF"."SELLERS" VALUES (\'S5\', \'A4\')')
+    cur.execute('DELETE FROM "DB"."RAW"."LINES"')
+    lines = [
+        ("S1", 150, TONIGHT),
+        ("S2", 80, TONIGHT),
+        ("S3", 60, TONIGHT),
+        ("S4", 40, TONIGHT),
+        ("S5", 70, TONIGHT),
+    ]
+    cur.execute(f'INSERT INTO "DB"."RAW"."LINES" VALUES {_values(lines)}')
+    tonight = _build_lines(
+        sellers_ctx, [("A1", "AMERICAS"), ("A2", "ASIA"), ("A3", "ASIA"), ("A4", "EUROPE")]
+    )
+    before = Recorded(business_date=BEFORE, value=400,
+                      groups={"REGION=AMERICAS": 180, "REGION=ASIA": 100, "REGION=EUROPE": 120})  # fmt: skip
+    nights = [
+        Recorded(business_date=date(2025, 9, 10 + i), value=400.0,
+                 groups={"REGION=AMERICAS": 400 * a, "REGION=ASIA": 400 * b, "REGION=EUROPE": 400 * (1 - a - b)})
+        for i, (a, b) in enumerate([(0.40, 0.25), (0.45, 0.251), (0.50, 0.249), (0.42, 0.25), (0.48, 0.25)])
+    ]  # fmt: skip
+    moves = [{"group": "REGION=AMERICAS", "status": "lost"}, {"group": "REGION=ASIA", "status": "gained"}]
+    shift = trace_shift(
+        sellers_ctx, BY_REGION, tonight, before, judged_groups(moves, None, lambda: nights, tonight)
+    )
+    assert shift is not None and shift.reference == "ref/accounts", shift and shift.keys
+    (key,) = shift.keys
+    assert key.label == "ACCOUNT_ID=A2" and key.units == 80
+    assert "now maps it to REGION=ASIA; its 80 units tonight are about what REGION=ASIA gained (80)" in (
+        key.change or ""
+    ), key.change
+
+
 def test_no_key_is_named_where_none_carries_the_loss_within_its_noise(sellers_ctx):
     # The same night, AMERICAS' share steady on the good nights: what it lost is known to the unit, and no
     # key now in ASIA carries it (S3, in ASIA all along, comes nearest). None is named rather than S3, and
