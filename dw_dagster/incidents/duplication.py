@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dw_dagster.incidents.drilldown import MAX_LEVELS
 from dw_dagster.incidents.evidence import DiagnosisContext, feeders, node_joins
 from dw_dagster.incidents.structure import nearest, sources_upstream, table, time_columns
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
@@ -21,6 +22,8 @@ from dw_dagster.records.keys import plain
 from dw_dagster.sql import quote_identifier
 
 MAX_KEYS = 20
+NEARLY_ALL = 0.9
+"""A value whose rows in the load are copies at this share or more was applied twice whole."""
 
 
 @dataclass
@@ -116,11 +119,66 @@ def exact_duplicates(ctx: DiagnosisContext, key: str, by_join: bool = False) -> 
         min((r[3] for r in rows if r[3] is not None), default=None),
         max((r[4] for r in rows if r[4] is not None), default=None),
     )
+    subset = _copied_subset(ctx, key, load, first, last, by) if load and first is not None else None
+    if subset is not None:
+        keys = subset
     when = None
     if load and first is not None:
         when = f"the load of {first}" if first == last else f"the loads from {first} to {last}"
         when += f" ({load})"
     return Duplicates(asset=key, extra_rows=extra, keys=keys, load=when, query=copies)
+
+
+def _copied_subset(
+    ctx: DiagnosisContext, key: str, load: str, first: object, last: object, by: str | None
+) -> list[KeyGap] | None:
+    """The subset of the load the copies came in that was applied twice, by the column that names it: a column
+    (of at most ``MAX_LEVELS`` values in that load) whose values holding copies have (nearly) all their rows
+    copied while its other values have none (one channel's file replayed, not a share of every currency).
+    The fewest such values win, the group key first among equals; None where none is (the whole load applied
+    twice, or copies scattered). One statement."""
+    tbl, info = table(ctx.graph, key), ctx.graph.info(key)
+    dims = [c for c in info.columns if c != load and c not in time_columns(ctx.graph, key)]
+    if tbl is None or not dims:
+        return None
+    cols = ", ".join(quote_identifier(c) for c in info.columns)
+    stamp = quote_identifier(load)
+    parts = [
+        f"SELECT {i} AS DIM, CAST({quote_identifier(c)} AS VARCHAR) AS V, SUM(COPIES) AS N,"
+        f" SUM(CASE WHEN COPIES > 1 THEN COPIES ELSE 0 END) AS IN_COPIES, SUM(COPIES - 1) AS EXTRA FROM W GROUP BY 1, 2"
+        for i, c in enumerate(dims)
+    ]
+    rows = ctx.rows(
+        f"which subset of {key}'s load was applied twice",
+        f"WITH W AS (SELECT {cols}, COUNT(*) AS COPIES FROM {tbl} WHERE {stamp} BETWEEN ? AND ? GROUP BY {cols})\n"
+        f"SELECT DIM, V, N, IN_COPIES, EXTRA FROM ({' UNION ALL '.join(parts)})"
+        f" QUALIFY COUNT(*) OVER (PARTITION BY DIM) <= {MAX_LEVELS}",
+        (first, last),
+    )
+    by_dim: dict[int, list[tuple]] = {}
+    for r in rows or []:
+        by_dim.setdefault(int(r[0]), []).append(r)
+    found: list[tuple[int, int, int]] = []
+    for dim, values in by_dim.items():
+        copied = [r for r in values if int(r[3] or 0)]
+        held = sum(int(r[3] or 0) for r in copied if int(r[3] or 0) >= NEARLY_ALL * int(r[2] or 0))
+        if copied and len(copied) < len(values) and held >= NEARLY_ALL * sum(int(r[3] or 0) for r in copied):
+            found.append((len(copied), dims[dim] != by, dim))
+    if not found:
+        return None
+    dim = min(found)[2]
+    column = dims[dim]
+    copied = sorted((r for r in by_dim[dim] if int(r[3] or 0)), key=lambda r: -int(r[4] or 0))
+    return [
+        KeyGap(
+            column=column,
+            value=plain(r[1]),
+            rows=int(r[4] or 0),
+            units=0.0,
+            change=f"{int(r[3] or 0):,} of its {int(r[2] or 0):,} rows in the load are there twice in {key}",
+        )
+        for r in copied[:MAX_KEYS]
+    ]
 
 
 def duplicated_values(ctx: DiagnosisContext, key: str, column: str) -> list[KeyGap]:
