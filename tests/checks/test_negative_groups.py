@@ -139,3 +139,31 @@ def test_a_small_catch_all_just_below_zero_that_gains_a_new_key_raises_nothing()
     for seed in range(8):
         gained = _checked(shape, seed, None, groups=groups, extra={"OTHER": (10, 25.0)})
         assert "changed sign" not in _error(gained), (seed, gained.description)
+
+
+SMALL = {
+    "net kWh by tariff class": {"RES": (60, 12.0), "COM": (60, 20.0), "AGRI": (25, 18.0), "SOLAR_NET": (20, -1.0)},
+    "net takings by transaction type": {"SALE": (120, 25.0), "VOUCHER": (30, 15.0), "FEE": (40, 9.0),
+                                        "REFUND": (14, -2.0)},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_small_group_negative_every_night_that_turns_positive_on_its_own_rows_changed_sign(shape):
+    """A group below 1% of the total, negative on every night of its record (a few solar meters' net export,
+    a few small refunds), turned positive tonight with the rows it always has (their values' sign flipped):
+    its side of zero is its record's, so it changed sign. Its ordinary nights raise nothing."""
+    key, _, negative, _ = SHAPES[shape]
+    groups = SMALL[shape]
+    said = 0
+    for seed in range(8):
+        assert _error(_checked(shape, seed, None, groups=groups)) == "", seed
+        flipped = _error(_checked(shape, seed, (negative, "flipped"), groups=groups))
+        # Named every night; on a night a large group's heavy tail fell at once, as a shift into it.
+        assert f"{key}={negative} (" in flipped, (seed, flipped)
+        said += "changed sign" in flipped
+        # Without the groups' rows, whether it gained a key is not known: no side of its own.
+        assert "changed sign" not in _error(
+            _checked(shape, seed, (negative, "flipped"), groups=groups, with_rows=False)
+        )
+    assert said >= 6, said
