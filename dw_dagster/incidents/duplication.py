@@ -16,14 +16,17 @@ from dataclasses import dataclass, field
 
 from dw_dagster.incidents.drilldown import MAX_LEVELS
 from dw_dagster.incidents.evidence import DiagnosisContext, feeders, node_joins
-from dw_dagster.incidents.structure import nearest, sources_upstream, table, time_columns
+from dw_dagster.incidents.structure import is_numeric, nearest, sources_upstream, table, time_columns
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
 from dw_dagster.records.keys import plain
 from dw_dagster.sql import quote_identifier
 
 MAX_KEYS = 20
 NEARLY_ALL = 0.9
-"""A value whose rows in the load are copies at this share or more was applied twice whole."""
+"""A value whose rows in the load are copied at this share or more was applied twice whole."""
+MIN_COPIED = 20
+"""Copied rows a value needs to name the subset of a load applied twice: a few stray copies name no subset
+(in a small load, an id or an amount would)."""
 
 
 @dataclass
@@ -119,7 +122,12 @@ def exact_duplicates(ctx: DiagnosisContext, key: str, by_join: bool = False) -> 
         min((r[3] for r in rows if r[3] is not None), default=None),
         max((r[4] for r in rows if r[4] is not None), default=None),
     )
-    subset = _copied_subset(ctx, key, load, first, last, by) if load and first is not None else None
+    # Copies a join fans out are named by the key they are joined on, whatever subset they came in.
+    subset = (
+        _copied_subset(ctx, key, load, first, last, by)
+        if load and first is not None and not by_join
+        else None
+    )
     if subset is not None:
         keys = subset
     when = None
@@ -132,50 +140,56 @@ def exact_duplicates(ctx: DiagnosisContext, key: str, by_join: bool = False) -> 
 def _copied_subset(
     ctx: DiagnosisContext, key: str, load: str, first: object, last: object, by: str | None
 ) -> list[KeyGap] | None:
-    """The subset of the load the copies came in that was applied twice, by the column that names it: a column
-    (of at most ``MAX_LEVELS`` values in that load) whose values holding copies have (nearly) all their rows
-    copied while its other values have none (one channel's file replayed, not a share of every currency).
-    The fewest such values win, the group key first among equals; None where none is (the whole load applied
-    twice, or copies scattered). One statement."""
+    """The subset of the load the copies came in that was applied twice, by the column that names it: a text
+    column (or the group key; at most ``MAX_LEVELS`` values in that load) each of whose values holding copies
+    has nine tenths of its rows in the load copied, ``MIN_COPIED`` at least, while its other values have none
+    (one channel's file replayed, not a share of every currency). The fewest such values win, the group key
+    first among equals; None where none is (the whole load applied twice, copies scattered, or too few to
+    tell a subset from a row). One statement."""
     tbl, info = table(ctx.graph, key), ctx.graph.info(key)
-    dims = [c for c in info.columns if c != load and c not in time_columns(ctx.graph, key)]
+    times = set(time_columns(ctx.graph, key))
+    dims = [
+        c
+        for c in info.columns
+        if c != load and c not in times and (c == by or not is_numeric(ctx.graph, key, c))
+    ]
     if tbl is None or not dims:
         return None
     cols = ", ".join(quote_identifier(c) for c in info.columns)
     stamp = quote_identifier(load)
+    # W holds each distinct row of the load once, with its copies: a value's rows and those of them copied.
     parts = [
-        f"SELECT {i} AS DIM, CAST({quote_identifier(c)} AS VARCHAR) AS V, SUM(COPIES) AS N,"
-        f" SUM(CASE WHEN COPIES > 1 THEN COPIES ELSE 0 END) AS IN_COPIES, SUM(COPIES - 1) AS EXTRA FROM W GROUP BY 1, 2"
+        f"SELECT {i} AS DIM, CAST({quote_identifier(c)} AS VARCHAR) AS V, COUNT(*) AS N,"
+        f" SUM(CASE WHEN COPIES > 1 THEN 1 ELSE 0 END) AS COPIED, SUM(COPIES - 1) AS EXTRA FROM W GROUP BY 1, 2"
         for i, c in enumerate(dims)
     ]
     rows = ctx.rows(
         f"which subset of {key}'s load was applied twice",
         f"WITH W AS (SELECT {cols}, COUNT(*) AS COPIES FROM {tbl} WHERE {stamp} BETWEEN ? AND ? GROUP BY {cols})\n"
-        f"SELECT DIM, V, N, IN_COPIES, EXTRA FROM ({' UNION ALL '.join(parts)})"
+        f"SELECT DIM, V, N, COPIED, EXTRA FROM ({' UNION ALL '.join(parts)})"
         f" QUALIFY COUNT(*) OVER (PARTITION BY DIM) <= {MAX_LEVELS}",
         (first, last),
     )
     by_dim: dict[int, list[tuple]] = {}
     for r in rows or []:
         by_dim.setdefault(int(r[0]), []).append(r)
-    found: list[tuple[int, int, int]] = []
+    found: list[tuple[int, bool, int]] = []
     for dim, values in by_dim.items():
         copied = [r for r in values if int(r[3] or 0)]
-        held = sum(int(r[3] or 0) for r in copied if int(r[3] or 0) >= NEARLY_ALL * int(r[2] or 0))
-        if copied and len(copied) < len(values) and held >= NEARLY_ALL * sum(int(r[3] or 0) for r in copied):
+        whole = all(int(r[3]) >= NEARLY_ALL * int(r[2]) and int(r[3]) >= MIN_COPIED for r in copied)
+        if copied and whole and len(copied) < len(values):
             found.append((len(copied), dims[dim] != by, dim))
     if not found:
         return None
     dim = min(found)[2]
-    column = dims[dim]
-    copied = sorted((r for r in by_dim[dim] if int(r[3] or 0)), key=lambda r: -int(r[4] or 0))
+    copied = sorted((r for r in by_dim[dim] if int(r[3] or 0)), key=lambda r: (-int(r[4] or 0), str(r[1])))
     return [
         KeyGap(
-            column=column,
+            column=dims[dim],
             value=plain(r[1]),
             rows=int(r[4] or 0),
             units=0.0,
-            change=f"{int(r[3] or 0):,} of its {int(r[2] or 0):,} rows in the load are there twice in {key}",
+            change=f"{int(r[3]):,} of its {int(r[2]):,} rows in the load are there twice or more in {key}",
         )
         for r in copied[:MAX_KEYS]
     ]

@@ -459,9 +459,10 @@ def _matching(
     total: RecordedTotal,
 ) -> list[KeyGap]:
     """The keys (of one lookup) now wholly in a group that gained whose units tonight are what a losing group
-    lost, or what the group they are in gained, within ``_band`` of it; or whose share on the last good night
-    (a total grouped by the key) matches that share. What a group lost is also what its own keys moved by (a
-    busy night of the group's others hides part of the loss): the group that gained may have held steadier.
+    lost, within ``_band`` of it; or whose share on the last good night (a total grouped by the key) matches
+    that share. Where one group lost to one other whose share was the steadier on the good nights, what that
+    group gained is the nearer measure of the key that moved (a busy night of the loser's other keys hides
+    part of its loss), and is matched instead.
     Every such key, nearest first: a key that was in the gaining group all along may be as large as the one
     that moved, or nearer by chance, and tonight's mapping cannot tell them apart (nothing keeps a key's
     group of the night before), so the text says so rather than name one of them moved. A key now in no
@@ -471,16 +472,15 @@ def _matching(
     for (k, _), v in units.items():
         by_key[k] = by_key.get(k, 0.0) + v
     into = {split_label(g)[1] for g in gained}
-    # What each losing group lost, into any group that gained; then what each gaining group gained, where its
-    # own shares on the good nights say how nearly that is known.
+    # What each losing group lost, into any group that gained; or, one group's loss gone to one other group
+    # whose share on the good nights was steadier, what that group gained: it is known more nearly.
     targets = [
         (g, amount, into, f"what {g} lost") for g, amount in sorted(lost.items(), key=lambda kv: -kv[1])
     ]
-    targets += [
-        (g, amount, {split_label(g)[1]}, f"what {g} gained")
-        for g, amount in sorted(gained.items(), key=lambda kv: -kv[1])
-        if g in spreads
-    ]
+    if len(lost) == 1 and len(gained) == 1:
+        ((loser, _),), ((winner, amount),) = lost.items(), gained.items()
+        if winner in spreads and loser in spreads and spreads[winner] < spreads[loser]:
+            targets = [(winner, amount, into, f"what {winner} gained")]
     found: dict[tuple, tuple[float, str | None, str, float]] = {}
     for g, amount, groups, what in targets:
         share = amount / tonight.value if tonight.value else 0.0

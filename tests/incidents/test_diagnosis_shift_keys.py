@@ -337,6 +337,35 @@ def test_an_account_moved_on_a_busy_night_of_its_old_region_is_named_by_what_its
     ), key.change
 
 
+def test_a_seller_re_pointed_into_a_noisy_region_is_named_not_the_account_it_joined(sellers_ctx):
+    # Seller S2 (80 units) is re-pointed from account A2 (AMERICAS) to A3 (ASIA, 60 units of its own).
+    # AMERICAS' share is steady on the good nights, ASIA's is not: what AMERICAS lost (80) is the nearer
+    # measure, and A3's 140 units now in ASIA, within ASIA's own noise of what it gained, moved nothing.
+    cur = sellers_ctx.cursor
+    cur.execute('UPDATE "DB"."REF"."SELLERS" SET "ACCOUNT_ID" = \'A3\' WHERE "SELLER_ID" = \'S2\'')
+    cur.execute('INSERT INTO "DB"."REF"."SELLERS" VALUES (\'S5\', \'A4\')')
+    cur.execute('DELETE FROM "DB"."RAW"."LINES"')
+    lines = [("S1", 100, TONIGHT), ("S2", 80, TONIGHT), ("S3", 60, TONIGHT), ("S5", 60, TONIGHT)]
+    cur.execute(f'INSERT INTO "DB"."RAW"."LINES" VALUES {_values(lines)}')
+    tonight = _build_lines(
+        sellers_ctx, [("A1", "AMERICAS"), ("A2", "AMERICAS"), ("A3", "ASIA"), ("A4", "EUROPE")]
+    )
+    before = Recorded(business_date=BEFORE, value=300,
+                      groups={"REGION=AMERICAS": 180, "REGION=ASIA": 60, "REGION=EUROPE": 60})  # fmt: skip
+    nights = [
+        Recorded(business_date=date(2025, 9, 10 + i), value=300.0,
+                 groups={"REGION=AMERICAS": 300 * a, "REGION=ASIA": 300 * b, "REGION=EUROPE": 300 * (1 - a - b)})
+        for i, (a, b) in enumerate([(0.6, 0.1), (0.601, 0.3), (0.599, 0.15), (0.6, 0.25), (0.6, 0.2)])
+    ]  # fmt: skip
+    moves = [{"group": "REGION=AMERICAS", "status": "lost"}, {"group": "REGION=ASIA", "status": "gained"}]
+    shift = trace_shift(
+        sellers_ctx, BY_REGION, tonight, before, judged_groups(moves, None, lambda: nights, tonight)
+    )
+    assert shift is not None and shift.reference == "ref/sellers", shift and shift.keys
+    (key,) = shift.keys
+    assert key.label == "SELLER_ID=S2" and "about what REGION=AMERICAS lost (80)" in (key.change or ""), key
+
+
 def test_no_key_is_named_where_none_carries_the_loss_within_its_noise(sellers_ctx):
     # The same night, AMERICAS' share steady on the good nights: what it lost is known to the unit, and no
     # key now in ASIA carries it (S3, in ASIA all along, comes nearest). None is named rather than S3, and
