@@ -77,7 +77,7 @@ def source_columns(graph: LineageGraph, column: Column) -> list[Column]:
 def key_tables(graph: LineageGraph, asset: str, columns: list[str]) -> list[tuple[str, list[str]]]:
     """The Source tables that feed every one of ``asset``'s ``columns`` (a key of one or several columns),
     each with the column it feeds each from, in a stable order: one for a table built from one source, each
-    input of a union of registers (a meter is in one register or the other)."""
+    input of a union of registers (a key is in one register or the other)."""
     found = [source_columns(graph, (asset, c)) for c in columns]
     out = []
     for source in sorted({k for k, _ in found[0]}) if found else []:
