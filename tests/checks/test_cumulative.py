@@ -21,6 +21,9 @@ from dw_dagster.checks.tonight import Night
 from dw_dagster.checks.total_value import TotalValue
 
 CONFIG = BaselineConfig(weeks=6)
+TO_DATE = RecordedTotal.model_validate(
+    {"name": "to_date", "owner": "o", "asset": "a/b", "sql": "SELECT 1 AS VALUE", "baseline": {"weeks": 6}}
+)
 
 
 def _to_date(daily: dict[date, float], period: cumulative.Period) -> dict[date, Recorded]:
@@ -98,6 +101,11 @@ def test_the_first_of_the_month_and_the_nights_after_a_bad_one_are_ordinary_incr
 
 def _evaluated(total: RecordedTotal, own: dict[date, Recorded], day: date, tonight: Recorded, failed: date):
     """The total's check tonight, as the checks run evaluates it, the night ``failed`` an incident's."""
+    return _checked(total, own, day, tonight, failed)[0]
+
+
+def _checked(total: RecordedTotal, own: dict[date, Recorded], day: date, tonight: Recorded, failed: date):
+    """The total's check tonight and the night it recorded (tonight's reading, flagged or not)."""
     night = Night(
         context=None, run=CheckRun(day, "test-run", None, None), warehouse=None, ops=None, history=None,
         cause_scopes={}, calendar=BusinessCalendar.model_validate({"holidays": []}), levels={},
@@ -105,7 +113,7 @@ def _evaluated(total: RecordedTotal, own: dict[date, Recorded], day: date, tonig
     )  # fmt: skip
     value = TotalValue(value=tonight.value, groups=tonight.groups)
     night.record(total.name, Reading(value=value.value, groups=value.groups))
-    return evaluate_total(night, total, {total.name: value})
+    return evaluate_total(night, total, {total.name: value}), night
 
 
 def _parcels(start: date, days: int, seed: int = 3) -> dict[date, float]:
@@ -249,15 +257,7 @@ def test_a_period_that_starts_where_the_calendar_s_does_not_is_recognised_and_ju
     """Its first night and the nights after it are ordinary increments, not a fall of nine tenths; a doubled
     night among them is still the finding it is."""
     period, start, days, first, later = ANCHORED[shape]
-    total = RecordedTotal.model_validate(
-        {
-            "name": "to_date",
-            "owner": "o",
-            "asset": "a/b",
-            "sql": "SELECT 1 AS VALUE",
-            "baseline": {"weeks": 6},
-        }
-    )
+    total = TO_DATE
     for seed in range(3):
         daily = _payments(start, days + 8, seed=seed)
         history = _to_date(daily, period)
@@ -297,14 +297,7 @@ def _watched(total: RecordedTotal, history: dict[date, Recorded], start: date) -
     """The total watched night after night from ``start``, each night's record flagged as its check left it."""
     own = {d: r for d, r in history.items() if d < start}
     for day in sorted(d for d in history if d >= start):
-        night = Night(
-            context=None, run=CheckRun(day, "test-run", None, None), warehouse=None, ops=None, history=None,
-            cause_scopes={}, calendar=BusinessCalendar.model_validate({"holidays": []}), levels={},
-            incident_days=set(), past={total.name: own}, reporter=lambda finding: None, shares={total.asset: 2},
-        )  # fmt: skip
-        value = TotalValue(value=history[day].value, groups=history[day].groups)
-        night.record(total.name, Reading(value=value.value, groups=value.groups))
-        evaluate_total(night, total, {total.name: value})
+        _, night = _checked(total, own, day, history[day], failed=date(2000, 1, 1))
         own = {**own, day: history[day].model_copy(update={"flagged": night.readings[total.name].flagged})}
     return own
 
@@ -318,15 +311,7 @@ def test_a_reset_read_as_a_fault_before_its_period_was_known_starts_the_period_t
     fall of nine tenths, flagged. The next night, that fall, kept by the night after it, is the period's
     start: the total is judged on its increments from then on, and its first reset is the only flagged night.
     A stock emptied for a night or two and reloaded is still no period."""
-    total = RecordedTotal.model_validate(
-        {
-            "name": "to_date",
-            "owner": "o",
-            "asset": "a/b",
-            "sql": "SELECT 1 AS VALUE",
-            "baseline": {"weeks": 6},
-        }
-    )
+    total = TO_DATE
     for seed in range(3):
         history = _to_date(_payments(start, 100, seed=seed), period)
         first = min(d for d in history if d == cumulative.period_start(d, period) and d > start)

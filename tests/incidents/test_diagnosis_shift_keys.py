@@ -297,6 +297,25 @@ def test_an_account_moved_two_joins_up_is_named_not_a_seller_of_its_new_region_n
     assert "now maps it to REGION=ASIA" in (key.change or "") and "it was in" not in (key.change or "")
 
 
+def _three_regions(ctx, lines, accounts, before: dict[str, float], shares: list[tuple[float, float]]):
+    """Tonight's lines and accounts (seller S5 of account A4 in EUROPE added), the last good night's groups,
+    and good nights at ``shares`` of AMERICAS and ASIA (EUROPE the rest): the shift traced as the job does."""
+    cur = ctx.cursor
+    cur.execute('INSERT INTO "DB"."REF"."SELLERS" VALUES (\'S5\', \'A4\')')
+    cur.execute('DELETE FROM "DB"."RAW"."LINES"')
+    cur.execute(f'INSERT INTO "DB"."RAW"."LINES" VALUES {_values([(s, n, TONIGHT) for s, n in lines])}')
+    tonight = _build_lines(ctx, accounts)
+    value = sum(before.values())
+    nights = [
+        Recorded(business_date=date(2025, 9, 10 + i), value=value,
+                 groups={"REGION=AMERICAS": value * a, "REGION=ASIA": value * b, "REGION=EUROPE": value * (1 - a - b)})
+        for i, (a, b) in enumerate(shares)
+    ]  # fmt: skip
+    last = Recorded(business_date=BEFORE, value=value, groups={f"REGION={g}": v for g, v in before.items()})
+    moves = [{"group": "REGION=AMERICAS", "status": "lost"}, {"group": "REGION=ASIA", "status": "gained"}]
+    return trace_shift(ctx, BY_REGION, tonight, last, judged_groups(moves, None, lambda: nights, tonight))
+
+
 def test_an_account_moved_on_a_busy_night_of_its_old_region_is_named_by_what_its_new_region_gained(
     sellers_ctx,
 ):
@@ -304,30 +323,12 @@ def test_an_account_moved_on_a_busy_night_of_its_old_region_is_named_by_what_its
     # EUROPE's 50 less: by its share AMERICAS lost only 30, which no account now in ASIA carries, but which is
     # within AMERICAS' own noise of ASIA's sellers S4 (40) and S3 (60). ASIA, steady on the good nights,
     # gained 80: A2's, the account of the furthest lookup up, is named, not a seller that never moved.
-    cur = sellers_ctx.cursor
-    cur.execute('INSERT INTO "DB"."REF"."SELLERS" VALUES (\'S5\', \'A4\')')
-    cur.execute('DELETE FROM "DB"."RAW"."LINES"')
-    lines = [
-        ("S1", 150, TONIGHT),
-        ("S2", 80, TONIGHT),
-        ("S3", 60, TONIGHT),
-        ("S4", 40, TONIGHT),
-        ("S5", 70, TONIGHT),
-    ]
-    cur.execute(f'INSERT INTO "DB"."RAW"."LINES" VALUES {_values(lines)}')
-    tonight = _build_lines(
-        sellers_ctx, [("A1", "AMERICAS"), ("A2", "ASIA"), ("A3", "ASIA"), ("A4", "EUROPE")]
-    )
-    before = Recorded(business_date=BEFORE, value=400,
-                      groups={"REGION=AMERICAS": 180, "REGION=ASIA": 100, "REGION=EUROPE": 120})  # fmt: skip
-    nights = [
-        Recorded(business_date=date(2025, 9, 10 + i), value=400.0,
-                 groups={"REGION=AMERICAS": 400 * a, "REGION=ASIA": 400 * b, "REGION=EUROPE": 400 * (1 - a - b)})
-        for i, (a, b) in enumerate([(0.40, 0.25), (0.45, 0.251), (0.50, 0.249), (0.42, 0.25), (0.48, 0.25)])
-    ]  # fmt: skip
-    moves = [{"group": "REGION=AMERICAS", "status": "lost"}, {"group": "REGION=ASIA", "status": "gained"}]
-    shift = trace_shift(
-        sellers_ctx, BY_REGION, tonight, before, judged_groups(moves, None, lambda: nights, tonight)
+    shift = _three_regions(
+        sellers_ctx,
+        [("S1", 150), ("S2", 80), ("S3", 60), ("S4", 40), ("S5", 70)],
+        [("A1", "AMERICAS"), ("A2", "ASIA"), ("A3", "ASIA"), ("A4", "EUROPE")],
+        {"AMERICAS": 180, "ASIA": 100, "EUROPE": 120},
+        [(0.40, 0.25), (0.45, 0.251), (0.50, 0.249), (0.42, 0.25), (0.48, 0.25)],
     )
     assert shift is not None and shift.reference == "ref/accounts", shift and shift.keys
     (key,) = shift.keys
@@ -341,25 +342,15 @@ def test_a_seller_re_pointed_into_a_noisy_region_is_named_not_the_account_it_joi
     # Seller S2 (80 units) is re-pointed from account A2 (AMERICAS) to A3 (ASIA, 60 units of its own).
     # AMERICAS' share is steady on the good nights, ASIA's is not: what AMERICAS lost (80) is the nearer
     # measure, and A3's 140 units now in ASIA, within ASIA's own noise of what it gained, moved nothing.
-    cur = sellers_ctx.cursor
-    cur.execute('UPDATE "DB"."REF"."SELLERS" SET "ACCOUNT_ID" = \'A3\' WHERE "SELLER_ID" = \'S2\'')
-    cur.execute('INSERT INTO "DB"."REF"."SELLERS" VALUES (\'S5\', \'A4\')')
-    cur.execute('DELETE FROM "DB"."RAW"."LINES"')
-    lines = [("S1", 100, TONIGHT), ("S2", 80, TONIGHT), ("S3", 60, TONIGHT), ("S5", 60, TONIGHT)]
-    cur.execute(f'INSERT INTO "DB"."RAW"."LINES" VALUES {_values(lines)}')
-    tonight = _build_lines(
-        sellers_ctx, [("A1", "AMERICAS"), ("A2", "AMERICAS"), ("A3", "ASIA"), ("A4", "EUROPE")]
+    sellers_ctx.cursor.execute(
+        'UPDATE "DB"."REF"."SELLERS" SET "ACCOUNT_ID" = \'A3\' WHERE "SELLER_ID" = \'S2\''
     )
-    before = Recorded(business_date=BEFORE, value=300,
-                      groups={"REGION=AMERICAS": 180, "REGION=ASIA": 60, "REGION=EUROPE": 60})  # fmt: skip
-    nights = [
-        Recorded(business_date=date(2025, 9, 10 + i), value=300.0,
-                 groups={"REGION=AMERICAS": 300 * a, "REGION=ASIA": 300 * b, "REGION=EUROPE": 300 * (1 - a - b)})
-        for i, (a, b) in enumerate([(0.6, 0.1), (0.601, 0.3), (0.599, 0.15), (0.6, 0.25), (0.6, 0.2)])
-    ]  # fmt: skip
-    moves = [{"group": "REGION=AMERICAS", "status": "lost"}, {"group": "REGION=ASIA", "status": "gained"}]
-    shift = trace_shift(
-        sellers_ctx, BY_REGION, tonight, before, judged_groups(moves, None, lambda: nights, tonight)
+    shift = _three_regions(
+        sellers_ctx,
+        [("S1", 100), ("S2", 80), ("S3", 60), ("S5", 60)],
+        [("A1", "AMERICAS"), ("A2", "AMERICAS"), ("A3", "ASIA"), ("A4", "EUROPE")],
+        {"AMERICAS": 180, "ASIA": 60, "EUROPE": 60},
+        [(0.6, 0.1), (0.601, 0.3), (0.599, 0.15), (0.6, 0.25), (0.6, 0.2)],
     )
     assert shift is not None and shift.reference == "ref/sellers", shift and shift.keys
     (key,) = shift.keys
