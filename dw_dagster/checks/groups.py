@@ -91,38 +91,6 @@ def group_series(own: Mapping[date, Recorded], group: str) -> dict[date, float |
     }
 
 
-MIN_SIDE_NIGHTS = 14
-"""Nights a group too small to have a side of zero by its size needs on record to have one by its record."""
-MIRROR = 3.0
-"""A small group's value past zero at most this many times its usual size is its own rows' sign changed (a
-net export read as import: import plus export where it was import less export)."""
-
-
-def _side_by_record(
-    own: Mapping[date, Recorded],
-    group: str,
-    since: date | None,
-    rows: Mapping[date, Recorded] | None,
-    group_rows: Mapping[str, int] | None,
-    value: float,
-    expected: float,
-) -> bool:
-    """Whether a group too small to have a side of zero by its size (a net export of a few solar meters) has a
-    negative one by its own record: below zero on every one of its nights (``MIN_SIDE_NIGHTS`` at least)
-    and, tonight, no more rows than its record's most, and a ``value`` no more than ``MIRROR`` times its
-    ``expected`` size: the same rows' values on the other side of zero. A group that gained rows, or many
-    times its size, may have gained a key mapped in (a few write-offs and a new store's sales): a gain, not a
-    change of sign; where the rows are not known, neither is that."""
-    tonight = (group_rows or {}).get(group)
-    if tonight is None or rows is None or abs(value) > MIRROR * abs(expected):
-        return False
-    values = [v for d, v in group_series(own, group).items() if since is None or d >= since]
-    if len(values) < MIN_SIDE_NIGHTS or any(v is None or v >= 0 for v in values):
-        return False
-    past = [r.groups.get(group) for r in rows.values()]
-    return tonight <= max((n for n in past if n is not None), default=-1)
-
-
 def judge_groups(
     total: RecordedTotal,
     day: date,
@@ -138,13 +106,11 @@ def judge_groups(
     moved: bool | None = None,
     rows: Mapping[date, Recorded] | None = None,
     rows_tonight: float | None = None,
-    group_rows: Mapping[str, int] | None = None,
 ) -> GroupVerdict:
     """``moved``: whether the total moved, so that its judgement speaks and the groups only name where (by
     default: beyond its own band, ``_total_moved``). ``rows``: the groups' row counts night by night, where
     the total's SQL returns ``ROWS`` (a total of rows: its own history), for a group's chance of no row;
-    ``rows_tonight``: all groups' rows tonight, for the day's level (``_nothing_is_usual``); ``group_rows``:
-    each group's rows tonight, for a small group's side of zero (``_side_by_record``)."""
+    ``rows_tonight``: all groups' rows tonight, for the day's level (``_nothing_is_usual``)."""
     if not total.group_keys:
         return GroupVerdict(moves=[])
     last = own[max(own)] if own else None
@@ -222,13 +188,9 @@ def judge_groups(
             continue
         # A group's sign is its expectation's: a usually negative group (refunds, a net export) loses when it
         # comes nearer nothing and is gone at nothing or beyond it, as a positive one. A group whose usual size
-        # is immaterial has a side only by its own record, where its rows held (a few solar meters' net
-        # export): a catch-all of a few write-offs that a new key's rows are mapped into has gained.
-        sign = (
-            -1.0
-            if r.expected <= -floor or _side_by_record(own, g, since, rows, group_rows, tonight, r.expected)
-            else 1.0
-        )
+        # is immaterial (a catch-all of a few write-offs) has no side of its own: a new key mapped into it is a
+        # gain, not a change of sign.
+        sign = -1.0 if r.expected <= -floor else 1.0
         if (
             calendar_night
             and sign * tonight > 0

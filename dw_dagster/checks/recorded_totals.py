@@ -450,7 +450,6 @@ def evaluate_total(
         # A cumulative total's rows are to date too: no chance of no row tonight from them.
         rows=night.past.get(group_rows_series(total.name)) if period is None else None,
         rows_tonight=float(sum(value.rows.values())) if value.rows and period is None else None,
-        group_rows=value.rows if period is None else None,
     )
     metadata: dict[str, Any] = {
         "value": dg.MetadataValue.float(float(value.value)),
