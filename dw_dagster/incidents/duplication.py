@@ -25,7 +25,7 @@ MAX_KEYS = 20
 NEARLY_ALL = 0.9
 """A value whose rows in the load are copied at this share or more was applied twice whole."""
 MIN_COPIED = 20
-"""Copied rows a value needs to name the subset of a load applied twice: a few stray copies name no subset
+"""Distinct rows copied a value needs to name the subset of a load applied twice: a few stray copies name no subset
 (in a small load, an id or an amount would)."""
 
 
@@ -140,9 +140,9 @@ def exact_duplicates(ctx: DiagnosisContext, key: str, by_join: bool = False) -> 
 def _copied_subset(
     ctx: DiagnosisContext, key: str, load: str, first: object, last: object, by: str | None
 ) -> list[KeyGap] | None:
-    """The subset of the load the copies came in that was applied twice, by the column that names it: a text
-    column (or the group key; at most ``MAX_LEVELS`` values in that load) each of whose values holding copies
-    has nine tenths of its rows in the load copied, ``MIN_COPIED`` at least, while its other values have none
+    """The subset of the load the copies came in that was applied twice, by the column that names it: a
+    non-numeric column (or the group key; at most ``MAX_LEVELS`` values in that load) each of whose values
+    holding copies has nine tenths of its distinct rows in the load copied, ``MIN_COPIED`` at least, while its other values have none
     (one channel's file replayed, not a share of every currency). The fewest such values win, the group key
     first among equals; None where none is (the whole load applied twice, copies scattered, or too few to
     tell a subset from a row). One statement."""
