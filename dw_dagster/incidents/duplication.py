@@ -122,10 +122,12 @@ def exact_duplicates(ctx: DiagnosisContext, key: str, by_join: bool = False) -> 
         min((r[3] for r in rows if r[3] is not None), default=None),
         max((r[4] for r in rows if r[4] is not None), default=None),
     )
-    # Copies a join fans out are named by the key they are joined on, whatever subset they came in.
+    # Copies a join fans out are named by the key they are joined on, whatever subset they came in; and only
+    # in place of a group key: with none, the callers name the copies by their own evidence (the values a
+    # unique test found repeated).
     subset = (
         _copied_subset(ctx, key, load, first, last, by)
-        if load and first is not None and not by_join
+        if by and load and first is not None and not by_join
         else None
     )
     if subset is not None:

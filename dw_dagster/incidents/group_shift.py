@@ -479,7 +479,9 @@ def _matching(
     ]
     if len(lost) == 1 and len(gained) == 1:
         ((loser, _),), ((winner, amount),) = lost.items(), gained.items()
-        if winner in spreads and loser in spreads and spreads[winner] < spreads[loser]:
+        # Not keys now in no group (a left join that lost their row): what NULL gained names no mapping.
+        named = split_label(winner)[1] is not None
+        if named and winner in spreads and loser in spreads and spreads[winner] < spreads[loser]:
             targets = [(winner, amount, into, f"what {winner} gained")]
     found: dict[tuple, tuple[float, str | None, str, float]] = {}
     for g, amount, groups, what in targets:
