@@ -116,6 +116,14 @@ class ParsedJoin:
     """The left side when it is a subquery (a UNION of registers): ``left_table`` is then its alias, quoted,
     which names no table."""
 
+    def left_tables(self) -> list[str]:
+        """The tables the left side reads: the left table, or each input of a subquery."""
+        return [t for t, _ in self.derived.inputs] if self.derived is not None else [self.left_table]
+
+    def left_column(self, table: str, column: str) -> str | None:
+        """The left side's name for ``table``'s ``column`` (one of :meth:`left_tables`)."""
+        return self.derived.column_for(table, column) if self.derived is not None else column
+
     def left_sources(self, column: str) -> list[tuple[str, str]]:
         """The tables and columns the left side's ``column`` is read from: the left table's own, or each
         input's of a subquery."""

@@ -183,13 +183,12 @@ def traced_left(
     unions registers, the subquery's name for the column of whichever input carries it."""
     if column is None:
         return None
-    inputs = [t for t, _ in join.derived.inputs] if join.derived is not None else [join.left_table]
-    for written in inputs:
+    for written in join.left_tables():
         left = ctx.graph.key_for_table(written)
         found = ctx.graph.trace_column((asset, column), left) if left else None
         if found is None:
             continue
-        name = join.derived.column_for(written, found[1]) if join.derived is not None else found[1]
+        name = join.left_column(written, found[1])
         if name is not None:
             return name, found
     return None

@@ -139,19 +139,13 @@ def on_table(ctx: DiagnosisContext, key: str, column: str, values: list[str]) ->
     return None if found is None else {str(k[0]): n for k, n in found.items()}
 
 
-def _left_sources(
-    graph: LineageGraph, left_key: str | None, join: ParsedJoin | None
-) -> list[tuple[str, list[str]]]:
+def _left_sources(graph: LineageGraph, join: ParsedJoin | None) -> list[tuple[str, list[str]]]:
     """The Source tables the join's left key is read from, each with its columns: the left table's, or each
     input's of a subquery that unions registers."""
-    if join is None or not join.on:
-        return []
-    if join.derived is None:
-        return key_tables(graph, left_key, [lc for lc, _ in join.on]) if left_key else []
-    out = []
-    for written, _ in join.derived.inputs:
+    out: list[tuple[str, list[str]]] = []
+    for written in join.left_tables() if join is not None and join.on else []:
         asset = graph.key_for_table(written)
-        columns = [dict(join.left_sources(lc)).get(written) for lc, _ in join.on]
+        columns = [dict(join.left_sources(lc)).get(written) for lc, _ in join.on]  # type: ignore[union-attr]
         if asset is not None and all(columns):
             out += key_tables(graph, asset, columns)  # type: ignore[arg-type]
     return out
@@ -179,14 +173,13 @@ def key_origins(
     graph = ctx.graph
     target_history = ctx.history.metric_history(total.name, day, HISTORY_DAYS)
     source_history = ctx.history.metric_history(source_total.name, day, HISTORY_DAYS)
-    left_key = graph.key_for_table(effect.left)
     right_key = graph.key_for_table(effect.right) if effect.right else None
     on = join.on if join is not None else []
     values = [k.values for k in keys if all(v is not None for v in k.values)]
 
     # Each Source table the key is read from (each input of a union of registers): when its rows first
     # appear in any of them, and whether any of the reference's holds it still.
-    sources = _left_sources(graph, left_key, join)
+    sources = _left_sources(graph, join)
     seen: dict[Keys, tuple[date | None, str]] = {}
     for source, columns in sources:
         for k, first in first_seen_in_rows(ctx, source, columns, values).items():
