@@ -406,7 +406,7 @@ def evaluate_total(
     excluded = night.excluded(own)
     # A month-to-date total is judged on tonight's increment, as an ordinary daily number (cumulative.py).
     # Detected from the clean nights and the resets read as faults before the period was known: a bad night's
-    # drop that the next night undid (a stock emptied and reloaded) is no period's start.
+    # drop that a later night undid (a stock emptied and reloaded) is no period's start.
     period = cumulative.period_of(
         total.cumulative, cumulative.detection_values(own, day, value.value), day, value.value
     )
