@@ -55,15 +55,21 @@ def _roots(graph: LineageGraph, column: tuple[str, str]) -> set[str]:
     return {a[0] for a in root_columns(graph, column)}
 
 
+def joining_nodes(graph: LineageGraph, asset: str) -> list[str]:
+    """``asset`` and the nodes above it whose joins can be read: each described with its inputs (an asset
+    known only as another's dep has no columns or table), in a stable order."""
+    described = {n for n, d in graph.assets.nodes(data=True) if "info" in d}
+    return sorted(
+        n for n in graph.upstream(asset) | {asset} if {n, *graph.assets.predecessors(n)} <= described
+    )
+
+
 def carried_keys(graph: LineageGraph, asset: str) -> set[str]:
     """The columns of ``asset`` that hold a join key: each copied from one column (not a key mixed with
     another column) that a join on the asset's path equates with another table's (``ON L.A = R.B``)."""
     if asset not in graph:
         return set()
-    # A node and its inputs each described (an asset known only as another's dep has no columns or table).
-    described = {n for n, d in graph.assets.nodes(data=True) if "info" in d}
-    nodes = [n for n in graph.upstream(asset) | {asset} if {n, *graph.assets.predecessors(n)} <= described]
-    joined = {c for node in nodes for pair in equated(graph, node) for c in pair}
+    joined = {c for node in joining_nodes(graph, asset) for pair in equated(graph, node) for c in pair}
     out = set()
     for column in graph.info(asset).columns:
         own: Column = (asset, column)

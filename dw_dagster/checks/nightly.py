@@ -39,6 +39,7 @@ from dw_dagster.checks.recorded_totals import (
     total_specs,
     value_columns,
 )
+from dw_dagster.checks.repointed import reference_key
 from dw_dagster.checks.row_values import RowBases, row_bases
 from dw_dagster.checks.run_context import check_run
 from dw_dagster.checks.tonight import Night, Reporter
@@ -82,6 +83,7 @@ class NightlyChecks:
         self._attributes: dict[str, list[str]] | None = None
         self._bases: dict[str, RowBases] = {}
         self._keys: dict[str, set[str]] = {}
+        self._references: dict[str, dict[str, list[str]]] = {}
         self._implied: dict[str, tuple[str, ...]] = {}
         self._implied_rows: dict[str, tuple[str, ...]] = {}
         # The series judged on each table share its false-alarm rate (BaselineConfig.false_alarm_rate).
@@ -108,6 +110,12 @@ class NightlyChecks:
                     keys_of[t.asset] = carried_keys(graph, t.asset)
                 self._attributes[t.name] = carried_attributes(graph, t, measures, keys_of[t.asset])
                 self._keys[t.name] = keys_of[t.asset] & set(self._attributes[t.name])
+                # Each text attribute's reference key, where the table carries it (repointed.py).
+                self._references[t.name] = {
+                    c: key
+                    for c in self._attributes[t.name]
+                    if c not in self._keys[t.name] and (key := reference_key(graph, t.asset, c))
+                }
                 self._bases[t.name] = row_bases(graph, t, measures, self.metrics.totals)
             # And the reconciliations the column lineage implies between them (implied.py).
             self._implied = implied_reconciliations(graph, self.metrics.totals, measured)
@@ -141,6 +149,7 @@ class NightlyChecks:
             self._implied,
             self._keys,
             self._implied_rows,
+            self._references,
         )
         volumes = Volumes(
             metrics, self.monitored, [k.asset_key for k in selected if k.name == VOLUME_CHECK], lineage

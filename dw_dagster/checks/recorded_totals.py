@@ -37,6 +37,7 @@ from dw_dagster.checks.judge import Judgement, deviation, figure, judge, judgeme
 from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
 from dw_dagster.checks.reconcile import Reconciled, reconcile
+from dw_dagster.checks.repointed import MAX_MAPPED, mapping_label, mapping_part, mapping_series, repointed
 from dw_dagster.checks.row_values import (
     AMONG,
     PER,
@@ -218,6 +219,7 @@ class Totals:
         implied: Mapping[str, Sequence[str]] = {},  # noqa: B006 - read only
         keys: Mapping[str, Collection[str]] = {},  # noqa: B006 - read only
         implied_rows: Mapping[str, Sequence[str]] = {},  # noqa: B006 - read only
+        references: Mapping[str, Mapping[str, Sequence[str]]] = {},  # noqa: B006 - read only
     ):
         by_check = {check_name(t): t for t in metrics.totals}
         # Reconciled totals first (declared, then implied): on a bad night the gap to the source is the
@@ -250,6 +252,7 @@ class Totals:
         # table (attributes.py) and, per subset, for its typical row (row_values.py). A total whose SQL cannot
         # be (a join, a CTE, ...) has neither: its check says which columns went undrilled and why.
         self.attribute_parts: dict[tuple[str, str], Part] = {}
+        self.mapping_parts: dict[tuple[str, str], tuple[Part, list[str]]] = {}
         self.row_value_parts: dict[tuple[str, str, str], Part] = {}
         self.undrilled: dict[str, str] = {}
         for t in self.selected:
@@ -265,6 +268,10 @@ class Totals:
                 part = attribute_part(t, q.sql, column)
                 if part is not None:
                     self.attribute_parts[(t.name, column)] = part
+                # And by the reference row's key it is read by, where the table carries it (repointed.py).
+                keys = references.get(t.name, {}).get(column)
+                if keys and (part := mapping_part(t, q.sql, keys, column)) is not None:
+                    self.mapping_parts[(t.name, column)] = (part, list(keys))
             if t.cumulative not in ("auto", "no"):
                 continue  # declared cumulative: its rows grow through the period
             for column in columns:
@@ -281,6 +288,7 @@ class Totals:
                     if part:
                         self.row_value_parts[(t.name, column, basis)] = part
         self.attribute_values: dict[tuple[str, str], tuple[float, dict[str, float | None]]] = {}
+        self.mappings: dict[tuple[str, str], dict[str, float | None]] = {}
         self.row_values: dict[str, list[RowValues]] = {}
 
     def series(self) -> list[str]:
@@ -295,6 +303,7 @@ class Totals:
                 for s in (src, group_rows_series(src))
             ),
             *(attribute_series(t, c) for t, c in self.attribute_parts),
+            *(mapping_series(t, c) for t, c in self.mapping_parts),
             *(row_value_series(t, c, b) for t, c, b in self.row_value_parts),
             *(row_count_series(t, c) for t, c, b in self.row_value_parts if not b),
         ]
@@ -303,6 +312,7 @@ class Totals:
         return [
             *(q.part for q in self.queries.values() if q.part is not None),
             *self.attribute_parts.values(),
+            *(part for part, _ in self.mapping_parts.values()),
             *self.row_value_parts.values(),
         ]
 
@@ -326,6 +336,17 @@ class Totals:
                 continue
             groups = {f"{column}={plain_value(v)}": (None if x is None else float(x)) for v, x in rows}
             self.attribute_values[(name, column)] = (sum(x for x in groups.values() if x is not None), groups)
+        for (name, column), (part, keys) in self.mapping_parts.items():
+            rows = measured.get(part.key)
+            # Like an attribute's; a lookup of more keys than are kept is not judged by its keys.
+            if rows is None or isinstance(rows, Exception) or len(rows) > MAX_MAPPED:
+                continue
+            self.mappings[(name, column)] = {
+                mapping_label(
+                    keys, [plain_value(v) for v in row[: len(keys)]], column, plain_value(row[-2])
+                ): (None if row[-1] is None else float(row[-1]))
+                for row in rows
+            }
         for (name, column, basis), part in self.row_value_parts.items():
             rows = measured.get(part.key)
             # Like an attribute's: not measured, not judged tonight; the total still is.
@@ -351,6 +372,9 @@ class Totals:
                 night.record(group_rows_series(name), Reading(value=sum(rows.values()), groups=rows))
         for (name, column), (value, groups) in self.attribute_values.items():
             night.record(attribute_series(name, column), Reading(value=value, groups=groups))
+        for (name, column), groups in self.mappings.items():
+            value = sum(x for x in groups.values() if x is not None)
+            night.record(mapping_series(name, column), Reading(value=value, groups=groups))
         for name, found in self.row_values.items():
             for rv in found:
                 night.record(
@@ -374,6 +398,7 @@ class Totals:
                 implied=self.implied.get(t.name, ()),
                 keys=self.keys.get(t.name, ()),
                 rows_only=t.name in self.rows_only,
+                mappings=self.mappings,
             )
             for t in self.selected
             if t.name in self.values and not (t.reconcile_with and t.reconcile_with.total in self.errors)
@@ -399,6 +424,7 @@ def evaluate_total(
     implied: Sequence[str] = (),
     keys: Collection[str] = (),
     rows_only: bool = False,
+    mappings: Mapping[tuple[str, str], Mapping[str, float | None]] = {},  # noqa: B006 - read only
 ) -> dg.AssetCheckResult:
     day = night.day
     value = values[total.name]
@@ -668,14 +694,33 @@ def evaluate_total(
                 # A join key's values move between themselves every day (a subscriber changing plans, a new
                 # campaign of an advertiser taking its share): a key re-pointed upstream empties its value.
                 continue
+            # The keys of the reference rows re-pointed tonight, where the table carries them: what moved,
+            # named by its row, however small against the values' spread (repointed.py).
+            mapped = mappings.get((name, column))
+            rows_moved = (
+                []
+                if mapped is None
+                else repointed(
+                    column, day, mapped, night.past.get(mapping_series(name, column), {}), value.value
+                )
+            )
+            shown = "; ".join(r.describe() for r in rows_moved[:5])
             if moves and shift.startswith("a shift between groups"):
                 problems.append(f"{shift} ({column} is carried from a reference table)")
-                evidence["attribute_shift"] = {
-                    "column": column,
-                    "series": attribute_series(name, column),
-                    "moves": [m.model_dump(mode="json") for m in moves],
-                }
-                break
+            elif rows_moved:
+                problems.append(
+                    f"a reference row re-pointed while {total.name} and its {column} values' shares stayed "
+                    f"within their usual range: {shown} ({column} is carried from a reference table)"
+                )
+            else:
+                continue
+            evidence["attribute_shift"] = {
+                "column": column,
+                "series": attribute_series(name, column),
+                "moves": [m.model_dump(mode="json") for m in moves],
+                "repointed": [r.model_dump(mode="json") for r in rows_moved],
+            }
+            break
     # Only a deviation the calendar explains, or a group gone that its record cannot tell from a closure for
     # the night, is a WARN; reconciliation, shifts and NULLs are ERRORs.
     doubt = by_group.doubt or (by_rows.doubt if by_rows is not None else None)

@@ -403,9 +403,11 @@ def node_inputs(graph: LineageGraph, node: str) -> dict[str, str]:
     return {name: found[0] for name, found in by_name.items() if len(found) == 1}
 
 
-def equated(graph: LineageGraph, node: str) -> list[tuple[Column, Column]]:
+def equated(graph: LineageGraph, node: str, *, by_key_alone: bool = False) -> list[tuple[Column, Column]]:
     """The pairs of input columns a node's joins equate (an ON clause's ``L.A = R.B``); none when its join
-    text does not parse or names a table that is not one of its inputs."""
+    text does not parse or names a table that is not one of its inputs. ``by_key_alone``: only the joins that
+    relate the two sides by those equalities alone (not a type-2 dimension's, whose row for a key changes
+    with the date it is valid from)."""
     join = graph.info(node).join
     if not join:
         return []
@@ -426,6 +428,9 @@ def equated(graph: LineageGraph, node: str) -> list[tuple[Column, Column]]:
         ((named[j.left_table], left), (named[j.right_table], right))
         for j in joins
         # A table named outright (not by a ref) and a union's alias are none of the inputs.
-        if j.derived is None and j.left_table in named and j.right_table in named
+        if j.derived is None
+        and j.left_table in named
+        and j.right_table in named
+        and not (by_key_alone and j.relations)
         for left, right in j.on
     ]

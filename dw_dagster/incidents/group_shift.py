@@ -52,7 +52,7 @@ from dw_dagster.incidents.evidence import (
 from dw_dagster.incidents.origins import on_table, rows_on_table
 from dw_dagster.incidents.structure import derives_from, is_date, table
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident, KeyGap
-from dw_dagster.records.keys import key_label, plain, split_label
+from dw_dagster.records.keys import key_label, plain, split_label, split_labels
 from dw_dagster.sql import quote_identifier
 
 MATCH = 0.15
@@ -549,6 +549,8 @@ def attribute_shift_diagnosis(
     column, series = named.get("column"), named.get("series")
     if not column or not series:
         return None
+    if named.get("repointed"):
+        return _repointed(incident, total, column, named["repointed"], ctx)
     day = finding.business_date
     history = ctx.history.metric_history(series, day + timedelta(days=1), HISTORY_DAYS)
     tonight, before = history.get(day), last_good_night(ctx, history, day)
@@ -567,6 +569,62 @@ def attribute_shift_diagnosis(
             incident, by, ctx, tonight, before, judged, {"total": total.name, "attribute": column}
         )
     return shift_diagnosis(incident, by, shift, ctx, {"total": total.name, "attribute": column})
+
+
+def _repointed(
+    incident: Incident,
+    total: RecordedTotal,
+    column: str,
+    rows: Sequence[Mapping[str, Any]],
+    ctx: DiagnosisContext,
+) -> Diagnosis:
+    """The reference rows the check read re-pointed by their own key (``checks/repointed.py``: each key's
+    value of the attribute, night by night, in the total's table): named as they are, with the table the
+    attribute is read from, where its lineage leads to one."""
+    roots = {a for a, _ in root_columns(ctx.graph, (total.asset, column))}
+    source = next(iter(roots)) if len(roots) == 1 else None
+    where = (table(ctx.graph, source) or source) if source else f"the table {total.asset} reads {column} from"
+    by = [c for c, _ in (split_label(p) for p in split_labels(str(rows[0]["key"])))]
+    keys = []
+    for r in rows[:5]:
+        parts = [split_label(p) for p in split_labels(str(r["key"]))]
+        change = f"{column} {r['before']} -> {r['after']}: {float(r['units']):,.0f} units moved with it"
+        keys.append(
+            KeyGap(
+                column=parts[0][0],
+                value=parts[0][1],
+                units=float(r["units"]),
+                rows=0,
+                change=change,
+                parts=parts if len(parts) > 1 else [],
+                unmatched_columns=[c for c, _ in parts] if len(parts) > 1 else [],
+            )
+        )
+    said = "; ".join(f"{k.label}: {k.change}" for k in keys)
+    cause = (
+        f"{total.name} carries {column} from {where}, looked up by {', '.join(by)}; "
+        f"{'a row' if len(keys) == 1 else f'{len(keys)} rows'} there now point{'s' if len(keys) == 1 else ''} "
+        f"to another {column}, where {'it' if len(keys) == 1 else 'each'} pointed on every night before. "
+        f"{said}."
+    )
+    start = source or total.asset
+    return Diagnosis(
+        incident_id=incident.incident_id,
+        classification=CauseClass.REFERENCE_DATA_CHANGE,
+        cause=cause,
+        evidence={
+            "total": total.name,
+            "attribute": column,
+            "repointed": [f"{k.label}: {k.change}" for k in keys],
+        },
+        keys=keys,
+        upstream_change=f"reference rows of {where} changed {column}: {said}",
+        cause_asset=start,
+        path=ctx.graph.path(start, total.asset)
+        if start in ctx.graph and start != total.asset
+        else [total.asset],
+        owners=ctx.graph.owners_on([start, *reference_systems(ctx, start)]) if start in ctx.graph else [],
+    )
 
 
 def _key_shift(
