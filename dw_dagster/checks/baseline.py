@@ -234,6 +234,12 @@ class _Reference:
     (``Calibration.lag_age``); 0 otherwise."""
 
 
+def reach(config: BaselineConfig) -> timedelta:
+    """How far before a night :func:`_reference` reads: a like weekday up to ``weeks`` back, a change over
+    ``days`` and the weeks one is bridged over. A score given only the nights within it is the same score."""
+    return timedelta(days=max(7 * config.weeks, config.days + 7 * MAX_BRIDGE_WEEKS))
+
+
 def _reference(
     usable: Mapping[date, float], day: date, value: float, config: BaselineConfig, absolute: bool
 ) -> _Reference | None:

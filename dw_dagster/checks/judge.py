@@ -23,6 +23,7 @@ ERROR needs the deviation to survive all three.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Collection, Mapping, Sequence
 from datetime import date, timedelta
 from statistics import NormalDist, median
@@ -43,6 +44,7 @@ from dw_dagster.checks.baseline import (
     count_noise,
     false_alarm_alpha,
     is_small,
+    reach,
     relative_noise,
     score,
     transform,
@@ -109,6 +111,23 @@ def rebased(
         for d in before:
             out[d] = inv(f(out[d]) + delta)
     return out
+
+
+class Indexed:
+    """The sorted dates of the last two night-to-value mappings asked about (learning alternates between
+    the ordinary nights and those less one kind's occurrences), to read a window of each by bisection."""
+
+    def __init__(self) -> None:
+        self._kept: list[tuple[Mapping[date, float], list[date]]] = []
+
+    def between(self, points: Mapping[date, float], start: date, end: date) -> dict[date, float]:
+        """The nights of ``points`` from ``start`` to before ``end``."""
+        days = next((days for kept, days in self._kept if kept is points), None)
+        if days is None:
+            days = sorted(points)
+            # The mapping itself is kept (not its id, which a new one may take once it is gone).
+            self._kept = [(points, days), *self._kept[:1]]
+        return {k: points[k] for k in days[bisect_left(days, start) : bisect_left(days, end)]}
 
 
 def judge(
@@ -207,13 +226,18 @@ def judge(
     # as few as one (the effects are pooled, and the scale widened for how few there are).
     lenient = config.model_copy(update={"min_points": 1})
 
+    # Learning measures every night against the nights before it, a few hundred times a judgement: each
+    # time from the nights its reference can read (``reach``), found in the points' sorted dates.
+    span, indexed = reach(lenient), Indexed()
+
     def effect_of(d: date, points: Mapping[date, float]) -> float | None:
-        s = score({k: v for k, v in points.items() if k < d}, d, values[d], lenient, absolute=absolute)
+        s = score(indexed.between(points, d - span, d), d, values[d], lenient, absolute=absolute)
         if s.expected is None or s.status is BaselineStatus.INSUFFICIENT:
             # The first nights of a history have no like weekday before them: a past night's effect is
             # measured against the like weekdays after it instead (the nights after it, mirrored), so the
             # first month-end of a short history is an occurrence like the others.
-            after = {d - (k - d): v for k, v in points.items() if k > d}
+            later = indexed.between(points, d + timedelta(days=1), d + span + timedelta(days=1))
+            after = {d - (k - d): v for k, v in later.items()}
             s = score(after, d, values[d], lenient, absolute=absolute)
         if s.expected is None or s.status is BaselineStatus.INSUFFICIENT:
             return None
