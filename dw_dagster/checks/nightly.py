@@ -42,6 +42,7 @@ from dw_dagster.checks.recorded_totals import (
 from dw_dagster.checks.repointed import reference_key
 from dw_dagster.checks.row_values import RowBases, row_bases
 from dw_dagster.checks.run_context import check_run
+from dw_dagster.checks.signs import numeric_columns
 from dw_dagster.checks.tonight import Night, Reporter
 from dw_dagster.checks.volume import VOLUME_CHECK, Volumes, monitored_specs, volume_specs
 from dw_dagster.coalesce.sql import resolve_refs
@@ -84,6 +85,7 @@ class NightlyChecks:
         self._bases: dict[str, RowBases] = {}
         self._keys: dict[str, set[str]] = {}
         self._references: dict[str, dict[str, list[str]]] = {}
+        self._signed: dict[str, list[str]] = {}
         self._implied: dict[str, tuple[str, ...]] = {}
         self._implied_rows: dict[str, tuple[str, ...]] = {}
         # The series judged on each table share its false-alarm rate (BaselineConfig.false_alarm_rate).
@@ -110,6 +112,8 @@ class NightlyChecks:
                     keys_of[t.asset] = carried_keys(graph, t.asset)
                 self._attributes[t.name] = carried_attributes(graph, t, measures, keys_of[t.asset])
                 self._keys[t.name] = keys_of[t.asset] & set(self._attributes[t.name])
+                # The numeric columns VALUE sums, whose signs each subset keeps (signs.py).
+                self._signed[t.name] = numeric_columns(graph, t.asset, measures)
                 # Each text attribute's reference key, where the table carries it (repointed.py).
                 self._references[t.name] = {
                     c: key
@@ -150,6 +154,7 @@ class NightlyChecks:
             self._keys,
             self._implied_rows,
             self._references,
+            self._signed,
         )
         volumes = Volumes(
             metrics, self.monitored, [k.asset_key for k in selected if k.name == VOLUME_CHECK], lineage

@@ -51,6 +51,7 @@ from dw_dagster.checks.row_values import (
     subset_keys,
     take_row_values,
 )
+from dw_dagster.checks.signs import flipped, signs_groups, signs_part, signs_series
 from dw_dagster.checks.tonight import Night
 from dw_dagster.checks.total_value import TotalValue, rows_counted
 from dw_dagster.coalesce.sql import resolve_refs
@@ -220,6 +221,7 @@ class Totals:
         keys: Mapping[str, Collection[str]] = {},  # noqa: B006 - read only
         implied_rows: Mapping[str, Sequence[str]] = {},  # noqa: B006 - read only
         references: Mapping[str, Mapping[str, Sequence[str]]] = {},  # noqa: B006 - read only
+        signed: Mapping[str, Sequence[str]] = {},  # noqa: B006 - read only
     ):
         by_check = {check_name(t): t for t in metrics.totals}
         # Reconciled totals first (declared, then implied): on a bad night the gap to the source is the
@@ -253,6 +255,8 @@ class Totals:
         # be (a join, a CTE, ...) has neither: its check says which columns went undrilled and why.
         self.attribute_parts: dict[tuple[str, str], Part] = {}
         self.mapping_parts: dict[tuple[str, str], tuple[Part, list[str]]] = {}
+        self.signed = {t.name: list(signed.get(t.name, ())) for t in self.selected}
+        self.signs_parts: dict[tuple[str, str], Part] = {}
         self.row_value_parts: dict[tuple[str, str, str], Part] = {}
         self.undrilled: dict[str, str] = {}
         for t in self.selected:
@@ -275,6 +279,9 @@ class Totals:
             if t.cumulative not in ("auto", "no"):
                 continue  # declared cumulative: its rows grow through the period
             for column in columns:
+                # Each subset's signs of the numeric columns VALUE sums (signs.py).
+                if self.signed[t.name] and (part := signs_part(t, q.sql, column, self.signed[t.name])):
+                    self.signs_parts[(t.name, column)] = part
                 # Each subset's typical row; per unit of a companion converted at a joined factor; against
                 # the same items in the other subsets (not on the item key itself: each item is its own
                 # subset there), per unit of the companion when one.
@@ -289,6 +296,8 @@ class Totals:
                         self.row_value_parts[(t.name, column, basis)] = part
         self.attribute_values: dict[tuple[str, str], tuple[float, dict[str, float | None]]] = {}
         self.mappings: dict[tuple[str, str], dict[str, float | None]] = {}
+        self.signs: dict[str, dict[str, dict[str, float]]] = {}
+        """Each total -> its subset keys, in the order they are judged -> tonight's signs (signs.py)."""
         self.row_values: dict[str, list[RowValues]] = {}
 
     def series(self) -> list[str]:
@@ -304,6 +313,7 @@ class Totals:
             ),
             *(attribute_series(t, c) for t, c in self.attribute_parts),
             *(mapping_series(t, c) for t, c in self.mapping_parts),
+            *(signs_series(t, c) for t, c in self.signs_parts),
             *(row_value_series(t, c, b) for t, c, b in self.row_value_parts),
             *(row_count_series(t, c) for t, c, b in self.row_value_parts if not b),
         ]
@@ -313,6 +323,7 @@ class Totals:
             *(q.part for q in self.queries.values() if q.part is not None),
             *self.attribute_parts.values(),
             *(part for part, _ in self.mapping_parts.values()),
+            *self.signs_parts.values(),
             *self.row_value_parts.values(),
         ]
 
@@ -347,6 +358,13 @@ class Totals:
                 ): (None if row[-1] is None else float(row[-1]))
                 for row in rows
             }
+        for (name, column), part in self.signs_parts.items():
+            rows = measured.get(part.key)
+            # Like an attribute's: not measured, not judged tonight.
+            if rows is not None and not isinstance(rows, Exception):
+                found = signs_groups(column, self.signed[name], rows)
+                if found is not None:
+                    self.signs.setdefault(name, {})[column] = found
         for (name, column, basis), part in self.row_value_parts.items():
             rows = measured.get(part.key)
             # Like an attribute's: not measured, not judged tonight; the total still is.
@@ -375,6 +393,10 @@ class Totals:
         for (name, column), groups in self.mappings.items():
             value = sum(x for x in groups.values() if x is not None)
             night.record(mapping_series(name, column), Reading(value=value, groups=groups))
+        for name, by_key in self.signs.items():
+            for column, groups in by_key.items():
+                rows = sum(v for g, v in groups.items() if not g.endswith(" sum"))
+                night.record(signs_series(name, column), Reading(value=rows, groups=dict(groups)))
         for name, found in self.row_values.items():
             for rv in found:
                 night.record(
@@ -399,6 +421,8 @@ class Totals:
                 keys=self.keys.get(t.name, ()),
                 rows_only=t.name in self.rows_only,
                 mappings=self.mappings,
+                signs=self.signs.get(t.name, {}),
+                signed=self.signed.get(t.name, ()),
             )
             for t in self.selected
             if t.name in self.values and not (t.reconcile_with and t.reconcile_with.total in self.errors)
@@ -425,6 +449,8 @@ def evaluate_total(
     keys: Collection[str] = (),
     rows_only: bool = False,
     mappings: Mapping[tuple[str, str], Mapping[str, float | None]] = {},  # noqa: B006 - read only
+    signs: Mapping[str, Mapping[str, float]] = {},  # noqa: B006 - read only
+    signed: Sequence[str] = (),
 ) -> dg.AssetCheckResult:
     day = night.day
     value = values[total.name]
@@ -646,7 +672,31 @@ def evaluate_total(
                 night.flag(series)
                 night.flag(row_count_series(total.name, rv.column))
                 break
-    if verdict.severity is None and not by_group.problem and not fixed and "row_values_moved" not in evidence:
+        # A subset whose values of a column switched sign: its typical row reads their absolute value.
+        for key, groups in signs.items() if "row_values_moved" not in evidence else ():
+            flips = flipped(key, signed, day, groups, night.past.get(signs_series(total.name, key), {}))
+            if flips:
+                first = flips[0]
+                problems.append(
+                    "a subset's values switched sign: " + "; ".join(f.describe() for f in flips[:5])
+                )
+                per_row = first.amount / first.rows
+                evidence["sign_flipped"] = {
+                    "subset": first.subset,
+                    "column": first.column,
+                    "factor": -1.0,
+                    "rows": first.rows,
+                    "before": -per_row,
+                    "after": per_row,
+                    "flips": [f.model_dump(mode="json") for f in flips[:5]],
+                }
+                break
+    if (
+        verdict.severity is None
+        and not by_group.problem
+        and not fixed
+        and not {"row_values_moved", "sign_flipped"} & set(evidence)
+    ):
         # Money moved between the values of an attribute no total groups by (a reference row re-pointed).
         for (name, column), (total_of_values, groups) in attributes.items():
             past = night.past.get(attribute_series(name, column), {})

@@ -75,7 +75,7 @@ MIXED = math.log(1.5)
 """The same on the plain basis, a subset's typical row over whatever items it holds tonight: that moves with its
 mix (a benign new org mapped the same night moved another org's on-hand rows x0.85 at z -7.6), so only a factor
 no mix makes is a unit there."""
-_NUMERIC = ("NUMBER", "DECIMAL", "NUMERIC", "INT", "BIGINT", "FLOAT", "DOUBLE", "REAL")
+NUMERIC = ("NUMBER", "DECIMAL", "NUMERIC", "INT", "BIGINT", "FLOAT", "DOUBLE", "REAL")
 _COUNT = re.compile(r"(NUMBER|DECIMAL|NUMERIC)(\(\s*\d+\s*(,\s*0\s*)?\))?|(BIG|SMALL|TINY)?INT(EGER)?")
 """A Snowflake type of whole numbers (a scale of 0, Snowflake's default)."""
 SCALE = 1e6
@@ -146,7 +146,7 @@ def row_bases(
     counts = []
     for column in info.columns:
         kind = info.type_of(column).upper()
-        if column.upper() in wanted or not kind.startswith(_NUMERIC):
+        if column.upper() in wanted or not kind.startswith(NUMERIC):
             continue
         base = root_columns(graph, (total.asset, column))
         rest = measure - base

@@ -313,7 +313,9 @@ def _total_anomaly(
     group_keys = [g.upper() for t in ctx.metrics.totals for g in t.group_keys]
     nights = good_nights(ctx, history, day)
     drill = drill_source(ctx, total, day, nights, group_keys)
-    moved = drill.moved
+    # A subset's column that switched sign, as the check read it, before any drill by sizes: the drill reads
+    # the summed expression, in which the other columns' rows hide it.
+    moved = (from_finding(finding, total) if "sign_flipped" in finding.evidence else None) or drill.moved
     held = None
     if moved is None:
         held = rows_held(ctx, total.asset, day, before.business_date)

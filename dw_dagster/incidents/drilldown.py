@@ -529,16 +529,19 @@ def _per_row(r: float, group: str, rows: tuple[Recorded, Recorded] | None) -> fl
 def from_finding(finding: Finding, total: RecordedTotal) -> Moved | None:
     """The subset the total's own check measured moving by a factor (``row_values_moved``: its typical row
     against its record while the other subsets held), when the drill-down did not find it against the last
-    good nights (a heavy-tailed subset's average is noisier than its typical row)."""
-    found = finding.evidence.get("row_values_moved")
+    good nights (a heavy-tailed subset's average is noisier than its typical row); or whose values of a
+    column switched sign (``sign_flipped``, ``checks/signs.py``: a factor of -1 on the column's rows)."""
+    found = finding.evidence.get("row_values_moved") or finding.evidence.get("sign_flipped")
     if not isinstance(found, dict) or not found.get("subset") or not found.get("factor"):
         return None
     column, value = split_label(str(found["subset"]))
     rows = int(found.get("rows") or 0)
     # Its total before and after, as tonight's rows at its usual and tonight's typical row.
     before, after = (rows * float(found.get(k) or 0.0) for k in ("before", "after"))
+    # A column switched sign: that column moved, not the whole summed expression.
+    measure = str(found.get("column") or "")
     return Moved(
-        column, value, "", float(found["factor"]), rows, total.asset, before, after, from_history=True
+        column, value, measure, float(found["factor"]), rows, total.asset, before, after, from_history=True
     )
 
 
@@ -645,7 +648,11 @@ def unit_or_sign_diagnosis(
         # A recorded group moved: the measure and the subset's key as the source table holds them, the key
         # named in that source's column (a union's input calls the group by its own name).
         pair = _group_source(ctx, total, moved)
-        src = pair[0] if pair else source_column(ctx.graph, (total.asset, measure_column(total) or ""))
+        src = (
+            pair[0]
+            if pair
+            else source_column(ctx.graph, (total.asset, moved.measure or measure_column(total) or ""))
+        )
         key_src = pair[1] if pair else source_column(ctx.graph, (total.asset, moved.column))
         if src is not None:
             moved.asset, moved.measure = src

@@ -1,0 +1,150 @@
+"""A subset whose values of one column switched sign wholesale (``checks/signs.py``). Two shapes: a meter
+model's export register read negative after a firmware update (net energy summed as import less export, the
+model's other meters exporting nothing), and a channel's refunds posted positive (a payments total summing
+amount less refunds). Neither moves its total or its group beyond their spread; the signs tell it. And what
+is no flip: a column with both signs in a subset, a subset too new or too small, half a subset's rows, one
+stray row of the old sign."""
+
+from __future__ import annotations
+
+import random
+from datetime import date, timedelta
+
+import fakesnow
+import pytest
+import snowflake.connector
+
+from dw_dagster.checks.calendar import BusinessCalendar
+from dw_dagster.checks.history import Reading, Recorded
+from dw_dagster.checks.measure import Binds, measure
+from dw_dagster.checks.metrics import RecordedTotal
+from dw_dagster.checks.recorded_totals import evaluate_total
+from dw_dagster.checks.run_context import CheckRun
+from dw_dagster.checks.signs import signs_groups, signs_part, signs_series
+from dw_dagster.checks.tonight import Night
+from dw_dagster.checks.total_value import TotalValue
+from dw_dagster.incidents.drilldown import from_finding
+
+DAY = date(2026, 10, 29)
+# name, asset, group key, the column that flips, the other column, {subset: (rows a night, non-zero rows of the
+# flipping column, its sign)}.
+SHAPES = {
+    "meters": ("hes_net_energy", "raw/ami_reads", "METER_MODEL", "EXPORT_KWH", "IMPORT_KWH",
+               {"LANDIS": (1350, 135, 1), "CONLOG": (1050, 105, 1), "HEXING": (600, 60, 1)}),
+    "payments": ("net_takings", "raw/payments", "CHANNEL", "REFUND_AMOUNT", "AMOUNT",
+                 {"web": (900, 40, -1), "store": (1500, 70, -1), "phone": (300, 12, -1)}),
+}  # fmt: skip
+
+
+def _groups(
+    shape: str, subsets: dict, flip: str | None = None, keep: int = 0, extra=None
+) -> dict[str, float]:
+    """A night's signs series groups; ``flip``: the subset whose flipping column switched sign (``keep`` of
+    its rows keeping the old one)."""
+    _, _, key, column, other, _ = SHAPES[shape]
+    out: dict[str, float] = {}
+    for subset, (rows, nonzero, sign) in {**subsets, **(extra or {})}.items():
+        label = f"{key}={subset}"
+        flipped = nonzero - keep if subset == flip else 0
+        counts = {column: {sign: nonzero - flipped, -sign: flipped}, other: {1: rows, -1: 0}}
+        for c, by_sign in counts.items():
+            for s, n in by_sign.items():
+                mark = "<0" if s < 0 else ">0"
+                out[f"{label} {c}{mark}"] = float(n)
+                out[f"{label} {c}{mark} sum"] = float(n) * 12.0 * s
+    return out
+
+
+def _check(shape: str, tonight: dict[str, float], *, history=None, nights: int = 20):
+    name, asset, key, column, other, subsets = SHAPES[shape]
+    total = RecordedTotal.model_validate(
+        {"name": name, "owner": "ops", "asset": asset, "group_keys": [key], "sql": "SELECT 1 AS VALUE",
+         "baseline": {"calendar": False, "method": "day_over_day"}}
+    )  # fmt: skip
+    rng = random.Random(3)
+    own, signs = {}, {}
+    for d in range(nights, 0, -1):
+        day = DAY - timedelta(days=d)
+        level = 10_000 * rng.uniform(0.97, 1.03)
+        own[day] = Recorded(business_date=day, value=level, groups={f"{key}={s}": level / 3 for s in subsets})
+        groups = history(day) if history else _groups(shape, subsets)
+        signs[day] = Recorded(business_date=day, value=3000, groups=groups)
+    found = []
+    night = Night(
+        context=None, run=CheckRun(DAY, "test-run", None, None), warehouse=None, ops=None, history=None,
+        cause_scopes={}, calendar=BusinessCalendar.model_validate({"holidays": []}), levels={},
+        incident_days=set(), past={name: own, signs_series(name, key): signs}, reporter=found.append,
+        shares={asset: 2},
+    )  # fmt: skip
+    value = TotalValue(value=10_000.0, groups={f"{key}={s}": 10_000 / 3 for s in subsets})
+    night.record(name, Reading(value=value.value, groups=value.groups))
+    result = evaluate_total(night, total, {name: value}, signs={key: tonight}, signed=[other, column])
+    return result, found
+
+
+def _flipping(shape: str) -> str:
+    subsets = SHAPES[shape][5]
+    return min(subsets, key=lambda s: subsets[s][0])
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_subsets_column_that_switched_sign_is_a_sign_change_named_by_the_subset(shape):
+    name, _, key, column, _, subsets = SHAPES[shape]
+    flip = _flipping(shape)
+    result, (finding,) = _check(shape, _groups(shape, subsets, flip))
+    assert result.passed is False and "a subset's values switched sign" in (result.description or "")
+    assert f"{key}={flip}: {subsets[flip][1]} rows of {column}" in (result.description or "")
+    found = finding.evidence["sign_flipped"]
+    assert found["subset"] == f"{key}={flip}" and found["column"] == column and found["factor"] == -1.0
+    # The diagnosis reads it as that subset's column times -1.
+    moved = from_finding(finding, RecordedTotal.model_validate(
+        {"name": name, "owner": "ops", "asset": "raw/x", "sql": "SELECT 1 AS VALUE"}))  # fmt: skip
+    assert (
+        moved is not None and moved.sign and (moved.column, moved.value, moved.measure) == (key, flip, column)
+    )
+    # One stray row of the old sign (a late row of yesterday's) does not hide it.
+    assert not _check(shape, _groups(shape, subsets, flip, keep=1))[0].passed
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_what_is_no_flip_raises_nothing(shape):
+    _, _, _, _, _, subsets = SHAPES[shape]
+    flip = _flipping(shape)
+    assert _check(shape, _groups(shape, subsets))[0].passed
+    # Half its rows of the other sign: a subset that now takes both, not one that switched.
+    assert _check(shape, _groups(shape, subsets, flip, keep=subsets[flip][1] // 2))[0].passed
+    # A column that took both signs in the subset on the nights before (a meter importing and exporting by
+    # turns, a refund beside a sale).
+    mixed = lambda day: _groups(shape, subsets, flip, keep=subsets[flip][1] - 3)  # noqa: E731
+    assert _check(shape, _groups(shape, subsets, flip), history=mixed)[0].passed
+    # Too few nights on record, and a subset of too few non-zero rows.
+    assert _check(shape, _groups(shape, subsets, flip), nights=10)[0].passed
+    tiny = {"new": (50, 3, next(iter(subsets.values()))[2])}
+    few = lambda day: _groups(shape, subsets, extra=tiny)  # noqa: E731
+    assert _check(shape, _groups(shape, subsets, "new", extra=tiny), history=few)[0].passed
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_nights_statement_counts_and_sums_each_sign_by_subset(shape):
+    name, _, key, column, other, subsets = SHAPES[shape]
+    total = RecordedTotal.model_validate(
+        {"name": name, "owner": "ops", "asset": "raw/x", "group_keys": [key],
+         "sql": f'SELECT "{key}", SUM("{other}" - "{column}") AS "VALUE" FROM "DB"."RAW"."T" GROUP BY 1'}
+    )  # fmt: skip
+    part = signs_part(total, total.sql, key, [other, column])
+    assert part is not None
+    with fakesnow.patch():
+        conn = snowflake.connector.connect(database="DB", schema="RAW", paramstyle="qmark")
+        cur = conn.cursor()
+        cur.execute('CREATE SCHEMA IF NOT EXISTS "DB"."RAW"')
+        cur.execute(
+            f'CREATE TABLE "DB"."RAW"."T" ("{key}" VARCHAR, "{other}" NUMBER(12,3), "{column}" NUMBER(12,3))'
+        )
+        rows = [("a", 9.5, 12.0), ("a", 4.0, 0.0), ("a", 3.0, -18.0), ("b", 7.0, None), ("b", 2.5, 0.0)]
+        cur.executemany('INSERT INTO "DB"."RAW"."T" VALUES (?, ?, ?)', rows)
+        groups = signs_groups(key, [other, column], measure(cur, [part], Binds())[part.key])
+        conn.close()
+    assert groups is not None
+    assert groups[f"{key}=a {column}>0"] == 1 and groups[f"{key}=a {column}<0"] == 1
+    assert groups[f"{key}=a {column}<0 sum"] == -18 and groups[f"{key}=a {column}>0 sum"] == 12
+    assert groups[f"{key}=b {column}>0"] == 0 and groups[f"{key}=b {other}>0"] == 2
