@@ -151,10 +151,11 @@ def projected(
     if isinstance(found, str):
         return None
     tree, table, value = found
-    qualifier = table.alias_or_name if table.alias else None
-    key = exp.column(
-        exp.to_identifier(column, quoted=True), table=qualifier and exp.to_identifier(qualifier, quoted=True)
-    )
+    # The alias as the total's SQL writes it: Snowflake folds an unquoted alias to upper case, so ``FROM T f``
+    # is ``F``, and a quoted ``"f"`` names nothing.
+    alias = table.args.get("alias")
+    qualifier = alias.this.copy() if alias is not None and alias.this is not None else None
+    key = exp.column(exp.to_identifier(column, quoted=True), table=qualifier)
     selected = projections(key, value)
     if selected is None:
         return None

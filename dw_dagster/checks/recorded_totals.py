@@ -349,7 +349,10 @@ class Totals:
             self.attribute_values[(name, column)] = (sum(x for x in groups.values() if x is not None), groups)
         for (name, column), (part, keys) in self.mapping_parts.items():
             rows = measured.get(part.key)
-            # Like an attribute's; a lookup of more keys than are kept is not judged by its keys.
+            # Like an attribute's, and only with it (an attribute of too many values is not judged); a lookup
+            # of more keys than are kept is not judged by its keys.
+            if (name, column) not in self.attribute_values:
+                continue
             if rows is None or isinstance(rows, Exception) or len(rows) > MAX_MAPPED:
                 continue
             self.mappings[(name, column)] = {
@@ -749,15 +752,27 @@ def evaluate_total(
             mapped = mappings.get((name, column))
             rows_moved = (
                 []
-                if mapped is None
+                if mapped is None or period is not None
                 else repointed(
                     column, day, mapped, night.past.get(mapping_series(name, column), {}), value.value
                 )
             )
-            shown = "; ".join(r.describe() for r in rows_moved[:5])
             if moves and shift.startswith("a shift between groups"):
-                problems.append(f"{shift} ({column} is carried from a reference table)")
+                # The keys named beside a shift are those that moved from a value that lost to one that gained.
+                lost = {m.group for m in moves if m.status in ("lost", "went")}
+                gained = {m.group for m in moves if m.status in ("gained", "new")}
+                rows_moved = [
+                    r
+                    for r in rows_moved
+                    if f"{column}={r.before}" in lost and f"{column}={r.after}" in gained
+                ]
+                shown = "; ".join(r.describe() for r in rows_moved[:5])
+                problems.append(
+                    f"{shift} ({column} is carried from a reference table)"
+                    + (f"; re-pointed: {shown}" if shown else "")
+                )
             elif rows_moved:
+                shown = "; ".join(r.describe() for r in rows_moved[:5])
                 problems.append(
                     f"a reference row re-pointed while {total.name} and its {column} values' shares stayed "
                     f"within their usual range: {shown} ({column} is carried from a reference table)"

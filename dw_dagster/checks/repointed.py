@@ -40,6 +40,8 @@ MAX_MAPPED = 500
 MAPPED_NIGHTS = 3
 """Nights a key's value must have held, each night it had rows, before a change of it is a re-pointing."""
 WHOLLY = 0.99
+RECENT = 7
+"""Days within which a key's last night with rows must be (its ``MAPPED_NIGHTS`` within three times as many)."""
 """The part of a key's units one value holds for the key to be mapped to it (rounding aside)."""
 _SPLIT = object()
 
@@ -55,33 +57,52 @@ def _tables(graph: LineageGraph, column: Column) -> set[str]:
 
 def reference_key(graph: LineageGraph, asset: str, column: str) -> list[str]:
     """The columns of ``asset`` that hold the key of the reference row its ``column`` is read from: the
-    column's lineage leads to one table, a join on the asset's path equates columns with that table's (all
-    of them: its key), and ``asset`` carries each side's column of that join, copied from one column. Empty
-    when it does not (the key is not carried, or the attribute mixes tables)."""
+    column's lineage leads to one table, and the join that looks it up (in a node on that lineage, equating
+    columns of the input the attribute is read from, which lead to that table, with another input's: the
+    nearest that table first) is by key alone; ``asset`` carries each of its key columns (:func:`_carried`).
+    Empty when it does not, or when one reference column is looked up twice in that node (a bill-to and a
+    ship-to customer: which one the attribute follows is not told)."""
     if asset not in graph or (asset, column) not in graph.columns:
         return []
     tables = _tables(graph, (asset, column))
     if len(tables) != 1:
         return []
-    carried: dict[Column, str] = {}
-    for c in graph.info(asset).columns:
-        if c != column and len(root_columns(graph, (asset, c))) <= 1:
-            for ancestor in {(asset, c)} | graph.column_ancestors((asset, c)):
-                carried.setdefault(ancestor, c)
-    for node in joining_nodes(graph, asset):
-        keys = []
-        for a, b in equated(graph, node, by_key_alone=True):
-            lookup, reference = (a, b) if _tables(graph, b) == tables else (b, a)
-            if _tables(graph, reference) != tables or _tables(graph, lookup) == tables:
-                continue
-            held = carried.get(lookup) or carried.get(reference)
-            if held is None:
-                keys = []
-                break
-            keys.append(held)
-        if keys:
-            return list(dict.fromkeys(keys))
+    chain = {(asset, column)} | graph.column_ancestors((asset, column))
+    readable = set(joining_nodes(graph, asset))
+    for node in sorted({n for n, _ in chain} & readable, key=lambda n: (len(graph.upstream(n)), n)):
+        inputs = {s[0] for c in chain if c[0] == node for s in graph.column_sources(c)}
+        pairs = [
+            (lookup, reference)
+            for a, b in equated(graph, node, by_key_alone=True)
+            for lookup, reference in ((a, b), (b, a))
+            if reference[0] in inputs
+            and _tables(graph, reference) == tables
+            and _tables(graph, lookup) != tables
+        ]
+        if not pairs:
+            continue
+        if len({r for _, r in pairs}) != len(pairs):
+            return []
+        keys = [_carried(graph, asset, column, lookup, reference) for lookup, reference in pairs]
+        return [] if None in keys else list(dict.fromkeys(k for k in keys if k is not None))
     return []
+
+
+def _carried(
+    graph: LineageGraph, asset: str, attribute: str, lookup: Column, reference: Column
+) -> str | None:
+    """The column of ``asset`` that holds a join's key: copied down from one of its two sides (one root
+    column); of several, the one named as either side is (a band derived from the key has one root too);
+    None when none is, or several and none by that name."""
+    found = [
+        c
+        for c in graph.info(asset).columns
+        if c != attribute
+        and len(root_columns(graph, (asset, c))) <= 1
+        and {lookup, reference} & ({(asset, c)} | graph.column_ancestors((asset, c)))
+    ]
+    named = [c for c in found if c.upper() in {lookup[1].upper(), reference[1].upper()}]
+    return named[0] if named else found[0] if len(found) == 1 else None
 
 
 def mapping_part(total: RecordedTotal, sql: str, keys: Sequence[str], column: str) -> Part | None:
@@ -157,17 +178,39 @@ def repointed(
 ) -> list[Repointed]:
     """The keys re-pointed tonight, largest first (see the module's docstring); ``whole``: the total
     tonight. Every recorded night counts, an incident's too: the night after a re-pointing, its new value
-    is the last one seen, and a key that returns to its old value is no new change."""
-    nights = [_mapped(past[d].groups or {}) for d in sorted(past, reverse=True) if d < day]
+    is the last one seen, and a key that returns to its old value is no new change. A key's last nights
+    must be recent (``RECENT``): a key with rows once a month is not compared with last month. A move from one
+    value to another that keys of this attribute made before (an order's status, a tenure band: a lifecycle,
+    not a re-pointing), or away from the value NULL keys hold (a default member a late key leaves), is none."""
+    if not whole:
+        return []
+    nights = [(d, _mapped(past[d].groups or {})) for d in sorted(past) if d < day]
+    routine: set[tuple[object, object]] = set()
+    defaults: set[object] = set()
+    last: dict[str, object] = {}
+    for _, mapped in nights:
+        for key, (value, _) in mapped.items():
+            if all(split_label(p)[1] is None for p in split_labels(key)):
+                defaults.add(value)
+            if key in last and last[key] != value:
+                routine.add((last[key], value))
+            last[key] = value
     out = []
     for key, (after, units) in _mapped(groups).items():
-        if after is None or after is _SPLIT or abs(units) < MIN_SHARE_OF_TOTAL * abs(whole or 0.0):
+        if after is None or after is _SPLIT or abs(units) < MIN_SHARE_OF_TOTAL * abs(whole):
             continue
-        seen = [n[key][0] for n in nights if key in n][:MAPPED_NIGHTS]
-        before = seen[0] if seen else None
-        if len(seen) < MAPPED_NIGHTS or any(v != before for v in seen):
+        seen = [(d, n[key][0]) for d, n in reversed(nights) if key in n][:MAPPED_NIGHTS]
+        before = seen[0][1] if seen else None
+        if (
+            len(seen) < MAPPED_NIGHTS
+            or (day - seen[0][0]).days > RECENT
+            or (day - seen[-1][0]).days > 3 * RECENT
+            or any(v != before for _, v in seen)
+        ):
             continue
-        if before is None or before is _SPLIT or before == after:
+        if before is None or before is _SPLIT or before == after or before in defaults:
+            continue
+        if (before, after) in routine:
             continue
         out.append(
             Repointed(

@@ -406,8 +406,9 @@ def node_inputs(graph: LineageGraph, node: str) -> dict[str, str]:
 def equated(graph: LineageGraph, node: str, *, by_key_alone: bool = False) -> list[tuple[Column, Column]]:
     """The pairs of input columns a node's joins equate (an ON clause's ``L.A = R.B``); none when its join
     text does not parse or names a table that is not one of its inputs. ``by_key_alone``: only the joins that
-    relate the two sides by those equalities alone (not a type-2 dimension's, whose row for a key changes
-    with the date it is valid from)."""
+    relate the two sides by those equalities alone: not a type-2 dimension's, whose row for a key changes
+    with the date it is valid from, nor one that keeps only some of the right side's rows (its current
+    version, ``"IS_CURRENT" = TRUE``: a key's row there changes when a new version is current)."""
     join = graph.info(node).join
     if not join:
         return []
@@ -431,6 +432,6 @@ def equated(graph: LineageGraph, node: str, *, by_key_alone: bool = False) -> li
         if j.derived is None
         and j.left_table in named
         and j.right_table in named
-        and not (by_key_alone and j.relations)
+        and not (by_key_alone and (j.relations or j.right_conditions))
         for left, right in j.on
     ]

@@ -265,3 +265,101 @@ def test_a_reference_row_edited_tonight_is_named_by_its_key_and_its_table(world)
     assert key.label == f"{s.key}=15" and key.units == 60 and "BUSINESS -> POSTPAID" in (key.change or "")
     # The table the attribute is read from, not the fact: its owners are the ones to ask.
     assert d.cause_asset == f"ref/{s.keys_t.split('.')[-1].strip(chr(34)).lower()}"
+
+
+# What the review found: the join the attribute is looked up by, and what is no re-pointing.
+
+
+def _orders(join: str, lineage: dict, columns: dict) -> LineageGraph:
+    """Order lines joined to customers in ``core/fct_orders`` by ``join`` (``O``: the lines, ``C``: the
+    customers), the fact's columns from ``lineage``."""
+    return LineageGraph(_order_specs(join, lineage, columns))
+
+
+def _order_specs(join: str, lineage: dict, columns: dict) -> list:
+    return [
+        node_spec("raw/orders", "DB.RAW.ORDERS",
+                  {"ORDER_ID": NUM, "CUST_ID": NUM, "SHIP_CUST_ID": NUM, "REFERRER_ID": NUM, "AMOUNT": NUM}),
+        node_spec("ref/customers", "DB.REF.CUSTOMERS",
+                  {"CUST_ID": NUM, "SEGMENT": TEXT, "IS_CURRENT": "BOOLEAN"}),
+        node_spec("core/fct_orders", "DB.CORE.FCT_ORDERS", columns, lineage,
+                  "FROM {{ ref('RAW', 'ORDERS') }} \"O\" " + join),
+    ]  # fmt: skip
+
+
+ON_CUSTOMER = 'INNER JOIN {{ ref(\'REF\', \'CUSTOMERS\') }} "C" ON "O"."CUST_ID" = "C"."CUST_ID"'
+FACT = {"ORDER_ID": NUM, "CUST_ID": NUM, "SEGMENT": TEXT, "AMOUNT": NUM}
+FACT_LINEAGE = {"ORDER_ID": [("raw/orders", "ORDER_ID")], "CUST_ID": [("raw/orders", "CUST_ID")],
+                "SEGMENT": [("ref/customers", "SEGMENT")], "AMOUNT": [("raw/orders", "AMOUNT")]}  # fmt: skip
+
+
+def test_the_key_is_the_one_the_attribute_is_looked_up_by_not_another_join_to_its_table():
+    # The order lines' staging joins the customers by the referrer (the referrer's segment); the fact joins
+    # them again by the buyer, for the segment the totals carry.
+    stg_cols = {"ORDER_ID": NUM, "CUST_ID": NUM, "REFERRER_ID": NUM, "REFERRER_SEGMENT": TEXT, "AMOUNT": NUM}
+    raw = {c: [("raw/orders", c)] for c in ("ORDER_ID", "CUST_ID", "REFERRER_ID", "AMOUNT")}
+    stg = node_spec(
+        "core/a_stg_orders", "DB.CORE.A_STG_ORDERS", stg_cols,
+        {**raw, "REFERRER_SEGMENT": [("ref/customers", "SEGMENT")]},
+        "FROM {{ ref('RAW', 'ORDERS') }} \"O\" INNER JOIN {{ ref('REF', 'CUSTOMERS') }} \"C\" "
+        "ON \"O\".\"REFERRER_ID\" = \"C\".\"CUST_ID\"",
+    )  # fmt: skip
+    # The fact carries the referrer too.
+    fact = node_spec(
+        "core/fct_orders", "DB.CORE.FCT_ORDERS", {**FACT, "REFERRER_ID": NUM},
+        {"ORDER_ID": [("core/a_stg_orders", "ORDER_ID")], "CUST_ID": [("core/a_stg_orders", "CUST_ID")],
+         "REFERRER_ID": [("core/a_stg_orders", "REFERRER_ID")],
+         "SEGMENT": [("ref/customers", "SEGMENT")], "AMOUNT": [("core/a_stg_orders", "AMOUNT")]},
+        "FROM {{ ref('CORE', 'A_STG_ORDERS') }} \"O\" " + ON_CUSTOMER,
+    )  # fmt: skip
+    specs = _order_specs(ON_CUSTOMER, FACT_LINEAGE, FACT)[:-1]  # the fact is built here from the staging
+    graph = LineageGraph([*specs, stg, fact])
+    assert reference_key(graph, "core/fct_orders", "SEGMENT") == ["CUST_ID"]
+    # A band derived from the key has one root too: the key is the column named as the join's.
+    banded = {**FACT, "CUST_BAND": NUM}
+    graph = _orders(ON_CUSTOMER, {**FACT_LINEAGE, "CUST_BAND": [("raw/orders", "CUST_ID")]}, banded)
+    assert reference_key(graph, "core/fct_orders", "SEGMENT") == ["CUST_ID"]
+
+
+def test_a_table_looked_up_twice_or_by_its_current_version_gives_no_key():
+    ship = (
+        ON_CUSTOMER
+        + ' INNER JOIN {{ ref(\'REF\', \'CUSTOMERS\') }} "S" ON "O"."SHIP_CUST_ID" = "S"."CUST_ID"'
+    )
+    both = {**FACT, "SHIP_CUST_ID": NUM}
+    graph = _orders(ship, {**FACT_LINEAGE, "SHIP_CUST_ID": [("raw/orders", "SHIP_CUST_ID")]}, both)
+    assert reference_key(graph, "core/fct_orders", "SEGMENT") == []
+    current = ON_CUSTOMER + ' AND "C"."IS_CURRENT" = TRUE'
+    assert reference_key(_orders(current, FACT_LINEAGE, FACT), "core/fct_orders", "SEGMENT") == []
+    assert reference_key(_orders(ON_CUSTOMER, FACT_LINEAGE, FACT), "core/fct_orders", "SEGMENT") == [
+        "CUST_ID"
+    ]
+
+
+def _nights(maps: dict[int, dict[str, tuple[str, float]]]) -> dict[date, Recorded]:
+    """Nights ``d`` days before tonight -> {key: (value, units)}, as the series records them."""
+    return {
+        DAY - timedelta(days=d): Recorded(
+            business_date=DAY - timedelta(days=d), value=1000,
+            groups={f"ORDER_ID={k}, STATUS={v}": u for k, (v, u) in m.items()},
+        )
+        for d, m in maps.items()
+    }  # fmt: skip
+
+
+def test_a_lifecycle_a_sparse_key_a_default_member_and_a_zero_total_are_no_re_pointing():
+    held = {d: {"7": ("OPEN", 300.0), "8": ("OPEN", 200.0)} for d in (1, 2, 3)}
+    tonight = {"ORDER_ID=7, STATUS=SHIPPED": 300.0, "ORDER_ID=8, STATUS=OPEN": 200.0}
+    (moved,) = repointed("STATUS", DAY, tonight, _nights(held), 500)
+    assert (moved.key, moved.before, moved.after) == ("ORDER_ID=7", "OPEN", "SHIPPED")
+    # Another order went OPEN -> SHIPPED before: a lifecycle, not a re-pointing.
+    earlier = {**held, 4: {"5": ("SHIPPED", 100.0)}, 5: {"5": ("OPEN", 100.0)}}
+    assert repointed("STATUS", DAY, tonight, _nights(earlier), 500) == []
+    # Its last nights with rows weeks ago: nothing says when it changed.
+    sparse = {d: {"7": ("OPEN", 300.0)} for d in (20, 40, 60)}
+    assert repointed("STATUS", DAY, tonight, _nights(sparse), 500) == []
+    # Away from the value the NULL key holds (a default member a late key leaves).
+    unknown = {d: {"7": ("UNKNOWN", 300.0), "None": ("UNKNOWN", 5.0)} for d in (1, 2, 3)}
+    assert repointed("STATUS", DAY, tonight, _nights(unknown), 500) == []
+    # A total of nothing (a balanced journal): no share to read, and no error.
+    assert repointed("STATUS", DAY, tonight, _nights(held), 0.0) == []
