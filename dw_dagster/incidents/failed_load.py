@@ -18,6 +18,11 @@ from dw_dagster.incidents.evidence import HISTORY_DAYS, DiagnosisContext, good_n
 from dw_dagster.incidents.structure import source_column, sources_upstream
 from dw_dagster.records.incidents import CauseClass, Diagnosis, Finding, Incident
 
+_MISSING = [
+    re.compile(r"invalid identifier '(?P<column>[^']+)'", re.I),
+    re.compile(r'does not have a column named \\?"(?P<column>[^"\\]+)', re.I),
+    re.compile(r'Referenced column \\?"(?P<column>[^"\\]+)\\?" not found', re.I),
+]
 _SCHEMA_WORDS = re.compile(r"invalid identifier|does not exist|not found|no such column|Binder Error", re.I)
 # Coalesce names column test results "<COLUMN>: Unique" and "<COLUMN>: Null".
 _UNIQUE_TEST = re.compile(r"^(?P<column>.+):\s*Unique$", re.I)
@@ -67,18 +72,46 @@ def diagnose_failed(incident: Incident, finding: Finding, ctx: DiagnosisContext)
                         "evidence": {**diagnosis.evidence, **evidence},
                     }
                 )
-    schema = bool(_SCHEMA_WORDS.search(json.dumps(finding.evidence, default=str)))
+    said = json.dumps(finding.evidence, default=str)
+    schema = bool(_SCHEMA_WORDS.search(said))
+    missing = _missing_column(error) or _missing_column(said)
+    # A column no table above the node declares was never there to drop: the node's own new code reads it.
+    unknown = schema and missing is not None and _declared_upstream(ctx, key, missing) is False
     return Diagnosis(
-        classification=CauseClass.SCHEMA_CHANGE if schema else CauseClass.FAILED_LOAD,
+        classification=CauseClass.SCHEMA_CHANGE if schema and not unknown else CauseClass.FAILED_LOAD,
         cause=f"The Coalesce build of {key} failed: {finding.summary}"
         + (
-            " The error names a column or object that no longer matches the node's definition."
+            f" The node reads {missing}, which no table above it declares: a change to the node (its "
+            "deployed definition), not to its sources."
+            if unknown
+            else " The error names a column or object that no longer matches the node's definition."
             if schema
             else ""
         ),
         evidence=evidence,
         **_base(incident, finding, ctx),
     )
+
+
+def _missing_column(text: str) -> str | None:
+    """The column an error says is missing: Snowflake's ``invalid identifier '"T"."COL"'``, or the local
+    Snowflake's (DuckDB's) ``does not have a column named "COL"`` / ``Referenced column "COL" not found``."""
+    for pattern in _MISSING:
+        if found := pattern.search(text):
+            return found["column"].split(".")[-1].strip('"\\')
+    return None
+
+
+def _declared_upstream(ctx: DiagnosisContext, key: str, column: str) -> bool | None:
+    """Whether a table above the failed node declares ``column`` (its Coalesce columns, as the pipeline's
+    metadata lists them: a column dropped or renamed in the warehouse is still declared there); None when
+    no table above it is described."""
+    if key not in ctx.graph:
+        return None
+    above = [a for a in ctx.graph.upstream(key) if "info" in ctx.graph.assets.nodes[a]]
+    if not above:
+        return None
+    return any(column.upper() in {c.upper() for c in ctx.graph.info(a).columns} for a in above)
 
 
 def _totals_near(ctx: DiagnosisContext, key: str) -> list:
