@@ -107,7 +107,7 @@ def carried_attributes(
     return sorted(out, key=lambda c: c not in joined)
 
 
-def _one_table(sql: str) -> tuple[exp.Select, exp.Table, exp.Alias] | str:
+def one_table(sql: str) -> tuple[exp.Select, exp.Table, exp.Alias] | str:
     """The total's SELECT, the one table it reads and its VALUE projection; else why it has none."""
     try:
         tree = sqlglot.parse_one(sql, read="snowflake")
@@ -134,7 +134,7 @@ def _one_table(sql: str) -> tuple[exp.Select, exp.Table, exp.Alias] | str:
 def not_regrouped(sql: str) -> str | None:
     """Why a total's SQL cannot be measured again by another column (its attributes' drill, its subsets'
     typical rows), or None when it can: the check says so rather than leaving those checks out unseen."""
-    found = _one_table(sql)
+    found = one_table(sql)
     return found if isinstance(found, str) else None
 
 
@@ -147,7 +147,7 @@ def projected(
     ``column`` qualified as the total's table is; ``value``: the total's VALUE projection; None from it: none),
     its filters kept and its grouping, order and limit dropped; with ``key``. None when its SQL is not one
     SELECT over one table with a VALUE (``not_regrouped`` says why)."""
-    found = _one_table(sql)
+    found = one_table(sql)
     if isinstance(found, str):
         return None
     tree, table, value = found

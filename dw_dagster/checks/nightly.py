@@ -42,7 +42,7 @@ from dw_dagster.checks.recorded_totals import (
 from dw_dagster.checks.repointed import reference_key
 from dw_dagster.checks.row_values import RowBases, row_bases
 from dw_dagster.checks.run_context import check_run
-from dw_dagster.checks.signs import numeric_columns
+from dw_dagster.checks.signs import numeric_columns, summed_columns
 from dw_dagster.checks.tonight import Night, Reporter
 from dw_dagster.checks.volume import VOLUME_CHECK, Volumes, monitored_specs, volume_specs
 from dw_dagster.coalesce.sql import resolve_refs
@@ -104,7 +104,8 @@ class NightlyChecks:
             keys_of: dict[str, set[str]] = {}
             for t in self.metrics.totals:
                 try:
-                    measures = value_columns(resolve_refs(t.sql, self.resolve_table))
+                    resolved = resolve_refs(t.sql, self.resolve_table)
+                    measures = value_columns(resolved)
                 except ValueError:
                     continue  # a ref the resolver does not know: the total's own check says so
                 measured[t.name] = measures
@@ -113,7 +114,7 @@ class NightlyChecks:
                 self._attributes[t.name] = carried_attributes(graph, t, measures, keys_of[t.asset])
                 self._keys[t.name] = keys_of[t.asset] & set(self._attributes[t.name])
                 # The numeric columns VALUE sums, whose signs each subset keeps (signs.py).
-                self._signed[t.name] = numeric_columns(graph, t.asset, measures)
+                self._signed[t.name] = numeric_columns(graph, t.asset, summed_columns(resolved))
                 # Each text attribute's reference key, where the table carries it (repointed.py).
                 self._references[t.name] = {
                     c: key

@@ -398,8 +398,8 @@ class Totals:
             night.record(mapping_series(name, column), Reading(value=value, groups=groups))
         for name, by_key in self.signs.items():
             for column, groups in by_key.items():
-                rows = sum(v for g, v in groups.items() if not g.endswith(" sum"))
-                night.record(signs_series(name, column), Reading(value=rows, groups=dict(groups)))
+                # A series read by its groups alone (each subset's rows and sums of each sign).
+                night.record(signs_series(name, column), Reading(value=0.0, groups=dict(groups)))
         for name, found in self.row_values.items():
             for rv in found:
                 night.record(
@@ -675,25 +675,30 @@ def evaluate_total(
                 night.flag(series)
                 night.flag(row_count_series(total.name, rv.column))
                 break
-        # A subset whose values of a column switched sign: its typical row reads their absolute value.
+        # A subset whose values of a column switched sign: its typical row reads their absolute value. Of the
+        # keys that show it, the coarsest: the fewest values that hold it (a meter model, not its meters).
+        found = {}
         for key, groups in signs.items() if "row_values_moved" not in evidence else ():
-            flips = flipped(key, signed, day, groups, night.past.get(signs_series(total.name, key), {}))
+            past = night.past.get(signs_series(total.name, key), {})
+            flips = flipped(key, signed, day, groups, past, value.value, night.excluded(past))
             if flips:
-                first = flips[0]
-                problems.append(
-                    "a subset's values switched sign: " + "; ".join(f.describe() for f in flips[:5])
-                )
-                per_row = first.amount / first.rows
-                evidence["sign_flipped"] = {
-                    "subset": first.subset,
-                    "column": first.column,
-                    "factor": -1.0,
-                    "rows": first.rows,
-                    "before": -per_row,
-                    "after": per_row,
-                    "flips": [f.model_dump(mode="json") for f in flips[:5]],
-                }
-                break
+                found[key] = flips
+        if found:
+            key = min(found, key=lambda k: (len(found[k]), -sum(f.rows for f in found[k])))
+            first = found[key][0]
+            problems.append(
+                "a subset's values switched sign: " + "; ".join(f.describe() for f in found[key][:5])
+            )
+            evidence["sign_flipped"] = {
+                "subset": first.subset,
+                "measure": first.column,
+                "factor": -1.0,
+                "rows": first.rows,
+                "before": first.per_row_before,
+                "after": first.amount / first.rows,
+                "flips": [f.model_dump(mode="json") for f in found[key][:5]],
+            }
+            night.flag(signs_series(total.name, key))
     if (
         verdict.severity is None
         and not by_group.problem

@@ -9,19 +9,20 @@ whose export is not zero were positive on every night on record, and tonight eve
 
 So each night the total's own table, filtered as the total filters it, is read again grouped by each subset
 key (``row_values.subset_keys``: the pipeline's own keys; a part of the night's one statement, at most
-``MAX_SUBSETS`` + 1 values read), with, for each numeric column the total's VALUE sums, the count and sum of
-its negative and of its positive values, recorded as the series ``signs:<total>:<KEY>``. A subset value is
-flipped when its non-zero values of the column had one sign on each of its last ``MIN_NIGHTS`` nights with any
-(from ``MIN_FLIPPED`` rows a night in their median), and tonight at least ``MIN_FLIPPED`` of them, half its
-usual count at least, have the other sign and at most ``STRAY`` of them (or one row) the old one. A column that takes both
-signs in a subset (a refund beside a sale, a meter that imports and exports by turns) is never judged in it;
-a new subset has no record to judge. The first subset key that has a flip is the one reported, as
-``row_values.py`` reports its first key.
+``MAX_SUBSETS`` + 1 values read), with, for each numeric column the total's VALUE sums as a number (not one a
+condition in it reads), the count and sum of its negative and of its positive values, recorded as the series
+``signs:<total>:<KEY>``. A subset value is flipped when its non-zero values of the column had one sign on
+every night of its record (``MIN_NIGHTS`` with any at least, an incident's nights left out) with a median of
+``MIN_FLIPPED`` rows, and tonight at least ``MIN_FLIPPED`` of them, half its usual count at least, have the
+other sign and at most ``STRAY`` of them (or one row) the old one; the key's other subsets held their sign,
+and the flip moves the total by ``MIN_SHARE`` of it. A column that takes both signs in a subset (a refund
+beside a sale, a month-end reversal) is never judged in it; a new subset has no record to judge. Of the keys
+that show a flip, the coarsest (the fewest values holding it) is reported.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import date
 from statistics import median
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 from pydantic import BaseModel
 from sqlglot import exp
 
-from dw_dagster.checks.attributes import regrouped
+from dw_dagster.checks.attributes import one_table, regrouped
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.measure import Part
 from dw_dagster.checks.metrics import RecordedTotal
@@ -37,8 +38,11 @@ from dw_dagster.checks.row_values import MAX_SUBSETS, MIN_NIGHTS, NUMERIC
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.records.keys import key_label, plain
 
-MIN_FLIPPED = 5
-"""Rows of the other sign tonight (and of the usual sign on a usual night) from which a subset is judged."""
+MIN_FLIPPED = 10
+"""Rows of the other sign tonight (and of the usual sign on a usual night) from which a subset is judged: a
+few reversals in a small subset on a quiet night are no flip."""
+MIN_SHARE = 0.01
+"""How much of the total the flip must move (twice the flipped amount): a flip that moves nothing is none."""
 STRAY = 0.02
 """The part of tonight's non-zero rows that may keep the old sign (one row at least: a late row of
 yesterday's)."""
@@ -102,7 +106,8 @@ def signs_groups(
     key: str, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]
 ) -> dict[str, float] | None:
     """The part's rows as a night's groups (``KEY=value COLUMN<0`` -> rows, ``... COLUMN<0 sum`` -> their
-    sum; the same for ``>0``); None when the key has more values than are judged one by one."""
+    sum; the same for ``>0``), a sign no row had left out; None when the key has more values than are
+    judged one by one."""
     if len(rows) > MAX_SUBSETS:
         return None
     out: dict[str, float] = {}
@@ -110,8 +115,34 @@ def signs_groups(
         label = key_label(key, plain(row[0]))
         for i, column in enumerate(columns):
             n, sn, p, sp = (float(v or 0) for v in row[1 + 4 * i : 5 + 4 * i])
-            out[f"{label} {column}{_NEGATIVE}"], out[f"{label} {column}{_NEGATIVE} sum"] = n, sn
-            out[f"{label} {column}{_POSITIVE}"], out[f"{label} {column}{_POSITIVE} sum"] = p, sp
+            for mark, count, total in ((_NEGATIVE, n, sn), (_POSITIVE, p, sp)):
+                if count:
+                    out[f"{label} {column}{mark}"], out[f"{label} {column}{mark} sum"] = count, total
+    return out
+
+
+def summed_columns(sql: str) -> list[str]:
+    """The columns a total's VALUE sums as numbers: its SUM's operands, not a column a condition in it reads
+    (``IFF("DAYS_PAST_DUE" > 0, "PENALTY", 0)`` sums PENALTY alone); none when the SQL is not one SELECT over
+    one table or VALUE is no SUM."""
+    found = one_table(sql)
+    if isinstance(found, str) or not isinstance(found[2].this, exp.Sum):
+        return []
+    value = found[2].this
+    return list(
+        dict.fromkeys(
+            c.name
+            for c in value.this.find_all(exp.Column)
+            if not any(isinstance(a, exp.Predicate) for a in _between(c, value))
+        )
+    )
+
+
+def _between(node: exp.Expression, top: exp.Expression) -> list[exp.Expression]:
+    out, parent = [], node.parent
+    while parent is not None and parent is not top:
+        out.append(parent)
+        parent = parent.parent
     return out
 
 
@@ -127,6 +158,8 @@ class Flip(BaseModel):
     """The sign on every night before (``<0`` or ``>0``)."""
     amount: float
     """Tonight's sum of its values of the new sign."""
+    per_row_before: float
+    """Its usual value per row of the old sign (the median over the nights judged against)."""
 
     def describe(self) -> str:
         was, now = ("positive", "negative") if self.before == _POSITIVE else ("negative", "positive")
@@ -137,45 +170,62 @@ class Flip(BaseModel):
 
 
 def flipped(
-    key: str, columns: Sequence[str], day: date, groups: Mapping[str, float], past: Mapping[date, Recorded]
+    key: str,
+    columns: Sequence[str],
+    day: date,
+    groups: Mapping[str, float],
+    past: Mapping[date, Recorded],
+    whole: float,
+    left_out: Collection[date] = (),
 ) -> list[Flip]:
     """The subset values of ``key`` whose values of a column switched sign tonight (see the module's
-    docstring), most rows first."""
-    nights = [past[d].groups or {} for d in sorted(past, reverse=True) if d < day]
+    docstring), most rows first. Every night on record counts but ``left_out`` (an incident's: a flip that
+    persists is judged against the nights before it, night after night); the others' own sign must have held
+    tonight, and the flipped amount must move the total by ``MIN_SHARE`` of it (``whole``)."""
+    nights = [past[d].groups or {} for d in sorted(past, reverse=True) if d < day and d not in left_out]
+    subsets: dict[str, set[str]] = {}
+    for column in columns:
+        for label in groups:
+            subset, _, counted = label.rpartition(" ")
+            if counted in (f"{column}{_NEGATIVE}", f"{column}{_POSITIVE}"):
+                subsets.setdefault(column, set()).add(subset)
     out = []
-    for label in sorted(groups):
-        subset, _, counted = label.rpartition(" ")
-        column = counted[: -len(_NEGATIVE)]
-        if not counted.endswith(_NEGATIVE) or column not in columns:
-            continue  # each subset and column once, from its negative count
-        neg, pos = f"{subset} {column}{_NEGATIVE}", f"{subset} {column}{_POSITIVE}"
-        seen = [
-            (n.get(neg) or 0.0, n.get(pos) or 0.0)
-            for n in nights
-            if (n.get(neg) or 0.0) + (n.get(pos) or 0.0)
-        ]
-        seen = seen[:MIN_NIGHTS]
-        if len(seen) < MIN_NIGHTS:
-            continue
-        if all(a == 0 for a, _ in seen):
-            before, old, new = _POSITIVE, pos, neg
-            usual = median(b for _, b in seen)
-        elif all(b == 0 for _, b in seen):
-            before, old, new = _NEGATIVE, neg, pos
-            usual = median(a for a, _ in seen)
-        else:
-            continue
-        now, kept = groups.get(new) or 0.0, groups.get(old) or 0.0
-        if usual < MIN_FLIPPED or now < max(MIN_FLIPPED, usual / 2) or kept > max(1.0, STRAY * (now + kept)):
-            continue
-        out.append(
-            Flip(
-                subset=subset,
-                column=column,
-                rows=int(now),
-                usual=usual,
-                before=before,
-                amount=groups.get(f"{new} sum") or 0.0,
+    for column, tonight in subsets.items():
+        held, moved = 0, []
+        for subset in sorted(tonight):
+            neg, pos = f"{subset} {column}{_NEGATIVE}", f"{subset} {column}{_POSITIVE}"
+            seen = [n for n in nights if (n.get(neg) or 0.0) + (n.get(pos) or 0.0)]
+            if len(seen) < MIN_NIGHTS:
+                continue
+            if all(not n.get(neg) for n in seen):
+                before, old, new = _POSITIVE, pos, neg
+            elif all(not n.get(pos) for n in seen):
+                before, old, new = _NEGATIVE, neg, pos
+            else:
+                continue  # both signs on record: a column that takes either in this subset
+            usual = median(n.get(old) or 0.0 for n in seen)
+            now, kept = groups.get(new) or 0.0, groups.get(old) or 0.0
+            if usual < MIN_FLIPPED:
+                continue
+            if now < max(MIN_FLIPPED, usual / 2) or kept > max(1.0, STRAY * (now + kept)):
+                held += now == 0
+                continue
+            amount = groups.get(f"{new} sum") or 0.0
+            if 2 * abs(amount) < MIN_SHARE * abs(whole or 0.0) or not whole:
+                continue
+            per_row = median((n.get(f"{old} sum") or 0.0) / (n.get(old) or 1.0) for n in seen)
+            moved.append(
+                Flip(
+                    subset=subset,
+                    column=column,
+                    rows=int(now),
+                    usual=usual,
+                    before=before,
+                    amount=amount,
+                    per_row_before=per_row,
+                )  # fmt: skip
             )
-        )
+        # A column that switched sign in every subset is no subset's: the others must have held theirs.
+        if moved and held:
+            out += moved
     return sorted(out, key=lambda f: -f.rows)

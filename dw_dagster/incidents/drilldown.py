@@ -538,8 +538,9 @@ def from_finding(finding: Finding, total: RecordedTotal) -> Moved | None:
     rows = int(found.get("rows") or 0)
     # Its total before and after, as tonight's rows at its usual and tonight's typical row.
     before, after = (rows * float(found.get(k) or 0.0) for k in ("before", "after"))
-    # A column switched sign: that column moved, not the whole summed expression.
-    measure = str(found.get("column") or "")
+    # A column switched sign: that column moved, not the whole summed expression (``row_values_moved`` names
+    # none: its ``column`` is the subset's key).
+    measure = str(found.get("measure") or "")
     return Moved(
         column, value, measure, float(found["factor"]), rows, total.asset, before, after, from_history=True
     )
@@ -591,7 +592,9 @@ def _group_source(ctx: DiagnosisContext, total: RecordedTotal, moved: Moved) -> 
     both the total's measure and its group column (``source_pairs``), the one whose key column holds the
     group's value in most rows. A union of two inputs feeds the one column from both, and the first by name
     was the wrong input whenever it sorted first; None when fewer than two sources feed both."""
-    pairs = source_pairs(ctx.graph, (total.asset, measure_column(total) or ""), (total.asset, moved.column))
+    pairs = source_pairs(
+        ctx.graph, (total.asset, moved.measure or measure_column(total) or ""), (total.asset, moved.column)
+    )
     if len(pairs) < 2:
         return None
     parts, params = [], []

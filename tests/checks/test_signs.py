@@ -20,10 +20,11 @@ from dw_dagster.checks.measure import Binds, measure
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.checks.recorded_totals import evaluate_total
 from dw_dagster.checks.run_context import CheckRun
-from dw_dagster.checks.signs import signs_groups, signs_part, signs_series
+from dw_dagster.checks.signs import flipped, signs_groups, signs_part, signs_series, summed_columns
 from dw_dagster.checks.tonight import Night
 from dw_dagster.checks.total_value import TotalValue
 from dw_dagster.incidents.drilldown import from_finding
+from dw_dagster.records.incidents import Finding
 
 DAY = date(2026, 10, 29)
 # name, asset, group key, the column that flips, the other column, {subset: (rows a night, non-zero rows of the
@@ -50,8 +51,9 @@ def _groups(
         for c, by_sign in counts.items():
             for s, n in by_sign.items():
                 mark = "<0" if s < 0 else ">0"
-                out[f"{label} {c}{mark}"] = float(n)
-                out[f"{label} {c}{mark} sum"] = float(n) * 12.0 * s
+                if n:  # as recorded: a sign no row had is left out
+                    out[f"{label} {c}{mark}"] = float(n)
+                    out[f"{label} {c}{mark} sum"] = float(n) * 12.0 * s
     return out
 
 
@@ -78,6 +80,7 @@ def _check(shape: str, tonight: dict[str, float], *, history=None, nights: int =
     )  # fmt: skip
     value = TotalValue(value=10_000.0, groups={f"{key}={s}": 10_000 / 3 for s in subsets})
     night.record(name, Reading(value=value.value, groups=value.groups))
+    night.record(signs_series(name, key), Reading(value=0.0, groups=tonight))  # as the checks record it first
     result = evaluate_total(night, total, {name: value}, signs={key: tonight}, signed=[other, column])
     return result, found
 
@@ -95,7 +98,9 @@ def test_a_subsets_column_that_switched_sign_is_a_sign_change_named_by_the_subse
     assert result.passed is False and "a subset's values switched sign" in (result.description or "")
     assert f"{key}={flip}: {subsets[flip][1]} rows of {column}" in (result.description or "")
     found = finding.evidence["sign_flipped"]
-    assert found["subset"] == f"{key}={flip}" and found["column"] == column and found["factor"] == -1.0
+    assert found["subset"] == f"{key}={flip}" and found["measure"] == column and found["factor"] == -1.0
+    # Its usual value per row before, and tonight's, of opposite signs.
+    assert found["before"] * found["after"] < 0
     # The diagnosis reads it as that subset's column times -1.
     moved = from_finding(finding, RecordedTotal.model_validate(
         {"name": name, "owner": "ops", "asset": "raw/x", "sql": "SELECT 1 AS VALUE"}))  # fmt: skip
@@ -147,4 +152,106 @@ def test_the_nights_statement_counts_and_sums_each_sign_by_subset(shape):
     assert groups is not None
     assert groups[f"{key}=a {column}>0"] == 1 and groups[f"{key}=a {column}<0"] == 1
     assert groups[f"{key}=a {column}<0 sum"] == -18 and groups[f"{key}=a {column}>0 sum"] == 12
-    assert groups[f"{key}=b {column}>0"] == 0 and groups[f"{key}=b {other}>0"] == 2
+    # A sign no row of the subset had is left out.
+    assert f"{key}=b {column}>0" not in groups and groups[f"{key}=b {other}>0"] == 2
+
+
+def _two_keys(shape: str, flip_in_every: bool = False):
+    """The flipping subset's rows read by a finer key too (each of its items)."""
+    name, _, key, column, _, subsets = SHAPES[shape]
+    flip = _flipping(shape)
+    items = {
+        f"{flip}-{i}": (subsets[flip][0] // 4, subsets[flip][1] // 4, subsets[flip][2]) for i in range(4)
+    }
+    return flip, items
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_coarsest_key_that_holds_the_flip_is_reported_and_a_flip_everywhere_is_none(shape):
+    name, asset, key, column, other, subsets = SHAPES[shape]
+    flip, items = _two_keys(shape)
+    # The same rows read by the subset's items: four items flipped, against one subset.
+    item_groups = {
+        label.replace(f"{key}=", "ITEM="): v
+        for label, v in _groups(shape, {**{k: v for k, v in subsets.items() if k != flip}, **items},
+                                flip=None).items()
+    }  # fmt: skip
+    flipped_items = {
+        label.replace(f"{key}=", "ITEM="): v
+        for i in items
+        for label, v in _groups(shape, {**{k: v for k, v in subsets.items() if k != flip}, **items}, flip=i).items()
+        if label.startswith(f"{key}={i} ")
+    }  # fmt: skip
+    tonight_items = {**item_groups, **flipped_items}
+    past = {DAY - timedelta(days=d): Recorded(business_date=DAY - timedelta(days=d), value=0, groups=g)
+            for d in range(1, 21) for g in [_groups(shape, subsets)]}  # fmt: skip
+    past_items = {d: Recorded(business_date=d, value=0, groups=item_groups) for d in past}
+    total = RecordedTotal.model_validate(
+        {"name": name, "owner": "ops", "asset": asset, "group_keys": [key], "sql": "SELECT 1 AS VALUE",
+         "baseline": {"calendar": False, "method": "day_over_day"}}
+    )  # fmt: skip
+    own = {
+        d: Recorded(business_date=d, value=10_000, groups={f"{key}={s}": 10_000 / 3 for s in subsets})
+        for d in past
+    }
+    night = Night(
+        context=None, run=CheckRun(DAY, "test-run", None, None), warehouse=None, ops=None, history=None,
+        cause_scopes={}, calendar=BusinessCalendar.model_validate({"holidays": []}), levels={}, incident_days=set(),
+        past={name: own, signs_series(name, key): past, signs_series(name, "ITEM"): past_items},
+        reporter=lambda f: None, shares={asset: 2},
+    )  # fmt: skip
+    value = TotalValue(value=10_000.0, groups={f"{key}={s}": 10_000 / 3 for s in subsets})
+    tonight = {"ITEM": tonight_items, key: _groups(shape, subsets, flip)}
+    for k, g in tonight.items():
+        night.record(signs_series(name, k), Reading(value=0.0, groups=g))
+    night.record(name, Reading(value=value.value, groups=value.groups))
+    result = evaluate_total(night, total, {name: value}, signs=tonight, signed=[other, column])
+    assert not result.passed and f"{key}={flip}:" in (result.description or "")
+    assert "ITEM=" not in (result.description or "")
+    # Every subset of the key switched: no subset's, the others did not hold (a whole column's sign is the
+    # total's own to see).
+    everywhere = _groups(shape, subsets)
+    for subset in subsets:
+        everywhere.update(
+            {k: v for k, v in _groups(shape, subsets, subset).items() if k.startswith(f"{key}={subset} ")}
+        )
+        everywhere = {k: v for k, v in everywhere.items() if not (k.startswith(f"{key}={subset} {column}") and
+                      k.split(" ", 1)[1].startswith(f"{column}{'>0' if subsets[subset][2] > 0 else '<0'}"))}  # fmt: skip
+    assert flipped(key, [other, column], DAY, everywhere, past, 10_000.0) == []
+
+
+def test_a_column_a_condition_reads_is_not_signed():
+    sql = 'SELECT "C", SUM(IFF("DAYS_PAST_DUE" > 0, "PENALTY", 0) + "FEE") AS "VALUE" FROM "T" GROUP BY 1'
+    assert sorted(summed_columns(sql)) == ["FEE", "PENALTY"]
+    assert summed_columns('SELECT COUNT(*) AS "VALUE" FROM "T"') == []
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_subset_that_took_both_signs_in_the_window_and_a_persisting_flip(shape):
+    name, _, key, column, other, subsets = SHAPES[shape]
+    flip = _flipping(shape)
+    # A month-end reversal three weeks ago: the subset takes either sign, never judged.
+    reversal = DAY - timedelta(days=21)
+    monthly = lambda day: _groups(shape, subsets, flip) if day == reversal else _groups(shape, subsets)  # noqa: E731
+    assert _check(shape, _groups(shape, subsets, flip), history=monthly, nights=30)[0].passed
+    # A flip that persists: the night it was raised is left out, and the next night is judged against the
+    # nights before it, so the fault stays in view.
+    past = {DAY - timedelta(days=d): Recorded(business_date=DAY - timedelta(days=d), value=0,
+                                              groups=_groups(shape, subsets, flip if d == 1 else None))
+            for d in range(1, 22)}  # fmt: skip
+    tonight = _groups(shape, subsets, flip)
+    assert flipped(key, [other, column], DAY, tonight, past, 10_000.0) == []
+    (again,) = flipped(key, [other, column], DAY, tonight, past, 10_000.0, {DAY - timedelta(days=1)})
+    assert again.subset == f"{key}={flip}"
+
+
+def test_the_row_values_finding_keeps_the_summed_expression_as_its_measure():
+    total = RecordedTotal.model_validate(
+        {"name": "payments", "owner": "ops", "asset": "raw/x", "sql": "SELECT 1 AS VALUE"}
+    )
+    finding = Finding(check_name="total_payments", asset_key="raw/x", business_date=DAY, summary="moved",
+                      cause_scope="job", evidence={"row_values_moved": {
+                          "subset": "PAYEE_CODE=MTLTAX", "column": "PAYEE_CODE", "factor": 0.25, "rows": 86,
+                          "before": 400.0, "after": 100.0}})  # fmt: skip
+    moved = from_finding(finding, total)
+    assert moved is not None and moved.measure == "" and moved.column == "PAYEE_CODE"
