@@ -51,7 +51,7 @@ from dw_dagster.checks.row_values import (
     subset_keys,
     take_row_values,
 )
-from dw_dagster.checks.signs import flipped, signs_groups, signs_part, signs_series
+from dw_dagster.checks.signs import flipped, signed_by, signs_groups, signs_series
 from dw_dagster.checks.tonight import Night
 from dw_dagster.checks.total_value import TotalValue, rows_counted
 from dw_dagster.coalesce.sql import resolve_refs
@@ -256,7 +256,6 @@ class Totals:
         self.attribute_parts: dict[tuple[str, str], Part] = {}
         self.mapping_parts: dict[tuple[str, str], tuple[Part, list[str]]] = {}
         self.signed = {t.name: list(signed.get(t.name, ())) for t in self.selected}
-        self.signs_parts: dict[tuple[str, str], Part] = {}
         self.row_value_parts: dict[tuple[str, str, str], Part] = {}
         self.undrilled: dict[str, str] = {}
         for t in self.selected:
@@ -279,16 +278,14 @@ class Totals:
             if t.cumulative not in ("auto", "no"):
                 continue  # declared cumulative: its rows grow through the period
             for column in columns:
-                # Each subset's signs of the numeric columns VALUE sums (signs.py).
-                if self.signed[t.name] and (part := signs_part(t, q.sql, column, self.signed[t.name])):
-                    self.signs_parts[(t.name, column)] = part
                 # Each subset's typical row; per unit of a companion converted at a joined factor; against
                 # the same items in the other subsets (not on the item key itself: each item is its own
                 # subset there), per unit of the companion when one.
                 per = more.companion if more.joined else None
                 paired = more.item if more.item and more.item.upper() != column.upper() else None
                 for basis, part in (
-                    ("", row_value_part(t, q.sql, column)),
+                    # With each subset's signs of the numeric columns VALUE sums (signs.py), of the same rows.
+                    ("", row_value_part(t, q.sql, column, more=signed_by(self.signed[t.name]))),
                     (f"{PER}{per}", per and row_value_part(t, q.sql, column, per)),
                     (f"{AMONG}{paired}", paired and paired_part(t, q.sql, column, paired, more.companion)),
                 ):
@@ -313,7 +310,7 @@ class Totals:
             ),
             *(attribute_series(t, c) for t, c in self.attribute_parts),
             *(mapping_series(t, c) for t, c in self.mapping_parts),
-            *(signs_series(t, c) for t, c in self.signs_parts),
+            *(signs_series(t, c) for t, c, b in self.row_value_parts if not b and self.signed.get(t)),
             *(row_value_series(t, c, b) for t, c, b in self.row_value_parts),
             *(row_count_series(t, c) for t, c, b in self.row_value_parts if not b),
         ]
@@ -323,7 +320,6 @@ class Totals:
             *(q.part for q in self.queries.values() if q.part is not None),
             *self.attribute_parts.values(),
             *(part for part, _ in self.mapping_parts.values()),
-            *self.signs_parts.values(),
             *self.row_value_parts.values(),
         ]
 
@@ -361,18 +357,17 @@ class Totals:
                 ): (None if row[-1] is None else float(row[-1]))
                 for row in rows
             }
-        for (name, column), part in self.signs_parts.items():
-            rows = measured.get(part.key)
-            # Like an attribute's: not measured, not judged tonight.
-            if rows is not None and not isinstance(rows, Exception):
-                found = signs_groups(column, self.signed[name], rows)
-                if found is not None:
-                    self.signs.setdefault(name, {})[column] = found
         for (name, column, basis), part in self.row_value_parts.items():
             rows = measured.get(part.key)
             # Like an attribute's: not measured, not judged tonight; the total still is.
             if rows is None or isinstance(rows, Exception):
                 continue
+            if not basis and self.signed.get(name):
+                # The subset's signs, after its typical row's four columns (row_value_part's ``more``).
+                by_sign = signs_groups(column, self.signed[name], [(r[0], *r[4:]) for r in rows])
+                if by_sign is not None:
+                    self.signs.setdefault(name, {})[column] = by_sign
+                rows = [r[:4] for r in rows]
             found = take_row_values(column, rows, " or ".join(value_columns(self.queries[name].sql)), basis)
             if found is not None:
                 self.row_values.setdefault(name, []).append(found)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date
 from statistics import NormalDist, median
 from typing import Any
@@ -191,18 +191,26 @@ def _moments(key: exp.Expression, counted: exp.Expression, log: exp.Expression) 
 _NAMES = ("SUBSET", "ROWS", "LOG_ROW", "LOG_SQ")
 
 
-def row_value_part(total: RecordedTotal, sql: str, column: str, companion: str | None = None) -> Part | None:
+def row_value_part(
+    total: RecordedTotal,
+    sql: str,
+    column: str,
+    companion: str | None = None,
+    more: tuple[Sequence[str], Callable[[exp.Column], list[exp.Expression]]] | None = None,
+) -> Part | None:
     """Per value of ``column``: the rows and the mean log (and mean squared log) of the absolute value of what
     the total's VALUE sums (with a ``companion``: of it per unit of the companion, ``PER``) over the rows the
     total reads; None when its SQL is not one SELECT over one table or VALUE is not a ``SUM`` (a count has no
-    per-row value)."""
+    per-row value). ``more``: the names and the builder of more aggregates of the same rows by the same key,
+    after those (without a companion: the signs of ``signs.py``)."""
+    names, added = more if more is not None and companion is None else ((), None)
 
     def projections(key: exp.Column, value: exp.Alias) -> list[exp.Expression] | None:
         if not isinstance(value.this, exp.Sum):
             return None
         nonzero, log = _log_of(value.this.this)
         if companion is None:
-            return _moments(key, nonzero, log)
+            return [*_moments(key, nonzero, log), *(added(key) if added else ())]
         other = exp.column(exp.to_identifier(companion, quoted=True), table=key.args.get("table"))
         base, base_log = _log_of(other)
         ratio = exp.Paren(this=exp.Sub(this=log, expression=base_log))
@@ -210,9 +218,10 @@ def row_value_part(total: RecordedTotal, sql: str, column: str, companion: str |
 
     # One value beyond MAX_SUBSETS says the key is not judged value by value: a key of every row (a time stamp,
     # an order id) would otherwise send back thousands of subsets a night only to be dropped.
-    query = regrouped(sql, column, _NAMES, "r", projections, MAX_SUBSETS + 1)
+    query = regrouped(sql, column, [*_NAMES, *names], "r", projections, MAX_SUBSETS + 1)
     basis = f"{PER}{companion}" if companion else ""
-    return None if query is None else Part(("row_value", total.name, column, basis), query, shape="row_value")
+    shape = f"row_value+{len(names)}" if names else "row_value"
+    return None if query is None else Part(("row_value", total.name, column, basis), query, shape=shape)
 
 
 def paired_part(

@@ -8,8 +8,8 @@ within what an overcast day does. The column's signs tell it: the rows of one su
 whose export is not zero were positive on every night on record, and tonight every one is negative.
 
 So each night the total's own table, filtered as the total filters it, is read again grouped by each subset
-key (``row_values.subset_keys``: the pipeline's own keys; a part of the night's one statement, at most
-``MAX_SUBSETS`` + 1 values read), with, for each numeric column the total's VALUE sums as a number (not one a
+key (``row_values.subset_keys``: the pipeline's own keys; in the key's typical-row part of the night's one
+statement, the same rows by the same key, at most ``MAX_SUBSETS`` + 1 values read), with, for each numeric column the total's VALUE sums as a number (not one a
 condition in it reads), the count and sum of its negative and of its positive values, recorded as the series
 ``signs:<total>:<KEY>``. A subset value is flipped when its non-zero values of the column had one sign on
 every night of its record (``MIN_NIGHTS`` with any at least, an incident's nights left out) with a median of
@@ -22,7 +22,7 @@ that show a flip, the coarsest (the fewest values holding it) is reported.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import date
 from statistics import median
 from typing import Any
@@ -30,10 +30,8 @@ from typing import Any
 from pydantic import BaseModel
 from sqlglot import exp
 
-from dw_dagster.checks.attributes import one_table, regrouped
+from dw_dagster.checks.attributes import one_table
 from dw_dagster.checks.history import Recorded
-from dw_dagster.checks.measure import Part
-from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.checks.row_values import MAX_SUBSETS, MIN_NIGHTS, NUMERIC
 from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.records.keys import key_label, plain
@@ -64,42 +62,31 @@ def signs_series(total: str, key: str) -> str:
     return f"signs:{total}:{key}"
 
 
-def signs_part(total: RecordedTotal, sql: str, key: str, columns: Sequence[str]) -> Part | None:
-    """Per value of ``key``: for each of ``columns``, the count and sum of its negative values and of its
-    positive ones over the rows the total reads; None when its SQL is not one SELECT over one table or its
-    VALUE is not a ``SUM``."""
+def signed_by(
+    columns: Sequence[str],
+) -> tuple[list[str], Callable[[exp.Column], list[exp.Expression]]] | None:
+    """What a typical-row part adds to read ``columns``' signs (its ``more``); None for no column."""
+    return (sign_names(columns), lambda subset: sign_projections(subset, columns)) if columns else None
 
-    def projections(subset: exp.Column, value: exp.Alias) -> list[exp.Expression] | None:
-        if not isinstance(value.this, exp.Sum):
-            return None
-        out: list[exp.Expression] = [exp.alias_(exp.cast(subset, "VARCHAR"), "SUBSET", quoted=True)]
-        for i, name in enumerate(columns):
-            column = exp.column(exp.to_identifier(name, quoted=True), table=subset.args.get("table"))
-            for sign, compare in (("N", exp.LT), ("P", exp.GT)):
-                holds = compare(this=column.copy(), expression=exp.Literal.number(0))
-                out.append(
-                    exp.alias_(
-                        exp.Sum(
-                            this=exp.If(this=holds, true=exp.Literal.number(1), false=exp.Literal.number(0))
-                        ),
-                        f"{sign}{i}",
-                        quoted=True,
-                    )
-                )
-                out.append(
-                    exp.alias_(
-                        exp.Sum(
-                            this=exp.If(this=holds.copy(), true=column.copy(), false=exp.Literal.number(0))
-                        ),
-                        f"S{sign}{i}",
-                        quoted=True,
-                    )
-                )
-        return out
 
-    names = ["SUBSET", *(f"{n}{i}" for i in range(len(columns)) for n in ("N", "SN", "P", "SP"))]
-    query = regrouped(sql, key, names, "g", projections, MAX_SUBSETS + 1)
-    return None if query is None else Part(("signs", total.name, key), query, shape=f"signs:{len(columns)}")
+def sign_names(columns: Sequence[str]) -> list[str]:
+    """The names of :func:`sign_projections`' columns, in their order."""
+    return [f"{n}{i}" for i in range(len(columns)) for n in ("N", "SN", "P", "SP")]
+
+
+def sign_projections(subset: exp.Column, columns: Sequence[str]) -> list[exp.Expression]:
+    """For each of ``columns`` (qualified as ``subset`` is), the count and sum of its negative values and of
+    its positive ones: added to a subset key's typical-row part (``row_values.row_value_part``), which reads
+    the same rows by the same key, so the signs cost no scan of their own."""
+    out: list[exp.Expression] = []
+    for i, name in enumerate(columns):
+        column = exp.column(exp.to_identifier(name, quoted=True), table=subset.args.get("table"))
+        for sign, compare in (("N", exp.LT), ("P", exp.GT)):
+            holds = compare(this=column.copy(), expression=exp.Literal.number(0))
+            for alias, then in ((f"{sign}{i}", exp.Literal.number(1)), (f"S{sign}{i}", column.copy())):
+                counted = exp.If(this=holds.copy(), true=then, false=exp.Literal.number(0))
+                out.append(exp.alias_(exp.Sum(this=counted), alias, quoted=True))
+    return out
 
 
 def signs_groups(

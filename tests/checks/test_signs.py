@@ -17,10 +17,11 @@ import snowflake.connector
 from dw_dagster.checks.calendar import BusinessCalendar
 from dw_dagster.checks.history import Reading, Recorded
 from dw_dagster.checks.measure import Binds, measure
-from dw_dagster.checks.metrics import RecordedTotal
-from dw_dagster.checks.recorded_totals import evaluate_total
+from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
+from dw_dagster.checks.recorded_totals import Totals, check_name, evaluate_total
+from dw_dagster.checks.row_values import row_value_part
 from dw_dagster.checks.run_context import CheckRun
-from dw_dagster.checks.signs import flipped, signs_groups, signs_part, signs_series, summed_columns
+from dw_dagster.checks.signs import flipped, signed_by, signs_groups, signs_series, summed_columns
 from dw_dagster.checks.tonight import Night
 from dw_dagster.checks.total_value import TotalValue
 from dw_dagster.incidents.drilldown import from_finding
@@ -136,8 +137,9 @@ def test_the_nights_statement_counts_and_sums_each_sign_by_subset(shape):
         {"name": name, "owner": "ops", "asset": "raw/x", "group_keys": [key],
          "sql": f'SELECT "{key}", SUM("{other}" - "{column}") AS "VALUE" FROM "DB"."RAW"."T" GROUP BY 1'}
     )  # fmt: skip
-    part = signs_part(total, total.sql, key, [other, column])
-    assert part is not None
+    # Read with the subset's typical row, of the same rows by the same key: its columns after the four.
+    part = row_value_part(total, total.sql, key, more=signed_by([other, column]))
+    assert part is not None and part.width == 4 + 8
     with fakesnow.patch():
         conn = snowflake.connector.connect(database="DB", schema="RAW", paramstyle="qmark")
         cur = conn.cursor()
@@ -147,7 +149,8 @@ def test_the_nights_statement_counts_and_sums_each_sign_by_subset(shape):
         )
         rows = [("a", 9.5, 12.0), ("a", 4.0, 0.0), ("a", 3.0, -18.0), ("b", 7.0, None), ("b", 2.5, 0.0)]
         cur.executemany('INSERT INTO "DB"."RAW"."T" VALUES (?, ?, ?)', rows)
-        groups = signs_groups(key, [other, column], measure(cur, [part], Binds())[part.key])
+        rows = measure(cur, [part], Binds())[part.key]
+        groups = signs_groups(key, [other, column], [(r[0], *r[4:]) for r in rows])
         conn.close()
     assert groups is not None
     assert groups[f"{key}=a {column}>0"] == 1 and groups[f"{key}=a {column}<0"] == 1
@@ -255,3 +258,30 @@ def test_the_row_values_finding_keeps_the_summed_expression_as_its_measure():
                           "before": 400.0, "after": 100.0}})  # fmt: skip
     moved = from_finding(finding, total)
     assert moved is not None and moved.measure == "" and moved.column == "PAYEE_CODE"
+
+
+def test_the_totals_read_each_subsets_signs_with_its_typical_row_in_the_nights_statement():
+    total = RecordedTotal.model_validate(
+        {"name": "hes_net_energy", "owner": "ops", "asset": "raw/reads", "group_keys": ["METER_MODEL"],
+         "sql": 'SELECT "METER_MODEL", SUM("IMPORT_KWH" - "EXPORT_KWH") AS "VALUE" FROM "DB"."RAW"."READS" GROUP BY 1'}
+    )  # fmt: skip
+    totals = Totals(MetricsFile.model_validate({"totals": [total.model_dump()]}), lambda loc, name: name,
+                    [check_name(total)], signed={total.name: ["IMPORT_KWH", "EXPORT_KWH"]})  # fmt: skip
+    assert [p.key for p in totals.parts()].count(("row_value", total.name, "METER_MODEL", "")) == 1
+    assert signs_series(total.name, "METER_MODEL") in totals.series()
+    with fakesnow.patch():
+        conn = snowflake.connector.connect(database="DB", schema="RAW", paramstyle="qmark")
+        cur = conn.cursor()
+        cur.execute('CREATE SCHEMA IF NOT EXISTS "DB"."RAW"')
+        cur.execute(
+            'CREATE TABLE "DB"."RAW"."READS" ("METER_MODEL" VARCHAR, "IMPORT_KWH" FLOAT, "EXPORT_KWH" FLOAT)'
+        )
+        cur.executemany('INSERT INTO "DB"."RAW"."READS" VALUES (?, ?, ?)',
+                        [("HEXING", 9.0, -12.0), ("HEXING", 4.0, 0.0), ("LANDIS", 7.5, 18.0)])  # fmt: skip
+        totals.take(measure(cur, totals.parts(), Binds()), cur)
+        conn.close()
+    signs = totals.signs[total.name]["METER_MODEL"]
+    assert signs["METER_MODEL=HEXING EXPORT_KWH<0"] == 1 and signs["METER_MODEL=LANDIS EXPORT_KWH>0"] == 1
+    # And the typical row is read from the same rows as before.
+    (rv,) = totals.row_values[total.name]
+    assert rv.rows == {"METER_MODEL=HEXING": 2, "METER_MODEL=LANDIS": 1}
