@@ -40,9 +40,9 @@ MAX_MAPPED = 500
 MAPPED_NIGHTS = 3
 """Nights a key's value must have held, each night it had rows, before a change of it is a re-pointing."""
 WHOLLY = 0.99
+"""The part of a key's units one value holds for the key to be mapped to it (rounding aside)."""
 RECENT = 7
 """Days within which a key's last night with rows must be (its ``MAPPED_NIGHTS`` within three times as many)."""
-"""The part of a key's units one value holds for the key to be mapped to it (rounding aside)."""
 _SPLIT = object()
 
 
@@ -71,10 +71,11 @@ def reference_key(graph: LineageGraph, asset: str, column: str) -> list[str]:
     readable = set(joining_nodes(graph, asset))
     for node in sorted({n for n, _ in chain} & readable, key=lambda n: (len(graph.upstream(n)), n)):
         inputs = {s[0] for c in chain if c[0] == node for s in graph.column_sources(c)}
+        # The reference is a join's right side: a second join hung off it (``C.REGION_ID = R.ID``) looks up
+        # another table by one of its columns, not it by its key.
         pairs = [
             (lookup, reference)
-            for a, b in equated(graph, node, by_key_alone=True)
-            for lookup, reference in ((a, b), (b, a))
+            for lookup, reference in equated(graph, node, by_key_alone=True)
             if reference[0] in inputs
             and _tables(graph, reference) == tables
             and _tables(graph, lookup) != tables
@@ -180,21 +181,24 @@ def repointed(
     tonight. Every recorded night counts, an incident's too: the night after a re-pointing, its new value
     is the last one seen, and a key that returns to its old value is no new change. A key's last nights
     must be recent (``RECENT``): a key with rows once a month is not compared with last month. A move from one
-    value to another that keys of this attribute made before (an order's status, a tenure band: a lifecycle,
-    not a re-pointing), or away from the value NULL keys hold (a default member a late key leaves), is none."""
+    value to another that two keys of this attribute or more made before, on nights no incident flagged (an
+    order's status, a tenure band: a lifecycle, not a re-pointing), or away from the value NULL keys hold (a
+    default member a late key leaves), is none."""
     if not whole:
         return []
     nights = [(d, _mapped(past[d].groups or {})) for d in sorted(past) if d < day]
-    routine: set[tuple[object, object]] = set()
+    moved_by: dict[tuple[object, object], set[str]] = {}
     defaults: set[object] = set()
     last: dict[str, object] = {}
-    for _, mapped in nights:
+    for d, mapped in nights:
         for key, (value, _) in mapped.items():
             if all(split_label(p)[1] is None for p in split_labels(key)):
                 defaults.add(value)
-            if key in last and last[key] != value:
-                routine.add((last[key], value))
+            # A move made on an incident's night (a re-pointing found, or its fix) teaches nothing routine.
+            if key in last and last[key] != value and not past[d].flagged:
+                moved_by.setdefault((last[key], value), set()).add(key)
             last[key] = value
+    routine = {move for move, keys in moved_by.items() if len(keys) >= 2}
     out = []
     for key, (after, units) in _mapped(groups).items():
         if after is None or after is _SPLIT or abs(units) < MIN_SHARE_OF_TOTAL * abs(whole):

@@ -403,12 +403,21 @@ def node_inputs(graph: LineageGraph, node: str) -> dict[str, str]:
     return {name: found[0] for name, found in by_name.items() if len(found) == 1}
 
 
+def _by_unique(graph: LineageGraph, named: dict[str, str], join: ParsedJoin) -> bool:
+    """Whether a join's right columns cover a column its table declares unique: one row per key, whatever
+    else the join keeps of it (a filter cannot choose among a key's versions where there is one)."""
+    right = named[join.right_table]
+    unique = {c.upper() for c in graph.info(right).unique} if right in graph else set()
+    return bool(unique) and any(r.upper() in unique for _, r in join.on)
+
+
 def equated(graph: LineageGraph, node: str, *, by_key_alone: bool = False) -> list[tuple[Column, Column]]:
     """The pairs of input columns a node's joins equate (an ON clause's ``L.A = R.B``); none when its join
     text does not parse or names a table that is not one of its inputs. ``by_key_alone``: only the joins that
     relate the two sides by those equalities alone: not a type-2 dimension's, whose row for a key changes
     with the date it is valid from, nor one that keeps only some of the right side's rows (its current
-    version, ``"IS_CURRENT" = TRUE``: a key's row there changes when a new version is current)."""
+    version, ``"IS_CURRENT" = TRUE``: a key's row there changes when a new version is current) unless the
+    right table declares the key unique (then a filter keeps its one row or none)."""
     join = graph.info(node).join
     if not join:
         return []
@@ -432,6 +441,6 @@ def equated(graph: LineageGraph, node: str, *, by_key_alone: bool = False) -> li
         if j.derived is None
         and j.left_table in named
         and j.right_table in named
-        and not (by_key_alone and (j.relations or j.right_conditions))
+        and not (by_key_alone and (j.relations or (j.right_conditions and not _by_unique(graph, named, j))))
         for left, right in j.on
     ]

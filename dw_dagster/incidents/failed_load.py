@@ -23,6 +23,7 @@ _MISSING = [
     re.compile(r'does not have a column named \\?"(?P<column>[^"\\]+)', re.I),
     re.compile(r'Referenced column \\?"(?P<column>[^"\\]+)\\?" not found', re.I),
 ]
+_PARTS = re.compile(r'"((?:[^"]|"")*)"|([^."]+)')
 _SCHEMA_WORDS = re.compile(r"invalid identifier|does not exist|not found|no such column|Binder Error", re.I)
 # Coalesce names column test results "<COLUMN>: Unique" and "<COLUMN>: Null".
 _UNIQUE_TEST = re.compile(r"^(?P<column>.+):\s*Unique$", re.I)
@@ -75,13 +76,13 @@ def diagnose_failed(incident: Incident, finding: Finding, ctx: DiagnosisContext)
     said = json.dumps(finding.evidence, default=str)
     schema = bool(_SCHEMA_WORDS.search(said))
     missing = _missing_column(error) or _missing_column(said)
-    # A column no table above the node declares was never there to drop: the node's own new code reads it.
+    # A column none of the node's inputs declares was never there to drop: the node's own new code reads it.
     unknown = schema and missing is not None and _declared_upstream(ctx, key, missing) is False
     return Diagnosis(
         classification=CauseClass.SCHEMA_CHANGE if schema and not unknown else CauseClass.FAILED_LOAD,
         cause=f"The Coalesce build of {key} failed: {finding.summary}"
         + (
-            f" The node reads {missing}, which no table above it declares: a change to the node (its "
+            f" The node reads {missing}, which none of its inputs declares: a change to the node (its "
             "deployed definition), not to its sources."
             if unknown
             else " The error names a column or object that no longer matches the node's definition."
@@ -98,20 +99,28 @@ def _missing_column(text: str) -> str | None:
     Snowflake's (DuckDB's) ``does not have a column named "COL"`` / ``Referenced column "COL" not found``."""
     for pattern in _MISSING:
         if found := pattern.search(text):
-            return found["column"].split(".")[-1].strip('"\\')
+            # The identifier's last part, a quoted one whole (``"CUSTOMERS"."A.B"`` is ``A.B``).
+            parts = _PARTS.findall(found["column"].replace('\\"', '"'))
+            quoted, plain = parts[-1] if parts else ("", "")
+            return quoted.replace('""', '"') or plain
     return None
 
 
 def _declared_upstream(ctx: DiagnosisContext, key: str, column: str) -> bool | None:
-    """Whether a table above the failed node declares ``column`` (its Coalesce columns, as the pipeline's
-    metadata lists them: a column dropped or renamed in the warehouse is still declared there); None when
-    no table above it is described."""
+    """Whether an input of the failed node declares ``column`` (its Coalesce columns, as the pipeline's
+    metadata lists them: a column dropped or renamed in the warehouse is still declared there); its inputs
+    alone, not a table further up (a stage between may have stopped passing it on). None when no input's
+    columns are known."""
     if key not in ctx.graph:
         return None
-    above = [a for a in ctx.graph.upstream(key) if "info" in ctx.graph.assets.nodes[a]]
-    if not above:
+    inputs = [
+        a
+        for a in ctx.graph.assets.predecessors(key)
+        if "info" in ctx.graph.assets.nodes[a] and ctx.graph.info(a).columns
+    ]
+    if not inputs:
         return None
-    return any(column.upper() in {c.upper() for c in ctx.graph.info(a).columns} for a in above)
+    return any(column.upper() in {c.upper() for c in ctx.graph.info(a).columns} for a in inputs)
 
 
 def _totals_near(ctx: DiagnosisContext, key: str) -> list:

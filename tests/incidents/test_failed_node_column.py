@@ -65,4 +65,45 @@ def test_a_column_its_source_declares_is_a_schema_change_one_none_declares_a_fai
     assert dropped.classification is CauseClass.SCHEMA_CHANGE, dropped.cause
     deployed = _diagnose(shape, f"{columns[1]}_V2", error)
     assert deployed.classification is CauseClass.FAILED_LOAD, deployed.cause
-    assert f"reads {columns[1]}_V2, which no table above it declares" in deployed.cause
+    assert f"reads {columns[1]}_V2, which none of its inputs declares" in deployed.cause
+
+
+def test_its_inputs_alone_are_read_and_a_quoted_name_whole():
+    # A stage between the source and the node stopped passing CUSTOMER_NAME: the node's input no longer
+    # declares it, though the source two levels up does (the change is in the pipeline, not the source).
+    specs = [
+        node_spec("masterdata/customers", "DB.RAW.CUSTOMERS", dict.fromkeys(["CUSTOMER_ID", "CUSTOMER_NAME"], NUM)),
+        node_spec("stage/stg_customers", "DB.CORE.STG_CUSTOMERS", {"CUSTOMER_ID": NUM},
+                  {"CUSTOMER_ID": [("masterdata/customers", "CUSTOMER_ID")]}, "FROM {{ ref('RAW', 'CUSTOMERS') }} \"C\""),
+        node_spec("core/dim_customer", "DB.CORE.DIM_CUSTOMER", {"CUSTOMER_ID": NUM},
+                  {"CUSTOMER_ID": [("stage/stg_customers", "CUSTOMER_ID")]}, "FROM {{ ref('CORE', 'STG_CUSTOMERS') }} \"S\""),
+        # A system whose columns nobody knows, feeding a node.
+        node_spec("crm/export", "DB.RAW.EXPORT", {}),
+        node_spec("core/dim_crm", "DB.CORE.DIM_CRM", {"ID": NUM}, {"ID": [("crm/export", "ID")]},
+                  "FROM {{ ref('RAW', 'EXPORT') }} \"E\""),
+    ]  # fmt: skip
+    with diagnosis_db("RAW", "CORE") as conn:
+        ctx = DiagnosisContext(LineageGraph(specs), MetricsFile.model_validate({}), lambda loc, name: name,
+                               HistorySession(conn, OpsSchema("DB")), conn.cursor())  # fmt: skip
+        now = datetime.now(UTC)
+        incident = Incident(incident_id="INC-1", cause_key="k", status="open", title="failed", business_date=DAY,
+                            severity="ERROR", opened_at=now, updated_at=now)  # fmt: skip
+
+        def diagnosed(node: str, said: str):
+            finding = Finding(check_name="coalesce_run", asset_key=node, business_date=DAY, cause_scope="job",
+                              summary=said, evidence={"failed_query": "Insert", "error": said})  # fmt: skip
+            return diagnose_failed(incident, finding, ctx).classification
+
+        name = 'invalid identifier \'"S"."CUSTOMER_NAME"\''
+        assert diagnosed("core/dim_customer", name) is CauseClass.FAILED_LOAD
+        # No input's columns known: nothing says the node changed.
+        assert diagnosed("core/dim_crm", "invalid identifier 'E.NAME'") is CauseClass.SCHEMA_CHANGE
+        # A quoted name with a dot in it is one name: the stage declares CUSTOMER_ID, not "ID.X".
+        assert (
+            diagnosed("core/dim_customer", 'invalid identifier \'"S"."CUSTOMER_ID"\'')
+            is CauseClass.SCHEMA_CHANGE
+        )
+        assert (
+            diagnosed("core/dim_customer", 'invalid identifier \'"S"."A.CUSTOMER_ID"\'')
+            is CauseClass.FAILED_LOAD
+        )

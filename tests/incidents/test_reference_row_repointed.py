@@ -17,6 +17,7 @@ import math
 import random
 from datetime import UTC, date, datetime, timedelta
 
+import dagster as dg
 import pytest
 from diagnosis_db import node_spec
 from key_shapes import ITEMS, KEYS, NUM, SHAPES, TEXT, build, open_world, resolve
@@ -352,8 +353,12 @@ def test_a_lifecycle_a_sparse_key_a_default_member_and_a_zero_total_are_no_re_po
     tonight = {"ORDER_ID=7, STATUS=SHIPPED": 300.0, "ORDER_ID=8, STATUS=OPEN": 200.0}
     (moved,) = repointed("STATUS", DAY, tonight, _nights(held), 500)
     assert (moved.key, moved.before, moved.after) == ("ORDER_ID=7", "OPEN", "SHIPPED")
-    # Another order went OPEN -> SHIPPED before: a lifecycle, not a re-pointing.
-    earlier = {**held, 4: {"5": ("SHIPPED", 100.0)}, 5: {"5": ("OPEN", 100.0)}}
+    # Two other orders went OPEN -> SHIPPED before: a lifecycle, not a re-pointing.
+    earlier = {
+        **held,
+        4: {"5": ("SHIPPED", 100.0), "6": ("SHIPPED", 90.0)},
+        5: {"5": ("OPEN", 100.0), "6": ("OPEN", 90.0)},
+    }
     assert repointed("STATUS", DAY, tonight, _nights(earlier), 500) == []
     # Its last nights with rows weeks ago: nothing says when it changed.
     sparse = {d: {"7": ("OPEN", 300.0)} for d in (20, 40, 60)}
@@ -363,3 +368,42 @@ def test_a_lifecycle_a_sparse_key_a_default_member_and_a_zero_total_are_no_re_po
     assert repointed("STATUS", DAY, tonight, _nights(unknown), 500) == []
     # A total of nothing (a balanced journal): no share to read, and no error.
     assert repointed("STATUS", DAY, tonight, _nights(held), 0.0) == []
+
+
+def test_a_join_hung_off_the_reference_and_a_filter_on_a_unique_lookup():
+    # The customers' region looked up by a second join from the customers: the segment's key is still the
+    # customer's, not the region's.
+    regions = node_spec("ref/regions", "DB.REF.REGIONS", {"REGION_ID": NUM, "REGION": TEXT})
+    join = (
+        ON_CUSTOMER + ' INNER JOIN {{ ref(\'REF\', \'REGIONS\') }} "R" ON "C"."REGION_ID" = "R"."REGION_ID"'
+    )
+    specs = _order_specs(join, FACT_LINEAGE, FACT)
+    specs[1] = node_spec(
+        "ref/customers", "DB.REF.CUSTOMERS", {"CUST_ID": NUM, "SEGMENT": TEXT, "REGION_ID": NUM}
+    )
+    # The fact reads the regions in its join (no column of theirs kept): one of its inputs.
+    specs[-1] = node_spec("core/fct_orders", "DB.CORE.FCT_ORDERS", FACT, FACT_LINEAGE,
+                          "FROM {{ ref('RAW', 'ORDERS') }} \"O\" " + join, reads=("ref/regions",))  # fmt: skip
+    assert reference_key(LineageGraph([*specs, regions]), "core/fct_orders", "SEGMENT") == ["CUST_ID"]
+    # A filter on a lookup that declares its key unique keeps its one row per key: still read by that key.
+    unique = node_spec(
+        "ref/customers", "DB.REF.CUSTOMERS", {"CUST_ID": NUM, "SEGMENT": TEXT, "IS_CURRENT": "BOOLEAN"}
+    )
+    schema = unique.metadata["dagster/column_schema"]
+    columns = [dg.TableColumn(c.name, c.type, constraints=dg.TableColumnConstraints(unique=c.name == "CUST_ID"))
+               for c in schema.columns]  # fmt: skip
+    unique = unique.replace_attributes(
+        metadata={**unique.metadata, "dagster/column_schema": dg.TableSchema(columns=columns)}
+    )
+    current = _order_specs(ON_CUSTOMER + ' AND "C"."IS_CURRENT" = TRUE', FACT_LINEAGE, FACT)
+    current[1] = unique
+    assert reference_key(LineageGraph(current), "core/fct_orders", "SEGMENT") == ["CUST_ID"]
+
+
+def test_one_earlier_move_is_no_lifecycle():
+    held = {d: {"7": ("OPEN", 300.0), "8": ("OPEN", 200.0)} for d in (1, 2, 3)}
+    tonight = {"ORDER_ID=7, STATUS=SHIPPED": 300.0, "ORDER_ID=8, STATUS=OPEN": 200.0}
+    # One other order went OPEN -> SHIPPED once (a re-pointing of its own, or its fix): not yet a lifecycle.
+    once = {**held, 4: {"5": ("SHIPPED", 100.0)}, 5: {"5": ("OPEN", 100.0)}}
+    (moved,) = repointed("STATUS", DAY, tonight, _nights(once), 500)
+    assert moved.key == "ORDER_ID=7"
