@@ -785,6 +785,9 @@ def evaluate_total(
                 "moves": [m.model_dump(mode="json") for m in moves],
                 "repointed": [r.model_dump(mode="json") for r in rows_moved],
             }
+            if rows_moved:
+                # An incident's night: its moves teach no lifecycle (repointed.py).
+                night.flag(mapping_series(name, column))
             break
     # Only a deviation the calendar explains, or a group gone that its record cannot tell from a closure for
     # the night, is a WARN; reconciliation, shifts and NULLs are ERRORs.

@@ -97,6 +97,7 @@ def _check(shape: str, tonight_values: dict[str, str | None], *, extra=None, his
     )  # fmt: skip
     value = TotalValue(value=whole, groups={f"{group}=EUR": whole})
     night.record(name, Reading(value=whole, groups=value.groups))
+    night.record(mapping_series(name, column), Reading(value=whole, groups=mapped))  # as the checks do first
     result = evaluate_total(
         night,
         total,
@@ -407,3 +408,14 @@ def test_one_earlier_move_is_no_lifecycle():
     once = {**held, 4: {"5": ("SHIPPED", 100.0)}, 5: {"5": ("OPEN", 100.0)}}
     (moved,) = repointed("STATUS", DAY, tonight, _nights(once), 500)
     assert moved.key == "ORDER_ID=7"
+    # Two orders moved so on a night an incident flagged (a re-pointing found then): no lifecycle either.
+    twice = {
+        **held,
+        4: {"5": ("SHIPPED", 100.0), "6": ("SHIPPED", 90.0)},
+        5: {"5": ("OPEN", 100.0), "6": ("OPEN", 90.0)},
+    }
+    flagged = {
+        d: r.model_copy(update={"flagged": d == DAY - timedelta(days=4)}) for d, r in _nights(twice).items()
+    }
+    assert [m.key for m in repointed("STATUS", DAY, tonight, flagged, 500)] == ["ORDER_ID=7"]
+    assert repointed("STATUS", DAY, tonight, _nights(twice), 500) == []
