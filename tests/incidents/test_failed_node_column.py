@@ -45,16 +45,19 @@ def _diagnose(shape: str, column: str, error: str):
                   "FROM {{ ref('RAW', 'X') }} \"S\""),
     ]  # fmt: skip
     with diagnosis_db("RAW", "CORE") as conn:
-        ctx = DiagnosisContext(LineageGraph(specs), MetricsFile.model_validate({}), lambda loc, name: name,
-                               HistorySession(conn, OpsSchema("DB")), conn.cursor())  # fmt: skip
-        now = datetime.now(UTC)
-        incident = Incident(incident_id="INC-1", cause_key="k", status="open", title="failed", business_date=DAY,
-                            severity="ERROR", opened_at=now, updated_at=now)  # fmt: skip
-        said = ERRORS[error].format(table=table, column=column)
-        finding = Finding(check_name="coalesce_run", asset_key=node, business_date=DAY, cause_scope="job",
-                          summary=f"{node} failed: {said}",
-                          evidence={"failed_query": "Insert", "error": said})  # fmt: skip
-        return diagnose_failed(incident, finding, ctx)
+        return _failed(specs, conn, node, ERRORS[error].format(table=table, column=column))
+
+
+def _failed(specs: list, conn, node: str, said: str):
+    """The diagnosis of ``node``'s failed build, its error ``said``, on the pipeline of ``specs``."""
+    ctx = DiagnosisContext(LineageGraph(specs), MetricsFile.model_validate({}), lambda loc, name: name,
+                           HistorySession(conn, OpsSchema("DB")), conn.cursor())  # fmt: skip
+    now = datetime.now(UTC)
+    incident = Incident(incident_id="INC-1", cause_key="k", status="open", title="failed", business_date=DAY,
+                        severity="ERROR", opened_at=now, updated_at=now)  # fmt: skip
+    finding = Finding(check_name="coalesce_run", asset_key=node, business_date=DAY, cause_scope="job",
+                      summary=f"{node} failed: {said}", evidence={"failed_query": "Insert", "error": said})  # fmt: skip
+    return diagnose_failed(incident, finding, ctx)
 
 
 @pytest.mark.parametrize("error", ERRORS)
@@ -83,16 +86,9 @@ def test_its_inputs_alone_are_read_and_a_quoted_name_whole():
                   "FROM {{ ref('RAW', 'EXPORT') }} \"E\""),
     ]  # fmt: skip
     with diagnosis_db("RAW", "CORE") as conn:
-        ctx = DiagnosisContext(LineageGraph(specs), MetricsFile.model_validate({}), lambda loc, name: name,
-                               HistorySession(conn, OpsSchema("DB")), conn.cursor())  # fmt: skip
-        now = datetime.now(UTC)
-        incident = Incident(incident_id="INC-1", cause_key="k", status="open", title="failed", business_date=DAY,
-                            severity="ERROR", opened_at=now, updated_at=now)  # fmt: skip
 
         def diagnosed(node: str, said: str):
-            finding = Finding(check_name="coalesce_run", asset_key=node, business_date=DAY, cause_scope="job",
-                              summary=said, evidence={"failed_query": "Insert", "error": said})  # fmt: skip
-            return diagnose_failed(incident, finding, ctx).classification
+            return _failed(specs, conn, node, said).classification
 
         name = 'invalid identifier \'"S"."CUSTOMER_NAME"\''
         assert diagnosed("core/dim_customer", name) is CauseClass.FAILED_LOAD
