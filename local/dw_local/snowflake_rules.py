@@ -10,7 +10,8 @@ methods, its MERGE rewrite and its server routes).
   stored and resolved upper case, a quoted one exactly as written. DuckDB resolves names case-insensitively,
   so ``"dw_prod"."dw_ops"."t1"`` found ``DW_PROD.DW_OPS.T1``; here a name that exists only in another case
   does not exist, as in Snowflake. (DuckDB cannot hold two names that differ only in case: creating one is
-  refused too.)
+  refused too.) A column qualified by a table's alias in another case (``"f"."COL"`` against ``FROM T f``,
+  the alias ``F``) is an invalid identifier, as in Snowflake.
 - MERGE (https://docs.snowflake.com/en/sql-reference/sql/merge, "Duplicate join behavior", and the
   parameter ERROR_ON_NONDETERMINISTIC_MERGE, TRUE by default,
   https://docs.snowflake.com/en/sql-reference/parameters#error-on-nondeterministic-merge): a target row
@@ -174,6 +175,39 @@ def references(
         if whole:
             found.append(("create" if table is created else "use", whole))
     return tuple(found)
+
+
+@functools.lru_cache(maxsize=4096)
+def misnamed_qualifier(text: str) -> Exception | None:
+    """A column qualified by a name that is a table's alias (or name) in the statement only when case is
+    folded: Snowflake stores an unquoted alias upper case and a quoted one as written
+    (https://docs.snowflake.com/en/sql-reference/identifiers-syntax), so ``"f"."COL"`` against ``FROM T f``
+    (the alias ``F``) is an invalid identifier; DuckDB resolves it case-insensitively and answered."""
+    from sqlglot import exp
+    from sqlglot.errors import ParseError
+
+    from dw_local.snowflake_statements import parsed
+
+    try:
+        tree = parsed(text)
+    except ParseError:
+        return None
+    names: set[str] = set()
+    for table in tree.find_all(exp.Table):
+        alias = table.args.get("alias")
+        held = alias.this if alias is not None and isinstance(alias.this, exp.Identifier) else table.this
+        if (name := _name(held)) is not None:
+            names.add(name)
+    for alias in tree.find_all(exp.TableAlias):
+        if (name := _name(alias.this)) is not None:
+            names.add(name)
+    folded = {n.upper() for n in names}
+    for column in tree.find_all(exp.Column):
+        qualifier = _name(column.args.get("table"))
+        if qualifier is not None and qualifier not in names and qualifier.upper() in folded:
+            shown = column.sql(dialect="snowflake")
+            return _error(f"SQL compilation error:\ninvalid identifier '{shown}'", 904, "42000")
+    return None
 
 
 class Catalog:
@@ -512,7 +546,7 @@ class Rules:
         self.row_counts = RowCounts()
 
     def refusal(self, text: str, conn: Any) -> Exception | None:
-        found = duckdb_only(text)
+        found = duckdb_only(text) or misnamed_qualifier(text)
         if found is None:
             found = self.catalog.refusal(references(text, conn.database, conn.schema))
         return found

@@ -1,5 +1,5 @@
 """The local Snowflake refuses what Snowflake refuses (local/dw_local/snowflake_rules.py), over its real socket
-through snowflake-connector-python: case-sensitive quoted identifiers, MERGE with duplicate source keys,
+through snowflake-connector-python: case-sensitive quoted identifiers (a table's alias too), MERGE with duplicate source keys,
 DuckDB-only functions, division by zero; it keeps each session's time zone, counts INFORMATION_SCHEMA.TABLES'
 rows exactly, and takes server-side bindings, whose values stay out of QUERY_HISTORY's text."""
 
@@ -64,6 +64,24 @@ def test_unquoted_names_are_upper_case_and_a_lower_case_table_is_named_only_quot
         assert "Object 'DW_PROD.OPS.LOWER_ONLY' does not exist" in _refused(cur, "SELECT * FROM lower_only")
         # Snowflake would make a second table; DuckDB cannot hold both, so it is refused, not merged.
         assert "differs only in case" in _refused(cur, 'CREATE TABLE IF NOT EXISTS "LOWER_ONLY" (A INT)')
+
+
+def test_a_column_qualified_by_its_tables_alias_in_another_case_is_an_invalid_identifier(snowflake):
+    # An unquoted alias is stored upper case, a quoted one as written: "f" is not the alias f (F).
+    with snowflake.connect(schema="OPS") as conn:
+        cur = conn.cursor()
+        for sql in (
+            'SELECT "f"."V" FROM "DW_PROD"."OPS"."T1" f',
+            'SELECT "t1"."V" FROM "DW_PROD"."OPS"."T1"',
+        ):
+            assert "invalid identifier" in _refused(cur, sql)
+        for sql in (
+            'SELECT f."V" FROM "DW_PROD"."OPS"."T1" f',
+            'SELECT "F"."V" FROM "DW_PROD"."OPS"."T1" f',
+            'SELECT "f"."V" FROM "DW_PROD"."OPS"."T1" "f"',
+            'SELECT "T1"."V" FROM "DW_PROD"."OPS"."T1"',
+        ):
+            assert sorted(_rows(cur, sql)) == [(1,), (2,)]
 
 
 # -- MERGE ----------------------------------------------------------------------------------------------------
