@@ -5,7 +5,7 @@ An attribute carried from a reference table (``attributes.py``) is judged by its
 total; a re-pointed row whose units are smaller than those shares' own spread moves nothing the shares can
 tell (a customer group of 8% of the intake moved to a district whose share ranges over ten points from day
 to day). The reference row itself tells it: the lineage says which table the attribute is read from and
-which join looks it up there (``ON "CUSTOMERS"."CUSTOMER_GROUP_ID" = "CUSTOMER_GROUPS"."CUSTOMER_GROUP_ID"``);
+which join looks it up there (``ON "ACCOUNTS"."GROUP_ID" = "GROUPS"."GROUP_ID"``);
 where the total's table carries that key too, the total's aggregate is measured by the key and the attribute
 (a part of the night's one statement, at most ``MAX_MAPPED`` + 1 rows read) and recorded as the series
 ``attribute_keys:<total>:<COLUMN>``. A key whose units were wholly under one value on each of its last
@@ -136,13 +136,13 @@ def mapping_part(total: RecordedTotal, sql: str, keys: Sequence[str], column: st
 
 
 def mapping_label(keys: Sequence[str], values: Sequence[str], column: str, value: str) -> str:
-    """A key's row in the series: ``CUSTOMER_GROUP_ID=21, SALES_DISTRICT=MUENCHEN``."""
+    """A key's row in the series: ``GROUP_ID=21, DISTRICT=NORTH``."""
     return ", ".join(f"{k}={v}" for k, v in [*zip(keys, values, strict=True), (column, value)])
 
 
 class Repointed(BaseModel):
     key: str
-    """The reference key's label (``CUSTOMER_GROUP_ID=21``)."""
+    """The reference key's label (``GROUP_ID=21``)."""
     column: str
     before: str
     after: str

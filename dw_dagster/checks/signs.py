@@ -4,7 +4,7 @@ that subset, which no total and no typical row can see.
 A meter model's export register read with the opposite sign after a firmware update turns its solar
 customers' net energy from credit to charge; the model's other meters export nothing, so the model's total
 and its typical row (``row_values.py``, which reads the absolute value) hold, and the tariff's total moves
-within what an overcast day does. The column's signs tell it: the rows of one subset (METER_MODEL=HEXING)
+within what an overcast day does. The column's signs tell it: the rows of one subset (one meter model)
 whose export is not zero were positive on every night on record, and tonight every one is negative.
 
 So each night the total's own table, filtered as the total filters it, is read again grouped by each subset
@@ -135,7 +135,7 @@ def _between(node: exp.Expression, top: exp.Expression) -> list[exp.Expression]:
 
 class Flip(BaseModel):
     subset: str
-    """The subset's label (``METER_MODEL=HEXING_HXE115``)."""
+    """The subset's label (``METER_MODEL=M2``)."""
     column: str
     rows: int
     """Its rows of the new sign tonight."""
