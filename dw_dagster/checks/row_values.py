@@ -75,7 +75,21 @@ MIXED = math.log(1.5)
 """The same on the plain basis, a subset's typical row over whatever items it holds tonight: that moves with its
 mix (a benign new org mapped the same night moved another org's on-hand rows x0.85 at z -7.6), so only a factor
 no mix makes is a unit there."""
-NUMERIC = ("NUMBER", "DECIMAL", "NUMERIC", "INT", "BIGINT", "FLOAT", "DOUBLE", "REAL")
+NUMERIC = (
+    "NUMBER",
+    "DEC",
+    "NUMERIC",
+    "INT",
+    "BIGINT",
+    "SMALLINT",
+    "TINYINT",
+    "BYTEINT",
+    "FLOAT",
+    "DOUBLE",
+    "REAL",
+)
+"""Snowflake's numeric types by how their names begin (DEC: DECIMAL, DEC and DECFLOAT;
+https://docs.snowflake.com/en/sql-reference/data-types-numeric)."""
 _COUNT = re.compile(r"(NUMBER|DECIMAL|NUMERIC)(\(\s*\d+\s*(,\s*0\s*)?\))?|(BIG|SMALL|TINY)?INT(EGER)?")
 """A Snowflake type of whole numbers (a scale of 0, Snowflake's default)."""
 SCALE = 1e6

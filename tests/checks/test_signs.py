@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from datetime import date, timedelta
 
+import dagster as dg
 import fakesnow
 import pytest
 import snowflake.connector
@@ -21,9 +22,17 @@ from dw_dagster.checks.metrics import MetricsFile, RecordedTotal
 from dw_dagster.checks.recorded_totals import Totals, check_name, evaluate_total
 from dw_dagster.checks.row_values import row_value_part
 from dw_dagster.checks.run_context import CheckRun
-from dw_dagster.checks.signs import flipped, signed_by, signs_groups, signs_series, summed_columns
+from dw_dagster.checks.signs import (
+    flipped,
+    numeric_columns,
+    signed_by,
+    signs_groups,
+    signs_series,
+    summed_columns,
+)
 from dw_dagster.checks.tonight import Night
 from dw_dagster.checks.total_value import TotalValue
+from dw_dagster.context.lineage import LineageGraph
 from dw_dagster.incidents.drilldown import from_finding
 from dw_dagster.records.incidents import Finding
 
@@ -285,3 +294,12 @@ def test_the_totals_read_each_subsets_signs_with_its_typical_row_in_the_nights_s
     # And the typical row is read from the same rows as before.
     (rv,) = totals.row_values[total.name]
     assert rv.rows == {"METER_MODEL=HEXING": 2, "METER_MODEL=LANDIS": 1}
+
+
+def test_every_numeric_type_of_snowflake_is_signed_and_no_other():
+    types = {"A": "SMALLINT", "B": "BYTEINT", "C": "TINYINT", "D": "DECFLOAT", "E": "DEC(10,2)", "F": "NUMBER(38,0)",
+             "G": "FLOAT8", "H": "VARCHAR", "I": "DATE", "J": "TIMESTAMP_NTZ"}  # fmt: skip
+    schema = dg.TableSchema(columns=[dg.TableColumn(c, t) for c, t in types.items()])
+    spec = dg.AssetSpec("raw/t", metadata={"dagster/table_name": "DB.RAW.T", "dagster/column_schema": schema})
+    graph = LineageGraph([spec])
+    assert numeric_columns(graph, "raw/t", list(types)) == list("ABCDEFG")
