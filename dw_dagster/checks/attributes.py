@@ -50,7 +50,7 @@ def root_columns(graph: LineageGraph, column: tuple[str, str]) -> set[tuple[str,
     return {a for a in graph.column_ancestors(column) if graph.columns.in_degree(a) == 0}
 
 
-def _roots(graph: LineageGraph, column: tuple[str, str]) -> set[str]:
+def root_tables(graph: LineageGraph, column: tuple[str, str]) -> set[str]:
     """The assets of the columns ``column`` is first derived from."""
     return {a[0] for a in root_columns(graph, column)}
 
@@ -90,7 +90,9 @@ def carried_attributes(
     info = graph.info(total.asset)
     wanted = {m.upper() for m in measures}
     by_upper = {c.upper(): c for c in info.columns}
-    measure_roots = set().union(*(_roots(graph, (total.asset, by_upper[m])) for m in wanted if m in by_upper))
+    measure_roots = set().union(
+        *(root_tables(graph, (total.asset, by_upper[m])) for m in wanted if m in by_upper)
+    )
     if not measure_roots:
         return []
     keys = {k.upper() for k in total.group_keys}
@@ -101,7 +103,7 @@ def carried_attributes(
             continue
         if column not in joined and not info.type_of(column).upper().startswith(_TEXT):
             continue
-        roots = _roots(graph, (total.asset, column))
+        roots = root_tables(graph, (total.asset, column))
         if roots and not roots & measure_roots:
             out.append(column)
     return sorted(out, key=lambda c: c not in joined)

@@ -26,7 +26,7 @@ from datetime import date
 from pydantic import BaseModel
 from sqlglot import exp
 
-from dw_dagster.checks.attributes import joining_nodes, outer_select, projected, root_columns
+from dw_dagster.checks.attributes import joining_nodes, outer_select, projected, root_columns, root_tables
 from dw_dagster.checks.groups import MIN_SHARE_OF_TOTAL
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.measure import Part
@@ -52,7 +52,7 @@ def mapping_series(total: str, column: str) -> str:
 
 def _tables(graph: LineageGraph, column: Column) -> set[str]:
     """The tables ``column`` is first read from (itself, where no lineage leads above it)."""
-    return {a for a, _ in root_columns(graph, column)} or {column[0]}
+    return root_tables(graph, column) or {column[0]}
 
 
 def reference_key(graph: LineageGraph, asset: str, column: str) -> list[str]:
@@ -85,7 +85,7 @@ def reference_key(graph: LineageGraph, asset: str, column: str) -> list[str]:
         if len({r for _, r in pairs}) != len(pairs):
             return []
         keys = [_carried(graph, asset, column, lookup, reference) for lookup, reference in pairs]
-        return [] if None in keys else list(dict.fromkeys(k for k in keys if k is not None))
+        return [] if None in keys else list(dict.fromkeys(keys))  # type: ignore[arg-type]
     return []
 
 

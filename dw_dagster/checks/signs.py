@@ -115,22 +115,11 @@ def summed_columns(sql: str) -> list[str]:
     found = one_table(sql)
     if isinstance(found, str) or not isinstance(found[2].this, exp.Sum):
         return []
-    value = found[2].this
+    # Above the SUM are its alias and the one SELECT (one_table): a predicate above a column is in the SUM.
+    summed = found[2].this.this
     return list(
-        dict.fromkeys(
-            c.name
-            for c in value.this.find_all(exp.Column)
-            if not any(isinstance(a, exp.Predicate) for a in _between(c, value))
-        )
+        dict.fromkeys(c.name for c in summed.find_all(exp.Column) if not c.find_ancestor(exp.Predicate))
     )
-
-
-def _between(node: exp.Expression, top: exp.Expression) -> list[exp.Expression]:
-    out, parent = [], node.parent
-    while parent is not None and parent is not top:
-        out.append(parent)
-        parent = parent.parent
-    return out
 
 
 class Flip(BaseModel):

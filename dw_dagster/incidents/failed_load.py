@@ -77,7 +77,7 @@ def diagnose_failed(incident: Incident, finding: Finding, ctx: DiagnosisContext)
     schema = bool(_SCHEMA_WORDS.search(said))
     missing = _missing_column(error) or _missing_column(said)
     # A column none of the node's inputs declares was never there to drop: the node's own new code reads it.
-    unknown = schema and missing is not None and _declared_upstream(ctx, key, missing) is False
+    unknown = schema and missing is not None and _declared_by_inputs(ctx, key, missing) is False
     return Diagnosis(
         classification=CauseClass.SCHEMA_CHANGE if schema and not unknown else CauseClass.FAILED_LOAD,
         cause=f"The Coalesce build of {key} failed: {finding.summary}"
@@ -106,7 +106,7 @@ def _missing_column(text: str) -> str | None:
     return None
 
 
-def _declared_upstream(ctx: DiagnosisContext, key: str, column: str) -> bool | None:
+def _declared_by_inputs(ctx: DiagnosisContext, key: str, column: str) -> bool | None:
     """Whether an input of the failed node declares ``column`` (its Coalesce columns, as the pipeline's
     metadata lists them: a column dropped or renamed in the warehouse is still declared there); its inputs
     alone, not a table further up (a stage between may have stopped passing it on). None when no input's

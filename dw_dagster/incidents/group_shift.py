@@ -31,7 +31,7 @@ from datetime import timedelta
 from statistics import mean, median, pstdev
 from typing import Any
 
-from dw_dagster.checks.attributes import carried_keys, root_columns
+from dw_dagster.checks.attributes import carried_keys, root_columns, root_tables
 from dw_dagster.checks.history import Recorded
 from dw_dagster.checks.metrics import RecordedTotal
 from dw_dagster.coalesce.transforms import COUNT_ROWS, PER_KEY
@@ -581,7 +581,7 @@ def _repointed(
     """The reference rows the check read re-pointed by their own key (``checks/repointed.py``: each key's
     value of the attribute, night by night, in the total's table): named as they are, with the table the
     attribute is read from, where its lineage leads to one."""
-    roots = {a for a, _ in root_columns(ctx.graph, (total.asset, column))}
+    roots = root_tables(ctx.graph, (total.asset, column))
     source = next(iter(roots)) if len(roots) == 1 else None
     where = (table(ctx.graph, source) or source) if source else f"the table {total.asset} reads {column} from"
     by = [c for c, _ in (split_label(p) for p in split_labels(str(rows[0]["key"])))]
